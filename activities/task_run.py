@@ -1,0 +1,313 @@
+"""Activities of the task-run workflow: thin adapters from Temporal to the TaskUnit API.
+
+All I/O of a run happens here. Records go to and from the staging table; what returns
+to the workflow is counts, sequence numbers and checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import structlog
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from artemis.callback import CallbackClient, CallbackTarget, FinalizeOutcome, finalize_body
+from artemis.config import Settings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import make_client
+from artemis.logsetup import get_logger
+from artemis.run_models import (
+    BatchInput,
+    EmitResult,
+    FetchInput,
+    FetchResult,
+    FinalizeInput,
+    FinalizeResult,
+    PrepareInput,
+    PrepareResult,
+    ProcessResult,
+    RunRef,
+)
+from artemis.sinks import EmitContext
+from artemis.staging import Staging
+from artemis.tasks import TaskContext, TaskUnit, get_task
+from artemis.tracing import TraceContext, new_span_id
+from artemis.vault import RunSecrets
+
+log = get_logger("artemis.activities")
+
+FINALIZE_MAX_ATTEMPTS = 4  # the first try and 3 retries (0.5 s, 1 s, 2 s)
+CALLBACK_TOKEN = "callback_token"
+
+T = TypeVar("T")
+
+
+def run_key(run: RunRef) -> str:
+    return f"{run.task_code}/{run.task_id}"
+
+
+def trace_for(run: RunRef) -> TraceContext:
+    """The activity's span: the OpenTelemetry span of Temporal's interceptor when it
+    belongs to the run's trace, else a fresh span id in that trace."""
+    from opentelemetry import trace
+
+    sc = trace.get_current_span().get_span_context()
+    if sc.is_valid and format(sc.trace_id, "032x") == run.trace_id:
+        return TraceContext(run.trace_id, format(sc.span_id, "016x"), run.parent_span_id)
+    return TraceContext(run.trace_id, new_span_id(), run.parent_span_id)
+
+
+def as_application_error(e: ArtemisError) -> ApplicationError:
+    return ApplicationError(
+        e.message,
+        {"code": e.code.value, **e.details},
+        type=e.code.value,
+        non_retryable=not e.retryable,
+        next_retry_delay=timedelta(seconds=e.retry_after_s) if e.retry_after_s else None,
+    )
+
+
+def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Bind the run's log fields and turn domain errors into typed Temporal failures."""
+
+    async def wrapper(self: TaskRunActivities, inp: Any) -> T:
+        run: RunRef = inp.run
+        trace = trace_for(run)
+        info = activity.info()
+        structlog.contextvars.bind_contextvars(
+            trace_id=run.trace_id, span_id=trace.span_id, request_id=run.request_id,
+            task_code=run.task_code, task_id=run.task_id, workflow_id=run.workflow_id,
+            activity=info.activity_type, attempt=info.attempt,
+        )
+        try:
+            return await fn(self, inp, trace)
+        except ArtemisError as e:
+            log.warning("activity_failed", error=str(e), code=e.code.value,
+                        retryable=e.retryable)
+            raise as_application_error(e) from None
+        except asyncio.CancelledError:
+            log.info("activity_cancelled")
+            raise
+        except ApplicationError:
+            raise
+        except Exception as e:
+            log.exception("activity_crashed")
+            raise ApplicationError(f"{type(e).__name__}: {e}", type=ErrorCode.INTERNAL.value
+                                   ) from None
+        finally:
+            structlog.contextvars.clear_contextvars()
+
+    # Temporal reads the parameter and return types from the annotations: expose the
+    # activity's own (without the ``trace`` argument the wrapper supplies).
+    functools.update_wrapper(wrapper, fn, assigned=("__module__", "__name__", "__qualname__",
+                                                    "__doc__"), updated=())
+    wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "trace"}
+    del wrapper.__wrapped__  # type: ignore[attr-defined]  # else the signature shows `trace`
+    return wrapper
+
+
+class TaskRunActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.client = make_client(settings.http_client)
+        self.staging = Staging(settings.database.url)
+        self.secrets = RunSecrets(settings.database.url,
+                                  settings.vault.get("master_key_file", ".artemis/master.key"))
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def _context(self, task: TaskUnit, run: RunRef, params: dict[str, Any],
+                 trace: TraceContext, output: dict[str, Any] | None = None) -> TaskContext:
+        return TaskContext(task_code=run.task_code, task_id=run.task_id,
+                           params=task.Params.model_validate(params), settings=self.settings,
+                           trace=trace, request_id=run.request_id, output=output or {})
+
+    def _callback(self, run: RunRef, target: dict[str, Any] | None, trace: TraceContext
+                  ) -> CallbackClient | None:
+        if not target:
+            return None
+        tgt = CallbackTarget(**target)
+        if not tgt.enabled:
+            return None
+        token = self.secrets.get(run_key(run), CALLBACK_TOKEN) or self.settings.callback.default_token
+        return CallbackClient(tgt, self.settings.callback, self.client, trace, token,
+                              run.request_id)
+
+    # -- 1. prepare -------------------------------------------------------------------
+    @activity.defn(name="prepare_params")
+    @activity_boundary
+    async def prepare_params(self, inp: PrepareInput, trace: TraceContext) -> PrepareResult:
+        task = get_task(inp.run.task_code)
+        params = task.prepare_params(inp.params, self.settings)
+        ctx = self._context(task, inp.run, params.model_dump(mode="json"), trace)
+        total = task.total_hint(ctx)
+        log.info("params_prepared", total=total)
+        return PrepareResult(params=params.model_dump(mode="json"), total=total)
+
+    # -- 2. fetch ----------------------------------------------------------------------
+    @activity.defn(name="fetch_pages")
+    @activity_boundary
+    async def fetch_pages(self, inp: FetchInput, trace: TraceContext) -> FetchResult:
+        # A retried attempt resumes from the last heartbeat: pages staged before it are kept
+        # (staging by sequence number makes a re-fetched page an overwrite, not a duplicate).
+        state = {"checkpoint": inp.checkpoint, "next_seq": inp.first_seq, "pages": 0,
+                 "records": 0, "units_done": inp.units_done}
+        details = activity.info().heartbeat_details
+        if details:
+            state.update(details[0])
+            log.info("fetch_resumed", next_seq=state["next_seq"], pages=state["pages"])
+        task = get_task(inp.run.task_code)
+        ctx = self._context(task, inp.run, inp.params, trace)
+        callback = self._callback(inp.run, inp.callback, trace)
+        last_ms = inp.progress_last_ms
+        key = run_key(inp.run)
+        started = time.monotonic()
+        done = False
+        pages = task.fetch(ctx, self.client, state["checkpoint"])
+        try:
+            if state.get("done"):
+                done = True
+            else:
+                async for page in pages:
+                    seq = state["next_seq"]
+                    await asyncio.to_thread(self.staging.put_pages, key, "raw",
+                                            [(seq, page.records)])
+                    state.update(
+                        checkpoint=page.checkpoint, next_seq=seq + 1,
+                        pages=state["pages"] + 1, records=state["records"] + len(page.records),
+                        units_done=page.info.get("units_done", state["units_done"]),
+                        done=page.checkpoint is None,
+                    )
+                    activity.heartbeat(state)
+                    if callback is not None:
+                        last_ms = await callback.progress(
+                            state["units_done"], inp.total,
+                            f"{page.info.get('source', 'fetch')}: {state['records']} records",
+                            last_ms)
+                    if page.checkpoint is None:
+                        done = True
+                        break
+                    if (state["pages"] >= inp.max_pages
+                            or time.monotonic() - started >= inp.max_seconds):
+                        break
+                else:
+                    done = True
+        except asyncio.CancelledError:
+            log.info("fetch_cancelled", next_seq=state["next_seq"], pages=state["pages"])
+            raise
+        finally:
+            await pages.aclose()
+        log.info("fetch_batch_done", first_seq=inp.first_seq, next_seq=state["next_seq"],
+                 pages=state["pages"], records=state["records"], done=done)
+        return FetchResult(first_seq=inp.first_seq, next_seq=state["next_seq"],
+                           pages=state["pages"], records=state["records"],
+                           checkpoint=None if done else state["checkpoint"], done=done,
+                           units_done=state["units_done"], progress_last_ms=last_ms)
+
+    # -- 3. process ---------------------------------------------------------------------
+    @activity.defn(name="process_batch")
+    @activity_boundary
+    async def process_batch(self, inp: BatchInput, trace: TraceContext) -> ProcessResult:
+        task = get_task(inp.run.task_code)
+        ctx = self._context(task, inp.run, inp.params, trace, inp.output)
+        key = run_key(inp.run)
+        raw = await asyncio.to_thread(self.staging.get_pages, key, "raw", inp.first_seq,
+                                      inp.last_seq)
+        out: list[tuple[int, list[dict[str, Any]]]] = []
+        n_in = n_out = 0
+        for seq, records in raw:
+            try:
+                processed = task.process(records, ctx)
+            except Exception as e:
+                raise ArtemisError(
+                    ErrorCode.SOURCE_ERROR,
+                    f"process: page {seq} could not be processed: {type(e).__name__}: {e}",
+                    retryable=False) from None
+            n_in += len(records)
+            n_out += len(processed)
+            out.append((seq, processed))
+        await asyncio.to_thread(self.staging.put_pages, key, "processed", out)
+        if n_out != n_in:
+            log.info("process_dropped_records", dropped=n_in - n_out)
+        return ProcessResult(records_in=n_in, records_out=n_out)
+
+    # -- 4. emit -------------------------------------------------------------------------
+    @activity.defn(name="emit_batch")
+    @activity_boundary
+    async def emit_batch(self, inp: BatchInput, trace: TraceContext) -> EmitResult:
+        task = get_task(inp.run.task_code)
+        ctx = self._context(task, inp.run, inp.params, trace, inp.output)
+        sinks = task.decide_sinks(ctx)
+        state = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
+        details = activity.info().heartbeat_details
+        if details:
+            state.update(details[0])
+            log.info("emit_resumed", next_seq=state["next_seq"])
+        key = run_key(inp.run)
+        pages = await asyncio.to_thread(self.staging.get_pages, key, "processed",
+                                        state["next_seq"], inp.last_seq)
+        try:
+            for seq, records in pages:
+                if records:
+                    await task.emit(self.client, sinks, records,
+                                    EmitContext(run_key=key, seq=seq, trace=trace,
+                                                request_id=inp.run.request_id,
+                                                task_code=inp.run.task_code))
+                state = {"next_seq": seq + 1, "records": state["records"] + len(records),
+                         "batches": state["batches"] + (1 if records else 0)}
+                activity.heartbeat(state)
+        except asyncio.CancelledError:
+            log.info("emit_cancelled", next_seq=state["next_seq"])
+            raise
+        log.info("emit_batch_done", first_seq=inp.first_seq, last_seq=inp.last_seq,
+                 records=state["records"])
+        return EmitResult(records_emitted=state["records"], batches=state["batches"])
+
+    # -- 5. finalize ------------------------------------------------------------------------
+    @activity.defn(name="finalize_run")
+    @activity_boundary
+    async def finalize_run(self, inp: FinalizeInput, trace: TraceContext) -> FinalizeResult:
+        stats = dict(inp.stats)
+        if inp.params is not None and inp.status == "completed":
+            task = get_task(inp.run.task_code)
+            try:
+                stats = task.finalize(self._context(task, inp.run, inp.params, trace), stats)
+            except Exception as e:  # finalize must not fail the run (seed 000 §7)
+                log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
+        outcome, detail = FinalizeOutcome.SKIPPED, ""
+        callback = None
+        try:
+            callback = self._callback(inp.run, inp.callback, trace)
+        except ArtemisError as e:
+            # A refused callback target (not allowed host) is reported, never retried.
+            log.warning("callback_finalize_failure", error=str(e),
+                        run_id=(inp.callback or {}).get("run_id"))
+            outcome, detail = FinalizeOutcome.REJECTED, str(e)
+        if callback is not None:
+            attempt = activity.info().attempt
+            body = finalize_body(inp.status, stats, inp.error_message)
+            outcome, detail = await callback.finalize(body, attempt)
+            if outcome == FinalizeOutcome.RETRY:
+                if attempt < FINALIZE_MAX_ATTEMPTS:
+                    raise ApplicationError(f"finalize callback failed: {detail}",
+                                           type=ErrorCode.CALLBACK_ERROR.value)
+                log.error("callback_finalize_gave_up", run_id=callback.target.run_id,
+                          attempts=attempt, error=detail)
+                outcome = "gave_up"
+        key = run_key(inp.run)
+        await asyncio.to_thread(self.staging.drop_run, key)
+        await asyncio.to_thread(self.secrets.drop, key)
+        log.info("run_finalized", status=inp.status, callback=outcome, **{
+            k: v for k, v in stats.items() if isinstance(v, int)})
+        return FinalizeResult(callback=outcome, detail=detail, stats=stats)
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.prepare_params, self.fetch_pages, self.process_batch, self.emit_batch,
+                self.finalize_run]

@@ -1,0 +1,163 @@
+"""CronJob callback protocol (SPEC §7, seed 000 §13): throttled progress, finalize once.
+
+Retries of finalize are not done here: the finalize activity's Temporal retry policy
+(0.5 s, 1 s, 2 s; non-retryable on 4xx) is their home, so a worker crash between tries
+loses nothing. This module sends one request per call and says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from artemis.config import CallbackSettings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import get_logger, register_secret
+from artemis.tracing import TraceContext
+
+log = get_logger(__name__)
+
+
+@dataclass
+class CallbackTarget:
+    """Where and how to call the CronJob back. Holds no secret: the token is looked up
+    inside the activity (run secret or ``callback.default_token``)."""
+
+    run_id: str | None
+    base_url: str | None
+    override_host: str | None = None
+    override_port: int | None = None
+    auth_header: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.run_id) and bool(self.base_url)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def resolve_base_url(target: CallbackTarget, settings: CallbackSettings) -> str:
+    """Apply override host/port (request first, then config) and check the allow-list."""
+    assert target.base_url
+    parts = urlsplit(target.base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ArtemisError(ErrorCode.INVALID_INPUT,
+                           f"callback.base_url must be an http(s) URL, got {target.base_url!r}")
+    host = target.override_host or settings.override_host or parts.hostname
+    port = target.override_port or settings.override_port or parts.port
+    allowed = settings.allowed_hosts
+    if "*" not in allowed and host not in allowed:
+        raise ArtemisError(ErrorCode.INVALID_INPUT,
+                           f"callback host {host!r} is not in callback.allowed_hosts")
+    netloc = f"[{host}]" if ":" in host else host
+    if port:
+        netloc = f"{netloc}:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+class FinalizeOutcome:
+    DELIVERED = "delivered"
+    REJECTED = "rejected"  # 4xx: CronJob not in CallbackPending; never retried
+    RETRY = "retry"  # network error or 5xx: the activity retry policy tries again
+    SKIPPED = "skipped"  # no callback configured
+
+
+class CallbackClient:
+    def __init__(self, target: CallbackTarget, settings: CallbackSettings,
+                 client: httpx.AsyncClient, trace: TraceContext, token: str | None,
+                 request_id: str | None = None) -> None:
+        self.target = target
+        self.settings = settings
+        self.client = client
+        self.trace = trace
+        self.token = token
+        self.request_id = request_id
+        register_secret(token)
+        self.base = resolve_base_url(target, settings) if target.enabled else None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"traceparent": self.trace.child().traceparent(),
+                   "Content-Type": "application/json"}
+        if self.token:
+            headers[self.target.auth_header or self.settings.default_auth_header] = self.token
+        if self.request_id:
+            headers["X-Request-ID"] = self.request_id
+        return headers
+
+    async def progress(self, current: int, total: int, message: str | None,
+                       last_sent_ms: float | None) -> float | None:
+        """Send progress unless throttled. Returns the new last-sent time (ms), or the old one.
+
+        Never raises: progress is best effort.
+        """
+        if not self.base:
+            return last_sent_ms
+        now_ms = time.time() * 1000
+        if total == 0 and current > 0:
+            log.warning("callback_progress", run_id=self.target.run_id, current=current,
+                        total=total, skipped="total_zero")
+            return last_sent_ms
+        throttled = (
+            last_sent_ms is not None
+            and now_ms - last_sent_ms < self.settings.progress_min_interval_ms
+            and current != total
+        )
+        percent = int(current * 100 / total) if total > 0 else 0
+        if throttled:
+            log.debug("callback_progress", run_id=self.target.run_id, current=current,
+                      total=total, percent=percent, skipped_due_to_throttle=True)
+            return last_sent_ms
+        url = f"{self.base}/{self.target.run_id}/progress"
+        body = {"current": current, "total": total, "message": message}
+        try:
+            resp = await self.client.post(url, content=json.dumps(body), headers=self._headers(),
+                                          timeout=self.settings.timeout_seconds)
+            ok = 200 <= resp.status_code < 300
+            log.info("callback_progress", run_id=self.target.run_id, current=current,
+                     total=total, percent=percent, skipped_due_to_throttle=False,
+                     status=resp.status_code, ok=ok)
+        except httpx.HTTPError as e:
+            log.warning("callback_progress", run_id=self.target.run_id, current=current,
+                        total=total, percent=percent, ok=False, error=f"{type(e).__name__}: {e}")
+        return now_ms
+
+    async def finalize(self, body: dict[str, Any], attempt: int) -> tuple[str, str]:
+        """One finalize try. Returns (outcome, detail)."""
+        if not self.base:
+            log.debug("callback_disabled", reason="no run_id or base_url")
+            return FinalizeOutcome.SKIPPED, "no callback configured"
+        url = f"{self.base}/{self.target.run_id}/callback"
+        try:
+            resp = await self.client.post(url, content=json.dumps(body), headers=self._headers(),
+                                          timeout=self.settings.timeout_seconds)
+        except httpx.HTTPError as e:
+            detail = f"{type(e).__name__}: {e}"
+            log.warning("callback_finalize_failure", run_id=self.target.run_id, error=detail,
+                        attempt=attempt)
+            return FinalizeOutcome.RETRY, detail
+        if 200 <= resp.status_code < 300:
+            log.info("callback_finalize_success", run_id=self.target.run_id,
+                     code=resp.status_code, result=body.get("result"), attempt=attempt)
+            return FinalizeOutcome.DELIVERED, str(resp.status_code)
+        detail = f"HTTP {resp.status_code}: {resp.text[:200]}"
+        log.warning("callback_finalize_failure", run_id=self.target.run_id, error=detail,
+                    attempt=attempt, status=resp.status_code)
+        if 400 <= resp.status_code < 500:
+            return FinalizeOutcome.REJECTED, detail
+        return FinalizeOutcome.RETRY, detail
+
+
+def finalize_body(status: str, stats: dict[str, Any], error_message: str | None) -> dict[str, Any]:
+    """The exact finalize bodies of the protocol."""
+    if status == "completed":
+        return {"result": "success", "code": 200,
+                "body": json.dumps(stats, separators=(",", ":"), sort_keys=True)}
+    if status == "timeout":
+        return {"result": "failed_timeout", "error_message": "callback_deadline_exceeded"}
+    return {"result": "failed", "error_message": error_message or status}

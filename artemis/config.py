@@ -1,0 +1,216 @@
+"""Artemis settings: a YAML file (``--config`` / ``ARTEMIS_CONFIG``) overlaid by
+environment variables ``ARTEMIS__SECTION__KEY``; a bad value stops start-up naming the key."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from artemis.errors import ArtemisError, ErrorCode
+
+
+class _Section(BaseModel):
+    # Unknown keys are refused so that a typo in the YAML is caught, not ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    api_tokens: list[str] = Field(default_factory=list)
+    sync_timeout_s: float = Field(60.0, gt=0)
+    max_body_bytes: int = Field(1_048_576, gt=0)
+    # Wall-clock budget of one run; past it the run ends with status `timeout`.
+    run_timeout_s: float = Field(3600.0, gt=0)
+    public_url: str | None = None
+
+
+class LogFileSettings(_Section):
+    path: str = "logs/artemis.log"
+    max_size_mb: int = Field(50, gt=0)
+    max_backups: int = Field(5, ge=0)
+    max_age_days: int = Field(7, ge=0)
+
+
+class LoggingSettings(_Section):
+    level: Literal["DEBUG", "INFO", "WARN", "WARNING", "ERROR"] = "INFO"
+    format: Literal["json", "console"] = "json"
+    output: Literal["stdout", "stderr", "file"] = "stderr"
+    file: LogFileSettings = Field(default_factory=LogFileSettings)
+    include_caller: bool = True
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+
+class TelemetrySettings(_Section):
+    enabled: bool = True
+    service_name: str = "artemis"
+    sampling: Literal["always", "never", "ratio"] = "always"
+    sampling_ratio: float = Field(1.0, ge=0, le=1)
+    exporter: Literal["none", "console", "otlp"] = "none"
+    otlp_endpoint: str | None = None
+
+
+class TemporalTLS(_Section):
+    enabled: bool = False
+    server_root_ca_cert: str | None = None
+    client_cert: str | None = None
+    client_private_key: str | None = None
+    domain: str | None = None
+
+
+class TemporalSettings(_Section):
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "artemis"
+    tls: TemporalTLS = Field(default_factory=TemporalTLS)
+    api_key: str | None = None
+    payload_encryption: bool = False
+    ui_url: str = "http://127.0.0.1:8233"
+
+
+class DatabaseSettings(_Section):
+    url: str = "sqlite:///.artemis/artemis.db"
+
+
+class TaskStoreSettings(_Section):
+    backend: Literal["sql", "redis"] = "sql"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    ttl_hours: int = Field(24, gt=0)
+
+
+class HttpClientSettings(_Section):
+    timeout_seconds: float = Field(10.0, gt=0)
+    verify_ssl: bool = True
+    headers: dict[str, str] = Field(default_factory=dict)
+    max_connections: int = Field(100, gt=0)
+
+
+class CallbackSettings(_Section):
+    override_host: str | None = None
+    override_port: int | None = Field(None, ge=1, le=65535)
+    default_auth_header: str = "X-Callback-Token"
+    default_token: str | None = None
+    # Hosts a callback may reach (exact names or IPs; "*" allows any). Empty refuses all.
+    allowed_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost", "::1"])
+    progress_min_interval_ms: int = Field(1000, ge=0)
+    timeout_seconds: float = Field(2.0, gt=0)
+
+
+class RunTuning(_Section):
+    """How a run is cut into activities; see the README's performance section."""
+
+    pages_per_fetch: int = Field(50, ge=1)
+    fetch_max_seconds: float = Field(5.0, gt=0)
+    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    fetch_start_to_close_s: float = Field(600.0, gt=0)
+    emit_start_to_close_s: float = Field(600.0, gt=0)
+    max_batches_per_run: int = Field(200, ge=1)
+    activity_max_attempts: int = Field(5, ge=1)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ARTEMIS__",
+        env_nested_delimiter="__",
+        extra="forbid",
+        case_sensitive=False,
+    )
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    temporal: TemporalSettings = Field(default_factory=TemporalSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    task_store: TaskStoreSettings = Field(default_factory=TaskStoreSettings)
+    http_client: HttpClientSettings = Field(default_factory=HttpClientSettings)
+    # Defaults point at the bundled sample servers (`artemis samples serve`, port 8300).
+    task_defaults: dict[str, dict[str, Any]] = Field(default_factory=lambda: {
+        "pull_stock_quotes": {"symbols": ["AAPL", "TSLA"], "start": "2025-11-01",
+                              "end": "2025-11-30", "page_size": 10,
+                              "base_url": "http://127.0.0.1:8300"},
+    })
+    output_defaults: dict[str, dict[str, Any]] = Field(default_factory=lambda: {
+        "pull_stock_quotes": {"sinks": ["http"],
+                              "http_endpoint": "http://127.0.0.1:8300/sink/quotes"},
+    })
+    callback: CallbackSettings = Field(default_factory=CallbackSettings)
+    runs: RunTuning = Field(default_factory=RunTuning)
+    vault: dict[str, Any] = Field(default_factory=dict)
+    crawler: dict[str, Any] = Field(default_factory=dict)
+    alerts: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Order is priority: explicit init values, then env, then the YAML file (passed as init).
+        return (env_settings, init_settings)
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> str:
+    parts = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{key}: {err['msg']}")
+    return f"invalid configuration ({source}): " + "; ".join(parts)
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Load settings from ``path`` (or ``ARTEMIS_CONFIG``), env and ``overrides``.
+
+    Raises ArtemisError(CONFIG_ERROR) with the offending key in the message.
+    """
+    path = path or os.environ.get("ARTEMIS_CONFIG")
+    data: dict[str, Any] = {}
+    source = "defaults and environment"
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"config file {p} is not valid YAML: {e}")
+        if not isinstance(loaded, dict):
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"config file {p} must hold a mapping")
+        data = loaded
+        source = str(p)
+    data = _deep_merge(data, overrides)
+    try:
+        return Settings(**data)
+    except ValidationError as e:
+        raise ArtemisError(ErrorCode.CONFIG_ERROR, _format_validation_error(e, source)) from None
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,96 @@
+"""The Artemis database: one engine factory (SQLite with WAL by default, PostgreSQL at
+scale) and the SQLModel tables of the foundation; schema changes go through Alembic."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Index, Text, UniqueConstraint, event
+from sqlalchemy.engine import Engine
+from sqlmodel import Column, Field, SQLModel, create_engine
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class StagedPage(SQLModel, table=True):
+    """Claim check: the records of one fetched page, kept out of workflow history.
+
+    ``kind`` is ``raw`` (as fetched) or ``processed`` (after the task's ``process``). The
+    (run_key, kind, seq) key makes re-staging after a retry an overwrite, never a duplicate.
+    """
+
+    __tablename__ = "staged_page"
+    __table_args__ = (
+        UniqueConstraint("run_key", "kind", "seq", name="uq_staged_page_run_kind_seq"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_key: str = Field(max_length=200, index=True)
+    kind: str = Field(max_length=16)
+    seq: int
+    record_count: int = 0
+    payload: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class RunSecret(SQLModel, table=True):
+    """Per-run secrets (a callback token sent with the request), encrypted at rest, so the
+    workflow input only carries a reference to them."""
+
+    __tablename__ = "run_secret"
+    __table_args__ = (Index("ix_run_secret_created", "created_at"),)
+
+    run_key: str = Field(primary_key=True, max_length=200)
+    name: str = Field(primary_key=True, max_length=64)
+    ciphertext: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+_engines: dict[str, Engine] = {}
+_lock = threading.Lock()
+
+
+def get_engine(url: str) -> Engine:
+    """One engine per URL per process."""
+    with _lock:
+        engine = _engines.get(url)
+        if engine is None:
+            engine = _make_engine(url)
+            _engines[url] = engine
+        return engine
+
+
+def _make_engine(url: str) -> Engine:
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    else:
+        kwargs["pool_pre_ping"] = True
+    engine = create_engine(url, **kwargs)
+    if url.startswith("sqlite"):
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+    return engine
+
+
+def dispose_engines() -> None:
+    with _lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()

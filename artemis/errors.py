@@ -1,0 +1,108 @@
+"""The one error-code enum of Artemis (SPEC §10, §11) and the exception that carries it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+@dataclass(frozen=True)
+class _CodeInfo:
+    retryable: bool
+    max_retries: int
+    http_status: int
+
+
+class ErrorCode(str, Enum):
+    COOKIE_EXHAUSTED = "COOKIE_EXHAUSTED"
+    COOKIE_INVALID = "COOKIE_INVALID"
+    PLATFORM_ERROR = "PLATFORM_ERROR"
+    TIMEOUT_ERROR = "TIMEOUT_ERROR"
+    NETWORK_ERROR = "NETWORK_ERROR"
+    PARTIAL_FAIL = "PARTIAL_FAIL"
+    INVALID_INPUT = "INVALID_INPUT"
+    TASK_NOT_FOUND = "TASK_NOT_FOUND"
+    EXECUTION_LOCKED = "EXECUTION_LOCKED"
+    SOURCE_ERROR = "SOURCE_ERROR"
+    SINK_ERROR = "SINK_ERROR"
+    CALLBACK_ERROR = "CALLBACK_ERROR"
+    CONFIG_ERROR = "CONFIG_ERROR"
+    CANCELLED = "CANCELLED"
+    INTERNAL = "INTERNAL"
+    # API-level codes that are not task failures.
+    UNAUTHORIZED = "UNAUTHORIZED"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    CONFLICT = "CONFLICT"
+    NOT_FOUND = "NOT_FOUND"
+    NOT_READY = "NOT_READY"
+
+    @property
+    def info(self) -> _CodeInfo:
+        return _INFO[self]
+
+    @property
+    def retryable(self) -> bool:
+        return self.info.retryable
+
+    @property
+    def http_status(self) -> int:
+        return self.info.http_status
+
+
+_INFO: dict[ErrorCode, _CodeInfo] = {
+    ErrorCode.COOKIE_EXHAUSTED: _CodeInfo(False, 0, 503),
+    ErrorCode.COOKIE_INVALID: _CodeInfo(True, 3, 502),
+    ErrorCode.PLATFORM_ERROR: _CodeInfo(True, 2, 502),
+    ErrorCode.TIMEOUT_ERROR: _CodeInfo(True, 2, 504),
+    ErrorCode.NETWORK_ERROR: _CodeInfo(True, 3, 502),
+    ErrorCode.PARTIAL_FAIL: _CodeInfo(True, 2, 207),
+    ErrorCode.INVALID_INPUT: _CodeInfo(False, 0, 422),
+    ErrorCode.TASK_NOT_FOUND: _CodeInfo(False, 0, 404),
+    ErrorCode.EXECUTION_LOCKED: _CodeInfo(False, 0, 409),
+    ErrorCode.SOURCE_ERROR: _CodeInfo(True, 4, 502),
+    ErrorCode.SINK_ERROR: _CodeInfo(True, 4, 502),
+    ErrorCode.CALLBACK_ERROR: _CodeInfo(True, 3, 502),
+    ErrorCode.CONFIG_ERROR: _CodeInfo(False, 0, 500),
+    ErrorCode.CANCELLED: _CodeInfo(False, 0, 409),
+    ErrorCode.INTERNAL: _CodeInfo(True, 4, 500),
+    ErrorCode.UNAUTHORIZED: _CodeInfo(False, 0, 401),
+    ErrorCode.PAYLOAD_TOO_LARGE: _CodeInfo(False, 0, 413),
+    ErrorCode.CONFLICT: _CodeInfo(False, 0, 409),
+    ErrorCode.NOT_FOUND: _CodeInfo(False, 0, 404),
+    ErrorCode.NOT_READY: _CodeInfo(True, 0, 503),
+}
+
+
+class ArtemisError(Exception):
+    """An error with a code from ErrorCode.
+
+    ``retryable`` defaults to the code's own; a source or sink may narrow it (a 4xx answer
+    from a sink is a SINK_ERROR that no retry can fix).
+    """
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        details: dict | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = code.retryable if retryable is None else retryable
+        self.details = details or {}
+        self.retry_after_s = retry_after_s
+
+    def __str__(self) -> str:
+        return f"{self.code.value}: {self.message}"
+
+    def to_dict(self) -> dict:
+        return {
+            "code": self.code.value,
+            "type": type(self).__name__,
+            "message": self.message,
+            "retryable": self.retryable,
+        }

@@ -1,0 +1,176 @@
+"""The data that crosses the Temporal boundary for one task run.
+
+Plain dataclasses with JSON-friendly fields (stdlib only, safe inside the workflow
+sandbox), one per workflow or activity, so signatures can grow without breaking running
+histories. Nothing here may hold a secret or a record: histories carry references and
+counts only (claim check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+WORKFLOW_NAME = "TaskRunWorkflow"
+
+STEPS = ("step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize")
+
+# Search attribute names (registered by `artemis dev` and the test fixtures).
+SA_TASK_CODE = "ArtemisTaskCode"
+SA_TASK_ID = "ArtemisTaskId"
+SA_RUN_ID = "ArtemisRunId"
+SA_PROVENANCE = "ArtemisProvenance"
+SA_TASK_TYPE = "ArtemisTaskType"
+SEARCH_ATTRIBUTES = (SA_TASK_CODE, SA_TASK_ID, SA_RUN_ID, SA_PROVENANCE, SA_TASK_TYPE)
+
+
+def workflow_id_for(task_code: str, task_id: str) -> str:
+    return f"artemis/{task_code}/{task_id}"
+
+
+@dataclass
+class RunTuning:
+    pages_per_fetch: int = 50
+    fetch_max_seconds: float = 5.0
+    heartbeat_timeout_s: float = 30.0
+    fetch_start_to_close_s: float = 600.0
+    emit_start_to_close_s: float = 600.0
+    max_batches_per_run: int = 200
+    activity_max_attempts: int = 5
+
+
+@dataclass
+class RunRef:
+    """Who a run is, for activities (logging fields, staging keys, tracing)."""
+
+    task_code: str
+    task_id: str
+    workflow_id: str
+    trace_id: str
+    parent_span_id: str | None = None
+    request_id: str | None = None
+
+
+@dataclass
+class RunCarry:
+    """State carried across continue-as-new."""
+
+    params: dict[str, Any]
+    total: int
+    checkpoint: dict[str, Any] | None
+    next_seq: int
+    stats: dict[str, int]
+    steps: dict[str, str]
+    progress_last_ms: float | None
+    units_done: int
+    started_ms: int
+    generation: int = 1
+
+
+@dataclass
+class RunRequest:
+    task_code: str
+    task_id: str
+    params: dict[str, Any]
+    trace_id: str
+    parent_span_id: str | None = None
+    request_id: str | None = None
+    output: dict[str, Any] = field(default_factory=dict)
+    callback: dict[str, Any] | None = None
+    timeout_s: float = 3600.0
+    tuning: RunTuning = field(default_factory=RunTuning)
+    carry: RunCarry | None = None
+
+
+@dataclass
+class PrepareInput:
+    run: RunRef
+    params: dict[str, Any]
+
+
+@dataclass
+class PrepareResult:
+    params: dict[str, Any]
+    total: int
+
+
+@dataclass
+class FetchInput:
+    run: RunRef
+    params: dict[str, Any]
+    checkpoint: dict[str, Any] | None
+    first_seq: int
+    max_pages: int
+    max_seconds: float
+    total: int
+    units_done: int
+    callback: dict[str, Any] | None = None
+    progress_last_ms: float | None = None
+
+
+@dataclass
+class FetchResult:
+    first_seq: int
+    next_seq: int
+    pages: int
+    records: int
+    checkpoint: dict[str, Any] | None
+    done: bool
+    units_done: int
+    progress_last_ms: float | None = None
+
+
+@dataclass
+class BatchInput:
+    run: RunRef
+    params: dict[str, Any]
+    first_seq: int
+    last_seq: int
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ProcessResult:
+    records_in: int
+    records_out: int
+
+
+@dataclass
+class EmitResult:
+    records_emitted: int
+    batches: int
+
+
+@dataclass
+class FinalizeInput:
+    run: RunRef
+    status: str
+    stats: dict[str, Any]
+    error_code: str | None = None
+    error_message: str | None = None
+    callback: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+
+
+@dataclass
+class FinalizeResult:
+    callback: str
+    detail: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CancelRequest:
+    reason: str = "cancelled by request"
+
+
+@dataclass
+class RunResult:
+    task_code: str
+    task_id: str
+    workflow_id: str
+    status: str
+    duration_ms: int
+    stats: dict[str, Any]
+    error: dict[str, Any] | None = None
+    callback: str | None = None

@@ -1,0 +1,178 @@
+"""One FastAPI app with the quote API, a recording sink receiver and a recording CronJob.
+
+Failures can be injected over HTTP (``POST /_control/{quotes|sink|cronjob}``) and what was
+received read back (``GET /_sink/batches``, ``GET /_cronjob/calls``), so tests and the demo
+talk to a real server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from datetime import date, timedelta
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+
+class Faults:
+    """Answer ``status`` to the next ``times`` requests (optionally after ``delay_ms``)."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.times = 0
+        self.delay_ms = 0
+        self.retry_after: str | None = None
+
+    def set(self, spec: dict[str, Any]) -> None:
+        self.status = spec.get("status")
+        self.times = int(spec.get("times", 1 if self.status else 0))
+        self.delay_ms = int(spec.get("delay_ms", 0))
+        self.retry_after = spec.get("retry_after")
+
+    async def maybe_fail(self) -> JSONResponse | None:
+        if self.delay_ms:
+            await asyncio.sleep(self.delay_ms / 1000)
+        if self.status and self.times > 0:
+            self.times -= 1
+            headers = {"Retry-After": self.retry_after} if self.retry_after else None
+            return JSONResponse({"error": "injected failure"}, status_code=self.status,
+                                headers=headers)
+        return None
+
+
+def quote_for(symbol: str, day: date) -> dict[str, Any]:
+    """A deterministic quote: the same (symbol, day) always gives the same numbers."""
+    h = int.from_bytes(hashlib.sha256(f"{symbol}:{day}".encode()).digest()[:8], "big")
+    base = 50 + (h % 5000) / 10
+    spread = 1 + (h >> 20) % 50 / 10
+    open_ = round(base, 2)
+    close = round(base + ((h >> 8) % 200 - 100) / 100, 2)
+    return {
+        "symbol": symbol,
+        "date": day.isoformat(),
+        "open": open_,
+        "high": round(max(open_, close) + spread, 2),
+        "low": round(min(open_, close) - spread, 2),
+        "close": close,
+        "volume": 100_000 + h % 9_000_000,
+    }
+
+
+def create_app(latency_ms: float = 0.0) -> FastAPI:
+    app = FastAPI(title="Artemis sample servers", docs_url=None, redoc_url=None)
+    state: dict[str, Any] = {
+        "latency_ms": latency_ms,
+        "faults": {"quotes": Faults(), "sink": Faults(), "cronjob": Faults()},
+        "sink": [],
+        "cronjob": [],
+        "quote_requests": 0,
+    }
+    app.state.samples = state
+
+    # -- control ---------------------------------------------------------------------
+    @app.post("/_control/{target}")
+    async def control(target: str, request: Request) -> dict[str, Any]:
+        spec = await request.json()
+        if target == "latency":
+            state["latency_ms"] = float(spec.get("latency_ms", 0))
+        elif target == "reset":
+            state["sink"].clear()
+            state["cronjob"].clear()
+            state["quote_requests"] = 0
+            for f in state["faults"].values():
+                f.set({})
+        else:
+            state["faults"][target].set(spec)
+        return {"ok": True}
+
+    # -- quotes ------------------------------------------------------------------------
+    @app.get("/quotes")
+    async def quotes(symbol: str, start: str, end: str, page: int = 1,
+                     page_size: int = 50) -> JSONResponse:
+        state["quote_requests"] += 1
+        if state["latency_ms"]:
+            await asyncio.sleep(state["latency_ms"] / 1000)
+        failed = await state["faults"]["quotes"].maybe_fail()
+        if failed:
+            return failed
+        try:
+            d0, d1 = date.fromisoformat(start), date.fromisoformat(end)
+        except ValueError:
+            return JSONResponse({"error": f"bad date: start={start!r} end={end!r}, "
+                                          "expected YYYY-MM-DD"}, status_code=400)
+        if d1 < d0:
+            return JSONResponse({"error": "end is before start"}, status_code=400)
+        if page < 1 or not 1 <= page_size <= 1000:
+            return JSONResponse({"error": "page must be >= 1 and page_size in 1..1000"},
+                                status_code=400)
+        days = (d1 - d0).days + 1
+        first = (page - 1) * page_size
+        items = [quote_for(symbol.upper(), d0 + timedelta(days=i))
+                 for i in range(first, min(first + page_size, days))]
+        last = first + page_size >= days
+        return JSONResponse({"symbol": symbol.upper(), "items": items, "page": page,
+                             "next_page": None if last else page + 1})
+
+    # -- sink receiver -----------------------------------------------------------------------
+    @app.post("/sink")
+    @app.post("/sink/{name}")
+    async def sink(request: Request, name: str = "default") -> JSONResponse:
+        failed = await state["faults"]["sink"].maybe_fail()
+        body = await request.body()
+        entry = {
+            "name": name,
+            "received_at": time.time(),
+            "idempotency_key": request.headers.get("idempotency-key"),
+            "traceparent": request.headers.get("traceparent"),
+            "request_id": request.headers.get("x-request-id"),
+            "status": failed.status_code if failed else 200,
+        }
+        if failed:
+            state["sink"].append({**entry, "records": None})
+            return failed
+        try:
+            records = __import__("json").loads(body)
+        except ValueError:
+            return JSONResponse({"error": "body is not JSON"}, status_code=400)
+        if not isinstance(records, list):
+            return JSONResponse({"error": "body must be a JSON array"}, status_code=400)
+        state["sink"].append({**entry, "records": records})
+        return JSONResponse({"accepted": len(records)})
+
+    @app.get("/_sink/batches")
+    async def sink_batches() -> list[dict[str, Any]]:
+        return state["sink"]
+
+    # -- CronJob receiver --------------------------------------------------------------------
+    @app.post("/cronjob/runs/{run_id}/{kind}")
+    async def cronjob(run_id: str, kind: str, request: Request) -> JSONResponse:
+        body = await request.json()
+        entry = {
+            "run_id": run_id,
+            "kind": kind,
+            "body": body,
+            "at": time.time(),
+            "traceparent": request.headers.get("traceparent"),
+            "token": request.headers.get("x-callback-token"),
+            "request_id": request.headers.get("x-request-id"),
+        }
+        failed = None
+        if kind == "callback":
+            failed = await state["faults"]["cronjob"].maybe_fail()
+        entry["status"] = failed.status_code if failed else 200
+        state["cronjob"].append(entry)
+        return failed or JSONResponse({"ok": True})
+
+    @app.get("/_cronjob/calls")
+    async def cronjob_calls() -> list[dict[str, Any]]:
+        return state["cronjob"]
+
+    @app.get("/_stats")
+    async def stats() -> dict[str, Any]:
+        return {"quote_requests": state["quote_requests"], "sink_batches": len(state["sink"]),
+                "cronjob_calls": len(state["cronjob"])}
+
+    return app

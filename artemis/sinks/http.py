@@ -1,0 +1,64 @@
+"""HTTP sink: POST each batch as a JSON array with trace and idempotency headers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import retry_after_seconds, transport_error
+from artemis.logsetup import get_logger
+from artemis.sinks.base import EmitContext, Sink
+
+log = get_logger(__name__)
+
+
+class HttpSink(Sink):
+    name = "http"
+
+    def __init__(self, endpoint: str, headers: dict[str, str] | None = None) -> None:
+        self.endpoint = endpoint
+        self.headers = headers or {}
+
+    async def emit(self, client: httpx.AsyncClient, records: list[dict[str, Any]],
+                   ctx: EmitContext) -> None:
+        span = ctx.trace.child()
+        headers = {
+            **self.headers,
+            "Content-Type": "application/json",
+            "traceparent": span.traceparent(),
+            "Idempotency-Key": ctx.idempotency_key(self.name),
+        }
+        if ctx.request_id:
+            headers["X-Request-ID"] = ctx.request_id
+        body = json.dumps(records, separators=(",", ":"), default=str)
+        what = f"http sink POST {self.endpoint} (batch {ctx.seq})"
+        try:
+            resp = await client.post(self.endpoint, content=body, headers=headers)
+        except httpx.HTTPError as e:
+            raise transport_error(ErrorCode.SINK_ERROR, what, e) from None
+        if resp.status_code >= 300:
+            # 4xx means the sink refuses this batch: retrying cannot help. 408/429/5xx can pass.
+            retryable = resp.status_code in (408, 425, 429) or resp.status_code >= 500
+            raise ArtemisError(
+                ErrorCode.SINK_ERROR,
+                f"{what} answered {resp.status_code}: {resp.text[:300]}",
+                retryable=retryable,
+                details={"status": resp.status_code},
+                retry_after_s=retry_after_seconds(resp),
+            )
+        log.debug("sink_batch_delivered", sink=self.name, seq=ctx.seq, records=len(records),
+                  status=resp.status_code, span_id=span.span_id)
+
+
+class LogSink(Sink):
+    """Writes one log line per batch: for trying a task without a receiver."""
+
+    name = "log"
+
+    async def emit(self, client: httpx.AsyncClient, records: list[dict[str, Any]],
+                   ctx: EmitContext) -> None:
+        log.info("log_sink_batch", seq=ctx.seq, records=len(records),
+                 first=records[0] if records else None)

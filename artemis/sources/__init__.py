@@ -1,0 +1,20 @@
+"""Sources yield pages: records plus a JSON checkpoint from which fetching can resume."""
+
+from artemis.sources.base import Page, Source
+from artemis.sources.paginators import (
+    CursorPaginator,
+    PageNumberPaginator,
+    Paginator,
+    paginator_from_checkpoint,
+)
+from artemis.sources.rest import RestSource
+
+__all__ = [
+    "CursorPaginator",
+    "Page",
+    "PageNumberPaginator",
+    "Paginator",
+    "RestSource",
+    "Source",
+    "paginator_from_checkpoint",
+]

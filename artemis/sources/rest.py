@@ -1,0 +1,79 @@
+"""A REST source: GET a URL page after page through a paginator, pick the records out of
+each JSON body, and classify failures into error codes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import retry_after_seconds, transport_error
+from artemis.sources.base import Page, Source
+from artemis.sources.paginators import Paginator, json_path_get, paginator_from_checkpoint
+
+
+class RestSource(Source):
+    def __init__(
+        self,
+        url: str,
+        paginator: Paginator,
+        *,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        records_path: str = "$.items",
+        name: str = "rest",
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.url = url
+        self.paginator = paginator
+        self.params = params or {}
+        self.headers = headers or {}
+        self.records_path = records_path
+        self.name = name
+        self.transform = transform
+
+    async def pages(self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+                    ) -> AsyncIterator[Page]:
+        paginator = paginator_from_checkpoint(checkpoint) if checkpoint else self.paginator
+        while paginator.has_more:
+            params = paginator.update_request(self.params)
+            data = await self._get(client, params)
+            records = json_path_get(data, self.records_path)
+            if records is None:
+                records = []
+            if not isinstance(records, list):
+                raise ArtemisError(ErrorCode.SOURCE_ERROR,
+                                   f"{self.name}: expected a list at {self.records_path!r} "
+                                   f"in the answer of {self.url}, got {type(records).__name__}",
+                                   retryable=False)
+            paginator.update_state(data, records)
+            if self.transform:
+                records = [self.transform(r) for r in records]
+            yield Page(records=records,
+                       checkpoint=paginator.checkpoint() if paginator.has_more else None,
+                       info={"params": params})
+
+    async def _get(self, client: httpx.AsyncClient, params: dict[str, Any]) -> Any:
+        what = f"{self.name} GET {self.url}"
+        try:
+            resp = await client.get(self.url, params=params, headers=self.headers)
+        except httpx.HTTPError as e:
+            raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+        if resp.status_code >= 400:
+            snippet = resp.text[:300]
+            retryable = resp.status_code in (408, 425, 429) or resp.status_code >= 500
+            raise ArtemisError(
+                ErrorCode.SOURCE_ERROR,
+                f"{what} answered {resp.status_code}: {snippet}",
+                retryable=retryable,
+                details={"status": resp.status_code},
+                retry_after_s=retry_after_seconds(resp),
+            )
+        try:
+            return resp.json()
+        except ValueError:
+            raise ArtemisError(ErrorCode.SOURCE_ERROR,
+                               f"{what}: answer is not JSON: {resp.text[:200]!r}",
+                               retryable=False) from None

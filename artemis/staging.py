@@ -1,0 +1,60 @@
+"""Claim-check storage: fetched and processed pages live in the database, workflow
+history carries only (run, sequence range, counts)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import and_, delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from artemis.db import StagedPage, get_engine, utcnow
+
+_table = StagedPage.__table__  # type: ignore[attr-defined]
+
+
+class Staging:
+    def __init__(self, database_url: str) -> None:
+        self.engine = get_engine(database_url)
+        self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+
+    def put_pages(self, run_key: str, kind: str, pages: list[tuple[int, list[dict[str, Any]]]]) -> None:
+        """Store pages by sequence number; storing a sequence again overwrites it."""
+        if not pages:
+            return
+        rows = [
+            {
+                "run_key": run_key,
+                "kind": kind,
+                "seq": seq,
+                "record_count": len(records),
+                "payload": json.dumps(records, separators=(",", ":"), default=str),
+                "created_at": utcnow(),
+            }
+            for seq, records in pages
+        ]
+        stmt = self._insert(_table).values(rows)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["run_key", "kind", "seq"],
+            set_={"payload": stmt.excluded.payload, "record_count": stmt.excluded.record_count},
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+
+    def get_pages(self, run_key: str, kind: str, first_seq: int, last_seq: int
+                  ) -> list[tuple[int, list[dict[str, Any]]]]:
+        """Pages with ``first_seq <= seq <= last_seq``, in order."""
+        q = (
+            select(_table.c.seq, _table.c.payload)
+            .where(and_(_table.c.run_key == run_key, _table.c.kind == kind,
+                        _table.c.seq >= first_seq, _table.c.seq <= last_seq))
+            .order_by(_table.c.seq)
+        )
+        with self.engine.connect() as conn:
+            return [(row.seq, json.loads(row.payload)) for row in conn.execute(q)]
+
+    def drop_run(self, run_key: str) -> int:
+        with self.engine.begin() as conn:
+            return conn.execute(delete(_table).where(_table.c.run_key == run_key)).rowcount

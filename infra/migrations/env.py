@@ -1,0 +1,34 @@
+"""Alembic environment: runs migrations against the URL given by artemis.migrate."""
+
+from alembic import context
+from sqlalchemy import pool
+
+from artemis.db import get_engine
+
+config = context.config
+url = config.get_main_option("sqlalchemy.url")
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=url, literal_binds=True, dialect_opts={"paramstyle": "named"})
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = get_engine(url)
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            render_as_batch=connection.dialect.name == "sqlite",
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+
+
+_ = pool
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

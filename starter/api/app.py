@@ -1,0 +1,64 @@
+"""The starter API (FastAPI): routes, error handlers and the envelope on every answer."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from temporalio.client import Client
+
+from artemis.config import Settings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import get_logger
+from starter.api.envelope import RequestContextMiddleware, error_response
+from starter.api.routes import health, tasks
+from starter.service import RunService
+
+log = get_logger("artemis.api")
+
+
+def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+
+    app = FastAPI(title="Artemis", version="0.1.0", lifespan=lifespan,
+                  description="Durable multi-source data harvesting on Temporal.")
+    app.state.settings = settings
+    app.state.service = RunService(client, settings) if client is not None else None
+    app.include_router(health.router)
+    app.include_router(tasks.router)
+
+    @app.exception_handler(ArtemisError)
+    async def _artemis_error(request: Request, exc: ArtemisError):
+        if exc.code.http_status >= 500:
+            log.warning("request_failed", error=str(exc), code=exc.code.value)
+        return error_response(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        fields = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
+                  for e in exc.errors()]
+        msg = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+        return error_response(request, ArtemisError(ErrorCode.INVALID_INPUT, msg,
+                                                    details={"fields": fields}))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        code = {404: ErrorCode.NOT_FOUND, 401: ErrorCode.UNAUTHORIZED,
+                413: ErrorCode.PAYLOAD_TOO_LARGE}.get(exc.status_code, ErrorCode.INVALID_INPUT)
+        err = ArtemisError(code, f"{request.method} {request.url.path}: {exc.detail}")
+        resp = error_response(request, err)
+        resp.status_code = exc.status_code
+        return resp
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception):
+        log.exception("unhandled_error")
+        return error_response(request, ArtemisError(ErrorCode.INTERNAL,
+                                                    f"internal error: {type(exc).__name__}"))
+
+    app.add_middleware(RequestContextMiddleware, settings=settings)
+    return app

@@ -1,0 +1,45 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from artemis.db import get_engine
+from artemis.errors import ArtemisError, ErrorCode
+from starter.api.deps import get_service
+from starter.api.envelope import envelope, error_response
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health", summary="Liveness")
+async def health(request: Request) -> JSONResponse:
+    return envelope(request, {"status": "ok"})
+
+
+@router.get("/ready", summary="Readiness: Temporal and the database reachable")
+async def ready(request: Request) -> JSONResponse:
+    checks: dict[str, str] = {}
+    try:
+        service = await get_service(request)
+        await asyncio.wait_for(service.client.service_client.check_health(), 5)
+        checks["temporal"] = "ok"
+    except Exception as e:
+        checks["temporal"] = f"unreachable: {e}"
+    try:
+        def _db() -> None:
+            with get_engine(request.app.state.settings.database.url).connect() as conn:
+                conn.execute(text("SELECT 1"))
+
+        await asyncio.to_thread(_db)
+        checks["database"] = "ok"
+    except Exception as e:
+        checks["database"] = f"unreachable: {type(e).__name__}: {e}"
+    if all(v == "ok" for v in checks.values()):
+        return envelope(request, {"status": "ready", "checks": checks})
+    return error_response(request, ArtemisError(ErrorCode.NOT_READY, "not ready: " + ", ".join(
+        f"{k} {v}" for k, v in checks.items() if v != "ok")), data={"checks": checks})

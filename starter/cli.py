@@ -1,0 +1,259 @@
+"""The `artemis` command line (SPEC §12)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from artemis.config import Settings, load_settings
+from artemis.errors import ArtemisError
+
+app = typer.Typer(help="Artemis: durable multi-source data harvesting on Temporal.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True)
+samples_app = typer.Typer(help="The bundled sample servers.", no_args_is_help=True)
+db_app = typer.Typer(help="The Artemis database.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+app.add_typer(samples_app, name="samples")
+app.add_typer(db_app, name="db")
+
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
+
+
+def _settings(config: Optional[Path], **overrides: Any) -> Settings:
+    return load_settings(config, **overrides)
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+# -- servers ---------------------------------------------------------------------------------
+@app.command()
+def worker(config: Optional[Path] = ConfigOpt) -> None:
+    """Run one worker (production)."""
+    from workers.main import run_worker
+
+    settings = _settings(config)
+    asyncio.run(run_worker(settings))
+
+
+@app.command()
+def api(config: Optional[Path] = ConfigOpt, host: Optional[str] = None,
+        port: Optional[int] = None) -> None:
+    """Run the starter API (production)."""
+    import uvicorn
+
+    from artemis.logsetup import configure_logging
+    from starter.api.app import create_app
+
+    settings = _settings(config)
+    host = host or settings.server.host
+    port = port or settings.server.port
+    if host not in ("127.0.0.1", "localhost", "::1") and not settings.server.api_tokens:
+        _fail(f"refusing to bind {host} with no server.api_tokens configured")
+    configure_logging(settings.logging)
+    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+
+
+@samples_app.command("serve")
+def samples_serve(port: int = typer.Option(8300, help="port on 127.0.0.1"),
+                  latency_ms: float = typer.Option(0.0, help="added to every quote page")) -> None:
+    """Serve the sample quote API, sink receiver and CronJob receiver."""
+    import uvicorn
+
+    from artemis.samples.app import create_app
+
+    console.print(f"sample servers on http://127.0.0.1:{port} (quotes, /sink, /cronjob)")
+    uvicorn.run(create_app(latency_ms), host="127.0.0.1", port=port, log_level="warning",
+                access_log=False)
+
+
+@db_app.command("upgrade")
+def db_upgrade(config: Optional[Path] = ConfigOpt) -> None:
+    """Apply the database migrations."""
+    from artemis.migrate import upgrade
+
+    settings = _settings(config)
+    upgrade(settings.database.url)
+    console.print(f"database at {settings.database.url} is up to date")
+
+
+# -- the embedded stack ------------------------------------------------------------------------
+@app.command()
+def dev(config: Optional[Path] = ConfigOpt,
+        data_dir: Path = typer.Option(Path(".artemis"), help="state folder"),
+        api_port: int = typer.Option(8000), temporal_port: int = typer.Option(7233),
+        ui_port: int = typer.Option(8233), samples_port: int = typer.Option(8300),
+        no_samples: bool = typer.Option(False, "--no-samples")) -> None:
+    """Run the whole embedded stack in the foreground until Ctrl-C."""
+    from starter.devstack import DevStack
+
+    stack = DevStack(config, data_dir, api_port, temporal_port, ui_port, samples_port,
+                     samples=not no_samples)
+    asyncio.run(stack.run_forever())
+
+
+@app.command()
+def demo(config: Optional[Path] = ConfigOpt,
+         data_dir: Path = typer.Option(Path(".artemis"), help="state folder"),
+         api_port: int = typer.Option(8000), temporal_port: int = typer.Option(7233),
+         ui_port: int = typer.Option(8233), samples_port: int = typer.Option(8300),
+         exit_: bool = typer.Option(False, "--exit", help="return when the samples are done")
+         ) -> None:
+    """Start the embedded stack, run the sample tasks with live progress, print a summary."""
+    from starter.devstack import DevStack
+
+    stack = DevStack(config, data_dir, api_port, temporal_port, ui_port, samples_port)
+    ok = asyncio.run(stack.demo(stay=not exit_))
+    raise typer.Exit(0 if ok else 1)
+
+
+# -- runs through the API -------------------------------------------------------------------------
+def _api_url(settings: Settings, api: Optional[str]) -> str:
+    return api or os.environ.get("ARTEMIS_API") or f"http://{settings.server.host}:{settings.server.port}"
+
+
+def _headers(settings: Settings) -> dict[str, str]:
+    token = os.environ.get("ARTEMIS_API_TOKEN") or (settings.server.api_tokens or [None])[0]
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _call(method: str, url: str, settings: Settings, **kw: Any) -> dict[str, Any]:
+    try:
+        resp = httpx.request(method, url, headers=_headers(settings), timeout=30, **kw)
+    except httpx.HTTPError as e:
+        _fail(f"cannot reach the Artemis API at {url}: {e}")
+    try:
+        data = resp.json()
+    except ValueError:
+        _fail(f"{method} {url} answered {resp.status_code} without JSON")
+    if not data.get("success") and data.get("error") and resp.status_code >= 400 and not data.get("data"):
+        e = data["error"]
+        _fail(f"{e.get('code')}: {e.get('message')}")
+    return data
+
+
+def _parse_kv(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            _fail(f"-p expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value.split(",") if "," in value else value
+    return out
+
+
+def watch_task(base: str, task_id: str, settings: Settings, poll_s: float = 0.3,
+               quiet: bool = False) -> dict[str, Any]:
+    """Show a live progress bar until the run ends; return its final status."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} units"),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                  console=console, transient=False, disable=quiet) as progress:
+        bar = progress.add_task(task_id[:12], total=None, detail="")
+        last_total = 0
+        while True:
+            data = _call("GET", f"{base}/tasks/{task_id}", settings)["data"]
+            p = data.get("progress") or {}
+            stats = data.get("stats") or {}
+            progress.update(bar, total=p.get("total") or None, completed=p.get("current", 0),
+                            detail=f"{p.get('stage', data.get('status'))} · "
+                                   f"{stats.get('records_fetched', 0)} fetched · "
+                                   f"{stats.get('records_emitted', 0)} emitted")
+            if p.get("total"):
+                last_total = p["total"]
+            if data.get("status") in ("completed", "failed", "cancelled", "timeout"):
+                if data.get("status") == "completed" and last_total:
+                    progress.update(bar, total=last_total, completed=last_total)
+                return data
+            time.sleep(poll_s)
+
+
+@app.command()
+def run(code: str, param: list[str] = typer.Option([], "-p", "--param", help="key=value"),
+        json_body: Optional[str] = typer.Option(None, "--json", help="full request body"),
+        async_: bool = typer.Option(False, "--async", help="return once accepted"),
+        api: Optional[str] = typer.Option(None, help="API base URL"),
+        config: Optional[Path] = ConfigOpt) -> None:
+    """Start a run through the API, show its progress live, print the result."""
+    settings = _settings(config)
+    base = _api_url(settings, api)
+    if json_body:
+        try:
+            body = json.loads(json_body)
+        except ValueError as e:
+            _fail(f"--json is not valid JSON: {e}")
+    else:
+        body = {"params": _parse_kv(param)}
+    data = _call("POST", f"{base}/tasks/{code}/run?mode=async", settings, json=body)["data"]
+    task_id = data["task_id"]
+    console.print(f"started [bold]{code}[/bold] task {task_id} · workflow {data['workflow_id']}")
+    console.print(f"UI: {data['links']['ui']}")
+    if async_:
+        console.print_json(data=data)
+        return
+    final = watch_task(base, task_id, settings)
+    console.print_json(data=final)
+    if final.get("status") != "completed":
+        raise typer.Exit(1)
+
+
+@tasks_app.command("show")
+def tasks_show(task_id: str, api: Optional[str] = None, config: Optional[Path] = ConfigOpt) -> None:
+    """Status, progress, stats and error of a run."""
+    settings = _settings(config)
+    console.print_json(data=_call("GET", f"{_api_url(settings, api)}/tasks/{task_id}",
+                                  settings)["data"])
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(task_id: str, reason: str = typer.Option("cancelled from the CLI", "--reason"),
+                 api: Optional[str] = None, config: Optional[Path] = ConfigOpt) -> None:
+    """Ask a run to stop (the `cancel` signal)."""
+    settings = _settings(config)
+    console.print_json(data=_call("POST", f"{_api_url(settings, api)}/tasks/{task_id}/cancel",
+                                  settings, json={"reason": reason})["data"])
+
+
+@tasks_app.command("watch")
+def tasks_watch(task_id: str, api: Optional[str] = None, config: Optional[Path] = ConfigOpt) -> None:
+    """Follow a run live until it ends."""
+    settings = _settings(config)
+    final = watch_task(_api_url(settings, api), task_id, settings)
+    console.print_json(data=final)
+
+
+def main() -> None:
+    try:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    except (AttributeError, ValueError):
+        pass
+    try:
+        app()
+    except ArtemisError as e:
+        err_console.print(f"[red]error:[/red] {e}", highlight=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

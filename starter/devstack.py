@@ -1,0 +1,180 @@
+"""`artemis dev` and `artemis demo`: the whole embedded stack in one process tree —
+Temporal dev server (with UI), the database, a worker, the starter API and the samples."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from rich.console import Console
+from rich.table import Table
+
+from artemis.config import Settings, load_settings
+from artemis.logsetup import configure_logging
+from artemis.migrate import upgrade
+from artemis.samples.app import create_app as create_samples_app
+from artemis.samples.server import ThreadedServer
+from infra.devserver import DevServer
+from starter.api.app import create_app
+from workers.client import connect
+from workers.main import running_worker
+
+console = Console()
+
+
+class DevStack:
+    def __init__(self, config: Path | None, data_dir: Path, api_port: int, temporal_port: int,
+                 ui_port: int, samples_port: int, samples: bool = True) -> None:
+        self.data_dir = data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        samples_url = f"http://127.0.0.1:{samples_port}"
+        base = load_settings(config)
+        overrides: dict[str, Any] = {
+            "temporal": {"address": f"127.0.0.1:{temporal_port}",
+                         "ui_url": f"http://127.0.0.1:{ui_port}"},
+            "server": {"port": api_port},
+            "vault": {"master_key_file": str(data_dir / "master.key"),
+                      **base.vault},
+        }
+        if not config:
+            overrides["database"] = {"url": f"sqlite:///{data_dir / 'artemis.db'}"}
+            if base.logging.output == "stderr":
+                overrides["logging"] = {"output": "file",
+                                        "file": {"path": str(data_dir / "logs" / "artemis.log")}}
+            overrides["task_defaults"] = {"pull_stock_quotes": {
+                **base.task_defaults.get("pull_stock_quotes", {}), "base_url": samples_url}}
+            overrides["output_defaults"] = {"pull_stock_quotes": {
+                **base.output_defaults.get("pull_stock_quotes", {}),
+                "http_endpoint": f"{samples_url}/sink/quotes"}}
+        self.settings: Settings = load_settings(config, **overrides)
+        self.samples_url = samples_url
+        self.samples_port = samples_port
+        self.with_samples = samples
+        self.api_url = f"http://127.0.0.1:{api_port}"
+        self.temporal = DevServer(port=temporal_port, ui_port=ui_port,
+                                  db_file=data_dir / "temporal.db",
+                                  log_file=data_dir / "temporal.log")
+
+    async def _serve(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+        configure_logging(self.settings.logging)
+        console.print("starting Temporal dev server …")
+        await asyncio.to_thread(self.temporal.start)
+        samples: ThreadedServer | None = None
+        try:
+            await asyncio.to_thread(upgrade, self.settings.database.url)
+            if self.with_samples:
+                samples = ThreadedServer(create_samples_app(latency_ms=20.0),
+                                         port=self.samples_port).start()
+            client = await connect(self.settings)
+            api = uvicorn.Server(uvicorn.Config(create_app(self.settings, client),
+                                                host="127.0.0.1", port=self.settings.server.port,
+                                                log_config=None, access_log=False))
+            api.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            async with running_worker(self.settings, client):
+                api_task = asyncio.create_task(api.serve())
+                while not api.started:
+                    if api_task.done():
+                        api_task.result()
+                        raise RuntimeError("API did not start")
+                    await asyncio.sleep(0.05)
+                self._banner()
+                if ready:
+                    ready.set()
+                await stop.wait()
+                api.should_exit = True
+                await api_task
+        finally:
+            if samples:
+                samples.stop()
+            await asyncio.to_thread(self.temporal.stop)
+
+    def _banner(self) -> None:
+        t = Table(show_header=False, box=None)
+        t.add_row("Temporal", self.temporal.address)
+        t.add_row("Temporal UI", self.temporal.ui_url or "-")
+        t.add_row("Artemis API", f"{self.api_url}  (docs: {self.api_url}/docs)")
+        if self.with_samples:
+            t.add_row("Sample servers", self.samples_url)
+        t.add_row("Database", self.settings.database.url)
+        if self.settings.logging.output == "file":
+            t.add_row("Logs", self.settings.logging.file.path)
+        console.print(t)
+
+    def _stop_on_signals(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+
+    async def run_forever(self) -> None:
+        stop = asyncio.Event()
+        self._stop_on_signals(stop)
+        await self._serve(stop)
+
+    async def demo(self, stay: bool) -> bool:
+        stop, ready = asyncio.Event(), asyncio.Event()
+        self._stop_on_signals(stop)
+        server = asyncio.create_task(self._serve(stop, ready))
+        await asyncio.wait([server, asyncio.create_task(ready.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if server.done():
+            server.result()
+            return False
+        try:
+            ok = await asyncio.to_thread(self._run_samples)
+        except Exception as e:
+            console.print(f"[red]demo failed:[/red] {e}")
+            ok = False
+        if stay:
+            console.print("\nthe stack stays up; press Ctrl-C to stop")
+            await stop.wait()
+        stop.set()
+        await server
+        return ok
+
+    def _run_samples(self) -> bool:
+        from starter.cli import watch_task
+
+        http = httpx.Client(timeout=30)
+        http.post(f"{self.samples_url}/_control/reset", json={})
+        body = {
+            "meta": {"run_id": "demo-run-1", "callback": {
+                "base_url": f"{self.samples_url}/cronjob/runs"}},
+            "body": {"symbols": ["AAPL", "TSLA", "MSFT", "NVDA"], "start": "2025-09-01",
+                     "end": "2025-11-30", "page_size": 10},
+        }
+        console.rule("[bold]sample run: pull_stock_quotes")
+        resp = http.post(f"{self.api_url}/tasks/pull_stock_quotes/run?mode=async", json=body).json()
+        if not resp["success"]:
+            console.print(f"[red]start refused:[/red] {resp['error']}")
+            return False
+        task_id = resp["data"]["task_id"]
+        final = watch_task(self.api_url, task_id, self.settings, poll_s=0.2)
+        batches = http.get(f"{self.samples_url}/_sink/batches").json()
+        calls = http.get(f"{self.samples_url}/_cronjob/calls").json()
+        keys = {b["idempotency_key"] for b in batches if b["status"] == 200}
+        received = sum(len(b["records"]) for b in batches if b["status"] == 200)
+        t = Table(title="summary")
+        t.add_column("what")
+        t.add_column("value", justify="right")
+        t.add_row("status", final["status"])
+        for k, v in (final.get("stats") or {}).items():
+            t.add_row(k, str(v))
+        t.add_row("duration", f"{final.get('duration_ms')} ms")
+        t.add_row("sink batches received (unique keys)", f"{len(batches)} ({len(keys)})")
+        t.add_row("records received by the sink", str(received))
+        t.add_row("CronJob progress calls",
+                  str(sum(1 for c in calls if c["kind"] == "progress")))
+        finals = [c["body"] for c in calls if c["kind"] == "callback"]
+        t.add_row("CronJob finalize", json.dumps(finals[-1]) if finals else "-")
+        console.print(t)
+        ui = (f"{self.settings.temporal.ui_url}/namespaces/{self.settings.temporal.namespace}"
+              f"/workflows/{final['workflow_id']}")
+        console.print(f"see the run in the Temporal UI: [link]{ui}[/link]")
+        expected = (final.get("stats") or {}).get("records_fetched")
+        return final["status"] == "completed" and received == expected
+

@@ -1,0 +1,283 @@
+"""What the starter API and the CLI do with Temporal: start, find, query and cancel runs.
+
+Routes stay thin; this module owns the mapping between task ids, workflow ids and the
+statuses of SPEC §4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus as WfStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from artemis.callback import CallbackTarget, resolve_base_url
+from artemis.config import Settings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import get_logger, register_secret
+from artemis.run_models import (
+    WORKFLOW_NAME,
+    CancelRequest,
+    RunRequest,
+    RunTuning,
+    workflow_id_for,
+)
+from artemis.tasks import get_task, task_codes
+from artemis.tasks.base import describe_validation_error, validation_fields
+from artemis.tracing import TraceContext
+from artemis.vault import RunSecrets
+
+log = get_logger("artemis.starter")
+_ = WorkflowExecutionStatus
+
+TERMINAL = {"completed", "failed", "cancelled", "timeout"}
+_TASK_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+
+
+class CallbackMeta(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    base_url: str | None = None
+    override_host: str | None = None
+    override_port: int | None = Field(None, ge=1, le=65535)
+    auth_header: str | None = None
+    auth_token: str | None = None
+
+
+class RunMeta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    run_id: str | int | None = None
+    task_id: str | None = Field(None, min_length=1, max_length=128)
+    exec_type: str | None = None
+    request_id: str | None = None
+    timeout_s: float | None = Field(None, gt=0)
+    callback: CallbackMeta | None = None
+
+    @field_validator("task_id")
+    @classmethod
+    def _task_id(cls, v: str | None) -> str | None:
+        if v is not None and not set(v) <= _TASK_ID_CHARS:
+            raise ValueError("may only hold letters, digits and - _ . :")
+        return v
+
+
+class RunBody(BaseModel):
+    """``{"meta": {...}, "body": {...params}}`` (seed 000 §13) or ``{"params": {...}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    meta: RunMeta = Field(default_factory=RunMeta)
+    body: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    output: dict[str, Any] | None = None
+
+    def task_params(self) -> dict[str, Any]:
+        if self.body is not None and self.params is not None:
+            raise ArtemisError(ErrorCode.INVALID_INPUT,
+                               "give the params either as 'body' or as 'params', not both")
+        params = dict(self.body if self.body is not None else (self.params or {}))
+        # seed 000 §13.2 also allows the callback inside the params.
+        cb = params.pop("callback", None)
+        if cb is not None and self.meta.callback is None:
+            try:
+                self.meta.callback = CallbackMeta.model_validate(cb)
+            except ValidationError as e:
+                raise ArtemisError(ErrorCode.INVALID_INPUT,
+                                   describe_validation_error(e, "params.callback")) from None
+        return params
+
+
+def parse_run_body(raw: Any) -> RunBody:
+    if raw is None:
+        return RunBody()
+    if not isinstance(raw, dict):
+        raise ArtemisError(ErrorCode.INVALID_INPUT,
+                           f"body: expected a JSON object, got {type(raw).__name__}")
+    try:
+        return RunBody.model_validate(raw)
+    except ValidationError as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, describe_validation_error(e, "body"),
+                           details={"fields": validation_fields(e, "body")}) from None
+
+
+@dataclass
+class Started:
+    handle: WorkflowHandle
+    task_id: str
+    workflow_id: str
+    run_id: str | None
+    callback_mode: str
+    existing_result: dict[str, Any] | None = None
+
+
+class RunService:
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self._secrets: RunSecrets | None = None
+
+    @property
+    def secrets(self) -> RunSecrets:
+        if self._secrets is None:
+            self._secrets = RunSecrets(self.settings.database.url,
+                                       self.settings.vault.get("master_key_file",
+                                                               ".artemis/master.key"))
+        return self._secrets
+
+    async def start(self, code: str, body: RunBody, trace: TraceContext,
+                    request_id: str | None) -> Started:
+        task = get_task(code)  # 404 TASK_NOT_FOUND first
+        params = body.task_params()
+        # Validate now, so a bad request is a 422 and not a failed run.
+        task.prepare_params(params, self.settings)
+        meta = body.meta
+        if body.output is not None:
+            from artemis.sinks import build_sinks
+
+            build_sinks({**self.settings.output_defaults.get(code, {}), **body.output})
+        callback = None
+        if meta.callback is not None or meta.run_id is not None:
+            cb = meta.callback or CallbackMeta()
+            target = CallbackTarget(
+                run_id=str(meta.run_id) if meta.run_id is not None else None,
+                base_url=cb.base_url, override_host=cb.override_host,
+                override_port=cb.override_port, auth_header=cb.auth_header)
+            if target.enabled:
+                resolve_base_url(target, self.settings.callback)  # refuse bad hosts up front
+                callback = target.to_dict()
+            if cb.auth_token:
+                register_secret(cb.auth_token)
+        task_id = meta.task_id or uuid.uuid4().hex
+        workflow_id = workflow_id_for(code, task_id)
+        if meta.callback is not None and meta.callback.auth_token:
+            self.secrets.put(f"{code}/{task_id}", "callback_token", meta.callback.auth_token)
+        tuning = RunTuning(**self.settings.runs.model_dump())
+        req = RunRequest(
+            task_code=code, task_id=task_id, params=params, trace_id=trace.trace_id,
+            parent_span_id=trace.span_id, request_id=request_id or meta.request_id,
+            output=body.output or {}, callback=callback,
+            timeout_s=meta.timeout_s or self.settings.server.run_timeout_s, tuning=tuning,
+        )
+        callback_mode = "progress_and_finalize" if callback else "none"
+        try:
+            handle = await self.client.start_workflow(
+                WORKFLOW_NAME, req, id=workflow_id, task_queue=self.settings.temporal.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=f"{code} · task {task_id}",
+                static_details=f"Task `{code}` started by request `{req.request_id}`; "
+                               f"trace `{trace.trace_id}`.",
+                # Runs end by themselves at their deadline; this is only a backstop.
+                execution_timeout=timedelta(seconds=req.timeout_s + 3600),
+            )
+        except WorkflowAlreadyStartedError:
+            # The same task_id after its run finished: answer with the recorded result.
+            handle = self.client.get_workflow_handle(workflow_id)
+            status = await self.status(task_id, handle=handle)
+            return Started(handle, task_id, workflow_id, status.get("run_id"), callback_mode,
+                           existing_result=status)
+        log.info("run_started", task_code=code, task_id=task_id, workflow_id=workflow_id,
+                 run_id=handle.result_run_id)
+        return Started(handle, task_id, workflow_id, handle.result_run_id, callback_mode)
+
+    async def wait(self, started: Started, timeout_s: float) -> dict[str, Any] | None:
+        """The run's final status, or None if it is still running after ``timeout_s``."""
+        if started.existing_result is not None:
+            return started.existing_result
+        try:
+            await asyncio.wait_for(asyncio.shield(_swallow(started.handle.result())), timeout_s)
+        except TimeoutError:
+            return None
+        return await self.status(started.task_id, handle=started.handle)
+
+    async def find(self, task_id: str) -> WorkflowHandle | None:
+        for code in task_codes():
+            handle = self.client.get_workflow_handle(workflow_id_for(code, task_id))
+            try:
+                await handle.describe()
+                return handle
+            except RPCError as e:
+                if e.status != RPCStatusCode.NOT_FOUND:
+                    raise
+        return None
+
+    async def status(self, task_id: str, handle: WorkflowHandle | None = None) -> dict[str, Any]:
+        handle = handle or await self.find(task_id)
+        if handle is None:
+            raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
+        desc = await handle.describe()
+        code = handle.id.split("/")[1]
+        out: dict[str, Any] = {"task_id": task_id, "task_code": code, "workflow_id": handle.id,
+                               "run_id": desc.run_id,
+                               "started_at": desc.start_time.isoformat() if desc.start_time else None,
+                               "completed_at": desc.close_time.isoformat() if desc.close_time else None}
+        st = desc.status
+        if st in (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW):
+            try:
+                progress = await handle.query("progress")
+            except Exception:  # a run whose first task has not been picked up yet
+                progress = {"status": "pending", "stage": "pending"}
+            out.update(status=progress.get("status") or "running", progress=progress,
+                       stats={k: progress.get(k, 0) for k in
+                              ("pages", "records_fetched", "records_processed", "records_emitted",
+                               "batches")},
+                       error=None)
+            return out
+        try:
+            result = await handle.result()
+            out.update(status=result["status"], stats=result["stats"], error=result.get("error"),
+                       duration_ms=result.get("duration_ms"), callback=result.get("callback"))
+        except WorkflowFailureError as e:
+            cause = e.cause
+            if isinstance(cause, CancelledError) or st == WfStatus.CANCELED:
+                out.update(status="cancelled", stats={},
+                           error={"code": "CANCELLED", "message": "workflow cancelled"})
+            elif isinstance(cause, ApplicationError):
+                details = cause.details[0] if cause.details else {}
+                details = details if isinstance(details, dict) else {}
+                out.update(status=details.get("status", "failed"),
+                           stats=details.get("stats", {}),
+                           duration_ms=details.get("duration_ms"),
+                           callback=details.get("callback"),
+                           error={"code": cause.type or "INTERNAL", "message": cause.message})
+            else:
+                status = "timeout" if st == WfStatus.TIMED_OUT else "failed"
+                out.update(status=status, stats={},
+                           error={"code": "TIMEOUT_ERROR" if status == "timeout" else "INTERNAL",
+                                  "message": str(cause or e)})
+        return out
+
+    async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:
+        handle = await self.find(task_id)
+        if handle is None:
+            raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
+        desc = await handle.describe()
+        if desc.status not in (WfStatus.RUNNING,):
+            raise ArtemisError(ErrorCode.CONFLICT,
+                               f"task {task_id} has already finished ({desc.status.name.lower()})")
+        await handle.signal("cancel", CancelRequest(reason=reason))
+        log.info("cancel_signalled", task_id=task_id, workflow_id=handle.id, reason=reason)
+        return {"task_id": task_id, "workflow_id": handle.id, "cancel_requested": True,
+                "reason": reason}
+
+
+async def _swallow(coro: Any) -> None:
+    try:
+        await coro
+    except Exception:
+        pass
+
+
+def as_json(obj: Any) -> Any:
+    return asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj

@@ -1,0 +1,389 @@
+"""The task-run workflow: one generic, deterministic orchestration for every TaskUnit.
+
+prepare → (fetch a batch of pages → process → emit)* → finalize. The next fetch runs
+while the previous batch is processed and emitted, so Temporal's per-activity cost hides
+behind network time. Records never enter history (claim check); long runs continue as
+new. A `cancel` signal, a Temporal cancellation or the run's deadline all stop at the
+next safe point, cancel in-flight activities (waiting for their clean-up) and finalize.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from artemis.run_models import (
+        SA_RUN_ID,
+        SA_TASK_CODE,
+        SA_TASK_ID,
+        STEPS,
+        WORKFLOW_NAME,
+        BatchInput,
+        CancelRequest,
+        EmitResult,
+        FetchInput,
+        FetchResult,
+        FinalizeInput,
+        FinalizeResult,
+        PrepareInput,
+        PrepareResult,
+        ProcessResult,
+        RunCarry,
+        RunRef,
+        RunRequest,
+        RunResult,
+    )
+
+# Error codes no retry can fix (SPEC §10/§11); the activities mark them non-retryable too.
+NON_RETRYABLE = ["INVALID_INPUT", "CONFIG_ERROR", "TASK_NOT_FOUND", "COOKIE_EXHAUSTED"]
+
+KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
+KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
+KEY_RUN_ID = SearchAttributeKey.for_keyword(SA_RUN_ID)
+
+
+class _Stop(Exception):
+    """Raised inside the workflow when the run must stop early (cancel or deadline)."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class TaskRunWorkflow:
+    def __init__(self) -> None:
+        self._stage = "pending"
+        self._steps: dict[str, str] = {s: "PENDING" for s in STEPS}
+        self._stats: dict[str, int] = {"pages": 0, "records_fetched": 0, "records_processed": 0,
+                                       "records_emitted": 0, "batches": 0}
+        self._total = 0
+        self._units_done = 0
+        self._cancel_reason: str | None = None
+        self._status = "pending"
+        self._error: dict[str, Any] | None = None
+
+    # -- queries and signals ---------------------------------------------------------------
+    @workflow.query
+    def progress(self) -> dict[str, Any]:
+        return {
+            "status": self._status,
+            "stage": self._stage,
+            "current": self._units_done,
+            "total": self._total,
+            **self._stats,
+            "steps": [{"id": s, "status": self._steps[s]} for s in STEPS],
+            "error": self._error,
+        }
+
+    @workflow.signal
+    def cancel(self, request: CancelRequest) -> None:
+        if self._cancel_reason is None:
+            self._cancel_reason = request.reason or "cancelled by request"
+            workflow.logger.info("cancel_requested", extra={"artemis": {"reason": self._cancel_reason}})
+
+    # -- run -----------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, req: RunRequest) -> RunResult:
+        info = workflow.info()
+        self._req = req
+        self._run = RunRef(task_code=req.task_code, task_id=req.task_id,
+                           workflow_id=info.workflow_id, trace_id=req.trace_id,
+                           parent_span_id=req.parent_span_id, request_id=req.request_id)
+        self._log_fields = {"trace_id": req.trace_id, "request_id": req.request_id,
+                            "task_code": req.task_code, "task_id": req.task_id,
+                            "workflow_id": info.workflow_id}
+        carry = req.carry
+        if carry is None:
+            self._started_ms = int(workflow.now().timestamp() * 1000)
+            self._params: dict[str, Any] | None = None
+            self._checkpoint: dict[str, Any] | None = None
+            self._next_seq = 0
+            self._progress_ms: float | None = None
+            workflow.upsert_search_attributes([
+                KEY_TASK_CODE.value_set(req.task_code),
+                KEY_TASK_ID.value_set(req.task_id),
+                KEY_RUN_ID.value_set(str((req.callback or {}).get("run_id") or "")),
+            ])
+        else:
+            self._started_ms = carry.started_ms
+            self._params = carry.params
+            self._total = carry.total
+            self._checkpoint = carry.checkpoint
+            self._next_seq = carry.next_seq
+            self._stats = dict(carry.stats)
+            self._steps = dict(carry.steps)
+            self._progress_ms = carry.progress_last_ms
+            self._units_done = carry.units_done
+        self._generation = carry.generation if carry else 1
+        self._status = "running"
+        self._details()
+
+        deadline_s = req.timeout_s - (workflow.now().timestamp() * 1000 - self._started_ms) / 1000
+        main = asyncio.create_task(self._main())
+        stopper = asyncio.create_task(self._stop_when_asked(max(deadline_s, 0.0)))
+        status, error_code, error_message = "completed", None, None
+        temporal_cancel: BaseException | None = None
+        try:
+            await workflow.wait([main, stopper], return_when=asyncio.FIRST_COMPLETED)
+            if main.done():
+                stopper.cancel()
+                main.result()  # re-raises a failure or a continue-as-new
+            else:
+                stop: _Stop = stopper.result()
+                status, error_message = stop.status, stop.message
+                error_code = "CANCELLED" if stop.status == "cancelled" else "TIMEOUT_ERROR"
+                main.cancel()
+                await _quietly(main)
+        except asyncio.CancelledError as e:
+            # Temporal's own cancellation (UI, CLI, API): clean up, finalize, then report it.
+            temporal_cancel = e
+            status, error_code = "cancelled", "CANCELLED"
+            error_message = f"cancelled: {self._cancel_reason or 'workflow cancellation requested'}"
+            main.cancel()
+            stopper.cancel()
+            await _quietly(main)
+        except workflow.ContinueAsNewError:
+            raise
+        except ActivityError as e:
+            status = "failed"
+            error_code, error_message = _code_of(e), _message_of(e)
+            stopper.cancel()
+        except ApplicationError as e:
+            status, error_code, error_message = "failed", e.type or "INTERNAL", e.message
+            stopper.cancel()
+        self._mark_step_errors(status)
+        self._error = ({"code": error_code, "message": error_message}
+                       if error_code else None)
+
+        callback_outcome = await self._finalize(status, error_code, error_message)
+        self._status = status
+        self._details()
+        result = RunResult(
+            task_code=req.task_code, task_id=req.task_id, workflow_id=info.workflow_id,
+            status=status,
+            duration_ms=int(workflow.now().timestamp() * 1000) - self._started_ms,
+            stats=dict(self._stats), error=self._error, callback=callback_outcome,
+        )
+        self._log("run_finished", status=status, error_code=error_code, **self._stats)
+        if temporal_cancel is not None:
+            raise temporal_cancel
+        if status == "failed":
+            raise ApplicationError(error_message or "run failed", asdict(result),
+                                   type=error_code or "INTERNAL", non_retryable=True)
+        return result
+
+    # -- the batch loop ----------------------------------------------------------------------
+    async def _main(self) -> None:
+        req, tuning = self._req, self._req.tuning
+        if self._params is None:
+            self._enter("step_prepare")
+            prepared: PrepareResult = await workflow.execute_activity(
+                "prepare_params", PrepareInput(run=self._run, params=req.params),
+                result_type=PrepareResult,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
+                summary=f"Validate params of {req.task_code}",
+            )
+            self._params, self._total = prepared.params, prepared.total
+            self._steps["step_prepare"] = "COMPLETED"
+
+        emitting: asyncio.Task[None] | None = None
+        batches_here = 0
+        done = False
+        try:
+            while not done:
+                self._enter("step_fetch")
+                fetched: FetchResult = await workflow.execute_activity(
+                    "fetch_pages",
+                    FetchInput(run=self._run, params=self._params, checkpoint=self._checkpoint,
+                               first_seq=self._next_seq, max_pages=tuning.pages_per_fetch,
+                               max_seconds=tuning.fetch_max_seconds, total=self._total,
+                               units_done=self._units_done, callback=req.callback,
+                               progress_last_ms=self._progress_ms),
+                    result_type=FetchResult,
+                    start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
+                    heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                             maximum_interval=timedelta(seconds=30),
+                                             maximum_attempts=tuning.activity_max_attempts,
+                                             non_retryable_error_types=NON_RETRYABLE),
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=f"Fetch pages from #{self._next_seq}",
+                )
+                self._stats["pages"] += fetched.pages
+                self._stats["records_fetched"] += fetched.records
+                self._stats["batches"] += 1
+                self._units_done = fetched.units_done
+                self._progress_ms = fetched.progress_last_ms
+                first, last = fetched.first_seq, fetched.next_seq - 1
+                self._checkpoint, self._next_seq = fetched.checkpoint, fetched.next_seq
+                done = fetched.done
+                if done:
+                    self._steps["step_fetch"] = "COMPLETED"
+                self._details()
+                # At most one batch is being emitted while the next is fetched.
+                if emitting is not None:
+                    await emitting
+                    emitting = None
+                if last >= first:
+                    emitting = asyncio.create_task(self._process_and_emit(first, last))
+                batches_here += 1
+                if not done and (batches_here >= tuning.max_batches_per_run
+                                 or workflow.info().is_continue_as_new_suggested()):
+                    await emitting if emitting else None
+                    emitting = None
+                    self._continue_as_new()
+            if emitting is not None:
+                await emitting
+                emitting = None
+        finally:
+            if emitting is not None and not emitting.done():
+                emitting.cancel()
+                await _quietly(emitting)
+        self._steps["step_fetch"] = "COMPLETED"
+        self._steps["step_process"] = "COMPLETED"
+        self._steps["step_emit"] = "COMPLETED"
+
+    async def _process_and_emit(self, first: int, last: int) -> None:
+        req, tuning = self._req, self._req.tuning
+        batch = BatchInput(run=self._run, params=self._params or {}, first_seq=first,
+                           last_seq=last, output=req.output)
+        self._steps["step_process"] = "IN_PROGRESS"
+        processed: ProcessResult = await workflow.execute_local_activity(
+            "process_batch", batch, result_type=ProcessResult,
+            start_to_close_timeout=timedelta(seconds=120),
+            retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
+            summary=f"Process pages #{first}-#{last}",
+        )
+        self._stats["records_processed"] += processed.records_out
+        self._steps["step_emit"] = "IN_PROGRESS"
+        emitted: EmitResult = await workflow.execute_activity(
+            "emit_batch", batch, result_type=EmitResult,
+            start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
+            heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=0.5),
+                                     maximum_interval=timedelta(seconds=30),
+                                     maximum_attempts=tuning.activity_max_attempts,
+                                     non_retryable_error_types=NON_RETRYABLE),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"Emit pages #{first}-#{last}",
+        )
+        self._stats["records_emitted"] += emitted.records_emitted
+        self._details()
+
+    def _continue_as_new(self) -> None:
+        carry = RunCarry(params=self._params or {}, total=self._total,
+                         checkpoint=self._checkpoint, next_seq=self._next_seq,
+                         stats=dict(self._stats), steps=dict(self._steps),
+                         progress_last_ms=self._progress_ms, units_done=self._units_done,
+                         started_ms=self._started_ms, generation=self._generation + 1)
+        self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
+        req = self._req
+        workflow.continue_as_new(RunRequest(
+            task_code=req.task_code, task_id=req.task_id, params=req.params,
+            trace_id=req.trace_id, parent_span_id=req.parent_span_id,
+            request_id=req.request_id, output=req.output, callback=req.callback,
+            timeout_s=req.timeout_s, tuning=req.tuning, carry=carry))
+
+    async def _stop_when_asked(self, deadline_s: float) -> _Stop:
+        try:
+            await workflow.wait_condition(lambda: self._cancel_reason is not None,
+                                          timeout=timedelta(seconds=deadline_s))
+        except TimeoutError:
+            return _Stop("timeout", f"run exceeded its deadline of {self._req.timeout_s:g} s")
+        return _Stop("cancelled", f"cancelled: {self._cancel_reason}")
+
+    # -- finalize ----------------------------------------------------------------------------
+    async def _finalize(self, status: str, error_code: str | None,
+                        error_message: str | None) -> str:
+        self._enter("step_finalize")
+        try:
+            fin: FinalizeResult = await workflow.execute_activity(
+                "finalize_run",
+                FinalizeInput(run=self._run, status=status, stats=dict(self._stats),
+                              error_code=error_code, error_message=error_message,
+                              callback=self._req.callback, params=self._params),
+                result_type=FinalizeResult,
+                start_to_close_timeout=timedelta(seconds=30),
+                # The CronJob protocol: 3 retries after 0.5 s, 1 s and 2 s (network errors
+                # and 5xx only; a 4xx answer is not retried by the activity itself).
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=0.5),
+                                         backoff_coefficient=2.0,
+                                         maximum_interval=timedelta(seconds=2),
+                                         maximum_attempts=4),
+                summary=f"Finalize ({status}) and call the CronJob back",
+            )
+            self._steps["step_finalize"] = "COMPLETED"
+            for k, v in fin.stats.items():
+                if isinstance(v, int) and k in self._stats:
+                    self._stats[k] = v
+            return fin.callback
+        except ActivityError as e:
+            self._steps["step_finalize"] = "ERROR"
+            self._log("finalize_failed", error=_message_of(e))
+            return "error"
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _enter(self, step: str) -> None:
+        self._stage = step
+        if self._steps[step] == "PENDING":
+            self._steps[step] = "IN_PROGRESS"
+        self._details()
+
+    def _mark_step_errors(self, status: str) -> None:
+        if status != "completed":
+            for step, state in self._steps.items():
+                if state == "IN_PROGRESS":
+                    self._steps[step] = "ERROR"
+
+    def _details(self) -> None:
+        s = self._stats
+        workflow.set_current_details(
+            f"**{self._status}** · stage `{self._stage}` · {self._units_done}/{self._total} units"
+            f" · {s['pages']} pages · {s['records_fetched']} fetched · "
+            f"{s['records_emitted']} emitted"
+        )
+
+    def _log(self, event: str, **fields: Any) -> None:
+        workflow.logger.info(event, extra={"artemis": {**self._log_fields, **fields}})
+
+
+async def _quietly(task: asyncio.Task[Any]) -> None:
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass
+
+
+def _root_application_error(e: BaseException) -> ApplicationError | None:
+    cur: BaseException | None = e
+    while cur is not None:
+        if isinstance(cur, ApplicationError):
+            return cur
+        cur = cur.cause if isinstance(cur, FailureError) else cur.__cause__
+    return None
+
+
+def _code_of(e: BaseException) -> str:
+    app = _root_application_error(e)
+    if app is not None and app.type:
+        return app.type
+    msg = str(getattr(e, "cause", None) or e).lower()
+    return "TIMEOUT_ERROR" if "timeout" in msg or "timed out" in msg else "INTERNAL"
+
+
+def _message_of(e: BaseException) -> str:
+    app = _root_application_error(e)
+    if app is not None:
+        return app.message
+    cause = getattr(e, "cause", None)
+    return str(cause or e)
