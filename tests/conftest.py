@@ -1,0 +1,219 @@
+"""Shared fixtures: a real Temporal dev server, the real sample servers on 127.0.0.1, a
+real SQLite database, an in-process worker and the starter API served by uvicorn.
+
+Every test gets its own task queue and ids, so tests never see each other's runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+
+from artemis.config import Settings, load_settings
+from artemis.logsetup import configure_logging
+from artemis.migrate import upgrade
+from artemis.samples.app import create_app as create_samples_app
+from artemis.samples.server import ThreadedServer
+from infra.devserver import DevServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def tmp_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("artemis")
+
+
+@pytest.fixture(scope="session")
+def log_file(tmp_root: Path) -> Path:
+    return tmp_root / "logs" / "artemis.log"
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_root: Path):
+    server = DevServer(port=free_port(), ui_port=None, db_file=None,
+                       log_file=tmp_root / "temporal.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def samples():
+    server = ThreadedServer(create_samples_app()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def base_settings(tmp_root: Path, temporal_server: DevServer, samples: ThreadedServer,
+                  log_file: Path) -> Settings:
+    db_url = f"sqlite:///{tmp_root / 'artemis.db'}"
+    settings = load_settings(None, **{
+        "temporal": {"address": temporal_server.address, "task_queue": "unused"},
+        "database": {"url": db_url},
+        "vault": {"master_key_file": str(tmp_root / "master.key")},
+        "logging": {"output": "file", "level": "INFO",
+                    "file": {"path": str(log_file)}},
+        "task_defaults": {"pull_stock_quotes": {"base_url": samples.url, "page_size": 10,
+                                                "symbols": ["AAPL"], "start": "2025-11-01",
+                                                "end": "2025-11-30"}},
+        "output_defaults": {"pull_stock_quotes": {"sinks": ["http"],
+                                                  "http_endpoint": f"{samples.url}/sink/t"}},
+        "runs": {"heartbeat_timeout_s": 2.0, "pages_per_fetch": 5},
+    })
+    upgrade(db_url)
+    configure_logging(settings.logging, force=True)
+    return settings
+
+
+@pytest.fixture(scope="session")
+async def client(base_settings: Settings):
+    from workers.client import connect
+
+    return await connect(base_settings)
+
+
+class Stack:
+    """One test's slice of the stack: its own task queue, worker and API server."""
+
+    def __init__(self, settings: Settings, api_url: str, samples_url: str, client) -> None:
+        self.settings = settings
+        self.api_url = api_url
+        self.samples_url = samples_url
+        self.client = client
+        self.http = httpx.AsyncClient(base_url=api_url, timeout=60)
+        self.samples_http = httpx.AsyncClient(base_url=samples_url, timeout=30)
+
+    async def run(self, body: dict[str, Any], mode: str = "sync", code: str = "pull_stock_quotes",
+                  headers: dict[str, str] | None = None) -> httpx.Response:
+        return await self.http.post(f"/tasks/{code}/run", params={"mode": mode}, json=body,
+                                    headers=headers)
+
+    async def wait_status(self, task_id: str, statuses: set[str] | None = None,
+                          timeout: float = 60) -> dict[str, Any]:
+        statuses = statuses or {"completed", "failed", "cancelled", "timeout"}
+        deadline = time.monotonic() + timeout
+        while True:
+            resp = await self.http.get(f"/tasks/{task_id}")
+            data = resp.json()["data"]
+            if data and data.get("status") in statuses:
+                return data
+            if time.monotonic() > deadline:
+                raise AssertionError(f"task {task_id} still {data and data.get('status')}")
+            await asyncio.sleep(0.1)
+
+    async def sink_batches(self, run_key_prefix: str | None = None) -> list[dict[str, Any]]:
+        batches = (await self.samples_http.get("/_sink/batches")).json()
+        if run_key_prefix:
+            batches = [b for b in batches
+                       if (b["idempotency_key"] or "").startswith(run_key_prefix)]
+        return batches
+
+    async def cronjob_calls(self, run_id: str) -> list[dict[str, Any]]:
+        calls = (await self.samples_http.get("/_cronjob/calls")).json()
+        return [c for c in calls if c["run_id"] == run_id]
+
+    async def fault(self, target: str, **spec: Any) -> None:
+        await self.samples_http.post(f"/_control/{target}", json=spec)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        await self.samples_http.aclose()
+
+
+def settings_with(base: Settings, **overrides: Any) -> Settings:
+    data = base.model_dump()
+    for section, values in overrides.items():
+        if isinstance(values, dict) and isinstance(data.get(section), dict):
+            data[section] = {**data[section], **values}
+        else:
+            data[section] = values
+    return Settings(**data)
+
+
+async def serve_api(settings: Settings, client) -> tuple[uvicorn.Server, asyncio.Task, str]:
+    from starter.api.app import create_app
+
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, client), host="127.0.0.1",
+                                           port=0, log_config=None, access_log=False,
+                                           lifespan="on"))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return server, task, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def make_stack(base_settings: Settings, client, samples: ThreadedServer
+                     ) -> AsyncIterator[Callable[..., Any]]:
+    """Build a stack with optional settings overrides (and an in-process worker)."""
+    from workers.main import running_worker
+
+    opened: list[Any] = []
+
+    async def factory(worker: bool = True, **overrides: Any) -> Stack:
+        overrides.setdefault("temporal", {})
+        overrides["temporal"] = {**overrides["temporal"],
+                                 "task_queue": f"tq-{uuid.uuid4().hex[:10]}"}
+        settings = settings_with(base_settings, **overrides)
+        if worker:
+            cm = running_worker(settings, client)
+            await cm.__aenter__()
+            opened.append(("worker", cm))
+        server, task, url = await serve_api(settings, client)
+        opened.append(("api", (server, task)))
+        stack = Stack(settings, url, samples.url, client)
+        opened.append(("stack", stack))
+        return stack
+
+    yield factory
+    for kind, obj in reversed(opened):
+        if kind == "worker":
+            await obj.__aexit__(None, None, None)
+        elif kind == "api":
+            server, task = obj
+            server.should_exit = True
+            await task
+        else:
+            await obj.aclose()
+
+
+@pytest.fixture
+async def stack(make_stack) -> Stack:
+    return await make_stack()
+
+
+def write_config(path: Path, settings: Settings) -> Path:
+    path.write_text(yaml.safe_dump(json.loads(settings.model_dump_json())))
+    return path
+
+
+def start_worker_process(config: Path, log_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "ARTEMIS_CONFIG": str(config)}
+    out = open(log_path, "ab")
+    return subprocess.Popen([sys.executable, "-m", "starter.cli", "worker"], env=env,
+                            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def new_task_id() -> str:
+    return f"t-{uuid.uuid4().hex[:16]}"
+
+
