@@ -1,0 +1,226 @@
+"""Cancellation (signal and Temporal's own), the CronJob callback protocol and tracing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from sqlalchemy import text
+
+from artemis.db import get_engine
+from tests.conftest import new_task_id
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@pytest.fixture
+async def slow_quotes(stack):
+    await stack.fault("latency", latency_ms=60)
+    yield stack
+    await stack.fault("latency", latency_ms=0)
+
+
+async def _wait_fetching(stack, task_id: str) -> None:
+    for _ in range(200):
+        data = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+        if data and data.get("stats", {}).get("records_fetched", 0) > 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("run never started fetching")
+
+
+def _slow_body(task_id: str, run_id: str, base: str) -> dict:
+    return {"meta": {"task_id": task_id, "run_id": run_id,
+                     "callback": {"base_url": f"{base}/cronjob/runs"}},
+            "params": {"symbols": ["AAPL", "MSFT", "GOOG"], "page_size": 1}}
+
+
+async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(slow_quotes, log_file):
+    stack = slow_quotes
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    resp = await stack.run(_slow_body(task_id, run_id, stack.samples_url), mode="async")
+    assert resp.status_code == 202
+    await _wait_fetching(stack, task_id)
+    cancel = await stack.http.post(f"/tasks/{task_id}/cancel", json={"reason": "operator said so"})
+    assert cancel.status_code == 202, cancel.text
+    assert cancel.json()["data"]["cancel_requested"] is True
+    final = await stack.wait_status(task_id, timeout=30)
+    assert final["status"] == "cancelled"
+    assert final["error"]["code"] == "CANCELLED"
+    assert final["stats"]["records_fetched"] < 90
+    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    assert [c["body"] for c in finals] == [
+        {"result": "failed", "error_message": "cancelled: operator said so"}]
+    again = await stack.http.post(f"/tasks/{task_id}/cancel")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "CONFLICT"
+    # the in-flight fetch activity saw the cancellation and the staged pages were dropped
+    lines = [json.loads(line) for line in log_file.read_text().splitlines() if task_id in line]
+    assert any(line["event"] == "fetch_cancelled" for line in lines)
+    with get_engine(stack.settings.database.url).connect() as conn:
+        left = conn.execute(text("SELECT COUNT(*) FROM staged_page WHERE run_key = :k"),
+                            {"k": f"pull_stock_quotes/{task_id}"}).scalar()
+    assert left == 0
+
+
+async def test_delete_cancels_too(slow_quotes):
+    stack = slow_quotes
+    task_id = new_task_id()
+    await stack.run({"meta": {"task_id": task_id},
+                     "params": {"symbols": ["AAPL", "MSFT"], "page_size": 1}}, mode="async")
+    await _wait_fetching(stack, task_id)
+    resp = await stack.http.delete(f"/tasks/{task_id}")
+    assert resp.status_code == 202
+    assert (await stack.wait_status(task_id, timeout=30))["status"] == "cancelled"
+
+
+async def test_temporal_cancellation_ends_cancelled_with_failed_finalize(slow_quotes):
+    stack = slow_quotes
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    resp = await stack.run(_slow_body(task_id, run_id, stack.samples_url), mode="async")
+    await _wait_fetching(stack, task_id)
+    handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
+    await handle.cancel()
+    final = await stack.wait_status(task_id, timeout=30)
+    assert final["status"] == "cancelled"
+    assert (await handle.describe()).status.name == "CANCELED"
+    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    assert len(finals) == 1
+    assert finals[0]["body"]["result"] == "failed"
+    assert finals[0]["body"]["error_message"].startswith("cancelled")
+
+
+async def test_deadline_ends_in_timeout_with_failed_timeout_finalize(slow_quotes):
+    stack = slow_quotes
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    body = _slow_body(task_id, run_id, stack.samples_url)
+    body["meta"]["timeout_s"] = 1.5
+    resp = await stack.run(body)
+    assert resp.status_code == 504, resp.text
+    assert resp.json()["data"]["status"] == "timeout"
+    assert resp.json()["error"]["code"] == "TIMEOUT_ERROR"
+    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    assert [c["body"] for c in finals] == [
+        {"result": "failed_timeout", "error_message": "callback_deadline_exceeded"}]
+
+
+async def test_success_finalize_once_with_token_and_stats_and_no_token_in_history(stack):
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    token = "s3cret-callback-token-value"
+    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
+        "base_url": f"{stack.samples_url}/cronjob/runs", "auth_token": token}},
+        "params": {"symbols": ["AAPL", "MSFT"]}})
+    assert resp.status_code == 200, resp.text
+    calls = await stack.cronjob_calls(run_id)
+    finals = [c for c in calls if c["kind"] == "callback"]
+    assert len(finals) == 1
+    assert finals[0]["body"]["result"] == "success" and finals[0]["body"]["code"] == 200
+    stats = json.loads(finals[0]["body"]["body"])
+    assert stats["records_emitted"] == 60 and stats["pages"] == 6
+    assert all(c["token"] == token for c in calls)
+    progress = [c for c in calls if c["kind"] == "progress"]
+    assert progress and progress[-1]["body"]["current"] == progress[-1]["body"]["total"] == 2
+    handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
+    history = json.dumps((await handle.fetch_history()).to_json_dict())
+    assert token not in history
+    assert token not in resp.text
+
+
+async def test_progress_is_throttled_but_the_last_is_sent(make_stack):
+    stack = await make_stack(callback={"progress_min_interval_ms": 60_000})
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
+        "base_url": f"{stack.samples_url}/cronjob/runs"}},
+        "params": {"symbols": ["A", "B", "C", "D"], "page_size": 5}})
+    progress = [c["body"] for c in await stack.cronjob_calls(run_id) if c["kind"] == "progress"]
+    assert progress[0]["current"] == 0 and progress[-1] == {
+        "current": 4, "total": 4, "message": progress[-1]["message"]}
+    assert len(progress) == 2
+
+
+async def test_finalize_retries_after_half_one_and_two_seconds_then_gives_up(stack, log_file):
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    await stack.fault("cronjob", status=503, times=10)
+    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
+        "base_url": f"{stack.samples_url}/cronjob/runs"}}, "params": {"symbols": ["AAPL"]}})
+    await stack.fault("cronjob")
+    assert resp.status_code == 200 and resp.json()["data"]["status"] == "completed"
+    assert resp.json()["data"]["callback"] == "gave_up"
+    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    assert len(finals) == 4
+    gaps = [b["at"] - a["at"] for a, b in zip(finals, finals[1:])]
+    for gap, expected in zip(gaps, (0.5, 1.0, 2.0)):
+        assert expected * 0.8 <= gap <= expected + 0.8, gaps
+    lines = [json.loads(line) for line in log_file.read_text().splitlines() if run_id in line]
+    assert any(line["event"] == "callback_finalize_gave_up" for line in lines)
+
+
+async def test_finalize_recovers_after_two_5xx(stack):
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    await stack.fault("cronjob", status=502, times=2)
+    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
+        "base_url": f"{stack.samples_url}/cronjob/runs"}}, "params": {"symbols": ["AAPL"]}})
+    assert resp.json()["data"]["callback"] == "delivered"
+    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    assert [c["status"] for c in finals] == [502, 502, 200]
+
+
+async def test_finalize_4xx_is_not_retried(stack):
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    await stack.fault("cronjob", status=400, times=1)
+    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
+        "base_url": f"{stack.samples_url}/cronjob/runs"}}, "params": {"symbols": ["AAPL"]}})
+    assert resp.json()["data"]["status"] == "completed"
+    assert resp.json()["data"]["callback"] == "rejected"
+    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    assert [c["status"] for c in finals] == [400]
+
+
+async def test_callback_override_host_and_port(stack):
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    port = int(stack.samples_url.rsplit(":", 1)[1])
+    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
+        "base_url": "http://localhost:1/cronjob/runs", "override_host": "127.0.0.1",
+        "override_port": port}}, "params": {"symbols": ["AAPL"]}})
+    assert resp.json()["data"]["callback"] == "delivered"
+    assert len([c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]) == 1
+
+
+async def test_callback_host_outside_allow_list_is_refused(stack):
+    resp = await stack.run({"meta": {"run_id": "r1", "callback": {
+        "base_url": "http://169.254.169.254/latest"}}, "params": {"symbols": ["AAPL"]}})
+    assert resp.status_code == 422
+    assert resp.json()["error"]["code"] == "INVALID_INPUT"
+    assert "allowed_hosts" in resp.json()["error"]["message"]
+
+
+async def test_inbound_trace_id_reaches_sink_callback_and_logs(stack, log_file):
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    resp = await stack.run(
+        {"meta": {"task_id": task_id, "run_id": run_id,
+                  "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"}},
+         "params": {"symbols": ["AAPL"]}},
+        headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01", "X-Request-ID": "req-42"})
+    assert resp.status_code == 200
+    assert resp.json()["meta"]["trace_id"] == TRACE_ID
+    assert resp.headers["x-request-id"] == "req-42"
+    batches = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
+    spans = set()
+    for b in batches:
+        version, trace, span, flags = b["traceparent"].split("-")
+        assert trace == TRACE_ID
+        spans.add(span)
+        assert b["request_id"] == "req-42"
+    assert len(spans) == len(batches)  # a new span for every hop
+    calls = await stack.cronjob_calls(run_id)
+    assert calls and all(c["traceparent"].split("-")[1] == TRACE_ID for c in calls)
+    lines = [json.loads(line) for line in log_file.read_text().splitlines() if TRACE_ID in line]
+    events = {line["event"] for line in lines}
+    assert {"run_started", "fetch_batch_done", "emit_batch_done", "run_finished",
+            "callback_finalize_success"} <= events
+    for line in lines:
+        for field in ("timestamp", "level", "logger", "caller", "event", "trace_id", "span_id",
+                      "request_id", "task_code", "task_id", "workflow_id"):
+            assert field in line, (field, line)
+    wf_lines = [line for line in lines if line["logger"] == "temporalio.workflow"]
+    assert wf_lines and all(line["task_id"] == task_id for line in wf_lines)
