@@ -19,6 +19,7 @@ from temporalio.client import (
     WorkflowExecutionStatus as WfStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
@@ -43,6 +44,7 @@ from artemis.vault import RunSecrets
 log = get_logger("artemis.starter")
 _ = WorkflowExecutionStatus
 
+QUERY_TIMEOUT_S = 3.0
 TERMINAL = {"completed", "failed", "cancelled", "timeout"}
 _TASK_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
@@ -225,9 +227,14 @@ class RunService:
         st = desc.status
         if st in (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW):
             try:
-                progress = await handle.query("progress")
-            except Exception:  # a run whose first task has not been picked up yet
-                progress = {"status": "pending", "stage": "pending"}
+                # A query needs a live worker; answer from Temporal alone when none responds.
+                progress = await asyncio.wait_for(handle.query("progress"), QUERY_TIMEOUT_S)
+            except (TimeoutError, RPCError, WorkflowQueryFailedError) as e:
+                pending = desc.raw_description.pending_workflow_task is not None or (
+                    desc.history_length is not None and desc.history_length <= 2)
+                progress = {"status": "pending" if pending else "running",
+                            "stage": "unknown", "note": f"progress query unanswered: "
+                                                        f"{type(e).__name__}"}
             out.update(status=progress.get("status") or "running", progress=progress,
                        stats={k: progress.get(k, 0) for k in
                               ("pages", "records_fetched", "records_processed", "records_emitted",
