@@ -1,0 +1,170 @@
+"""The starter API's envelope, errors, headers and auth, on a real server."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.conftest import new_task_id
+
+
+def assert_envelope(body: dict) -> None:
+    assert set(body) == {"success", "data", "error", "meta"}
+    assert set(body["meta"]) == {"request_id", "trace_id", "latency_ms"}
+    assert body["meta"]["request_id"] and len(body["meta"]["trace_id"]) == 32
+
+
+async def test_unknown_task_code_is_404_task_not_found(stack):
+    resp = await stack.run({"params": {}}, code="no_such_task")
+    assert resp.status_code == 404
+    body = resp.json()
+    assert_envelope(body)
+    assert body["success"] is False and body["error"]["code"] == "TASK_NOT_FOUND"
+    assert "no_such_task" in body["error"]["message"]
+    assert body["error"]["retryable"] is False
+
+
+async def test_unknown_task_id_is_404(stack):
+    resp = await stack.http.get(f"/tasks/{new_task_id()}")
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "TASK_NOT_FOUND"
+    resp = await stack.http.post(f"/tasks/{new_task_id()}/cancel")
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "TASK_NOT_FOUND"
+
+
+async def test_malformed_json_is_422_naming_where(stack):
+    resp = await stack.http.post("/tasks/pull_stock_quotes/run", content=b'{"params": {"symbols": [}',
+                                 headers={"Content-Type": "application/json"})
+    assert resp.status_code == 422
+    body = resp.json()
+    assert_envelope(body)
+    assert body["error"]["code"] == "INVALID_INPUT"
+    assert "malformed JSON" in body["error"]["message"] and "column" in body["error"]["message"]
+
+
+async def test_bad_params_are_422_naming_the_field(stack):
+    cases = [
+        ({"params": {"symbols": []}}, "params.symbols"),
+        ({"params": {"start": "not-a-date"}}, "params.start"),
+        ({"params": {"page_size": 5000}}, "params.page_size"),
+        ({"params": {"start": "2025-11-30", "end": "2025-11-01"}}, "end"),
+        ({"params": {"colour": "blue"}}, "params.colour"),
+        ({"meta": {"timeout_s": -1}, "params": {}}, "body.meta.timeout_s"),
+        ({"meta": {"task_id": "has spaces"}, "params": {}}, "body.meta.task_id"),
+        ({"meta": {}, "body": {}, "params": {}}, "not both"),
+        ({"surprise": 1}, "body.surprise"),
+        ([1, 2], "expected a JSON object"),
+        ({"params": {}, "output": {"sinks": ["kafka"]}}, "unknown sink 'kafka'"),
+    ]
+    for payload, needle in cases:
+        resp = await stack.http.post("/tasks/pull_stock_quotes/run", json=payload)
+        assert resp.status_code == 422, (payload, resp.text)
+        err = resp.json()["error"]
+        assert err["code"] == "INVALID_INPUT"
+        assert needle in err["message"], (needle, err["message"])
+
+
+async def test_bad_mode_is_422(stack):
+    resp = await stack.http.post("/tasks/pull_stock_quotes/run?mode=later", json={})
+    assert resp.status_code == 422 and "mode" in resp.json()["error"]["message"]
+
+
+async def test_body_over_max_bytes_is_413(make_stack):
+    stack = await make_stack(server={"max_body_bytes": 200})
+    resp = await stack.http.post("/tasks/pull_stock_quotes/run",
+                                 json={"params": {"symbols": ["A" * 10] * 50}})
+    assert resp.status_code == 413
+    assert resp.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
+
+    async def chunks():  # no Content-Length: refused while streaming
+        for _ in range(10):
+            yield b" " * 100
+
+    resp = await stack.http.post("/tasks/pull_stock_quotes/run", content=chunks())
+    assert resp.status_code == 413
+
+
+async def test_tokens_required_everywhere_but_health(make_stack):
+    stack = await make_stack(server={"api_tokens": ["tok-1", "tok-2"]})
+    assert (await stack.http.get("/health")).status_code == 200
+    for method, path in (("GET", "/ready"), ("GET", f"/tasks/{new_task_id()}"),
+                         ("POST", "/tasks/pull_stock_quotes/run"), ("GET", "/openapi.json")):
+        resp = await stack.http.request(method, path)
+        assert resp.status_code == 401, path
+        assert resp.json()["error"]["code"] == "UNAUTHORIZED"
+    bad = await stack.http.get("/ready", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401
+    good = await stack.http.get("/ready", headers={"Authorization": "Bearer tok-2"})
+    assert good.status_code == 200
+
+
+async def test_malformed_traceparent_starts_a_fresh_trace(stack):
+    resp = await stack.run({"params": {"symbols": ["AAPL"]}},
+                           headers={"traceparent": "garbage-trace"})
+    assert resp.status_code == 200
+    assert len(resp.json()["meta"]["trace_id"]) == 32
+    assert resp.headers["traceparent"].split("-")[1] == resp.json()["meta"]["trace_id"]
+
+
+async def test_request_id_is_made_when_absent_and_echoed(stack):
+    resp = await stack.http.get("/health")
+    made = resp.headers["x-request-id"]
+    assert made and resp.json()["meta"]["request_id"] == made
+    resp = await stack.http.get("/health", headers={"X-Request-ID": "abc-123"})
+    assert resp.headers["x-request-id"] == "abc-123"
+    assert resp.json()["meta"]["request_id"] == "abc-123"
+
+
+async def test_health_ready_and_openapi(stack):
+    health = (await stack.http.get("/health")).json()
+    assert health["success"] and health["data"] == {"status": "ok"}
+    ready = await stack.http.get("/ready")
+    assert ready.status_code == 200
+    assert ready.json()["data"]["checks"] == {"temporal": "ok", "database": "ok"}
+    spec = (await stack.http.get("/openapi.json")).json()
+    for path in ("/tasks/{code}/run", "/tasks/{task_id}", "/tasks/{task_id}/cancel",
+                 "/health", "/ready"):
+        assert path in spec["paths"]
+
+
+async def test_ready_is_503_when_temporal_is_unreachable(make_stack, base_settings):
+    from tests.conftest import serve_api, settings_with
+
+    settings = settings_with(base_settings, temporal={"address": "127.0.0.1:1"})
+    server, task, url = await serve_api(settings, None)
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            resp = await http.get("/ready")
+            assert resp.status_code == 503
+            assert resp.json()["error"]["code"] == "NOT_READY"
+            assert "temporal" in resp.json()["error"]["message"]
+            run = await http.post("/tasks/pull_stock_quotes/run", json={})
+            assert run.status_code == 503 and "127.0.0.1:1" in run.json()["error"]["message"]
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_unknown_route_gets_the_envelope(stack):
+    resp = await stack.http.get("/nope")
+    assert resp.status_code == 404
+    assert_envelope(resp.json())
+    assert resp.json()["error"]["code"] == "NOT_FOUND"
+
+
+async def test_status_of_a_running_task_has_progress_and_steps(make_stack):
+    stack = await make_stack()
+    await stack.fault("latency", latency_ms=50)
+    try:
+        task_id = new_task_id()
+        await stack.run({"meta": {"task_id": task_id},
+                         "params": {"symbols": ["AAPL"], "page_size": 1}}, mode="async")
+        data = await stack.wait_status(task_id, {"running"})
+        p = data["progress"]
+        assert p["stage"] in ("step_prepare", "step_fetch")
+        assert [s["id"] for s in p["steps"]] == ["step_prepare", "step_fetch", "step_process",
+                                                  "step_emit", "step_finalize"]
+        for key in ("current", "total", "pages", "records_fetched", "records_emitted"):
+            assert key in p
+        await stack.http.post(f"/tasks/{task_id}/cancel")
+        await stack.wait_status(task_id)
+    finally:
+        await stack.fault("latency", latency_ms=0)
