@@ -1,0 +1,74 @@
+"""Configuration: YAML file, env overrides, and errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from artemis.config import load_settings
+from artemis.errors import ArtemisError, ErrorCode
+
+
+def test_yaml_file_then_env_overrides(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("temporal:\n  address: temporal.example:7233\n  namespace: prod\n"
+                   "server:\n  port: 9000\nlogging:\n  level: debug\n")
+    monkeypatch.setenv("ARTEMIS__TEMPORAL__NAMESPACE", "from-env")
+    monkeypatch.setenv("ARTEMIS__CALLBACK__PROGRESS_MIN_INTERVAL_MS", "250")
+    s = load_settings(cfg)
+    assert s.temporal.address == "temporal.example:7233"
+    assert s.temporal.namespace == "from-env"
+    assert s.server.port == 9000
+    assert s.logging.level == "DEBUG"
+    assert s.callback.progress_min_interval_ms == 250
+
+
+def test_artemis_config_env_names_the_file(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("server:\n  sync_timeout_s: 12\n")
+    monkeypatch.setenv("ARTEMIS_CONFIG", str(cfg))
+    assert load_settings().server.sync_timeout_s == 12
+
+
+@pytest.mark.parametrize("text, key", [
+    ("server:\n  port: seventy\n", "server.port"),
+    ("logging:\n  format: xml\n", "logging.format"),
+    ("temporal:\n  adress: x\n", "temporal.adress"),
+    ("telemetry:\n  exporter: zipkin\n", "telemetry.exporter"),
+    ("callback:\n  override_port: 70000\n", "callback.override_port"),
+    ("nonsense_section: 1\n", "nonsense_section"),
+])
+def test_bad_config_names_the_key(tmp_path, text, key):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ArtemisError) as e:
+        load_settings(cfg)
+    assert e.value.code is ErrorCode.CONFIG_ERROR
+    assert key in e.value.message
+
+
+def test_bad_env_value_names_the_key(monkeypatch):
+    monkeypatch.setenv("ARTEMIS__SERVER__MAX_BODY_BYTES", "-5")
+    with pytest.raises(ArtemisError) as e:
+        load_settings(None)
+    assert "server.max_body_bytes" in e.value.message
+
+
+def test_missing_or_broken_file(tmp_path):
+    with pytest.raises(ArtemisError, match="not found"):
+        load_settings(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("server: [unclosed\n")
+    with pytest.raises(ArtemisError, match="not valid YAML"):
+        load_settings(bad)
+
+
+def test_worker_refuses_to_start_on_bad_config(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("runs:\n  pages_per_fetch: 0\n")
+    out = subprocess.run([sys.executable, "-m", "starter.cli", "worker", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "runs.pages_per_fetch" in out.stderr
