@@ -25,6 +25,7 @@ demo: install
 	$(VENV)/bin/artemis demo $(ARGS)
 
 test: install
+	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: install

@@ -81,15 +81,19 @@ def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitabl
         trace = trace_for(run)
         info = activity.info()
         structlog.contextvars.bind_contextvars(
-            trace_id=run.trace_id, span_id=trace.span_id, request_id=run.request_id,
-            task_code=run.task_code, task_id=run.task_id, workflow_id=run.workflow_id,
-            activity=info.activity_type, attempt=info.attempt,
+            trace_id=run.trace_id,
+            span_id=trace.span_id,
+            request_id=run.request_id,
+            task_code=run.task_code,
+            task_id=run.task_id,
+            workflow_id=run.workflow_id,
+            activity=info.activity_type,
+            attempt=info.attempt,
         )
         try:
             return await fn(self, inp, trace)
         except ArtemisError as e:
-            log.warning("activity_failed", error=str(e), code=e.code.value,
-                        retryable=e.retryable)
+            log.warning("activity_failed", error=str(e), code=e.code.value, retryable=e.retryable)
             raise as_application_error(e) from None
         except asyncio.CancelledError:
             log.info("activity_cancelled")
@@ -98,15 +102,17 @@ def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitabl
             raise
         except Exception as e:
             log.exception("activity_crashed")
-            raise ApplicationError(f"{type(e).__name__}: {e}", type=ErrorCode.INTERNAL.value
-                                   ) from None
+            raise ApplicationError(
+                f"{type(e).__name__}: {e}", type=ErrorCode.INTERNAL.value
+            ) from None
         finally:
             structlog.contextvars.clear_contextvars()
 
     # Temporal reads the parameter and return types from the annotations: expose the
     # activity's own (without the ``trace`` argument the wrapper supplies).
-    functools.update_wrapper(wrapper, fn, assigned=("__module__", "__name__", "__qualname__",
-                                                    "__doc__"), updated=())
+    functools.update_wrapper(
+        wrapper, fn, assigned=("__module__", "__name__", "__qualname__", "__doc__"), updated=()
+    )
     wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "trace"}
     del wrapper.__wrapped__  # type: ignore[attr-defined]  # else the signature shows `trace`
     return wrapper
@@ -117,28 +123,45 @@ class TaskRunActivities:
         self.settings = settings
         self.client = make_client(settings.http_client)
         self.staging = Staging(settings.database.url)
-        self.secrets = RunSecrets(settings.database.url,
-                                  settings.vault.get("master_key_file", ".artemis/master.key"))
+        self.secrets = RunSecrets(
+            settings.database.url, settings.vault.get("master_key_file", ".artemis/master.key")
+        )
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    def _context(self, task: TaskUnit, run: RunRef, params: dict[str, Any],
-                 trace: TraceContext, output: dict[str, Any] | None = None) -> TaskContext:
-        return TaskContext(task_code=run.task_code, task_id=run.task_id,
-                           params=task.Params.model_validate(params), settings=self.settings,
-                           trace=trace, request_id=run.request_id, output=output or {})
+    def _context(
+        self,
+        task: TaskUnit,
+        run: RunRef,
+        params: dict[str, Any],
+        trace: TraceContext,
+        output: dict[str, Any] | None = None,
+    ) -> TaskContext:
+        return TaskContext(
+            task_code=run.task_code,
+            task_id=run.task_id,
+            params=task.Params.model_validate(params),
+            settings=self.settings,
+            trace=trace,
+            request_id=run.request_id,
+            output=output or {},
+        )
 
-    def _callback(self, run: RunRef, target: dict[str, Any] | None, trace: TraceContext
-                  ) -> CallbackClient | None:
+    def _callback(
+        self, run: RunRef, target: dict[str, Any] | None, trace: TraceContext
+    ) -> CallbackClient | None:
         if not target:
             return None
         tgt = CallbackTarget(**target)
         if not tgt.enabled:
             return None
-        token = self.secrets.get(run_key(run), CALLBACK_TOKEN) or self.settings.callback.default_token
-        return CallbackClient(tgt, self.settings.callback, self.client, trace, token,
-                              run.request_id)
+        token = (
+            self.secrets.get(run_key(run), CALLBACK_TOKEN) or self.settings.callback.default_token
+        )
+        return CallbackClient(
+            tgt, self.settings.callback, self.client, trace, token, run.request_id
+        )
 
     # -- 1. prepare -------------------------------------------------------------------
     @activity.defn(name="prepare_params")
@@ -157,8 +180,13 @@ class TaskRunActivities:
     async def fetch_pages(self, inp: FetchInput, trace: TraceContext) -> FetchResult:
         # A retried attempt resumes from the last heartbeat: pages staged before it are kept
         # (staging by sequence number makes a re-fetched page an overwrite, not a duplicate).
-        state = {"checkpoint": inp.checkpoint, "next_seq": inp.first_seq, "pages": 0,
-                 "records": 0, "units_done": inp.units_done}
+        state = {
+            "checkpoint": inp.checkpoint,
+            "next_seq": inp.first_seq,
+            "pages": 0,
+            "records": 0,
+            "units_done": inp.units_done,
+        }
         details = activity.info().heartbeat_details
         if details:
             state.update(details[0])
@@ -177,25 +205,32 @@ class TaskRunActivities:
             else:
                 async for page in pages:
                     seq = state["next_seq"]
-                    await asyncio.to_thread(self.staging.put_pages, key, "raw",
-                                            [(seq, page.records)])
+                    await asyncio.to_thread(
+                        self.staging.put_pages, key, "raw", [(seq, page.records)]
+                    )
                     state.update(
-                        checkpoint=page.checkpoint, next_seq=seq + 1,
-                        pages=state["pages"] + 1, records=state["records"] + len(page.records),
+                        checkpoint=page.checkpoint,
+                        next_seq=seq + 1,
+                        pages=state["pages"] + 1,
+                        records=state["records"] + len(page.records),
                         units_done=page.info.get("units_done", state["units_done"]),
                         done=page.checkpoint is None,
                     )
                     activity.heartbeat(state)
                     if callback is not None:
                         last_ms = await callback.progress(
-                            state["units_done"], inp.total,
+                            state["units_done"],
+                            inp.total,
                             f"{page.info.get('source', 'fetch')}: {state['records']} records",
-                            last_ms)
+                            last_ms,
+                        )
                     if page.checkpoint is None:
                         done = True
                         break
-                    if (state["pages"] >= inp.max_pages
-                            or time.monotonic() - started >= inp.max_seconds):
+                    if (
+                        state["pages"] >= inp.max_pages
+                        or time.monotonic() - started >= inp.max_seconds
+                    ):
                         break
                 else:
                     done = True
@@ -204,12 +239,24 @@ class TaskRunActivities:
             raise
         finally:
             await pages.aclose()
-        log.info("fetch_batch_done", first_seq=inp.first_seq, next_seq=state["next_seq"],
-                 pages=state["pages"], records=state["records"], done=done)
-        return FetchResult(first_seq=inp.first_seq, next_seq=state["next_seq"],
-                           pages=state["pages"], records=state["records"],
-                           checkpoint=None if done else state["checkpoint"], done=done,
-                           units_done=state["units_done"], progress_last_ms=last_ms)
+        log.info(
+            "fetch_batch_done",
+            first_seq=inp.first_seq,
+            next_seq=state["next_seq"],
+            pages=state["pages"],
+            records=state["records"],
+            done=done,
+        )
+        return FetchResult(
+            first_seq=inp.first_seq,
+            next_seq=state["next_seq"],
+            pages=state["pages"],
+            records=state["records"],
+            checkpoint=None if done else state["checkpoint"],
+            done=done,
+            units_done=state["units_done"],
+            progress_last_ms=last_ms,
+        )
 
     # -- 3. process ---------------------------------------------------------------------
     @activity.defn(name="process_batch")
@@ -218,8 +265,9 @@ class TaskRunActivities:
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace, inp.output)
         key = run_key(inp.run)
-        raw = await asyncio.to_thread(self.staging.get_pages, key, "raw", inp.first_seq,
-                                      inp.last_seq)
+        raw = await asyncio.to_thread(
+            self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq
+        )
         out: list[tuple[int, list[dict[str, Any]]]] = []
         n_in = n_out = 0
         for seq, records in raw:
@@ -229,7 +277,8 @@ class TaskRunActivities:
                 raise ArtemisError(
                     ErrorCode.SOURCE_ERROR,
                     f"process: page {seq} could not be processed: {type(e).__name__}: {e}",
-                    retryable=False) from None
+                    retryable=False,
+                ) from None
             n_in += len(records)
             n_out += len(processed)
             out.append((seq, processed))
@@ -251,23 +300,39 @@ class TaskRunActivities:
             state.update(details[0])
             log.info("emit_resumed", next_seq=state["next_seq"])
         key = run_key(inp.run)
-        pages = await asyncio.to_thread(self.staging.get_pages, key, "processed",
-                                        state["next_seq"], inp.last_seq)
+        pages = await asyncio.to_thread(
+            self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
+        )
         try:
             for seq, records in pages:
                 if records:
-                    await task.emit(self.client, sinks, records,
-                                    EmitContext(run_key=key, seq=seq, trace=trace,
-                                                request_id=inp.run.request_id,
-                                                task_code=inp.run.task_code))
-                state = {"next_seq": seq + 1, "records": state["records"] + len(records),
-                         "batches": state["batches"] + (1 if records else 0)}
+                    await task.emit(
+                        self.client,
+                        sinks,
+                        records,
+                        EmitContext(
+                            run_key=key,
+                            seq=seq,
+                            trace=trace,
+                            request_id=inp.run.request_id,
+                            task_code=inp.run.task_code,
+                        ),
+                    )
+                state = {
+                    "next_seq": seq + 1,
+                    "records": state["records"] + len(records),
+                    "batches": state["batches"] + (1 if records else 0),
+                }
                 activity.heartbeat(state)
         except asyncio.CancelledError:
             log.info("emit_cancelled", next_seq=state["next_seq"])
             raise
-        log.info("emit_batch_done", first_seq=inp.first_seq, last_seq=inp.last_seq,
-                 records=state["records"])
+        log.info(
+            "emit_batch_done",
+            first_seq=inp.first_seq,
+            last_seq=inp.last_seq,
+            records=state["records"],
+        )
         return EmitResult(records_emitted=state["records"], batches=state["batches"])
 
     # -- 5. finalize ------------------------------------------------------------------------
@@ -287,8 +352,9 @@ class TaskRunActivities:
             callback = self._callback(inp.run, inp.callback, trace)
         except ArtemisError as e:
             # A refused callback target (not allowed host) is reported, never retried.
-            log.warning("callback_finalize_failure", error=str(e),
-                        run_id=(inp.callback or {}).get("run_id"))
+            log.warning(
+                "callback_finalize_failure", error=str(e), run_id=(inp.callback or {}).get("run_id")
+            )
             outcome, detail = FinalizeOutcome.REJECTED, str(e)
         if callback is not None:
             attempt = activity.info().attempt
@@ -296,18 +362,32 @@ class TaskRunActivities:
             outcome, detail = await callback.finalize(body, attempt)
             if outcome == FinalizeOutcome.RETRY:
                 if attempt < FINALIZE_MAX_ATTEMPTS:
-                    raise ApplicationError(f"finalize callback failed: {detail}",
-                                           type=ErrorCode.CALLBACK_ERROR.value)
-                log.error("callback_finalize_gave_up", run_id=callback.target.run_id,
-                          attempts=attempt, error=detail)
+                    raise ApplicationError(
+                        f"finalize callback failed: {detail}", type=ErrorCode.CALLBACK_ERROR.value
+                    )
+                log.error(
+                    "callback_finalize_gave_up",
+                    run_id=callback.target.run_id,
+                    attempts=attempt,
+                    error=detail,
+                )
                 outcome = "gave_up"
         key = run_key(inp.run)
         await asyncio.to_thread(self.staging.drop_run, key)
         await asyncio.to_thread(self.secrets.drop, key)
-        log.info("run_finalized", status=inp.status, callback=outcome, **{
-            k: v for k, v in stats.items() if isinstance(v, int)})
+        log.info(
+            "run_finalized",
+            status=inp.status,
+            callback=outcome,
+            **{k: v for k, v in stats.items() if isinstance(v, int)},
+        )
         return FinalizeResult(callback=outcome, detail=detail, stats=stats)
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.prepare_params, self.fetch_pages, self.process_batch, self.emit_batch,
-                self.finalize_run]
+        return [
+            self.prepare_params,
+            self.fetch_pages,
+            self.process_batch,
+            self.emit_batch,
+            self.finalize_run,
+        ]

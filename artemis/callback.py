@@ -47,14 +47,17 @@ def resolve_base_url(target: CallbackTarget, settings: CallbackSettings) -> str:
     assert target.base_url
     parts = urlsplit(target.base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ArtemisError(ErrorCode.INVALID_INPUT,
-                           f"callback.base_url must be an http(s) URL, got {target.base_url!r}")
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"callback.base_url must be an http(s) URL, got {target.base_url!r}",
+        )
     host = target.override_host or settings.override_host or parts.hostname
     port = target.override_port or settings.override_port or parts.port
     allowed = settings.allowed_hosts
     if "*" not in allowed and host not in allowed:
-        raise ArtemisError(ErrorCode.INVALID_INPUT,
-                           f"callback host {host!r} is not in callback.allowed_hosts")
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"callback host {host!r} is not in callback.allowed_hosts"
+        )
     netloc = f"[{host}]" if ":" in host else host
     if port:
         netloc = f"{netloc}:{port}"
@@ -69,9 +72,15 @@ class FinalizeOutcome:
 
 
 class CallbackClient:
-    def __init__(self, target: CallbackTarget, settings: CallbackSettings,
-                 client: httpx.AsyncClient, trace: TraceContext, token: str | None,
-                 request_id: str | None = None) -> None:
+    def __init__(
+        self,
+        target: CallbackTarget,
+        settings: CallbackSettings,
+        client: httpx.AsyncClient,
+        trace: TraceContext,
+        token: str | None,
+        request_id: str | None = None,
+    ) -> None:
         self.target = target
         self.settings = settings
         self.client = client
@@ -82,16 +91,19 @@ class CallbackClient:
         self.base = resolve_base_url(target, settings) if target.enabled else None
 
     def _headers(self) -> dict[str, str]:
-        headers = {"traceparent": self.trace.child().traceparent(),
-                   "Content-Type": "application/json"}
+        headers = {
+            "traceparent": self.trace.child().traceparent(),
+            "Content-Type": "application/json",
+        }
         if self.token:
             headers[self.target.auth_header or self.settings.default_auth_header] = self.token
         if self.request_id:
             headers["X-Request-ID"] = self.request_id
         return headers
 
-    async def progress(self, current: int, total: int, message: str | None,
-                       last_sent_ms: float | None) -> float | None:
+    async def progress(
+        self, current: int, total: int, message: str | None, last_sent_ms: float | None
+    ) -> float | None:
         """Send progress unless throttled. Returns the new last-sent time (ms), or the old one.
 
         Never raises: progress is best effort.
@@ -100,8 +112,13 @@ class CallbackClient:
             return last_sent_ms
         now_ms = time.time() * 1000
         if total == 0 and current > 0:
-            log.warning("callback_progress", run_id=self.target.run_id, current=current,
-                        total=total, skipped="total_zero")
+            log.warning(
+                "callback_progress",
+                run_id=self.target.run_id,
+                current=current,
+                total=total,
+                skipped="total_zero",
+            )
             return last_sent_ms
         throttled = (
             last_sent_ms is not None
@@ -110,21 +127,45 @@ class CallbackClient:
         )
         percent = int(current * 100 / total) if total > 0 else 0
         if throttled:
-            log.debug("callback_progress", run_id=self.target.run_id, current=current,
-                      total=total, percent=percent, skipped_due_to_throttle=True)
+            log.debug(
+                "callback_progress",
+                run_id=self.target.run_id,
+                current=current,
+                total=total,
+                percent=percent,
+                skipped_due_to_throttle=True,
+            )
             return last_sent_ms
         url = f"{self.base}/{self.target.run_id}/progress"
         body = {"current": current, "total": total, "message": message}
         try:
-            resp = await self.client.post(url, content=json.dumps(body), headers=self._headers(),
-                                          timeout=self.settings.timeout_seconds)
+            resp = await self.client.post(
+                url,
+                content=json.dumps(body),
+                headers=self._headers(),
+                timeout=self.settings.timeout_seconds,
+            )
             ok = 200 <= resp.status_code < 300
-            log.info("callback_progress", run_id=self.target.run_id, current=current,
-                     total=total, percent=percent, skipped_due_to_throttle=False,
-                     status=resp.status_code, ok=ok)
+            log.info(
+                "callback_progress",
+                run_id=self.target.run_id,
+                current=current,
+                total=total,
+                percent=percent,
+                skipped_due_to_throttle=False,
+                status=resp.status_code,
+                ok=ok,
+            )
         except httpx.HTTPError as e:
-            log.warning("callback_progress", run_id=self.target.run_id, current=current,
-                        total=total, percent=percent, ok=False, error=f"{type(e).__name__}: {e}")
+            log.warning(
+                "callback_progress",
+                run_id=self.target.run_id,
+                current=current,
+                total=total,
+                percent=percent,
+                ok=False,
+                error=f"{type(e).__name__}: {e}",
+            )
         return now_ms
 
     async def finalize(self, body: dict[str, Any], attempt: int) -> tuple[str, str]:
@@ -134,20 +175,38 @@ class CallbackClient:
             return FinalizeOutcome.SKIPPED, "no callback configured"
         url = f"{self.base}/{self.target.run_id}/callback"
         try:
-            resp = await self.client.post(url, content=json.dumps(body), headers=self._headers(),
-                                          timeout=self.settings.timeout_seconds)
+            resp = await self.client.post(
+                url,
+                content=json.dumps(body),
+                headers=self._headers(),
+                timeout=self.settings.timeout_seconds,
+            )
         except httpx.HTTPError as e:
             detail = f"{type(e).__name__}: {e}"
-            log.warning("callback_finalize_failure", run_id=self.target.run_id, error=detail,
-                        attempt=attempt)
+            log.warning(
+                "callback_finalize_failure",
+                run_id=self.target.run_id,
+                error=detail,
+                attempt=attempt,
+            )
             return FinalizeOutcome.RETRY, detail
         if 200 <= resp.status_code < 300:
-            log.info("callback_finalize_success", run_id=self.target.run_id,
-                     code=resp.status_code, result=body.get("result"), attempt=attempt)
+            log.info(
+                "callback_finalize_success",
+                run_id=self.target.run_id,
+                code=resp.status_code,
+                result=body.get("result"),
+                attempt=attempt,
+            )
             return FinalizeOutcome.DELIVERED, str(resp.status_code)
         detail = f"HTTP {resp.status_code}: {resp.text[:200]}"
-        log.warning("callback_finalize_failure", run_id=self.target.run_id, error=detail,
-                    attempt=attempt, status=resp.status_code)
+        log.warning(
+            "callback_finalize_failure",
+            run_id=self.target.run_id,
+            error=detail,
+            attempt=attempt,
+            status=resp.status_code,
+        )
         if 400 <= resp.status_code < 500:
             return FinalizeOutcome.REJECTED, detail
         return FinalizeOutcome.RETRY, detail
@@ -156,8 +215,11 @@ class CallbackClient:
 def finalize_body(status: str, stats: dict[str, Any], error_message: str | None) -> dict[str, Any]:
     """The exact finalize bodies of the protocol."""
     if status == "completed":
-        return {"result": "success", "code": 200,
-                "body": json.dumps(stats, separators=(",", ":"), sort_keys=True)}
+        return {
+            "result": "success",
+            "code": 200,
+            "body": json.dumps(stats, separators=(",", ":"), sort_keys=True),
+        }
     if status == "timeout":
         return {"result": "failed_timeout", "error_message": "callback_deadline_exceeded"}
     return {"result": "failed", "error_message": error_message or status}

@@ -138,15 +138,25 @@ class Settings(BaseSettings):
     task_store: TaskStoreSettings = Field(default_factory=TaskStoreSettings)
     http_client: HttpClientSettings = Field(default_factory=HttpClientSettings)
     # Defaults point at the bundled sample servers (`artemis samples serve`, port 8300).
-    task_defaults: dict[str, dict[str, Any]] = Field(default_factory=lambda: {
-        "pull_stock_quotes": {"symbols": ["AAPL", "TSLA"], "start": "2025-11-01",
-                              "end": "2025-11-30", "page_size": 10,
-                              "base_url": "http://127.0.0.1:8300"},
-    })
-    output_defaults: dict[str, dict[str, Any]] = Field(default_factory=lambda: {
-        "pull_stock_quotes": {"sinks": ["http"],
-                              "http_endpoint": "http://127.0.0.1:8300/sink/quotes"},
-    })
+    task_defaults: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {
+            "pull_stock_quotes": {
+                "symbols": ["AAPL", "TSLA"],
+                "start": "2025-11-01",
+                "end": "2025-11-30",
+                "page_size": 10,
+                "base_url": "http://127.0.0.1:8300",
+            },
+        }
+    )
+    output_defaults: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {
+            "pull_stock_quotes": {
+                "sinks": ["http"],
+                "http_endpoint": "http://127.0.0.1:8300/sink/quotes",
+            },
+        }
+    )
     callback: CallbackSettings = Field(default_factory=CallbackSettings)
     runs: RunTuning = Field(default_factory=RunTuning)
     vault: dict[str, Any] = Field(default_factory=dict)
@@ -189,7 +199,9 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         try:
             loaded = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
-            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"config file {p} is not valid YAML: {e}")
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR, f"config file {p} is not valid YAML: {e}"
+            ) from None
         if not isinstance(loaded, dict):
             raise ArtemisError(ErrorCode.CONFIG_ERROR, f"config file {p} must hold a mapping")
         data = loaded

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,7 @@ class _CodeInfo:
     http_status: int
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     COOKIE_EXHAUSTED = "COOKIE_EXHAUSTED"
     COOKIE_INVALID = "COOKIE_INVALID"
     PLATFORM_ERROR = "PLATFORM_ERROR"

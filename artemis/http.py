@@ -9,8 +9,9 @@ from artemis.errors import ArtemisError, ErrorCode
 
 
 def make_client(settings: HttpClientSettings, **overrides) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=settings.max_connections,
-                          max_keepalive_connections=settings.max_connections)
+    limits = httpx.Limits(
+        max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections
+    )
     kwargs = dict(
         timeout=httpx.Timeout(settings.timeout_seconds),
         verify=settings.verify_ssl,
@@ -25,8 +26,11 @@ def make_client(settings: HttpClientSettings, **overrides) -> httpx.AsyncClient:
 def transport_error(code: ErrorCode, what: str, exc: httpx.HTTPError) -> ArtemisError:
     """Turn a transport failure into a retryable error naming what was being done."""
     if isinstance(exc, httpx.TimeoutException):
-        return ArtemisError(ErrorCode.TIMEOUT_ERROR if code is ErrorCode.TIMEOUT_ERROR else code,
-                            f"{what}: timed out ({type(exc).__name__})", retryable=True)
+        return ArtemisError(
+            ErrorCode.TIMEOUT_ERROR if code is ErrorCode.TIMEOUT_ERROR else code,
+            f"{what}: timed out ({type(exc).__name__})",
+            retryable=True,
+        )
     return ArtemisError(code, f"{what}: {type(exc).__name__}: {exc}", retryable=True)
 
 
@@ -37,8 +41,8 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
-        from email.utils import parsedate_to_datetime
         from datetime import UTC, datetime
+        from email.utils import parsedate_to_datetime
 
         try:
             when = parsedate_to_datetime(value)

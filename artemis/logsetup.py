@@ -22,8 +22,13 @@ _registered_secrets: set[str] = set()
 _PATTERNS = [
     (re.compile(r"(web_session=)[^;\s\"',&]+"), r"\1***REDACTED***"),
     (re.compile(r"(\"cookie_value\"\s*:\s*)\"[^\"]*\""), r'\1"***REDACTED***"'),
-    (re.compile(r"((?:authorization|x-callback-token)['\"]?\s*[:=]\s*['\"]?)(bearer\s+)?[^\s'\",}]+",
-                re.I), r"\1\2***REDACTED***"),
+    (
+        re.compile(
+            r"((?:authorization|x-callback-token)['\"]?\s*[:=]\s*['\"]?)(bearer\s+)?[^\s'\",}]+",
+            re.I,
+        ),
+        r"\1\2***REDACTED***",
+    ),
 ]
 REDACTED = "***REDACTED***"
 
@@ -47,20 +52,32 @@ def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):
-        return {k: (REDACTED if str(k).lower() in _SECRET_KEYS else _redact_value(v))
-                for k, v in value.items()}
+        return {
+            k: (REDACTED if str(k).lower() in _SECRET_KEYS else _redact_value(v))
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_redact_value(v) for v in value]
     return value
 
 
-_SECRET_KEYS = {"cookie_value", "auth_token", "api_key", "token", "password", "authorization",
-                "default_token", "x-callback-token"}
+_SECRET_KEYS = {
+    "cookie_value",
+    "auth_token",
+    "api_key",
+    "token",
+    "password",
+    "authorization",
+    "default_token",
+    "x-callback-token",
+}
 
 
 def _redact_processor(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    return {k: (REDACTED if k.lower() in _SECRET_KEYS and v else _redact_value(v))
-            for k, v in event_dict.items()}
+    return {
+        k: (REDACTED if k.lower() in _SECRET_KEYS and v else _redact_value(v))
+        for k, v in event_dict.items()
+    }
 
 
 def _temporal_context(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +140,9 @@ class _NoLocalsTraceback:
 
                 text = "".join(traceback.format_exception(*exc_info))
                 event_dict["exception"] = redact_text(text)
-                event_dict.setdefault("error", redact_text(f"{exc_info[0].__name__}: {exc_info[1]}"))
+                event_dict.setdefault(
+                    "error", redact_text(f"{exc_info[0].__name__}: {exc_info[1]}")
+                )
         return event_dict
 
 
@@ -162,19 +181,27 @@ def configure_logging(settings: LoggingSettings, *, force: bool = False) -> None
     if settings.format == "json":
         renderer = structlog.processors.JSONRenderer(default=str)
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
 
     structlog.configure(
-        processors=[structlog.stdlib.filter_by_level, *shared,
-                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, _drop_record,
-                    renderer],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            _drop_record,
+            renderer,
+        ],
     )
     handler: logging.Handler
     if settings.output == "file":

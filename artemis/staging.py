@@ -20,7 +20,9 @@ class Staging:
         self.engine = get_engine(database_url)
         self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
 
-    def put_pages(self, run_key: str, kind: str, pages: list[tuple[int, list[dict[str, Any]]]]) -> None:
+    def put_pages(
+        self, run_key: str, kind: str, pages: list[tuple[int, list[dict[str, Any]]]]
+    ) -> None:
         """Store pages by sequence number; storing a sequence again overwrites it."""
         if not pages:
             return
@@ -43,13 +45,20 @@ class Staging:
         with self.engine.begin() as conn:
             conn.execute(stmt)
 
-    def get_pages(self, run_key: str, kind: str, first_seq: int, last_seq: int
-                  ) -> list[tuple[int, list[dict[str, Any]]]]:
+    def get_pages(
+        self, run_key: str, kind: str, first_seq: int, last_seq: int
+    ) -> list[tuple[int, list[dict[str, Any]]]]:
         """Pages with ``first_seq <= seq <= last_seq``, in order."""
         q = (
             select(_table.c.seq, _table.c.payload)
-            .where(and_(_table.c.run_key == run_key, _table.c.kind == kind,
-                        _table.c.seq >= first_seq, _table.c.seq <= last_seq))
+            .where(
+                and_(
+                    _table.c.run_key == run_key,
+                    _table.c.kind == kind,
+                    _table.c.seq >= first_seq,
+                    _table.c.seq <= last_seq,
+                )
+            )
             .order_by(_table.c.seq)
         )
         with self.engine.connect() as conn:

@@ -35,8 +35,9 @@ def master_key(key_file: str | os.PathLike[str] = ".artemis/master.key") -> byte
 
 
 def derive_fernet(master: bytes, purpose: str) -> Fernet:
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"artemis-v1",
-               info=purpose.encode()).derive(master)
+    key = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=b"artemis-v1", info=purpose.encode()
+    ).derive(master)
     return Fernet(base64.urlsafe_b64encode(key))
 
 
@@ -51,26 +52,31 @@ class RunSecrets:
     def put(self, run_key: str, name: str, value: str) -> None:
         table = RunSecret.__table__  # type: ignore[attr-defined]
         token = self.fernet.encrypt(value.encode()).decode()
-        stmt = self._insert(table).values(run_key=run_key, name=name, ciphertext=token,
-                                          created_at=utcnow())
-        stmt = stmt.on_conflict_do_update(index_elements=["run_key", "name"],
-                                          set_={"ciphertext": stmt.excluded.ciphertext})
+        stmt = self._insert(table).values(
+            run_key=run_key, name=name, ciphertext=token, created_at=utcnow()
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["run_key", "name"], set_={"ciphertext": stmt.excluded.ciphertext}
+        )
         with self.engine.begin() as conn:
             conn.execute(stmt)
 
     def get(self, run_key: str, name: str) -> str | None:
         table = RunSecret.__table__  # type: ignore[attr-defined]
         with self.engine.connect() as conn:
-            row = conn.execute(select(table.c.ciphertext).where(
-                table.c.run_key == run_key, table.c.name == name)).first()
+            row = conn.execute(
+                select(table.c.ciphertext).where(table.c.run_key == run_key, table.c.name == name)
+            ).first()
         if row is None:
             return None
         try:
             return self.fernet.decrypt(row.ciphertext.encode()).decode()
         except InvalidToken:
-            raise ArtemisError(ErrorCode.CONFIG_ERROR,
-                               f"run secret {name!r} cannot be decrypted with the current "
-                               f"master key ({MASTER_KEY_ENV})") from None
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"run secret {name!r} cannot be decrypted with the current "
+                f"master key ({MASTER_KEY_ENV})",
+            ) from None
 
     def drop(self, run_key: str) -> None:
         table = RunSecret.__table__  # type: ignore[attr-defined]

@@ -50,12 +50,20 @@ async def baseline(samples: str, pages: int, page_size: int) -> tuple[float, int
     queue: asyncio.Queue = asyncio.Queue()
     sent = 0
     async with httpx.AsyncClient(timeout=30) as http:
+
         async def produce() -> None:
             page = 1
             while page is not None:
-                resp = await http.get(f"{samples}/quotes", params={
-                    "symbol": "BASE", "start": START.isoformat(), "end": end.isoformat(),
-                    "page": page, "page_size": page_size})
+                resp = await http.get(
+                    f"{samples}/quotes",
+                    params={
+                        "symbol": "BASE",
+                        "start": START.isoformat(),
+                        "end": end.isoformat(),
+                        "page": page,
+                        "page_size": page_size,
+                    },
+                )
                 resp.raise_for_status()
                 data = resp.json()
                 await queue.put(data["items"])
@@ -66,9 +74,14 @@ async def baseline(samples: str, pages: int, page_size: int) -> tuple[float, int
             nonlocal sent
             seq = 0
             while (items := await queue.get()) is not None:
-                resp = await http.post(f"{samples}/sink/baseline", content=json.dumps(items),
-                                       headers={"Content-Type": "application/json",
-                                                "Idempotency-Key": f"baseline:{seq}"})
+                resp = await http.post(
+                    f"{samples}/sink/baseline",
+                    content=json.dumps(items),
+                    headers={
+                        "Content-Type": "application/json",
+                        "Idempotency-Key": f"baseline:{seq}",
+                    },
+                )
                 resp.raise_for_status()
                 sent += len(items)
                 seq += 1
@@ -80,8 +93,15 @@ async def baseline(samples: str, pages: int, page_size: int) -> tuple[float, int
 
 async def artemis_run(api: str, samples: str, pages: int, page_size: int) -> tuple[float, dict]:
     end = START + timedelta(days=pages * page_size - 1)
-    body = {"params": {"symbols": ["ARTM"], "start": START.isoformat(), "end": end.isoformat(),
-                       "page_size": page_size, "base_url": samples}}
+    body = {
+        "params": {
+            "symbols": ["ARTM"],
+            "start": START.isoformat(),
+            "end": end.isoformat(),
+            "page_size": page_size,
+            "base_url": samples,
+        }
+    }
     async with httpx.AsyncClient(timeout=600) as http:
         t0 = time.perf_counter()
         resp = await http.post(f"{api}/tasks/pull_stock_quotes/run?mode=sync", json=body)
@@ -102,36 +122,61 @@ async def main() -> None:
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="artemis-bench-"))
-    temporal = DevServer(port=free_port(), ui_port=None, db_file=None,
-                         log_file=tmp / "temporal.log").start()
+    temporal = DevServer(
+        port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log"
+    ).start()
     samples_port, api_port = free_port(), free_port()
     samples = f"http://127.0.0.1:{samples_port}"
     api = f"http://127.0.0.1:{api_port}"
     config = tmp / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "temporal": {"address": temporal.address, "task_queue": "bench"},
-        "database": {"url": f"sqlite:///{tmp / 'artemis.db'}"},
-        "vault": {"master_key_file": str(tmp / "master.key")},
-        "logging": {"output": "file", "level": "WARNING", "file": {"path": str(tmp / "a.log")}},
-        "server": {"port": api_port, "sync_timeout_s": 600},
-        "runs": {"pages_per_fetch": args.pages_per_fetch},
-        "output_defaults": {"pull_stock_quotes": {"sinks": ["http"],
-                                                  "http_endpoint": f"{samples}/sink/artemis"}},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "temporal": {"address": temporal.address, "task_queue": "bench"},
+                "database": {"url": f"sqlite:///{tmp / 'artemis.db'}"},
+                "vault": {"master_key_file": str(tmp / "master.key")},
+                "logging": {
+                    "output": "file",
+                    "level": "WARNING",
+                    "file": {"path": str(tmp / "a.log")},
+                },
+                "server": {"port": api_port, "sync_timeout_s": 600},
+                "runs": {"pages_per_fetch": args.pages_per_fetch},
+                "output_defaults": {
+                    "pull_stock_quotes": {
+                        "sinks": ["http"],
+                        "http_endpoint": f"{samples}/sink/artemis",
+                    }
+                },
+            }
+        )
+    )
     env = {**os.environ, "ARTEMIS_CONFIG": str(config)}
     cli = [sys.executable, "-m", "starter.cli"]
     procs: list[subprocess.Popen] = []
     try:
-        subprocess.run(cli + ["db", "upgrade"], env=env, cwd=ROOT, check=True,
-                       capture_output=True)
-        procs.append(subprocess.Popen(cli + ["samples", "serve", "--port", str(samples_port),
-                                             "--latency-ms", str(args.latency_ms)],
-                                      env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
+        subprocess.run(cli + ["db", "upgrade"], env=env, cwd=ROOT, check=True, capture_output=True)
+        procs.append(
+            subprocess.Popen(
+                cli
+                + [
+                    "samples",
+                    "serve",
+                    "--port",
+                    str(samples_port),
+                    "--latency-ms",
+                    str(args.latency_ms),
+                ],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+            )
+        )
         wait_port(samples_port, procs[-1], "sample servers")
-        procs.append(subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT,
-                                      stdout=subprocess.DEVNULL))
-        procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT,
-                                      stdout=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+        )
+        procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
         wait_port(api_port, procs[-1], "api")
 
         await artemis_run(api, samples, 3, 10)  # warm-up: connections, sandbox, caches
@@ -144,23 +189,35 @@ async def main() -> None:
             t, stats = await artemis_run(api, samples, args.pages, args.page_size)
             artemis_times.append(t)
             async with httpx.AsyncClient(timeout=60) as http:
-                got = sum(len(b["records"]) for b in
-                          (await http.get(f"{samples}/_sink/batches")).json()
-                          if b["status"] == 200)
+                got = sum(
+                    len(b["records"])
+                    for b in (await http.get(f"{samples}/_sink/batches")).json()
+                    if b["status"] == 200
+                )
             if got != args.pages * args.page_size:
-                raise SystemExit(f"sink received {got} records, expected "
-                                 f"{args.pages * args.page_size}")
+                raise SystemExit(
+                    f"sink received {got} records, expected {args.pages * args.page_size}"
+                )
             t, sent = await baseline(samples, args.pages, args.page_size)
             base_times.append(t)
         a, b = statistics.median(artemis_times), statistics.median(base_times)
-        print(json.dumps({
-            "pages": args.pages, "records": args.pages * args.page_size,
-            "artemis_s": round(a, 3), "baseline_s": round(b, 3), "ratio": round(a / b, 3),
-            "latency_ms": args.latency_ms, "repeat": args.repeat,
-            "pages_per_fetch": args.pages_per_fetch, "batches": stats.get("stats", {}).get("batches"),
-            "artemis_runs_s": [round(x, 3) for x in artemis_times],
-            "baseline_runs_s": [round(x, 3) for x in base_times],
-        }))
+        print(
+            json.dumps(
+                {
+                    "pages": args.pages,
+                    "records": args.pages * args.page_size,
+                    "artemis_s": round(a, 3),
+                    "baseline_s": round(b, 3),
+                    "ratio": round(a / b, 3),
+                    "latency_ms": args.latency_ms,
+                    "repeat": args.repeat,
+                    "pages_per_fetch": args.pages_per_fetch,
+                    "batches": stats.get("stats", {}).get("batches"),
+                    "artemis_runs_s": [round(x, 3) for x in artemis_times],
+                    "baseline_runs_s": [round(x, 3) for x in base_times],
+                }
+            )
+        )
     finally:
         for p in procs:
             p.terminate()

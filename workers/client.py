@@ -38,6 +38,7 @@ async def connect(settings: Settings) -> Client:
             interceptors=[TracingInterceptor()],
         )
     except Exception as e:  # the SDK raises RuntimeError with the gRPC detail
-        raise ArtemisError(ErrorCode.NOT_READY,
-                           f"cannot reach Temporal at {t.address} (namespace {t.namespace}): {e}"
-                           ) from None
+        raise ArtemisError(
+            ErrorCode.NOT_READY,
+            f"cannot reach Temporal at {t.address} (namespace {t.namespace}): {e}",
+        ) from None

@@ -17,8 +17,9 @@ from workflows.task_run import TaskRunWorkflow
 log = get_logger("artemis.worker")
 
 
-def build_worker(client: Client, settings: Settings, activities: TaskRunActivities,
-                 task_queue: str | None = None) -> Worker:
+def build_worker(
+    client: Client, settings: Settings, activities: TaskRunActivities, task_queue: str | None = None
+) -> Worker:
     return Worker(
         client,
         task_queue=task_queue or settings.temporal.task_queue,
@@ -29,16 +30,20 @@ def build_worker(client: Client, settings: Settings, activities: TaskRunActiviti
 
 
 @asynccontextmanager
-async def running_worker(settings: Settings, client: Client | None = None,
-                         task_queue: str | None = None):
+async def running_worker(
+    settings: Settings, client: Client | None = None, task_queue: str | None = None
+):
     """Run a worker for the duration of the ``async with`` block."""
     client = client or await connect(settings)
     activities = TaskRunActivities(settings)
     worker = build_worker(client, settings, activities, task_queue)
     try:
         async with worker:
-            log.info("worker_started", task_queue=task_queue or settings.temporal.task_queue,
-                     address=settings.temporal.address)
+            log.info(
+                "worker_started",
+                task_queue=task_queue or settings.temporal.task_queue,
+                address=settings.temporal.address,
+            )
             yield worker
     finally:
         await activities.aclose()

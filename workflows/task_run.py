@@ -63,8 +63,13 @@ class TaskRunWorkflow:
     def __init__(self) -> None:
         self._stage = "pending"
         self._steps: dict[str, str] = {s: "PENDING" for s in STEPS}
-        self._stats: dict[str, int] = {"pages": 0, "records_fetched": 0, "records_processed": 0,
-                                       "records_emitted": 0, "batches": 0}
+        self._stats: dict[str, int] = {
+            "pages": 0,
+            "records_fetched": 0,
+            "records_processed": 0,
+            "records_emitted": 0,
+            "batches": 0,
+        }
         self._total = 0
         self._units_done = 0
         self._cancel_reason: str | None = None
@@ -88,19 +93,30 @@ class TaskRunWorkflow:
     def cancel(self, request: CancelRequest) -> None:
         if self._cancel_reason is None:
             self._cancel_reason = request.reason or "cancelled by request"
-            workflow.logger.info("cancel_requested", extra={"artemis": {"reason": self._cancel_reason}})
+            workflow.logger.info(
+                "cancel_requested", extra={"artemis": {"reason": self._cancel_reason}}
+            )
 
     # -- run -----------------------------------------------------------------------------
     @workflow.run
     async def run(self, req: RunRequest) -> RunResult:
         info = workflow.info()
         self._req = req
-        self._run = RunRef(task_code=req.task_code, task_id=req.task_id,
-                           workflow_id=info.workflow_id, trace_id=req.trace_id,
-                           parent_span_id=req.parent_span_id, request_id=req.request_id)
-        self._log_fields = {"trace_id": req.trace_id, "request_id": req.request_id,
-                            "task_code": req.task_code, "task_id": req.task_id,
-                            "workflow_id": info.workflow_id}
+        self._run = RunRef(
+            task_code=req.task_code,
+            task_id=req.task_id,
+            workflow_id=info.workflow_id,
+            trace_id=req.trace_id,
+            parent_span_id=req.parent_span_id,
+            request_id=req.request_id,
+        )
+        self._log_fields = {
+            "trace_id": req.trace_id,
+            "request_id": req.request_id,
+            "task_code": req.task_code,
+            "task_id": req.task_id,
+            "workflow_id": info.workflow_id,
+        }
         carry = req.carry
         if carry is None:
             self._started_ms = int(workflow.now().timestamp() * 1000)
@@ -108,11 +124,13 @@ class TaskRunWorkflow:
             self._checkpoint: dict[str, Any] | None = None
             self._next_seq = 0
             self._progress_ms: float | None = None
-            workflow.upsert_search_attributes([
-                KEY_TASK_CODE.value_set(req.task_code),
-                KEY_TASK_ID.value_set(req.task_id),
-                KEY_RUN_ID.value_set(str((req.callback or {}).get("run_id") or "")),
-            ])
+            workflow.upsert_search_attributes(
+                [
+                    KEY_TASK_CODE.value_set(req.task_code),
+                    KEY_TASK_ID.value_set(req.task_id),
+                    KEY_RUN_ID.value_set(str((req.callback or {}).get("run_id") or "")),
+                ]
+            )
         else:
             self._started_ms = carry.started_ms
             self._params = carry.params
@@ -161,24 +179,31 @@ class TaskRunWorkflow:
             status, error_code, error_message = "failed", e.type or "INTERNAL", e.message
             stopper.cancel()
         self._mark_step_errors(status)
-        self._error = ({"code": error_code, "message": error_message}
-                       if error_code else None)
+        self._error = {"code": error_code, "message": error_message} if error_code else None
 
         callback_outcome = await self._finalize(status, error_code, error_message)
         self._status = status
         self._details()
         result = RunResult(
-            task_code=req.task_code, task_id=req.task_id, workflow_id=info.workflow_id,
+            task_code=req.task_code,
+            task_id=req.task_id,
+            workflow_id=info.workflow_id,
             status=status,
             duration_ms=int(workflow.now().timestamp() * 1000) - self._started_ms,
-            stats=dict(self._stats), error=self._error, callback=callback_outcome,
+            stats=dict(self._stats),
+            error=self._error,
+            callback=callback_outcome,
         )
         self._log("run_finished", status=status, error_code=error_code, **self._stats)
         if temporal_cancel is not None:
             raise temporal_cancel
         if status == "failed":
-            raise ApplicationError(error_message or "run failed", asdict(result),
-                                   type=error_code or "INTERNAL", non_retryable=True)
+            raise ApplicationError(
+                error_message or "run failed",
+                asdict(result),
+                type=error_code or "INTERNAL",
+                non_retryable=True,
+            )
         return result
 
     # -- the batch loop ----------------------------------------------------------------------
@@ -187,10 +212,13 @@ class TaskRunWorkflow:
         if self._params is None:
             self._enter("step_prepare")
             prepared: PrepareResult = await workflow.execute_activity(
-                "prepare_params", PrepareInput(run=self._run, params=req.params),
+                "prepare_params",
+                PrepareInput(run=self._run, params=req.params),
                 result_type=PrepareResult,
                 start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE
+                ),
                 summary=f"Validate params of {req.task_code}",
             )
             self._params, self._total = prepared.params, prepared.total
@@ -204,18 +232,27 @@ class TaskRunWorkflow:
                 self._enter("step_fetch")
                 fetched: FetchResult = await workflow.execute_activity(
                     "fetch_pages",
-                    FetchInput(run=self._run, params=self._params, checkpoint=self._checkpoint,
-                               first_seq=self._next_seq, max_pages=tuning.pages_per_fetch,
-                               max_seconds=tuning.fetch_max_seconds, total=self._total,
-                               units_done=self._units_done, callback=req.callback,
-                               progress_last_ms=self._progress_ms),
+                    FetchInput(
+                        run=self._run,
+                        params=self._params,
+                        checkpoint=self._checkpoint,
+                        first_seq=self._next_seq,
+                        max_pages=tuning.pages_per_fetch,
+                        max_seconds=tuning.fetch_max_seconds,
+                        total=self._total,
+                        units_done=self._units_done,
+                        callback=req.callback,
+                        progress_last_ms=self._progress_ms,
+                    ),
                     result_type=FetchResult,
                     start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
                     heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                             maximum_interval=timedelta(seconds=30),
-                                             maximum_attempts=tuning.activity_max_attempts,
-                                             non_retryable_error_types=NON_RETRYABLE),
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        maximum_interval=timedelta(seconds=30),
+                        maximum_attempts=tuning.activity_max_attempts,
+                        non_retryable_error_types=NON_RETRYABLE,
+                    ),
                     cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"Fetch pages from #{self._next_seq}",
                 )
@@ -237,8 +274,10 @@ class TaskRunWorkflow:
                 if last >= first:
                     emitting = asyncio.create_task(self._process_and_emit(first, last))
                 batches_here += 1
-                if not done and (batches_here >= tuning.max_batches_per_run
-                                 or workflow.info().is_continue_as_new_suggested()):
+                if not done and (
+                    batches_here >= tuning.max_batches_per_run
+                    or workflow.info().is_continue_as_new_suggested()
+                ):
                     await emitting if emitting else None
                     emitting = None
                     self._continue_as_new()
@@ -255,11 +294,18 @@ class TaskRunWorkflow:
 
     async def _process_and_emit(self, first: int, last: int) -> None:
         req, tuning = self._req, self._req.tuning
-        batch = BatchInput(run=self._run, params=self._params or {}, first_seq=first,
-                           last_seq=last, output=req.output)
+        batch = BatchInput(
+            run=self._run,
+            params=self._params or {},
+            first_seq=first,
+            last_seq=last,
+            output=req.output,
+        )
         self._steps["step_process"] = "IN_PROGRESS"
         processed: ProcessResult = await workflow.execute_local_activity(
-            "process_batch", batch, result_type=ProcessResult,
+            "process_batch",
+            batch,
+            result_type=ProcessResult,
             start_to_close_timeout=timedelta(seconds=120),
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
             summary=f"Process pages #{first}-#{last}",
@@ -267,13 +313,17 @@ class TaskRunWorkflow:
         self._stats["records_processed"] += processed.records_out
         self._steps["step_emit"] = "IN_PROGRESS"
         emitted: EmitResult = await workflow.execute_activity(
-            "emit_batch", batch, result_type=EmitResult,
+            "emit_batch",
+            batch,
+            result_type=EmitResult,
             start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
             heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=0.5),
-                                     maximum_interval=timedelta(seconds=30),
-                                     maximum_attempts=tuning.activity_max_attempts,
-                                     non_retryable_error_types=NON_RETRYABLE),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=0.5),
+                maximum_interval=timedelta(seconds=30),
+                maximum_attempts=tuning.activity_max_attempts,
+                non_retryable_error_types=NON_RETRYABLE,
+            ),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"Emit pages #{first}-#{last}",
         )
@@ -281,45 +331,72 @@ class TaskRunWorkflow:
         self._details()
 
     def _continue_as_new(self) -> None:
-        carry = RunCarry(params=self._params or {}, total=self._total,
-                         checkpoint=self._checkpoint, next_seq=self._next_seq,
-                         stats=dict(self._stats), steps=dict(self._steps),
-                         progress_last_ms=self._progress_ms, units_done=self._units_done,
-                         started_ms=self._started_ms, generation=self._generation + 1)
+        carry = RunCarry(
+            params=self._params or {},
+            total=self._total,
+            checkpoint=self._checkpoint,
+            next_seq=self._next_seq,
+            stats=dict(self._stats),
+            steps=dict(self._steps),
+            progress_last_ms=self._progress_ms,
+            units_done=self._units_done,
+            started_ms=self._started_ms,
+            generation=self._generation + 1,
+        )
         self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
         req = self._req
-        workflow.continue_as_new(RunRequest(
-            task_code=req.task_code, task_id=req.task_id, params=req.params,
-            trace_id=req.trace_id, parent_span_id=req.parent_span_id,
-            request_id=req.request_id, output=req.output, callback=req.callback,
-            timeout_s=req.timeout_s, tuning=req.tuning, carry=carry))
+        workflow.continue_as_new(
+            RunRequest(
+                task_code=req.task_code,
+                task_id=req.task_id,
+                params=req.params,
+                trace_id=req.trace_id,
+                parent_span_id=req.parent_span_id,
+                request_id=req.request_id,
+                output=req.output,
+                callback=req.callback,
+                timeout_s=req.timeout_s,
+                tuning=req.tuning,
+                carry=carry,
+            )
+        )
 
     async def _stop_when_asked(self, deadline_s: float) -> _Stop:
         try:
-            await workflow.wait_condition(lambda: self._cancel_reason is not None,
-                                          timeout=timedelta(seconds=deadline_s))
+            await workflow.wait_condition(
+                lambda: self._cancel_reason is not None, timeout=timedelta(seconds=deadline_s)
+            )
         except TimeoutError:
             return _Stop("timeout", f"run exceeded its deadline of {self._req.timeout_s:g} s")
         return _Stop("cancelled", f"cancelled: {self._cancel_reason}")
 
     # -- finalize ----------------------------------------------------------------------------
-    async def _finalize(self, status: str, error_code: str | None,
-                        error_message: str | None) -> str:
+    async def _finalize(
+        self, status: str, error_code: str | None, error_message: str | None
+    ) -> str:
         self._enter("step_finalize")
         try:
             fin: FinalizeResult = await workflow.execute_activity(
                 "finalize_run",
-                FinalizeInput(run=self._run, status=status, stats=dict(self._stats),
-                              error_code=error_code, error_message=error_message,
-                              callback=self._req.callback, params=self._params),
+                FinalizeInput(
+                    run=self._run,
+                    status=status,
+                    stats=dict(self._stats),
+                    error_code=error_code,
+                    error_message=error_message,
+                    callback=self._req.callback,
+                    params=self._params,
+                ),
                 result_type=FinalizeResult,
                 start_to_close_timeout=timedelta(seconds=30),
                 # The CronJob protocol: 3 retries after 0.5 s, 1 s and 2 s (network errors
                 # and 5xx only; a 4xx answer is not retried by the activity itself).
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=0.5),
-                                         backoff_coefficient=2.0,
-                                         maximum_interval=timedelta(seconds=2),
-                                         maximum_attempts=4),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=0.5),
+                    backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=2),
+                    maximum_attempts=4,
+                ),
                 summary=f"Finalize ({status}) and call the CronJob back",
             )
             self._steps["step_finalize"] = "COMPLETED"

@@ -38,8 +38,9 @@ class Faults:
         if self.status and self.times > 0:
             self.times -= 1
             headers = {"Retry-After": self.retry_after} if self.retry_after else None
-            return JSONResponse({"error": "injected failure"}, status_code=self.status,
-                                headers=headers)
+            return JSONResponse(
+                {"error": "injected failure"}, status_code=self.status, headers=headers
+            )
         return None
 
 
@@ -90,8 +91,9 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
 
     # -- quotes ------------------------------------------------------------------------
     @app.get("/quotes")
-    async def quotes(symbol: str, start: str, end: str, page: int = 1,
-                     page_size: int = 50) -> JSONResponse:
+    async def quotes(
+        symbol: str, start: str, end: str, page: int = 1, page_size: int = 50
+    ) -> JSONResponse:
         state["quote_requests"] += 1
         if state["latency_ms"]:
             await asyncio.sleep(state["latency_ms"] / 1000)
@@ -101,20 +103,31 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
         try:
             d0, d1 = date.fromisoformat(start), date.fromisoformat(end)
         except ValueError:
-            return JSONResponse({"error": f"bad date: start={start!r} end={end!r}, "
-                                          "expected YYYY-MM-DD"}, status_code=400)
+            return JSONResponse(
+                {"error": f"bad date: start={start!r} end={end!r}, expected YYYY-MM-DD"},
+                status_code=400,
+            )
         if d1 < d0:
             return JSONResponse({"error": "end is before start"}, status_code=400)
         if page < 1 or not 1 <= page_size <= 1000:
-            return JSONResponse({"error": "page must be >= 1 and page_size in 1..1000"},
-                                status_code=400)
+            return JSONResponse(
+                {"error": "page must be >= 1 and page_size in 1..1000"}, status_code=400
+            )
         days = (d1 - d0).days + 1
         first = (page - 1) * page_size
-        items = [quote_for(symbol.upper(), d0 + timedelta(days=i))
-                 for i in range(first, min(first + page_size, days))]
+        items = [
+            quote_for(symbol.upper(), d0 + timedelta(days=i))
+            for i in range(first, min(first + page_size, days))
+        ]
         last = first + page_size >= days
-        return JSONResponse({"symbol": symbol.upper(), "items": items, "page": page,
-                             "next_page": None if last else page + 1})
+        return JSONResponse(
+            {
+                "symbol": symbol.upper(),
+                "items": items,
+                "page": page,
+                "next_page": None if last else page + 1,
+            }
+        )
 
     # -- sink receiver -----------------------------------------------------------------------
     @app.post("/sink")
@@ -172,7 +185,10 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
 
     @app.get("/_stats")
     async def stats() -> dict[str, Any]:
-        return {"quote_requests": state["quote_requests"], "sink_batches": len(state["sink"]),
-                "cronjob_calls": len(state["cronjob"])}
+        return {
+            "quote_requests": state["quote_requests"],
+            "sink_batches": len(state["sink"]),
+            "cronjob_calls": len(state["cronjob"]),
+        }
 
     return app

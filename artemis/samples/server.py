@@ -10,8 +10,15 @@ import uvicorn
 
 class ThreadedServer:
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
-        self.config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                                     access_log=False, lifespan="on", log_config=None)
+        self.config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+            log_config=None,
+        )
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -31,8 +31,9 @@ class Sink(ABC):
     name: str
 
     @abstractmethod
-    async def emit(self, client: httpx.AsyncClient, records: list[dict[str, Any]],
-                   ctx: EmitContext) -> None:
+    async def emit(
+        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+    ) -> None:
         """Deliver ``records``; raise ArtemisError(SINK_ERROR) when not delivered."""
 
 
@@ -48,14 +49,16 @@ def build_sinks(spec: dict[str, Any]) -> list[Sink]:
         if name == "http":
             endpoint = spec.get("http_endpoint")
             if not endpoint:
-                raise ArtemisError(ErrorCode.INVALID_INPUT,
-                                   "output: sink 'http' needs 'http_endpoint'")
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT, "output: sink 'http' needs 'http_endpoint'"
+                )
             sinks.append(HttpSink(endpoint, headers=spec.get("http_headers") or {}))
         elif name == "log":
             sinks.append(LogSink())
         else:
-            raise ArtemisError(ErrorCode.INVALID_INPUT,
-                               f"output: unknown sink {name!r} (known: http, log)")
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT, f"output: unknown sink {name!r} (known: http, log)"
+            )
     if not sinks:
         raise ArtemisError(ErrorCode.INVALID_INPUT, "output: no sinks configured")
     return sinks

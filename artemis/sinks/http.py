@@ -22,8 +22,9 @@ class HttpSink(Sink):
         self.endpoint = endpoint
         self.headers = headers or {}
 
-    async def emit(self, client: httpx.AsyncClient, records: list[dict[str, Any]],
-                   ctx: EmitContext) -> None:
+    async def emit(
+        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+    ) -> None:
         span = ctx.trace.child()
         headers = {
             **self.headers,
@@ -49,8 +50,14 @@ class HttpSink(Sink):
                 details={"status": resp.status_code},
                 retry_after_s=retry_after_seconds(resp),
             )
-        log.debug("sink_batch_delivered", sink=self.name, seq=ctx.seq, records=len(records),
-                  status=resp.status_code, span_id=span.span_id)
+        log.debug(
+            "sink_batch_delivered",
+            sink=self.name,
+            seq=ctx.seq,
+            records=len(records),
+            status=resp.status_code,
+            span_id=span.span_id,
+        )
 
 
 class LogSink(Sink):
@@ -58,7 +65,12 @@ class LogSink(Sink):
 
     name = "log"
 
-    async def emit(self, client: httpx.AsyncClient, records: list[dict[str, Any]],
-                   ctx: EmitContext) -> None:
-        log.info("log_sink_batch", seq=ctx.seq, records=len(records),
-                 first=records[0] if records else None)
+    async def emit(
+        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+    ) -> None:
+        log.info(
+            "log_sink_batch",
+            seq=ctx.seq,
+            records=len(records),
+            first=records[0] if records else None,
+        )

@@ -27,6 +27,7 @@ class Source(ABC):
     name: str = "source"
 
     @abstractmethod
-    def pages(self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
-              ) -> AsyncIterator[Page]:
+    def pages(
+        self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+    ) -> AsyncIterator[Page]:
         """Yield pages starting at ``checkpoint`` (None = from the beginning)."""

@@ -11,7 +11,7 @@ JSON-serialisable, and register it in ``_KINDS``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from artemis.errors import ArtemisError, ErrorCode
@@ -86,9 +86,11 @@ class PageNumberPaginator(Paginator):
         self.pages_seen += 1
         if self.next_page_path is not None:
             if not isinstance(data, dict):
-                raise ArtemisError(ErrorCode.SOURCE_ERROR,
-                                   "expected a JSON object with a next-page field for "
-                                   f"PageNumberPaginator, got {type(data).__name__}")
+                raise ArtemisError(
+                    ErrorCode.SOURCE_ERROR,
+                    "expected a JSON object with a next-page field for "
+                    f"PageNumberPaginator, got {type(data).__name__}",
+                )
             nxt = json_path_get(data, self.next_page_path)
             if nxt is None:
                 self.has_more = False
@@ -96,9 +98,10 @@ class PageNumberPaginator(Paginator):
                 try:
                     self.page = int(nxt)
                 except (TypeError, ValueError):
-                    raise ArtemisError(ErrorCode.SOURCE_ERROR,
-                                       f"next page at {self.next_page_path!r} is not a number: "
-                                       f"{nxt!r}") from None
+                    raise ArtemisError(
+                        ErrorCode.SOURCE_ERROR,
+                        f"next page at {self.next_page_path!r} is not a number: {nxt!r}",
+                    ) from None
         else:
             self.page += 1
             if not records or (self.page_size and len(records) < self.page_size):
@@ -160,9 +163,10 @@ def paginator_from_checkpoint(checkpoint: dict[str, Any]) -> Paginator:
     kind = data.pop("kind", None)
     cls = _KINDS.get(kind or "")
     if cls is None:
-        raise ArtemisError(ErrorCode.INVALID_INPUT,
-                           f"unknown paginator kind in checkpoint: {kind!r} "
-                           f"(known: {', '.join(sorted(_KINDS))})")
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"unknown paginator kind in checkpoint: {kind!r} (known: {', '.join(sorted(_KINDS))})",
+        )
     try:
         return cls(**data)
     except TypeError as e:

@@ -34,8 +34,9 @@ class RestSource(Source):
         self.name = name
         self.transform = transform
 
-    async def pages(self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
-                    ) -> AsyncIterator[Page]:
+    async def pages(
+        self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+    ) -> AsyncIterator[Page]:
         paginator = paginator_from_checkpoint(checkpoint) if checkpoint else self.paginator
         while paginator.has_more:
             params = paginator.update_request(self.params)
@@ -44,16 +45,20 @@ class RestSource(Source):
             if records is None:
                 records = []
             if not isinstance(records, list):
-                raise ArtemisError(ErrorCode.SOURCE_ERROR,
-                                   f"{self.name}: expected a list at {self.records_path!r} "
-                                   f"in the answer of {self.url}, got {type(records).__name__}",
-                                   retryable=False)
+                raise ArtemisError(
+                    ErrorCode.SOURCE_ERROR,
+                    f"{self.name}: expected a list at {self.records_path!r} "
+                    f"in the answer of {self.url}, got {type(records).__name__}",
+                    retryable=False,
+                )
             paginator.update_state(data, records)
             if self.transform:
                 records = [self.transform(r) for r in records]
-            yield Page(records=records,
-                       checkpoint=paginator.checkpoint() if paginator.has_more else None,
-                       info={"params": params})
+            yield Page(
+                records=records,
+                checkpoint=paginator.checkpoint() if paginator.has_more else None,
+                info={"params": params},
+            )
 
     async def _get(self, client: httpx.AsyncClient, params: dict[str, Any]) -> Any:
         what = f"{self.name} GET {self.url}"
@@ -74,6 +79,8 @@ class RestSource(Source):
         try:
             return resp.json()
         except ValueError:
-            raise ArtemisError(ErrorCode.SOURCE_ERROR,
-                               f"{what}: answer is not JSON: {resp.text[:200]!r}",
-                               retryable=False) from None
+            raise ArtemisError(
+                ErrorCode.SOURCE_ERROR,
+                f"{what}: answer is not JSON: {resp.text[:200]!r}",
+                retryable=False,
+            ) from None

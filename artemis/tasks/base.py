@@ -52,8 +52,11 @@ class TaskUnit:
         try:
             return self.Params.model_validate(merged)
         except ValidationError as e:
-            raise ArtemisError(ErrorCode.INVALID_INPUT, describe_validation_error(e, "params"),
-                               details={"fields": validation_fields(e, "params")}) from None
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                describe_validation_error(e, "params"),
+                details={"fields": validation_fields(e, "params")},
+            ) from None
 
     # -- 2. sources ----------------------------------------------------------------
     def build_sources(self, ctx: TaskContext) -> list[Source]:
@@ -65,8 +68,9 @@ class TaskUnit:
         return len(self.build_sources(ctx))
 
     # -- 3. fetch --------------------------------------------------------------------
-    async def fetch(self, ctx: TaskContext, client: httpx.AsyncClient,
-                    checkpoint: dict[str, Any] | None) -> AsyncIterator[Page]:
+    async def fetch(
+        self, ctx: TaskContext, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+    ) -> AsyncIterator[Page]:
         """Yield pages across all sources, resumable from ``checkpoint``.
 
         The checkpoint is ``{"source": i, "state": <source checkpoint or null>}``; the
@@ -100,8 +104,13 @@ class TaskUnit:
         spec = {**ctx.settings.output_defaults.get(self.code, {}), **(ctx.output or {})}
         return build_sinks(spec)
 
-    async def emit(self, client: httpx.AsyncClient, sinks: list[Sink],
-                   records: list[dict[str, Any]], ctx: EmitContext) -> None:
+    async def emit(
+        self,
+        client: httpx.AsyncClient,
+        sinks: list[Sink],
+        records: list[dict[str, Any]],
+        ctx: EmitContext,
+    ) -> None:
         for sink in sinks:
             await sink.emit(client, records, ctx)
 
@@ -134,8 +143,10 @@ def register_task(cls: type[TaskUnit]) -> type[TaskUnit]:
 def get_task(code: str) -> TaskUnit:
     cls = _REGISTRY.get(code)
     if cls is None:
-        raise ArtemisError(ErrorCode.TASK_NOT_FOUND,
-                           f"unknown task code {code!r} (known: {', '.join(sorted(_REGISTRY))})")
+        raise ArtemisError(
+            ErrorCode.TASK_NOT_FOUND,
+            f"unknown task code {code!r} (known: {', '.join(sorted(_REGISTRY))})",
+        )
     return cls()
 
 

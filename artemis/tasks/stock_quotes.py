@@ -62,13 +62,15 @@ class PullStockQuotes(TaskUnit):
     def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
         out = []
         for r in records:
-            out.append({
-                "symbol": r["symbol"],
-                "date": r["date"],
-                "open": float(r["open"]),
-                "high": float(r["high"]),
-                "low": float(r["low"]),
-                "close": float(r["close"]),
-                "volume": int(r["volume"]),
-            })
+            out.append(
+                {
+                    "symbol": r["symbol"],
+                    "date": r["date"],
+                    "open": float(r["open"]),
+                    "high": float(r["high"]),
+                    "low": float(r["low"]),
+                    "close": float(r["close"]),
+                    "volume": int(r["volume"]),
+                }
+            )
         return out

@@ -24,8 +24,12 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         yield
 
-    app = FastAPI(title="Artemis", version="0.1.0", lifespan=lifespan,
-                  description="Durable multi-source data harvesting on Temporal.")
+    app = FastAPI(
+        title="Artemis",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Durable multi-source data harvesting on Temporal.",
+    )
     app.state.settings = settings
     app.state.service = RunService(client, settings) if client is not None else None
     app.include_router(health.router)
@@ -39,16 +43,21 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        fields = [{"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
-                  for e in exc.errors()]
+        fields = [
+            {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()
+        ]
         msg = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        return error_response(request, ArtemisError(ErrorCode.INVALID_INPUT, msg,
-                                                    details={"fields": fields}))
+        return error_response(
+            request, ArtemisError(ErrorCode.INVALID_INPUT, msg, details={"fields": fields})
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        code = {404: ErrorCode.NOT_FOUND, 401: ErrorCode.UNAUTHORIZED,
-                413: ErrorCode.PAYLOAD_TOO_LARGE}.get(exc.status_code, ErrorCode.INVALID_INPUT)
+        code = {
+            404: ErrorCode.NOT_FOUND,
+            401: ErrorCode.UNAUTHORIZED,
+            413: ErrorCode.PAYLOAD_TOO_LARGE,
+        }.get(exc.status_code, ErrorCode.INVALID_INPUT)
         err = ArtemisError(code, f"{request.method} {request.url.path}: {exc.detail}")
         resp = error_response(request, err)
         resp.status_code = exc.status_code
@@ -57,8 +66,9 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception):
         log.exception("unhandled_error")
-        return error_response(request, ArtemisError(ErrorCode.INTERNAL,
-                                                    f"internal error: {type(exc).__name__}"))
+        return error_response(
+            request, ArtemisError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}")
+        )
 
     app.add_middleware(RequestContextMiddleware, settings=settings)
     return app

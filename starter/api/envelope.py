@@ -34,16 +34,26 @@ def _meta(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def envelope(request: Request | None, data: Any = None, *, status: int = 200,
-             error: dict[str, Any] | None = None, state: dict[str, Any] | None = None
-             ) -> JSONResponse:
+def envelope(
+    request: Request | None,
+    data: Any = None,
+    *,
+    status: int = 200,
+    error: dict[str, Any] | None = None,
+    state: dict[str, Any] | None = None,
+) -> JSONResponse:
     st = state if state is not None else (request.scope.get("state", {}) if request else {})
     body = {"success": error is None, "data": data, "error": error, "meta": _meta(st)}
     return JSONResponse(body, status_code=status)
 
 
-def error_response(request: Request | None, err: ArtemisError, *, data: Any = None,
-                   state: dict[str, Any] | None = None) -> JSONResponse:
+def error_response(
+    request: Request | None,
+    err: ArtemisError,
+    *,
+    data: Any = None,
+    state: dict[str, Any] | None = None,
+) -> JSONResponse:
     payload = err.to_dict()
     if err.details.get("fields"):
         payload["fields"] = err.details["fields"]
@@ -66,13 +76,16 @@ class RequestContextMiddleware:
         trace = extract_trace(headers.get("traceparent"))
         state = scope.setdefault("state", {})
         state.update(request_id=request_id, trace=trace, started=time.perf_counter())
-        structlog.contextvars.bind_contextvars(request_id=request_id, trace_id=trace.trace_id,
-                                               span_id=trace.span_id)
+        structlog.contextvars.bind_contextvars(
+            request_id=request_id, trace_id=trace.trace_id, span_id=trace.span_id
+        )
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                extra = [(b"x-request-id", request_id.encode("latin-1")),
-                         (b"traceparent", trace.traceparent().encode())]
+                extra = [
+                    (b"x-request-id", request_id.encode("latin-1")),
+                    (b"traceparent", trace.traceparent().encode()),
+                ]
                 message["headers"] = list(message.get("headers", [])) + extra
             await send(message)
 
@@ -83,8 +96,10 @@ class RequestContextMiddleware:
                 given = headers.get("authorization", "")
                 token = given[7:].strip() if given.lower().startswith("bearer ") else ""
                 if not any(hmac.compare_digest(token, t) for t in tokens):
-                    err = ArtemisError(ErrorCode.UNAUTHORIZED,
-                                       "missing or invalid bearer token (Authorization header)")
+                    err = ArtemisError(
+                        ErrorCode.UNAUTHORIZED,
+                        "missing or invalid bearer token (Authorization header)",
+                    )
                     await error_response(None, err, state=state)(scope, receive, send_with_headers)
                     return
             limit = self.settings.server.max_body_bytes
@@ -110,15 +125,22 @@ class RequestContextMiddleware:
             except _BodyTooLarge:
                 await self._too_large(scope, receive, send_with_headers, state, limit)
         finally:
-            log.info("http_request", method=scope.get("method"), path=scope.get("path"),
-                     latency_ms=_meta(state)["latency_ms"])
+            log.info(
+                "http_request",
+                method=scope.get("method"),
+                path=scope.get("path"),
+                latency_ms=_meta(state)["latency_ms"],
+            )
             structlog.contextvars.clear_contextvars()
 
     @staticmethod
-    async def _too_large(scope: Scope, receive: Receive, send: Send, state: dict, limit: int
-                         ) -> None:
-        err = ArtemisError(ErrorCode.PAYLOAD_TOO_LARGE,
-                           f"request body exceeds server.max_body_bytes ({limit} bytes)")
+    async def _too_large(
+        scope: Scope, receive: Receive, send: Send, state: dict, limit: int
+    ) -> None:
+        err = ArtemisError(
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"request body exceeds server.max_body_bytes ({limit} bytes)",
+        )
         await error_response(None, err, state=state)(scope, receive, send)
 
 
@@ -134,8 +156,9 @@ async def read_json(request: Request) -> Any:
     try:
         return json.loads(raw)
     except json.JSONDecodeError as e:
-        raise ArtemisError(ErrorCode.INVALID_INPUT,
-                           f"body: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"
-                           ) from None
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"body: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}",
+        ) from None
     except UnicodeDecodeError:
         raise ArtemisError(ErrorCode.INVALID_INPUT, "body: not UTF-8 text") from None

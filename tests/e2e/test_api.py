@@ -31,8 +31,11 @@ async def test_unknown_task_id_is_404(stack):
 
 
 async def test_malformed_json_is_422_naming_where(stack):
-    resp = await stack.http.post("/tasks/pull_stock_quotes/run", content=b'{"params": {"symbols": [}',
-                                 headers={"Content-Type": "application/json"})
+    resp = await stack.http.post(
+        "/tasks/pull_stock_quotes/run",
+        content=b'{"params": {"symbols": [}',
+        headers={"Content-Type": "application/json"},
+    )
     assert resp.status_code == 422
     body = resp.json()
     assert_envelope(body)
@@ -69,8 +72,9 @@ async def test_bad_mode_is_422(stack):
 
 async def test_body_over_max_bytes_is_413(make_stack):
     stack = await make_stack(server={"max_body_bytes": 200})
-    resp = await stack.http.post("/tasks/pull_stock_quotes/run",
-                                 json={"params": {"symbols": ["A" * 10] * 50}})
+    resp = await stack.http.post(
+        "/tasks/pull_stock_quotes/run", json={"params": {"symbols": ["A" * 10] * 50}}
+    )
     assert resp.status_code == 413
     assert resp.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
 
@@ -85,8 +89,12 @@ async def test_body_over_max_bytes_is_413(make_stack):
 async def test_tokens_required_everywhere_but_health(make_stack):
     stack = await make_stack(server={"api_tokens": ["tok-1", "tok-2"]})
     assert (await stack.http.get("/health")).status_code == 200
-    for method, path in (("GET", "/ready"), ("GET", f"/tasks/{new_task_id()}"),
-                         ("POST", "/tasks/pull_stock_quotes/run"), ("GET", "/openapi.json")):
+    for method, path in (
+        ("GET", "/ready"),
+        ("GET", f"/tasks/{new_task_id()}"),
+        ("POST", "/tasks/pull_stock_quotes/run"),
+        ("GET", "/openapi.json"),
+    ):
         resp = await stack.http.request(method, path)
         assert resp.status_code == 401, path
         assert resp.json()["error"]["code"] == "UNAUTHORIZED"
@@ -97,8 +105,9 @@ async def test_tokens_required_everywhere_but_health(make_stack):
 
 
 async def test_malformed_traceparent_starts_a_fresh_trace(stack):
-    resp = await stack.run({"params": {"symbols": ["AAPL"]}},
-                           headers={"traceparent": "garbage-trace"})
+    resp = await stack.run(
+        {"params": {"symbols": ["AAPL"]}}, headers={"traceparent": "garbage-trace"}
+    )
     assert resp.status_code == 200
     assert len(resp.json()["meta"]["trace_id"]) == 32
     assert resp.headers["traceparent"].split("-")[1] == resp.json()["meta"]["trace_id"]
@@ -120,8 +129,13 @@ async def test_health_ready_and_openapi(stack):
     assert ready.status_code == 200
     assert ready.json()["data"]["checks"] == {"temporal": "ok", "database": "ok"}
     spec = (await stack.http.get("/openapi.json")).json()
-    for path in ("/tasks/{code}/run", "/tasks/{task_id}", "/tasks/{task_id}/cancel",
-                 "/health", "/ready"):
+    for path in (
+        "/tasks/{code}/run",
+        "/tasks/{task_id}",
+        "/tasks/{task_id}/cancel",
+        "/health",
+        "/ready",
+    ):
         assert path in spec["paths"]
 
 
@@ -155,13 +169,20 @@ async def test_status_of_a_running_task_has_progress_and_steps(make_stack):
     await stack.fault("latency", latency_ms=50)
     try:
         task_id = new_task_id()
-        await stack.run({"meta": {"task_id": task_id},
-                         "params": {"symbols": ["AAPL"], "page_size": 1}}, mode="async")
+        await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"], "page_size": 1}},
+            mode="async",
+        )
         data = await stack.wait_status(task_id, {"running"})
         p = data["progress"]
         assert p["stage"] in ("step_prepare", "step_fetch")
-        assert [s["id"] for s in p["steps"]] == ["step_prepare", "step_fetch", "step_process",
-                                                  "step_emit", "step_finalize"]
+        assert [s["id"] for s in p["steps"]] == [
+            "step_prepare",
+            "step_fetch",
+            "step_process",
+            "step_emit",
+            "step_finalize",
+        ]
         for key in ("current", "total", "pages", "records_fetched", "records_emitted"):
             assert key in p
         await stack.http.post(f"/tasks/{task_id}/cancel")

@@ -31,9 +31,14 @@ async def _wait_fetching(stack, task_id: str) -> None:
 
 
 def _slow_body(task_id: str, run_id: str, base: str) -> dict:
-    return {"meta": {"task_id": task_id, "run_id": run_id,
-                     "callback": {"base_url": f"{base}/cronjob/runs"}},
-            "params": {"symbols": ["AAPL", "MSFT", "GOOG"], "page_size": 1}}
+    return {
+        "meta": {
+            "task_id": task_id,
+            "run_id": run_id,
+            "callback": {"base_url": f"{base}/cronjob/runs"},
+        },
+        "params": {"symbols": ["AAPL", "MSFT", "GOOG", "AMZN", "META"], "page_size": 1},
+    }
 
 
 async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(slow_quotes, log_file):
@@ -48,26 +53,31 @@ async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(slow_quotes,
     final = await stack.wait_status(task_id, timeout=30)
     assert final["status"] == "cancelled"
     assert final["error"]["code"] == "CANCELLED"
-    assert final["stats"]["records_fetched"] < 90
+    assert final["stats"]["records_fetched"] < 150, json.dumps(final)
     finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
     assert [c["body"] for c in finals] == [
-        {"result": "failed", "error_message": "cancelled: operator said so"}]
+        {"result": "failed", "error_message": "cancelled: operator said so"}
+    ]
     again = await stack.http.post(f"/tasks/{task_id}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "CONFLICT"
     # the in-flight fetch activity saw the cancellation and the staged pages were dropped
     lines = [json.loads(line) for line in log_file.read_text().splitlines() if task_id in line]
     assert any(line["event"] == "fetch_cancelled" for line in lines)
     with get_engine(stack.settings.database.url).connect() as conn:
-        left = conn.execute(text("SELECT COUNT(*) FROM staged_page WHERE run_key = :k"),
-                            {"k": f"pull_stock_quotes/{task_id}"}).scalar()
+        left = conn.execute(
+            text("SELECT COUNT(*) FROM staged_page WHERE run_key = :k"),
+            {"k": f"pull_stock_quotes/{task_id}"},
+        ).scalar()
     assert left == 0
 
 
 async def test_delete_cancels_too(slow_quotes):
     stack = slow_quotes
     task_id = new_task_id()
-    await stack.run({"meta": {"task_id": task_id},
-                     "params": {"symbols": ["AAPL", "MSFT"], "page_size": 1}}, mode="async")
+    await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL", "MSFT"], "page_size": 1}},
+        mode="async",
+    )
     await _wait_fetching(stack, task_id)
     resp = await stack.http.delete(f"/tasks/{task_id}")
     assert resp.status_code == 202
@@ -101,15 +111,23 @@ async def test_deadline_ends_in_timeout_with_failed_timeout_finalize(slow_quotes
     assert resp.json()["error"]["code"] == "TIMEOUT_ERROR"
     finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
     assert [c["body"] for c in finals] == [
-        {"result": "failed_timeout", "error_message": "callback_deadline_exceeded"}]
+        {"result": "failed_timeout", "error_message": "callback_deadline_exceeded"}
+    ]
 
 
 async def test_success_finalize_once_with_token_and_stats_and_no_token_in_history(stack):
     task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
     token = "s3cret-callback-token-value"
-    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
-        "base_url": f"{stack.samples_url}/cronjob/runs", "auth_token": token}},
-        "params": {"symbols": ["AAPL", "MSFT"]}})
+    resp = await stack.run(
+        {
+            "meta": {
+                "task_id": task_id,
+                "run_id": run_id,
+                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs", "auth_token": token},
+            },
+            "params": {"symbols": ["AAPL", "MSFT"]},
+        }
+    )
     assert resp.status_code == 200, resp.text
     calls = await stack.cronjob_calls(run_id)
     finals = [c for c in calls if c["kind"] == "callback"]
@@ -129,27 +147,45 @@ async def test_success_finalize_once_with_token_and_stats_and_no_token_in_histor
 async def test_progress_is_throttled_but_the_last_is_sent(make_stack):
     stack = await make_stack(callback={"progress_min_interval_ms": 60_000})
     task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
-    await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
-        "base_url": f"{stack.samples_url}/cronjob/runs"}},
-        "params": {"symbols": ["A", "B", "C", "D"], "page_size": 5}})
+    await stack.run(
+        {
+            "meta": {
+                "task_id": task_id,
+                "run_id": run_id,
+                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
+            },
+            "params": {"symbols": ["A", "B", "C", "D"], "page_size": 5},
+        }
+    )
     progress = [c["body"] for c in await stack.cronjob_calls(run_id) if c["kind"] == "progress"]
     assert progress[0]["current"] == 0 and progress[-1] == {
-        "current": 4, "total": 4, "message": progress[-1]["message"]}
+        "current": 4,
+        "total": 4,
+        "message": progress[-1]["message"],
+    }
     assert len(progress) == 2
 
 
 async def test_finalize_retries_after_half_one_and_two_seconds_then_gives_up(stack, log_file):
     task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
     await stack.fault("cronjob", status=503, times=10)
-    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
-        "base_url": f"{stack.samples_url}/cronjob/runs"}}, "params": {"symbols": ["AAPL"]}})
+    resp = await stack.run(
+        {
+            "meta": {
+                "task_id": task_id,
+                "run_id": run_id,
+                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
+            },
+            "params": {"symbols": ["AAPL"]},
+        }
+    )
     await stack.fault("cronjob")
     assert resp.status_code == 200 and resp.json()["data"]["status"] == "completed"
     assert resp.json()["data"]["callback"] == "gave_up"
     finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
     assert len(finals) == 4
-    gaps = [b["at"] - a["at"] for a, b in zip(finals, finals[1:])]
-    for gap, expected in zip(gaps, (0.5, 1.0, 2.0)):
+    gaps = [b["at"] - a["at"] for a, b in zip(finals, finals[1:], strict=False)]
+    for gap, expected in zip(gaps, (0.5, 1.0, 2.0), strict=True):
         assert expected * 0.8 <= gap <= expected + 0.8, gaps
     lines = [json.loads(line) for line in log_file.read_text().splitlines() if run_id in line]
     assert any(line["event"] == "callback_finalize_gave_up" for line in lines)
@@ -158,8 +194,16 @@ async def test_finalize_retries_after_half_one_and_two_seconds_then_gives_up(sta
 async def test_finalize_recovers_after_two_5xx(stack):
     task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
     await stack.fault("cronjob", status=502, times=2)
-    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
-        "base_url": f"{stack.samples_url}/cronjob/runs"}}, "params": {"symbols": ["AAPL"]}})
+    resp = await stack.run(
+        {
+            "meta": {
+                "task_id": task_id,
+                "run_id": run_id,
+                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
+            },
+            "params": {"symbols": ["AAPL"]},
+        }
+    )
     assert resp.json()["data"]["callback"] == "delivered"
     finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
     assert [c["status"] for c in finals] == [502, 502, 200]
@@ -168,8 +212,16 @@ async def test_finalize_recovers_after_two_5xx(stack):
 async def test_finalize_4xx_is_not_retried(stack):
     task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
     await stack.fault("cronjob", status=400, times=1)
-    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
-        "base_url": f"{stack.samples_url}/cronjob/runs"}}, "params": {"symbols": ["AAPL"]}})
+    resp = await stack.run(
+        {
+            "meta": {
+                "task_id": task_id,
+                "run_id": run_id,
+                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
+            },
+            "params": {"symbols": ["AAPL"]},
+        }
+    )
     assert resp.json()["data"]["status"] == "completed"
     assert resp.json()["data"]["callback"] == "rejected"
     finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
@@ -179,16 +231,31 @@ async def test_finalize_4xx_is_not_retried(stack):
 async def test_callback_override_host_and_port(stack):
     task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
     port = int(stack.samples_url.rsplit(":", 1)[1])
-    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
-        "base_url": "http://localhost:1/cronjob/runs", "override_host": "127.0.0.1",
-        "override_port": port}}, "params": {"symbols": ["AAPL"]}})
+    resp = await stack.run(
+        {
+            "meta": {
+                "task_id": task_id,
+                "run_id": run_id,
+                "callback": {
+                    "base_url": "http://localhost:1/cronjob/runs",
+                    "override_host": "127.0.0.1",
+                    "override_port": port,
+                },
+            },
+            "params": {"symbols": ["AAPL"]},
+        }
+    )
     assert resp.json()["data"]["callback"] == "delivered"
     assert len([c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]) == 1
 
 
 async def test_callback_host_outside_allow_list_is_refused(stack):
-    resp = await stack.run({"meta": {"run_id": "r1", "callback": {
-        "base_url": "http://169.254.169.254/latest"}}, "params": {"symbols": ["AAPL"]}})
+    resp = await stack.run(
+        {
+            "meta": {"run_id": "r1", "callback": {"base_url": "http://169.254.169.254/latest"}},
+            "params": {"symbols": ["AAPL"]},
+        }
+    )
     assert resp.status_code == 422
     assert resp.json()["error"]["code"] == "INVALID_INPUT"
     assert "allowed_hosts" in resp.json()["error"]["message"]
@@ -197,10 +264,16 @@ async def test_callback_host_outside_allow_list_is_refused(stack):
 async def test_inbound_trace_id_reaches_sink_callback_and_logs(stack, log_file):
     task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
     resp = await stack.run(
-        {"meta": {"task_id": task_id, "run_id": run_id,
-                  "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"}},
-         "params": {"symbols": ["AAPL"]}},
-        headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01", "X-Request-ID": "req-42"})
+        {
+            "meta": {
+                "task_id": task_id,
+                "run_id": run_id,
+                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
+            },
+            "params": {"symbols": ["AAPL"]},
+        },
+        headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01", "X-Request-ID": "req-42"},
+    )
     assert resp.status_code == 200
     assert resp.json()["meta"]["trace_id"] == TRACE_ID
     assert resp.headers["x-request-id"] == "req-42"
@@ -216,11 +289,27 @@ async def test_inbound_trace_id_reaches_sink_callback_and_logs(stack, log_file):
     assert calls and all(c["traceparent"].split("-")[1] == TRACE_ID for c in calls)
     lines = [json.loads(line) for line in log_file.read_text().splitlines() if TRACE_ID in line]
     events = {line["event"] for line in lines}
-    assert {"run_started", "fetch_batch_done", "emit_batch_done", "run_finished",
-            "callback_finalize_success"} <= events
+    assert {
+        "run_started",
+        "fetch_batch_done",
+        "emit_batch_done",
+        "run_finished",
+        "callback_finalize_success",
+    } <= events
     for line in lines:
-        for field in ("timestamp", "level", "logger", "caller", "event", "trace_id", "span_id",
-                      "request_id", "task_code", "task_id", "workflow_id"):
+        for field in (
+            "timestamp",
+            "level",
+            "logger",
+            "caller",
+            "event",
+            "trace_id",
+            "span_id",
+            "request_id",
+            "task_code",
+            "task_id",
+            "workflow_id",
+        ):
             assert field in line, (field, line)
     wf_lines = [line for line in lines if line["logger"] == "temporalio.workflow"]
     assert wf_lines and all(line["task_id"] == task_id for line in wf_lines)

@@ -21,8 +21,12 @@ async def _histories(stack, workflow_id: str) -> list[WorkflowHistory]:
 async def test_histories_of_completed_failed_cancelled_and_continued_runs_replay(make_stack):
     stack = await make_stack(runs={"pages_per_fetch": 2, "max_batches_per_run": 2})
     workflow_ids = []
-    ok = await stack.run({"meta": {"task_id": new_task_id()},
-                          "params": {"symbols": ["AAPL", "MSFT"], "page_size": 5}})
+    ok = await stack.run(
+        {
+            "meta": {"task_id": new_task_id()},
+            "params": {"symbols": ["AAPL", "MSFT"], "page_size": 5},
+        }
+    )
     workflow_ids.append(ok.json()["data"]["workflow_id"])
     await stack.fault("sink", status=400, times=1)
     failed = await stack.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["X"]}})
@@ -30,8 +34,10 @@ async def test_histories_of_completed_failed_cancelled_and_continued_runs_replay
     await stack.fault("latency", latency_ms=50)
     try:
         task_id = new_task_id()
-        started = await stack.run({"meta": {"task_id": task_id},
-                                   "params": {"symbols": ["Y"], "page_size": 1}}, mode="async")
+        started = await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"symbols": ["Y"], "page_size": 1}},
+            mode="async",
+        )
         await asyncio.sleep(0.8)
         await stack.http.post(f"/tasks/{task_id}/cancel")
         await stack.wait_status(task_id)

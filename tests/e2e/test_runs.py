@@ -25,9 +25,12 @@ def delivered(batches: list[dict]) -> Counter:
 
 async def test_sync_run_delivers_every_record_exactly_once(stack):
     task_id = new_task_id()
-    resp = await stack.run({"meta": {"task_id": task_id},
-                            "body": {"symbols": ["AAPL", "MSFT"], "start": "2025-11-01",
-                                     "end": "2025-11-30"}})
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "body": {"symbols": ["AAPL", "MSFT"], "start": "2025-11-01", "end": "2025-11-30"},
+        }
+    )
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["success"] is True and body["error"] is None
@@ -48,8 +51,9 @@ async def test_sync_run_delivers_every_record_exactly_once(stack):
 
 async def test_async_run_accepted_then_completes(stack):
     task_id = new_task_id()
-    resp = await stack.run({"meta": {"task_id": task_id}, "params": {"symbols": ["TSLA"]}},
-                           mode="async")
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"symbols": ["TSLA"]}}, mode="async"
+    )
     assert resp.status_code == 202, resp.text
     data = resp.json()["data"]
     assert data["accepted"] is True and data["task_id"] == task_id
@@ -65,8 +69,9 @@ async def test_async_run_accepted_then_completes(stack):
 async def test_repeated_task_id_attaches_to_the_same_run(stack):
     task_id = new_task_id()
     body = {"meta": {"task_id": task_id}, "params": {"symbols": ["IBM"]}}
-    first, second = await asyncio.gather(stack.run(body, mode="async"),
-                                         stack.run(body, mode="async"))
+    first, second = await asyncio.gather(
+        stack.run(body, mode="async"), stack.run(body, mode="async")
+    )
     assert first.json()["data"]["run_id"] == second.json()["data"]["run_id"]
     await stack.wait_status(task_id)
     again = await stack.run(body)  # after it finished: the recorded result
@@ -96,9 +101,16 @@ async def test_sink_400_fails_the_run_with_sink_error_and_failed_finalize(stack)
     task_id = new_task_id()
     run_id = f"cron-{task_id}"
     await stack.fault("sink", status=400, times=1)
-    resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id,
-                                     "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"}},
-                            "params": {"symbols": ["ORCL"]}})
+    resp = await stack.run(
+        {
+            "meta": {
+                "task_id": task_id,
+                "run_id": run_id,
+                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
+            },
+            "params": {"symbols": ["ORCL"]},
+        }
+    )
     assert resp.status_code == 502, resp.text
     body = resp.json()
     assert body["success"] is False
@@ -110,7 +122,9 @@ async def test_sink_400_fails_the_run_with_sink_error_and_failed_finalize(stack)
     finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
     assert len(finals) == 1
     assert finals[0]["body"]["result"] == "failed"
-    assert "SINK" in finals[0]["body"]["error_message"] or "400" in finals[0]["body"]["error_message"]
+    assert (
+        "SINK" in finals[0]["body"]["error_message"] or "400" in finals[0]["body"]["error_message"]
+    )
     # the 400 was not retried: only one attempt at that batch
     batches = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
     assert [b["status"] for b in batches] == [400]
@@ -119,8 +133,9 @@ async def test_sink_400_fails_the_run_with_sink_error_and_failed_finalize(stack)
 async def test_continue_as_new_keeps_every_record(make_stack):
     stack = await make_stack(runs={"pages_per_fetch": 1, "max_batches_per_run": 2})
     task_id = new_task_id()
-    resp = await stack.run({"meta": {"task_id": task_id},
-                            "params": {"symbols": ["NFLX"], "page_size": 5}})
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"symbols": ["NFLX"], "page_size": 5}}
+    )
     assert resp.status_code == 200, resp.text
     data = resp.json()["data"]
     assert data["status"] == "completed" and data["stats"]["pages"] == 6

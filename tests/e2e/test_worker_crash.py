@@ -10,28 +10,40 @@ from tests.conftest import new_task_id, settings_with, start_worker_process, wri
 
 
 async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
-        make_stack, base_settings, tmp_path):
+    make_stack, base_settings, tmp_path
+):
     # The API only: the workers are real processes that we can kill.
-    stack = await make_stack(worker=False, runs={"pages_per_fetch": 20,
-                                                 "heartbeat_timeout_s": 2.0})
-    worker_settings = settings_with(stack.settings, logging={
-        "output": "file", "file": {"path": str(tmp_path / "worker.log")}})
+    stack = await make_stack(worker=False, runs={"pages_per_fetch": 20, "heartbeat_timeout_s": 2.0})
+    worker_settings = settings_with(
+        stack.settings, logging={"output": "file", "file": {"path": str(tmp_path / "worker.log")}}
+    )
     config = write_config(tmp_path / "worker.yaml", worker_settings)
     await stack.fault("latency", latency_ms=40)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None
     try:
         task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
-        resp = await stack.run({"meta": {"task_id": task_id, "run_id": run_id, "callback": {
-            "base_url": f"{stack.samples_url}/cronjob/runs"}},
-            "params": {"symbols": ["AAPL", "MSFT"], "page_size": 1}}, mode="async")
+        resp = await stack.run(
+            {
+                "meta": {
+                    "task_id": task_id,
+                    "run_id": run_id,
+                    "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
+                },
+                "params": {"symbols": ["AAPL", "MSFT"], "page_size": 1},
+            },
+            mode="async",
+        )
         assert resp.status_code == 202, resp.text
         # wait until the first worker is inside a fetch batch that has heartbeated pages
         handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
         for _ in range(400):
             desc = await handle.describe()
-            beating = [a for a in desc.raw_description.pending_activities
-                       if a.activity_type.name == "fetch_pages" and a.heartbeat_details.payloads]
+            beating = [
+                a
+                for a in desc.raw_description.pending_activities
+                if a.activity_type.name == "fetch_pages" and a.heartbeat_details.payloads
+            ]
             stats = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]["stats"]
             if beating and stats.get("records_fetched", 0) >= 20:
                 break
@@ -54,8 +66,9 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
                 proc.terminate()
                 proc.wait(10)
 
-    batches = [b for b in await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
-               if b["status"] == 200]
+    batches = [
+        b for b in await stack.sink_batches(f"pull_stock_quotes/{task_id}:") if b["status"] == 200
+    ]
     by_key: dict[str, list] = {}
     for b in batches:
         # any re-delivered batch comes under the same key with the same records
@@ -71,8 +84,11 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
     assert len(finals) == 1 and finals[0]["body"]["result"] == "success"
     # the fetch activity was retried after the crash and resumed from its heartbeat
     history = await stack.client.get_workflow_handle(final["workflow_id"]).fetch_history()
-    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
-                if e.HasField("activity_task_started_event_attributes")]
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
     assert max(attempts) >= 2
     log = (tmp_path / "worker.log").read_text()
     assert "fetch_resumed" in log

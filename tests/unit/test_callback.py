@@ -28,36 +28,54 @@ def cron():
 
 def test_finalize_bodies_are_exact():
     assert finalize_body("completed", {"b": 2, "a": 1}, None) == {
-        "result": "success", "code": 200, "body": '{"a":1,"b":2}'}
+        "result": "success",
+        "code": 200,
+        "body": '{"a":1,"b":2}',
+    }
     assert finalize_body("failed", {}, "SINK_ERROR: x") == {
-        "result": "failed", "error_message": "SINK_ERROR: x"}
+        "result": "failed",
+        "error_message": "SINK_ERROR: x",
+    }
     assert finalize_body("cancelled", {}, "cancelled: r") == {
-        "result": "failed", "error_message": "cancelled: r"}
+        "result": "failed",
+        "error_message": "cancelled: r",
+    }
     assert finalize_body("timeout", {}, "whatever") == {
-        "result": "failed_timeout", "error_message": "callback_deadline_exceeded"}
+        "result": "failed_timeout",
+        "error_message": "callback_deadline_exceeded",
+    }
 
 
 def test_override_and_allow_list():
     s = CallbackSettings(allowed_hosts=["10.1.2.3"], override_host="10.1.2.3")
     t = CallbackTarget(run_id="1", base_url="http://cron.internal:8080/api/runs/")
     assert resolve_base_url(t, s) == "http://10.1.2.3:8080/api/runs"
-    t2 = CallbackTarget(run_id="1", base_url="http://cron:8080/runs", override_port=9999,
-                        override_host="10.1.2.3")
+    t2 = CallbackTarget(
+        run_id="1", base_url="http://cron:8080/runs", override_port=9999, override_host="10.1.2.3"
+    )
     assert resolve_base_url(t2, s) == "http://10.1.2.3:9999/runs"
     with pytest.raises(ArtemisError, match="allowed_hosts"):
-        resolve_base_url(CallbackTarget(run_id="1", base_url="http://evil:1/x"),
-                         CallbackSettings(allowed_hosts=["cron"]))
+        resolve_base_url(
+            CallbackTarget(run_id="1", base_url="http://evil:1/x"),
+            CallbackSettings(allowed_hosts=["cron"]),
+        )
     with pytest.raises(ArtemisError, match="http"):
-        resolve_base_url(CallbackTarget(run_id="1", base_url="file:///etc/passwd"),
-                         CallbackSettings(allowed_hosts=["*"]))
+        resolve_base_url(
+            CallbackTarget(run_id="1", base_url="file:///etc/passwd"),
+            CallbackSettings(allowed_hosts=["*"]),
+        )
 
 
 async def test_progress_zero_total_is_not_sent_and_throttle_lets_the_last_through(cron):
     async with httpx.AsyncClient() as http:
         await http.post(f"{cron.url}/_control/reset", json={})
-        c = CallbackClient(CallbackTarget(run_id="r9", base_url=f"{cron.url}/cronjob/runs"),
-                           CallbackSettings(progress_min_interval_ms=10_000), http,
-                           extract_trace(None), token="tkn-abcdef")
+        c = CallbackClient(
+            CallbackTarget(run_id="r9", base_url=f"{cron.url}/cronjob/runs"),
+            CallbackSettings(progress_min_interval_ms=10_000),
+            http,
+            extract_trace(None),
+            token="tkn-abcdef",
+        )
         last = await c.progress(1, 0, "nothing yet", None)
         assert last is None
         last = await c.progress(1, 10, "first", last)
@@ -70,8 +88,13 @@ async def test_progress_zero_total_is_not_sent_and_throttle_lets_the_last_throug
 
 async def test_progress_failure_never_raises():
     async with httpx.AsyncClient() as http:
-        c = CallbackClient(CallbackTarget(run_id="r", base_url="http://127.0.0.1:1/runs"),
-                           CallbackSettings(), http, extract_trace(None), token=None)
+        c = CallbackClient(
+            CallbackTarget(run_id="r", base_url="http://127.0.0.1:1/runs"),
+            CallbackSettings(),
+            http,
+            extract_trace(None),
+            token=None,
+        )
         assert await c.progress(1, 2, "x", None) is not None
         outcome, detail = await c.finalize({"result": "success"}, 1)
         assert outcome == FinalizeOutcome.RETRY and "Connect" in detail
@@ -80,7 +103,12 @@ async def test_progress_failure_never_raises():
 async def test_no_run_id_means_no_callback(cron):
     async with httpx.AsyncClient() as http:
         await http.post(f"{cron.url}/_control/reset", json={})
-        c = CallbackClient(CallbackTarget(run_id=None, base_url=f"{cron.url}/cronjob/runs"),
-                           CallbackSettings(), http, extract_trace(None), token=None)
+        c = CallbackClient(
+            CallbackTarget(run_id=None, base_url=f"{cron.url}/cronjob/runs"),
+            CallbackSettings(),
+            http,
+            extract_trace(None),
+            token=None,
+        )
         assert (await c.finalize({"result": "success"}, 1))[0] == FinalizeOutcome.SKIPPED
         assert (await http.get(f"{cron.url}/_cronjob/calls")).json() == []

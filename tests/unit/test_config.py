@@ -10,8 +10,10 @@ from artemis.errors import ArtemisError, ErrorCode
 
 def test_yaml_file_then_env_overrides(tmp_path, monkeypatch):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("temporal:\n  address: temporal.example:7233\n  namespace: prod\n"
-                   "server:\n  port: 9000\nlogging:\n  level: debug\n")
+    cfg.write_text(
+        "temporal:\n  address: temporal.example:7233\n  namespace: prod\n"
+        "server:\n  port: 9000\nlogging:\n  level: debug\n"
+    )
     monkeypatch.setenv("ARTEMIS__TEMPORAL__NAMESPACE", "from-env")
     monkeypatch.setenv("ARTEMIS__CALLBACK__PROGRESS_MIN_INTERVAL_MS", "250")
     s = load_settings(cfg)
@@ -29,14 +31,17 @@ def test_artemis_config_env_names_the_file(tmp_path, monkeypatch):
     assert load_settings().server.sync_timeout_s == 12
 
 
-@pytest.mark.parametrize("text, key", [
-    ("server:\n  port: seventy\n", "server.port"),
-    ("logging:\n  format: xml\n", "logging.format"),
-    ("temporal:\n  adress: x\n", "temporal.adress"),
-    ("telemetry:\n  exporter: zipkin\n", "telemetry.exporter"),
-    ("callback:\n  override_port: 70000\n", "callback.override_port"),
-    ("nonsense_section: 1\n", "nonsense_section"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("server:\n  port: seventy\n", "server.port"),
+        ("logging:\n  format: xml\n", "logging.format"),
+        ("temporal:\n  adress: x\n", "temporal.adress"),
+        ("telemetry:\n  exporter: zipkin\n", "telemetry.exporter"),
+        ("callback:\n  override_port: 70000\n", "callback.override_port"),
+        ("nonsense_section: 1\n", "nonsense_section"),
+    ],
+)
 def test_bad_config_names_the_key(tmp_path, text, key):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(text)
@@ -68,7 +73,11 @@ def test_worker_refuses_to_start_on_bad_config(tmp_path):
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("runs:\n  pages_per_fetch: 0\n")
-    out = subprocess.run([sys.executable, "-m", "starter.cli", "worker", "--config", str(cfg)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "starter.cli", "worker", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert "runs.pages_per_fetch" in out.stderr

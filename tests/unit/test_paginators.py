@@ -79,7 +79,8 @@ def test_page_number_checkpoint_roundtrips_through_json(page, size, seen):
 
 @given(cursor=st.one_of(st.none(), st.text(min_size=1, max_size=40)), started=st.booleans())
 def test_cursor_checkpoint_roundtrips_through_json(cursor, started):
-    p = CursorPaginator(cursor=cursor, started=started, initial_cursor="*",
-                        cursor_path="$.message.next-cursor")
+    p = CursorPaginator(
+        cursor=cursor, started=started, initial_cursor="*", cursor_path="$.message.next-cursor"
+    )
     restored = paginator_from_checkpoint(json.loads(json.dumps(p.checkpoint())))
     assert restored == p and restored.update_request({}) == p.update_request({})

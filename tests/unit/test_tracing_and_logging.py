@@ -22,10 +22,15 @@ def test_valid_traceparent_keeps_trace_and_makes_child_span():
 
 
 def test_malformed_traceparents_start_fresh_traces():
-    for bad in (None, "", "garbage", "00-xyz-00f067aa0ba902b7-01",
-                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
-                "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"):
+    for bad in (
+        None,
+        "",
+        "garbage",
+        "00-xyz-00f067aa0ba902b7-01",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ):
         assert parse_traceparent(bad) is None
         ctx = extract_trace(bad)
         assert len(ctx.trace_id) == 32 and ctx.parent_span_id is None
@@ -42,8 +47,9 @@ def test_redaction_of_cookies_tokens_and_registered_secrets():
 
 def test_json_lines_carry_fixed_fields_and_rotate(tmp_path):
     path = tmp_path / "x.log"
-    settings = LoggingSettings(format="json", output="file",
-                               file={"path": str(path), "max_size_mb": 1, "max_backups": 2})
+    settings = LoggingSettings(
+        format="json", output="file", file={"path": str(path), "max_size_mb": 1, "max_backups": 2}
+    )
     try:
         configure_logging(settings, force=True)
         log = get_logger("test")
@@ -58,8 +64,19 @@ def test_json_lines_carry_fixed_fields_and_rotate(tmp_path):
             log.info("fill", pad=big)
         lines = [json.loads(line) for line in path.with_suffix(".log.2").read_text().splitlines()]
         first = lines[0]
-        for field in ("timestamp", "level", "logger", "caller", "event", "trace_id", "span_id",
-                      "request_id", "task_code", "task_id", "workflow_id"):
+        for field in (
+            "timestamp",
+            "level",
+            "logger",
+            "caller",
+            "event",
+            "trace_id",
+            "span_id",
+            "request_id",
+            "task_code",
+            "task_id",
+            "workflow_id",
+        ):
             assert field in first
         assert first["event"] == "hello" and first["cookie_value"] == "***REDACTED***"
         text = path.with_suffix(".log.2").read_text()

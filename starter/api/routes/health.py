@@ -31,6 +31,7 @@ async def ready(request: Request) -> JSONResponse:
     except Exception as e:
         checks["temporal"] = f"unreachable: {e}"
     try:
+
         def _db() -> None:
             with get_engine(request.app.state.settings.database.url).connect() as conn:
                 conn.execute(text("SELECT 1"))
@@ -41,5 +42,11 @@ async def ready(request: Request) -> JSONResponse:
         checks["database"] = f"unreachable: {type(e).__name__}: {e}"
     if all(v == "ok" for v in checks.values()):
         return envelope(request, {"status": "ready", "checks": checks})
-    return error_response(request, ArtemisError(ErrorCode.NOT_READY, "not ready: " + ", ".join(
-        f"{k} {v}" for k, v in checks.items() if v != "ok")), data={"checks": checks})
+    return error_response(
+        request,
+        ArtemisError(
+            ErrorCode.NOT_READY,
+            "not ready: " + ", ".join(f"{k} {v}" for k, v in checks.items() if v != "ok"),
+        ),
+        data={"checks": checks},
+    )
