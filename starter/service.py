@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry import context as otel_context
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import (
@@ -40,7 +41,7 @@ from artemis.run_models import (
 )
 from artemis.tasks import get_task, task_codes
 from artemis.tasks.base import describe_validation_error, validation_fields
-from artemis.tracing import TraceContext
+from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
 
 log = get_logger("artemis.starter")
@@ -191,6 +192,8 @@ class RunService:
             tuning=tuning,
         )
         callback_mode = "progress_and_finalize" if callback else "none"
+        # Make Temporal's tracing interceptor continue the caller's trace.
+        otel_token = otel_context.attach(otel_context_for(trace))
         try:
             handle = await self.client.start_workflow(
                 WORKFLOW_NAME,
@@ -217,6 +220,8 @@ class RunService:
                 callback_mode,
                 existing_result=status,
             )
+        finally:
+            otel_context.detach(otel_token)
         log.info(
             "run_started",
             task_code=code,

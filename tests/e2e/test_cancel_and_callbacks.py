@@ -311,5 +311,9 @@ async def test_inbound_trace_id_reaches_sink_callback_and_logs(stack, log_file):
             "workflow_id",
         ):
             assert field in line, (field, line)
+    # Temporal's OpenTelemetry interceptor carries the same trace into the workflow
+    handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
+    started = (await handle.fetch_history()).events[0].workflow_execution_started_event_attributes
+    assert TRACE_ID in started.header.fields["_tracer-data"].data.decode()
     wf_lines = [line for line in lines if line["logger"] == "temporalio.workflow"]
     assert wf_lines and all(line["task_id"] == task_id for line in wf_lines)
