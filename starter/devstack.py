@@ -21,6 +21,7 @@ from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from infra.devserver import DevServer
 from starter.api.app import create_app
+from starter.service import ui_url
 from workers.client import connect
 from workers.main import running_worker
 
@@ -206,10 +207,7 @@ class DevStack:
         finals = [c["body"] for c in calls if c["kind"] == "callback"]
         t.add_row("CronJob finalize", json.dumps(finals[-1]) if finals else "-")
         console.print(t)
-        ui = (
-            f"{self.settings.temporal.ui_url}/namespaces/{self.settings.temporal.namespace}"
-            f"/workflows/{final['workflow_id']}"
-        )
+        ui = ui_url(self.settings, final["workflow_id"])
         console.print(f"see the run in the Temporal UI: [link]{ui}[/link]")
         expected = (final.get("stats") or {}).get("records_fetched")
         return final["status"] == "completed" and received == expected

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 from opentelemetry import context as otel_context
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -45,7 +45,7 @@ from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
 
 log = get_logger("artemis.starter")
-_ = WorkflowExecutionStatus
+
 
 QUERY_TIMEOUT_S = 3.0
 TERMINAL = {"completed", "failed", "cancelled", "timeout"}
@@ -355,12 +355,16 @@ class RunService:
         }
 
 
+def ui_url(settings: Settings, workflow_id: str) -> str:
+    """The run's page in the Temporal UI (workflow ids hold slashes: encode them)."""
+    return (
+        f"{settings.temporal.ui_url}/namespaces/{quote(settings.temporal.namespace, safe='')}"
+        f"/workflows/{quote(workflow_id, safe='')}"
+    )
+
+
 async def _swallow(coro: Any) -> None:
     try:
         await coro
     except Exception:
         pass
-
-
-def as_json(obj: Any) -> Any:
-    return asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj

@@ -8,10 +8,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.run_models import workflow_id_for
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope, error_response, read_json
-from starter.service import RunService, parse_run_body
+from starter.service import TERMINAL, RunService, parse_run_body, ui_url
 
 router = APIRouter(tags=["tasks"])
 
@@ -71,10 +70,8 @@ async def run_task(
         "callback_mode": started.callback_mode,
         "links": {
             "self": f"/tasks/{started.task_id}",
-            "events": f"/tasks/{started.task_id}/events",
             "cancel": f"/tasks/{started.task_id}/cancel",
-            "ui": f"{settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}"
-            f"/workflows/{started.workflow_id}",
+            "ui": ui_url(settings, started.workflow_id),
         },
     }
     if mode == "async":
@@ -82,7 +79,7 @@ async def run_task(
             accepted["status"] = started.existing_result.get("status")
         return envelope(request, accepted, status=202)
     final = await service.wait(started, settings.server.sync_timeout_s)
-    if final is None or final.get("status") not in ("completed", "failed", "cancelled", "timeout"):
+    if final is None or final.get("status") not in TERMINAL:
         accepted["status"] = "running"
         return envelope(request, accepted, status=202)
     return _final_response(request, final)
@@ -117,6 +114,3 @@ async def delete_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
 ) -> JSONResponse:
     return await _cancel(task_id, request, service)
-
-
-_ = workflow_id_for
