@@ -34,6 +34,21 @@ def transport_error(code: ErrorCode, what: str, exc: httpx.HTTPError) -> Artemis
     return ArtemisError(code, f"{what}: {type(exc).__name__}: {exc}", retryable=True)
 
 
+RETRYABLE_STATUSES = (408, 425, 429)
+
+
+def status_error(code: ErrorCode, what: str, response: httpx.Response) -> ArtemisError:
+    """An error answer: 408/425/429 and 5xx may pass on retry; any other 4xx cannot."""
+    status = response.status_code
+    return ArtemisError(
+        code,
+        f"{what} answered {status}: {response.text[:300]}",
+        retryable=status in RETRYABLE_STATUSES or status >= 500,
+        details={"status": status},
+        retry_after_s=retry_after_seconds(response),
+    )
+
+
 def retry_after_seconds(response: httpx.Response) -> float | None:
     value = response.headers.get("Retry-After")
     if not value:

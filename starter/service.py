@@ -293,7 +293,7 @@ class RunService:
                         "batches",
                     )
                 },
-                error=None,
+                error=progress.get("error"),
             )
             return out
         try:

@@ -145,6 +145,19 @@ class Stack:
         calls = (await self.samples_http.get("/_cronjob/calls")).json()
         return [c for c in calls if c["run_id"] == run_id]
 
+    def callback_run(
+        self, symbols: list[str], callback: dict[str, Any] | None = None, **params: Any
+    ) -> tuple[str, str, dict[str, Any]]:
+        """(task_id, CronJob run_id, request body) of a run that calls the CronJob back."""
+        task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+        cb = {"base_url": f"{self.samples_url}/cronjob/runs", **(callback or {})}
+        meta = {"task_id": task_id, "run_id": run_id, "callback": cb}
+        return task_id, run_id, {"meta": meta, "params": {"symbols": symbols, **params}}
+
+    async def finals(self, run_id: str) -> list[dict[str, Any]]:
+        """The finalize calls the CronJob received for ``run_id``."""
+        return [c for c in await self.cronjob_calls(run_id) if c["kind"] == "callback"]
+
     async def fault(self, target: str, **spec: Any) -> None:
         await self.samples_http.post(f"/_control/{target}", json=spec)
 

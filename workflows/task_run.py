@@ -75,6 +75,9 @@ class TaskRunWorkflow:
         self._cancel_reason: str | None = None
         self._status = "pending"
         self._error: dict[str, Any] | None = None
+        # Set once the run must stop. Cancelling an activity whose result is already on its
+        # way can still return that result, so the loop also checks this flag itself.
+        self._stopping = False
 
     # -- queries and signals ---------------------------------------------------------------
     @workflow.query
@@ -159,6 +162,7 @@ class TaskRunWorkflow:
                 stop: _Stop = stopper.result()
                 status, error_message = stop.status, stop.message
                 error_code = "CANCELLED" if stop.status == "cancelled" else "TIMEOUT_ERROR"
+                self._stopping = True
                 main.cancel()
                 await _quietly(main)
         except asyncio.CancelledError as e:
@@ -166,6 +170,7 @@ class TaskRunWorkflow:
             temporal_cancel = e
             status, error_code = "cancelled", "CANCELLED"
             error_message = f"cancelled: {self._cancel_reason or 'workflow cancellation requested'}"
+            self._stopping = True
             main.cancel()
             stopper.cancel()
             await _quietly(main)
@@ -259,6 +264,7 @@ class TaskRunWorkflow:
                 self._stats["pages"] += fetched.pages
                 self._stats["records_fetched"] += fetched.records
                 self._stats["batches"] += 1
+                self._stop_point()
                 self._units_done = fetched.units_done
                 self._progress_ms = fetched.progress_last_ms
                 first, last = fetched.first_seq, fetched.next_seq - 1
@@ -310,6 +316,7 @@ class TaskRunWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
             summary=f"Process pages #{first}-#{last}",
         )
+        self._stop_point()
         self._stats["records_processed"] += processed.records_out
         self._steps["step_emit"] = "IN_PROGRESS"
         emitted: EmitResult = await workflow.execute_activity(
@@ -410,6 +417,11 @@ class TaskRunWorkflow:
             return "error"
 
     # -- helpers -------------------------------------------------------------------------------
+    def _stop_point(self) -> None:
+        """A safe point: leave the batch loop if the run was asked to stop."""
+        if self._stopping:
+            raise asyncio.CancelledError("run is stopping")
+
     def _enter(self, step: str) -> None:
         self._stage = step
         if self._steps[step] == "PENDING":

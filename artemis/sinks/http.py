@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
-from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import retry_after_seconds, transport_error
+from artemis.errors import ErrorCode
+from artemis.http import status_error, transport_error
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, Sink
 
@@ -41,15 +41,8 @@ class HttpSink(Sink):
         except httpx.HTTPError as e:
             raise transport_error(ErrorCode.SINK_ERROR, what, e) from None
         if resp.status_code >= 300:
-            # 4xx means the sink refuses this batch: retrying cannot help. 408/429/5xx can pass.
-            retryable = resp.status_code in (408, 425, 429) or resp.status_code >= 500
-            raise ArtemisError(
-                ErrorCode.SINK_ERROR,
-                f"{what} answered {resp.status_code}: {resp.text[:300]}",
-                retryable=retryable,
-                details={"status": resp.status_code},
-                retry_after_s=retry_after_seconds(resp),
-            )
+            # A 4xx means the sink refuses this batch: no retry can help (SINK_ERROR, final).
+            raise status_error(ErrorCode.SINK_ERROR, what, resp)
         log.debug(
             "sink_batch_delivered",
             sink=self.name,

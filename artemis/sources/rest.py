@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import retry_after_seconds, transport_error
+from artemis.http import status_error, transport_error
 from artemis.sources.base import Page, Source
 from artemis.sources.paginators import Paginator, json_path_get, paginator_from_checkpoint
 
@@ -67,15 +67,7 @@ class RestSource(Source):
         except httpx.HTTPError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         if resp.status_code >= 400:
-            snippet = resp.text[:300]
-            retryable = resp.status_code in (408, 425, 429) or resp.status_code >= 500
-            raise ArtemisError(
-                ErrorCode.SOURCE_ERROR,
-                f"{what} answered {resp.status_code}: {snippet}",
-                retryable=retryable,
-                details={"status": resp.status_code},
-                retry_after_s=retry_after_seconds(resp),
-            )
+            raise status_error(ErrorCode.SOURCE_ERROR, what, resp)
         try:
             return resp.json()
         except ValueError:

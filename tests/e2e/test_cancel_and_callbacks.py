@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
 import pytest
 from sqlalchemy import text
 
@@ -15,10 +16,17 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 @pytest.fixture
-async def slow_quotes(stack):
-    await stack.fault("latency", latency_ms=60)
-    yield stack
-    await stack.fault("latency", latency_ms=0)
+async def slow_samples(samples):
+    """60 ms per quote page while the test runs."""
+    async with httpx.AsyncClient(base_url=samples.url) as http:
+        await http.post("/_control/latency", json={"latency_ms": 60})
+        yield
+        await http.post("/_control/latency", json={"latency_ms": 0})
+
+
+@pytest.fixture
+async def slow_quotes(slow_samples, stack):
+    return stack
 
 
 async def _wait_fetching(stack, task_id: str) -> None:
@@ -30,21 +38,17 @@ async def _wait_fetching(stack, task_id: str) -> None:
     raise AssertionError("run never started fetching")
 
 
-def _slow_body(task_id: str, run_id: str, base: str) -> dict:
-    return {
-        "meta": {
-            "task_id": task_id,
-            "run_id": run_id,
-            "callback": {"base_url": f"{base}/cronjob/runs"},
-        },
-        "params": {"symbols": ["AAPL", "MSFT", "GOOG", "AMZN", "META"], "page_size": 1},
-    }
+SLOW_SYMBOLS = ["AAPL", "MSFT", "GOOG", "AMZN", "META"]  # 150 pages at page_size 1
 
 
-async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(slow_quotes, log_file):
-    stack = slow_quotes
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
-    resp = await stack.run(_slow_body(task_id, run_id, stack.samples_url), mode="async")
+async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(
+    slow_samples, make_stack, log_file
+):
+    # Fetch batches of 50 pages (3 s): the cancellation reaches the running fetch activity
+    # through its heartbeat, and the activity cleans up.
+    stack = await make_stack(runs={"pages_per_fetch": 50})
+    task_id, run_id, body = stack.callback_run(SLOW_SYMBOLS, page_size=1)
+    resp = await stack.run(body, mode="async")
     assert resp.status_code == 202
     await _wait_fetching(stack, task_id)
     cancel = await stack.http.post(f"/tasks/{task_id}/cancel", json={"reason": "operator said so"})
@@ -54,7 +58,7 @@ async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(slow_quotes,
     assert final["status"] == "cancelled"
     assert final["error"]["code"] == "CANCELLED"
     assert final["stats"]["records_fetched"] < 150, json.dumps(final)
-    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    finals = await stack.finals(run_id)
     assert [c["body"] for c in finals] == [
         {"result": "failed", "error_message": "cancelled: operator said so"}
     ]
@@ -69,6 +73,25 @@ async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(slow_quotes,
             {"k": f"pull_stock_quotes/{task_id}"},
         ).scalar()
     assert left == 0
+
+
+async def test_cancel_stops_between_batches_even_when_the_activity_never_sees_it(
+    slow_samples, make_stack
+):
+    # Short fetches and a long heartbeat timeout (heartbeats throttled to ~24 s): the
+    # cancellation lands between batches or on an activity that is already finishing (whose
+    # result may then still arrive); either way the run must stop within a batch or two.
+    stack = await make_stack(runs={"pages_per_fetch": 2, "heartbeat_timeout_s": 30})
+    task_id, run_id, body = stack.callback_run(SLOW_SYMBOLS, page_size=1)
+    await stack.run(body, mode="async")
+    await _wait_fetching(stack, task_id)
+    await stack.http.post(f"/tasks/{task_id}/cancel", json={"reason": "stop"})
+    final = await stack.wait_status(task_id, timeout=30)
+    assert final["status"] == "cancelled"
+    assert final["stats"]["records_fetched"] <= 10, json.dumps(final)
+    assert [c["body"] for c in await stack.finals(run_id)] == [
+        {"result": "failed", "error_message": "cancelled: stop"}
+    ]
 
 
 async def test_delete_cancels_too(slow_quotes):
@@ -86,15 +109,15 @@ async def test_delete_cancels_too(slow_quotes):
 
 async def test_temporal_cancellation_ends_cancelled_with_failed_finalize(slow_quotes):
     stack = slow_quotes
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
-    resp = await stack.run(_slow_body(task_id, run_id, stack.samples_url), mode="async")
+    task_id, run_id, body = stack.callback_run(SLOW_SYMBOLS, page_size=1)
+    resp = await stack.run(body, mode="async")
     await _wait_fetching(stack, task_id)
     handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
     await handle.cancel()
     final = await stack.wait_status(task_id, timeout=30)
     assert final["status"] == "cancelled"
     assert (await handle.describe()).status.name == "CANCELED"
-    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    finals = await stack.finals(run_id)
     assert len(finals) == 1
     assert finals[0]["body"]["result"] == "failed"
     assert finals[0]["body"]["error_message"].startswith("cancelled")
@@ -102,32 +125,22 @@ async def test_temporal_cancellation_ends_cancelled_with_failed_finalize(slow_qu
 
 async def test_deadline_ends_in_timeout_with_failed_timeout_finalize(slow_quotes):
     stack = slow_quotes
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
-    body = _slow_body(task_id, run_id, stack.samples_url)
+    task_id, run_id, body = stack.callback_run(SLOW_SYMBOLS, page_size=1)
     body["meta"]["timeout_s"] = 1.5
     resp = await stack.run(body)
     assert resp.status_code == 504, resp.text
     assert resp.json()["data"]["status"] == "timeout"
     assert resp.json()["error"]["code"] == "TIMEOUT_ERROR"
-    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    finals = await stack.finals(run_id)
     assert [c["body"] for c in finals] == [
         {"result": "failed_timeout", "error_message": "callback_deadline_exceeded"}
     ]
 
 
 async def test_success_finalize_once_with_token_and_stats_and_no_token_in_history(stack):
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
     token = "s3cret-callback-token-value"
-    resp = await stack.run(
-        {
-            "meta": {
-                "task_id": task_id,
-                "run_id": run_id,
-                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs", "auth_token": token},
-            },
-            "params": {"symbols": ["AAPL", "MSFT"]},
-        }
-    )
+    task_id, run_id, body = stack.callback_run(["AAPL", "MSFT"], callback={"auth_token": token})
+    resp = await stack.run(body)
     assert resp.status_code == 200, resp.text
     calls = await stack.cronjob_calls(run_id)
     finals = [c for c in calls if c["kind"] == "callback"]
@@ -146,17 +159,8 @@ async def test_success_finalize_once_with_token_and_stats_and_no_token_in_histor
 
 async def test_progress_is_throttled_but_the_last_is_sent(make_stack):
     stack = await make_stack(callback={"progress_min_interval_ms": 60_000})
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
-    await stack.run(
-        {
-            "meta": {
-                "task_id": task_id,
-                "run_id": run_id,
-                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
-            },
-            "params": {"symbols": ["A", "B", "C", "D"], "page_size": 5},
-        }
-    )
+    task_id, run_id, body = stack.callback_run(["A", "B", "C", "D"], page_size=5)
+    await stack.run(body)
     progress = [c["body"] for c in await stack.cronjob_calls(run_id) if c["kind"] == "progress"]
     assert progress[0]["current"] == 0 and progress[-1] == {
         "current": 4,
@@ -167,22 +171,13 @@ async def test_progress_is_throttled_but_the_last_is_sent(make_stack):
 
 
 async def test_finalize_retries_after_half_one_and_two_seconds_then_gives_up(stack, log_file):
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    task_id, run_id, body = stack.callback_run(["AAPL"])
     await stack.fault("cronjob", status=503, times=10)
-    resp = await stack.run(
-        {
-            "meta": {
-                "task_id": task_id,
-                "run_id": run_id,
-                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
-            },
-            "params": {"symbols": ["AAPL"]},
-        }
-    )
+    resp = await stack.run(body)
     await stack.fault("cronjob")
     assert resp.status_code == 200 and resp.json()["data"]["status"] == "completed"
     assert resp.json()["data"]["callback"] == "gave_up"
-    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    finals = await stack.finals(run_id)
     assert len(finals) == 4
     gaps = [b["at"] - a["at"] for a, b in zip(finals, finals[1:], strict=False)]
     for gap, expected in zip(gaps, (0.5, 1.0, 2.0), strict=True):
@@ -192,61 +187,35 @@ async def test_finalize_retries_after_half_one_and_two_seconds_then_gives_up(sta
 
 
 async def test_finalize_recovers_after_two_5xx(stack):
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    task_id, run_id, body = stack.callback_run(["AAPL"])
     await stack.fault("cronjob", status=502, times=2)
-    resp = await stack.run(
-        {
-            "meta": {
-                "task_id": task_id,
-                "run_id": run_id,
-                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
-            },
-            "params": {"symbols": ["AAPL"]},
-        }
-    )
+    resp = await stack.run(body)
     assert resp.json()["data"]["callback"] == "delivered"
-    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    finals = await stack.finals(run_id)
     assert [c["status"] for c in finals] == [502, 502, 200]
 
 
 async def test_finalize_4xx_is_not_retried(stack):
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    task_id, run_id, body = stack.callback_run(["AAPL"])
     await stack.fault("cronjob", status=400, times=1)
-    resp = await stack.run(
-        {
-            "meta": {
-                "task_id": task_id,
-                "run_id": run_id,
-                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
-            },
-            "params": {"symbols": ["AAPL"]},
-        }
-    )
+    resp = await stack.run(body)
     assert resp.json()["data"]["status"] == "completed"
     assert resp.json()["data"]["callback"] == "rejected"
-    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
+    finals = await stack.finals(run_id)
     assert [c["status"] for c in finals] == [400]
 
 
 async def test_callback_override_host_and_port(stack):
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
     port = int(stack.samples_url.rsplit(":", 1)[1])
-    resp = await stack.run(
-        {
-            "meta": {
-                "task_id": task_id,
-                "run_id": run_id,
-                "callback": {
-                    "base_url": "http://localhost:1/cronjob/runs",
-                    "override_host": "127.0.0.1",
-                    "override_port": port,
-                },
-            },
-            "params": {"symbols": ["AAPL"]},
-        }
-    )
+    override = {
+        "base_url": "http://localhost:1/cronjob/runs",
+        "override_host": "127.0.0.1",
+        "override_port": port,
+    }
+    task_id, run_id, body = stack.callback_run(["AAPL"], callback=override)
+    resp = await stack.run(body)
     assert resp.json()["data"]["callback"] == "delivered"
-    assert len([c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]) == 1
+    assert len(await stack.finals(run_id)) == 1
 
 
 async def test_callback_host_outside_allow_list_is_refused(stack):
@@ -262,16 +231,9 @@ async def test_callback_host_outside_allow_list_is_refused(stack):
 
 
 async def test_inbound_trace_id_reaches_sink_callback_and_logs(stack, log_file):
-    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    task_id, run_id, body = stack.callback_run(["AAPL"])
     resp = await stack.run(
-        {
-            "meta": {
-                "task_id": task_id,
-                "run_id": run_id,
-                "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
-            },
-            "params": {"symbols": ["AAPL"]},
-        },
+        body,
         headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01", "X-Request-ID": "req-42"},
     )
     assert resp.status_code == 200
