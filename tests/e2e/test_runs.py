@@ -145,3 +145,20 @@ async def test_continue_as_new_keeps_every_record(make_stack):
     runs = [e async for e in stack.client.list_workflows(f"WorkflowId = '{data['workflow_id']}'")]
     assert len(runs) >= 3, "expected the run to continue as new at least twice"
     assert (await handle.describe()).status.name == "COMPLETED"
+
+
+async def test_quote_api_503_then_recovers_and_4xx_fails_with_source_error(stack):
+    task_id = new_task_id()
+    await stack.fault("quotes", status=503, times=2)
+    resp = await stack.run({"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}})
+    assert resp.status_code == 200 and resp.json()["data"]["status"] == "completed"
+    counts = delivered(await stack.sink_batches(f"pull_stock_quotes/{task_id}:"))
+    assert len(counts) == NOV_DAYS and set(counts.values()) == {1}
+
+    task_id = new_task_id()
+    await stack.fault("quotes", status=404, times=1)
+    resp = await stack.run({"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}})
+    assert resp.status_code == 502
+    err = resp.json()["error"]
+    assert err["code"] == "SOURCE_ERROR" and "404" in err["message"]
+    assert "quotes:AAPL" in err["message"]

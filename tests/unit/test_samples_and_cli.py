@@ -1,0 +1,121 @@
+"""The sample quote API's contract, the CLI against a live API, and the span exporter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import httpx
+
+from tests.conftest import ROOT, new_task_id
+
+
+def test_quote_api_pages_and_rejects_bad_dates(samples):
+    with httpx.Client(base_url=samples.url) as http:
+        first = http.get(
+            "/quotes",
+            params={
+                "symbol": "aapl",
+                "start": "2025-11-01",
+                "end": "2025-11-30",
+                "page": 1,
+                "page_size": 25,
+            },
+        )
+        body = first.json()
+        assert body["symbol"] == "AAPL" and body["page"] == 1 and body["next_page"] == 2
+        assert len(body["items"]) == 25
+        assert set(body["items"][0]) == {"symbol", "date", "open", "high", "low", "close", "volume"}
+        last = http.get(
+            "/quotes",
+            params={
+                "symbol": "AAPL",
+                "start": "2025-11-01",
+                "end": "2025-11-30",
+                "page": 2,
+                "page_size": 25,
+            },
+        )
+        assert last.json()["next_page"] is None and len(last.json()["items"]) == 5
+        again = http.get(
+            "/quotes",
+            params={
+                "symbol": "AAPL",
+                "start": "2025-11-01",
+                "end": "2025-11-30",
+                "page": 1,
+                "page_size": 25,
+            },
+        )
+        assert again.json() == body  # deterministic data
+        bad = http.get(
+            "/quotes", params={"symbol": "AAPL", "start": "2025-13-01", "end": "2025-11-30"}
+        )
+        assert bad.status_code == 400 and "bad date" in bad.json()["error"]
+
+
+def _cli(*args: str, api: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ARTEMIS_API": api, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "starter.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+async def test_cli_run_show_and_cancel(stack):
+    import asyncio
+
+    out = await asyncio.to_thread(
+        _cli,
+        "run",
+        "pull_stock_quotes",
+        "-p",
+        "symbols=AAPL,MSFT",
+        "-p",
+        "start=2025-11-01",
+        "-p",
+        "end=2025-11-10",
+        api=stack.api_url,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "started pull_stock_quotes task" in out.stdout
+    final = json.loads(out.stdout[out.stdout.index("{") :])
+    assert final["status"] == "completed" and final["stats"]["records_emitted"] == 20
+
+    shown = await asyncio.to_thread(_cli, "tasks", "show", final["task_id"], api=stack.api_url)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["status"] == "completed"
+
+    cancel = await asyncio.to_thread(_cli, "tasks", "cancel", final["task_id"], api=stack.api_url)
+    assert cancel.returncode == 1 and "CONFLICT" in cancel.stderr
+
+    missing = await asyncio.to_thread(_cli, "tasks", "show", new_task_id(), api=stack.api_url)
+    assert missing.returncode == 1 and "TASK_NOT_FOUND" in missing.stderr
+
+    bad = await asyncio.to_thread(
+        _cli, "run", "pull_stock_quotes", "-p", "page_size=0", api=stack.api_url
+    )
+    assert bad.returncode == 1 and "params.page_size" in bad.stderr
+
+
+def test_console_exporter_prints_spans():
+    script = textwrap.dedent("""
+        from opentelemetry import trace
+        from artemis.config import TelemetrySettings
+        from artemis.tracing import setup_telemetry
+        setup_telemetry(TelemetrySettings(exporter="console", service_name="artemis-test"))
+        with trace.get_tracer("t").start_as_current_span("probe-span"):
+            pass
+        trace.get_tracer_provider().shutdown()
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"name": "probe-span"' in out.stdout and "artemis-test" in out.stdout
