@@ -236,7 +236,8 @@ class RunService:
         if started.existing_result is not None:
             return started.existing_result
         try:
-            await asyncio.wait_for(asyncio.shield(_swallow(started.handle.result())), timeout_s)
+            # On timeout wait_for cancels the long poll; the run itself goes on.
+            await asyncio.wait_for(_swallow(started.handle.result()), timeout_s)
         except TimeoutError:
             return None
         return await self.status(started.task_id, handle=started.handle)

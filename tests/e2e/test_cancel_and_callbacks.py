@@ -137,7 +137,7 @@ async def test_deadline_ends_in_timeout_with_failed_timeout_finalize(slow_quotes
     ]
 
 
-async def test_success_finalize_once_with_token_and_stats_and_no_token_in_history(stack):
+async def test_success_finalize_once_with_token_and_stats_and_no_token_in_history(stack, log_file):
     token = "s3cret-callback-token-value"
     task_id, run_id, body = stack.callback_run(["AAPL", "MSFT"], callback={"auth_token": token})
     resp = await stack.run(body)
@@ -155,6 +155,7 @@ async def test_success_finalize_once_with_token_and_stats_and_no_token_in_histor
     history = json.dumps((await handle.fetch_history()).to_json_dict())
     assert token not in history
     assert token not in resp.text
+    assert token not in log_file.read_text()
 
 
 async def test_progress_is_throttled_but_the_last_is_sent(make_stack):

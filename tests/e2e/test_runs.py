@@ -162,3 +162,19 @@ async def test_quote_api_503_then_recovers_and_4xx_fails_with_source_error(stack
     err = resp.json()["error"]
     assert err["code"] == "SOURCE_ERROR" and "404" in err["message"]
     assert "quotes:AAPL" in err["message"]
+
+
+async def test_sync_run_longer_than_sync_timeout_answers_202_and_goes_on(make_stack):
+    stack = await make_stack(server={"sync_timeout_s": 0.5})
+    await stack.fault("latency", latency_ms=30)
+    try:
+        task_id = new_task_id()
+        resp = await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"], "page_size": 1}}
+        )
+        assert resp.status_code == 202, resp.text
+        assert resp.json()["data"]["status"] == "running"
+        final = await stack.wait_status(task_id)
+        assert final["status"] == "completed" and final["stats"]["records_emitted"] == NOV_DAYS
+    finally:
+        await stack.fault("latency", latency_ms=0)
