@@ -193,7 +193,11 @@ class TaskRunActivities:
             log.info("fetch_resumed", next_seq=state["next_seq"], pages=state["pages"])
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace)
-        callback = self._callback(inp.run, inp.callback, trace)
+        try:
+            callback = self._callback(inp.run, inp.callback, trace)
+        except ArtemisError as e:  # progress is best effort: never fail the fetch over it
+            log.warning("callback_progress_disabled", error=str(e))
+            callback = None
         last_ms = inp.progress_last_ms
         key = run_key(inp.run)
         started = time.monotonic()

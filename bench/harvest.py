@@ -137,7 +137,7 @@ async def main() -> None:
                 "vault": {"master_key_file": str(tmp / "master.key")},
                 "logging": {
                     "output": "file",
-                    "level": "WARNING",
+                    "level": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
                     "file": {"path": str(tmp / "a.log")},
                 },
                 "server": {"port": api_port, "sync_timeout_s": 600},
