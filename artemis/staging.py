@@ -3,13 +3,13 @@ history carries only (run, sequence range, counts)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import and_, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from artemis import jsonio
 from artemis.db import StagedPage, get_engine, utcnow
 
 _table = StagedPage.__table__  # type: ignore[attr-defined]
@@ -32,7 +32,7 @@ class Staging:
                 "kind": kind,
                 "seq": seq,
                 "record_count": len(records),
-                "payload": json.dumps(records, separators=(",", ":"), default=str),
+                "payload": jsonio.dumps(records).decode(),
                 "created_at": utcnow(),
             }
             for seq, records in pages
@@ -62,7 +62,7 @@ class Staging:
             .order_by(_table.c.seq)
         )
         with self.engine.connect() as conn:
-            return [(row.seq, json.loads(row.payload)) for row in conn.execute(q)]
+            return [(row.seq, jsonio.loads(row.payload)) for row in conn.execute(q)]
 
     def drop_run(self, run_key: str) -> int:
         with self.engine.begin() as conn:

@@ -7,7 +7,7 @@ sink), an `artemis worker` and an `artemis api`, each in its own process. Then:
   it until the answer (every record fetched, processed, emitted and the run finalized);
 - baseline: fetch the same N pages one after another with httpx while a second coroutine
   posts each page to the sink — the same concurrency as Artemis (sequential pages, emit
-  overlapping fetch), with none of the durability.
+  overlapping fetch) and the same JSON library (orjson), with none of the durability.
 
 Prints one JSON line: {"pages", "records", "artemis_s", "baseline_s", "ratio", ...}.
 """
@@ -27,6 +27,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import httpx
+import orjson
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ async def baseline(samples: str, pages: int, page_size: int) -> tuple[float, int
                     },
                 )
                 resp.raise_for_status()
-                data = resp.json()
+                data = orjson.loads(resp.content)
                 await queue.put(data["items"])
                 page = data["next_page"]
             await queue.put(None)
@@ -76,7 +77,7 @@ async def baseline(samples: str, pages: int, page_size: int) -> tuple[float, int
             while (items := await queue.get()) is not None:
                 resp = await http.post(
                     f"{samples}/sink/baseline",
-                    content=json.dumps(items),
+                    content=orjson.dumps(items),
                     headers={
                         "Content-Type": "application/json",
                         "Idempotency-Key": f"baseline:{seq}",

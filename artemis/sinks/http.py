@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
 
+from artemis import jsonio
 from artemis.errors import ErrorCode
 from artemis.http import status_error, transport_error
 from artemis.logsetup import get_logger
@@ -34,7 +34,7 @@ class HttpSink(Sink):
         }
         if ctx.request_id:
             headers["X-Request-ID"] = ctx.request_id
-        body = json.dumps(records, separators=(",", ":"), default=str)
+        body = jsonio.dumps(records)
         what = f"http sink POST {self.endpoint} (batch {ctx.seq})"
         try:
             resp = await client.post(self.endpoint, content=body, headers=headers)

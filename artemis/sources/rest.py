@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import status_error, transport_error
 from artemis.sources.base import Page, Source
@@ -69,7 +70,7 @@ class RestSource(Source):
         if resp.status_code >= 400:
             raise status_error(ErrorCode.SOURCE_ERROR, what, resp)
         try:
-            return resp.json()
+            return jsonio.loads(resp.content)
         except ValueError:
             raise ArtemisError(
                 ErrorCode.SOURCE_ERROR,
