@@ -26,6 +26,7 @@ demo: install
 
 test: install
 	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
+	$(VENV)/bin/mypy artemis
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: install

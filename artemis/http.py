@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from artemis.config import HttpClientSettings
@@ -12,7 +14,7 @@ def make_client(settings: HttpClientSettings, **overrides) -> httpx.AsyncClient:
     limits = httpx.Limits(
         max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections
     )
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         timeout=httpx.Timeout(settings.timeout_seconds),
         verify=settings.verify_ssl,
         headers=dict(settings.headers),

@@ -8,6 +8,7 @@ import logging
 import logging.handlers
 import re
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ def _caller(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     return event_dict
 
 
-def _drop_record(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _drop_record(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     event_dict.pop("_record", None)
     event_dict.pop("_from_structlog", None)
     return event_dict
@@ -221,7 +222,7 @@ def configure_logging(settings: LoggingSettings, *, force: bool = False) -> None
         if getattr(h, "_artemis", False):
             root.removeHandler(h)
             h.close()
-    handler._artemis = True  # type: ignore[attr-defined]
+    setattr(handler, "_artemis", True)  # noqa: B010  (marks the handler we own)
     root.addHandler(handler)
     root.setLevel(level)
     # Chatty libraries: keep their warnings, drop per-request info lines.

@@ -90,8 +90,9 @@ def setup_telemetry(settings: TelemetrySettings) -> None:
     elif settings.enabled and settings.exporter == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        kwargs = {"endpoint": settings.otlp_endpoint} if settings.otlp_endpoint else {}
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(**kwargs)))
+        # Without an endpoint the exporter reads OTEL_EXPORTER_OTLP_* from the environment.
+        exporter = OTLPSpanExporter(endpoint=settings.otlp_endpoint)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     _provider_installed["provider"] = provider
 

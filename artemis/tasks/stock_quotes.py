@@ -48,11 +48,12 @@ class PullStockQuotes(TaskUnit):
 
     def build_sources(self, ctx: TaskContext) -> list[Source]:
         p: QuoteParams = ctx.params  # type: ignore[assignment]
+        end = p.end or p.start  # always set by validation; keeps the type checker honest
         return [
             RestSource(
                 f"{p.base_url.rstrip('/')}/quotes",
                 PageNumberPaginator(page_size=p.page_size),
-                params={"symbol": sym, "start": p.start.isoformat(), "end": p.end.isoformat()},
+                params={"symbol": sym, "start": p.start.isoformat(), "end": end.isoformat()},
                 records_path="$.items",
                 name=f"quotes:{sym}",
             )
