@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from collections import Counter
 
@@ -35,21 +36,23 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
             mode="async",
         )
         assert resp.status_code == 202, resp.text
-        # wait until the first worker is inside a fetch batch that has heartbeated pages
+        # Wait until the first batch is done and the second fetch has heartbeated a page of
+        # its own, then kill the worker in the middle of that batch.
         handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
         for _ in range(400):
-            desc = await handle.describe()
-            beating = [
-                a
-                for a in desc.raw_description.pending_activities
-                if a.activity_type.name == "fetch_pages" and a.heartbeat_details.payloads
-            ]
             stats = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]["stats"]
-            if beating and stats.get("records_fetched", 0) >= 20:
-                break
-            await asyncio.sleep(0.05)
+            if stats.get("records_fetched", 0) >= 20:
+                desc = await handle.describe()
+                beats = [
+                    json.loads(a.heartbeat_details.payloads[0].data)
+                    for a in desc.raw_description.pending_activities
+                    if a.activity_type.name == "fetch_pages" and a.heartbeat_details.payloads
+                ]
+                if any(20 < b["next_seq"] < 38 for b in beats):
+                    break
+            await asyncio.sleep(0.02)
         else:
-            raise AssertionError("the fetch activity never heartbeated")
+            raise AssertionError("the second fetch never heartbeated")
         fetched_before = stats["records_fetched"]
         assert 0 < fetched_before < 60
         first.send_signal(signal.SIGKILL)
