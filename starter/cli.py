@@ -27,9 +27,11 @@ app = typer.Typer(
 tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True)
 samples_app = typer.Typer(help="The bundled sample servers.", no_args_is_help=True)
 db_app = typer.Typer(help="The Artemis database.", no_args_is_help=True)
+registry_app = typer.Typer(help="The provenance registry (SPEC §8).", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(samples_app, name="samples")
 app.add_typer(db_app, name="db")
+app.add_typer(registry_app, name="registry")
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)
@@ -97,6 +99,135 @@ def db_upgrade(config: Path | None = ConfigOpt) -> None:
     settings = _settings(config)
     upgrade(settings.database.url)
     console.print(f"database at {settings.database.url} is up to date")
+
+
+# -- provenance registry -------------------------------------------------------------------------
+def _registry_engine(settings: Settings):
+    from artemis.db import get_engine
+
+    return get_engine(settings.database.url)
+
+
+def _key_file(settings: Settings) -> str:
+    return settings.vault.get("master_key_file", ".artemis/master.key")
+
+
+@registry_app.command("import")
+def registry_import(file: Path, config: Path | None = ConfigOpt) -> None:
+    """Create or update one provenance from a YAML file (all of it or nothing)."""
+    from artemis.registry.yaml_io import import_yaml
+
+    settings = _settings(config)
+    if not file.is_file():
+        _fail(f"no such file: {file}")
+    report = import_yaml(
+        _registry_engine(settings), file.read_text(), _key_file(settings), source=str(file)
+    )
+    console.print_json(data=report.to_dict())
+
+
+@registry_app.command("export")
+def registry_export(code: str, config: Path | None = ConfigOpt) -> None:
+    """Print one provenance as YAML (secrets only as their environment variable names)."""
+    from artemis.registry.yaml_io import export_yaml
+
+    settings = _settings(config)
+    sys.stdout.write(export_yaml(_registry_engine(settings), code))
+
+
+@registry_app.command("contract")
+def registry_contract(
+    code: str,
+    task_type: str | None = typer.Option(None, "--task-type", help="harvest|update|backfill"),
+    at: str | None = typer.Option(None, "--at", help="ISO timestamp (default now, UTC)"),
+    usage: str = typer.Option("SEARCH", "--usage", help="endpoint usage"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Print the execution contract resolved for CODE, a task type and an instant."""
+    from artemis.registry.resolve import resolve_contract
+
+    settings = _settings(config)
+    with _registry_engine(settings).connect() as conn:
+        contract = resolve_contract(conn, code, task_type, at, usage.upper())
+    console.print_json(data=contract.public())
+
+
+@registry_app.command("check")
+def registry_check(config: Path | None = ConfigOpt) -> None:
+    """Overlaps, TASK rows without task type, missing endpoints; exit 1 when any."""
+    from artemis.registry.writes import check_registry
+
+    settings = _settings(config)
+    with _registry_engine(settings).connect() as conn:
+        findings = check_registry(conn)
+    console.print_json(data={"passed": not findings, "findings": findings})
+    if findings:
+        raise typer.Exit(1)
+
+
+@registry_app.command("close")
+def registry_close(
+    table: str,
+    row_id: int,
+    at: str | None = typer.Option(None, "--at", help="ISO timestamp"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """End a row's interval at --at (default now)."""
+    from artemis.registry.writes import close_row
+
+    settings = _settings(config)
+    with _registry_engine(settings).begin() as conn:
+        close_row(conn, table, row_id, at)
+    console.print_json(data={"closed": {"table": table, "id": row_id}})
+
+
+@registry_app.command("reopen")
+def registry_reopen(table: str, row_id: int, config: Path | None = ConfigOpt) -> None:
+    """Make a closed row open-ended again (refused when that overlaps another row)."""
+    from artemis.registry.writes import reopen_row
+
+    settings = _settings(config)
+    with _registry_engine(settings).begin() as conn:
+        reopen_row(conn, table, row_id)
+    console.print_json(data={"reopened": {"table": table, "id": row_id}})
+
+
+@registry_app.command("switch")
+def registry_switch(
+    table: str,
+    old_id: int,
+    at: str = typer.Option(..., "--at", help="when the new row takes over"),
+    set_: list[str] = typer.Option([], "--set", help="column=value (JSON ok)"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Gray switch: a copy of OLD_ID with --set changes takes over at --at; the old closes."""
+    from artemis.registry.writes import gray_switch
+
+    settings = _settings(config)
+    with _registry_engine(settings).begin() as conn:
+        new_id = gray_switch(conn, table, old_id, _parse_kv(set_), at)
+    console.print_json(
+        data={"switched": {"table": table, "old_id": old_id, "new_id": new_id, "at": at}}
+    )
+
+
+@registry_app.command("rollback")
+def registry_rollback(
+    table: str,
+    new_id: int,
+    old_id: int,
+    at: str | None = typer.Option(None, "--at", help="default now"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Undo a switch: close NEW_ID and put OLD_ID's configuration back in force."""
+    from artemis.registry.writes import rollback
+
+    settings = _settings(config)
+    with _registry_engine(settings).begin() as conn:
+        in_force = rollback(conn, table, new_id, old_id, at)
+    console.print_json(
+        data={"rolled_back": {"table": table, "closed": new_id, "in_force": in_force}}
+    )
 
 
 # -- the embedded stack ------------------------------------------------------------------------
@@ -298,6 +429,13 @@ def main() -> None:
         app()
     except ArtemisError as e:
         err_console.print(f"[red]error:[/red] {e}", highlight=False)
+        sys.exit(1)
+    except Exception as e:  # one line, never a traceback (which could carry secrets)
+        from artemis.logsetup import redact_text
+
+        err_console.print(
+            f"[red]error:[/red] {redact_text(f'{type(e).__name__}: {e}')}", highlight=False
+        )
         sys.exit(1)
 
 

@@ -3,9 +3,12 @@
 from alembic import context
 from sqlalchemy import pool
 
+import artemis.registry.models  # noqa: F401  (registers the registry tables)
 from artemis.db import get_engine
+from sqlmodel import SQLModel
 
 config = context.config
+target_metadata = SQLModel.metadata
 url = config.get_main_option("sqlalchemy.url")
 
 
@@ -20,6 +23,7 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(
             connection=connection,
+            target_metadata=target_metadata,
             render_as_batch=connection.dialect.name == "sqlite",
         )
         with context.begin_transaction():

@@ -1,0 +1,279 @@
+"""The provenance registry (seed 002, SPEC §8): one row per source in ``reg_provenance``
+and one table per configuration dimension, each row scoped (SOURCE | TASK + task type) and
+valid over a half-open UTC interval ``[effective_from, effective_to)``.
+
+Column names are the seed's, so its SQL and its documents stay readable against them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, Column, Computed, DateTime, Index, String, TypeDecorator
+from sqlmodel import Field, SQLModel
+
+SCOPES = ("SOURCE", "TASK")
+TASK_TYPES = ("harvest", "update", "backfill")
+
+
+class UTCDateTime(TypeDecorator):
+    """Timestamps stored as naive UTC (both SQLite and PostgreSQL), returned timezone-aware."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _task_type_key() -> Column:
+    # The seed's generated column IFNULL(task_type, 'ALL'): keys the unique interval index.
+    return Column(String(16), Computed("COALESCE(task_type, 'ALL')", persisted=True))
+
+
+class RegProvenance(SQLModel, table=True):
+    __tablename__ = "reg_provenance"
+
+    id: int | None = Field(default=None, primary_key=True)
+    provenance_code: str = Field(max_length=64, unique=True, index=True)
+    provenance_name: str = Field(max_length=200)
+    base_url_default: str | None = Field(default=None, max_length=500)
+    timezone_default: str = Field(default="UTC", max_length=64)
+    docs_url: str | None = Field(default=None, max_length=500)
+    lifecycle_status_code: str = Field(default="ACTIVE", max_length=16)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class DimensionBase(SQLModel):
+    """Columns every dimension row has: owner, scope and effective interval."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    provenance_id: int = Field(foreign_key="reg_provenance.id")
+    scope_code: str = Field(max_length=16)
+    task_type: str | None = Field(default=None, max_length=16)
+    effective_from: datetime = Field(sa_type=UTCDateTime)
+    effective_to: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+    # The dimension's name in the contract and in YAML files.
+    dimension: ClassVar[str]
+    # Extra columns that identify a row within (provenance, scope, task type, from).
+    identity: ClassVar[tuple[str, ...]] = ()
+
+
+def _interval_index(table: str, *extra: str) -> tuple[Index, Index]:
+    cols = ("provenance_id", "scope_code", "task_type_key", *extra, "effective_from")
+    return (
+        Index(f"uq_{table}_interval", *cols, unique=True),
+        Index(f"ix_{table}_lookup", "provenance_id", "scope_code", "task_type", "effective_to"),
+    )
+
+
+class RegProvEndpointDef(DimensionBase, table=True):
+    __tablename__ = "reg_prov_endpoint_def"
+    __table_args__ = _interval_index("reg_prov_endpoint_def", "endpoint_name")
+    dimension: ClassVar[str] = "endpoint_def"
+    identity: ClassVar[tuple[str, ...]] = ("endpoint_name",)
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    endpoint_name: str = Field(max_length=100)
+    endpoint_usage_code: str = Field(max_length=32)  # SEARCH | DETAIL | TOKEN | ...
+    http_method_code: str = Field(default="GET", max_length=8)
+    path_template: str = Field(max_length=500)
+    default_query_params: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    default_body_payload: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    request_content_type: str | None = Field(default=None, max_length=100)
+    response_format_code: str | None = Field(default=None, max_length=16)  # JSON | XML
+    is_auth_required: bool = False
+    # Endpoint-level parameter names win over the pagination/batching cfg (seed §3.4).
+    page_param_name: str | None = Field(default=None, max_length=64)
+    page_size_param_name: str | None = Field(default=None, max_length=64)
+    cursor_param_name: str | None = Field(default=None, max_length=64)
+    offset_param_name: str | None = Field(default=None, max_length=64)
+    limit_param_name: str | None = Field(default=None, max_length=64)
+    token_param_name: str | None = Field(default=None, max_length=64)
+    id_param_name: str | None = Field(default=None, max_length=64)
+
+
+class RegProvWindowOffsetCfg(DimensionBase, table=True):
+    __tablename__ = "reg_prov_window_offset_cfg"
+    __table_args__ = _interval_index("reg_prov_window_offset_cfg")
+    dimension: ClassVar[str] = "window_offset_cfg"
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    window_mode_code: str | None = Field(default=None, max_length=16)  # SLIDING | CALENDAR
+    window_size_value: int | None = None
+    window_size_unit_code: str | None = Field(default=None, max_length=16)  # MINUTE|HOUR|DAY
+    overlap_value: int | None = None
+    overlap_unit_code: str | None = Field(default=None, max_length=16)
+    lookback_value: int | None = None
+    lookback_unit_code: str | None = Field(default=None, max_length=16)
+    watermark_lag_seconds: int | None = None
+    offset_type_code: str | None = Field(default=None, max_length=16)  # DATE | ID | COMPOSITE
+    default_date_field_name: str | None = Field(default=None, max_length=64)
+
+
+class RegProvPaginationCfg(DimensionBase, table=True):
+    __tablename__ = "reg_prov_pagination_cfg"
+    __table_args__ = _interval_index("reg_prov_pagination_cfg")
+    dimension: ClassVar[str] = "pagination_cfg"
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    # PAGE_NUMBER | OFFSET | CURSOR | TOKEN | LINK_HEADER
+    pagination_mode_code: str = Field(max_length=16)
+    page_size_value: int | None = None
+    max_page_size_value: int | None = None
+    page_number_param_name: str | None = Field(default=None, max_length=64)
+    page_size_param_name: str | None = Field(default=None, max_length=64)
+    start_page_number: int | None = None
+    offset_param_name: str | None = Field(default=None, max_length=64)
+    limit_param_name: str | None = Field(default=None, max_length=64)
+    cursor_param_name: str | None = Field(default=None, max_length=64)
+    next_cursor_jsonpath: str | None = Field(default=None, max_length=200)
+    initial_cursor_value: str | None = Field(default=None, max_length=200)
+    token_param_name: str | None = Field(default=None, max_length=64)
+    next_token_jsonpath: str | None = Field(default=None, max_length=200)
+    total_count_jsonpath: str | None = Field(default=None, max_length=200)
+    records_jsonpath: str | None = Field(default=None, max_length=200)
+    max_result_window: int | None = None  # e.g. 10,000 for PubMed esearch
+
+
+class RegProvHttpCfg(DimensionBase, table=True):
+    __tablename__ = "reg_prov_http_cfg"
+    __table_args__ = _interval_index("reg_prov_http_cfg")
+    dimension: ClassVar[str] = "http_cfg"
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    base_url_override: str | None = Field(default=None, max_length=500)
+    default_headers_json: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    timeout_connect_millis: int | None = None
+    timeout_read_millis: int | None = None
+    tls_verify_enabled: bool | None = None
+    proxy_url: str | None = Field(default=None, max_length=500)
+    accept_compress: bool | None = None
+    prefer_http2: bool | None = None
+
+
+class RegProvBatchingCfg(DimensionBase, table=True):
+    __tablename__ = "reg_prov_batching_cfg"
+    __table_args__ = _interval_index("reg_prov_batching_cfg")
+    dimension: ClassVar[str] = "batching_cfg"
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    detail_batch_size: int | None = None
+    id_param_name: str | None = Field(default=None, max_length=64)
+    id_joiner: str | None = Field(default=None, max_length=8)
+    max_parallel_requests: int | None = None
+    post_threshold_ids: int | None = None  # id lists longer than this go by POST
+    request_template_json: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+
+
+class RegProvRetryCfg(DimensionBase, table=True):
+    __tablename__ = "reg_prov_retry_cfg"
+    __table_args__ = _interval_index("reg_prov_retry_cfg")
+    dimension: ClassVar[str] = "retry_cfg"
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    max_retries: int | None = None
+    backoff_policy_code: str | None = Field(default=None, max_length=16)  # FIXED|EXPONENTIAL
+    initial_delay_millis: int | None = None
+    max_delay_millis: int | None = None
+    retry_http_statuses_json: list[int] | None = Field(default=None, sa_type=JSON)
+    giveup_http_statuses_json: list[int] | None = Field(default=None, sa_type=JSON)
+    respect_retry_after: bool | None = None
+    circuit_break_threshold: int | None = None
+    circuit_cool_down_millis: int | None = None
+
+
+class RegProvRateLimitCfg(DimensionBase, table=True):
+    __tablename__ = "reg_prov_rate_limit_cfg"
+    __table_args__ = _interval_index("reg_prov_rate_limit_cfg")
+    dimension: ClassVar[str] = "rate_limit_cfg"
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    qps_limit: float | None = None
+    burst_capacity: int | None = None
+    max_concurrency: int | None = None
+    bucket_granularity_code: str | None = Field(default=None, max_length=16)
+
+
+class RegProvCredential(DimensionBase, table=True):
+    """Keys and tokens. Several may be valid at once (rotation); the secret is stored
+    encrypted and never leaves an activity in clear."""
+
+    __tablename__ = "reg_prov_credential"
+    __table_args__ = (
+        *_interval_index("reg_prov_credential", "credential_name")[:1],
+        Index(
+            "ix_reg_prov_credential_lookup",
+            "provenance_id",
+            "lifecycle_status_code",
+            "deleted",
+            "endpoint_id",
+            "scope_code",
+            "task_type",
+        ),
+    )
+    dimension: ClassVar[str] = "credential"
+    identity: ClassVar[tuple[str, ...]] = ("credential_name",)
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    endpoint_id: int | None = Field(default=None, foreign_key="reg_prov_endpoint_def.id")
+    credential_name: str = Field(max_length=100)
+    auth_type_code: str = Field(max_length=32)  # API_KEY_QUERY | API_KEY_HEADER | BEARER
+    param_or_header_name: str | None = Field(default=None, max_length=64)
+    secret_env_name: str | None = Field(default=None, max_length=100)
+    secret_ciphertext: str | None = Field(default=None, max_length=4000)
+    encryption_key_id: str | None = Field(default=None, max_length=64)
+    is_default_preferred: bool = False
+    lifecycle_status_code: str = Field(default="ACTIVE", max_length=16)
+    deleted: bool = False
+
+
+class RegProvWatermark(SQLModel, table=True):
+    """Incremental pointer per (provenance, task type, key): advanced only on success."""
+
+    __tablename__ = "reg_prov_watermark"
+    __table_args__ = (
+        Index("uq_reg_prov_watermark", "provenance_id", "task_type", "watermark_key", unique=True),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    provenance_id: int = Field(foreign_key="reg_provenance.id")
+    task_type: str = Field(max_length=16)
+    watermark_key: str = Field(default="default", max_length=200)
+    watermark_value: datetime = Field(sa_type=UTCDateTime)
+    last_run_id: str | None = Field(default=None, max_length=200)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+DIMENSIONS: dict[str, type[DimensionBase]] = {
+    cls.dimension: cls
+    for cls in (
+        RegProvEndpointDef,
+        RegProvWindowOffsetCfg,
+        RegProvPaginationCfg,
+        RegProvHttpCfg,
+        RegProvBatchingCfg,
+        RegProvRetryCfg,
+        RegProvRateLimitCfg,
+        RegProvCredential,
+    )
+}
+TABLES: dict[str, type[DimensionBase]] = {cls.__tablename__: cls for cls in DIMENSIONS.values()}  # type: ignore[misc]

@@ -1,0 +1,276 @@
+"""Resolution (seed 002 §3): pick, per dimension, the one row in force for a provenance,
+a task type and an instant, and assemble them into the run's execution contract.
+
+Rules, exactly as the seed's SQL:
+- time: ``effective_from <= at < COALESCE(effective_to, +inf)`` (half-open, UTC);
+- scope: a TASK row for the task type wins; else a SOURCE row (no field-level merge);
+- ties: ``effective_from DESC, id DESC``;
+- endpoints: filtered by usage (SEARCH, DETAIL, ...) and, when given, by name;
+- credentials: ACTIVE and not deleted; endpoint-bound before global, TASK before SOURCE,
+  ``is_default_preferred`` first, then newest; all of them, in order, for rotation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.engine import Connection
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.registry.models import (
+    DIMENSIONS,
+    DimensionBase,
+    RegProvCredential,
+    RegProvenance,
+    RegProvEndpointDef,
+)
+
+# Columns that hold secrets: never part of a contract, a print-out or an export.
+SECRET_COLUMNS = ("secret_ciphertext",)
+CONTRACT_KEYS = (
+    "endpoint",
+    "pagination",
+    "window_offset",
+    "http",
+    "batching",
+    "retry",
+    "rate_limit",
+    "credential",
+)
+_CFG_FOR_KEY = {
+    "pagination": "pagination_cfg",
+    "window_offset": "window_offset_cfg",
+    "http": "http_cfg",
+    "batching": "batching_cfg",
+    "retry": "retry_cfg",
+    "rate_limit": "rate_limit_cfg",
+}
+
+
+def as_utc(value: datetime | str | None) -> datetime:
+    """An instant in UTC (naive values are taken as UTC); None is now."""
+    if value is None:
+        return datetime.now(UTC)
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT, f"not an ISO timestamp: {value!r}"
+            ) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def row_dict(row: Any) -> dict[str, Any]:
+    """A row as JSON-ready data, secrets removed."""
+    out = {}
+    for key, value in dict(row._mapping).items():
+        if key in SECRET_COLUMNS:
+            continue
+        if isinstance(value, datetime):
+            value = as_utc(value).isoformat()
+        out[key] = value
+    if "secret_ciphertext" in dict(row._mapping):
+        out["has_secret"] = row._mapping["secret_ciphertext"] is not None
+    return out
+
+
+def _in_force(table: Any, at: datetime) -> Any:
+    return and_(
+        table.c.effective_from <= at, or_(table.c.effective_to.is_(None), table.c.effective_to > at)
+    )
+
+
+def current_row(
+    conn: Connection,
+    model: type[DimensionBase],
+    provenance_id: int,
+    task_type: str | None,
+    at: datetime,
+    *filters: Any,
+) -> Any | None:
+    """The seed's two-step query: the newest TASK row in force, else the newest SOURCE row."""
+    table = model.__table__  # type: ignore[attr-defined]
+    base = [table.c.provenance_id == provenance_id, _in_force(table, at), *filters]
+    order = (table.c.effective_from.desc(), table.c.id.desc())
+    if task_type is not None:
+        row = conn.execute(
+            select(table)
+            .where(table.c.scope_code == "TASK", table.c.task_type == task_type, *base)
+            .order_by(*order)
+            .limit(1)
+        ).first()
+        if row is not None:
+            return row
+    return conn.execute(
+        select(table).where(table.c.scope_code == "SOURCE", *base).order_by(*order).limit(1)
+    ).first()
+
+
+def credentials_in_order(
+    conn: Connection,
+    provenance_id: int,
+    task_type: str | None,
+    at: datetime,
+    endpoint_id: int | None,
+) -> list[Any]:
+    table = RegProvCredential.__table__  # type: ignore[attr-defined]
+    scope = table.c.scope_code == "SOURCE"
+    if task_type is not None:
+        scope = or_(and_(table.c.scope_code == "TASK", table.c.task_type == task_type), scope)
+    rows = conn.execute(
+        select(table).where(
+            table.c.provenance_id == provenance_id,
+            table.c.lifecycle_status_code == "ACTIVE",
+            table.c.deleted.is_(False),
+            _in_force(table, at),
+            scope,
+            or_(table.c.endpoint_id.is_(None), table.c.endpoint_id == endpoint_id)
+            if endpoint_id is not None
+            else table.c.endpoint_id.is_(None),
+        )
+    ).fetchall()
+
+    def rank(r: Any) -> tuple:
+        return (
+            0 if endpoint_id is not None and r.endpoint_id == endpoint_id else 1,
+            0 if r.scope_code == "TASK" else 1,
+            0 if r.is_default_preferred else 1,
+            -as_utc(r.effective_from).timestamp(),
+            -r.id,
+        )
+
+    return sorted(rows, key=rank)
+
+
+@dataclass
+class Contract:
+    """Everything one run needs to know about a source, frozen at resolution time."""
+
+    provenance: dict[str, Any]
+    task_type: str | None
+    at: str
+    usage: str
+    endpoint: dict[str, Any] | None
+    endpoints: dict[str, dict[str, Any]]
+    pagination: dict[str, Any] | None
+    window_offset: dict[str, Any] | None
+    http: dict[str, Any] | None
+    batching: dict[str, Any] | None
+    retry: dict[str, Any] | None
+    rate_limit: dict[str, Any] | None
+    credentials: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def credential(self) -> dict[str, Any] | None:
+        return self.credentials[0] if self.credentials else None
+
+    def public(self) -> dict[str, Any]:
+        """The printed form: the eight dimensions, each the selected row or null."""
+        out = {k: getattr(self, k) for k in CONTRACT_KEYS}
+        out["provenance"] = self.provenance
+        out["task_type"] = self.task_type
+        out["at"] = self.at
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def find_provenance(conn: Connection, code: str) -> Any:
+    table = RegProvenance.__table__  # type: ignore[attr-defined]
+    row = conn.execute(select(table).where(table.c.provenance_code == code)).first()
+    if row is None:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"unknown provenance {code!r}")
+    return row
+
+
+def resolve_contract(
+    conn: Connection,
+    code: str,
+    task_type: str | None = None,
+    at: datetime | str | None = None,
+    usage: str = "SEARCH",
+    endpoint_name: str | None = None,
+) -> Contract:
+    when = as_utc(at)
+    prov = find_provenance(conn, code)
+    ep_table = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+    endpoints: dict[str, dict[str, Any]] = {}
+    usages = (
+        conn.execute(
+            select(ep_table.c.endpoint_usage_code)
+            .where(ep_table.c.provenance_id == prov.id)
+            .distinct()
+        )
+        .scalars()
+        .all()
+    )
+    for u in sorted(set(usages) | {usage}):
+        filters = [ep_table.c.endpoint_usage_code == u]
+        if endpoint_name and u == usage:
+            filters.append(ep_table.c.endpoint_name == endpoint_name)
+        row = current_row(conn, RegProvEndpointDef, prov.id, task_type, when, *filters)
+        if row is not None:
+            endpoints[u] = row_dict(row)
+    endpoint = endpoints.get(usage)
+    dims = {
+        key: current_row(conn, DIMENSIONS[cfg], prov.id, task_type, when)
+        for key, cfg in _CFG_FOR_KEY.items()
+    }
+    creds = credentials_in_order(
+        conn, prov.id, task_type, when, endpoint["id"] if endpoint else None
+    )
+    return Contract(
+        provenance=row_dict(prov),
+        task_type=task_type,
+        at=when.isoformat(),
+        usage=usage,
+        endpoint=endpoint,
+        endpoints=endpoints,
+        **{k: (row_dict(r) if r is not None else None) for k, r in dims.items()},
+        credentials=[row_dict(r) for r in creds],
+    )
+
+
+# -- merge rules (seed §3.4) ------------------------------------------------------------------
+def merge_params(base: dict[str, Any] | None, runtime: dict[str, Any] | None) -> dict[str, Any]:
+    """Key-level merge: runtime keys override the base; a None value deletes the key."""
+    merged = {**(base or {}), **(runtime or {})}
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+def param_name(
+    kind: str,
+    endpoint: dict[str, Any] | None,
+    cfg: dict[str, Any] | None,
+    cfg_column: str,
+    default: str,
+) -> str:
+    """Endpoint-level name > pagination/batching cfg > default (``kind`` e.g. ``page``)."""
+    if endpoint and endpoint.get(f"{kind}_param_name"):
+        return endpoint[f"{kind}_param_name"]
+    if cfg and cfg.get(cfg_column):
+        return cfg[cfg_column]
+    return default
+
+
+def base_url(contract: Contract, default: str | None = None) -> str:
+    """``http_cfg.base_url_override`` > ``reg_provenance.base_url_default`` > default."""
+    url = (
+        (contract.http or {}).get("base_url_override")
+        or contract.provenance.get("base_url_default")
+        or default
+    )
+    if not url:
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR,
+            f"provenance {contract.provenance.get('provenance_code')!r} has no "
+            "base URL (http_cfg.base_url_override or base_url_default)",
+        )
+    return url.rstrip("/")

@@ -1,0 +1,316 @@
+"""Writes to the registry with the seed's application-level rules: no overlapping
+intervals within one dimension (the error names the conflicting rows), no TASK row
+without a task type, gray switch and rollback by adding and closing intervals."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, not_, or_, select, update
+from sqlalchemy.engine import Connection
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.registry.models import (
+    DIMENSIONS,
+    SCOPES,
+    TABLES,
+    TASK_TYPES,
+    DimensionBase,
+    RegProvenance,
+    RegProvEndpointDef,
+    utcnow,
+)
+from artemis.registry.resolve import as_utc
+
+
+def model_for(table_name: str) -> type[DimensionBase]:
+    model = TABLES.get(table_name) or DIMENSIONS.get(table_name)
+    if model is None:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"unknown registry table {table_name!r} (known: {', '.join(sorted(TABLES))})",
+        )
+    return model
+
+
+def describe(model: type[DimensionBase], row: Any) -> str:
+    r = row._mapping if hasattr(row, "_mapping") else row
+    ident = "".join(f" {c}={r.get(c)}" for c in model.identity)
+    start = as_utc(r["effective_from"]).isoformat() if r.get("effective_from") else "?"
+    to = as_utc(r["effective_to"]).isoformat() if r.get("effective_to") else "open"
+    return (
+        f"{model.__tablename__} id={r.get('id')} scope={r.get('scope_code')} "
+        f"task_type={r.get('task_type') or '-'}{ident} [{start}, {to})"
+    )
+
+
+def validate_scope(model: type[DimensionBase], values: dict[str, Any]) -> None:
+    where = f"{model.__tablename__}"
+    scope, task = values.get("scope_code"), values.get("task_type")
+    if scope not in SCOPES:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"{where}.scope_code must be SOURCE or TASK, got {scope!r}"
+        )
+    if scope == "TASK" and not task:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"{where}: a TASK row needs a task_type (harvest | update | backfill)",
+        )
+    if task is not None and task not in TASK_TYPES:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"{where}.task_type must be harvest, update or backfill, got {task!r}",
+        )
+    if scope == "SOURCE" and task:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"{where}: a SOURCE row has no task_type (got {task!r})"
+        )
+    start, end = values.get("effective_from"), values.get("effective_to")
+    if start is None:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"{where}.effective_from is required")
+    if end is not None and as_utc(end) <= as_utc(start):
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"{where}: effective_to ({as_utc(end).isoformat()}) must be after "
+            f"effective_from ({as_utc(start).isoformat()})",
+        )
+
+
+def overlapping(
+    conn: Connection,
+    model: type[DimensionBase],
+    values: dict[str, Any],
+    exclude_id: int | None = None,
+) -> list[Any]:
+    """Rows of the same dimension slot whose interval intersects ``values``' interval."""
+    t = model.__table__  # type: ignore[attr-defined]
+    start = as_utc(values["effective_from"])
+    end = as_utc(values["effective_to"]) if values.get("effective_to") else None
+    disjoint = or_(
+        and_(t.c.effective_to.is_not(None), t.c.effective_to <= start),
+        (start > start) if end is None else (t.c.effective_from >= end),
+    )
+    conds = [
+        t.c.provenance_id == values["provenance_id"],
+        t.c.scope_code == values["scope_code"],
+        t.c.task_type_key == (values.get("task_type") or "ALL"),
+        not_(disjoint),
+    ]
+    conds += [t.c[c] == values[c] for c in model.identity]
+    if exclude_id is not None:
+        conds.append(t.c.id != exclude_id)
+    return conn.execute(select(t).where(*conds).order_by(t.c.id)).fetchall()
+
+
+def refuse_overlaps(
+    conn: Connection,
+    model: type[DimensionBase],
+    values: dict[str, Any],
+    exclude_id: int | None = None,
+) -> None:
+    clashes = overlapping(conn, model, values, exclude_id)
+    if clashes:
+        new = {**values, "id": exclude_id or "new"}
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"interval overlap: {describe(model, new)} overlaps "
+            + "; ".join(describe(model, r) for r in clashes),
+            details={"conflicts": [r.id for r in clashes]},
+        )
+
+
+def normalise(model: type[DimensionBase], values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for key in ("effective_from", "effective_to"):
+        if out.get(key) is not None:
+            out[key] = as_utc(out[key])
+    known = set(model.__table__.c.keys()) - {"task_type_key"}  # type: ignore[attr-defined]
+    unknown = set(out) - known
+    if unknown:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"{model.__tablename__}: unknown column(s) {', '.join(sorted(unknown))}",
+        )
+    return out
+
+
+def add_row(conn: Connection, model: type[DimensionBase], values: dict[str, Any]) -> int:
+    values = normalise(model, values)
+    validate_scope(model, values)
+    refuse_overlaps(conn, model, values)
+    now = utcnow()
+    values.setdefault("created_at", now)
+    values.setdefault("updated_at", now)
+    t = model.__table__  # type: ignore[attr-defined]
+    return conn.execute(t.insert().values(**values)).inserted_primary_key[0]
+
+
+def update_row(
+    conn: Connection, model: type[DimensionBase], row_id: int, values: dict[str, Any]
+) -> None:
+    t = model.__table__  # type: ignore[attr-defined]
+    current = get_row(conn, model, row_id)
+    merged = normalise(model, {**dict(current._mapping), **values})
+    merged.pop("task_type_key", None)
+    validate_scope(model, merged)
+    refuse_overlaps(conn, model, merged, exclude_id=row_id)
+    values = normalise(model, values)
+    conn.execute(update(t).where(t.c.id == row_id).values(**values, updated_at=utcnow()))
+
+
+def get_row(conn: Connection, model: type[DimensionBase], row_id: int) -> Any:
+    t = model.__table__  # type: ignore[attr-defined]
+    row = conn.execute(select(t).where(t.c.id == row_id)).first()
+    if row is None:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"{model.__tablename__} has no row {row_id}")
+    return row
+
+
+def close_row(conn: Connection, table_name: str, row_id: int, at: datetime | str | None) -> None:
+    """End a row's interval at ``at`` (default now)."""
+    model = model_for(table_name)
+    row = get_row(conn, model, row_id)
+    when = as_utc(at)
+    if when < as_utc(row.effective_from):
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"cannot close {describe(model, row)} at {when.isoformat()}: before it starts",
+        )
+    update_row(conn, model, row_id, {"effective_to": when})
+
+
+def reopen_row(conn: Connection, table_name: str, row_id: int) -> None:
+    """Make a closed row open-ended again (refused if that overlaps another row)."""
+    model = model_for(table_name)
+    get_row(conn, model, row_id)
+    update_row(conn, model, row_id, {"effective_to": None})
+
+
+def gray_switch(
+    conn: Connection, table_name: str, old_id: int, new_values: dict[str, Any], at: datetime | str
+) -> int:
+    """Add ``new_values`` from ``at`` (typically in the future) and close the old row then:
+    runs resolving before ``at`` keep the old row, later ones get the new."""
+    model = model_for(table_name)
+    old = dict(get_row(conn, model, old_id)._mapping)
+    when = as_utc(at)
+    close_row(conn, table_name, old_id, when)
+    values = {
+        k: v for k, v in old.items() if k not in ("id", "task_type_key", "created_at", "updated_at")
+    }
+    values.update(new_values)
+    values.update(effective_from=when, effective_to=None)
+    return add_row(conn, model, values)
+
+
+def rollback(
+    conn: Connection, table_name: str, new_id: int, old_id: int, at: datetime | str | None = None
+) -> int:
+    """Undo a switch: close the new row and put the old one back in force.
+
+    If the new row has not started yet it is closed where it starts and the old row is
+    reopened as it was. If it has, history is kept exact: the new row ends at ``at`` and
+    the old row's configuration is restored from ``at`` (a copy). Returns the id in force.
+    """
+    model = model_for(table_name)
+    new = get_row(conn, model, new_id)
+    old = dict(get_row(conn, model, old_id)._mapping)
+    when = as_utc(at)
+    if when <= as_utc(new.effective_from):
+        t = model.__table__  # type: ignore[attr-defined]
+        conn.execute(
+            update(t)
+            .where(t.c.id == new_id)
+            .values(effective_to=as_utc(new.effective_from), updated_at=utcnow())
+        )
+        reopen_row(conn, table_name, old_id)
+        return old_id
+    close_row(conn, table_name, new_id, when)
+    values = {
+        k: v for k, v in old.items() if k not in ("id", "task_type_key", "created_at", "updated_at")
+    }
+    values.update(effective_from=when, effective_to=None)
+    return add_row(conn, model, values)
+
+
+def check_registry(conn: Connection) -> list[dict[str, Any]]:
+    """Findings: overlapping intervals, TASK rows without a task type, provenances with
+    no SEARCH endpoint in force now, credentials without a secret."""
+    findings: list[dict[str, Any]] = []
+    for model in DIMENSIONS.values():
+        t = model.__table__  # type: ignore[attr-defined]
+        rows = conn.execute(select(t).order_by(t.c.id)).fetchall()
+        for r in rows:
+            if r.scope_code == "TASK" and not r.task_type:
+                findings.append(
+                    {
+                        "kind": "task_row_without_task_type",
+                        "table": t.name,
+                        "id": r.id,
+                        "message": f"{describe(model, r)}: TASK row without task_type",
+                    }
+                )
+            if r.scope_code not in SCOPES:
+                findings.append(
+                    {
+                        "kind": "bad_scope",
+                        "table": t.name,
+                        "id": r.id,
+                        "message": f"{describe(model, r)}: scope_code not in {SCOPES}",
+                    }
+                )
+            clashes = [
+                c
+                for c in overlapping(conn, model, dict(r._mapping), exclude_id=r.id)
+                if c.id > r.id
+            ]
+            for c in clashes:
+                findings.append(
+                    {
+                        "kind": "overlap",
+                        "table": t.name,
+                        "id": r.id,
+                        "message": f"{describe(model, r)} overlaps {describe(model, c)}",
+                    }
+                )
+    from artemis.registry.models import RegProvCredential
+    from artemis.registry.resolve import current_row
+
+    pt = RegProvenance.__table__  # type: ignore[attr-defined]
+    et = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+    now = utcnow()
+    for prov in conn.execute(select(pt)).fetchall():
+        for task in (None, *TASK_TYPES):
+            if (
+                current_row(
+                    conn,
+                    RegProvEndpointDef,
+                    prov.id,
+                    task,
+                    now,
+                    et.c.endpoint_usage_code == "SEARCH",
+                )
+                is None
+            ):
+                findings.append(
+                    {
+                        "kind": "missing_endpoint",
+                        "table": et.name,
+                        "id": None,
+                        "message": f"provenance {prov.provenance_code}: no SEARCH "
+                        f"endpoint in force for task_type={task or '-'}",
+                    }
+                )
+    ct = RegProvCredential.__table__  # type: ignore[attr-defined]
+    for r in conn.execute(select(ct).where(ct.c.deleted.is_(False))).fetchall():
+        if not r.secret_ciphertext:
+            findings.append(
+                {
+                    "kind": "credential_without_secret",
+                    "table": ct.name,
+                    "id": r.id,
+                    "message": f"{describe(RegProvCredential, r)} has no secret",
+                }
+            )
+    return findings

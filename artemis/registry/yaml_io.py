@@ -1,0 +1,313 @@
+"""YAML import and export of one provenance.
+
+Format: a top-level ``provenance`` mapping (the ``reg_provenance`` columns) and one list
+per dimension named after its table without the ``reg_prov_`` prefix (``endpoint_def``,
+``window_offset_cfg``, ``pagination_cfg``, ``http_cfg``, ``batching_cfg``, ``retry_cfg``,
+``rate_limit_cfg``, ``credential``), each row with the seed's column names and no ids.
+A credential names its secret by environment variable (``secret_env: NCBI_API_KEY``) and
+its endpoint by name (``endpoint_name: efetch``).
+
+Importing again updates the provenance in place: rows match on (table, scope, task type,
+effective_from, and the endpoint or credential name); an unchanged file writes nothing;
+any refused row (an overlapping interval, a missing secret) leaves the whole file unwritten.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import yaml
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection, Engine
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.registry.models import (
+    DIMENSIONS,
+    DimensionBase,
+    RegProvCredential,
+    RegProvenance,
+    RegProvEndpointDef,
+    utcnow,
+)
+from artemis.registry.resolve import as_utc, find_provenance
+from artemis.registry.writes import add_row, describe, update_row
+from artemis.vault import SecretBox
+
+# Import order: endpoints before credentials (which may name one).
+ORDER = (
+    "endpoint_def",
+    "window_offset_cfg",
+    "pagination_cfg",
+    "http_cfg",
+    "batching_cfg",
+    "retry_cfg",
+    "rate_limit_cfg",
+    "credential",
+)
+_HIDDEN = {
+    "id",
+    "provenance_id",
+    "task_type_key",
+    "created_at",
+    "updated_at",
+    "secret_ciphertext",
+    "encryption_key_id",
+    "secret_env_name",
+    "endpoint_id",
+}
+_PROV_COLUMNS = (
+    "provenance_code",
+    "provenance_name",
+    "base_url_default",
+    "timezone_default",
+    "docs_url",
+    "lifecycle_status_code",
+)
+
+
+@dataclass
+class ImportReport:
+    provenance: str
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "provenance": self.provenance,
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+        }
+
+
+def credential_box(key_file: str) -> SecretBox:
+    return SecretBox("registry-credentials", key_file)
+
+
+def _load(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: not valid YAML: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("provenance"), dict):
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"{source}: expected a mapping with a 'provenance' mapping"
+        )
+    unknown = set(data) - {"provenance", *ORDER}
+    if unknown:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"{source}: unknown section(s) {', '.join(sorted(unknown))} "
+            f"(known: provenance, {', '.join(ORDER)})",
+        )
+    if not data["provenance"].get("provenance_code"):
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"{source}: provenance.provenance_code is required"
+        )
+    return data
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, datetime) or isinstance(b, datetime):
+        return a is not None and b is not None and as_utc(a) == as_utc(b)
+    return a == b
+
+
+def import_yaml(engine: Engine, text: str, key_file: str, source: str = "<yaml>") -> ImportReport:
+    data = _load(text, source)
+    box = credential_box(key_file)
+    with engine.begin() as conn:  # one transaction: all of the file or nothing
+        return _import(conn, data, box, source)
+
+
+def _import(conn: Connection, data: dict[str, Any], box: SecretBox, source: str) -> ImportReport:
+    prov_in = data["provenance"]
+    unknown = set(prov_in) - set(_PROV_COLUMNS)
+    if unknown:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"{source}: provenance: unknown column(s) {', '.join(sorted(unknown))}",
+        )
+    code = prov_in["provenance_code"]
+    report = ImportReport(code)
+    pt = RegProvenance.__table__  # type: ignore[attr-defined]
+    existing = conn.execute(select(pt).where(pt.c.provenance_code == code)).first()
+    values = {"provenance_name": code, **prov_in}
+    if existing is None:
+        now = utcnow()
+        pid = conn.execute(
+            pt.insert().values(**values, created_at=now, updated_at=now)
+        ).inserted_primary_key[0]
+        report.created.append(f"reg_provenance {code}")
+    else:
+        pid = existing.id
+        changed = {k: v for k, v in values.items() if not _same(existing._mapping[k], v)}
+        if changed:
+            conn.execute(update(pt).where(pt.c.id == pid).values(**changed, updated_at=utcnow()))
+            report.updated.append(f"reg_provenance {code}: {', '.join(sorted(changed))}")
+        else:
+            report.unchanged += 1
+    for dim in ORDER:
+        rows = data.get(dim) or []
+        if not isinstance(rows, list):
+            raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: {dim} must be a list")
+        model = DIMENSIONS[dim]
+        for i, raw in enumerate(rows):
+            where = f"{source}: {dim}[{i}]"
+            if not isinstance(raw, dict):
+                raise ArtemisError(ErrorCode.INVALID_INPUT, f"{where}: expected a mapping")
+            try:
+                _import_row(conn, model, pid, dict(raw), box, report)
+            except ArtemisError as e:
+                raise ArtemisError(e.code, f"{where}: {e.message}", details=e.details) from None
+    return report
+
+
+def _import_row(
+    conn: Connection,
+    model: type[DimensionBase],
+    pid: int,
+    raw: dict[str, Any],
+    box: SecretBox,
+    report: ImportReport,
+) -> None:
+    secret: str | None = None
+    if model is RegProvCredential:
+        env = raw.pop("secret_env", None)
+        if "secret" in raw or "secret_value" in raw or "secret_ciphertext" in raw:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                "secrets are never written in the file: use secret_env: VAR",
+            )
+        if env:
+            secret = os.environ.get(env)
+            if not secret:
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT, f"environment variable {env} (secret_env) is not set"
+                )
+            raw["secret_env_name"] = env
+        ep_name = raw.pop("endpoint_name", None)
+        raw["endpoint_id"] = _endpoint_id(conn, pid, ep_name, raw) if ep_name else None
+    hidden = (set(raw) & _HIDDEN) - {"secret_env_name", "endpoint_id"}
+    if hidden:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"column(s) {', '.join(sorted(hidden))} are not set from a file",
+        )
+    raw["provenance_id"] = pid
+    for key in ("effective_from", "effective_to"):
+        if raw.get(key) is not None:
+            raw[key] = as_utc(raw[key])
+    t = model.__table__  # type: ignore[attr-defined]
+    match = [
+        t.c.provenance_id == pid,
+        t.c.scope_code == raw.get("scope_code"),
+        t.c.task_type_key == (raw.get("task_type") or "ALL"),
+        t.c.effective_from == raw.get("effective_from"),
+    ]
+    match += [t.c[c] == raw.get(c) for c in model.identity]
+    current = conn.execute(select(t).where(*match)).first() if raw.get("effective_from") else None
+    if current is None:
+        if secret is not None:
+            raw.update(secret_ciphertext=box.encrypt(secret), encryption_key_id=box.key_id)
+        new_id = add_row(conn, model, raw)
+        report.created.append(describe(model, {**raw, "id": new_id}))
+        return
+    cur = current._mapping
+    changed = {k: v for k, v in raw.items() if not _same(cur.get(k), v)}
+    # Columns the file leaves out go back to NULL (the file is the whole row).
+    for col in t.c.keys():
+        if (
+            col not in raw
+            and col not in _HIDDEN
+            and col not in ("secret_env_name",)
+            and cur[col] is not None
+            and t.c[col].default is None
+            and t.c[col].nullable
+        ):
+            changed[col] = None
+    if model is RegProvCredential:
+        old_secret = (
+            box.decrypt(cur["secret_ciphertext"], "credential secret")
+            if cur["secret_ciphertext"]
+            else None
+        )
+        if secret != old_secret:
+            changed["secret_ciphertext"] = box.encrypt(secret) if secret else None
+            changed["encryption_key_id"] = box.key_id if secret else None
+    if changed:
+        update_row(conn, model, cur["id"], changed)
+        report.updated.append(f"{describe(model, current)}: {', '.join(sorted(changed))}")
+    else:
+        report.unchanged += 1
+
+
+def _endpoint_id(conn: Connection, pid: int, name: str, raw: dict[str, Any]) -> int:
+    t = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+    rows = conn.execute(
+        select(t)
+        .where(t.c.provenance_id == pid, t.c.endpoint_name == name)
+        .order_by(t.c.effective_from.desc(), t.c.id.desc())
+    ).fetchall()
+    if not rows:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"endpoint_name {name!r} is not defined")
+    start = as_utc(raw["effective_from"]) if raw.get("effective_from") else None
+    for r in rows:  # the endpoint row in force when the credential starts, else the newest
+        if (
+            start
+            and as_utc(r.effective_from) <= start
+            and (r.effective_to is None or as_utc(r.effective_to) > start)
+        ):
+            return r.id
+    return rows[0].id
+
+
+def export_yaml(engine: Engine, code: str) -> str:
+    with engine.connect() as conn:
+        prov = find_provenance(conn, code)
+        out: dict[str, Any] = {
+            "provenance": {
+                k: prov._mapping[k] for k in _PROV_COLUMNS if prov._mapping[k] is not None
+            }
+        }
+        et = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+        names = {
+            r.id: r.endpoint_name
+            for r in conn.execute(
+                select(et.c.id, et.c.endpoint_name).where(et.c.provenance_id == prov.id)
+            )
+        }
+        for dim in ORDER:
+            t = DIMENSIONS[dim].__table__  # type: ignore[attr-defined]
+            rows = conn.execute(
+                select(t)
+                .where(t.c.provenance_id == prov.id)
+                .order_by(t.c.scope_code, t.c.task_type_key, t.c.effective_from, t.c.id)
+            ).fetchall()
+            if not rows:
+                continue
+            items = []
+            for r in rows:
+                m = r._mapping
+                item = {}
+                for k in t.c.keys():
+                    if k in _HIDDEN or m[k] is None:
+                        continue
+                    v = m[k]
+                    item[k] = (
+                        as_utc(v).isoformat().replace("+00:00", "Z")
+                        if isinstance(v, datetime)
+                        else v
+                    )
+                if dim == "credential":
+                    if m["endpoint_id"] is not None:
+                        item["endpoint_name"] = names[m["endpoint_id"]]
+                    if m["secret_env_name"]:
+                        item["secret_env"] = m["secret_env_name"]
+                items.append(item)
+            out[dim] = items
+    return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)
