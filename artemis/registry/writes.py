@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, not_, or_, select, update
+from sqlalchemy import and_, false, not_, or_, select, update
 from sqlalchemy.engine import Connection
 
 from artemis.errors import ArtemisError, ErrorCode
@@ -89,7 +89,7 @@ def overlapping(
     end = as_utc(values["effective_to"]) if values.get("effective_to") else None
     disjoint = or_(
         and_(t.c.effective_to.is_not(None), t.c.effective_to <= start),
-        (start > start) if end is None else (t.c.effective_from >= end),
+        false() if end is None else (t.c.effective_from >= end),
     )
     conds = [
         t.c.provenance_id == values["provenance_id"],
@@ -100,7 +100,7 @@ def overlapping(
     conds += [t.c[c] == values[c] for c in model.identity]
     if exclude_id is not None:
         conds.append(t.c.id != exclude_id)
-    return conn.execute(select(t).where(*conds).order_by(t.c.id)).fetchall()
+    return list(conn.execute(select(t).where(*conds).order_by(t.c.id)).fetchall())
 
 
 def refuse_overlaps(
@@ -143,7 +143,9 @@ def add_row(conn: Connection, model: type[DimensionBase], values: dict[str, Any]
     values.setdefault("created_at", now)
     values.setdefault("updated_at", now)
     t = model.__table__  # type: ignore[attr-defined]
-    return conn.execute(t.insert().values(**values)).inserted_primary_key[0]
+    key = conn.execute(t.insert().values(**values)).inserted_primary_key
+    assert key is not None
+    return int(key[0])
 
 
 def update_row(

@@ -139,9 +139,11 @@ def _import(conn: Connection, data: dict[str, Any], box: SecretBox, source: str)
     values = {"provenance_name": code, **prov_in}
     if existing is None:
         now = utcnow()
-        pid = conn.execute(
+        key = conn.execute(
             pt.insert().values(**values, created_at=now, updated_at=now)
-        ).inserted_primary_key[0]
+        ).inserted_primary_key
+        assert key is not None
+        pid = key[0]
         report.created.append(f"reg_provenance {code}")
     else:
         pid = existing.id

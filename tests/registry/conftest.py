@@ -1,0 +1,38 @@
+"""A migrated registry database per test module (SQLite file; PostgreSQL when available)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import delete
+
+from artemis.db import get_engine
+from artemis.migrate import upgrade
+from artemis.registry.models import DIMENSIONS, RegProvenance, RegProvWatermark
+
+
+@pytest.fixture(scope="module")
+def reg_engine(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('registry') / 'reg.db'}"
+    upgrade(url)
+    return get_engine(url)
+
+
+def wipe(conn) -> None:
+    conn.execute(delete(DIMENSIONS["credential"].__table__))
+    for name, model in DIMENSIONS.items():
+        if name != "credential":
+            conn.execute(delete(model.__table__))
+    conn.execute(delete(RegProvWatermark.__table__))
+    conn.execute(delete(RegProvenance.__table__))
+
+
+@pytest.fixture
+def reg(reg_engine):
+    with reg_engine.begin() as conn:
+        wipe(conn)
+    return reg_engine
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    return str(tmp_path / "master.key")
