@@ -87,7 +87,10 @@ def overlapping(
     t = model.__table__  # type: ignore[attr-defined]
     start = as_utc(values["effective_from"])
     end = as_utc(values["effective_to"]) if values.get("effective_to") else None
+    if end is not None and end <= start:
+        return []  # an empty interval (a row closed where it starts) is never in force
     disjoint = or_(
+        and_(t.c.effective_to.is_not(None), t.c.effective_to <= t.c.effective_from),
         and_(t.c.effective_to.is_not(None), t.c.effective_to <= start),
         false() if end is None else (t.c.effective_from >= end),
     )
@@ -153,8 +156,9 @@ def update_row(
 ) -> None:
     t = model.__table__  # type: ignore[attr-defined]
     current = get_row(conn, model, row_id)
-    merged = normalise(model, {**dict(current._mapping), **values})
+    merged = {**dict(current._mapping), **values}
     merged.pop("task_type_key", None)
+    merged = normalise(model, merged)
     validate_scope(model, merged)
     refuse_overlaps(conn, model, merged, exclude_id=row_id)
     values = normalise(model, values)

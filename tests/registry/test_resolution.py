@@ -33,16 +33,30 @@ def day(n: float) -> datetime:
 
 
 def add_provenance(conn, code="pubmed", base="https://eutils.example/entrez") -> int:
-    return conn.execute(insert(RegProvenance.__table__).values(
-        provenance_code=code, provenance_name=code, base_url_default=base,
-        timezone_default="UTC", lifecycle_status_code="ACTIVE", created_at=T0,
-        updated_at=T0)).inserted_primary_key[0]
+    return conn.execute(
+        insert(RegProvenance.__table__).values(
+            provenance_code=code,
+            provenance_name=code,
+            base_url_default=base,
+            timezone_default="UTC",
+            lifecycle_status_code="ACTIVE",
+            created_at=T0,
+            updated_at=T0,
+        )
+    ).inserted_primary_key[0]
 
 
 def add(conn, model, pid, scope="SOURCE", task=None, start=0, end=None, **cols) -> int:
-    values = {"provenance_id": pid, "scope_code": scope, "task_type": task,
-              "effective_from": day(start), "effective_to": day(end) if end is not None else None,
-              "created_at": T0, "updated_at": T0, **cols}
+    values = {
+        "provenance_id": pid,
+        "scope_code": scope,
+        "task_type": task,
+        "effective_from": day(start),
+        "effective_to": day(end) if end is not None else None,
+        "created_at": T0,
+        "updated_at": T0,
+        **cols,
+    }
     if model is RegProvPaginationCfg:
         values.setdefault("pagination_mode_code", "PAGE_NUMBER")
     if model is RegProvEndpointDef:
@@ -76,7 +90,8 @@ def test_half_open_intervals_and_time_travel(reg):
         assert current_row(conn, RegProvPaginationCfg, pid, None, day(-1)) is None
         contract = resolve_contract(conn, "pubmed", None, day(5).isoformat())
         assert contract.pagination["id"] == old
-        assert resolve_contract(conn, "pubmed", None, "2025-01-20T00:00:00Z").pagination["id"] == new
+        later = resolve_contract(conn, "pubmed", None, "2025-01-20T00:00:00Z")
+        assert later.pagination["id"] == new
 
 
 def test_ties_go_to_the_newest_start_then_the_highest_id(reg):
@@ -95,15 +110,17 @@ def test_endpoints_by_usage_and_name(reg):
     with reg.begin() as conn:
         pid = add_provenance(conn)
         search = add(conn, RegProvEndpointDef, pid, endpoint_name="esearch")
-        fetch = add(conn, RegProvEndpointDef, pid, endpoint_name="efetch",
-                    endpoint_usage_code="DETAIL")
+        fetch = add(
+            conn, RegProvEndpointDef, pid, endpoint_name="efetch", endpoint_usage_code="DETAIL"
+        )
         other = add(conn, RegProvEndpointDef, pid, start=1, endpoint_name="esearch2")
         c = resolve_contract(conn, "pubmed", "update", day(2))
         assert c.endpoint["id"] == other  # newest SEARCH endpoint
         assert c.endpoints["DETAIL"]["id"] == fetch
         named = resolve_contract(conn, "pubmed", "update", day(2), endpoint_name="esearch")
         assert named.endpoint["id"] == search
-        assert resolve_contract(conn, "pubmed", None, day(2), usage="DETAIL").endpoint["id"] == fetch
+        detail = resolve_contract(conn, "pubmed", None, day(2), usage="DETAIL")
+        assert detail.endpoint["id"] == fetch
 
 
 def test_credentials_endpoint_bound_then_task_then_default_then_newest(reg):
@@ -117,8 +134,14 @@ def test_credentials_endpoint_bound_then_task_then_default_then_newest(reg):
         bound = add(conn, RegProvCredential, pid, start=0, endpoint_id=ep, credential_name="b")
         add(conn, RegProvCredential, pid, "TASK", "harvest", start=0)  # other task type
         add(conn, RegProvCredential, pid, start=0, credential_name="gone", deleted=True)
-        add(conn, RegProvCredential, pid, start=0, credential_name="off",
-            lifecycle_status_code="DISABLED")
+        add(
+            conn,
+            RegProvCredential,
+            pid,
+            start=0,
+            credential_name="off",
+            lifecycle_status_code="DISABLED",
+        )
         add(conn, RegProvCredential, pid, start=5, credential_name="future")
         order = [r.id for r in credentials_in_order(conn, pid, "update", day(2), ep)]
         assert order == [bound, g_task, g_src_default, g_src_new, g_src_old]
@@ -129,13 +152,30 @@ def test_credentials_endpoint_bound_then_task_then_default_then_newest(reg):
 
 
 def test_merge_rules_param_names_and_base_url(reg):
-    assert merge_params({"db": "pubmed", "retmode": "json", "tool": "x"},
-                        {"retmode": "xml", "tool": None, "term": "cancer"}) == {
-        "db": "pubmed", "retmode": "xml", "term": "cancer"}
-    assert param_name("page", {"page_param_name": "p"}, {"page_number_param_name": "page"},
-                      "page_number_param_name", "pg") == "p"
-    assert param_name("page", {"page_param_name": None}, {"page_number_param_name": "page"},
-                      "page_number_param_name", "pg") == "page"
+    assert merge_params(
+        {"db": "pubmed", "retmode": "json", "tool": "x"},
+        {"retmode": "xml", "tool": None, "term": "cancer"},
+    ) == {"db": "pubmed", "retmode": "xml", "term": "cancer"}
+    assert (
+        param_name(
+            "page",
+            {"page_param_name": "p"},
+            {"page_number_param_name": "page"},
+            "page_number_param_name",
+            "pg",
+        )
+        == "p"
+    )
+    assert (
+        param_name(
+            "page",
+            {"page_param_name": None},
+            {"page_number_param_name": "page"},
+            "page_number_param_name",
+            "pg",
+        )
+        == "page"
+    )
     assert param_name("page", None, None, "page_number_param_name", "pg") == "pg"
     with reg.begin() as conn:
         pid = add_provenance(conn, base="https://default.example/")
@@ -144,7 +184,9 @@ def test_merge_rules_param_names_and_base_url(reg):
         from artemis.registry.models import RegProvHttpCfg
 
         add(conn, RegProvHttpCfg, pid, base_url_override="https://override.example")
-        assert base_url(resolve_contract(conn, "pubmed", None, day(1))) == "https://override.example"
+        assert (
+            base_url(resolve_contract(conn, "pubmed", None, day(1))) == "https://override.example"
+        )
 
 
 # -- against a reference implementation of the seed's SQL ---------------------------------------
@@ -160,10 +202,15 @@ def reference_current(rows, task_type, at):
 
 def reference_credentials(rows, task_type, at, endpoint_id):
     def ok(r):
-        return (r["status"] == "ACTIVE" and not r["deleted"]
-                and r["from"] <= at and (r["to"] is None or r["to"] > at)
-                and (r["scope"] == "SOURCE" or (r["scope"] == "TASK" and r["task"] == task_type))
-                and (r["endpoint"] is None or r["endpoint"] == endpoint_id))
+        return (
+            r["status"] == "ACTIVE"
+            and not r["deleted"]
+            and r["from"] <= at
+            and (r["to"] is None or r["to"] > at)
+            and (r["scope"] == "SOURCE" or (r["scope"] == "TASK" and r["task"] == task_type))
+            and (r["endpoint"] is None or r["endpoint"] == endpoint_id)
+        )
+
     bound = [r for r in rows if ok(r) and endpoint_id is not None and r["endpoint"] == endpoint_id]
     free = [r for r in rows if ok(r) and r["endpoint"] is None]
     out = []
@@ -175,19 +222,24 @@ def reference_credentials(rows, task_type, at, endpoint_id):
     return [r["id"] for r in out]
 
 
-row_spec = st.fixed_dictionaries({
-    "scope": st.sampled_from(["SOURCE", "TASK"]),
-    "task": st.sampled_from(["harvest", "update", "backfill"]),
-    "start": st.integers(0, 6),
-    "length": st.one_of(st.none(), st.integers(1, 4)),
-})
+row_spec = st.fixed_dictionaries(
+    {
+        "scope": st.sampled_from(["SOURCE", "TASK"]),
+        "task": st.sampled_from(["harvest", "update", "backfill"]),
+        "start": st.integers(0, 6),
+        "length": st.one_of(st.none(), st.integers(1, 4)),
+    }
+)
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(specs=st.lists(row_spec, min_size=1, max_size=8),
-       task_type=st.sampled_from([None, "harvest", "update", "backfill"]),
-       at=st.floats(-1, 9))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    specs=st.lists(row_spec, min_size=1, max_size=8),
+    task_type=st.sampled_from([None, "harvest", "update", "backfill"]),
+    at=st.floats(-1, 9),
+)
 def test_single_row_selection_matches_the_seed_sql(reg_engine, specs, task_type, at):
     with reg_engine.begin() as conn:
         wipe(conn)
@@ -201,30 +253,43 @@ def test_single_row_selection_matches_the_seed_sql(reg_engine, specs, task_type,
             seen.add(key)
             end = s["start"] + s["length"] if s["length"] else None
             rid = add(conn, RegProvPaginationCfg, pid, s["scope"], task, s["start"], end)
-            rows.append({"id": rid, "scope": s["scope"], "task": task, "from": day(s["start"]),
-                         "to": day(end) if end is not None else None})
+            rows.append(
+                {
+                    "id": rid,
+                    "scope": s["scope"],
+                    "task": task,
+                    "from": day(s["start"]),
+                    "to": day(end) if end is not None else None,
+                }
+            )
         got = current_row(conn, RegProvPaginationCfg, pid, task_type, day(at))
         assert (got.id if got else None) == reference_current(rows, task_type, day(at))
 
 
-cred_spec = st.fixed_dictionaries({
-    "scope": st.sampled_from(["SOURCE", "TASK"]),
-    "task": st.sampled_from(["harvest", "update"]),
-    "start": st.integers(0, 3),
-    "length": st.one_of(st.none(), st.none(), st.integers(1, 5)),
-    "default": st.booleans(),
-    "bound": st.sampled_from([False, False, True]),
-    "other_endpoint": st.booleans(),
-    "status": st.sampled_from(["ACTIVE"] * 5 + ["DISABLED"]),
-    "deleted": st.sampled_from([False] * 5 + [True]),
-})
+cred_spec = st.fixed_dictionaries(
+    {
+        "scope": st.sampled_from(["SOURCE", "TASK"]),
+        "task": st.sampled_from(["harvest", "update"]),
+        "start": st.integers(0, 3),
+        "length": st.one_of(st.none(), st.none(), st.integers(1, 5)),
+        "default": st.booleans(),
+        "bound": st.sampled_from([False, False, True]),
+        "other_endpoint": st.booleans(),
+        "status": st.sampled_from(["ACTIVE"] * 5 + ["DISABLED"]),
+        "deleted": st.sampled_from([False] * 5 + [True]),
+    }
+)
 
 
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(specs=st.lists(cred_spec, min_size=2, max_size=8),
-       task_type=st.sampled_from([None, "harvest", "update"]),
-       at=st.floats(1, 5), with_endpoint=st.booleans())
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    specs=st.lists(cred_spec, min_size=2, max_size=8),
+    task_type=st.sampled_from([None, "harvest", "update"]),
+    at=st.floats(1, 5),
+    with_endpoint=st.booleans(),
+)
 def test_credential_order_matches_the_rules(reg_engine, specs, task_type, at, with_endpoint):
     with reg_engine.begin() as conn:
         wipe(conn)
@@ -236,13 +301,33 @@ def test_credential_order_matches_the_rules(reg_engine, specs, task_type, at, wi
             task = s["task"] if s["scope"] == "TASK" else None
             endpoint = (other if s["other_endpoint"] else ep) if s["bound"] else None
             end = s["start"] + s["length"] if s["length"] else None
-            rid = add(conn, RegProvCredential, pid, s["scope"], task, s["start"], end,
-                      credential_name=f"k{i}", is_default_preferred=s["default"],
-                      endpoint_id=endpoint, lifecycle_status_code=s["status"],
-                      deleted=s["deleted"])
-            rows.append({"id": rid, "scope": s["scope"], "task": task, "from": day(s["start"]),
-                         "to": day(end) if end is not None else None, "default": s["default"],
-                         "endpoint": endpoint, "status": s["status"], "deleted": s["deleted"]})
+            rid = add(
+                conn,
+                RegProvCredential,
+                pid,
+                s["scope"],
+                task,
+                s["start"],
+                end,
+                credential_name=f"k{i}",
+                is_default_preferred=s["default"],
+                endpoint_id=endpoint,
+                lifecycle_status_code=s["status"],
+                deleted=s["deleted"],
+            )
+            rows.append(
+                {
+                    "id": rid,
+                    "scope": s["scope"],
+                    "task": task,
+                    "from": day(s["start"]),
+                    "to": day(end) if end is not None else None,
+                    "default": s["default"],
+                    "endpoint": endpoint,
+                    "status": s["status"],
+                    "deleted": s["deleted"],
+                }
+            )
         endpoint_id = ep if with_endpoint else None
         got = [r.id for r in credentials_in_order(conn, pid, task_type, day(at), endpoint_id)]
         assert got == reference_credentials(rows, task_type, day(at), endpoint_id)
