@@ -8,13 +8,32 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Index, Text, UniqueConstraint, event
+from sqlalchemy import DateTime, Index, Text, TypeDecorator, UniqueConstraint, event
 from sqlalchemy.engine import Engine
 from sqlmodel import Column, Field, SQLModel, create_engine
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timestamps stored as naive UTC (both SQLite and PostgreSQL), returned timezone-aware."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class StagedPage(SQLModel, table=True):
@@ -35,7 +54,7 @@ class StagedPage(SQLModel, table=True):
     seq: int
     record_count: int = 0
     payload: str = Field(sa_column=Column(Text, nullable=False))
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
 class RunSecret(SQLModel, table=True):
@@ -48,7 +67,7 @@ class RunSecret(SQLModel, table=True):
     run_key: str = Field(primary_key=True, max_length=200)
     name: str = Field(primary_key=True, max_length=64)
     ciphertext: str = Field(sa_column=Column(Text, nullable=False))
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
 _engines: dict[str, Engine] = {}

@@ -52,6 +52,20 @@ def temporal_server(tmp_root: Path):
 
 
 @pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL on 127.0.0.1 (Debian's package; .ci/run installs it when missing)."""
+    from infra.pgserver import PgServer, available
+
+    if not available():
+        if os.environ.get("CI"):
+            raise RuntimeError("PostgreSQL is required in CI (apt-get install postgresql)")
+        pytest.skip("PostgreSQL is not installed here")
+    server = PgServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def samples():
     server = ThreadedServer(create_samples_app()).start()
     yield server

@@ -7,37 +7,16 @@ Column names are the seed's, so its SQL and its documents stay readable against 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Column, Computed, DateTime, Index, String, TypeDecorator
+from sqlalchemy import JSON, Column, Computed, Index, String
 from sqlmodel import Field, SQLModel
+
+from artemis.db import UTCDateTime, utcnow
 
 SCOPES = ("SOURCE", "TASK")
 TASK_TYPES = ("harvest", "update", "backfill")
-
-
-class UTCDateTime(TypeDecorator):
-    """Timestamps stored as naive UTC (both SQLite and PostgreSQL), returned timezone-aware."""
-
-    impl = DateTime
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _task_type_key() -> Column:

@@ -2,10 +2,10 @@
 
 from alembic import context
 from sqlalchemy import pool
+from sqlmodel import SQLModel
 
 import artemis.registry.models  # noqa: F401  (registers the registry tables)
 from artemis.db import get_engine
-from sqlmodel import SQLModel
 
 config = context.config
 target_metadata = SQLModel.metadata

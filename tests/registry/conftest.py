@@ -10,9 +10,13 @@ from artemis.migrate import upgrade
 from artemis.registry.models import DIMENSIONS, RegProvenance, RegProvWatermark
 
 
-@pytest.fixture(scope="module")
-def reg_engine(tmp_path_factory):
-    url = f"sqlite:///{tmp_path_factory.mktemp('registry') / 'reg.db'}"
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def reg_engine(request, tmp_path_factory):
+    """The registry's tests run on SQLite and on a real PostgreSQL alike."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('registry') / 'reg.db'}"
+    else:
+        url = request.getfixturevalue("pg_server").url
     upgrade(url)
     return get_engine(url)
 
