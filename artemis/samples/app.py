@@ -72,6 +72,11 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
         "quote_requests": 0,
     }
     app.state.samples = state
+    from artemis.samples.literature import LiteratureState, build_router
+
+    literature = LiteratureState()
+    app.state.literature = literature
+    app.include_router(build_router(literature))
 
     # -- control ---------------------------------------------------------------------
     @app.post("/_control/{target}")
@@ -80,6 +85,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
         if target == "latency":
             state["latency_ms"] = float(spec.get("latency_ms", 0))
         elif target == "reset":
+            literature.configure({"reset": True})
             state["sink"].clear()
             state["cronjob"].clear()
             state["quote_requests"] = 0

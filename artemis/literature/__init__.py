@@ -1,0 +1,1 @@
+"""Literature harvesting (PubMed, Crossref) driven by the provenance registry."""

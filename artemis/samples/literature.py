@@ -1,0 +1,419 @@
+"""Sample PubMed E-utilities and Crossref REST servers (SPEC §13): synthetic, deterministic
+corpora served with the real APIs' parameter names, limits and error shapes.
+
+PubMed: ``esearch.fcgi`` (JSON; usehistory → WebEnv + query_key; retmax <= 10,000 and
+retstart < 10,000; mindate/maxdate together with datetype), ``efetch.fcgi`` (XML, GET or
+POST, by id list or by WebEnv), 3 requests/s without ``api_key`` and 10 with (429 above).
+Crossref: ``/works`` with ``rows`` <= 1000, ``cursor=*`` then ``message.next-cursor``,
+``offset`` refused with ``cursor``, ``filter=from-index-date:...,until-index-date:...``,
+``X-Rate-Limit-Limit`` / ``X-Rate-Limit-Interval`` headers.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from collections import deque
+from datetime import date, timedelta
+from typing import Any
+from urllib.parse import parse_qsl
+from xml.sax.saxutils import escape
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+CORPUS_START = date(2025, 1, 1)
+PMID_BASE = 30_000_000
+
+
+class LiteratureState:
+    def __init__(self) -> None:
+        self.pubmed_total = 3000
+        self.pubmed_per_day = 30
+        self.crossref_total = 3000
+        self.crossref_per_day = 30
+        self.enforce_rate = True
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.calls: list[dict[str, Any]] = []
+        self._recent: dict[str, deque[float]] = {}
+
+    def configure(self, spec: dict[str, Any]) -> None:
+        for key in (
+            "pubmed_total",
+            "pubmed_per_day",
+            "crossref_total",
+            "crossref_per_day",
+            "enforce_rate",
+        ):
+            if key in spec:
+                setattr(self, key, spec[key])
+        if spec.get("expire_sessions"):
+            self.sessions.clear()
+        if spec.get("reset"):
+            self.calls.clear()
+            self.sessions.clear()
+            self._recent.clear()
+
+    def over_rate(self, key: str, limit: float) -> bool:
+        """A sliding one-second window per key."""
+        now = time.monotonic()
+        window = self._recent.setdefault(key, deque())
+        while window and now - window[0] > 1.0:
+            window.popleft()
+        window.append(now)
+        return self.enforce_rate and len(window) > limit
+
+
+def _h(*parts: Any) -> int:
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "big")
+
+
+WORDS = (
+    "cell",
+    "tumour",
+    "protein",
+    "cohort",
+    "signal",
+    "genome",
+    "trial",
+    "neural",
+    "immune",
+    "therapy",
+    "kinase",
+    "receptor",
+    "model",
+    "pathway",
+    "dose",
+)
+
+
+def _title(seed: int) -> str:
+    return " ".join(WORDS[(seed >> (4 * k)) % len(WORDS)] for k in range(6)).capitalize()
+
+
+def pubmed_article(i: int, per_day: int) -> dict[str, Any]:
+    pmid = PMID_BASE + i
+    edat = CORPUS_START + timedelta(days=i // per_day)
+    seed = _h("pubmed", i)
+    return {
+        "pmid": str(pmid),
+        "edat": edat,
+        "title": _title(seed),
+        "journal": f"Journal of {WORDS[seed % len(WORDS)].capitalize()} Research",
+        "authors": [(f"Author{seed % 97}", f"A{k}") for k in range(1 + seed % 3)],
+        "abstract": f"Synthetic abstract {pmid}.",
+        "doi": f"10.5555/pubmed.{pmid}",
+    }
+
+
+def _article_xml(a: dict[str, Any]) -> str:
+    authors = "".join(
+        f"<Author><LastName>{escape(last)}</LastName><ForeName>{escape(first)}</ForeName></Author>"
+        for last, first in a["authors"]
+    )
+    d = a["edat"]
+    return (
+        f'<PubmedArticle><MedlineCitation Status="MEDLINE" Owner="NLM">'
+        f'<PMID Version="1">{a["pmid"]}</PMID><Article PubModel="Print"><Journal>'
+        f"<JournalIssue><PubDate><Year>{d.year}</Year><Month>{d.month:02d}</Month>"
+        f"<Day>{d.day:02d}</Day></PubDate></JournalIssue><Title>{escape(a['journal'])}"
+        f"</Title></Journal><ArticleTitle>{escape(a['title'])}</ArticleTitle>"
+        f'<ELocationID EIdType="doi" ValidYN="Y">{a["doi"]}</ELocationID>'
+        f"<Abstract><AbstractText>{escape(a['abstract'])}</AbstractText></Abstract>"
+        f"<AuthorList>{authors}</AuthorList></Article></MedlineCitation></PubmedArticle>"
+    )
+
+
+def crossref_item(i: int, per_day: int) -> dict[str, Any]:
+    indexed = CORPUS_START + timedelta(days=i // per_day)
+    seed = _h("crossref", i)
+    return {
+        "DOI": f"10.5555/crossref.{i}",
+        "title": [_title(seed)],
+        "container-title": [f"Proceedings of {WORDS[seed % len(WORDS)].capitalize()}"],
+        "author": [{"given": f"G{k}", "family": f"Family{seed % 89}"} for k in range(1 + seed % 3)],
+        "published": {"date-parts": [[indexed.year, indexed.month, indexed.day]]},
+        "indexed": {"date-parts": [[indexed.year, indexed.month, indexed.day]]},
+        "abstract": f"<jats:p>Synthetic abstract {i}.</jats:p>",
+        "type": "journal-article",
+    }
+
+
+def _window(total: int, per_day: int, start: date | None, end: date | None) -> range:
+    """Indices of corpus items whose day lies in [start, end] (inclusive)."""
+    lo = 0 if start is None else max(0, (start - CORPUS_START).days * per_day)
+    hi = total if end is None else min(total, ((end - CORPUS_START).days + 1) * per_day)
+    return range(lo, max(lo, hi))
+
+
+def _pubmed_date(value: str) -> date:
+    y, m, d = (value.split("/") + ["1", "1"])[:3]
+    return date(int(y), int(m), int(d))
+
+
+def build_router(state: LiteratureState) -> APIRouter:
+    router = APIRouter()
+
+    async def params_of(request: Request) -> dict[str, str]:
+        params = dict(request.query_params)
+        if request.method == "POST":  # application/x-www-form-urlencoded, as NCBI expects
+            params.update(parse_qsl((await request.body()).decode()))
+        return params
+
+    def pubmed_rate(params: dict[str, str]) -> JSONResponse | None:
+        key = params.get("api_key") or "anonymous"
+        limit = 10 if params.get("api_key") else 3
+        if state.over_rate(f"pubmed:{key}", limit):
+            return JSONResponse(
+                {
+                    "error": "API rate limit exceeded",
+                    "api-key": key,
+                    "count": str(limit + 1),
+                    "limit": str(limit),
+                },
+                status_code=429,
+                headers={"Retry-After": "1"},
+            )
+        return None
+
+    @router.api_route("/entrez/eutils/esearch.fcgi", methods=["GET", "POST"])
+    async def esearch(request: Request) -> JSONResponse:
+        p = await params_of(request)
+        state.calls.append({"api": "esearch", "params": p, "at": time.time()})
+        limited = pubmed_rate(p)
+        if limited:
+            return limited
+        retstart, retmax = int(p.get("retstart", 0)), int(p.get("retmax", 20))
+        if retmax > 10_000:
+            return JSONResponse({"esearchresult": {"ERROR": "retmax cannot exceed 10000"}})
+        if retstart >= 10_000:
+            return JSONResponse(
+                {
+                    "esearchresult": {
+                        "ERROR": "Search Backend failed: Exception:\n'retstart' cannot be larger "
+                        "than 9998. For PubMed, ESearch can only retrieve the first 9,999 "
+                        "records matching the query."
+                    }
+                }
+            )
+        if ("mindate" in p) != ("maxdate" in p):
+            return JSONResponse({"esearchresult": {"ERROR": "mindate and maxdate go together"}})
+        if "mindate" in p and p.get("datetype", "pdat") not in ("edat", "pdat", "mdat"):
+            return JSONResponse({"esearchresult": {"ERROR": "datetype must be edat|pdat|mdat"}})
+        term = p.get("term", "")
+        start = _pubmed_date(p["mindate"]) if "mindate" in p else None
+        end = _pubmed_date(p["maxdate"]) if "maxdate" in p else None
+        hits = (
+            range(0)
+            if term == "nothing"
+            else _window(state.pubmed_total, state.pubmed_per_day, start, end)
+        )
+        ids = [str(PMID_BASE + i) for i in hits[retstart : retstart + retmax]]
+        result: dict[str, Any] = {
+            "count": str(len(hits)),
+            "retmax": str(len(ids)),
+            "retstart": str(retstart),
+            "idlist": ids,
+        }
+        if p.get("usehistory") == "y":
+            webenv = p.get("WebEnv") or f"MCID_{_h(term, start, end, time.time()):x}"
+            state.sessions[webenv] = {"hits": (hits.start, hits.stop)}
+            result.update(webenv=webenv, querykey="1")
+        return JSONResponse(
+            {"header": {"type": "esearch", "version": "0.3"}, "esearchresult": result}
+        )
+
+    @router.api_route("/entrez/eutils/efetch.fcgi", methods=["GET", "POST"])
+    async def efetch(request: Request) -> Response:
+        p = await params_of(request)
+        state.calls.append(
+            {"api": "efetch", "method": request.method, "params": p, "at": time.time()}
+        )
+        limited = pubmed_rate(p)
+        if limited:
+            return limited
+        if "id" in p:
+            ids = [int(x) - PMID_BASE for x in p["id"].split(",") if x.strip()]
+            if request.method == "GET" and len(ids) > 200:
+                return Response(
+                    "<eFetchResult><ERROR>Request-URI Too Long: send more than "
+                    "200 ids by POST</ERROR></eFetchResult>",
+                    status_code=414,
+                    media_type="text/xml",
+                )
+        elif "WebEnv" in p:
+            session = state.sessions.get(p["WebEnv"])
+            if session is None:
+                return Response(
+                    "<eFetchResult><ERROR>Unable to obtain query #1</ERROR></eFetchResult>",
+                    media_type="text/xml",
+                )
+            lo, hi = session["hits"]
+            start, n = int(p.get("retstart", 0)), int(p.get("retmax", 20))
+            ids = list(range(lo, hi))[start : start + n]
+        else:
+            return Response(
+                "<eFetchResult><ERROR>Empty id list - nothing todo</ERROR></eFetchResult>",
+                status_code=400,
+                media_type="text/xml",
+            )
+        body = "".join(
+            _article_xml(pubmed_article(i, state.pubmed_per_day))
+            for i in ids
+            if 0 <= i < state.pubmed_total
+        )
+        return Response(
+            f'<?xml version="1.0" ?>\n<PubmedArticleSet>{body}</PubmedArticleSet>',
+            media_type="text/xml",
+        )
+
+    @router.get("/works")
+    async def works(request: Request) -> JSONResponse:
+        p = dict(request.query_params)
+        state.calls.append({"api": "works", "params": p, "at": time.time()})
+        headers = {"X-Rate-Limit-Limit": "50", "X-Rate-Limit-Interval": "1s"}
+        if state.over_rate("crossref", 50):
+            return JSONResponse(
+                {"status": "error", "message": "rate limit"},
+                429,
+                headers={**headers, "Retry-After": "1"},
+            )
+        rows = int(p.get("rows", 20))
+        if rows > 1000:
+            return JSONResponse(
+                {
+                    "status": "failed",
+                    "message-type": "validation-failure",
+                    "message": [
+                        {
+                            "type": "integer-not-valid",
+                            "value": rows,
+                            "message": "Integer specified as row must be "
+                            "less than or equal to 1000",
+                        }
+                    ],
+                },
+                400,
+                headers=headers,
+            )
+        if "cursor" in p and "offset" in p:
+            return JSONResponse(
+                {
+                    "status": "failed",
+                    "message-type": "validation-failure",
+                    "message": [
+                        {
+                            "type": "cursor-with-offset",
+                            "message": "offset cannot be combined with cursor",
+                        }
+                    ],
+                },
+                400,
+                headers=headers,
+            )
+        start = end = None
+        for part in filter(None, (p.get("filter") or "").split(",")):
+            name, _, value = part.partition(":")
+            if name == "from-index-date":
+                start = date.fromisoformat(value)
+            elif name == "until-index-date":
+                end = date.fromisoformat(value)
+            else:
+                return JSONResponse(
+                    {
+                        "status": "failed",
+                        "message-type": "validation-failure",
+                        "message": [{"type": "filter-not-available", "value": name}],
+                    },
+                    400,
+                    headers=headers,
+                )
+        hits = (
+            range(0)
+            if p.get("query") == "nothing"
+            else _window(state.crossref_total, state.crossref_per_day, start, end)
+        )
+        query_key = f"{p.get('query')}|{start}|{end}"
+        if "cursor" in p:
+            if p["cursor"] == "*":
+                pos = 0
+            else:
+                try:
+                    token = json.loads(base64.urlsafe_b64decode(p["cursor"].encode()))
+                    pos = int(token["pos"])
+                    if (
+                        token["q"] != _h(query_key)
+                        or token.get("gen")
+                        not in state.sessions.get("crossref-cursors", {"gens": {0}})["gens"]
+                    ):
+                        raise ValueError
+                except (ValueError, KeyError, TypeError):
+                    return JSONResponse(
+                        {
+                            "status": "failed",
+                            "message-type": "validation-failure",
+                            "message": [
+                                {
+                                    "type": "cursor-expired",
+                                    "message": "cursor is invalid or expired",
+                                }
+                            ],
+                        },
+                        400,
+                        headers=headers,
+                    )
+        else:
+            pos = int(p.get("offset", 0))
+            if pos > 10_000:
+                return JSONResponse(
+                    {
+                        "status": "failed",
+                        "message-type": "validation-failure",
+                        "message": [
+                            {"type": "offset-too-large", "message": "offset must be <= 10000"}
+                        ],
+                    },
+                    400,
+                    headers=headers,
+                )
+        page = hits[pos : pos + rows]
+        message: dict[str, Any] = {
+            "facets": {},
+            "total-results": len(hits),
+            "items": [crossref_item(i, state.crossref_per_day) for i in page],
+            "items-per-page": rows,
+            "query": {"start-index": pos, "search-terms": p.get("query")},
+        }
+        if "cursor" in p:
+            gen = max(state.sessions.get("crossref-cursors", {"gens": {0}})["gens"])
+            message["next-cursor"] = base64.urlsafe_b64encode(
+                json.dumps({"pos": pos + len(page), "q": _h(query_key), "gen": gen}).encode()
+            ).decode()
+        return JSONResponse(
+            {
+                "status": "ok",
+                "message-type": "work-list",
+                "message-version": "1.0.0",
+                "message": message,
+            },
+            headers=headers,
+        )
+
+    @router.post("/_control/literature")
+    async def control(request: Request) -> dict[str, Any]:
+        spec = await request.json()
+        state.configure(spec)
+        if spec.get("expire_cursors"):
+            gens = state.sessions.setdefault("crossref-cursors", {"gens": {0}})["gens"]
+            new = max(gens) + 1
+            gens.clear()
+            gens.add(new)
+        return {"ok": True}
+
+    @router.get("/_literature/calls")
+    async def calls() -> list[dict[str, Any]]:
+        return state.calls
+
+    return router

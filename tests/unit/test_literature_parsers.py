@@ -1,0 +1,64 @@
+"""The literature parsers on real recorded responses (../shared/fixtures, skipped when absent)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from artemis.errors import ArtemisError
+from artemis.literature.normalize import normalize_crossref, parse_pubmed_xml
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared/fixtures absent")
+KEYS = {"provenance", "id", "doi", "title", "journal", "published", "authors", "abstract"}
+
+
+@needs_fixtures
+def test_pubmed_efetch_record_is_normalised():
+    records = parse_pubmed_xml((FIXTURES / "pubmed/efetch_eutils_pmid-23121403.xml").read_bytes())
+    assert len(records) == 1
+    r = records[0]
+    assert set(r) == KEYS
+    assert r["provenance"] == "pubmed" and r["id"] == "23121403"
+    assert r["doi"] == "10.1056/nejmoa1210384"
+    assert r["title"] == "Low-dose aspirin for preventing recurrent venous thromboembolism."
+    assert r["journal"] == "The New England journal of medicine"
+    assert r["published"] == "2012-11-22"
+    assert r["authors"] and r["abstract"].startswith("BACKGROUND: Patients who have had")
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name, count", [
+    ("efetch_biopython_pmid-11748933-11700088.xml", 2),
+    ("efetch_fastpaper_pmid-41884867-41884779-41884685.xml", 3),
+    ("efetch_biopython_pmid-12091962-9997_rettype-abstract.xml", 2),
+])
+def test_pubmed_efetch_sets(name, count):
+    records = parse_pubmed_xml((FIXTURES / "pubmed" / name).read_bytes())
+    assert len(records) == count
+    for r in records:
+        assert set(r) == KEYS and r["id"].isdigit() and r["title"]
+
+
+@needs_fixtures
+def test_crossref_works_pages_are_normalised():
+    page = json.loads((FIXTURES / "crossref/works_query-ecology_rows30_cursor_page1.json").read_text())
+    items = page["message"]["items"]
+    records = [normalize_crossref(i) for i in items]
+    assert len(records) == len(items) == 30
+    for r, item in zip(records, items, strict=True):
+        assert set(r) == KEYS and r["provenance"] == "crossref"
+        assert r["id"] == r["doi"] == item["DOI"].lower()
+    assert page["message"]["next-cursor"]
+    single = json.loads((FIXTURES / "crossref/work_10.1371_journal.pone.0033693.json").read_text())
+    r = normalize_crossref(single["message"])
+    assert r["doi"] == "10.1371/journal.pone.0033693" and r["title"] and r["published"]
+
+
+def test_malformed_inputs_name_the_problem():
+    with pytest.raises(ArtemisError, match="malformed XML"):
+        parse_pubmed_xml(b"<PubmedArticleSet><PubmedArticle>")
+    with pytest.raises(ArtemisError, match="without DOI"):
+        normalize_crossref({"title": ["x"]})
