@@ -94,14 +94,30 @@ def base_settings(
                 }
             },
             "output_defaults": {
-                "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": f"{samples.url}/sink/t"}
+                "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": f"{samples.url}/sink/t"},
+                "literature_harvest": {
+                    "sinks": ["http"],
+                    "http_endpoint": f"{samples.url}/sink/literature",
+                },
             },
             "runs": {"heartbeat_timeout_s": 2.0, "pages_per_fetch": 5},
         },
     )
     upgrade(db_url)
+    _import_sample_registry(db_url, samples.url, settings.vault["master_key_file"])
     configure_logging(settings.logging, force=True)
     return settings
+
+
+def _import_sample_registry(db_url: str, samples_url: str, key_file: str) -> None:
+    """The bundled PubMed and Crossref provenances, pointed at the sample servers."""
+    from artemis.db import get_engine
+    from artemis.registry.yaml_io import import_yaml
+
+    for name, base in (("pubmed", f"{samples_url}/entrez"), ("crossref", samples_url)):
+        doc = yaml.safe_load((ROOT / "infra" / "registry" / f"{name}.yaml").read_text())
+        doc["provenance"]["base_url_default"] = base
+        import_yaml(get_engine(db_url), yaml.safe_dump(doc), key_file)
 
 
 @pytest.fixture(scope="session")

@@ -81,8 +81,8 @@ def parse_pubmed_xml(body: bytes | str) -> list[dict[str, Any]]:
                 published = medline[:4] if medline and medline[:4].isdigit() else None
         authors = []
         for a in article.findall("AuthorList/Author") if article is not None else []:
-            name = " ".join(x for x in (_text(a.find("ForeName")), _text(a.find("LastName"))) if x)
-            name = name or _text(a.find("CollectiveName"))
+            parts_ = [x for x in (_text(a.find("ForeName")), _text(a.find("LastName"))) if x]
+            name = " ".join(parts_) if parts_ else _text(a.find("CollectiveName"))
             if name:
                 authors.append(name)
         parts = []

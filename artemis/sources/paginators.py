@@ -11,6 +11,8 @@ JSON-serialisable, and register it in ``_KINDS``.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -46,10 +48,18 @@ class Paginator:
     has_more: bool = True
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        """The query parameters for the current page."""
+        return params
 
-    def update_state(self, data: Any, records: list[Any]) -> None:
-        raise NotImplementedError
+    def request_url(self, url: str) -> str:
+        """The URL for the current page (a Link header paginator replaces it)."""
+        return url
+
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        """Learn from one answer where the next page is, or that there is none."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update_state")
 
     def checkpoint(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self)}
@@ -74,6 +84,7 @@ class PageNumberPaginator(Paginator):
     next_page_path: str | None = "next_page"
     max_pages: int | None = None
     pages_seen: int = 0
+    total_path: str | None = None
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
         params = dict(params)
@@ -82,7 +93,9 @@ class PageNumberPaginator(Paginator):
             params[self.page_size_param] = self.page_size
         return params
 
-    def update_state(self, data: Any, records: list[Any]) -> None:
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
         self.pages_seen += 1
         if self.next_page_path is not None:
             if not isinstance(data, dict):
@@ -105,6 +118,10 @@ class PageNumberPaginator(Paginator):
         else:
             self.page += 1
             if not records or (self.page_size and len(records) < self.page_size):
+                self.has_more = False
+        if self.total_path and self.page_size:
+            total = _int_at(data, self.total_path, "PageNumberPaginator")
+            if (self.page - 1) * self.page_size >= total:
                 self.has_more = False
         if self.max_pages is not None and self.pages_seen >= self.max_pages:
             self.has_more = False
@@ -129,6 +146,7 @@ class CursorPaginator(Paginator):
     cursor_path: str = "$.next_cursor"
     initial_cursor: str | None = None
     page_size: int | None = None
+    page_size_param: str | None = None
     started: bool = False
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -136,9 +154,13 @@ class CursorPaginator(Paginator):
         value = self.cursor if self.started else (self.cursor or self.initial_cursor)
         if value is not None:
             params[self.cursor_param] = value
+        if self.page_size is not None and self.page_size_param:
+            params[self.page_size_param] = self.page_size
         return params
 
-    def update_state(self, data: Any, records: list[Any]) -> None:
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
         nxt = json_path_get(data, self.cursor_path)
         previous = self.cursor
         self.started = True
@@ -152,9 +174,120 @@ class CursorPaginator(Paginator):
             self.has_more = False
 
 
+def _int_at(data: Any, path: str, who: str) -> int:
+    value = json_path_get(data, path)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ArtemisError(
+            ErrorCode.SOURCE_ERROR,
+            f"total count not found at {path!r} in the response for {who} (got {value!r})",
+        ) from None
+
+
+@dataclass
+class OffsetPaginator(Paginator):
+    """Offset/limit paging, for APIs shaped like::
+
+        GET /items?offset=200&limit=100
+        {"items": [...], "total": 1234}
+
+    Stops at ``total`` (from ``total_path``) when given, else on a short or empty page, and
+    never asks past ``max_offset`` (an API's result window, e.g. Crossref's 10,000).
+    """
+
+    kind: ClassVar[str] = "offset"
+    offset: int = 0
+    limit: int = 100
+    offset_param: str = "offset"
+    limit_param: str = "limit"
+    total_path: str | None = None
+    max_offset: int | None = None
+
+    def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {**params, self.offset_param: self.offset, self.limit_param: self.limit}
+
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.offset += len(records)
+        if not records or len(records) < self.limit:
+            self.has_more = False
+        if self.total_path is not None and self.offset >= _int_at(
+            data, self.total_path, "OffsetPaginator"
+        ):
+            self.has_more = False
+        if self.max_offset is not None and self.offset >= self.max_offset:
+            self.has_more = False
+
+
+@dataclass
+class TokenPaginator(Paginator):
+    """Continuation-token paging, for APIs shaped like::
+
+        GET /items?pageToken=abc
+        {"items": [...], "nextPageToken": "def"}     # absent on the last page
+
+    The first request sends no token.
+    """
+
+    kind: ClassVar[str] = "token"
+    token: str | None = None
+    token_param: str = "page_token"
+    token_path: str = "$.next_page_token"
+
+    def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {**params, self.token_param: self.token} if self.token else dict(params)
+
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        nxt = json_path_get(data, self.token_path)
+        if not isinstance(nxt, str) or not nxt or nxt == self.token:
+            self.has_more = False
+        self.token = nxt if isinstance(nxt, str) and nxt else None
+
+
+_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?', re.I)
+
+
+@dataclass
+class LinkHeaderPaginator(Paginator):
+    """RFC 8288 ``Link`` header paging (GitHub style)::
+
+        Link: <https://api.example/items?page=3>; rel="next", <...>; rel="last"
+
+    The next request goes to the ``rel="next"`` URL as given; paging ends without one.
+    """
+
+    kind: ClassVar[str] = "link_header"
+    next_url: str | None = None
+
+    def request_url(self, url: str) -> str:
+        return self.next_url or url
+
+    def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
+        # The next URL already carries its query; only the first request sends params.
+        return {} if self.next_url else dict(params)
+
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        m = _LINK.search((headers or {}).get("link", "") or (headers or {}).get("Link", ""))
+        self.next_url = m.group(1) if m else None
+        if self.next_url is None:
+            self.has_more = False
+
+
 _KINDS: dict[str, type[Paginator]] = {
-    PageNumberPaginator.kind: PageNumberPaginator,
-    CursorPaginator.kind: CursorPaginator,
+    cls.kind: cls
+    for cls in (
+        PageNumberPaginator,
+        CursorPaginator,
+        OffsetPaginator,
+        TokenPaginator,
+        LinkHeaderPaginator,
+    )
 }
 
 

@@ -3,10 +3,11 @@ each JSON body, and classify failures into error codes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
+from httpx import USE_CLIENT_DEFAULT
 
 from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
@@ -26,6 +27,8 @@ class RestSource(Source):
         records_path: str = "$.items",
         name: str = "rest",
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        timeout: float | None = None,
+        before_request: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.url = url
         self.paginator = paginator
@@ -34,6 +37,9 @@ class RestSource(Source):
         self.records_path = records_path
         self.name = name
         self.transform = transform
+        self.timeout = timeout
+        # Awaited before every request: a rate limiter's acquire, for instance.
+        self.before_request = before_request
 
     async def pages(
         self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
@@ -41,7 +47,10 @@ class RestSource(Source):
         paginator = paginator_from_checkpoint(checkpoint) if checkpoint else self.paginator
         while paginator.has_more:
             params = paginator.update_request(self.params)
-            data = await self._get(client, params)
+            url = paginator.request_url(self.url)
+            if self.before_request is not None:
+                await self.before_request()
+            data, headers = await self._get(client, url, params)
             records = json_path_get(data, self.records_path)
             if records is None:
                 records = []
@@ -52,7 +61,7 @@ class RestSource(Source):
                     f"in the answer of {self.url}, got {type(records).__name__}",
                     retryable=False,
                 )
-            paginator.update_state(data, records)
+            paginator.update_state(data, records, headers)
             if self.transform:
                 records = [self.transform(r) for r in records]
             yield Page(
@@ -61,16 +70,20 @@ class RestSource(Source):
                 info={"params": params},
             )
 
-    async def _get(self, client: httpx.AsyncClient, params: dict[str, Any]) -> Any:
-        what = f"{self.name} GET {self.url}"
+    async def _get(
+        self, client: httpx.AsyncClient, url: str, params: dict[str, Any]
+    ) -> tuple[Any, httpx.Headers]:
+        what = f"{self.name} GET {url}"
         try:
-            resp = await client.get(self.url, params=params, headers=self.headers)
+            resp = await client.get(
+                url, params=params, headers=self.headers, timeout=self.timeout or USE_CLIENT_DEFAULT
+            )
         except httpx.HTTPError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         if resp.status_code >= 400:
             raise status_error(ErrorCode.SOURCE_ERROR, what, resp)
         try:
-            return jsonio.loads(resp.content)
+            return jsonio.loads(resp.content), resp.headers
         except ValueError:
             raise ArtemisError(
                 ErrorCode.SOURCE_ERROR,

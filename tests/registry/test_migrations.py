@@ -13,14 +13,29 @@ def test_migrated_schema_matches_the_models(reg_engine):
     command.check(alembic_config(str(reg_engine.url.render_as_string(hide_password=False))))
     insp = inspect(reg_engine)
     tables = set(insp.get_table_names())
-    for name in ("reg_provenance", "reg_prov_endpoint_def", "reg_prov_window_offset_cfg",
-                 "reg_prov_pagination_cfg", "reg_prov_http_cfg", "reg_prov_batching_cfg",
-                 "reg_prov_retry_cfg", "reg_prov_rate_limit_cfg", "reg_prov_credential",
-                 "reg_prov_watermark", "staged_page", "run_secret"):
+    for name in (
+        "reg_provenance",
+        "reg_prov_endpoint_def",
+        "reg_prov_window_offset_cfg",
+        "reg_prov_pagination_cfg",
+        "reg_prov_http_cfg",
+        "reg_prov_batching_cfg",
+        "reg_prov_retry_cfg",
+        "reg_prov_rate_limit_cfg",
+        "reg_prov_credential",
+        "reg_prov_watermark",
+        "staged_page",
+        "run_secret",
+    ):
         assert name in tables
     cols = {c["name"]: c for c in insp.get_columns("reg_prov_pagination_cfg")}
     assert "task_type_key" in cols and cols["task_type_key"].get("computed")
     indexes = {i["name"]: i for i in insp.get_indexes("reg_prov_endpoint_def")}
     assert indexes["uq_reg_prov_endpoint_def_interval"]["column_names"] == [
-        "provenance_id", "scope_code", "task_type_key", "endpoint_name", "effective_from"]
+        "provenance_id",
+        "scope_code",
+        "task_type_key",
+        "endpoint_name",
+        "effective_from",
+    ]
     assert indexes["uq_reg_prov_endpoint_def_interval"]["unique"]

@@ -30,11 +30,14 @@ def test_pubmed_efetch_record_is_normalised():
 
 
 @needs_fixtures
-@pytest.mark.parametrize("name, count", [
-    ("efetch_biopython_pmid-11748933-11700088.xml", 2),
-    ("efetch_fastpaper_pmid-41884867-41884779-41884685.xml", 3),
-    ("efetch_biopython_pmid-12091962-9997_rettype-abstract.xml", 2),
-])
+@pytest.mark.parametrize(
+    "name, count",
+    [
+        ("efetch_biopython_pmid-11748933-11700088.xml", 2),
+        ("efetch_fastpaper_pmid-41884867-41884779-41884685.xml", 3),
+        ("efetch_biopython_pmid-12091962-9997_rettype-abstract.xml", 2),
+    ],
+)
 def test_pubmed_efetch_sets(name, count):
     records = parse_pubmed_xml((FIXTURES / "pubmed" / name).read_bytes())
     assert len(records) == count
@@ -44,7 +47,9 @@ def test_pubmed_efetch_sets(name, count):
 
 @needs_fixtures
 def test_crossref_works_pages_are_normalised():
-    page = json.loads((FIXTURES / "crossref/works_query-ecology_rows30_cursor_page1.json").read_text())
+    page = json.loads(
+        (FIXTURES / "crossref/works_query-ecology_rows30_cursor_page1.json").read_text()
+    )
     items = page["message"]["items"]
     records = [normalize_crossref(i) for i in items]
     assert len(records) == len(items) == 30

@@ -1,0 +1,453 @@
+"""``literature_harvest``: harvest a provenance (PubMed, Crossref, ...) through the execution
+contract resolved from the registry once per run and frozen in its params (so in history).
+
+- ``harvest``: the whole query (optionally within ``start``..``end``);
+- ``update``: from the watermark minus the contract's overlap up to now minus its lag; the
+  watermark advances only when the run completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, Field, model_validator
+from sqlalchemy import select
+
+from artemis.config import Settings
+from artemis.db import get_engine
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import status_error, transport_error
+from artemis.literature.normalize import normalize_crossref, parse_pubmed_xml
+from artemis.logsetup import get_logger, register_secret
+from artemis.ratelimit import bucket_for
+from artemis.registry.models import RegProvCredential
+from artemis.registry.resolve import (
+    Contract,
+    as_utc,
+    base_url,
+    merge_params,
+    param_name,
+    resolve_contract,
+)
+from artemis.registry.watermark import advance_watermark, read_watermark
+from artemis.sources import Page, Source
+from artemis.sources.paginators import (
+    CursorPaginator,
+    LinkHeaderPaginator,
+    OffsetPaginator,
+    PageNumberPaginator,
+    Paginator,
+    TokenPaginator,
+)
+from artemis.sources.rest import RestSource
+from artemis.tasks.base import TaskContext, TaskUnit, register_task
+from artemis.vault import SecretBox
+
+log = get_logger(__name__)
+
+_UNITS = {
+    "MINUTE": timedelta(minutes=1),
+    "HOUR": timedelta(hours=1),
+    "DAY": timedelta(days=1),
+    "WEEK": timedelta(weeks=1),
+    "MONTH": timedelta(days=30),
+}
+
+
+class LiteratureParams(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    provenance: str = Field(min_length=1)
+    task_type: Literal["harvest", "update"] = "harvest"
+    start: date | None = None
+    end: date | None = None
+    query: str | None = None
+    page_size: int | None = Field(None, ge=1, le=10_000)
+    # Filled by prepare_params: the frozen contract and the window actually harvested.
+    contract: dict[str, Any] | None = None
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+
+    @model_validator(mode="after")
+    def _window(self) -> LiteratureParams:
+        if self.start and self.end and self.end < self.start:
+            raise ValueError(f"end ({self.end}) is before start ({self.start})")
+        return self
+
+
+def _span(value: int | None, unit: str | None) -> timedelta:
+    if not value:
+        return timedelta(0)
+    if unit not in _UNITS:
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR, f"window unit {unit!r} is not one of {', '.join(_UNITS)}"
+        )
+    return value * _UNITS[unit]
+
+
+def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator:
+    """The contract's pagination cfg as a paginator (endpoint param names win, §3.4)."""
+    pg, ep = contract.pagination or {}, contract.endpoint
+    mode = pg.get("pagination_mode_code") or "PAGE_NUMBER"
+    size = page_size or pg.get("page_size_value")
+    if size and pg.get("max_page_size_value"):
+        size = min(size, pg["max_page_size_value"])
+    if mode == "PAGE_NUMBER":
+        return PageNumberPaginator(
+            page=pg.get("start_page_number") or 1,
+            page_param=param_name("page", ep, pg, "page_number_param_name", "page"),
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
+            next_page_path=None,
+            total_path=pg.get("total_count_jsonpath"),
+        )
+    if mode == "OFFSET":
+        return OffsetPaginator(
+            limit=size or 100,
+            offset_param=param_name("offset", ep, pg, "offset_param_name", "offset"),
+            limit_param=param_name("limit", ep, pg, "limit_param_name", "limit"),
+            total_path=pg.get("total_count_jsonpath"),
+            max_offset=pg.get("max_result_window"),
+        )
+    if mode == "CURSOR":
+        return CursorPaginator(
+            cursor_param=param_name("cursor", ep, pg, "cursor_param_name", "cursor"),
+            cursor_path=pg.get("next_cursor_jsonpath") or "$.next_cursor",
+            initial_cursor=pg.get("initial_cursor_value"),
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "rows"),
+        )
+    if mode == "TOKEN":
+        return TokenPaginator(
+            token_param=param_name("token", ep, pg, "token_param_name", "page_token"),
+            token_path=pg.get("next_token_jsonpath") or "$.next_page_token",
+        )
+    if mode == "LINK_HEADER":
+        return LinkHeaderPaginator()
+    raise ArtemisError(
+        ErrorCode.CONFIG_ERROR,
+        f"pagination_mode_code {mode!r} is not one of "
+        "PAGE_NUMBER, OFFSET, CURSOR, TOKEN, LINK_HEADER",
+    )
+
+
+def window_params(
+    code: str, date_field: str | None, start: datetime | None, end: datetime | None
+) -> dict[str, Any]:
+    """The API's own way to ask for a date window (both ends inclusive, day precision)."""
+    if start is None and end is None:
+        return {}
+    lo = (start or datetime(1900, 1, 1, tzinfo=UTC)).date()
+    hi = (end or datetime.now(UTC)).date()
+    if code == "pubmed":
+        return {
+            "mindate": lo.strftime("%Y/%m/%d"),
+            "maxdate": hi.strftime("%Y/%m/%d"),
+            "datetype": (date_field or "edat").lower(),
+        }
+    if code == "crossref":
+        field = (date_field or "index-date").lower()
+        return {"filter": f"from-{field}:{lo.isoformat()},until-{field}:{hi.isoformat()}"}
+    raise ArtemisError(ErrorCode.CONFIG_ERROR, f"no date-window mapping for provenance {code!r}")
+
+
+class Credentials:
+    """The contract's credentials in priority order; secrets decrypted here, on use."""
+
+    def __init__(self, contract: Contract, settings: Settings) -> None:
+        self.rows = [c for c in contract.credentials if c.get("has_secret")]
+        self.settings = settings
+        self._secrets: dict[int, str] = {}
+
+    def _secret(self, cred_id: int) -> str:
+        if cred_id not in self._secrets:
+            t = RegProvCredential.__table__  # type: ignore[attr-defined]
+            with get_engine(self.settings.database.url).connect() as conn:
+                token = conn.execute(
+                    select(t.c.secret_ciphertext).where(t.c.id == cred_id)
+                ).scalar()
+            if not token:
+                raise ArtemisError(ErrorCode.CONFIG_ERROR, f"credential {cred_id} has no secret")
+            box = SecretBox(
+                "registry-credentials",
+                self.settings.vault.get("master_key_file", ".artemis/master.key"),
+            )
+            secret = box.decrypt(token, f"credential {cred_id}")
+            register_secret(secret)
+            self._secrets[cred_id] = secret
+        return self._secrets[cred_id]
+
+    def apply(self, params: dict[str, Any], headers: dict[str, str]) -> None:
+        if not self.rows:
+            return
+        cred = self.rows[0]
+        secret = self._secret(cred["id"])
+        name = cred.get("param_or_header_name")
+        kind = cred.get("auth_type_code")
+        if kind == "API_KEY_QUERY":
+            params[name or "api_key"] = secret
+        elif kind == "API_KEY_HEADER":
+            headers[name or "X-API-Key"] = secret
+        elif kind == "BEARER":
+            headers[name or "Authorization"] = f"Bearer {secret}"
+        else:
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"auth_type_code {kind!r} is unknown")
+
+
+class ContractClient:
+    """Request plumbing shared by literature sources: base URL, headers, timeouts, the rate
+    limit and credentials, all from the frozen contract."""
+
+    def __init__(self, contract: Contract, settings: Settings) -> None:
+        self.contract = contract
+        self.code = contract.provenance["provenance_code"]
+        self.base = base_url(contract)
+        http = contract.http or {}
+        self.headers: dict[str, str] = {
+            k: v for k, v in merge_params(http.get("default_headers_json"), None).items()
+        }
+        read_ms = http.get("timeout_read_millis")
+        self.timeout = read_ms / 1000 if read_ms else None
+        rl = contract.rate_limit or {}
+        self.bucket = (
+            bucket_for(self.code, rl["qps_limit"], rl.get("burst_capacity"))
+            if rl.get("qps_limit")
+            else None
+        )
+        self.credentials = Credentials(contract, settings)
+
+    def url(self, endpoint: dict[str, Any]) -> str:
+        return f"{self.base}{endpoint['path_template']}"
+
+    async def throttle(self) -> None:
+        if self.bucket is not None:
+            await self.bucket.acquire()
+
+    def auth(self, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        params, headers = dict(params), dict(self.headers)
+        self.credentials.apply(params, headers)
+        return params, headers
+
+
+class PubMedSource(Source):
+    """esearch with ``usehistory=y`` pages through ids; efetch turns them into records in
+    batches (POST above the contract's threshold). The checkpoint holds the esearch
+    position and the ids not fetched yet."""
+
+    name = "pubmed"
+
+    def __init__(
+        self, cc: ContractClient, query: str, window: dict[str, Any], page_size: int | None
+    ) -> None:
+        self.cc = cc
+        c = cc.contract
+        search = c.endpoints.get("SEARCH") or c.endpoint
+        fetch = c.endpoints.get("DETAIL")
+        if not search or not fetch:
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                "pubmed needs a SEARCH (esearch) and a DETAIL (efetch) endpoint",
+            )
+        self.search_ep: dict[str, Any] = search
+        self.fetch_ep: dict[str, Any] = fetch
+
+        pg, bt = c.pagination or {}, c.batching or {}
+        self.retmax = min(
+            page_size or pg.get("page_size_value") or 500, pg.get("max_page_size_value") or 10_000
+        )
+        self.cap = pg.get("max_result_window") or 10_000
+        self.offset_param = param_name(
+            "offset", self.search_ep, pg, "offset_param_name", "retstart"
+        )
+        self.size_param = param_name(
+            "page_size", self.search_ep, pg, "page_size_param_name", "retmax"
+        )
+        self.batch = bt.get("detail_batch_size") or 200
+        self.post_over = bt.get("post_threshold_ids") or 200
+        self.id_param = param_name("id", self.fetch_ep, bt, "id_param_name", "id")
+        self.joiner = bt.get("id_joiner") or ","
+        self.query = query
+        self.window = window
+
+    async def _call(
+        self,
+        client: httpx.AsyncClient,
+        ep: dict[str, Any],
+        params: dict[str, Any],
+        force_post: bool = False,
+    ) -> httpx.Response:
+        params, headers = self.cc.auth(merge_params(ep.get("default_query_params"), params))
+        await self.cc.throttle()
+        url = self.cc.url(ep)
+        what = f"pubmed {ep['endpoint_name']}"
+        try:
+            if force_post or ep.get("http_method_code") == "POST":
+                resp = await client.post(
+                    url, data=params, headers=headers, timeout=self.cc.timeout or 30
+                )
+            else:
+                resp = await client.get(
+                    url, params=params, headers=headers, timeout=self.cc.timeout or 30
+                )
+        except httpx.HTTPError as e:
+            raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+        if resp.status_code >= 400:
+            raise status_error(ErrorCode.SOURCE_ERROR, what, resp)
+        return resp
+
+    async def pages(
+        self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+    ) -> AsyncIterator[Page]:
+        st = dict(checkpoint or {"retstart": 0, "pending": [], "count": None, "webenv": None})
+        while True:
+            if not st["pending"]:
+                if st["count"] is not None and st["retstart"] >= st["count"]:
+                    return
+                found = await self._search(client, st)
+                if not found:
+                    return
+            ids, st["pending"] = st["pending"][: self.batch], st["pending"][self.batch :]
+            resp = await self._call(
+                client,
+                self.fetch_ep,
+                {self.id_param: self.joiner.join(ids)},
+                force_post=len(ids) > self.post_over,
+            )
+            records = parse_pubmed_xml(resp.content)
+            done = not st["pending"] and st["retstart"] >= (st["count"] or 0)
+            yield Page(
+                records=records,
+                checkpoint=None if done else dict(st),
+                info={"source": "pubmed", "ids": len(ids)},
+            )
+            if done:
+                return
+
+    async def _search(self, client: httpx.AsyncClient, st: dict[str, Any]) -> bool:
+        params = {
+            "term": self.query,
+            self.offset_param: st["retstart"],
+            self.size_param: self.retmax,
+            "usehistory": "y",
+            **self.window,
+        }
+        if st.get("webenv"):
+            params["WebEnv"] = st["webenv"]
+        data = (await self._call(client, self.search_ep, params)).json()
+        result = data.get("esearchresult") or {}
+        if "ERROR" in result:
+            raise ArtemisError(
+                ErrorCode.SOURCE_ERROR, f"pubmed esearch: {result['ERROR']}", retryable=False
+            )
+        count = int(result.get("count", 0))
+        if count > self.cap:
+            # Never truncate silently: esearch only reaches the first `cap` hits.
+            raise ArtemisError(
+                ErrorCode.SOURCE_ERROR,
+                f"pubmed esearch: {count} hits exceed the {self.cap} result "
+                f"cap for window {self.window or 'all'}; narrow the window",
+                retryable=False,
+                details={"count": count, "cap": self.cap},
+            )
+        ids = [str(i) for i in result.get("idlist") or []]
+        st.update(
+            count=count,
+            webenv=result.get("webenv"),
+            retstart=st["retstart"] + len(ids),
+            pending=ids,
+        )
+        return bool(ids)
+
+
+@register_task
+class LiteratureHarvest(TaskUnit):
+    code = "literature_harvest"
+    Params = LiteratureParams
+    summary = "Harvest a provenance through its registry contract"
+
+    def prepare_params(self, incoming: dict[str, Any], settings: Settings) -> BaseModel:
+        params: LiteratureParams = super().prepare_params(incoming, settings)  # type: ignore[assignment]
+        for frozen in ("contract", "window_start", "window_end"):
+            if frozen in (incoming or {}):
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT, f"params.{frozen}: set by Artemis, not by the request"
+                )
+        now = datetime.now(UTC)
+        with get_engine(settings.database.url).connect() as conn:
+            contract = resolve_contract(conn, params.provenance, params.task_type, now)
+            if contract.endpoint is None:
+                raise ArtemisError(
+                    ErrorCode.CONFIG_ERROR,
+                    f"provenance {params.provenance!r} has no SEARCH endpoint "
+                    f"in force for task_type {params.task_type}",
+                )
+            start = (
+                datetime.combine(params.start, datetime.min.time(), UTC) if params.start else None
+            )
+            end = datetime.combine(params.end, datetime.min.time(), UTC) if params.end else None
+            if params.task_type == "update":
+                win = contract.window_offset or {}
+                lag = timedelta(seconds=win.get("watermark_lag_seconds") or 0)
+                mark = read_watermark(conn, contract.provenance["id"], "update", params.query or "")
+                if mark is None and start is None:
+                    raise ArtemisError(
+                        ErrorCode.INVALID_INPUT,
+                        "params.start: the first update run of a query needs a "
+                        "start (there is no watermark yet)",
+                    )
+                overlap = _span(win.get("overlap_value"), win.get("overlap_unit_code"))
+                start = (mark - overlap) if mark is not None else start
+                end = end or (now - lag)
+        params.contract = contract.to_dict()
+        params.window_start, params.window_end = start, end
+        return params
+
+    def _contract(self, ctx: TaskContext) -> Contract:
+        return Contract(**ctx.params.contract)  # type: ignore[attr-defined]
+
+    def build_sources(self, ctx: TaskContext) -> list[Source]:
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        contract = self._contract(ctx)
+        cc = ContractClient(contract, ctx.settings)
+        code = cc.code
+        date_field = (contract.window_offset or {}).get("default_date_field_name")
+        window = window_params(code, date_field, p.window_start, p.window_end)
+        if code == "pubmed":
+            return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size)]
+        ep = contract.endpoint or {}
+        query = {"query": p.query} if p.query else {}
+        params = merge_params(ep.get("default_query_params"), {**query, **window})
+        params, headers = cc.auth(params)
+        transform = normalize_crossref if code == "crossref" else None
+        return [
+            RestSource(
+                cc.url(ep),
+                paginator_for(contract, p.page_size),
+                params=params,
+                headers=headers,
+                records_path=(contract.pagination or {}).get("records_jsonpath") or "$.items",
+                name=code,
+                transform=transform,
+                timeout=cc.timeout,
+                before_request=cc.throttle,
+            )
+        ]
+
+    def finalize(self, ctx: TaskContext, stats: dict[str, Any]) -> dict[str, Any]:
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        if p.task_type == "update" and p.window_end is not None:
+            contract = self._contract(ctx)
+            with get_engine(ctx.settings.database.url).begin() as conn:
+                advance_watermark(
+                    conn,
+                    contract.provenance["id"],
+                    "update",
+                    p.query or "",
+                    p.window_end,
+                    ctx.task_id,
+                )
+            stats = {**stats, "watermark": as_utc(p.window_end).isoformat()}
+        return stats
