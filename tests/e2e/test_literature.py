@@ -103,3 +103,58 @@ async def test_unknown_provenance_and_bad_task_type_are_422(stack):
         {"params": {"provenance": "pubmed", "contract": {}}}, code="literature_harvest"
     )
     assert resp.status_code == 422 and "params.contract" in resp.json()["error"]["message"]
+
+
+async def test_update_runs_advance_the_watermark_only_on_success(stack):
+    from datetime import UTC, datetime, timedelta
+
+    from artemis.db import get_engine
+    from artemis.registry.resolve import find_provenance
+    from artemis.registry.watermark import read_watermark
+
+    query = f"update-{new_task_id()}"
+    engine = get_engine(stack.settings.database.url)
+
+    def mark():
+        with engine.connect() as conn:
+            pid = find_provenance(conn, "crossref").id
+            return read_watermark(conn, pid, "update", query)
+
+    async def run(**params):
+        task_id = new_task_id()
+        resp = await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {
+                    "provenance": "crossref",
+                    "task_type": "update",
+                    "query": query,
+                    **params,
+                },
+            },
+            code="literature_harvest",
+        )
+        return task_id, resp
+
+    # the first run of a query needs a start
+    _, resp = await run(end="2025-01-05")
+    assert resp.status_code == 422 and "params.start" in resp.json()["error"]["message"]
+    t1, resp = await run(start="2025-01-01", end="2025-01-05")
+    assert resp.json()["data"]["status"] == "completed"
+    assert len(await _delivered(stack, t1)) == 150  # Jan 1..5, 30 a day
+    assert mark() == datetime(2025, 1, 5, tzinfo=UTC)
+    # next run: from the watermark minus the 1 h overlap (so Jan 4 again) up to its end
+    t2, resp = await run(end="2025-01-08")
+    ids = {i for _, i in await _delivered(stack, t2)}
+    assert len(ids) == 150 and "10.5555/crossref.90" in ids  # Jan 4 is index 90..119
+    assert mark() == datetime(2025, 1, 8, tzinfo=UTC)
+    # a failed run leaves the watermark where it was
+    await stack.fault("sink", status=400, times=1)
+    _, resp = await run(end="2025-01-12")
+    assert resp.json()["data"]["status"] == "failed"
+    assert mark() == datetime(2025, 1, 8, tzinfo=UTC)
+    # without an end: up to now minus the contract's 20 min lag
+    _, resp = await run()
+    assert resp.json()["data"]["status"] == "completed"
+    lagged = datetime.now(UTC) - timedelta(seconds=1200)
+    assert abs((mark() - lagged).total_seconds()) < 60
