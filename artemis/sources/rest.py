@@ -76,7 +76,11 @@ class RestSource(Source):
         what = f"{self.name} GET {url}"
         try:
             resp = await client.get(
-                url, params=params, headers=self.headers, timeout=self.timeout or USE_CLIENT_DEFAULT
+                url,
+                # An empty mapping would wipe the query of a next-page URL: send None.
+                params=params or None,
+                headers=self.headers,
+                timeout=self.timeout or USE_CLIENT_DEFAULT,
             )
         except httpx.HTTPError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None

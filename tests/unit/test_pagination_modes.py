@@ -1,0 +1,143 @@
+"""Every pagination mode of the registry, from a contract to pages, against a real server."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from artemis.literature.harvest import paginator_for
+from artemis.registry.resolve import Contract
+from artemis.samples.server import ThreadedServer
+from artemis.sources.paginators import paginator_from_checkpoint
+from artemis.sources.rest import RestSource
+
+ITEMS = [{"n": i} for i in range(23)]
+
+
+def make_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/page")
+    async def page(p: int = 1, size: int = 5):
+        chunk = ITEMS[(p - 1) * size : p * size]
+        return {"data": chunk, "meta": {"total": len(ITEMS)}}
+
+    @app.get("/offset")
+    async def offset(start: int = 0, count: int = 5):
+        return {"data": ITEMS[start : start + count], "meta": {"total": len(ITEMS)}}
+
+    @app.get("/cursor")
+    async def cursor(c: str = "", rows: int = 5):
+        pos = 0 if c in ("", "*") else int(c)
+        chunk = ITEMS[pos : pos + rows]
+        return {"data": chunk, "next": str(pos + len(chunk))}
+
+    @app.get("/token")
+    async def token(t: str | None = None):
+        pos = int(t or 0)
+        chunk = ITEMS[pos : pos + 5]
+        nxt = str(pos + 5) if pos + 5 < len(ITEMS) else None
+        return {"data": chunk, "nextToken": nxt}
+
+    @app.get("/link")
+    async def link(request: Request, page: int = 1):
+        chunk = ITEMS[(page - 1) * 5 : page * 5]
+        headers = {}
+        if page * 5 < len(ITEMS):
+            headers["Link"] = (
+                f'<{str(request.base_url)}link?page={page + 1}>; rel="next", '
+                f'<{str(request.base_url)}link?page=5>; rel="last"'
+            )
+        return JSONResponse({"data": chunk}, headers=headers)
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = ThreadedServer(make_app()).start()
+    yield s
+    s.stop()
+
+
+def contract(pagination: dict) -> Contract:
+    return Contract(
+        provenance={"provenance_code": "x"},
+        task_type=None,
+        at="",
+        usage="SEARCH",
+        endpoint=None,
+        endpoints={},
+        pagination=pagination,
+        window_offset=None,
+        http=None,
+        batching=None,
+        retry=None,
+        rate_limit=None,
+    )
+
+
+CASES = {
+    "page": {
+        "pagination_mode_code": "PAGE_NUMBER",
+        "page_size_value": 5,
+        "page_number_param_name": "p",
+        "page_size_param_name": "size",
+        "total_count_jsonpath": "$.meta.total",
+    },
+    "offset": {
+        "pagination_mode_code": "OFFSET",
+        "page_size_value": 5,
+        "offset_param_name": "start",
+        "limit_param_name": "count",
+        "total_count_jsonpath": "$.meta.total",
+    },
+    "cursor": {
+        "pagination_mode_code": "CURSOR",
+        "page_size_value": 5,
+        "cursor_param_name": "c",
+        "page_size_param_name": "rows",
+        "next_cursor_jsonpath": "$.next",
+        "initial_cursor_value": "*",
+    },
+    "token": {
+        "pagination_mode_code": "TOKEN",
+        "token_param_name": "t",
+        "next_token_jsonpath": "$.nextToken",
+    },
+    "link": {"pagination_mode_code": "LINK_HEADER"},
+}
+
+
+@pytest.mark.parametrize("path", sorted(CASES))
+async def test_mode_reads_every_item_once_and_resumes_from_any_checkpoint(server, path):
+    async with httpx.AsyncClient() as client:
+
+        def source():
+            return RestSource(
+                f"{server.url}/{path}",
+                paginator_for(contract(CASES[path])),
+                records_path="$.data",
+                name=path,
+            )
+
+        pages = [p async for p in source().pages(client, None)]
+        assert [r["n"] for p in pages for r in p.records] == list(range(23))
+        assert pages[-1].checkpoint is None
+        # resuming from the checkpoint after page k yields exactly the rest
+        for k, page in enumerate(pages[:-1]):
+            cp = page.checkpoint
+            assert paginator_from_checkpoint(cp).kind == paginator_for(contract(CASES[path])).kind
+            rest = [p async for p in source().pages(client, cp)]
+            got = [r["n"] for p in rest for r in p.records]
+            expected = [r["n"] for p in pages[k + 1 :] for r in p.records]
+            assert got == expected
+
+
+def test_unknown_mode_is_a_config_error():
+    from artemis.errors import ArtemisError
+
+    with pytest.raises(ArtemisError, match="SCROLL"):
+        paginator_for(contract({"pagination_mode_code": "SCROLL"}))
