@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from artemis.config import Settings, load_settings
 from artemis.errors import ArtemisError
+from starter.service import TERMINAL
 
 app = typer.Typer(
     help="Artemis: durable multi-source data harvesting on Temporal.",
@@ -345,7 +346,8 @@ def watch_task(
             )
             if p.get("total"):
                 last_total = p["total"]
-            if data.get("status") in ("completed", "failed", "cancelled", "timeout"):
+            # terminal and closed (a run reports its status a moment before it closes)
+            if data.get("status") in TERMINAL and data.get("completed_at"):
                 if data.get("status") == "completed" and last_total:
                     progress.update(bar, total=last_total, completed=last_total)
                 return data

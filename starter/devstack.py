@@ -68,8 +68,13 @@ class DevStack:
                 "pull_stock_quotes": {
                     **base.output_defaults.get("pull_stock_quotes", {}),
                     "http_endpoint": f"{samples_url}/sink/quotes",
-                }
+                },
+                "literature_harvest": {
+                    "sinks": ["http"],
+                    "http_endpoint": f"{samples_url}/sink/literature",
+                },
             }
+        self.own_registry = not config
         self.settings: Settings = load_settings(config, **overrides)
         self.samples_url = samples_url
         self.samples_port = samples_port
@@ -89,6 +94,8 @@ class DevStack:
         samples: ThreadedServer | None = None
         try:
             await asyncio.to_thread(upgrade, self.settings.database.url)
+            if self.with_samples and self.own_registry:
+                await asyncio.to_thread(self._import_sample_registry)
             if self.with_samples:
                 samples = ThreadedServer(
                     create_samples_app(latency_ms=20.0), port=self.samples_port
@@ -166,6 +173,74 @@ class DevStack:
         await server
         return ok
 
+    def _import_sample_registry(self) -> None:
+        """The bundled PubMed and Crossref provenances, pointed at the sample servers."""
+        import yaml
+
+        import infra
+        from artemis.db import get_engine
+        from artemis.registry.yaml_io import import_yaml
+
+        folder = Path(infra.__file__).parent / "registry"
+        for name, base in (
+            ("pubmed", f"{self.samples_url}/entrez"),
+            ("crossref", self.samples_url),
+        ):
+            doc = yaml.safe_load((folder / f"{name}.yaml").read_text())
+            doc["provenance"]["base_url_default"] = base
+            import_yaml(
+                get_engine(self.settings.database.url),
+                yaml.safe_dump(doc),
+                self.settings.vault["master_key_file"],
+                source=f"{name}.yaml",
+            )
+
+    def _run_literature(self, http: httpx.Client) -> bool:
+        from starter.cli import watch_task
+
+        ok = True
+        t = Table(title="literature harvests (registry contracts, sample servers)")
+        for col in ("provenance", "status", "records", "delivered once", "pages", "ms"):
+            t.add_column(col)
+        for provenance, query in (("pubmed", "neoplasms"), ("crossref", "ecology")):
+            console.rule(f"[bold]sample run: literature_harvest · {provenance}")
+            body = {
+                "params": {
+                    "provenance": provenance,
+                    "task_type": "harvest",
+                    "query": query,
+                    "start": "2025-01-01",
+                    "end": "2025-01-20",
+                }
+            }
+            resp = http.post(
+                f"{self.api_url}/tasks/literature_harvest/run?mode=async", json=body
+            ).json()
+            if not resp["success"]:
+                console.print(f"[red]start refused:[/red] {resp['error']}")
+                return False
+            task_id = resp["data"]["task_id"]
+            final = watch_task(self.api_url, task_id, self.settings, poll_s=0.2)
+            prefix = f"literature_harvest/{task_id}:"
+            ids: dict[str, int] = {}
+            for b in http.get(f"{self.samples_url}/_sink/batches").json():
+                if b["status"] == 200 and (b["idempotency_key"] or "").startswith(prefix):
+                    for r in b["records"]:
+                        ids[r["id"]] = ids.get(r["id"], 0) + 1
+            stats = final.get("stats") or {}
+            once = bool(ids) and set(ids.values()) == {1}
+            t.add_row(
+                provenance,
+                final["status"],
+                str(len(ids)),
+                str(once),
+                str(stats.get("pages")),
+                str(final.get("duration_ms")),
+            )
+            ok = ok and final["status"] == "completed" and once
+        console.print(t)
+        return ok
+
     def _run_samples(self) -> bool:
         from starter.cli import watch_task
 
@@ -210,4 +285,6 @@ class DevStack:
         ui = ui_url(self.settings, final["workflow_id"])
         console.print(f"see the run in the Temporal UI: [link]{ui}[/link]")
         expected = (final.get("stats") or {}).get("records_fetched")
-        return final["status"] == "completed" and received == expected
+        quotes_ok = final["status"] == "completed" and received == expected
+        literature_ok = self._run_literature(http) if self.own_registry else True
+        return quotes_ok and literature_ok
