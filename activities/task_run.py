@@ -27,6 +27,7 @@ from artemis.run_models import (
     EmitResult,
     FetchInput,
     FetchResult,
+    FetchRetry,
     FinalizeInput,
     FinalizeResult,
     PrepareInput,
@@ -171,8 +172,13 @@ class TaskRunActivities:
         params = task.prepare_params(inp.params, self.settings)
         ctx = self._context(task, inp.run, params.model_dump(mode="json"), trace)
         total = task.total_hint(ctx)
-        log.info("params_prepared", total=total)
-        return PrepareResult(params=params.model_dump(mode="json"), total=total)
+        retry = task.fetch_retry(ctx)
+        log.info("params_prepared", total=total, fetch_retry=retry)
+        return PrepareResult(
+            params=params.model_dump(mode="json"),
+            total=total,
+            fetch_retry=FetchRetry(**retry) if retry else None,
+        )
 
     # -- 2. fetch ----------------------------------------------------------------------
     @activity.defn(name="fetch_pages")

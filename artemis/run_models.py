@@ -65,6 +65,7 @@ class RunCarry:
     units_done: int
     started_ms: int
     generation: int = 1
+    fetch_retry: FetchRetry | None = None
 
 
 @dataclass
@@ -89,9 +90,20 @@ class PrepareInput:
 
 
 @dataclass
+class FetchRetry:
+    """A task's own retry policy for its fetch activity (e.g. the registry's retry_cfg)."""
+
+    initial_s: float = 1.0
+    backoff: float = 2.0
+    maximum_s: float = 30.0
+    maximum_attempts: int = 5
+
+
+@dataclass
 class PrepareResult:
     params: dict[str, Any]
     total: int
+    fetch_retry: FetchRetry | None = None
 
 
 @dataclass

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         EmitResult,
         FetchInput,
         FetchResult,
+        FetchRetry,
         FinalizeInput,
         FinalizeResult,
         PrepareInput,
@@ -127,6 +128,7 @@ class TaskRunWorkflow:
             self._checkpoint: dict[str, Any] | None = None
             self._next_seq = 0
             self._progress_ms: float | None = None
+            self._fetch_retry: FetchRetry | None = None
             workflow.upsert_search_attributes(
                 [
                     KEY_TASK_CODE.value_set(req.task_code),
@@ -144,6 +146,7 @@ class TaskRunWorkflow:
             self._steps = dict(carry.steps)
             self._progress_ms = carry.progress_last_ms
             self._units_done = carry.units_done
+            self._fetch_retry = carry.fetch_retry
         self._generation = carry.generation if carry else 1
         self._status = "running"
         self._details()
@@ -227,6 +230,7 @@ class TaskRunWorkflow:
                 summary=f"Validate params of {req.task_code}",
             )
             self._params, self._total = prepared.params, prepared.total
+            self._fetch_retry = prepared.fetch_retry
             self._steps["step_prepare"] = "COMPLETED"
 
         emitting: asyncio.Task[None] | None = None
@@ -252,12 +256,7 @@ class TaskRunWorkflow:
                     result_type=FetchResult,
                     start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
                     heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-                    retry_policy=RetryPolicy(
-                        initial_interval=timedelta(seconds=1),
-                        maximum_interval=timedelta(seconds=30),
-                        maximum_attempts=tuning.activity_max_attempts,
-                        non_retryable_error_types=NON_RETRYABLE,
-                    ),
+                    retry_policy=self._fetch_retry_policy(),
                     cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"Fetch pages from #{self._next_seq}",
                 )
@@ -337,6 +336,23 @@ class TaskRunWorkflow:
         self._stats["records_emitted"] += emitted.records_emitted
         self._details()
 
+    def _fetch_retry_policy(self) -> RetryPolicy:
+        own = self._fetch_retry
+        if own is None:
+            return RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=30),
+                maximum_attempts=self._req.tuning.activity_max_attempts,
+                non_retryable_error_types=NON_RETRYABLE,
+            )
+        return RetryPolicy(
+            initial_interval=timedelta(seconds=own.initial_s),
+            backoff_coefficient=own.backoff,
+            maximum_interval=timedelta(seconds=own.maximum_s),
+            maximum_attempts=own.maximum_attempts,
+            non_retryable_error_types=NON_RETRYABLE,
+        )
+
     def _continue_as_new(self) -> None:
         carry = RunCarry(
             params=self._params or {},
@@ -349,6 +365,7 @@ class TaskRunWorkflow:
             units_done=self._units_done,
             started_ms=self._started_ms,
             generation=self._generation + 1,
+            fetch_retry=self._fetch_retry,
         )
         self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
         req = self._req

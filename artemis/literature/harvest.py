@@ -219,6 +219,20 @@ class ContractClient:
         )
         self.credentials = Credentials(contract, settings)
 
+    def status_error(self, what: str, resp: httpx.Response) -> ArtemisError:
+        """An error answer classified by the contract's retry cfg: statuses in
+        ``giveup_http_statuses_json`` are final, those in ``retry_http_statuses_json`` are
+        retried; ``Retry-After`` becomes the next retry's delay when ``respect_retry_after``."""
+        err = status_error(ErrorCode.SOURCE_ERROR, what, resp)
+        rt = self.contract.retry or {}
+        if resp.status_code in (rt.get("giveup_http_statuses_json") or []):
+            err.retryable = False
+        elif resp.status_code in (rt.get("retry_http_statuses_json") or []):
+            err.retryable = True
+        if rt.get("respect_retry_after") is False:
+            err.retry_after_s = None
+        return err
+
     def url(self, endpoint: dict[str, Any]) -> str:
         return f"{self.base}{endpoint['path_template']}"
 
@@ -295,7 +309,7 @@ class PubMedSource(Source):
         except httpx.HTTPError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         if resp.status_code >= 400:
-            raise status_error(ErrorCode.SOURCE_ERROR, what, resp)
+            raise self.cc.status_error(what, resp)
         return resp
 
     async def pages(
@@ -433,8 +447,22 @@ class LiteratureHarvest(TaskUnit):
                 transform=transform,
                 timeout=cc.timeout,
                 before_request=cc.throttle,
+                status_error=cc.status_error,
             )
         ]
+
+    def fetch_retry(self, ctx: TaskContext) -> dict[str, Any] | None:
+        """The contract's retry_cfg as the fetch activity's Temporal retry policy."""
+        rt = self._contract(ctx).retry
+        if not rt:
+            return None
+        retries = rt.get("max_retries")
+        return {
+            "initial_s": (rt.get("initial_delay_millis") or 1000) / 1000,
+            "backoff": 1.0 if rt.get("backoff_policy_code") == "FIXED" else 2.0,
+            "maximum_s": (rt.get("max_delay_millis") or 30_000) / 1000,
+            "maximum_attempts": (4 if retries is None else int(retries)) + 1,
+        }
 
     def finalize(self, ctx: TaskContext, stats: dict[str, Any]) -> dict[str, Any]:
         p: LiteratureParams = ctx.params  # type: ignore[assignment]

@@ -11,6 +11,7 @@ Crossref: ``/works`` with ``rows`` <= 1000, ``cursor=*`` then ``message.next-cur
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -35,6 +36,9 @@ class LiteratureState:
         self.crossref_total = 3000
         self.crossref_per_day = 30
         self.enforce_rate = True
+        self.latency_ms = 0.0
+        # {"api": "works", "status": 429, "times": 2, "retry_after": "2"}
+        self.fault: dict[str, Any] | None = None
         self.sessions: dict[str, dict[str, Any]] = {}
         self.calls: list[dict[str, Any]] = []
         self._recent: dict[str, deque[float]] = {}
@@ -46,6 +50,8 @@ class LiteratureState:
             "crossref_total",
             "crossref_per_day",
             "enforce_rate",
+            "latency_ms",
+            "fault",
         ):
             if key in spec:
                 setattr(self, key, spec[key])
@@ -55,6 +61,20 @@ class LiteratureState:
             self.calls.clear()
             self.sessions.clear()
             self._recent.clear()
+
+    async def delay_or_fault(self, api: str) -> JSONResponse | None:
+        if self.latency_ms:
+            await asyncio.sleep(self.latency_ms / 1000)
+        f = self.fault
+        if f and f.get("api") == api and f.get("times", 0) > 0:
+            f["times"] -= 1
+            headers = {"Retry-After": str(f["retry_after"])} if f.get("retry_after") else None
+            return JSONResponse(
+                {"status": "error", "message": "injected failure"},
+                status_code=int(f["status"]),
+                headers=headers,
+            )
+        return None
 
     def over_rate(self, key: str, limit: float) -> bool:
         """A sliding one-second window per key."""
@@ -272,7 +292,17 @@ def build_router(state: LiteratureState) -> APIRouter:
     @router.get("/works")
     async def works(request: Request) -> JSONResponse:
         p = dict(request.query_params)
-        state.calls.append({"api": "works", "params": p, "at": time.time()})
+        injected = await state.delay_or_fault("works")
+        state.calls.append(
+            {
+                "api": "works",
+                "params": p,
+                "at": time.time(),
+                "status": injected.status_code if injected else 200,
+            }
+        )
+        if injected:
+            return injected
         headers = {"X-Rate-Limit-Limit": "50", "X-Rate-Limit-Interval": "1s"}
         if state.over_rate("crossref", 50):
             return JSONResponse(

@@ -11,7 +11,8 @@ from httpx import USE_CLIENT_DEFAULT
 
 from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import status_error, transport_error
+from artemis.http import status_error as status_error_default
+from artemis.http import transport_error
 from artemis.sources.base import Page, Source
 from artemis.sources.paginators import Paginator, json_path_get, paginator_from_checkpoint
 
@@ -29,6 +30,7 @@ class RestSource(Source):
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         timeout: float | None = None,
         before_request: Callable[[], Awaitable[None]] | None = None,
+        status_error: Callable[[str, httpx.Response], ArtemisError] | None = None,
     ) -> None:
         self.url = url
         self.paginator = paginator
@@ -40,6 +42,10 @@ class RestSource(Source):
         self.timeout = timeout
         # Awaited before every request: a rate limiter's acquire, for instance.
         self.before_request = before_request
+        # Classifies error answers (default: 408/425/429/5xx retryable, other 4xx final).
+        self.status_error = status_error or (
+            lambda what, resp: status_error_default(ErrorCode.SOURCE_ERROR, what, resp)
+        )
 
     async def pages(
         self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
@@ -85,7 +91,7 @@ class RestSource(Source):
         except httpx.HTTPError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         if resp.status_code >= 400:
-            raise status_error(ErrorCode.SOURCE_ERROR, what, resp)
+            raise self.status_error(what, resp)
         try:
             return jsonio.loads(resp.content), resp.headers
         except ValueError:

@@ -63,6 +63,11 @@ class TaskUnit:
         """Construct the sources for this run; no I/O here."""
         raise NotImplementedError(f"{type(self).__name__} must implement build_sources")
 
+    def fetch_retry(self, ctx: TaskContext) -> dict[str, Any] | None:
+        """The fetch activity's retry policy when the task has its own (keys of FetchRetry:
+        initial_s, backoff, maximum_s, maximum_attempts); None keeps the defaults."""
+        return None
+
     def total_hint(self, ctx: TaskContext) -> int:
         """A unit count for progress (default: the number of sources)."""
         return len(self.build_sources(ctx))

@@ -3,6 +3,7 @@ Crossref servers."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import httpx
@@ -158,3 +159,119 @@ async def test_update_runs_advance_the_watermark_only_on_success(stack):
     assert resp.json()["data"]["status"] == "completed"
     lagged = datetime.now(UTC) - timedelta(seconds=1200)
     assert abs((mark() - lagged).total_seconds()) < 60
+
+
+async def _literature(stack, **spec):
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        await http.post("/_control/literature", json=spec)
+
+
+async def _works_calls(stack, query):
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        return [
+            c
+            for c in (await http.get("/_literature/calls")).json()
+            if c["api"] == "works" and c["params"].get("query") == query
+        ]
+
+
+async def test_retry_cfg_is_the_fetch_retry_policy_and_retry_after_is_honoured(stack):
+    query = f"retry-{new_task_id()}"
+    await _literature(stack, fault={"api": "works", "status": 429, "times": 1, "retry_after": "3"})
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {
+                "provenance": "crossref",
+                "query": query,
+                "start": "2025-01-01",
+                "end": "2025-01-02",
+            },
+        },
+        code="literature_harvest",
+    )
+    assert resp.json()["data"]["status"] == "completed", resp.text
+    calls = await _works_calls(stack, query)
+    assert calls[0]["status"] == 429 and calls[1]["status"] == 200
+    # crossref.yaml retries after 1 s; the answer's Retry-After: 3 wins
+    assert calls[1]["at"] - calls[0]["at"] >= 2.8
+    assert len(await _delivered(stack, task_id)) == 60
+    history = await stack.client.get_workflow_handle(
+        resp.json()["data"]["workflow_id"]
+    ).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "fetch_pages"
+    ]
+    policy = scheduled[0].retry_policy
+    assert policy.maximum_attempts == 6  # max_retries 5 + the first try
+    assert policy.initial_interval.ToTimedelta().total_seconds() == 1.0
+    assert policy.maximum_interval.ToTimedelta().total_seconds() == 60.0
+
+
+async def test_giveup_status_fails_at_once_with_source_error(stack):
+    query = f"giveup-{new_task_id()}"
+    await _literature(stack, fault={"api": "works", "status": 403, "times": 1})
+    resp = await stack.run(
+        {
+            "params": {
+                "provenance": "crossref",
+                "query": query,
+                "start": "2025-01-01",
+                "end": "2025-01-02",
+            }
+        },
+        code="literature_harvest",
+    )
+    assert resp.status_code == 502
+    assert (
+        resp.json()["error"]["code"] == "SOURCE_ERROR" and "403" in resp.json()["error"]["message"]
+    )
+    assert [c["status"] for c in await _works_calls(stack, query)] == [403]
+
+
+async def test_registry_change_mid_run_does_not_touch_that_run(stack):
+    import yaml
+
+    from artemis.db import get_engine
+    from artemis.registry.yaml_io import export_yaml, import_yaml
+
+    engine = get_engine(stack.settings.database.url)
+    original = export_yaml(engine, "crossref")
+    query = f"frozen-{new_task_id()}"
+    await _literature(stack, latency_ms=150)
+    try:
+        task_id = new_task_id()
+        await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {
+                    "provenance": "crossref",
+                    "query": query,
+                    "start": "2025-01-01",
+                    "end": "2025-01-10",
+                    "page_size": 50,
+                },
+            },
+            code="literature_harvest",
+            mode="async",
+        )
+        for _ in range(100):
+            if await _works_calls(stack, query):
+                break
+            await asyncio.sleep(0.05)
+        # mid-run: page size and base URL change in the registry
+        doc = yaml.safe_load(original)
+        doc["pagination_cfg"][0]["max_page_size_value"] = 10
+        doc["provenance"]["base_url_default"] = "http://127.0.0.1:1"
+        import_yaml(engine, yaml.safe_dump(doc), stack.settings.vault["master_key_file"])
+        final = await stack.wait_status(task_id, timeout=60)
+    finally:
+        import_yaml(engine, original, stack.settings.vault["master_key_file"])
+        await _literature(stack, latency_ms=0)
+    assert final["status"] == "completed", final
+    assert len(await _delivered(stack, task_id)) == 300
+    assert {c["params"]["rows"] for c in await _works_calls(stack, query)} == {"50"}
