@@ -34,6 +34,8 @@ from artemis.run_models import (
     PrepareResult,
     ProcessResult,
     RunRef,
+    SplitInput,
+    SplitResult,
 )
 from artemis.sinks import EmitContext
 from artemis.staging import Staging
@@ -169,8 +171,18 @@ class TaskRunActivities:
     @activity_boundary
     async def prepare_params(self, inp: PrepareInput, trace: TraceContext) -> PrepareResult:
         task = get_task(inp.run.task_code)
-        params = task.prepare_params(inp.params, self.settings)
+        params = task.prepare_params(inp.params, self.settings, trusted=True)
         ctx = self._context(task, inp.run, params.model_dump(mode="json"), trace)
+        plan = task.plan_children(ctx)
+        if plan is not None:
+            children, parallelism = plan
+            log.info("params_prepared", children=len(children), parallelism=parallelism)
+            return PrepareResult(
+                params=params.model_dump(mode="json"),
+                total=len(children),
+                children=children,
+                parallelism=parallelism,
+            )
         total = task.total_hint(ctx)
         retry = task.fetch_retry(ctx)
         log.info("params_prepared", total=total, fetch_retry=retry)
@@ -179,6 +191,15 @@ class TaskRunActivities:
             total=total,
             fetch_retry=FetchRetry(**retry) if retry else None,
         )
+
+    @activity.defn(name="split_run")
+    @activity_boundary
+    async def split_run(self, inp: SplitInput, trace: TraceContext) -> SplitResult:
+        task = get_task(inp.run.task_code)
+        ctx = self._context(task, inp.run, inp.params, trace)
+        children = task.split(ctx, inp.details)
+        log.info("run_split", pieces=len(children or []), details=inp.details)
+        return SplitResult(children=children, parallelism=2)
 
     # -- 2. fetch ----------------------------------------------------------------------
     @activity.defn(name="fetch_pages")
@@ -396,6 +417,7 @@ class TaskRunActivities:
     def all(self) -> list[Callable[..., Any]]:
         return [
             self.prepare_params,
+            self.split_run,
             self.fetch_pages,
             self.process_batch,
             self.emit_batch,

@@ -34,6 +34,8 @@ class ErrorCode(StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     CONFLICT = "CONFLICT"
     NOT_FOUND = "NOT_FOUND"
+    # A query window whose hits exceed the source's result cap: the run splits it.
+    RESULT_CAP_EXCEEDED = "RESULT_CAP_EXCEEDED"
     NOT_READY = "NOT_READY"
 
     @property
@@ -69,6 +71,7 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.PAYLOAD_TOO_LARGE: _CodeInfo(False, 0, 413),
     ErrorCode.CONFLICT: _CodeInfo(False, 0, 409),
     ErrorCode.NOT_FOUND: _CodeInfo(False, 0, 404),
+    ErrorCode.RESULT_CAP_EXCEEDED: _CodeInfo(False, 0, 502),
     ErrorCode.NOT_READY: _CodeInfo(True, 0, 503),
 }
 

@@ -104,6 +104,22 @@ class PrepareResult:
     params: dict[str, Any]
     total: int
     fetch_retry: FetchRetry | None = None
+    # When set, the run fans out: one child run per params dict, `parallelism` at a time.
+    children: list[dict[str, Any]] | None = None
+    parallelism: int = 1
+
+
+@dataclass
+class SplitInput:
+    run: RunRef
+    params: dict[str, Any]
+    details: dict[str, Any]
+
+
+@dataclass
+class SplitResult:
+    children: list[dict[str, Any]] | None
+    parallelism: int = 1
 
 
 @dataclass

@@ -40,10 +40,19 @@ with workflow.unsafe.imports_passed_through():
         RunRef,
         RunRequest,
         RunResult,
+        SplitInput,
+        SplitResult,
+        workflow_id_for,
     )
 
 # Error codes no retry can fix (SPEC §10/§11); the activities mark them non-retryable too.
-NON_RETRYABLE = ["INVALID_INPUT", "CONFIG_ERROR", "TASK_NOT_FOUND", "COOKIE_EXHAUSTED"]
+NON_RETRYABLE = [
+    "INVALID_INPUT",
+    "CONFIG_ERROR",
+    "TASK_NOT_FOUND",
+    "COOKIE_EXHAUSTED",
+    "RESULT_CAP_EXCEEDED",
+]
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
@@ -232,6 +241,9 @@ class TaskRunWorkflow:
             self._params, self._total = prepared.params, prepared.total
             self._fetch_retry = prepared.fetch_retry
             self._steps["step_prepare"] = "COMPLETED"
+            if prepared.children is not None:
+                await self._run_children(prepared.children, prepared.parallelism)
+                return
 
         emitting: asyncio.Task[None] | None = None
         batches_here = 0
@@ -239,27 +251,34 @@ class TaskRunWorkflow:
         try:
             while not done:
                 self._enter("step_fetch")
-                fetched: FetchResult = await workflow.execute_activity(
-                    "fetch_pages",
-                    FetchInput(
-                        run=self._run,
-                        params=self._params,
-                        checkpoint=self._checkpoint,
-                        first_seq=self._next_seq,
-                        max_pages=tuning.pages_per_fetch,
-                        max_seconds=tuning.fetch_max_seconds,
-                        total=self._total,
-                        units_done=self._units_done,
-                        callback=req.callback,
-                        progress_last_ms=self._progress_ms,
-                    ),
-                    result_type=FetchResult,
-                    start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
-                    heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-                    retry_policy=self._fetch_retry_policy(),
-                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                    summary=f"Fetch pages from #{self._next_seq}",
-                )
+                try:
+                    fetched: FetchResult = await workflow.execute_activity(
+                        "fetch_pages",
+                        FetchInput(
+                            run=self._run,
+                            params=self._params,
+                            checkpoint=self._checkpoint,
+                            first_seq=self._next_seq,
+                            max_pages=tuning.pages_per_fetch,
+                            max_seconds=tuning.fetch_max_seconds,
+                            total=self._total,
+                            units_done=self._units_done,
+                            callback=req.callback,
+                            progress_last_ms=self._progress_ms,
+                        ),
+                        result_type=FetchResult,
+                        start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
+                        heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+                        retry_policy=self._fetch_retry_policy(),
+                        cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                        summary=f"Fetch pages from #{self._next_seq}",
+                    )
+                except ActivityError as e:
+                    if _code_of(e) != "RESULT_CAP_EXCEEDED" or self._stats["pages"]:
+                        raise
+                    # The window holds more hits than the source can list: split it.
+                    await self._split(e)
+                    return
                 self._stats["pages"] += fetched.pages
                 self._stats["records_fetched"] += fetched.records
                 self._stats["batches"] += 1
@@ -335,6 +354,69 @@ class TaskRunWorkflow:
         )
         self._stats["records_emitted"] += emitted.records_emitted
         self._details()
+
+    async def _split(self, e: ActivityError) -> None:
+        app = _root_application_error(e)
+        details = (app.details[0] if app and app.details else {}) or {}
+        split: SplitResult = await workflow.execute_local_activity(
+            "split_run",
+            SplitInput(run=self._run, params=self._params or {}, details=details),
+            result_type=SplitResult,
+            start_to_close_timeout=timedelta(seconds=30),
+            summary="Split the window over the result cap",
+        )
+        if not split.children:
+            raise e
+        self._log("run_split", pieces=len(split.children), count=details.get("count"))
+        self._total = len(split.children)
+        self._units_done = 0
+        await self._run_children(split.children, split.parallelism, prefix="s")
+
+    async def _run_children(
+        self, children: list[dict[str, Any]], parallelism: int, prefix: str = "w"
+    ) -> None:
+        """Run child task runs (windows), ``parallelism`` at a time; their records go to the
+        sinks from the children, their counts add up here."""
+        req = self._req
+        self._enter("step_fetch")
+        gate = asyncio.Semaphore(max(1, parallelism))
+
+        async def one(n: int, params: dict[str, Any]) -> None:
+            async with gate:
+                self._stop_point()
+                child_id = f"{req.task_id}.{prefix}{n}"
+                result: RunResult = await workflow.execute_child_workflow(
+                    WORKFLOW_NAME,
+                    RunRequest(
+                        task_code=req.task_code,
+                        task_id=child_id,
+                        params=params,
+                        trace_id=req.trace_id,
+                        parent_span_id=req.parent_span_id,
+                        request_id=req.request_id,
+                        output=req.output,
+                        callback=None,
+                        timeout_s=req.timeout_s,
+                        tuning=req.tuning,
+                    ),
+                    id=workflow_id_for(req.task_code, child_id),
+                    result_type=RunResult,
+                    static_summary=f"{req.task_code} · {params.get('start')}..{params.get('end')}",
+                )
+            for key in (
+                "pages",
+                "records_fetched",
+                "records_processed",
+                "records_emitted",
+                "batches",
+            ):
+                self._stats[key] += int(result.stats.get(key, 0))
+            self._units_done += 1
+            self._details()
+
+        await asyncio.gather(*(one(n, p) for n, p in enumerate(children)))
+        for step in ("step_fetch", "step_process", "step_emit"):
+            self._steps[step] = "COMPLETED"
 
     def _fetch_retry_policy(self) -> RetryPolicy:
         own = self._fetch_retry

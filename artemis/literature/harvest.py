@@ -61,15 +61,17 @@ class LiteratureParams(BaseModel):
     model_config = {"extra": "forbid"}
 
     provenance: str = Field(min_length=1)
-    task_type: Literal["harvest", "update"] = "harvest"
+    task_type: Literal["harvest", "update", "backfill"] = "harvest"
     start: date | None = None
     end: date | None = None
     query: str | None = None
     page_size: int | None = Field(None, ge=1, le=10_000)
+    parallelism: int | None = Field(None, ge=1, le=32)  # backfill: windows run at once
     # Filled by prepare_params: the frozen contract and the window actually harvested.
     contract: dict[str, Any] | None = None
     window_start: datetime | None = None
     window_end: datetime | None = None
+    parent: str | None = None  # the task id of the run that fanned this one out
 
     @model_validator(mode="after")
     def _window(self) -> LiteratureParams:
@@ -134,6 +136,17 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
     )
 
 
+def api_family(contract: Contract) -> str:
+    """Which API a provenance speaks, from its SEARCH endpoint: ``eutils`` (esearch +
+    efetch), ``crossref`` (/works) or ``generic`` JSON."""
+    path = (contract.endpoints.get("SEARCH") or contract.endpoint or {}).get("path_template") or ""
+    if "esearch" in path:
+        return "eutils"
+    if path.rstrip("/").endswith("/works"):
+        return "crossref"
+    return "generic"
+
+
 def window_params(
     code: str, date_field: str | None, start: datetime | None, end: datetime | None
 ) -> dict[str, Any]:
@@ -142,7 +155,7 @@ def window_params(
         return {}
     lo = (start or datetime(1900, 1, 1, tzinfo=UTC)).date()
     hi = (end or datetime.now(UTC)).date()
-    if code == "pubmed":
+    if code == "eutils":
         return {
             "mindate": lo.strftime("%Y/%m/%d"),
             "maxdate": hi.strftime("%Y/%m/%d"),
@@ -330,7 +343,7 @@ class PubMedSource(Source):
                 {self.id_param: self.joiner.join(ids)},
                 force_post=len(ids) > self.post_over,
             )
-            records = parse_pubmed_xml(resp.content)
+            records = parse_pubmed_xml(resp.content, self.cc.code)
             done = not st["pending"] and st["retstart"] >= (st["count"] or 0)
             yield Page(
                 records=records,
@@ -358,11 +371,12 @@ class PubMedSource(Source):
             )
         count = int(result.get("count", 0))
         if count > self.cap:
-            # Never truncate silently: esearch only reaches the first `cap` hits.
+            # Never truncate silently: esearch only reaches the first `cap` hits. The run
+            # splits its window (RESULT_CAP_EXCEEDED) until every piece fits.
             raise ArtemisError(
-                ErrorCode.SOURCE_ERROR,
-                f"pubmed esearch: {count} hits exceed the {self.cap} result "
-                f"cap for window {self.window or 'all'}; narrow the window",
+                ErrorCode.RESULT_CAP_EXCEEDED,
+                f"pubmed esearch: {count} hits exceed the {self.cap} result cap for window "
+                f"{self.window or 'all'}",
                 retryable=False,
                 details={"count": count, "cap": self.cap},
             )
@@ -382,13 +396,23 @@ class LiteratureHarvest(TaskUnit):
     Params = LiteratureParams
     summary = "Harvest a provenance through its registry contract"
 
-    def prepare_params(self, incoming: dict[str, Any], settings: Settings) -> BaseModel:
-        params: LiteratureParams = super().prepare_params(incoming, settings)  # type: ignore[assignment]
-        for frozen in ("contract", "window_start", "window_end"):
-            if frozen in (incoming or {}):
-                raise ArtemisError(
-                    ErrorCode.INVALID_INPUT, f"params.{frozen}: set by Artemis, not by the request"
-                )
+    internal_params = ("contract", "window_start", "window_end", "parent")
+
+    def prepare_params(
+        self, incoming: dict[str, Any], settings: Settings, trusted: bool = False
+    ) -> BaseModel:
+        params: LiteratureParams = super().prepare_params(  # type: ignore[assignment]
+            incoming, settings, trusted
+        )
+        if params.parent and params.contract:
+            # A child run: its parent's frozen contract, over its own window.
+            params.window_start = (
+                datetime.combine(params.start, datetime.min.time(), UTC) if params.start else None
+            )
+            params.window_end = (
+                datetime.combine(params.end, datetime.min.time(), UTC) if params.end else None
+            )
+            return params
         now = datetime.now(UTC)
         with get_engine(settings.database.url).connect() as conn:
             contract = resolve_contract(conn, params.provenance, params.task_type, now)
@@ -402,6 +426,10 @@ class LiteratureHarvest(TaskUnit):
                 datetime.combine(params.start, datetime.min.time(), UTC) if params.start else None
             )
             end = datetime.combine(params.end, datetime.min.time(), UTC) if params.end else None
+            if params.task_type == "backfill" and (start is None or end is None):
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT, "params.start and params.end: a backfill needs both"
+                )
             if params.task_type == "update":
                 win = contract.window_offset or {}
                 lag = timedelta(seconds=win.get("watermark_lag_seconds") or 0)
@@ -419,6 +447,66 @@ class LiteratureHarvest(TaskUnit):
         params.window_start, params.window_end = start, end
         return params
 
+    def _child(self, p: LiteratureParams, start: date, end: date, parent: str) -> dict[str, Any]:
+        return {
+            "provenance": p.provenance,
+            "task_type": "harvest",
+            "query": p.query,
+            "page_size": p.page_size,
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "contract": p.contract,
+            "window_start": None,
+            "window_end": None,
+            "parent": parent,
+        }
+
+    def plan_children(self, ctx: TaskContext) -> tuple[list[dict[str, Any]], int] | None:
+        """A backfill: its range cut into the contract's windows (calendar months or fixed
+        sizes), each a child run; ``parallelism`` (else ``rate_limit.max_concurrency``, else
+        2) at once."""
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        if p.task_type != "backfill" or p.parent:
+            return None
+        assert p.window_start is not None and p.window_end is not None
+        contract = self._contract(ctx)
+        win = contract.window_offset or {}
+        first, last = p.window_start.date(), p.window_end.date()
+        windows: list[tuple[date, date]] = []
+        cur = first
+        while cur <= last:
+            if (
+                win.get("window_mode_code") == "CALENDAR"
+                and win.get("window_size_unit_code") == "MONTH"
+            ):
+                months = win.get("window_size_value") or 1
+                y, m = divmod(cur.month - 1 + months, 12)
+                nxt = date(cur.year + y, m + 1, 1)
+            else:
+                span = _span(
+                    win.get("window_size_value") or 1, win.get("window_size_unit_code") or "DAY"
+                )
+                nxt = cur + max(timedelta(days=1), span)
+            windows.append((cur, min(last, nxt - timedelta(days=1))))
+            cur = nxt
+        children = [self._child(p, a, b, ctx.task_id) for a, b in windows]
+        parallel = p.parallelism or (contract.rate_limit or {}).get("max_concurrency") or 2
+        return children, int(parallel)
+
+    def split(self, ctx: TaskContext, details: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Halve the window whose hits exceed the result cap (down to single days)."""
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        if p.window_start is None or p.window_end is None:
+            return None
+        first, last = p.window_start.date(), p.window_end.date()
+        if first >= last:
+            return None
+        mid = first + (last - first) // 2
+        return [
+            self._child(p, first, mid, ctx.task_id),
+            self._child(p, mid + timedelta(days=1), last, ctx.task_id),
+        ]
+
     def _contract(self, ctx: TaskContext) -> Contract:
         return Contract(**ctx.params.contract)  # type: ignore[attr-defined]
 
@@ -426,16 +514,16 @@ class LiteratureHarvest(TaskUnit):
         p: LiteratureParams = ctx.params  # type: ignore[assignment]
         contract = self._contract(ctx)
         cc = ContractClient(contract, ctx.settings)
-        code = cc.code
+        code, family = cc.code, api_family(contract)
         date_field = (contract.window_offset or {}).get("default_date_field_name")
-        window = window_params(code, date_field, p.window_start, p.window_end)
-        if code == "pubmed":
+        window = window_params(family, date_field, p.window_start, p.window_end)
+        if family == "eutils":
             return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size)]
         ep = contract.endpoint or {}
         query = {"query": p.query} if p.query else {}
         params = merge_params(ep.get("default_query_params"), {**query, **window})
         params, headers = cc.auth(params)
-        transform = normalize_crossref if code == "crossref" else None
+        transform = (lambda item: normalize_crossref(item, code)) if family == "crossref" else None
         return [
             RestSource(
                 cc.url(ep),

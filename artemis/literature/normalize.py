@@ -49,7 +49,7 @@ def _date(
     return out
 
 
-def parse_pubmed_xml(body: bytes | str) -> list[dict[str, Any]]:
+def parse_pubmed_xml(body: bytes | str, provenance: str = "pubmed") -> list[dict[str, Any]]:
     """efetch ``PubmedArticleSet`` XML → normalised records."""
     try:
         root = ET.fromstring(body.encode() if isinstance(body, str) else body)
@@ -101,7 +101,7 @@ def parse_pubmed_xml(body: bytes | str) -> list[dict[str, Any]]:
                     doi = _text(aid)
         records.append(
             {
-                "provenance": "pubmed",
+                "provenance": provenance,
                 "id": pmid,
                 "doi": doi.lower() if doi else None,
                 "title": _text(article.find("ArticleTitle")) if article is not None else None,
@@ -126,7 +126,7 @@ def _crossref_date(item: dict[str, Any]) -> str | None:
     return None
 
 
-def normalize_crossref(item: dict[str, Any]) -> dict[str, Any]:
+def normalize_crossref(item: dict[str, Any], provenance: str = "crossref") -> dict[str, Any]:
     """One Crossref ``/works`` item → a normalised record."""
     doi = item.get("DOI")
     if not doi:
@@ -142,7 +142,7 @@ def normalize_crossref(item: dict[str, Any]) -> dict[str, Any]:
     title = (item.get("title") or [None])[0]
     journal = (item.get("container-title") or [None])[0]
     return {
-        "provenance": "crossref",
+        "provenance": provenance,
         "id": doi.lower(),
         "doi": doi.lower(),
         "title": _SPACES.sub(" ", title).strip() if title else None,

@@ -43,12 +43,20 @@ class TaskUnit:
     summary: ClassVar[str] = ""
 
     # -- 1. params ---------------------------------------------------------------
-    def prepare_params(self, incoming: dict[str, Any], settings: Settings) -> BaseModel:
-        """Merge ``task_defaults.<code>`` with the request and validate.
+    def prepare_params(
+        self, incoming: dict[str, Any], settings: Settings, trusted: bool = False
+    ) -> BaseModel:
+        """Merge ``task_defaults.<code>`` with the request and validate. ``trusted`` params
+        come from the workflow (a parent run), which may set ``internal_params``.
 
         Raises ArtemisError(INVALID_INPUT) naming each bad field.
         """
         merged = {**settings.task_defaults.get(self.code, {}), **(incoming or {})}
+        internal = [k for k in self.internal_params if k in (incoming or {})]
+        if internal and not trusted:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT, f"params.{internal[0]}: set by Artemis, not by the request"
+            )
         try:
             return self.Params.model_validate(merged)
         except ValidationError as e:
@@ -62,6 +70,17 @@ class TaskUnit:
     def build_sources(self, ctx: TaskContext) -> list[Source]:
         """Construct the sources for this run; no I/O here."""
         raise NotImplementedError(f"{type(self).__name__} must implement build_sources")
+
+    # Params only Artemis sets (a frozen contract, a child's window): refused from requests.
+    internal_params: ClassVar[tuple[str, ...]] = ()
+
+    def plan_children(self, ctx: TaskContext) -> tuple[list[dict[str, Any]], int] | None:
+        """Fan the run out into child runs (their params, how many at once), or None."""
+        return None
+
+    def split(self, ctx: TaskContext, details: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Params of smaller runs covering this one after RESULT_CAP_EXCEEDED, or None."""
+        return None
 
     def fetch_retry(self, ctx: TaskContext) -> dict[str, Any] | None:
         """The fetch activity's retry policy when the task has its own (keys of FetchRetry:

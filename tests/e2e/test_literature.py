@@ -275,3 +275,116 @@ async def test_registry_change_mid_run_does_not_touch_that_run(stack):
     assert final["status"] == "completed", final
     assert len(await _delivered(stack, task_id)) == 300
     assert {c["params"]["rows"] for c in await _works_calls(stack, query)} == {"50"}
+
+
+async def _delivered_tree(stack, task_id: str) -> Counter:
+    """Records delivered by a run and all its child runs (their task ids extend its own)."""
+    batches = await stack.sink_batches(f"literature_harvest/{task_id}")
+    by_key = {b["idempotency_key"]: b["records"] for b in batches if b["status"] == 200}
+    counts: Counter = Counter()
+    for records in by_key.values():
+        for r in records:
+            counts[(r["provenance"], r["id"])] += 1
+    return counts
+
+
+async def test_backfill_runs_calendar_windows_as_child_workflows_two_at_a_time(stack):
+    from artemis.run_models import workflow_id_for
+
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {
+                "provenance": "crossref",
+                "task_type": "backfill",
+                "query": f"bf-{task_id}",
+                "start": "2025-01-01",
+                "end": "2025-03-31",
+                "parallelism": 2,
+            },
+        },
+        code="literature_harvest",
+    )
+    assert resp.status_code == 200, resp.text
+    data = resp.json()["data"]
+    assert data["status"] == "completed"
+    assert data["stats"]["records_emitted"] == 2700  # Jan 930 + Feb 840 + Mar 930
+    counts = await _delivered_tree(stack, task_id)
+    assert len(counts) == 2700 and set(counts.values()) == {1}
+    spans = []
+    for n, (first, last) in enumerate(
+        [("2025-01-01", "2025-01-31"), ("2025-02-01", "2025-02-28"), ("2025-03-01", "2025-03-31")]
+    ):
+        child = stack.client.get_workflow_handle(
+            workflow_id_for("literature_harvest", f"{task_id}.w{n}")
+        )
+        desc = await child.describe()
+        assert desc.parent_id == data["workflow_id"]
+        assert desc.status.name == "COMPLETED"
+        spans.append((desc.start_time, desc.close_time))
+        calls = await _works_calls(stack, f"bf-{task_id}")
+        assert any(
+            c["params"]["filter"] == f"from-index-date:{first},until-index-date:{last}"
+            for c in calls
+        )
+    # never more than two windows at once
+    for t, _ in spans:
+        assert sum(1 for a, b in spans if a <= t < b) <= 2
+
+
+async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
+    import yaml
+
+    from artemis.db import get_engine
+    from artemis.registry.yaml_io import import_yaml
+    from tests.conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "infra" / "registry" / "pubmed.yaml").read_text())
+    doc["provenance"]["provenance_code"] = "pubmed_small_cap"
+    doc["provenance"]["base_url_default"] = f"{stack.samples_url}/entrez"
+    doc["pagination_cfg"][0]["max_result_window"] = 400
+    doc["rate_limit_cfg"][0].update(qps_limit=50, burst_capacity=10)
+    import_yaml(
+        get_engine(stack.settings.database.url),
+        yaml.safe_dump(doc),
+        stack.settings.vault["master_key_file"],
+    )
+    await _literature(stack, enforce_rate=False)
+    try:
+        task_id = new_task_id()
+        resp = await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {
+                    "provenance": "pubmed_small_cap",
+                    "query": f"cap-{task_id}",
+                    "start": "2025-01-01",
+                    "end": "2025-01-30",
+                },
+            },
+            code="literature_harvest",
+        )
+    finally:
+        await _literature(stack, enforce_rate=True)
+    assert resp.status_code == 200, resp.text
+    data = resp.json()["data"]
+    assert data["status"] == "completed" and data["stats"]["records_emitted"] == 900
+    counts = await _delivered_tree(stack, task_id)
+    assert len(counts) == 900 and set(counts.values()) == {1}  # nothing truncated
+    assert all(p == "pubmed_small_cap" for p, _ in counts)
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        searches = [
+            c["params"]
+            for c in (await http.get("/_literature/calls")).json()
+            if c["api"] == "esearch" and c["params"].get("term") == f"cap-{task_id}"
+        ]
+    windows = {(s["mindate"], s["maxdate"]) for s in searches}
+    # 30 days (900 hits) -> 15 + 15 (450 each, still over) -> four windows of 210-240 hits
+    assert ("2025/01/01", "2025/01/30") in windows
+    assert {
+        ("2025/01/01", "2025/01/08"),
+        ("2025/01/09", "2025/01/15"),
+        ("2025/01/16", "2025/01/23"),
+        ("2025/01/24", "2025/01/30"),
+    } <= windows
