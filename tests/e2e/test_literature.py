@@ -388,3 +388,46 @@ async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
         ("2025/01/16", "2025/01/23"),
         ("2025/01/24", "2025/01/30"),
     } <= windows
+
+
+async def test_parent_and_child_histories_replay(stack):
+    from temporalio.worker import Replayer
+
+    from workflows.task_run import TaskRunWorkflow
+
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {
+                "provenance": "crossref",
+                "task_type": "backfill",
+                "query": f"rp-{task_id}",
+                "start": "2025-01-01",
+                "end": "2025-02-28",
+            },
+        },
+        code="literature_harvest",
+    )
+    assert resp.json()["data"]["status"] == "completed"
+    histories = []
+    async for wf in stack.client.list_workflows(
+        f"WorkflowId STARTS_WITH 'artemis/literature_harvest/{task_id}'"
+    ):
+        histories.append(
+            await stack.client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        )
+    assert len(histories) == 3  # the parent and its two month windows
+    replayed = 0
+    async with Replayer(workflows=[TaskRunWorkflow]).workflow_replay_iterator(
+        _aiter(histories)
+    ) as results:
+        async for result in results:
+            assert result.replay_failure is None, result.replay_failure
+            replayed += 1
+    assert replayed == 3
+
+
+async def _aiter(items):
+    for item in items:
+        yield item
