@@ -365,6 +365,19 @@ class PubMedSource(Source):
             params["WebEnv"] = st["webenv"]
         data = (await self._call(client, self.search_ep, params)).json()
         result = data.get("esearchresult") or {}
+        if "ERROR" in result and "WebEnv" in params and "webenv" in str(result["ERROR"]).lower():
+            # The history session expired: re-open one and go on from the same retstart
+            # (the checkpoint), rather than failing or starting the window over.
+            log.warning(
+                "source_session_reopened",
+                source="pubmed",
+                error=result["ERROR"],
+                retstart=st["retstart"],
+            )
+            st["webenv"] = None
+            params.pop("WebEnv")
+            data = (await self._call(client, self.search_ep, params)).json()
+            result = data.get("esearchresult") or {}
         if "ERROR" in result:
             raise ArtemisError(
                 ErrorCode.SOURCE_ERROR, f"pubmed esearch: {result['ERROR']}", retryable=False

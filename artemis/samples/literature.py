@@ -237,6 +237,15 @@ def build_router(state: LiteratureState) -> APIRouter:
             "retstart": str(retstart),
             "idlist": ids,
         }
+        if p.get("WebEnv") and p["WebEnv"] not in state.sessions:
+            # An expired history server session, as NCBI reports it.
+            return JSONResponse(
+                {
+                    "esearchresult": {
+                        "ERROR": f"Unable to find WebEnv {p['WebEnv']}: the session has expired"
+                    }
+                }
+            )
         if p.get("usehistory") == "y":
             webenv = p.get("WebEnv") or f"MCID_{_h(term, start, end, time.time()):x}"
             state.sessions[webenv] = {"hits": (hits.start, hits.stop)}
@@ -291,16 +300,21 @@ def build_router(state: LiteratureState) -> APIRouter:
 
     @router.get("/works")
     async def works(request: Request) -> JSONResponse:
+        response = await _works(request)
+        request.state.call["status"] = response.status_code
+        return response
+
+    async def _works(request: Request) -> JSONResponse:
         p = dict(request.query_params)
         injected = await state.delay_or_fault("works")
-        state.calls.append(
-            {
-                "api": "works",
-                "params": p,
-                "at": time.time(),
-                "status": injected.status_code if injected else 200,
-            }
-        )
+        entry = {
+            "api": "works",
+            "params": p,
+            "at": time.time(),
+            "status": injected.status_code if injected else 200,
+        }
+        request.state.call = entry
+        state.calls.append(entry)
         if injected:
             return injected
         headers = {"X-Rate-Limit-Limit": "50", "X-Rate-Limit-Interval": "1s"}

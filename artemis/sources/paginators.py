@@ -55,6 +55,15 @@ class Paginator:
         """The URL for the current page (a Link header paginator replaces it)."""
         return url
 
+    def take(self, records: list[Any]) -> list[Any]:
+        """The records of this answer that are new (all, unless the session re-opened)."""
+        return records
+
+    def reopen(self) -> bool:
+        """Start a fresh server session after the old one expired, skipping what was
+        already delivered; False when this strategy has no session to re-open."""
+        return False
+
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
     ) -> None:
@@ -148,6 +157,12 @@ class CursorPaginator(Paginator):
     page_size: int | None = None
     page_size_param: str | None = None
     started: bool = False
+    # Records delivered so far, and the index of the next record the server sends in the
+    # current session: after a re-open the first `position` records are skipped.
+    position: int = 0
+    seen: int = 0
+    reopened: int = 0
+    max_reopen: int = 3
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
         params = dict(params)
@@ -172,6 +187,20 @@ class CursorPaginator(Paginator):
             or (self.page_size is not None and len(records) < self.page_size)
         ):
             self.has_more = False
+
+    def take(self, records: list[Any]) -> list[Any]:
+        start = self.seen
+        self.seen += len(records)
+        new = records[max(0, self.position - start) :]
+        self.position += len(new)
+        return new
+
+    def reopen(self) -> bool:
+        if self.cursor is None or self.reopened >= self.max_reopen:
+            return False
+        self.reopened += 1
+        self.cursor, self.started, self.seen, self.has_more = None, False, 0, True
+        return True
 
 
 def _int_at(data: Any, path: str, who: str) -> int:

@@ -13,8 +13,11 @@ from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import status_error as status_error_default
 from artemis.http import transport_error
+from artemis.logsetup import get_logger
 from artemis.sources.base import Page, Source
 from artemis.sources.paginators import Paginator, json_path_get, paginator_from_checkpoint
+
+log = get_logger(__name__)
 
 
 class RestSource(Source):
@@ -56,7 +59,20 @@ class RestSource(Source):
             url = paginator.request_url(self.url)
             if self.before_request is not None:
                 await self.before_request()
-            data, headers = await self._get(client, url, params)
+            try:
+                data, headers = await self._get(client, url, params)
+            except ArtemisError as e:
+                # An expired server session (a cursor): re-open it from the last committed
+                # position instead of failing or starting over.
+                if e.details.get("status") in (400, 404, 410) and paginator.reopen():
+                    log.warning(
+                        "source_session_reopened",
+                        source=self.name,
+                        error=e.message,
+                        checkpoint=paginator.checkpoint(),
+                    )
+                    continue
+                raise
             records = json_path_get(data, self.records_path)
             if records is None:
                 records = []
@@ -68,6 +84,7 @@ class RestSource(Source):
                     retryable=False,
                 )
             paginator.update_state(data, records, headers)
+            records = paginator.take(records)
             if self.transform:
                 records = [self.transform(r) for r in records]
             yield Page(

@@ -431,3 +431,87 @@ async def test_parent_and_child_histories_replay(stack):
 async def _aiter(items):
     for item in items:
         yield item
+
+
+async def test_expired_crossref_cursor_is_reopened_from_the_checkpoint(make_stack):
+    stack = await make_stack(runs={"pages_per_fetch": 2})
+    query = f"expire-{new_task_id()}"
+    await _literature(stack, latency_ms=100)
+    try:
+        task_id = new_task_id()
+        await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {
+                    "provenance": "crossref",
+                    "query": query,
+                    "start": "2025-01-01",
+                    "end": "2025-01-10",
+                    "page_size": 50,
+                },
+            },
+            code="literature_harvest",
+            mode="async",
+        )
+        for _ in range(200):
+            if len([c for c in await _works_calls(stack, query) if c["status"] == 200]) >= 3:
+                break
+            await asyncio.sleep(0.05)
+        await _literature(stack, expire_cursors=True)
+        final = await stack.wait_status(task_id, timeout=60)
+    finally:
+        await _literature(stack, latency_ms=0)
+    assert final["status"] == "completed", final
+    counts = await _delivered(stack, task_id)
+    assert len(counts) == 300 and set(counts.values()) == {1}
+    calls = await _works_calls(stack, query)
+    assert [c["params"]["cursor"] for c in calls].count("*") == 2  # opened, then re-opened
+    assert any(c["status"] == 400 for c in calls)
+
+
+async def test_expired_pubmed_webenv_is_reopened_at_the_same_retstart(make_stack):
+    stack = await make_stack(runs={"pages_per_fetch": 1})
+    query = f"webenv-{new_task_id()}"
+    await _literature(stack, enforce_rate=False)
+    try:
+        task_id = new_task_id()
+        await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {
+                    "provenance": "pubmed",
+                    "query": query,
+                    "start": "2025-01-01",
+                    "end": "2025-01-10",
+                    "page_size": 100,
+                },
+            },
+            code="literature_harvest",
+            mode="async",
+        )
+        async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+            for _ in range(200):
+                calls = [
+                    c
+                    for c in (await http.get("/_literature/calls")).json()
+                    if c["params"].get("term") == query or c["api"] == "efetch"
+                ]
+                if any(c["api"] == "esearch" for c in calls):
+                    break
+                await asyncio.sleep(0.02)
+        await _literature(stack, expire_sessions=True)
+        final = await stack.wait_status(task_id, timeout=60)
+    finally:
+        await _literature(stack, enforce_rate=True)
+    assert final["status"] == "completed", final
+    counts = await _delivered(stack, task_id)
+    assert len(counts) == 300 and set(counts.values()) == {1}
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        searches = [
+            c["params"]
+            for c in (await http.get("/_literature/calls")).json()
+            if c["api"] == "esearch" and c["params"].get("term") == query
+        ]
+    assert [s["retstart"] for s in searches][:1] == ["0"]
+    reopened = [s for s in searches if "WebEnv" not in s and s["retstart"] != "0"]
+    assert reopened, searches  # a fresh session, at the retstart it had reached
