@@ -24,6 +24,7 @@ from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.run_models import (
     BatchInput,
+    CircuitBreaker,
     EmitResult,
     FetchInput,
     FetchResult,
@@ -185,11 +186,13 @@ class TaskRunActivities:
             )
         total = task.total_hint(ctx)
         retry = task.fetch_retry(ctx)
-        log.info("params_prepared", total=total, fetch_retry=retry)
+        circuit = task.circuit_breaker(ctx)
+        log.info("params_prepared", total=total, fetch_retry=retry, circuit=circuit)
         return PrepareResult(
             params=params.model_dump(mode="json"),
             total=total,
             fetch_retry=FetchRetry(**retry) if retry else None,
+            circuit=CircuitBreaker(**circuit) if circuit else None,
         )
 
     @activity.defn(name="split_run")
@@ -220,6 +223,8 @@ class TaskRunActivities:
             log.info("fetch_resumed", next_seq=state["next_seq"], pages=state["pages"])
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace)
+        if inp.qps:
+            ctx.overrides["qps"] = inp.qps
         try:
             callback = self._callback(inp.run, inp.callback, trace)
         except ArtemisError as e:  # progress is best effort: never fail the fetch over it

@@ -66,6 +66,9 @@ class RunCarry:
     started_ms: int
     generation: int = 1
     fetch_retry: FetchRetry | None = None
+    circuit: CircuitBreaker | None = None
+    qps: float | None = None
+    paused: bool = False
 
 
 @dataclass
@@ -104,6 +107,7 @@ class PrepareResult:
     params: dict[str, Any]
     total: int
     fetch_retry: FetchRetry | None = None
+    circuit: CircuitBreaker | None = None
     # When set, the run fans out: one child run per params dict, `parallelism` at a time.
     children: list[dict[str, Any]] | None = None
     parallelism: int = 1
@@ -134,6 +138,7 @@ class FetchInput:
     units_done: int
     callback: dict[str, Any] | None = None
     progress_last_ms: float | None = None
+    qps: float | None = None  # a live set_rate_limit override
 
 
 @dataclass
@@ -190,6 +195,26 @@ class FinalizeResult:
 @dataclass
 class CancelRequest:
     reason: str = "cancelled by request"
+
+
+@dataclass
+class PauseRequest:
+    reason: str = "paused by request"
+
+
+@dataclass
+class RateLimitRequest:
+    qps: float
+
+
+@dataclass
+class CircuitBreaker:
+    """After ``threshold`` failed attempts in a row the source rests ``cool_down_s`` on a
+    durable timer (no worker held), then the run goes on; at most ``max_opens`` times."""
+
+    threshold: int
+    cool_down_s: float
+    max_opens: int = 5
 
 
 @dataclass

@@ -27,15 +27,18 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_NAME,
         BatchInput,
         CancelRequest,
+        CircuitBreaker,
         EmitResult,
         FetchInput,
         FetchResult,
         FetchRetry,
         FinalizeInput,
         FinalizeResult,
+        PauseRequest,
         PrepareInput,
         PrepareResult,
         ProcessResult,
+        RateLimitRequest,
         RunCarry,
         RunRef,
         RunRequest,
@@ -85,6 +88,11 @@ class TaskRunWorkflow:
         self._cancel_reason: str | None = None
         self._status = "pending"
         self._error: dict[str, Any] | None = None
+        self._paused = False
+        self._qps: float | None = None
+        self._circuit: CircuitBreaker | None = None
+        self._circuit_state = "closed"
+        self._circuit_opens = 0
         # Set once the run must stop. Cancelling an activity whose result is already on its
         # way can still return that result, so the loop also checks this flag itself.
         self._stopping = False
@@ -100,7 +108,28 @@ class TaskRunWorkflow:
             **self._stats,
             "steps": [{"id": s, "status": self._steps[s]} for s in STEPS],
             "error": self._error,
+            "paused": self._paused,
+            "qps": self._qps,
+            "circuit": self._circuit_state,
         }
+
+    @workflow.signal
+    def pause(self, request: PauseRequest) -> None:
+        """Stop before the next batch (the batch in flight finishes); no worker is held."""
+        self._paused = True
+        workflow.logger.info("paused", extra={"artemis": {"reason": request.reason}})
+
+    @workflow.signal
+    def resume(self) -> None:
+        self._paused = False
+        workflow.logger.info("resumed")
+
+    @workflow.signal
+    def set_rate_limit(self, request: RateLimitRequest) -> None:
+        """A new requests-per-second limit for the source, from the next batch on."""
+        if request.qps > 0:
+            self._qps = request.qps
+            workflow.logger.info("rate_limit_set", extra={"artemis": {"qps": request.qps}})
 
     @workflow.signal
     def cancel(self, request: CancelRequest) -> None:
@@ -156,6 +185,9 @@ class TaskRunWorkflow:
             self._progress_ms = carry.progress_last_ms
             self._units_done = carry.units_done
             self._fetch_retry = carry.fetch_retry
+            self._circuit = carry.circuit
+            self._qps = carry.qps
+            self._paused = carry.paused
         self._generation = carry.generation if carry else 1
         self._status = "running"
         self._details()
@@ -240,6 +272,7 @@ class TaskRunWorkflow:
             )
             self._params, self._total = prepared.params, prepared.total
             self._fetch_retry = prepared.fetch_retry
+            self._circuit = prepared.circuit
             self._steps["step_prepare"] = "COMPLETED"
             if prepared.children is not None:
                 await self._run_children(prepared.children, prepared.parallelism)
@@ -250,6 +283,12 @@ class TaskRunWorkflow:
         done = False
         try:
             while not done:
+                if self._paused:
+                    self._stage = "paused"
+                    self._details()
+                    # A durable wait: no worker is held while the run is paused.
+                    await workflow.wait_condition(lambda: not self._paused or self._stopping)
+                    self._stop_point()
                 self._enter("step_fetch")
                 try:
                     fetched: FetchResult = await workflow.execute_activity(
@@ -265,6 +304,7 @@ class TaskRunWorkflow:
                             units_done=self._units_done,
                             callback=req.callback,
                             progress_last_ms=self._progress_ms,
+                            qps=self._qps,
                         ),
                         result_type=FetchResult,
                         start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
@@ -274,11 +314,13 @@ class TaskRunWorkflow:
                         summary=f"Fetch pages from #{self._next_seq}",
                     )
                 except ActivityError as e:
-                    if _code_of(e) != "RESULT_CAP_EXCEEDED" or self._stats["pages"]:
-                        raise
-                    # The window holds more hits than the source can list: split it.
-                    await self._split(e)
-                    return
+                    if _code_of(e) == "RESULT_CAP_EXCEEDED" and not self._stats["pages"]:
+                        # The window holds more hits than the source can list: split it.
+                        await self._split(e)
+                        return
+                    if await self._rest_after_failures(e):
+                        continue  # the same checkpoint, after the cool-down
+                    raise
                 self._stats["pages"] += fetched.pages
                 self._stats["records_fetched"] += fetched.records
                 self._stats["batches"] += 1
@@ -355,6 +397,31 @@ class TaskRunWorkflow:
         self._stats["records_emitted"] += emitted.records_emitted
         self._details()
 
+    async def _rest_after_failures(self, e: ActivityError) -> bool:
+        """The durable circuit breaker: once the fetch has failed `threshold` times in a row
+        (its retry policy's attempts) with a retryable error, wait the cool-down on a
+        Temporal timer instead of burning retries, then go on. False: not this case."""
+        circuit = self._circuit
+        app = _root_application_error(e)
+        if circuit is None or app is None or app.non_retryable:
+            return False
+        if self._circuit_opens >= circuit.max_opens:
+            return False
+        self._circuit_opens += 1
+        self._circuit_state = "open"
+        self._stage = "circuit_open"
+        self._details()
+        self._log(
+            "circuit_open",
+            cool_down_s=circuit.cool_down_s,
+            opens=self._circuit_opens,
+            error=app.message,
+        )
+        await asyncio.sleep(circuit.cool_down_s)  # a durable timer in a workflow
+        self._circuit_state = "closed"
+        self._log("circuit_closed", opens=self._circuit_opens)
+        return True
+
     async def _split(self, e: ActivityError) -> None:
         app = _root_application_error(e)
         details = (app.details[0] if app and app.details else {}) or {}
@@ -420,6 +487,14 @@ class TaskRunWorkflow:
 
     def _fetch_retry_policy(self) -> RetryPolicy:
         own = self._fetch_retry
+        if own is not None and self._circuit is not None:
+            # With a circuit breaker, its threshold ends the attempts of one fetch.
+            own = FetchRetry(
+                own.initial_s,
+                own.backoff,
+                own.maximum_s,
+                min(own.maximum_attempts, self._circuit.threshold),
+            )
         if own is None:
             return RetryPolicy(
                 initial_interval=timedelta(seconds=1),
@@ -448,6 +523,9 @@ class TaskRunWorkflow:
             started_ms=self._started_ms,
             generation=self._generation + 1,
             fetch_retry=self._fetch_retry,
+            circuit=self._circuit,
+            qps=self._qps,
+            paused=self._paused,
         )
         self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
         req = self._req

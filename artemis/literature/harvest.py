@@ -214,7 +214,9 @@ class ContractClient:
     """Request plumbing shared by literature sources: base URL, headers, timeouts, the rate
     limit and credentials, all from the frozen contract."""
 
-    def __init__(self, contract: Contract, settings: Settings) -> None:
+    def __init__(
+        self, contract: Contract, settings: Settings, qps_override: float | None = None
+    ) -> None:
         self.contract = contract
         self.code = contract.provenance["provenance_code"]
         self.base = base_url(contract)
@@ -225,11 +227,10 @@ class ContractClient:
         read_ms = http.get("timeout_read_millis")
         self.timeout = read_ms / 1000 if read_ms else None
         rl = contract.rate_limit or {}
-        self.bucket = (
-            bucket_for(self.code, rl["qps_limit"], rl.get("burst_capacity"))
-            if rl.get("qps_limit")
-            else None
-        )
+        qps = qps_override or rl.get("qps_limit")
+        # A live override is held evenly (no burst): it is usually asked to go gentler.
+        burst = 1 if qps_override else rl.get("burst_capacity")
+        self.bucket = bucket_for(self.code, qps, burst) if qps else None
         self.credentials = Credentials(contract, settings)
 
     def status_error(self, what: str, resp: httpx.Response) -> ArtemisError:
@@ -526,7 +527,7 @@ class LiteratureHarvest(TaskUnit):
     def build_sources(self, ctx: TaskContext) -> list[Source]:
         p: LiteratureParams = ctx.params  # type: ignore[assignment]
         contract = self._contract(ctx)
-        cc = ContractClient(contract, ctx.settings)
+        cc = ContractClient(contract, ctx.settings, ctx.overrides.get("qps"))
         code, family = cc.code, api_family(contract)
         date_field = (contract.window_offset or {}).get("default_date_field_name")
         window = window_params(family, date_field, p.window_start, p.window_end)
@@ -551,6 +552,15 @@ class LiteratureHarvest(TaskUnit):
                 status_error=cc.status_error,
             )
         ]
+
+    def circuit_breaker(self, ctx: TaskContext) -> dict[str, Any] | None:
+        rt = self._contract(ctx).retry or {}
+        if not rt.get("circuit_break_threshold"):
+            return None
+        return {
+            "threshold": int(rt["circuit_break_threshold"]),
+            "cool_down_s": (rt.get("circuit_cool_down_millis") or 60_000) / 1000,
+        }
 
     def fetch_retry(self, ctx: TaskContext) -> dict[str, Any] | None:
         """The contract's retry_cfg as the fetch activity's Temporal retry policy."""

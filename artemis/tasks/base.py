@@ -32,6 +32,8 @@ class TaskContext:
     trace: TraceContext
     request_id: str | None = None
     output: dict[str, Any] = field(default_factory=dict)
+    # Live controls of the run (``qps`` from a set_rate_limit signal).
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 class TaskUnit:
@@ -80,6 +82,10 @@ class TaskUnit:
 
     def split(self, ctx: TaskContext, details: dict[str, Any]) -> list[dict[str, Any]] | None:
         """Params of smaller runs covering this one after RESULT_CAP_EXCEEDED, or None."""
+        return None
+
+    def circuit_breaker(self, ctx: TaskContext) -> dict[str, Any] | None:
+        """``{"threshold", "cool_down_s"}`` when the source has a circuit breaker."""
         return None
 
     def fetch_retry(self, ctx: TaskContext) -> dict[str, Any] | None:

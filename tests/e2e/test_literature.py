@@ -515,3 +515,101 @@ async def test_expired_pubmed_webenv_is_reopened_at_the_same_retstart(make_stack
     assert [s["retstart"] for s in searches][:1] == ["0"]
     reopened = [s for s in searches if "WebEnv" not in s and s["retstart"] != "0"]
     assert reopened, searches  # a fresh session, at the retstart it had reached
+
+
+async def test_pause_resume_and_set_rate_limit_act_on_a_running_harvest(make_stack):
+    from artemis.run_models import PauseRequest, RateLimitRequest
+
+    stack = await make_stack(runs={"pages_per_fetch": 1})
+    query = f"live-{new_task_id()}"
+    await _literature(stack, latency_ms=50)
+    try:
+        task_id = new_task_id()
+        resp = await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {
+                    "provenance": "crossref",
+                    "query": query,
+                    "start": "2025-01-01",
+                    "end": "2025-01-10",
+                    "page_size": 20,
+                },
+            },
+            code="literature_harvest",
+            mode="async",
+        )
+        handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
+        for _ in range(200):
+            if len(await _works_calls(stack, query)) >= 2:
+                break
+            await asyncio.sleep(0.02)
+        await handle.signal("pause", PauseRequest(reason="maintenance"))
+        for _ in range(100):
+            progress = await handle.query("progress")
+            if progress["stage"] == "paused":
+                break
+            await asyncio.sleep(0.05)
+        assert progress["paused"] is True and progress["stage"] == "paused"
+        during = len(await _works_calls(stack, query))
+        await asyncio.sleep(1.0)
+        assert len(await _works_calls(stack, query)) == during  # nothing fetched while paused
+        await handle.signal("set_rate_limit", RateLimitRequest(qps=4))
+        await handle.signal("resume")
+        final = await stack.wait_status(task_id, timeout=60)
+    finally:
+        await _literature(stack, latency_ms=0)
+    assert final["status"] == "completed"
+    assert len(await _delivered(stack, task_id)) == 300
+    after = [c["at"] for c in await _works_calls(stack, query)][during:]
+    gaps = [b - a for a, b in zip(after, after[1:], strict=False)]
+    assert gaps and min(gaps) >= 0.2  # 4 requests/s from the resume on (crossref.yaml: 10)
+
+
+async def test_circuit_breaker_rests_on_a_durable_timer_then_goes_on(stack):
+    import yaml
+
+    from artemis.db import get_engine
+    from artemis.registry.yaml_io import import_yaml
+    from tests.conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "infra" / "registry" / "crossref.yaml").read_text())
+    doc["provenance"]["provenance_code"] = "crossref_breaker"
+    doc["provenance"]["base_url_default"] = stack.samples_url
+    doc["retry_cfg"][0].update(
+        initial_delay_millis=100, circuit_break_threshold=2, circuit_cool_down_millis=2500
+    )
+    import_yaml(
+        get_engine(stack.settings.database.url),
+        yaml.safe_dump(doc),
+        stack.settings.vault["master_key_file"],
+    )
+    query = f"breaker-{new_task_id()}"
+    await _literature(stack, fault={"api": "works", "status": 503, "times": 2})
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {
+                "provenance": "crossref_breaker",
+                "query": query,
+                "start": "2025-01-01",
+                "end": "2025-01-02",
+            },
+        },
+        code="literature_harvest",
+    )
+    assert resp.json()["data"]["status"] == "completed", resp.text
+    calls = await _works_calls(stack, query)
+    assert [c["status"] for c in calls[:3]] == [503, 503, 200]
+    assert calls[1]["at"] - calls[0]["at"] < 1.5  # the retry policy's own backoff
+    assert calls[2]["at"] - calls[1]["at"] >= 2.4  # the cool-down
+    history = await stack.client.get_workflow_handle(
+        resp.json()["data"]["workflow_id"]
+    ).fetch_history()
+    timers = [e for e in history.events if e.HasField("timer_started_event_attributes")]
+    assert any(
+        t.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds() == 2.5
+        for t in timers
+    )
+    assert len(await _delivered(stack, task_id)) == 60
