@@ -8,9 +8,10 @@ contract resolved from the registry once per run and frozen in its params (so in
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import BaseModel, Field, model_validator
@@ -19,7 +20,7 @@ from sqlalchemy import select
 from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import status_error, transport_error
+from artemis.http import retry_after_seconds, status_error, transport_error
 from artemis.literature.normalize import normalize_crossref, parse_pubmed_xml
 from artemis.logsetup import get_logger, register_secret
 from artemis.ratelimit import bucket_for
@@ -168,7 +169,12 @@ def window_params(
 
 
 class Credentials:
-    """The contract's credentials in priority order; secrets decrypted here, on use."""
+    """The contract's credentials in priority order, with per-key health: a key answered
+    401/403 is benched for an hour, one answered 429 until its Retry-After (else a minute),
+    and the next healthy key takes over. Secrets are decrypted here, on use."""
+
+    # credential id -> monotonic time until which the key is not used (per worker process)
+    _benched: ClassVar[dict[int, float]] = {}
 
     def __init__(self, contract: Contract, settings: Settings) -> None:
         self.rows = [c for c in contract.credentials if c.get("has_secret")]
@@ -193,10 +199,27 @@ class Credentials:
             self._secrets[cred_id] = secret
         return self._secrets[cred_id]
 
-    def apply(self, params: dict[str, Any], headers: dict[str, str]) -> None:
+    def current(self) -> dict[str, Any] | None:
+        """The first healthy key; when every key is benched, a retryable error that says
+        when the first comes back."""
         if not self.rows:
-            return
-        cred = self.rows[0]
+            return None
+        now = time.monotonic()
+        for cred in self.rows:
+            if self._benched.get(cred["id"], 0) <= now:
+                return cred
+        wait = min(self._benched[c["id"]] for c in self.rows) - now
+        raise ArtemisError(
+            ErrorCode.SOURCE_ERROR,
+            f"every credential is benched (next back in {wait:.0f} s)",
+            retryable=True,
+            retry_after_s=max(1.0, wait),
+        )
+
+    def apply(self, params: dict[str, Any], headers: dict[str, str]) -> int | None:
+        cred = self.current()
+        if cred is None:
+            return None
         secret = self._secret(cred["id"])
         name = cred.get("param_or_header_name")
         kind = cred.get("auth_type_code")
@@ -208,6 +231,20 @@ class Credentials:
             headers[name or "Authorization"] = f"Bearer {secret}"
         else:
             raise ArtemisError(ErrorCode.CONFIG_ERROR, f"auth_type_code {kind!r} is unknown")
+        return int(cred["id"])
+
+    def bench(self, cred_id: int, resp: httpx.Response) -> bool:
+        """Take a key out after 401/403/429; True when another key is healthy now."""
+        if resp.status_code == 429:
+            seconds = retry_after_seconds(resp) or 60.0
+        else:
+            seconds = 3600.0
+        self._benched[cred_id] = time.monotonic() + seconds
+        log.warning(
+            "credential_benched", credential_id=cred_id, status=resp.status_code, seconds=seconds
+        )
+        now = time.monotonic()
+        return any(self._benched.get(c["id"], 0) <= now for c in self.rows)
 
 
 class ContractClient:
@@ -254,10 +291,34 @@ class ContractClient:
         if self.bucket is not None:
             await self.bucket.acquire()
 
-    def auth(self, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-        params, headers = dict(params), dict(self.headers)
-        self.credentials.apply(params, headers)
-        return params, headers
+    async def send(
+        self, client: httpx.AsyncClient, method: str, url: str, params: dict[str, Any], what: str
+    ) -> httpx.Response:
+        """One request under the rate limit with the first healthy credential; on 401/403/429
+        the key is benched and the request goes again with the next one."""
+        for _ in range(len(self.credentials.rows) + 1):
+            p, headers = dict(params), dict(self.headers)
+            cred_id = self.credentials.apply(p, headers)
+            await self.throttle()
+            try:
+                if method == "POST":
+                    resp = await client.post(
+                        url, data=p, headers=headers, timeout=self.timeout or 30
+                    )
+                else:
+                    resp = await client.get(
+                        url, params=p or None, headers=headers, timeout=self.timeout or 30
+                    )
+            except httpx.HTTPError as e:
+                raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+            if (
+                cred_id is not None
+                and resp.status_code in (401, 403, 429)
+                and self.credentials.bench(cred_id, resp)
+            ):
+                continue
+            return resp
+        return resp
 
 
 class PubMedSource(Source):
@@ -307,21 +368,15 @@ class PubMedSource(Source):
         params: dict[str, Any],
         force_post: bool = False,
     ) -> httpx.Response:
-        params, headers = self.cc.auth(merge_params(ep.get("default_query_params"), params))
-        await self.cc.throttle()
-        url = self.cc.url(ep)
         what = f"pubmed {ep['endpoint_name']}"
-        try:
-            if force_post or ep.get("http_method_code") == "POST":
-                resp = await client.post(
-                    url, data=params, headers=headers, timeout=self.cc.timeout or 30
-                )
-            else:
-                resp = await client.get(
-                    url, params=params, headers=headers, timeout=self.cc.timeout or 30
-                )
-        except httpx.HTTPError as e:
-            raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+        method = "POST" if force_post or ep.get("http_method_code") == "POST" else "GET"
+        resp = await self.cc.send(
+            client,
+            method,
+            self.cc.url(ep),
+            merge_params(ep.get("default_query_params"), params),
+            what,
+        )
         if resp.status_code >= 400:
             raise self.cc.status_error(what, resp)
         return resp
@@ -536,20 +591,17 @@ class LiteratureHarvest(TaskUnit):
         ep = contract.endpoint or {}
         query = {"query": p.query} if p.query else {}
         params = merge_params(ep.get("default_query_params"), {**query, **window})
-        params, headers = cc.auth(params)
         transform = (lambda item: normalize_crossref(item, code)) if family == "crossref" else None
         return [
             RestSource(
                 cc.url(ep),
                 paginator_for(contract, p.page_size),
                 params=params,
-                headers=headers,
                 records_path=(contract.pagination or {}).get("records_jsonpath") or "$.items",
                 name=code,
                 transform=transform,
-                timeout=cc.timeout,
-                before_request=cc.throttle,
                 status_error=cc.status_error,
+                send=lambda client, url, q: cc.send(client, "GET", url, q, f"{code} GET {url}"),
             )
         ]
 

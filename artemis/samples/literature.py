@@ -37,6 +37,7 @@ class LiteratureState:
         self.crossref_per_day = 30
         self.enforce_rate = True
         self.latency_ms = 0.0
+        self.bad_keys: set[str] = set()
         # {"api": "works", "status": 429, "times": 2, "retry_after": "2"}
         self.fault: dict[str, Any] | None = None
         self.sessions: dict[str, dict[str, Any]] = {}
@@ -55,6 +56,8 @@ class LiteratureState:
         ):
             if key in spec:
                 setattr(self, key, spec[key])
+        if "bad_keys" in spec:
+            self.bad_keys = set(spec["bad_keys"])
         if spec.get("expire_sessions"):
             self.sessions.clear()
         if spec.get("reset"):
@@ -183,6 +186,8 @@ def build_router(state: LiteratureState) -> APIRouter:
         return params
 
     def pubmed_rate(params: dict[str, str]) -> JSONResponse | None:
+        if params.get("api_key") in state.bad_keys:
+            return JSONResponse({"error": "API key invalid"}, status_code=401)
         key = params.get("api_key") or "anonymous"
         limit = 10 if params.get("api_key") else 3
         if state.over_rate(f"pubmed:{key}", limit):
@@ -201,10 +206,13 @@ def build_router(state: LiteratureState) -> APIRouter:
     @router.api_route("/entrez/eutils/esearch.fcgi", methods=["GET", "POST"])
     async def esearch(request: Request) -> JSONResponse:
         p = await params_of(request)
-        state.calls.append({"api": "esearch", "params": p, "at": time.time()})
-        limited = pubmed_rate(p)
-        if limited:
-            return limited
+        injected = await state.delay_or_fault("esearch")
+        entry = {"api": "esearch", "params": p, "at": time.time(), "status": 200}
+        state.calls.append(entry)
+        refused = injected or pubmed_rate(p)
+        if refused:
+            entry["status"] = refused.status_code
+            return refused
         retstart, retmax = int(p.get("retstart", 0)), int(p.get("retmax", 20))
         if retmax > 10_000:
             return JSONResponse({"esearchresult": {"ERROR": "retmax cannot exceed 10000"}})
@@ -257,11 +265,17 @@ def build_router(state: LiteratureState) -> APIRouter:
     @router.api_route("/entrez/eutils/efetch.fcgi", methods=["GET", "POST"])
     async def efetch(request: Request) -> Response:
         p = await params_of(request)
-        state.calls.append(
-            {"api": "efetch", "method": request.method, "params": p, "at": time.time()}
-        )
+        entry = {
+            "api": "efetch",
+            "method": request.method,
+            "params": p,
+            "at": time.time(),
+            "status": 200,
+        }
+        state.calls.append(entry)
         limited = pubmed_rate(p)
         if limited:
+            entry["status"] = limited.status_code
             return limited
         if "id" in p:
             ids = [int(x) - PMID_BASE for x in p["id"].split(",") if x.strip()]

@@ -34,6 +34,8 @@ class RestSource(Source):
         timeout: float | None = None,
         before_request: Callable[[], Awaitable[None]] | None = None,
         status_error: Callable[[str, httpx.Response], ArtemisError] | None = None,
+        send: Callable[[httpx.AsyncClient, str, dict[str, Any]], Awaitable[httpx.Response]]
+        | None = None,
     ) -> None:
         self.url = url
         self.paginator = paginator
@@ -45,6 +47,9 @@ class RestSource(Source):
         self.timeout = timeout
         # Awaited before every request: a rate limiter's acquire, for instance.
         self.before_request = before_request
+        # Sends one GET (client, url, params): a contract client adds auth, rate limit and
+        # key rotation; the default is a plain GET with this source's headers.
+        self.send = send
         # Classifies error answers (default: 408/425/429/5xx retryable, other 4xx final).
         self.status_error = status_error or (
             lambda what, resp: status_error_default(ErrorCode.SOURCE_ERROR, what, resp)
@@ -98,13 +103,16 @@ class RestSource(Source):
     ) -> tuple[Any, httpx.Headers]:
         what = f"{self.name} GET {url}"
         try:
-            resp = await client.get(
-                url,
-                # An empty mapping would wipe the query of a next-page URL: send None.
-                params=params or None,
-                headers=self.headers,
-                timeout=self.timeout or USE_CLIENT_DEFAULT,
-            )
+            if self.send is not None:
+                resp = await self.send(client, url, params)
+            else:
+                resp = await client.get(
+                    url,
+                    # An empty mapping would wipe the query of a next-page URL: send None.
+                    params=params or None,
+                    headers=self.headers,
+                    timeout=self.timeout or USE_CLIENT_DEFAULT,
+                )
         except httpx.HTTPError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         if resp.status_code >= 400:

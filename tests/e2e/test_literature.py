@@ -207,7 +207,8 @@ async def test_retry_cfg_is_the_fetch_retry_policy_and_retry_after_is_honoured(s
         and e.activity_task_scheduled_event_attributes.activity_type.name == "fetch_pages"
     ]
     policy = scheduled[0].retry_policy
-    assert policy.maximum_attempts == 6  # max_retries 5 + the first try
+    # max_retries 5 + the first try would be 6; the circuit breaker's threshold (5) wins
+    assert policy.maximum_attempts == 5
     assert policy.initial_interval.ToTimedelta().total_seconds() == 1.0
     assert policy.maximum_interval.ToTimedelta().total_seconds() == 60.0
 
@@ -613,3 +614,101 @@ async def test_circuit_breaker_rests_on_a_durable_timer_then_goes_on(stack):
         for t in timers
     )
     assert len(await _delivered(stack, task_id)) == 60
+
+
+async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch):
+    import yaml
+
+    from artemis.db import get_engine
+    from artemis.registry.yaml_io import import_yaml
+    from tests.conftest import ROOT
+
+    suffix = new_task_id()[-8:]
+    key_a, key_b, key_c = (f"key-a-{suffix}", f"key-b-{suffix}", f"key-c-{suffix}")
+    monkeypatch.setenv("ROT_KEY_A", key_a)
+    monkeypatch.setenv("ROT_KEY_B", key_b)
+    monkeypatch.setenv("ROT_KEY_C", key_c)
+    doc = yaml.safe_load((ROOT / "infra" / "registry" / "pubmed.yaml").read_text())
+    doc["provenance"]["provenance_code"] = f"pubmed_keys_{suffix}"
+    doc["provenance"]["base_url_default"] = f"{stack.samples_url}/entrez"
+    doc["rate_limit_cfg"][0].update(qps_limit=20, burst_capacity=5)
+    cred = {
+        "scope_code": "SOURCE",
+        "auth_type_code": "API_KEY_QUERY",
+        "param_or_header_name": "api_key",
+        "effective_from": "2025-01-01T00:00:00Z",
+    }
+    doc["credential"] = [
+        {**cred, "credential_name": "a", "secret_env": "ROT_KEY_A", "is_default_preferred": True},
+        {
+            **cred,
+            "credential_name": "b",
+            "secret_env": "ROT_KEY_B",
+            "effective_from": "2025-02-01T00:00:00Z",
+        },
+        {**cred, "credential_name": "c", "secret_env": "ROT_KEY_C"},
+    ]
+    import_yaml(
+        get_engine(stack.settings.database.url),
+        yaml.safe_dump(doc),
+        stack.settings.vault["master_key_file"],
+    )
+    query = f"keys-{suffix}"
+    # key a is revoked (401); key b's first answer is a 429
+    await _literature(stack, bad_keys=[key_a], fault={"api": "esearch", "status": 429, "times": 0})
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {
+                "provenance": f"pubmed_keys_{suffix}",
+                "query": query,
+                "start": "2025-01-01",
+                "end": "2025-01-05",
+            },
+        },
+        code="literature_harvest",
+    )
+    await _literature(stack, bad_keys=[])
+    assert resp.json()["data"]["status"] == "completed", resp.text
+    assert len(await _delivered(stack, task_id)) == 150
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        calls = [
+            c
+            for c in (await http.get("/_literature/calls")).json()
+            if c["params"].get("api_key") in (key_a, key_b, key_c)
+        ]
+    used = [(c["params"]["api_key"], c["status"]) for c in calls]
+    # a (preferred) refused once, then b (newest) serves everything; c is never needed
+    assert used[0] == (key_a, 401)
+    assert all(k == key_b and s == 200 for k, s in used[1:])
+    # the activity never failed: the rotation happened inside one attempt
+    history = await stack.client.get_workflow_handle(
+        resp.json()["data"]["workflow_id"]
+    ).fetch_history()
+    assert not [e for e in history.events if e.HasField("activity_task_failed_event_attributes")]
+    # a 429 benches the key in use (b) and c takes over
+    await _literature(
+        stack, fault={"api": "esearch", "status": 429, "times": 1, "retry_after": "30"}
+    )
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {
+                "provenance": f"pubmed_keys_{suffix}",
+                "query": query + "-2",
+                "start": "2025-01-01",
+                "end": "2025-01-02",
+            },
+        },
+        code="literature_harvest",
+    )
+    assert resp.json()["data"]["status"] == "completed", resp.text
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        searches = [
+            (c["params"].get("api_key"), c["status"])
+            for c in (await http.get("/_literature/calls")).json()
+            if c["api"] == "esearch" and c["params"].get("term") == query + "-2"
+        ]
+    assert searches[:2] == [(key_b, 429), (key_c, 200)]
