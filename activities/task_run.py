@@ -187,12 +187,17 @@ class TaskRunActivities:
         total = task.total_hint(ctx)
         retry = task.fetch_retry(ctx)
         circuit = task.circuit_breaker(ctx)
-        log.info("params_prepared", total=total, fetch_retry=retry, circuit=circuit)
+        rate_key = task.rate_key(ctx)
+        log.info(
+            "params_prepared", total=total, fetch_retry=retry, circuit=circuit, rate_key=rate_key
+        )
         return PrepareResult(
             params=params.model_dump(mode="json"),
             total=total,
             fetch_retry=FetchRetry(**retry) if retry else None,
             circuit=CircuitBreaker(**circuit) if circuit else None,
+            rate_key=rate_key,
+            pages_per_fetch=1 if rate_key else None,
         )
 
     @activity.defn(name="split_run")

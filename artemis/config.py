@@ -120,6 +120,8 @@ class RunTuning(_Section):
     emit_start_to_close_s: float = Field(600.0, gt=0)
     max_batches_per_run: int = Field(200, ge=1)
     activity_max_attempts: int = Field(5, ge=1)
+    # How often a worker looks for new or re-rated provenances to poll (their own queues).
+    provenance_refresh_s: float = Field(30.0, gt=0)
 
 
 class Settings(BaseSettings):

@@ -28,6 +28,12 @@ def workflow_id_for(task_code: str, task_id: str) -> str:
     return f"artemis/{task_code}/{task_id}"
 
 
+def provenance_queue(task_queue: str, provenance: str) -> str:
+    """The task queue of one provenance's fetch activities: its worker-side options carry
+    the provenance's cluster-wide activities-per-second limit."""
+    return f"{task_queue}.provenance.{provenance}"
+
+
 @dataclass
 class RunTuning:
     pages_per_fetch: int = 50
@@ -69,6 +75,8 @@ class RunCarry:
     circuit: CircuitBreaker | None = None
     qps: float | None = None
     paused: bool = False
+    rate_key: str | None = None
+    pages_per_fetch: int | None = None
 
 
 @dataclass
@@ -108,6 +116,9 @@ class PrepareResult:
     total: int
     fetch_retry: FetchRetry | None = None
     circuit: CircuitBreaker | None = None
+    # Rate-limited sources: fetch on the provenance's own queue, this many pages a time.
+    rate_key: str | None = None
+    pages_per_fetch: int | None = None
     # When set, the run fans out: one child run per params dict, `parallelism` at a time.
     children: list[dict[str, Any]] | None = None
     parallelism: int = 1

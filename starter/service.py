@@ -178,7 +178,7 @@ class RunService:
         workflow_id = workflow_id_for(code, task_id)
         if meta.callback is not None and meta.callback.auth_token:
             self.secrets.put(f"{code}/{task_id}", "callback_token", meta.callback.auth_token)
-        tuning = RunTuning(**self.settings.runs.model_dump())
+        tuning = RunTuning(**self.settings.runs.model_dump(exclude={"provenance_refresh_s"}))
         req = RunRequest(
             task_code=code,
             task_id=task_id,

@@ -100,7 +100,7 @@ def base_settings(
                     "http_endpoint": f"{samples.url}/sink/literature",
                 },
             },
-            "runs": {"heartbeat_timeout_s": 2.0, "pages_per_fetch": 5},
+            "runs": {"heartbeat_timeout_s": 2.0, "pages_per_fetch": 5, "provenance_refresh_s": 0.5},
         },
     )
     upgrade(db_url)

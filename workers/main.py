@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -11,10 +12,78 @@ from temporalio.worker import Worker
 from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.logsetup import configure_logging, get_logger
+from artemis.run_models import provenance_queue
 from workers.client import connect
 from workflows.task_run import TaskRunWorkflow
 
 log = get_logger("artemis.worker")
+
+
+class ProvenanceWorkers:
+    """One extra worker per rate-limited provenance, polling that provenance's queue for
+    fetch activities only, with Temporal's cluster-wide ``max_task_queue_activities_per_second``
+    (qps over the requests a page can take). The registry is re-read every
+    ``runs.provenance_refresh_s``: a new provenance gets a worker, a changed rate a new one."""
+
+    def __init__(
+        self, client: Client, settings: Settings, activities: TaskRunActivities, task_queue: str
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.activities = activities
+        self.task_queue = task_queue
+        self.running: dict[str, tuple[dict[str, Any], Worker, asyncio.Task[None]]] = {}
+        self._loop: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> None:
+        from artemis.db import get_engine
+        from artemis.registry.resolve import provenance_rates
+
+        def read() -> dict[str, dict[str, Any]]:
+            with get_engine(self.settings.database.url).connect() as conn:
+                return provenance_rates(conn)
+
+        try:
+            rates = await asyncio.to_thread(read)
+        except Exception as e:  # no registry tables yet, a DB hiccup: try again later
+            log.warning("provenance_queues_unavailable", error=f"{type(e).__name__}: {e}")
+            return
+        for code, rate in rates.items():
+            current = self.running.get(code)
+            if current is not None and current[0] == rate:
+                continue
+            if current is not None:
+                await current[1].shutdown()
+            queue = provenance_queue(self.task_queue, code)
+            worker = Worker(
+                self.client,
+                task_queue=queue,
+                activities=[self.activities.fetch_pages],
+                max_task_queue_activities_per_second=rate["qps"] / rate["per_page"],
+                max_concurrent_activities=int(rate.get("max_concurrency") or 1),
+            )
+            self.running[code] = (rate, worker, asyncio.create_task(worker.run()))
+            log.info("provenance_queue_polled", provenance=code, task_queue=queue, **rate)
+
+    async def start(self) -> None:
+        await self.refresh()
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(self.settings.runs.provenance_refresh_s)
+                await self.refresh()
+
+        self._loop = asyncio.create_task(loop())
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+        for _, worker, task in self.running.values():
+            await worker.shutdown()
+            try:
+                await task
+            except Exception:  # a worker that failed to start has already been logged
+                pass
 
 
 def build_worker(
@@ -37,14 +106,21 @@ async def running_worker(
     client = client or await connect(settings)
     activities = TaskRunActivities(settings)
     worker = build_worker(client, settings, activities, task_queue)
+    provenances = ProvenanceWorkers(
+        client, settings, activities, task_queue or settings.temporal.task_queue
+    )
     try:
         async with worker:
+            await provenances.start()
             log.info(
                 "worker_started",
                 task_queue=task_queue or settings.temporal.task_queue,
                 address=settings.temporal.address,
             )
-            yield worker
+            try:
+                yield worker
+            finally:
+                await provenances.stop()
     finally:
         await activities.aclose()
 

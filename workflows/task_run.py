@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         SplitInput,
         SplitResult,
+        provenance_queue,
         workflow_id_for,
     )
 
@@ -89,6 +90,8 @@ class TaskRunWorkflow:
         self._status = "pending"
         self._error: dict[str, Any] | None = None
         self._paused = False
+        self._rate_key: str | None = None
+        self._pages_per_fetch: int | None = None
         self._qps: float | None = None
         self._circuit: CircuitBreaker | None = None
         self._circuit_state = "closed"
@@ -186,6 +189,8 @@ class TaskRunWorkflow:
             self._units_done = carry.units_done
             self._fetch_retry = carry.fetch_retry
             self._circuit = carry.circuit
+            self._rate_key = carry.rate_key
+            self._pages_per_fetch = carry.pages_per_fetch
             self._qps = carry.qps
             self._paused = carry.paused
         self._generation = carry.generation if carry else 1
@@ -273,6 +278,8 @@ class TaskRunWorkflow:
             self._params, self._total = prepared.params, prepared.total
             self._fetch_retry = prepared.fetch_retry
             self._circuit = prepared.circuit
+            self._rate_key = prepared.rate_key
+            self._pages_per_fetch = prepared.pages_per_fetch
             self._steps["step_prepare"] = "COMPLETED"
             if prepared.children is not None:
                 await self._run_children(prepared.children, prepared.parallelism)
@@ -298,7 +305,7 @@ class TaskRunWorkflow:
                             params=self._params,
                             checkpoint=self._checkpoint,
                             first_seq=self._next_seq,
-                            max_pages=tuning.pages_per_fetch,
+                            max_pages=self._pages_per_fetch or tuning.pages_per_fetch,
                             max_seconds=tuning.fetch_max_seconds,
                             total=self._total,
                             units_done=self._units_done,
@@ -310,6 +317,9 @@ class TaskRunWorkflow:
                         start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
                         heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
                         retry_policy=self._fetch_retry_policy(),
+                        task_queue=provenance_queue(workflow.info().task_queue, self._rate_key)
+                        if self._rate_key
+                        else None,
                         cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                         summary=f"Fetch pages from #{self._next_seq}",
                     )
@@ -526,6 +536,8 @@ class TaskRunWorkflow:
             circuit=self._circuit,
             qps=self._qps,
             paused=self._paused,
+            rate_key=self._rate_key,
+            pages_per_fetch=self._pages_per_fetch,
         )
         self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
         req = self._req

@@ -605,6 +605,12 @@ class LiteratureHarvest(TaskUnit):
             )
         ]
 
+    def rate_key(self, ctx: TaskContext) -> str | None:
+        contract = self._contract(ctx)
+        if (contract.rate_limit or {}).get("qps_limit"):
+            return str(contract.provenance["provenance_code"])
+        return None
+
     def circuit_breaker(self, ctx: TaskContext) -> dict[str, Any] | None:
         rt = self._contract(ctx).retry or {}
         if not rt.get("circuit_break_threshold"):

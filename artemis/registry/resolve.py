@@ -274,3 +274,24 @@ def base_url(contract: Contract, default: str | None = None) -> str:
             "base URL (http_cfg.base_url_override or base_url_default)",
         )
     return url.rstrip("/")
+
+
+def provenance_rates(conn: Connection, at: datetime | None = None) -> dict[str, dict[str, Any]]:
+    """Per provenance with a rate limit in force (SOURCE scope): its ``qps``, the
+    ``max_concurrency`` and how many requests one fetched page can take (``per_page``: 2 for
+    esearch + efetch sources, else 1)."""
+    when = as_utc(at)
+    out: dict[str, dict[str, Any]] = {}
+    table = RegProvenance.__table__  # type: ignore[attr-defined]
+    for prov in conn.execute(select(table)).fetchall():
+        contract = resolve_contract(conn, prov.provenance_code, None, when)
+        rl = contract.rate_limit or {}
+        if not rl.get("qps_limit"):
+            continue
+        path = (contract.endpoint or {}).get("path_template") or ""
+        out[prov.provenance_code] = {
+            "qps": float(rl["qps_limit"]),
+            "max_concurrency": rl.get("max_concurrency"),
+            "per_page": 2 if "esearch" in path else 1,
+        }
+    return out

@@ -84,6 +84,11 @@ class TaskUnit:
         """Params of smaller runs covering this one after RESULT_CAP_EXCEEDED, or None."""
         return None
 
+    def rate_key(self, ctx: TaskContext) -> str | None:
+        """A rate-limited source's key (its fetches go to that provenance's task queue, one
+        page per activity, so the queue's activities-per-second limit holds cluster-wide)."""
+        return None
+
     def circuit_breaker(self, ctx: TaskContext) -> dict[str, Any] | None:
         """``{"threshold", "cool_down_s"}`` when the source has a circuit breaker."""
         return None
