@@ -1,0 +1,156 @@
+"""Literature harvest benchmark: PubMed and Crossref harvests through the registry against
+the sample servers (separate processes: dev server, samples, worker, API), measuring
+records and pages per second and the busiest one-second request count at the server.
+
+Prints one JSON line per provenance: {"provenance", "records", "pages", "seconds",
+"pages_per_s", "records_per_s", "qps_limit", "server_busiest_1s", "server_avg_qps"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.harvest import wait_port  # noqa: E402
+from infra.devserver import DevServer, free_port  # noqa: E402
+
+
+async def harvest(
+    api: str, samples: str, provenance: str, query: str, start: str, end: str, page_size: int | None
+) -> dict:
+    params = {"provenance": provenance, "query": query, "start": start, "end": end}
+    if page_size:
+        params["page_size"] = page_size
+    async with httpx.AsyncClient(timeout=600) as http:
+        t0 = time.perf_counter()
+        resp = await http.post(
+            f"{api}/tasks/literature_harvest/run?mode=sync", json={"params": params}
+        )
+        seconds = time.perf_counter() - t0
+        data = resp.json()
+        if resp.status_code != 200:
+            raise SystemExit(f"{provenance} harvest failed: {resp.text[:400]}")
+        calls = (await http.get(f"{samples}/_literature/calls")).json()
+    stats = data["data"]["stats"]
+    times = sorted(
+        c["at"]
+        for c in calls
+        if (
+            c["params"].get("term") == query
+            or c["params"].get("query") == query
+            or (c["api"] == "efetch" and provenance == "pubmed")
+        )
+    )
+    busiest = max((sum(1 for u in times if t <= u < t + 1.0) for t in times), default=0)
+    span = (times[-1] - times[0]) if len(times) > 1 else 0
+    return {
+        "provenance": provenance,
+        "records": stats["records_emitted"],
+        "pages": stats["pages"],
+        "seconds": round(seconds, 3),
+        "pages_per_s": round(stats["pages"] / seconds, 2),
+        "records_per_s": round(stats["records_emitted"] / seconds, 1),
+        "server_requests": len(times),
+        "server_busiest_1s": busiest,
+        "server_avg_qps": round((len(times) - 1) / span, 2) if span else None,
+    }
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--days", type=int, default=60, help="window length from 2025-01-01")
+    ap.add_argument("--crossref-page-size", type=int, default=100)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="artemis-bench-lit-"))
+    temporal = DevServer(
+        port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log"
+    ).start()
+    samples_port, api_port = free_port(), free_port()
+    samples, api = f"http://127.0.0.1:{samples_port}", f"http://127.0.0.1:{api_port}"
+    config = tmp / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "temporal": {"address": temporal.address, "task_queue": "bench"},
+                "database": {"url": f"sqlite:///{tmp / 'artemis.db'}"},
+                "vault": {"master_key_file": str(tmp / "master.key")},
+                "logging": {
+                    "output": "file",
+                    "level": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+                    "file": {"path": str(tmp / "a.log")},
+                },
+                "server": {"port": api_port, "sync_timeout_s": 600},
+                "output_defaults": {
+                    "literature_harvest": {
+                        "sinks": ["http"],
+                        "http_endpoint": f"{samples}/sink/lit",
+                    }
+                },
+            }
+        )
+    )
+    env = {**os.environ, "ARTEMIS_CONFIG": str(config)}
+    cli = [sys.executable, "-m", "starter.cli"]
+    procs: list[subprocess.Popen] = []
+    try:
+        subprocess.run(cli + ["db", "upgrade"], env=env, cwd=ROOT, check=True, capture_output=True)
+        for name, base in (("pubmed", f"{samples}/entrez"), ("crossref", samples)):
+            doc = yaml.safe_load((ROOT / "infra" / "registry" / f"{name}.yaml").read_text())
+            doc["provenance"]["base_url_default"] = base
+            f = tmp / f"{name}.yaml"
+            f.write_text(yaml.safe_dump(doc))
+            subprocess.run(
+                cli + ["registry", "import", str(f)],
+                env=env,
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
+        procs.append(
+            subprocess.Popen(
+                cli + ["samples", "serve", "--port", str(samples_port)],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+            )
+        )
+        wait_port(samples_port, procs[-1], "sample servers")
+        procs.append(
+            subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+        )
+        procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
+        wait_port(api_port, procs[-1], "api")
+        end = (date(2025, 1, 1) + timedelta(days=args.days - 1)).isoformat()
+        for provenance, page_size in (("pubmed", None), ("crossref", args.crossref_page_size)):
+            result = await harvest(
+                api, samples, provenance, f"bench-{provenance}", "2025-01-01", end, page_size
+            )
+            result["qps_limit"] = {"pubmed": 3, "crossref": 10}[provenance]
+            print(json.dumps(result))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        temporal.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
