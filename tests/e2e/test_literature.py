@@ -788,3 +788,45 @@ async def test_qps_holds_across_two_workers_and_fetches_use_the_provenance_queue
         and e.activity_task_scheduled_event_attributes.activity_type.name == "fetch_pages"
     }
     assert queues == {f"{stack.settings.temporal.task_queue}.provenance.{code}"}
+
+
+async def test_efetch_id_lists_over_the_threshold_go_by_post(stack):
+    import yaml
+
+    from artemis.db import get_engine
+    from artemis.registry.yaml_io import import_yaml
+    from tests.conftest import ROOT
+
+    suffix = new_task_id()[-8:]
+    doc = yaml.safe_load((ROOT / "infra" / "registry" / "pubmed.yaml").read_text())
+    doc["provenance"]["provenance_code"] = f"pubmed_post_{suffix}"
+    doc["provenance"]["base_url_default"] = f"{stack.samples_url}/entrez"
+    doc["batching_cfg"][0].update(detail_batch_size=300, post_threshold_ids=200)
+    import_yaml(
+        get_engine(stack.settings.database.url),
+        yaml.safe_dump(doc),
+        stack.settings.vault["master_key_file"],
+    )
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        before = len((await http.get("/_literature/calls")).json())
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {
+                "provenance": f"pubmed_post_{suffix}",
+                "query": f"post-{suffix}",
+                "start": "2025-01-01",
+                "end": "2025-01-15",
+            },
+        },
+        code="literature_harvest",
+    )
+    assert resp.json()["data"]["status"] == "completed", resp.text
+    assert len(await _delivered(stack, task_id)) == 450
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        calls = (await http.get("/_literature/calls")).json()[before:]
+    sizes = [
+        (c["method"], len(c["params"]["id"].split(","))) for c in calls if c["api"] == "efetch"
+    ]
+    assert sizes == [("POST", 300), ("GET", 150)]
