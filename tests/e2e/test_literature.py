@@ -13,6 +13,33 @@ from tests.conftest import new_task_id
 KEYS = {"provenance", "id", "doi", "title", "journal", "published", "authors", "abstract"}
 
 
+def variant(stack, name: str, code: str) -> dict:
+    """A bundled registry file under another provenance code, pointed at the samples."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "infra" / "registry" / f"{name}.yaml").read_text())
+    doc["provenance"]["provenance_code"] = code
+    doc["provenance"]["base_url_default"] = (
+        f"{stack.samples_url}/entrez" if name == "pubmed" else stack.samples_url
+    )
+    return doc
+
+
+def import_doc(stack, doc: dict) -> None:
+    import yaml
+
+    from artemis.db import get_engine
+    from artemis.registry.yaml_io import import_yaml
+
+    import_yaml(
+        get_engine(stack.settings.database.url),
+        yaml.safe_dump(doc),
+        stack.settings.vault["master_key_file"],
+    )
+
+
 async def _delivered(stack, task_id: str) -> Counter:
     batches = await stack.sink_batches(f"literature_harvest/{task_id}:")
     by_key = {b["idempotency_key"]: b["records"] for b in batches if b["status"] == 200}
@@ -335,22 +362,11 @@ async def test_backfill_runs_calendar_windows_as_child_workflows_two_at_a_time(s
 
 
 async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
-    import yaml
 
-    from artemis.db import get_engine
-    from artemis.registry.yaml_io import import_yaml
-    from tests.conftest import ROOT
-
-    doc = yaml.safe_load((ROOT / "infra" / "registry" / "pubmed.yaml").read_text())
-    doc["provenance"]["provenance_code"] = "pubmed_small_cap"
-    doc["provenance"]["base_url_default"] = f"{stack.samples_url}/entrez"
+    doc = variant(stack, "pubmed", "pubmed_small_cap")
     doc["pagination_cfg"][0]["max_result_window"] = 400
     doc["rate_limit_cfg"][0].update(qps_limit=50, burst_capacity=10)
-    import_yaml(
-        get_engine(stack.settings.database.url),
-        yaml.safe_dump(doc),
-        stack.settings.vault["master_key_file"],
-    )
+    import_doc(stack, doc)
     await _literature(stack, enforce_rate=False)
     try:
         task_id = new_task_id()
@@ -568,23 +584,12 @@ async def test_pause_resume_and_set_rate_limit_act_on_a_running_harvest(make_sta
 
 
 async def test_circuit_breaker_rests_on_a_durable_timer_then_goes_on(stack):
-    import yaml
 
-    from artemis.db import get_engine
-    from artemis.registry.yaml_io import import_yaml
-    from tests.conftest import ROOT
-
-    doc = yaml.safe_load((ROOT / "infra" / "registry" / "crossref.yaml").read_text())
-    doc["provenance"]["provenance_code"] = "crossref_breaker"
-    doc["provenance"]["base_url_default"] = stack.samples_url
+    doc = variant(stack, "crossref", "crossref_breaker")
     doc["retry_cfg"][0].update(
         initial_delay_millis=100, circuit_break_threshold=2, circuit_cool_down_millis=2500
     )
-    import_yaml(
-        get_engine(stack.settings.database.url),
-        yaml.safe_dump(doc),
-        stack.settings.vault["master_key_file"],
-    )
+    import_doc(stack, doc)
     query = f"breaker-{new_task_id()}"
     await _literature(stack, fault={"api": "works", "status": 503, "times": 2})
     task_id = new_task_id()
@@ -617,20 +622,13 @@ async def test_circuit_breaker_rests_on_a_durable_timer_then_goes_on(stack):
 
 
 async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch):
-    import yaml
-
-    from artemis.db import get_engine
-    from artemis.registry.yaml_io import import_yaml
-    from tests.conftest import ROOT
 
     suffix = new_task_id()[-8:]
     key_a, key_b, key_c = (f"key-a-{suffix}", f"key-b-{suffix}", f"key-c-{suffix}")
     monkeypatch.setenv("ROT_KEY_A", key_a)
     monkeypatch.setenv("ROT_KEY_B", key_b)
     monkeypatch.setenv("ROT_KEY_C", key_c)
-    doc = yaml.safe_load((ROOT / "infra" / "registry" / "pubmed.yaml").read_text())
-    doc["provenance"]["provenance_code"] = f"pubmed_keys_{suffix}"
-    doc["provenance"]["base_url_default"] = f"{stack.samples_url}/entrez"
+    doc = variant(stack, "pubmed", f"pubmed_keys_{suffix}")
     doc["rate_limit_cfg"][0].update(qps_limit=20, burst_capacity=5)
     cred = {
         "scope_code": "SOURCE",
@@ -648,11 +646,7 @@ async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch
         },
         {**cred, "credential_name": "c", "secret_env": "ROT_KEY_C"},
     ]
-    import_yaml(
-        get_engine(stack.settings.database.url),
-        yaml.safe_dump(doc),
-        stack.settings.vault["master_key_file"],
-    )
+    import_doc(stack, doc)
     query = f"keys-{suffix}"
     # key a is revoked (401); key b's first answer is a 429
     await _literature(stack, bad_keys=[key_a], fault={"api": "esearch", "status": 429, "times": 0})
@@ -715,25 +709,15 @@ async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch
 
 
 async def test_qps_holds_across_two_workers_and_fetches_use_the_provenance_queue(make_stack):
-    import yaml
 
-    from artemis.db import get_engine
-    from artemis.registry.yaml_io import import_yaml
-    from tests.conftest import ROOT
     from workers.main import running_worker
 
     suffix = new_task_id()[-8:]
     stack = await make_stack()
-    doc = yaml.safe_load((ROOT / "infra" / "registry" / "crossref.yaml").read_text())
     code = f"crossref_qps_{suffix}"
-    doc["provenance"]["provenance_code"] = code
-    doc["provenance"]["base_url_default"] = stack.samples_url
+    doc = variant(stack, "crossref", code)
     doc["rate_limit_cfg"][0].update(qps_limit=4, burst_capacity=1, max_concurrency=2)
-    import_yaml(
-        get_engine(stack.settings.database.url),
-        yaml.safe_dump(doc),
-        stack.settings.vault["master_key_file"],
-    )
+    import_doc(stack, doc)
     from workers.client import connect
 
     # a second worker on the same queues, with its own connection (as another process has)
@@ -791,22 +775,11 @@ async def test_qps_holds_across_two_workers_and_fetches_use_the_provenance_queue
 
 
 async def test_efetch_id_lists_over_the_threshold_go_by_post(stack):
-    import yaml
-
-    from artemis.db import get_engine
-    from artemis.registry.yaml_io import import_yaml
-    from tests.conftest import ROOT
 
     suffix = new_task_id()[-8:]
-    doc = yaml.safe_load((ROOT / "infra" / "registry" / "pubmed.yaml").read_text())
-    doc["provenance"]["provenance_code"] = f"pubmed_post_{suffix}"
-    doc["provenance"]["base_url_default"] = f"{stack.samples_url}/entrez"
+    doc = variant(stack, "pubmed", f"pubmed_post_{suffix}")
     doc["batching_cfg"][0].update(detail_batch_size=300, post_threshold_ids=200)
-    import_yaml(
-        get_engine(stack.settings.database.url),
-        yaml.safe_dump(doc),
-        stack.settings.vault["master_key_file"],
-    )
+    import_doc(stack, doc)
     async with httpx.AsyncClient(base_url=stack.samples_url) as http:
         before = len((await http.get("/_literature/calls")).json())
     task_id = new_task_id()
