@@ -17,33 +17,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import date, timedelta
 from pathlib import Path
 
 import httpx
 import orjson
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infra.devserver import DevServer, free_port, port_open  # noqa: E402
+from bench.stack import bench_stack  # noqa: E402
 
 START = date(1960, 1, 1)
-
-
-def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not port_open("127.0.0.1", port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"{what} did not start")
-        time.sleep(0.05)
 
 
 async def baseline(samples: str, pages: int, page_size: int) -> tuple[float, int]:
@@ -122,64 +110,14 @@ async def main() -> None:
     ap.add_argument("--pages-per-fetch", type=int, default=50)
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="artemis-bench-"))
-    temporal = DevServer(
-        port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log"
-    ).start()
-    samples_port, api_port = free_port(), free_port()
-    samples = f"http://127.0.0.1:{samples_port}"
-    api = f"http://127.0.0.1:{api_port}"
-    config = tmp / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "temporal": {"address": temporal.address, "task_queue": "bench"},
-                "database": {"url": f"sqlite:///{tmp / 'artemis.db'}"},
-                "vault": {"master_key_file": str(tmp / "master.key")},
-                "logging": {
-                    "output": "file",
-                    "level": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
-                    "file": {"path": str(tmp / "a.log")},
-                },
-                "server": {"port": api_port, "sync_timeout_s": 600},
-                "runs": {"pages_per_fetch": args.pages_per_fetch},
-                "output_defaults": {
-                    "pull_stock_quotes": {
-                        "sinks": ["http"],
-                        "http_endpoint": f"{samples}/sink/artemis",
-                    }
-                },
-            }
-        )
-    )
-    env = {**os.environ, "ARTEMIS_CONFIG": str(config)}
-    cli = [sys.executable, "-m", "starter.cli"]
-    procs: list[subprocess.Popen] = []
-    try:
-        subprocess.run(cli + ["db", "upgrade"], env=env, cwd=ROOT, check=True, capture_output=True)
-        procs.append(
-            subprocess.Popen(
-                cli
-                + [
-                    "samples",
-                    "serve",
-                    "--port",
-                    str(samples_port),
-                    "--latency-ms",
-                    str(args.latency_ms),
-                ],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-            )
-        )
-        wait_port(samples_port, procs[-1], "sample servers")
-        procs.append(
-            subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-        )
-        procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
-        wait_port(api_port, procs[-1], "api")
-
+    config = {
+        "runs": {"pages_per_fetch": args.pages_per_fetch},
+        "output_defaults": {
+            "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/artemis"}
+        },
+    }
+    with bench_stack(config, latency_ms=args.latency_ms) as stack:
+        samples, api = stack.samples, stack.api
         await artemis_run(api, samples, 3, 10)  # warm-up: connections, sandbox, caches
         await baseline(samples, 3, 10)
         artemis_times, base_times = [], []
@@ -219,15 +157,6 @@ async def main() -> None:
                 }
             )
         )
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        temporal.stop()
 
 
 if __name__ == "__main__":

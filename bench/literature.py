@@ -11,10 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import date, timedelta
 from pathlib import Path
@@ -25,8 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harvest import wait_port  # noqa: E402
-from infra.devserver import DevServer, free_port  # noqa: E402
+from bench.stack import BenchStack, bench_stack  # noqa: E402
 
 
 async def harvest(
@@ -75,65 +71,22 @@ async def main() -> None:
     ap.add_argument("--days", type=int, default=60, help="window length from 2025-01-01")
     ap.add_argument("--crossref-page-size", type=int, default=100)
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="artemis-bench-lit-"))
-    temporal = DevServer(
-        port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log"
-    ).start()
-    samples_port, api_port = free_port(), free_port()
-    samples, api = f"http://127.0.0.1:{samples_port}", f"http://127.0.0.1:{api_port}"
-    config = tmp / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "temporal": {"address": temporal.address, "task_queue": "bench"},
-                "database": {"url": f"sqlite:///{tmp / 'artemis.db'}"},
-                "vault": {"master_key_file": str(tmp / "master.key")},
-                "logging": {
-                    "output": "file",
-                    "level": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
-                    "file": {"path": str(tmp / "a.log")},
-                },
-                "server": {"port": api_port, "sync_timeout_s": 600},
-                "output_defaults": {
-                    "literature_harvest": {
-                        "sinks": ["http"],
-                        "http_endpoint": f"{samples}/sink/lit",
-                    }
-                },
-            }
-        )
-    )
-    env = {**os.environ, "ARTEMIS_CONFIG": str(config)}
-    cli = [sys.executable, "-m", "starter.cli"]
-    procs: list[subprocess.Popen] = []
-    try:
-        subprocess.run(cli + ["db", "upgrade"], env=env, cwd=ROOT, check=True, capture_output=True)
-        for name, base in (("pubmed", f"{samples}/entrez"), ("crossref", samples)):
+    config = {
+        "output_defaults": {
+            "literature_harvest": {"sinks": ["http"], "http_endpoint": "{samples}/sink/lit"}
+        }
+    }
+
+    def import_registry(stack: BenchStack) -> None:
+        for name, base in (("pubmed", f"{stack.samples}/entrez"), ("crossref", stack.samples)):
             doc = yaml.safe_load((ROOT / "infra" / "registry" / f"{name}.yaml").read_text())
             doc["provenance"]["base_url_default"] = base
-            f = tmp / f"{name}.yaml"
+            f = stack.tmp / f"{name}.yaml"
             f.write_text(yaml.safe_dump(doc))
-            subprocess.run(
-                cli + ["registry", "import", str(f)],
-                env=env,
-                cwd=ROOT,
-                check=True,
-                capture_output=True,
-            )
-        procs.append(
-            subprocess.Popen(
-                cli + ["samples", "serve", "--port", str(samples_port)],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-            )
-        )
-        wait_port(samples_port, procs[-1], "sample servers")
-        procs.append(
-            subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-        )
-        procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
-        wait_port(api_port, procs[-1], "api")
+            stack.cli("registry", "import", str(f))
+
+    with bench_stack(config, before_start=import_registry) as stack:
+        samples, api = stack.samples, stack.api
         end = (date(2025, 1, 1) + timedelta(days=args.days - 1)).isoformat()
         for provenance, page_size in (("pubmed", None), ("crossref", args.crossref_page_size)):
             result = await harvest(
@@ -141,15 +94,6 @@ async def main() -> None:
             )
             result["qps_limit"] = {"pubmed": 3, "crossref": 10}[provenance]
             print(json.dumps(result))
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        temporal.stop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,114 @@
+"""The whole stack for a benchmark, each piece its own process: a Temporal dev server,
+the sample servers, one `artemis worker` and one `artemis api`, on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from infra.devserver import DevServer, free_port, port_open  # noqa: E402
+
+
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not port_open("127.0.0.1", port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start")
+        time.sleep(0.05)
+
+
+@dataclass
+class BenchStack:
+    tmp: Path
+    samples: str
+    api: str
+    env: dict[str, str]
+
+    def cli(self, *args: str) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "starter.cli", *args],
+            env=self.env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+
+
+@contextmanager
+def bench_stack(
+    config: dict[str, Any], latency_ms: float = 0.0, before_start: Any = None
+) -> Iterator[BenchStack]:
+    """``config`` is merged into the generated YAML (its ``{samples}`` placeholders filled);
+    ``before_start(stack)`` runs after `db upgrade`, before the worker starts."""
+    tmp = Path(tempfile.mkdtemp(prefix="artemis-bench-"))
+    temporal = DevServer(
+        port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log"
+    ).start()
+    samples_port, api_port = free_port(), free_port()
+    samples = f"http://127.0.0.1:{samples_port}"
+    base = {
+        "temporal": {"address": temporal.address, "task_queue": "bench"},
+        "database": {"url": f"sqlite:///{tmp / 'artemis.db'}"},
+        "vault": {"master_key_file": str(tmp / "master.key")},
+        "logging": {
+            "output": "file",
+            "level": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+            "file": {"path": str(tmp / "a.log")},
+        },
+        "server": {"port": api_port, "sync_timeout_s": 600},
+    }
+    text = yaml.safe_dump({**base, **config}).replace("{samples}", samples)
+    (tmp / "config.yaml").write_text(text)
+    env = {**os.environ, "ARTEMIS_CONFIG": str(tmp / "config.yaml")}
+    stack = BenchStack(tmp, samples, f"http://127.0.0.1:{api_port}", env)
+    cli = [sys.executable, "-m", "starter.cli"]
+    procs: list[subprocess.Popen] = []
+    try:
+        stack.cli("db", "upgrade")
+        if before_start is not None:
+            before_start(stack)
+        procs.append(
+            subprocess.Popen(
+                cli
+                + [
+                    "samples",
+                    "serve",
+                    "--port",
+                    str(samples_port),
+                    "--latency-ms",
+                    str(latency_ms),
+                ],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+            )
+        )
+        wait_port(samples_port, procs[-1], "sample servers")
+        procs.append(
+            subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+        )
+        procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
+        wait_port(api_port, procs[-1], "api")
+        yield stack
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        temporal.stop()
