@@ -66,6 +66,50 @@ def pg_server():
 
 
 @pytest.fixture(scope="session")
+def redis_url(tmp_root: Path):
+    """A real Redis on 127.0.0.1 (Debian's redis-server; .ci/run installs it when missing)."""
+    import shutil
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI"):
+            raise RuntimeError("redis-server is required in CI (apt-get install redis-server)")
+        pytest.skip("redis-server is not installed here")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_root),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 20
+    while not _port_open(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(10)
+
+
+def _port_open(port: int) -> bool:
+    from infra.devserver import port_open
+
+    return port_open("127.0.0.1", port)
+
+
+@pytest.fixture(scope="session")
 def samples():
     server = ThreadedServer(create_samples_app()).start()
     yield server

@@ -5,6 +5,7 @@ from sqlalchemy import pool
 from sqlmodel import SQLModel
 
 import artemis.registry.models  # noqa: F401  (registers the registry tables)
+import artemis.taskstore.sql  # noqa: F401  (registers async_tasks)
 from artemis.db import get_engine
 
 config = context.config

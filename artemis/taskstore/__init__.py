@@ -1,0 +1,34 @@
+"""Task storage (seeds 001 and 003, SPEC §9): what operators and front ends read about runs,
+kept beyond Temporal's retention, on SQL or Redis."""
+
+from artemis.taskstore.base import (
+    TERMINAL,
+    ConcurrentModification,
+    StorageUnavailable,
+    TaskData,
+    TaskNotFound,
+    TaskStorage,
+    TaskValidationError,
+)
+
+__all__ = [
+    "TERMINAL",
+    "ConcurrentModification",
+    "StorageUnavailable",
+    "TaskData",
+    "TaskNotFound",
+    "TaskStorage",
+    "TaskValidationError",
+    "make_task_storage",
+]
+
+
+def make_task_storage(settings) -> TaskStorage:  # noqa: ANN001
+    """The backend chosen by ``task_store.backend``."""
+    if settings.task_store.backend == "redis":
+        from artemis.taskstore.redis_store import RedisTaskStorage
+
+        return RedisTaskStorage(settings.task_store.redis_url, settings.task_store.ttl_hours)
+    from artemis.taskstore.sql import SqlTaskStorage
+
+    return SqlTaskStorage(settings.database.url, settings.task_store.ttl_hours)

@@ -1,0 +1,125 @@
+"""The TaskStorage contract (seed 003): save (upsert), load (None when absent or expired),
+update_status (optimistic lock; started_at on running, completed_at on a terminal status),
+delete (idempotent), delete_expired (terminal tasks only, in batches). Times are UTC."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timeout")
+TERMINAL = frozenset({"completed", "failed", "cancelled", "timeout"})
+
+
+class StorageUnavailable(Exception):
+    """The database or Redis cannot be reached."""
+
+
+class TaskValidationError(Exception):
+    """The task data breaks the contract (e.g. completed without a result)."""
+
+
+class ConcurrentModification(Exception):
+    """Another writer changed the task since it was read (optimistic lock)."""
+
+
+class TaskNotFound(KeyError):
+    """No task with that id."""
+
+
+def utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class TaskData(BaseModel):
+    task_id: str = Field(min_length=1, max_length=200)
+    task_code: str = ""
+    workflow_id: str | None = None
+    status: str = "pending"
+    payload: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    feedback: dict[str, Any] | None = None
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    updated_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    version: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> TaskData:
+        if self.status not in STATUSES:
+            raise TaskValidationError(
+                f"status must be one of {', '.join(STATUSES)}, got {self.status!r}"
+            )
+        if self.status == "completed" and self.result is None:
+            raise TaskValidationError("a completed task needs a result")
+        if self.status in ("failed", "timeout") and self.error is None:
+            raise TaskValidationError(f"a {self.status} task needs an error")
+        for name in ("created_at", "started_at", "completed_at", "updated_at"):
+            setattr(self, name, utc(getattr(self, name)))
+        return self
+
+    @classmethod
+    def pending(
+        cls,
+        task_id: str,
+        payload: dict[str, Any],
+        task_code: str = "",
+        workflow_id: str | None = None,
+    ) -> TaskData:
+        return cls(task_id=task_id, payload=payload, task_code=task_code, workflow_id=workflow_id)
+
+
+class TaskStorage(ABC):
+    @abstractmethod
+    def save(self, task_id: str, data: TaskData) -> None:
+        """Insert or replace the task (upsert)."""
+
+    @abstractmethod
+    def load(self, task_id: str) -> TaskData | None:
+        """The task, or None when absent or expired."""
+
+    @abstractmethod
+    def update_status(
+        self,
+        task_id: str,
+        status: str,
+        *,
+        expected_version: int | None = None,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> TaskData:
+        """Change the status under an optimistic lock; stamps started_at / completed_at.
+
+        Raises ConcurrentModification when the version moved (``expected_version``, or the
+        one read just before writing), TaskNotFound when there is no such task."""
+
+    @abstractmethod
+    def delete(self, task_id: str) -> None:
+        """Remove the task; no error when it is not there."""
+
+    @abstractmethod
+    def delete_expired(self, before: datetime, batch_size: int = 1000) -> int:
+        """Remove terminal tasks completed before ``before``; returns how many."""
+
+    @abstractmethod
+    def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
+        """Store a user's verdict on the run (``success`` | ``failed``)."""
+
+    @staticmethod
+    def stamped(data: TaskData, status: str, now: datetime) -> dict[str, Any]:
+        """The fields a status change sets."""
+        changes: dict[str, Any] = {"status": status, "updated_at": now}
+        if status == "running" and data.started_at is None:
+            changes["started_at"] = now
+        if status in TERMINAL:
+            changes["completed_at"] = now
+            if data.started_at is None:
+                changes["started_at"] = now
+        return changes

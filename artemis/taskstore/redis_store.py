@@ -1,0 +1,175 @@
+"""TaskStorage on Redis: keys ``task:{id}:status|payload|result|error|meta`` written in
+one MULTI/EXEC with a TTL (24 h by default); the optimistic lock WATCHes the meta key;
+expiry scans ``task:*:meta`` with SCAN and deletes in pipelined batches."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from artemis.taskstore.base import (
+    TERMINAL,
+    ConcurrentModification,
+    StorageUnavailable,
+    TaskData,
+    TaskNotFound,
+    TaskStorage,
+    TaskValidationError,
+)
+
+_PARTS = ("status", "payload", "result", "error", "meta")
+
+
+def _keys(task_id: str) -> list[str]:
+    return [f"task:{task_id}:{part}" for part in _PARTS]
+
+
+class RedisTaskStorage(TaskStorage):
+    def __init__(self, url: str, ttl_hours: int = 24) -> None:
+        self.client = redis.Redis.from_url(url, decode_responses=True)
+        self.ttl_s = int(ttl_hours * 3600)
+
+    def _encode(self, data: TaskData) -> dict[str, str]:
+        d = json.loads(data.model_dump_json())
+        meta = {k: d[k] for k in d if k not in ("status", "payload", "result", "error")}
+        return {
+            "status": d["status"],
+            "payload": json.dumps(d["payload"]),
+            "result": json.dumps(d["result"]),
+            "error": json.dumps(d["error"]),
+            "meta": json.dumps(meta),
+        }
+
+    def _write(self, pipe: Any, task_id: str, data: TaskData) -> None:
+        for part, value in self._encode(data).items():
+            pipe.set(f"task:{task_id}:{part}", value, ex=self.ttl_s)
+
+    def save(self, task_id: str, data: TaskData) -> None:
+        if data.task_id != task_id:
+            raise TaskValidationError(
+                f"task id {task_id!r} does not match the data's {data.task_id!r}"
+            )
+        try:
+            pipe = self.client.pipeline(transaction=True)  # MULTI ... EXEC
+            self._write(pipe, task_id, data)
+            pipe.execute()
+        except redis.ConnectionError as e:
+            raise StorageUnavailable(str(e)) from None
+
+    @staticmethod
+    def _decode(values: Any) -> TaskData | None:
+        status, payload, result, error, meta = values
+        if status is None or meta is None:
+            return None
+        return TaskData.model_validate(
+            {
+                **json.loads(meta),
+                "status": status,
+                "payload": json.loads(payload or "{}"),
+                "result": json.loads(result or "null"),
+                "error": json.loads(error or "null"),
+            }
+        )
+
+    def load(self, task_id: str) -> TaskData | None:
+        try:
+            return self._decode(self.client.mget(_keys(task_id)))
+        except redis.ConnectionError as e:
+            raise StorageUnavailable(str(e)) from None
+
+    def update_status(
+        self,
+        task_id: str,
+        status: str,
+        *,
+        expected_version: int | None = None,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> TaskData:
+        keys = _keys(task_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(f"task:{task_id}:meta")
+                current = self._decode(pipe.mget(keys))
+                if current is None:
+                    raise TaskNotFound(task_id)
+                if expected_version is not None and current.version != expected_version:
+                    raise ConcurrentModification(
+                        f"task {task_id} is at version {current.version}, not {expected_version}"
+                    )
+                changes = self.stamped(current, status, datetime.now(UTC))
+                if result is not None:
+                    changes["result"] = result
+                if error is not None:
+                    changes["error"] = error
+                updated = TaskData.model_validate(
+                    {**current.model_dump(), **changes, "version": current.version + 1}
+                )
+                pipe.multi()
+                self._write(pipe, task_id, updated)
+                pipe.execute()
+                return updated
+            except redis.WatchError:
+                raise ConcurrentModification(f"task {task_id} changed while updating") from None
+            except redis.ConnectionError as e:
+                raise StorageUnavailable(str(e)) from None
+
+    def delete(self, task_id: str) -> None:
+        self.client.delete(*_keys(task_id))
+
+    def delete_expired(self, before: datetime, batch_size: int = 1000) -> int:
+        total = 0
+        cursor = 0
+        while True:
+            cursor, metas = self.client.scan(cursor=cursor, match="task:*:meta", count=batch_size)
+            if metas:
+                ids = [str(m)[len("task:") : -len(":meta")] for m in metas]
+                pipe = self.client.pipeline(transaction=False)
+                for task_id in ids:
+                    pipe.get(f"task:{task_id}:status")
+                    pipe.get(f"task:{task_id}:meta")
+                values = pipe.execute()
+                doomed = []
+                for n, task_id in enumerate(ids):
+                    status, meta = values[2 * n], values[2 * n + 1]
+                    if status in TERMINAL and meta:
+                        done = json.loads(meta).get("completed_at")
+                        if done and datetime.fromisoformat(done) < before:
+                            doomed.append(task_id)
+                if doomed:
+                    pipe = self.client.pipeline(transaction=False)
+                    for task_id in doomed:
+                        pipe.delete(*_keys(task_id))
+                    pipe.execute()
+                    total += len(doomed)
+            if cursor == 0:
+                return total
+
+    def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
+        if status not in ("success", "failed"):
+            raise TaskValidationError("feedback status must be success or failed")
+        with self.client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(f"task:{task_id}:meta")
+                current = self._decode(pipe.mget(_keys(task_id)))
+                if current is None:
+                    raise TaskNotFound(task_id)
+                updated = current.model_copy(
+                    update={
+                        "feedback": {
+                            "status": status,
+                            "comment": comment,
+                            "at": datetime.now(UTC).isoformat(),
+                        },
+                        "version": current.version + 1,
+                    }
+                )
+                pipe.multi()
+                self._write(pipe, task_id, updated)
+                pipe.execute()
+                return updated
+            except redis.WatchError:
+                raise ConcurrentModification(f"task {task_id} changed") from None

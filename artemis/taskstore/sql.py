@@ -1,0 +1,170 @@
+"""TaskStorage on SQL (SQLite or PostgreSQL): table ``async_tasks``, optimistic lock on a
+``version`` column, expired tasks invisible to load and removed in batches."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import JSON, Index, delete, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import OperationalError
+from sqlmodel import Field, SQLModel
+
+from artemis.db import UTCDateTime, get_engine, utcnow
+from artemis.taskstore.base import (
+    TERMINAL,
+    ConcurrentModification,
+    StorageUnavailable,
+    TaskData,
+    TaskNotFound,
+    TaskStorage,
+    TaskValidationError,
+)
+
+
+class AsyncTask(SQLModel, table=True):
+    __tablename__ = "async_tasks"
+    __table_args__ = (
+        Index("ix_async_tasks_status_completed", "status", "completed_at"),
+        Index("ix_async_tasks_code_created", "task_code", "created_at"),
+        Index("ix_async_tasks_created", "created_at"),
+    )
+
+    task_id: str = Field(primary_key=True, max_length=200)
+    task_code: str = Field(default="", max_length=100)
+    workflow_id: str | None = Field(default=None, max_length=300)
+    status: str = Field(max_length=16)
+    payload: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    result: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    error: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    feedback: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    completed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    expires_at: datetime = Field(sa_type=UTCDateTime)
+    version: int = 0
+
+
+_t = AsyncTask.__table__  # type: ignore[attr-defined]
+_COLUMNS = [c for c in _t.c.keys() if c != "expires_at"]
+
+
+class SqlTaskStorage(TaskStorage):
+    def __init__(self, database_url: str, ttl_hours: int = 24) -> None:
+        self.engine = get_engine(database_url)
+        self.ttl = timedelta(hours=ttl_hours)
+        self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+
+    def _row(self, data: TaskData) -> dict[str, Any]:
+        row = json.loads(data.model_dump_json())
+        for key in ("created_at", "started_at", "completed_at", "updated_at"):
+            row[key] = getattr(data, key)
+        row["expires_at"] = data.updated_at + self.ttl
+        return row
+
+    def save(self, task_id: str, data: TaskData) -> None:
+        if data.task_id != task_id:
+            raise TaskValidationError(
+                f"task id {task_id!r} does not match the data's {data.task_id!r}"
+            )
+        row = self._row(data)
+        stmt = self._insert(_t).values(**row)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["task_id"],
+            set_={k: stmt.excluded[k] for k in row if k != "task_id"},
+        )
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(stmt)
+        except OperationalError as e:
+            raise StorageUnavailable(str(e)) from None
+
+    def _get(self, conn: Any, task_id: str) -> TaskData | None:
+        row = conn.execute(select(_t).where(_t.c.task_id == task_id)).first()
+        if row is None:
+            return None
+        m = dict(row._mapping)
+        if m["expires_at"] <= datetime.now(UTC):
+            return None
+        m.pop("expires_at")
+        return TaskData.model_validate(m)
+
+    def load(self, task_id: str) -> TaskData | None:
+        try:
+            with self.engine.connect() as conn:
+                return self._get(conn, task_id)
+        except OperationalError as e:
+            raise StorageUnavailable(str(e)) from None
+
+    def update_status(
+        self,
+        task_id: str,
+        status: str,
+        *,
+        expected_version: int | None = None,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> TaskData:
+        with self.engine.begin() as conn:
+            current = self._get(conn, task_id)
+            if current is None:
+                raise TaskNotFound(task_id)
+            version = current.version if expected_version is None else expected_version
+            now = datetime.now(UTC)
+            changes = self.stamped(current, status, now)
+            if result is not None:
+                changes["result"] = result
+            if error is not None:
+                changes["error"] = error
+            updated = TaskData.model_validate(
+                {**current.model_dump(), **changes, "version": version + 1}
+            )
+            values = {k: getattr(updated, k) for k in changes}
+            done = conn.execute(
+                update(_t)
+                .where(_t.c.task_id == task_id, _t.c.version == version)
+                .values(**values, version=version + 1, expires_at=now + self.ttl)
+            ).rowcount
+            if done == 0:
+                raise ConcurrentModification(f"task {task_id} changed (expected version {version})")
+            return updated
+
+    def delete(self, task_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(_t).where(_t.c.task_id == task_id))
+
+    def delete_expired(self, before: datetime, batch_size: int = 1000) -> int:
+        total = 0
+        while True:
+            with self.engine.begin() as conn:  # short transactions: no long table locks
+                ids = (
+                    conn.execute(
+                        select(_t.c.task_id)
+                        .where(_t.c.status.in_(TERMINAL), _t.c.completed_at < before)
+                        .limit(batch_size)
+                    )
+                    .scalars()
+                    .all()
+                )
+                if not ids:
+                    return total
+                total += conn.execute(delete(_t).where(_t.c.task_id.in_(ids))).rowcount
+
+    def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
+        if status not in ("success", "failed"):
+            raise TaskValidationError("feedback status must be success or failed")
+        with self.engine.begin() as conn:
+            current = self._get(conn, task_id)
+            if current is None:
+                raise TaskNotFound(task_id)
+            feedback = {"status": status, "comment": comment, "at": datetime.now(UTC).isoformat()}
+            conn.execute(
+                update(_t)
+                .where(_t.c.task_id == task_id)
+                .values(feedback=feedback, version=_t.c.version + 1)
+            )
+            return current.model_copy(update={"feedback": feedback, "version": current.version + 1})

@@ -1,0 +1,201 @@
+"""One contract suite for TaskStorage, run on SQLite, PostgreSQL and a real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from artemis.taskstore import (
+    ConcurrentModification,
+    TaskData,
+    TaskNotFound,
+    TaskValidationError,
+)
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
+def storage(request, tmp_path_factory):
+    from artemis.migrate import upgrade
+
+    if request.param == "redis":
+        from artemis.taskstore.redis_store import RedisTaskStorage
+
+        store = RedisTaskStorage(request.getfixturevalue("redis_url"), ttl_hours=24)
+        store.client.flushdb()
+        return store
+    from artemis.taskstore.sql import SqlTaskStorage
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('ts') / 'tasks.db'}"
+    else:
+        url = request.getfixturevalue("pg_server").url
+    upgrade(url)
+    store = SqlTaskStorage(url, ttl_hours=24)
+    with store.engine.begin() as conn:
+        from sqlalchemy import text
+
+        conn.execute(text("DELETE FROM async_tasks"))
+    return store
+
+
+def tid() -> str:
+    return str(uuid.uuid4())
+
+
+def test_save_is_an_upsert_and_load_round_trips(storage):
+    t = tid()
+    data = TaskData.pending(
+        t,
+        {"symbols": ["AAPL"]},
+        task_code="pull_stock_quotes",
+        workflow_id=f"artemis/pull_stock_quotes/{t}",
+    )
+    storage.save(t, data)
+    loaded = storage.load(t)
+    assert loaded.status == "pending" and loaded.payload == {"symbols": ["AAPL"]}
+    assert loaded.task_code == "pull_stock_quotes" and loaded.created_at.tzinfo is not None
+    storage.save(t, data.model_copy(update={"status": "running"}))
+    assert storage.load(t).status == "running"
+
+
+def test_load_of_a_missing_task_is_none(storage):
+    assert storage.load(tid()) is None
+
+
+def test_update_status_stamps_started_and_completed(storage):
+    t = tid()
+    storage.save(t, TaskData.pending(t, {}))
+    running = storage.update_status(t, "running")
+    assert running.started_at is not None and running.completed_at is None
+    assert storage.load(t).version == running.version == 1
+    done = storage.update_status(t, "completed", result={"records": 3})
+    loaded = storage.load(t)
+    assert loaded.status == "completed" and loaded.result == {"records": 3}
+    assert loaded.completed_at >= loaded.started_at and loaded.version == done.version == 2
+
+
+def test_optimistic_lock_conflict_raises(storage):
+    t = tid()
+    storage.save(t, TaskData.pending(t, {}))
+    storage.update_status(t, "running", expected_version=0)
+    with pytest.raises(ConcurrentModification):
+        storage.update_status(t, "cancelled", expected_version=0)  # stale version
+    assert storage.load(t).status == "running"
+
+
+def test_concurrent_writers_one_wins_per_version(storage):
+    t = tid()
+    storage.save(t, TaskData.pending(t, {}))
+    outcomes: list[str] = []
+
+    def writer(status: str) -> None:
+        try:
+            storage.update_status(
+                t, status, expected_version=0, error={"code": "X", "message": "y"}
+            )
+            outcomes.append("ok")
+        except ConcurrentModification:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in ("failed", "timeout") * 3]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert outcomes.count("ok") == 1 and outcomes.count("conflict") == 5
+    assert storage.load(t).version == 1
+
+
+def test_update_of_a_missing_task_raises_not_found(storage):
+    with pytest.raises(TaskNotFound):
+        storage.update_status(tid(), "running")
+
+
+def test_contract_violations_are_refused(storage):
+    t = tid()
+    with pytest.raises(TaskValidationError):
+        TaskData(task_id=t, status="completed")  # completed without a result
+    with pytest.raises(TaskValidationError):
+        TaskData(task_id=t, status="paused")
+    storage.save(t, TaskData.pending(t, {}))
+    with pytest.raises(TaskValidationError):
+        storage.update_status(t, "completed")  # still no result
+    with pytest.raises(TaskValidationError):
+        storage.save("other-id", TaskData.pending(t, {}))
+
+
+def test_delete_is_idempotent(storage):
+    t = tid()
+    storage.save(t, TaskData.pending(t, {}))
+    storage.delete(t)
+    assert storage.load(t) is None
+    storage.delete(t)
+    storage.delete(tid())
+
+
+def test_delete_expired_removes_old_terminal_tasks_only_in_batches(storage):
+    old = datetime.now(UTC) - timedelta(hours=30)
+    ids = {"old_done": [], "old_running": [], "new_done": []}
+    for n in range(25):
+        t = tid()
+        ids["old_done"].append(t)
+        storage.save(
+            t,
+            TaskData(
+                task_id=t,
+                status="completed",
+                result={},
+                started_at=old,
+                completed_at=old + timedelta(minutes=n),
+            ),
+        )
+    for _ in range(3):
+        t = tid()
+        ids["old_running"].append(t)
+        storage.save(t, TaskData(task_id=t, status="running", started_at=old))
+        t = tid()
+        ids["new_done"].append(t)
+        storage.save(
+            t,
+            TaskData(
+                task_id=t, status="failed", error={"code": "X"}, completed_at=datetime.now(UTC)
+            ),
+        )
+    removed = storage.delete_expired(datetime.now(UTC) - timedelta(hours=24), batch_size=10)
+    assert removed == 25
+    assert all(storage.load(t) is None for t in ids["old_done"])
+    assert all(storage.load(t) is not None for t in ids["old_running"] + ids["new_done"])
+
+
+def test_feedback_is_stored(storage):
+    t = tid()
+    storage.save(t, TaskData(task_id=t, status="completed", result={"n": 1}))
+    storage.record_feedback(t, "success", "looks right")
+    fb = storage.load(t).feedback
+    assert fb["status"] == "success" and fb["comment"] == "looks right"
+    with pytest.raises(TaskValidationError):
+        storage.record_feedback(t, "meh")
+    with pytest.raises(TaskNotFound):
+        storage.record_feedback(tid(), "failed")
+
+
+def test_expired_tasks_are_invisible(storage):
+    t = tid()
+    if hasattr(storage, "client"):  # Redis: the TTL is on every key
+        storage.save(t, TaskData.pending(t, {}))
+        ttls = [
+            storage.client.ttl(f"task:{t}:{p}")
+            for p in ("status", "payload", "result", "error", "meta")
+        ]
+        assert all(23 * 3600 < x <= 24 * 3600 for x in ttls)
+        storage.client.expire(f"task:{t}:status", 1)
+        time.sleep(1.2)
+    else:  # SQL: expires_at = last update + ttl
+        storage.ttl = timedelta(seconds=-1)
+        storage.save(t, TaskData.pending(t, {}))
+        storage.ttl = timedelta(hours=24)
+    assert storage.load(t) is None
