@@ -31,6 +31,7 @@ from artemis.run_models import (
     FetchRetry,
     FinalizeInput,
     FinalizeResult,
+    MirrorInput,
     PrepareInput,
     PrepareResult,
     ProcessResult,
@@ -127,6 +128,7 @@ class TaskRunActivities:
         self.settings = settings
         self.client = make_client(settings.http_client)
         self.staging = Staging(settings.database.url)
+        self._task_store = None
         self.secrets = RunSecrets(
             settings.database.url, settings.vault.get("master_key_file", ".artemis/master.key")
         )
@@ -199,6 +201,51 @@ class TaskRunActivities:
             rate_key=rate_key,
             pages_per_fetch=1 if rate_key else None,
         )
+
+    @activity.defn(name="mirror_state")
+    @activity_boundary
+    async def mirror_state(self, inp: MirrorInput, trace: TraceContext) -> str:
+        """Record the run's state in task storage (pending/running/terminal, stats, error)."""
+        from artemis.taskstore import StorageUnavailable, TaskData, TaskNotFound
+
+        def write() -> str:
+            store = self.task_store
+            run = inp.run
+            result = inp.stats if inp.status == "completed" else None
+            try:
+                current = store.load(run.task_id)
+                if current is None:
+                    store.save(
+                        run.task_id,
+                        TaskData(
+                            task_id=run.task_id,
+                            task_code=run.task_code,
+                            workflow_id=run.workflow_id,
+                            status="pending",
+                        ),
+                    )
+                store.update_status(run.task_id, inp.status, result=result or None, error=inp.error)
+                if inp.status != "completed" and inp.stats:
+                    data = store.load(run.task_id)
+                    if data is not None:
+                        store.save(run.task_id, data.model_copy(update={"result": inp.stats}))
+            except (StorageUnavailable, TaskNotFound) as e:
+                raise ArtemisError(
+                    ErrorCode.INTERNAL, f"task store: {type(e).__name__}: {e}", retryable=True
+                ) from None
+            return inp.status
+
+        status = await asyncio.to_thread(write)
+        log.info("task_state_recorded", status=status)
+        return status
+
+    @property
+    def task_store(self):  # noqa: ANN201
+        if self._task_store is None:
+            from artemis.taskstore import make_task_storage
+
+            self._task_store = make_task_storage(self.settings)
+        return self._task_store
 
     @activity.defn(name="split_run")
     @activity_boundary
@@ -428,6 +475,7 @@ class TaskRunActivities:
         return [
             self.prepare_params,
             self.split_run,
+            self.mirror_state,
             self.fetch_pages,
             self.process_batch,
             self.emit_batch,

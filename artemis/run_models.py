@@ -125,6 +125,16 @@ class PrepareResult:
 
 
 @dataclass
+class MirrorInput:
+    """A state change of the run, recorded in task storage."""
+
+    run: RunRef
+    status: str
+    stats: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+
+
+@dataclass
 class SplitInput:
     run: RunRef
     params: dict[str, Any]

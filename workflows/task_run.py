@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         FetchRetry,
         FinalizeInput,
         FinalizeResult,
+        MirrorInput,
         PauseRequest,
         PrepareInput,
         PrepareResult,
@@ -89,6 +90,8 @@ class TaskRunWorkflow:
         self._cancel_reason: str | None = None
         self._status = "pending"
         self._error: dict[str, Any] | None = None
+        self._store_state = "pending"
+        self._mirror_running: asyncio.Task[None] | None = None
         self._paused = False
         self._rate_key: str | None = None
         self._pages_per_fetch: int | None = None
@@ -114,6 +117,7 @@ class TaskRunWorkflow:
             "paused": self._paused,
             "qps": self._qps,
             "circuit": self._circuit_state,
+            "task_store": self._store_state,
         }
 
     @workflow.signal
@@ -195,6 +199,10 @@ class TaskRunWorkflow:
             self._paused = carry.paused
         self._generation = carry.generation if carry else 1
         self._status = "running"
+        if carry is None:
+            # Recorded alongside, never in the way: a task-store outage is retried and shown
+            # in the progress query, it neither fails nor blocks the run.
+            self._mirror_running = asyncio.create_task(self._mirror("running"))
         self._details()
 
         deadline_s = req.timeout_s - (workflow.now().timestamp() * 1000 - self._started_ms) / 1000
@@ -236,6 +244,9 @@ class TaskRunWorkflow:
         self._error = {"code": error_code, "message": error_message} if error_code else None
 
         callback_outcome = await self._finalize(status, error_code, error_message)
+        if self._mirror_running is not None:
+            await _quietly(self._mirror_running)  # the `running` record goes first
+        await self._mirror(status, dict(self._stats), self._error)
         self._status = status
         self._details()
         result = RunResult(
@@ -406,6 +417,26 @@ class TaskRunWorkflow:
         )
         self._stats["records_emitted"] += emitted.records_emitted
         self._details()
+
+    async def _mirror(
+        self, status: str, stats: dict[str, Any] | None = None, error: dict[str, Any] | None = None
+    ) -> None:
+        try:
+            await workflow.execute_activity(
+                "mirror_state",
+                MirrorInput(run=self._run, status=status, stats=stats or {}, error=error),
+                start_to_close_timeout=timedelta(seconds=15),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=10),
+                    maximum_attempts=5,
+                ),
+                summary=f"Record `{status}` in task storage",
+            )
+            self._store_state = "ok"
+        except ActivityError as e:
+            self._store_state = "failed"
+            self._log("task_store_unavailable", status=status, error=_message_of(e))
 
     async def _rest_after_failures(self, e: ActivityError) -> bool:
         """The durable circuit breaker: once the fetch has failed `threshold` times in a row
