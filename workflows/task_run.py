@@ -422,7 +422,8 @@ class TaskRunWorkflow:
         self, status: str, stats: dict[str, Any] | None = None, error: dict[str, Any] | None = None
     ) -> None:
         try:
-            await workflow.execute_activity(
+            # A local activity: a few small writes, so no task-queue round trip per record.
+            await workflow.execute_local_activity(
                 "mirror_state",
                 MirrorInput(run=self._run, status=status, stats=stats or {}, error=error),
                 start_to_close_timeout=timedelta(seconds=15),
