@@ -15,6 +15,7 @@ import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from artemis.config import Settings, load_settings
 from artemis.errors import ArtemisError
@@ -384,6 +385,40 @@ def run(
     console.print_json(data=final)
     if final.get("status") != "completed":
         raise typer.Exit(1)
+
+
+@tasks_app.command("list")
+def tasks_list(
+    status: str | None = typer.Option(None, "--status", help="pending|running|completed|..."),
+    code: str | None = typer.Option(None, "--code", help="task code"),
+    limit: int = typer.Option(20, "--limit"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Runs from task storage, newest first."""
+    settings = _settings(config)
+    query = {
+        "limit": limit,
+        **({"status": status} if status else {}),
+        **({"code": code} if code else {}),
+    }
+    data = _call("GET", f"{_api_url(settings, api)}/tasks", settings, params=query)["data"]
+    table = Table(show_lines=False)
+    for col in ("task id", "code", "status", "records", "started", "completed", "error"):
+        table.add_column(col)
+    for t in data["items"]:
+        table.add_row(
+            t["task_id"],
+            t["task_code"],
+            t["status"],
+            str((t.get("result") or {}).get("records_emitted", "")),
+            (t.get("started_at") or "")[:19],
+            (t.get("completed_at") or "")[:19],
+            (t.get("error") or {}).get("code", ""),
+        )
+    console.print(table)
+    if data.get("next_cursor"):
+        console.print(f"more: --cursor {data['next_cursor']}")
 
 
 @tasks_app.command("show")

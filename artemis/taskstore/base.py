@@ -4,6 +4,8 @@ delete (idempotent), delete_expired (terminal tasks only, in batches). Times are
 
 from __future__ import annotations
 
+import base64
+import json
 from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 from typing import Any
@@ -109,6 +111,18 @@ class TaskStorage(ABC):
         """Remove terminal tasks completed before ``before``; returns how many."""
 
     @abstractmethod
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        code: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[TaskData], str | None]:
+        """Tasks newest first, filtered by status and task code; returns the page and the
+        cursor of the next one (None at the end)."""
+
+    @abstractmethod
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
         """Store a user's verdict on the run (``success`` | ``failed``)."""
 
@@ -123,3 +137,16 @@ class TaskStorage(ABC):
             if data.started_at is None:
                 changes["started_at"] = now
         return changes
+
+
+def encode_cursor(created_at: datetime, task_id: str) -> str:
+    raw = json.dumps([utc(created_at).isoformat(), task_id])  # type: ignore[union-attr]
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, task_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return datetime.fromisoformat(created), str(task_id)
+    except (ValueError, TypeError):
+        raise TaskValidationError(f"cursor {cursor!r} is not one this API gave out") from None

@@ -18,9 +18,12 @@ from artemis.taskstore.base import (
     TaskNotFound,
     TaskStorage,
     TaskValidationError,
+    decode_cursor,
+    encode_cursor,
 )
 
 _PARTS = ("status", "payload", "result", "error", "meta")
+INDEX = "tasks:index"
 
 
 def _keys(task_id: str) -> list[str]:
@@ -46,6 +49,9 @@ class RedisTaskStorage(TaskStorage):
     def _write(self, pipe: Any, task_id: str, data: TaskData) -> None:
         for part, value in self._encode(data).items():
             pipe.set(f"task:{task_id}:{part}", value, ex=self.ttl_s)
+        # The listing index: newest first by creation time (entries of expired tasks are
+        # dropped when a listing meets them).
+        pipe.zadd(INDEX, {task_id: data.created_at.timestamp()})
 
     def save(self, task_id: str, data: TaskData) -> None:
         if data.task_id != task_id:
@@ -118,7 +124,10 @@ class RedisTaskStorage(TaskStorage):
                 raise StorageUnavailable(str(e)) from None
 
     def delete(self, task_id: str) -> None:
-        self.client.delete(*_keys(task_id))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(*_keys(task_id))
+        pipe.zrem(INDEX, task_id)
+        pipe.execute()
 
     def delete_expired(self, before: datetime, batch_size: int = 1000) -> int:
         total = 0
@@ -143,10 +152,56 @@ class RedisTaskStorage(TaskStorage):
                     pipe = self.client.pipeline(transaction=False)
                     for task_id in doomed:
                         pipe.delete(*_keys(task_id))
+                        pipe.zrem(INDEX, task_id)
                     pipe.execute()
                     total += len(doomed)
             if cursor == 0:
                 return total
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        code: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[TaskData], str | None]:
+        max_score: float | str = "+inf"
+        after_id: str | None = None
+        if cursor:
+            created, after_id = decode_cursor(cursor)
+            max_score = created.timestamp()
+        items: list[TaskData] = []
+        offset = 0
+        while len(items) <= limit:
+            batch: list[tuple[Any, float]] = list(
+                self.client.zrevrangebyscore(
+                    INDEX, max_score, "-inf", start=offset, num=200, withscores=True
+                )  # type: ignore[arg-type]
+            )
+            if not batch:
+                break
+            offset += len(batch)
+            pipe = self.client.pipeline(transaction=False)
+            for task_id, _ in batch:
+                pipe.mget(_keys(str(task_id)))
+            for (task_id, score), values in zip(batch, pipe.execute(), strict=True):
+                if after_id is not None and score == max_score and str(task_id) >= after_id:
+                    continue  # ties on the cursor's second: ids after it were served
+                data = self._decode(values)
+                if data is None:
+                    self.client.zrem(INDEX, task_id)  # its keys expired
+                    continue
+                if (status and data.status != status) or (code and data.task_code != code):
+                    continue
+                items.append(data)
+        page = items[:limit]
+        nxt = (
+            encode_cursor(page[-1].created_at, page[-1].task_id)
+            if len(items) > limit and page
+            else None
+        )
+        return page, nxt
 
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
         if status not in ("success", "failed"):

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import JSON, Index, delete, select, update
+from sqlalchemy import JSON, Index, and_, delete, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
@@ -22,6 +22,8 @@ from artemis.taskstore.base import (
     TaskNotFound,
     TaskStorage,
     TaskValidationError,
+    decode_cursor,
+    encode_cursor,
 )
 
 
@@ -153,6 +155,42 @@ class SqlTaskStorage(TaskStorage):
                 if not ids:
                     return total
                 total += conn.execute(delete(_t).where(_t.c.task_id.in_(ids))).rowcount
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        code: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[TaskData], str | None]:
+        q = select(_t).where(_t.c.expires_at > datetime.now(UTC))
+        if status:
+            q = q.where(_t.c.status == status)
+        if code:
+            q = q.where(_t.c.task_code == code)
+        if cursor:
+            created, task_id = decode_cursor(cursor)
+            q = q.where(
+                or_(
+                    _t.c.created_at < created,
+                    and_(_t.c.created_at == created, _t.c.task_id < task_id),
+                )
+            )
+        q = q.order_by(_t.c.created_at.desc(), _t.c.task_id.desc()).limit(limit + 1)
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).fetchall()
+        items = []
+        for row in rows[:limit]:
+            m = dict(row._mapping)
+            m.pop("expires_at")
+            items.append(TaskData.model_validate(m))
+        nxt = (
+            encode_cursor(items[-1].created_at, items[-1].task_id)
+            if len(rows) > limit and items
+            else None
+        )
+        return items, nxt
 
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
         if status not in ("success", "failed"):

@@ -25,3 +25,38 @@ async def test_completed_and_failed_runs_are_recorded_in_task_storage(stack):
     failed = store.load(failed_id)
     assert failed.status == "failed" and failed.error["code"] == "SINK_ERROR"
     assert failed.completed_at is not None
+
+
+async def test_get_tasks_lists_runs_by_status_and_code_and_feedback_is_stored(stack):
+    code = "pull_stock_quotes"
+    ok_id, bad_id = new_task_id(), new_task_id()
+    await stack.run({"meta": {"task_id": ok_id}, "params": {"symbols": ["AAPL"]}})
+    await stack.fault("sink", status=400, times=1)
+    await stack.run({"meta": {"task_id": bad_id}, "params": {"symbols": ["AAPL"]}})
+    listed = (await stack.http.get("/tasks", params={"code": code, "limit": 500})).json()
+    ids = [t["task_id"] for t in listed["data"]["items"]]
+    assert ids.index(bad_id) < ids.index(ok_id)  # newest first
+    failed = (await stack.http.get("/tasks", params={"status": "failed", "limit": 500})).json()
+    assert bad_id in [t["task_id"] for t in failed["data"]["items"]]
+    assert ok_id not in [t["task_id"] for t in failed["data"]["items"]]
+    page = (await stack.http.get("/tasks", params={"limit": 1})).json()["data"]
+    assert len(page["items"]) == 1 and page["next_cursor"]
+    nxt = (
+        await stack.http.get("/tasks", params={"limit": 1, "cursor": page["next_cursor"]})
+    ).json()
+    assert nxt["data"]["items"][0]["task_id"] != page["items"][0]["task_id"]
+    bad = await stack.http.get("/tasks", params={"status": "sleeping"})
+    assert bad.status_code == 422 and "status" in bad.json()["error"]["message"]
+    bad = await stack.http.get("/tasks", params={"cursor": "zzz"})
+    assert bad.status_code == 422 and "cursor" in bad.json()["error"]["message"]
+
+    fb = await stack.http.post(
+        f"/tasks/{ok_id}/feedback", json={"status": "success", "comment": "checked"}
+    )
+    assert fb.status_code == 200 and fb.json()["data"]["feedback"]["status"] == "success"
+    assert SqlTaskStorage(stack.settings.database.url).load(ok_id).feedback["comment"] == "checked"
+    assert (
+        await stack.http.post(f"/tasks/{ok_id}/feedback", json={"status": "great"})
+    ).status_code == 422
+    missing = await stack.http.post(f"/tasks/{new_task_id()}/feedback", json={"status": "failed"})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "TASK_NOT_FOUND"

@@ -199,3 +199,37 @@ def test_expired_tasks_are_invisible(storage):
         storage.save(t, TaskData.pending(t, {}))
         storage.ttl = timedelta(hours=24)
     assert storage.load(t) is None
+
+
+def test_list_newest_first_filtered_and_paginated(storage):
+    base = datetime.now(UTC) - timedelta(minutes=30)
+    made = []
+    for n in range(7):
+        t = f"list-{n}-{tid()[:8]}"
+        status = "completed" if n % 2 == 0 else "running"
+        data = TaskData(
+            task_id=t,
+            task_code="a" if n < 4 else "b",
+            status=status,
+            result={"n": n} if status == "completed" else None,
+            created_at=base + timedelta(seconds=n),
+        )
+        storage.save(t, data)
+        made.append(t)
+    newest_first = list(reversed(made))
+    seen, cursor = [], None
+    while True:
+        page, cursor = storage.list(limit=3, cursor=cursor)
+        assert len(page) <= 3
+        seen += [d.task_id for d in page]
+        if cursor is None:
+            break
+    assert seen == newest_first
+    done, _ = storage.list(status="completed", limit=50)
+    assert [d.task_id for d in done] == [t for t in newest_first if int(t.split("-")[1]) % 2 == 0]
+    b_tasks, _ = storage.list(code="b", limit=50)
+    assert [d.task_id for d in b_tasks] == newest_first[:3]
+    both, _ = storage.list(code="a", status="running", limit=50)
+    assert [d.task_id for d in both] == [made[3], made[1]]
+    with pytest.raises(TaskValidationError):
+        storage.list(cursor="not-a-cursor")

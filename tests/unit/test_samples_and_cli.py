@@ -95,6 +95,11 @@ async def test_cli_run_show_and_cancel(stack):
     cancel = await asyncio.to_thread(_cli, "tasks", "cancel", final["task_id"], api=stack.api_url)
     assert cancel.returncode == 1 and "CONFLICT" in cancel.stderr
 
+    listed = await asyncio.to_thread(_cli, "tasks", "list", "--code", "pull_stock_quotes",
+                                     "--limit", "200", api=stack.api_url)
+    assert listed.returncode == 0, listed.stderr
+    assert final["task_id"][:12] in listed.stdout and "completed" in listed.stdout
+
     missing = await asyncio.to_thread(_cli, "tasks", "show", new_task_id(), api=stack.api_url)
     assert missing.returncode == 1 and "TASK_NOT_FOUND" in missing.stderr
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -114,3 +116,59 @@ async def delete_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
 ) -> JSONResponse:
     return await _cancel(task_id, request, service)
+
+
+def _store(request: Request):  # noqa: ANN202
+    app = request.app
+    if getattr(app.state, "task_store", None) is None:
+        from artemis.taskstore import make_task_storage
+
+        app.state.task_store = make_task_storage(app.state.settings)
+    return app.state.task_store
+
+
+@router.get("/tasks", summary="Runs from task storage, newest first")
+async def list_tasks(
+    request: Request,
+    status: Literal["pending", "running", "completed", "failed", "cancelled", "timeout"]
+    | None = Query(None),
+    code: str | None = Query(None, max_length=100),
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, max_length=500),
+) -> JSONResponse:
+    from artemis.taskstore import StorageUnavailable, TaskValidationError
+
+    try:
+        items, nxt = await asyncio.to_thread(
+            _store(request).list, status=status, code=code, limit=limit, cursor=cursor
+        )
+    except TaskValidationError as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"cursor: {e}") from None
+    except StorageUnavailable as e:
+        raise ArtemisError(ErrorCode.NOT_READY, f"task storage unavailable: {e}") from None
+    return envelope(
+        request, {"items": [json.loads(d.model_dump_json()) for d in items], "next_cursor": nxt}
+    )
+
+
+@router.post("/tasks/{task_id}/feedback", summary="Record a user's verdict on a run")
+async def task_feedback(task_id: str, request: Request) -> JSONResponse:
+    from artemis.taskstore import TaskNotFound, TaskValidationError
+
+    raw = await read_json(request)
+    if not isinstance(raw, dict) or raw.get("status") not in ("success", "failed"):
+        raise ArtemisError(ErrorCode.INVALID_INPUT, 'body.status: must be "success" or "failed"')
+    comment = raw.get("comment")
+    if comment is not None and not isinstance(comment, str):
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.comment: must be a string")
+    try:
+        data = await asyncio.to_thread(
+            _store(request).record_feedback, task_id, raw["status"], comment
+        )
+    except TaskNotFound:
+        raise ArtemisError(
+            ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r} in task storage"
+        ) from None
+    except TaskValidationError as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"body.status: {e}") from None
+    return envelope(request, json.loads(data.model_dump_json()))
