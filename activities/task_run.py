@@ -25,6 +25,8 @@ from artemis.logsetup import get_logger
 from artemis.run_models import (
     BatchInput,
     CircuitBreaker,
+    CleanupInput,
+    CleanupResult,
     EmitResult,
     FetchInput,
     FetchResult,
@@ -246,6 +248,17 @@ class TaskRunActivities:
 
             self._task_store = make_task_storage(self.settings)
         return self._task_store
+
+    @activity.defn(name="cleanup_old_tasks")
+    async def cleanup_old_tasks(self, inp: CleanupInput) -> CleanupResult:
+        """cleanup_old_tasks(hours=24) of seed 001: terminal tasks and stale staged pages."""
+        from datetime import UTC, datetime, timedelta
+
+        before = datetime.now(UTC) - timedelta(hours=inp.hours)
+        tasks = await asyncio.to_thread(self.task_store.delete_expired, before)
+        pages = await asyncio.to_thread(self.staging.drop_older_than, before)
+        log.info("cleanup_done", hours=inp.hours, tasks_removed=tasks, staged_pages_removed=pages)
+        return CleanupResult(tasks_removed=tasks, staged_pages_removed=pages)
 
     @activity.defn(name="split_run")
     @activity_boundary
@@ -476,6 +489,7 @@ class TaskRunActivities:
             self.prepare_params,
             self.split_run,
             self.mirror_state,
+            self.cleanup_old_tasks,
             self.fetch_pages,
             self.process_batch,
             self.emit_batch,

@@ -125,6 +125,17 @@ class PrepareResult:
 
 
 @dataclass
+class CleanupInput:
+    hours: float = 24.0
+
+
+@dataclass
+class CleanupResult:
+    tasks_removed: int
+    staged_pages_removed: int
+
+
+@dataclass
 class MirrorInput:
     """A state change of the run, recorded in task storage."""
 

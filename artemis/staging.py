@@ -3,6 +3,7 @@ history carries only (run, sequence range, counts)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, select
@@ -63,6 +64,11 @@ class Staging:
         )
         with self.engine.connect() as conn:
             return [(row.seq, jsonio.loads(row.payload)) for row in conn.execute(q)]
+
+    def drop_older_than(self, before: datetime) -> int:
+        """Pages left behind by runs that never finalized (terminated ones)."""
+        with self.engine.begin() as conn:
+            return conn.execute(delete(_table).where(_table.c.created_at < before)).rowcount
 
     def drop_run(self, run_key: str) -> int:
         with self.engine.begin() as conn:

@@ -12,8 +12,9 @@ from temporalio.worker import Worker
 from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.logsetup import configure_logging, get_logger
-from artemis.run_models import provenance_queue
+from artemis.run_models import CleanupInput, provenance_queue
 from workers.client import connect
+from workflows.cleanup import CleanupWorkflow
 from workflows.task_run import TaskRunWorkflow
 
 log = get_logger("artemis.worker")
@@ -86,13 +87,48 @@ class ProvenanceWorkers:
                 pass
 
 
+def cleanup_schedule_id(task_queue: str) -> str:
+    return f"artemis/cleanup-old-tasks/{task_queue}"
+
+
+async def ensure_cleanup_schedule(client: Client, settings: Settings, task_queue: str) -> None:
+    """Create, once, the schedule that runs cleanup_old_tasks(hours) every hour."""
+    from datetime import timedelta
+
+    from temporalio.client import (
+        Schedule,
+        ScheduleActionStartWorkflow,
+        ScheduleAlreadyRunningError,
+        ScheduleIntervalSpec,
+        ScheduleSpec,
+    )
+
+    hours = float(settings.task_store.ttl_hours)
+    try:
+        await client.create_schedule(
+            cleanup_schedule_id(task_queue),
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    CleanupWorkflow.run,
+                    CleanupInput(hours=hours),
+                    id=f"artemis/cleanup/{task_queue}",
+                    task_queue=task_queue,
+                ),
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
+            ),
+        )
+        log.info("cleanup_schedule_created", task_queue=task_queue, hours=hours)
+    except ScheduleAlreadyRunningError:
+        pass
+
+
 def build_worker(
     client: Client, settings: Settings, activities: TaskRunActivities, task_queue: str | None = None
 ) -> Worker:
     return Worker(
         client,
         task_queue=task_queue or settings.temporal.task_queue,
-        workflows=[TaskRunWorkflow],
+        workflows=[TaskRunWorkflow, CleanupWorkflow],
         activities=activities.all(),
         max_concurrent_activities=100,
     )
@@ -112,6 +148,9 @@ async def running_worker(
     try:
         async with worker:
             await provenances.start()
+            await ensure_cleanup_schedule(
+                client, settings, task_queue or settings.temporal.task_queue
+            )
             log.info(
                 "worker_started",
                 task_queue=task_queue or settings.temporal.task_queue,

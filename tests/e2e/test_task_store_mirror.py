@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from artemis.taskstore.sql import SqlTaskStorage
 from tests.conftest import new_task_id
 
@@ -60,3 +62,50 @@ async def test_get_tasks_lists_runs_by_status_and_code_and_feedback_is_stored(st
     ).status_code == 422
     missing = await stack.http.post(f"/tasks/{new_task_id()}/feedback", json={"status": "failed"})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "TASK_NOT_FOUND"
+
+
+async def test_cleanup_schedule_removes_old_terminal_tasks_only(stack):
+    from datetime import UTC, datetime, timedelta
+
+    from temporalio.worker import Replayer
+
+    from artemis.taskstore import TaskData
+    from workers.main import cleanup_schedule_id
+    from workflows.cleanup import CleanupWorkflow
+
+    store = SqlTaskStorage(stack.settings.database.url)
+    old = datetime.now(UTC) - timedelta(hours=30)
+    old_done, old_running, recent = new_task_id(), new_task_id(), new_task_id()
+    store.save(
+        old_done, TaskData(task_id=old_done, status="completed", result={}, completed_at=old)
+    )
+    store.save(old_running, TaskData(task_id=old_running, status="running", started_at=old))
+    store.save(
+        recent,
+        TaskData(task_id=recent, status="completed", result={}, completed_at=datetime.now(UTC)),
+    )
+    schedule = stack.client.get_schedule_handle(
+        cleanup_schedule_id(stack.settings.temporal.task_queue)
+    )
+    desc = await schedule.describe()  # created idempotently by the worker at start-up
+    assert desc.schedule.spec.intervals[0].every == timedelta(hours=1)
+    await schedule.trigger()
+    for _ in range(100):
+        if store.load(old_done) is None:
+            break
+        await asyncio.sleep(0.1)
+    assert store.load(old_done) is None
+    assert store.load(old_running) is not None and store.load(recent) is not None
+    # the clean-up workflow's history replays
+    queue = stack.settings.temporal.task_queue
+    ids = [
+        w
+        async for w in stack.client.list_workflows(
+            f"WorkflowType = 'CleanupOldTasks' AND TaskQueue = '{queue}'"
+        )
+    ]
+    assert ids
+    history = await stack.client.get_workflow_handle(
+        ids[0].id, run_id=ids[0].run_id
+    ).fetch_history()
+    await Replayer(workflows=[CleanupWorkflow]).replay_workflow(history)

@@ -95,8 +95,9 @@ async def test_cli_run_show_and_cancel(stack):
     cancel = await asyncio.to_thread(_cli, "tasks", "cancel", final["task_id"], api=stack.api_url)
     assert cancel.returncode == 1 and "CONFLICT" in cancel.stderr
 
-    listed = await asyncio.to_thread(_cli, "tasks", "list", "--code", "pull_stock_quotes",
-                                     "--limit", "200", api=stack.api_url)
+    listed = await asyncio.to_thread(
+        _cli, "tasks", "list", "--code", "pull_stock_quotes", "--limit", "200", api=stack.api_url
+    )
     assert listed.returncode == 0, listed.stderr
     assert final["task_id"][:12] in listed.stdout and "completed" in listed.stdout
 
