@@ -126,6 +126,26 @@ class TaskStorage(ABC):
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
         """Store a user's verdict on the run (``success`` | ``failed``)."""
 
+    @classmethod
+    def transition(
+        cls,
+        current: TaskData,
+        status: str,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        version: int,
+    ) -> tuple[dict[str, Any], TaskData]:
+        """The changed fields of a status change and the task after it (validated)."""
+        changes = cls.stamped(current, status, datetime.now(UTC))
+        if result is not None:
+            changes["result"] = result
+        if error is not None:
+            changes["error"] = error
+        updated = TaskData.model_validate(
+            {**current.model_dump(), **changes, "version": version + 1}
+        )
+        return changes, updated
+
     @staticmethod
     def stamped(data: TaskData, status: str, now: datetime) -> dict[str, Any]:
         """The fields a status change sets."""

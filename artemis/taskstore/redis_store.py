@@ -106,14 +106,7 @@ class RedisTaskStorage(TaskStorage):
                     raise ConcurrentModification(
                         f"task {task_id} is at version {current.version}, not {expected_version}"
                     )
-                changes = self.stamped(current, status, datetime.now(UTC))
-                if result is not None:
-                    changes["result"] = result
-                if error is not None:
-                    changes["error"] = error
-                updated = TaskData.model_validate(
-                    {**current.model_dump(), **changes, "version": current.version + 1}
-                )
+                _, updated = self.transition(current, status, result, error, current.version)
                 pipe.multi()
                 self._write(pipe, task_id, updated)
                 pipe.execute()

@@ -117,14 +117,7 @@ class SqlTaskStorage(TaskStorage):
                 raise TaskNotFound(task_id)
             version = current.version if expected_version is None else expected_version
             now = datetime.now(UTC)
-            changes = self.stamped(current, status, now)
-            if result is not None:
-                changes["result"] = result
-            if error is not None:
-                changes["error"] = error
-            updated = TaskData.model_validate(
-                {**current.model_dump(), **changes, "version": version + 1}
-            )
+            changes, updated = self.transition(current, status, result, error, version)
             values = {k: getattr(updated, k) for k in changes}
             done = conn.execute(
                 update(_t)
