@@ -40,6 +40,13 @@ def import_doc(stack, doc: dict) -> None:
     )
 
 
+async def harvest(stack, task_id: str, mode: str = "sync", **params):
+    """Start literature_harvest with ``params`` under ``task_id``; the API's answer."""
+    return await stack.run(
+        {"meta": {"task_id": task_id}, "params": params}, code="literature_harvest", mode=mode
+    )
+
+
 async def _delivered(stack, task_id: str) -> Counter:
     batches = await stack.sink_batches(f"literature_harvest/{task_id}:")
     by_key = {b["idempotency_key"]: b["records"] for b in batches if b["status"] == 200}
@@ -55,18 +62,14 @@ async def test_pubmed_harvest_delivers_every_record_once(stack):
     async with httpx.AsyncClient(base_url=stack.samples_url) as http:
         await http.post("/_control/literature", json={"reset": True})
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": "pubmed",
-                "task_type": "harvest",
-                "query": "cancer",
-                "start": "2025-01-01",
-                "end": "2025-01-10",
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack,
+        task_id,
+        provenance="pubmed",
+        task_type="harvest",
+        query="cancer",
+        start="2025-01-01",
+        end="2025-01-10",
     )
     assert resp.status_code == 200, resp.text
     data = resp.json()["data"]
@@ -88,19 +91,15 @@ async def test_pubmed_harvest_delivers_every_record_once(stack):
 
 async def test_crossref_harvest_with_cursor_delivers_every_record_once(stack):
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": "crossref",
-                "task_type": "harvest",
-                "query": "ecology",
-                "start": "2025-01-01",
-                "end": "2025-01-10",
-                "page_size": 100,
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack,
+        task_id,
+        provenance="crossref",
+        task_type="harvest",
+        query="ecology",
+        start="2025-01-01",
+        end="2025-01-10",
+        page_size=100,
     )
     assert resp.status_code == 200, resp.text
     counts = await _delivered(stack, task_id)
@@ -206,17 +205,8 @@ async def test_retry_cfg_is_the_fetch_retry_policy_and_retry_after_is_honoured(s
     query = f"retry-{new_task_id()}"
     await _literature(stack, fault={"api": "works", "status": 429, "times": 1, "retry_after": "3"})
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": "crossref",
-                "query": query,
-                "start": "2025-01-01",
-                "end": "2025-01-02",
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack, task_id, provenance="crossref", query=query, start="2025-01-01", end="2025-01-02"
     )
     assert resp.json()["data"]["status"] == "completed", resp.text
     calls = await _works_calls(stack, query)
@@ -273,18 +263,14 @@ async def test_registry_change_mid_run_does_not_touch_that_run(stack):
     await _literature(stack, latency_ms=150)
     try:
         task_id = new_task_id()
-        await stack.run(
-            {
-                "meta": {"task_id": task_id},
-                "params": {
-                    "provenance": "crossref",
-                    "query": query,
-                    "start": "2025-01-01",
-                    "end": "2025-01-10",
-                    "page_size": 50,
-                },
-            },
-            code="literature_harvest",
+        await harvest(
+            stack,
+            task_id,
+            provenance="crossref",
+            query=query,
+            start="2025-01-01",
+            end="2025-01-10",
+            page_size=50,
             mode="async",
         )
         for _ in range(100):
@@ -320,19 +306,15 @@ async def test_backfill_runs_calendar_windows_as_child_workflows_two_at_a_time(s
     from artemis.run_models import workflow_id_for
 
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": "crossref",
-                "task_type": "backfill",
-                "query": f"bf-{task_id}",
-                "start": "2025-01-01",
-                "end": "2025-03-31",
-                "parallelism": 2,
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack,
+        task_id,
+        provenance="crossref",
+        task_type="backfill",
+        query=f"bf-{task_id}",
+        start="2025-01-01",
+        end="2025-03-31",
+        parallelism=2,
     )
     assert resp.status_code == 200, resp.text
     data = resp.json()["data"]
@@ -370,17 +352,13 @@ async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
     await _literature(stack, enforce_rate=False)
     try:
         task_id = new_task_id()
-        resp = await stack.run(
-            {
-                "meta": {"task_id": task_id},
-                "params": {
-                    "provenance": "pubmed_small_cap",
-                    "query": f"cap-{task_id}",
-                    "start": "2025-01-01",
-                    "end": "2025-01-30",
-                },
-            },
-            code="literature_harvest",
+        resp = await harvest(
+            stack,
+            task_id,
+            provenance="pubmed_small_cap",
+            query=f"cap-{task_id}",
+            start="2025-01-01",
+            end="2025-01-30",
         )
     finally:
         await _literature(stack, enforce_rate=True)
@@ -413,18 +391,14 @@ async def test_parent_and_child_histories_replay(stack):
     from workflows.task_run import TaskRunWorkflow
 
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": "crossref",
-                "task_type": "backfill",
-                "query": f"rp-{task_id}",
-                "start": "2025-01-01",
-                "end": "2025-02-28",
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack,
+        task_id,
+        provenance="crossref",
+        task_type="backfill",
+        query=f"rp-{task_id}",
+        start="2025-01-01",
+        end="2025-02-28",
     )
     assert resp.json()["data"]["status"] == "completed"
     histories = []
@@ -456,18 +430,14 @@ async def test_expired_crossref_cursor_is_reopened_from_the_checkpoint(make_stac
     await _literature(stack, latency_ms=100)
     try:
         task_id = new_task_id()
-        await stack.run(
-            {
-                "meta": {"task_id": task_id},
-                "params": {
-                    "provenance": "crossref",
-                    "query": query,
-                    "start": "2025-01-01",
-                    "end": "2025-01-10",
-                    "page_size": 50,
-                },
-            },
-            code="literature_harvest",
+        await harvest(
+            stack,
+            task_id,
+            provenance="crossref",
+            query=query,
+            start="2025-01-01",
+            end="2025-01-10",
+            page_size=50,
             mode="async",
         )
         for _ in range(200):
@@ -492,18 +462,14 @@ async def test_expired_pubmed_webenv_is_reopened_at_the_same_retstart(make_stack
     await _literature(stack, enforce_rate=False)
     try:
         task_id = new_task_id()
-        await stack.run(
-            {
-                "meta": {"task_id": task_id},
-                "params": {
-                    "provenance": "pubmed",
-                    "query": query,
-                    "start": "2025-01-01",
-                    "end": "2025-01-10",
-                    "page_size": 100,
-                },
-            },
-            code="literature_harvest",
+        await harvest(
+            stack,
+            task_id,
+            provenance="pubmed",
+            query=query,
+            start="2025-01-01",
+            end="2025-01-10",
+            page_size=100,
             mode="async",
         )
         async with httpx.AsyncClient(base_url=stack.samples_url) as http:
@@ -542,18 +508,14 @@ async def test_pause_resume_and_set_rate_limit_act_on_a_running_harvest(make_sta
     await _literature(stack, latency_ms=50)
     try:
         task_id = new_task_id()
-        resp = await stack.run(
-            {
-                "meta": {"task_id": task_id},
-                "params": {
-                    "provenance": "crossref",
-                    "query": query,
-                    "start": "2025-01-01",
-                    "end": "2025-01-10",
-                    "page_size": 20,
-                },
-            },
-            code="literature_harvest",
+        resp = await harvest(
+            stack,
+            task_id,
+            provenance="crossref",
+            query=query,
+            start="2025-01-01",
+            end="2025-01-10",
+            page_size=20,
             mode="async",
         )
         handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
@@ -593,17 +555,13 @@ async def test_circuit_breaker_rests_on_a_durable_timer_then_goes_on(stack):
     query = f"breaker-{new_task_id()}"
     await _literature(stack, fault={"api": "works", "status": 503, "times": 2})
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": "crossref_breaker",
-                "query": query,
-                "start": "2025-01-01",
-                "end": "2025-01-02",
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack,
+        task_id,
+        provenance="crossref_breaker",
+        query=query,
+        start="2025-01-01",
+        end="2025-01-02",
     )
     assert resp.json()["data"]["status"] == "completed", resp.text
     calls = await _works_calls(stack, query)
@@ -651,17 +609,13 @@ async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch
     # key a is revoked (401); key b's first answer is a 429
     await _literature(stack, bad_keys=[key_a], fault={"api": "esearch", "status": 429, "times": 0})
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": f"pubmed_keys_{suffix}",
-                "query": query,
-                "start": "2025-01-01",
-                "end": "2025-01-05",
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack,
+        task_id,
+        provenance=f"pubmed_keys_{suffix}",
+        query=query,
+        start="2025-01-01",
+        end="2025-01-05",
     )
     await _literature(stack, bad_keys=[])
     assert resp.json()["data"]["status"] == "completed", resp.text
@@ -686,17 +640,13 @@ async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch
         stack, fault={"api": "esearch", "status": 429, "times": 1, "retry_after": "30"}
     )
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": f"pubmed_keys_{suffix}",
-                "query": query + "-2",
-                "start": "2025-01-01",
-                "end": "2025-01-02",
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack,
+        task_id,
+        provenance=f"pubmed_keys_{suffix}",
+        query=query + "-2",
+        start="2025-01-01",
+        end="2025-01-02",
     )
     assert resp.json()["data"]["status"] == "completed", resp.text
     async with httpx.AsyncClient(base_url=stack.samples_url) as http:
@@ -728,18 +678,14 @@ async def test_qps_holds_across_two_workers_and_fetches_use_the_provenance_queue
         runs = []
         for n in range(2):
             task_id = new_task_id()
-            await stack.run(
-                {
-                    "meta": {"task_id": task_id},
-                    "params": {
-                        "provenance": code,
-                        "query": f"qps-{suffix}-{n}",
-                        "start": "2025-01-01",
-                        "end": "2025-01-05",
-                        "page_size": 15,
-                    },
-                },
-                code="literature_harvest",
+            await harvest(
+                stack,
+                task_id,
+                provenance=code,
+                query=f"qps-{suffix}-{n}",
+                start="2025-01-01",
+                end="2025-01-05",
+                page_size=15,
                 mode="async",
             )
             runs.append(task_id)
@@ -783,17 +729,13 @@ async def test_efetch_id_lists_over_the_threshold_go_by_post(stack):
     async with httpx.AsyncClient(base_url=stack.samples_url) as http:
         before = len((await http.get("/_literature/calls")).json())
     task_id = new_task_id()
-    resp = await stack.run(
-        {
-            "meta": {"task_id": task_id},
-            "params": {
-                "provenance": f"pubmed_post_{suffix}",
-                "query": f"post-{suffix}",
-                "start": "2025-01-01",
-                "end": "2025-01-15",
-            },
-        },
-        code="literature_harvest",
+    resp = await harvest(
+        stack,
+        task_id,
+        provenance=f"pubmed_post_{suffix}",
+        query=f"post-{suffix}",
+        start="2025-01-01",
+        end="2025-01-15",
     )
     assert resp.json()["data"]["status"] == "completed", resp.text
     assert len(await _delivered(stack, task_id)) == 450
