@@ -20,8 +20,18 @@ from temporalio.exceptions import ApplicationError
 from artemis.callback import CallbackClient, CallbackTarget, FinalizeOutcome, finalize_body
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.events import ACTIVITY_STEP, TERMINAL_STATUSES, EventLog
 from artemis.http import make_client
 from artemis.logsetup import get_logger
+from artemis.metrics import (
+    ACTIVITY_SECONDS,
+    CALLBACKS,
+    PAGES_FETCHED,
+    RECORDS_EMITTED,
+    RECORDS_FETCHED,
+    RUNS_FINISHED,
+    RUNS_STARTED,
+)
 from artemis.run_models import (
     BatchInput,
     CircuitBreaker,
@@ -80,13 +90,53 @@ def as_application_error(e: ArtemisError) -> ApplicationError:
     )
 
 
+def _summary(name: str, inp: Any) -> str:
+    """A short line for the event stream: what this attempt works on."""
+    if isinstance(inp, FetchInput):
+        return f"pages from #{inp.first_seq}"
+    if isinstance(inp, BatchInput):
+        return f"pages #{inp.first_seq}-#{inp.last_seq}"
+    if isinstance(inp, FinalizeInput):
+        return f"status {inp.status}"
+    return name
+
+
+def _result_data(inp: Any, result: Any) -> dict[str, Any]:
+    """Counts only (never records or secrets) for the event stream."""
+    if isinstance(result, PrepareResult):
+        return {"total": result.total, "children": len(result.children or [])}
+    if isinstance(result, FetchResult):
+        return {
+            "pages": result.pages,
+            "records": result.records,
+            "next_seq": result.next_seq,
+            "done": result.done,
+            "units_done": result.units_done,
+        }
+    if isinstance(result, ProcessResult):
+        return {
+            "records_in": result.records_in,
+            "records_out": result.records_out,
+            "last_seq": inp.last_seq,
+        }
+    if isinstance(result, EmitResult):
+        return {"records_emitted": result.records_emitted, "last_seq": inp.last_seq}
+    if isinstance(result, FinalizeResult):
+        return {"callback": result.callback}
+    if isinstance(result, SplitResult):
+        return {"pieces": len(result.children or [])}
+    return {}
+
+
 def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """Bind the run's log fields and turn domain errors into typed Temporal failures."""
+    """Bind the run's log fields, record the attempt in the run's event stream and the
+    metrics, and turn domain errors into typed Temporal failures."""
 
     async def wrapper(self: TaskRunActivities, inp: Any) -> T:
         run: RunRef = inp.run
         trace = trace_for(run)
         info = activity.info()
+        name = info.activity_type
         structlog.contextvars.bind_contextvars(
             trace_id=run.trace_id,
             span_id=trace.span_id,
@@ -94,25 +144,72 @@ def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitabl
             task_code=run.task_code,
             task_id=run.task_id,
             workflow_id=run.workflow_id,
-            activity=info.activity_type,
+            activity=name,
             attempt=info.attempt,
         )
+        step = ACTIVITY_STEP.get(name)
+        ident = {
+            "activity": name,
+            "activity_id": info.activity_id,
+            "run_id": info.workflow_run_id,
+            "attempt": info.attempt,
+            "summary": _summary(name, inp),
+        }
+        if step is not None:
+            start = dict(ident)
+            if isinstance(inp, FinalizeInput):
+                start["status"] = inp.status
+            await self.record(run, "activity_start", start, step)
+        began = time.perf_counter()
+        outcome, error = "ok", None
         try:
-            return await fn(self, inp, trace)
+            result = await fn(self, inp, trace)
+            if step is not None:
+                data = _result_data(inp, result)
+                await self.record(
+                    run,
+                    "activity_result",
+                    {**ident, "ok": True, "result": data, "duration_ms": _ms_since(began)},
+                    step,
+                )
+            return result
         except ArtemisError as e:
             log.warning("activity_failed", error=str(e), code=e.code.value, retryable=e.retryable)
+            outcome = "error"
+            error = {"code": e.code.value, "message": e.message, "retryable": e.retryable}
             raise as_application_error(e) from None
         except asyncio.CancelledError:
             log.info("activity_cancelled")
+            outcome = "cancelled"
+            error = {"code": ErrorCode.CANCELLED.value, "message": "activity cancelled"}
             raise
-        except ApplicationError:
+        except ApplicationError as e:
+            outcome = "error"
+            error = {
+                "code": e.type or "INTERNAL",
+                "message": e.message,
+                "retryable": not e.non_retryable,
+            }
             raise
         except Exception as e:
             log.exception("activity_crashed")
+            outcome = "error"
+            error = {"code": ErrorCode.INTERNAL.value, "message": f"{type(e).__name__}: {e}"}
             raise ApplicationError(
                 f"{type(e).__name__}: {e}", type=ErrorCode.INTERNAL.value
             ) from None
         finally:
+            elapsed = time.perf_counter() - began
+            ACTIVITY_SECONDS.labels(name, outcome).observe(elapsed)
+            if error is not None and step is not None:
+                await asyncio.shield(
+                    self.record(
+                        run,
+                        "activity_result",
+                        {**ident, "ok": False, "error": error, "duration_ms": _ms_since(began)},
+                        step,
+                    )
+                )
             structlog.contextvars.clear_contextvars()
 
     # Temporal reads the parameter and return types from the annotations: expose the
@@ -125,18 +222,33 @@ def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitabl
     return wrapper
 
 
+def _ms_since(began: float) -> int:
+    return int((time.perf_counter() - began) * 1000)
+
+
 class TaskRunActivities:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.client = make_client(settings.http_client)
         self.staging = Staging(settings.database.url)
         self._task_store = None
+        self.events = EventLog(settings.database.url)
         self.secrets = RunSecrets(
             settings.database.url, settings.vault.get("master_key_file", ".artemis/master.key")
         )
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    async def record(
+        self, run: RunRef, kind: str, data: dict[str, Any], step: str | None = None
+    ) -> None:
+        """Append to the run's event stream. Best effort: an event-log outage is logged and
+        never fails the activity (the run's state lives in Temporal, not in its events)."""
+        try:
+            await asyncio.to_thread(self.events.append, run.task_id, kind, data, step)
+        except Exception as e:
+            log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
 
     def _context(
         self,
@@ -179,6 +291,7 @@ class TaskRunActivities:
         params = task.prepare_params(inp.params, self.settings, trusted=True)
         ctx = self._context(task, inp.run, params.model_dump(mode="json"), trace)
         plan = task.plan_children(ctx)
+        search = {k: str(v) for k, v in task.search_attributes(ctx).items() if v}
         if plan is not None:
             children, parallelism = plan
             log.info("params_prepared", children=len(children), parallelism=parallelism)
@@ -187,6 +300,7 @@ class TaskRunActivities:
                 total=len(children),
                 children=children,
                 parallelism=parallelism,
+                search=search,
             )
         total = task.total_hint(ctx)
         retry = task.fetch_retry(ctx)
@@ -202,6 +316,7 @@ class TaskRunActivities:
             circuit=CircuitBreaker(**circuit) if circuit else None,
             rate_key=rate_key,
             pages_per_fetch=1 if rate_key else None,
+            search=search,
         )
 
     @activity.defn(name="mirror_state")
@@ -237,7 +352,18 @@ class TaskRunActivities:
                 ) from None
             return inp.status
 
+        if inp.status in TERMINAL_STATUSES:
+            # The stream's end goes first: it must not wait on a task-store outage.
+            await self.record(
+                inp.run,
+                "run_status",
+                {"status": inp.status, "stats": inp.stats, "error": inp.error},
+            )
         status = await asyncio.to_thread(write)
+        if inp.status == "running":
+            RUNS_STARTED.labels(inp.run.task_code).inc()
+        elif inp.status in TERMINAL_STATUSES:
+            RUNS_FINISHED.labels(inp.run.task_code, inp.status).inc()
         log.info("task_state_recorded", status=status)
         return status
 
@@ -257,8 +383,15 @@ class TaskRunActivities:
         before = datetime.now(UTC) - timedelta(hours=inp.hours)
         tasks = await asyncio.to_thread(self.task_store.delete_expired, before)
         pages = await asyncio.to_thread(self.staging.drop_older_than, before)
-        log.info("cleanup_done", hours=inp.hours, tasks_removed=tasks, staged_pages_removed=pages)
-        return CleanupResult(tasks_removed=tasks, staged_pages_removed=pages)
+        events = await asyncio.to_thread(self.events.drop_older_than, before)
+        log.info(
+            "cleanup_done",
+            hours=inp.hours,
+            tasks_removed=tasks,
+            staged_pages_removed=pages,
+            events_removed=events,
+        )
+        return CleanupResult(tasks_removed=tasks, staged_pages_removed=pages, events_removed=events)
 
     @activity.defn(name="split_run")
     @activity_boundary
@@ -298,6 +431,8 @@ class TaskRunActivities:
         last_ms = inp.progress_last_ms
         key = run_key(inp.run)
         started = time.monotonic()
+        progress_every = self.settings.events.progress_min_interval_ms / 1000
+        progress_at = started
         done = False
         pages = task.fetch(ctx, self.client, state["checkpoint"])
         try:
@@ -318,6 +453,20 @@ class TaskRunActivities:
                         done=page.checkpoint is None,
                     )
                     activity.heartbeat(state)
+                    now = time.monotonic()
+                    if page.checkpoint is None or now - progress_at >= progress_every:
+                        progress_at = now
+                        await self.record(
+                            inp.run,
+                            "progress",
+                            {
+                                "pages": state["pages"],
+                                "records": state["records"],
+                                "units_done": state["units_done"],
+                                "total": inp.total,
+                            },
+                            "step_fetch",
+                        )
                     if callback is not None:
                         last_ms = await callback.progress(
                             state["units_done"],
@@ -348,6 +497,8 @@ class TaskRunActivities:
             records=state["records"],
             done=done,
         )
+        PAGES_FETCHED.labels(inp.run.task_code).inc(state["pages"])
+        RECORDS_FETCHED.labels(inp.run.task_code).inc(state["records"])
         return FetchResult(
             first_seq=inp.first_seq,
             next_seq=state["next_seq"],
@@ -434,6 +585,7 @@ class TaskRunActivities:
             last_seq=inp.last_seq,
             records=state["records"],
         )
+        RECORDS_EMITTED.labels(inp.run.task_code).inc(state["records"])
         return EmitResult(records_emitted=state["records"], batches=state["batches"])
 
     # -- 5. finalize ------------------------------------------------------------------------
@@ -463,6 +615,7 @@ class TaskRunActivities:
             outcome, detail = await callback.finalize(body, attempt)
             if outcome == FinalizeOutcome.RETRY:
                 if attempt < FINALIZE_MAX_ATTEMPTS:
+                    CALLBACKS.labels("finalize", "retry").inc()
                     raise ApplicationError(
                         f"finalize callback failed: {detail}", type=ErrorCode.CALLBACK_ERROR.value
                     )
@@ -473,6 +626,7 @@ class TaskRunActivities:
                     error=detail,
                 )
                 outcome = "gave_up"
+        CALLBACKS.labels("finalize", str(outcome)).inc()
         key = run_key(inp.run)
         await asyncio.to_thread(self.staging.drop_run, key)
         await asyncio.to_thread(self.secrets.drop, key)

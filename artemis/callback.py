@@ -18,6 +18,7 @@ import httpx
 from artemis.config import CallbackSettings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger, register_secret
+from artemis.metrics import CALLBACKS
 from artemis.tracing import TraceContext
 
 log = get_logger(__name__)
@@ -127,6 +128,7 @@ class CallbackClient:
         )
         percent = int(current * 100 / total) if total > 0 else 0
         if throttled:
+            CALLBACKS.labels("progress", "throttled").inc()
             log.debug(
                 "callback_progress",
                 run_id=self.target.run_id,
@@ -146,6 +148,7 @@ class CallbackClient:
                 timeout=self.settings.timeout_seconds,
             )
             ok = 200 <= resp.status_code < 300
+            CALLBACKS.labels("progress", "ok" if ok else "failed").inc()
             log.info(
                 "callback_progress",
                 run_id=self.target.run_id,
@@ -157,6 +160,7 @@ class CallbackClient:
                 ok=ok,
             )
         except httpx.HTTPError as e:
+            CALLBACKS.labels("progress", "failed").inc()
             log.warning(
                 "callback_progress",
                 run_id=self.target.run_id,

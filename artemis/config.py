@@ -110,6 +110,27 @@ class CallbackSettings(_Section):
     timeout_seconds: float = Field(2.0, gt=0)
 
 
+class EventSettings(_Section):
+    """The per-run event stream (SPEC §6): what activities record, how the API tails it."""
+
+    # Fetch progress is recorded at most this often per run (the last page always is).
+    progress_min_interval_ms: int = Field(500, ge=0)
+    # How often an open SSE stream looks for new events.
+    poll_interval_ms: int = Field(200, ge=10)
+    # An SSE comment line this often keeps proxies from closing an idle stream.
+    keepalive_s: float = Field(15.0, gt=0)
+
+
+class MetricsSettings(_Section):
+    """Prometheus. The API serves GET /metrics; a separate worker process serves its own
+    registry on ``worker_port``; the Temporal SDK's worker metrics on ``sdk_port``."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    worker_port: int | None = Field(None, ge=1, le=65535)
+    sdk_port: int | None = Field(None, ge=1, le=65535)
+
+
 class RunTuning(_Section):
     """How a run is cut into activities; see the README's performance section."""
 
@@ -161,6 +182,8 @@ class Settings(BaseSettings):
     )
     callback: CallbackSettings = Field(default_factory=CallbackSettings)
     runs: RunTuning = Field(default_factory=RunTuning)
+    events: EventSettings = Field(default_factory=EventSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     vault: dict[str, Any] = Field(default_factory=dict)
     crawler: dict[str, Any] = Field(default_factory=dict)
     alerts: dict[str, Any] = Field(default_factory=dict)

@@ -122,6 +122,8 @@ class PrepareResult:
     # When set, the run fans out: one child run per params dict, `parallelism` at a time.
     children: list[dict[str, Any]] | None = None
     parallelism: int = 1
+    # Keyword search attributes for the UI (ArtemisProvenance, ArtemisTaskType).
+    search: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -133,6 +135,7 @@ class CleanupInput:
 class CleanupResult:
     tasks_removed: int
     staged_pages_removed: int
+    events_removed: int = 0
 
 
 @dataclass

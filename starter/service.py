@@ -137,6 +137,7 @@ class RunService:
         self.client = client
         self.settings = settings
         self._secrets: RunSecrets | None = None
+        self._store: Any = None
 
     @property
     def secrets(self) -> RunSecrets:
@@ -242,9 +243,31 @@ class RunService:
             return None
         return await self.status(started.task_id, handle=started.handle)
 
-    async def find(self, task_id: str) -> WorkflowHandle | None:
-        for code in task_codes():
-            handle = self.client.get_workflow_handle(workflow_id_for(code, task_id))
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            from artemis.taskstore import make_task_storage
+
+            self._store = make_task_storage(self.settings)
+        return self._store
+
+    async def record(self, task_id: str) -> Any:
+        """The task-store record of a run, or None (absent, expired or store unreachable:
+        then Temporal alone answers)."""
+        from artemis.taskstore import StorageUnavailable
+
+        try:
+            return await asyncio.to_thread(self.store.load, task_id)
+        except StorageUnavailable as e:
+            log.warning("task_store_unavailable", task_id=task_id, error=str(e))
+            return None
+
+    async def find(self, task_id: str, workflow_id: str | None = None) -> WorkflowHandle | None:
+        """The run's workflow: the id the task store recorded, else one per task code."""
+        candidates = [workflow_id] if workflow_id else []
+        candidates += [workflow_id_for(code, task_id) for code in task_codes()]
+        for wf_id in candidates:
+            handle = self.client.get_workflow_handle(wf_id)
             try:
                 await handle.describe()
                 return handle
@@ -254,9 +277,47 @@ class RunService:
         return None
 
     async def status(self, task_id: str, handle: WorkflowHandle | None = None) -> dict[str, Any]:
-        handle = handle or await self.find(task_id)
+        """The run as operators see it. Given a handle: Temporal's answer (a run just
+        started or finished). Otherwise the task store first — a finished run is answered
+        from it, also after Temporal's retention — merged with the live progress query
+        while the run is open."""
+        if handle is not None:
+            return await self._temporal_status(task_id, handle)
+        record = await self.record(task_id)
+        if record is not None and record.status in TERMINAL:
+            return _from_record(record)
+        handle = await self.find(task_id, record.workflow_id if record is not None else None)
         if handle is None:
+            if record is not None:
+                return _from_record(record)
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
+        out = await self._temporal_status(task_id, handle)
+        if record is not None:
+            out["created_at"] = record.created_at.isoformat()
+            out["feedback"] = record.feedback
+            out["task_store"] = record.status
+        out["source"] = "temporal"
+        return out
+
+    async def closed_end(self, task_id: str) -> dict[str, Any] | None:
+        """How a run ended, when it has: {status, stats, error}; None while it is open."""
+        record = await self.record(task_id)
+        if record is not None and record.status in TERMINAL:
+            return {
+                "status": record.status,
+                "stats": record.result or {},
+                "error": record.error,
+            }
+        handle = await self.find(task_id, record.workflow_id if record is not None else None)
+        if handle is None:
+            return None
+        desc = await handle.describe()
+        if desc.status in (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW):
+            return None
+        st = await self._temporal_status(task_id, handle)
+        return {"status": st["status"], "stats": st.get("stats") or {}, "error": st.get("error")}
+
+    async def _temporal_status(self, task_id: str, handle: WorkflowHandle) -> dict[str, Any]:
         desc = await handle.describe()
         code = handle.id.split("/")[1]
         out: dict[str, Any] = {
@@ -337,7 +398,8 @@ class RunService:
         return out
 
     async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:
-        handle = await self.find(task_id)
+        record = await self.record(task_id)
+        handle = await self.find(task_id, record.workflow_id if record is not None else None)
         if handle is None:
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
         desc = await handle.describe()
@@ -354,6 +416,27 @@ class RunService:
             "cancel_requested": True,
             "reason": reason,
         }
+
+
+def _from_record(record: Any) -> dict[str, Any]:
+    """A run answered from the task store alone."""
+    duration = None
+    if record.started_at and record.completed_at:
+        duration = int((record.completed_at - record.started_at).total_seconds() * 1000)
+    return {
+        "task_id": record.task_id,
+        "task_code": record.task_code,
+        "workflow_id": record.workflow_id,
+        "status": record.status,
+        "created_at": record.created_at.isoformat(),
+        "started_at": record.started_at.isoformat() if record.started_at else None,
+        "completed_at": record.completed_at.isoformat() if record.completed_at else None,
+        "duration_ms": duration,
+        "stats": record.result or {},
+        "error": record.error,
+        "feedback": record.feedback,
+        "source": "task_store",
+    }
 
 
 def ui_url(settings: Settings, workflow_id: str) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
@@ -14,6 +15,24 @@ from artemis.tracing import setup_telemetry
 
 def _read(path: str | None) -> bytes | None:
     return Path(path).read_bytes() if path else None
+
+
+_runtimes: dict[str, Runtime] = {}
+
+
+def sdk_runtime(settings: Settings) -> Runtime | None:
+    """A Temporal runtime exporting the SDK's own metrics (workflow/activity task slots,
+    poll and schedule-to-start latencies, …) for Prometheus on ``metrics.sdk_port``.
+    One per address per process: the runtime owns the exporter's listening socket."""
+    m = settings.metrics
+    if not m.enabled or m.sdk_port is None:
+        return None
+    bind = f"{m.host}:{m.sdk_port}"
+    if bind not in _runtimes:
+        _runtimes[bind] = Runtime(
+            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=bind))
+        )
+    return _runtimes[bind]
 
 
 async def connect(settings: Settings) -> Client:
@@ -36,6 +55,7 @@ async def connect(settings: Settings) -> Client:
             tls=tls,
             api_key=t.api_key,
             interceptors=[TracingInterceptor()],
+            runtime=sdk_runtime(settings),
         )
     except Exception as e:  # the SDK raises RuntimeError with the gRPC detail
         raise ArtemisError(

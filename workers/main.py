@@ -166,5 +166,11 @@ async def running_worker(
 
 async def run_worker(settings: Settings) -> None:
     configure_logging(settings.logging)
+    m = settings.metrics
+    if m.enabled and m.worker_port is not None:
+        from artemis.metrics import serve
+
+        serve(m.host, m.worker_port)
+        log.info("metrics_served", host=m.host, port=m.worker_port)
     async with running_worker(settings):
         await asyncio.Event().wait()

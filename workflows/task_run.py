@@ -20,9 +20,11 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from artemis.run_models import (
+        SA_PROVENANCE,
         SA_RUN_ID,
         SA_TASK_CODE,
         SA_TASK_ID,
+        SA_TASK_TYPE,
         STEPS,
         WORKFLOW_NAME,
         BatchInput,
@@ -62,6 +64,8 @@ NON_RETRYABLE = [
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
 KEY_RUN_ID = SearchAttributeKey.for_keyword(SA_RUN_ID)
+KEY_PROVENANCE = SearchAttributeKey.for_keyword(SA_PROVENANCE)
+KEY_TASK_TYPE = SearchAttributeKey.for_keyword(SA_TASK_TYPE)
 
 
 class _Stop(Exception):
@@ -291,6 +295,10 @@ class TaskRunWorkflow:
             self._circuit = prepared.circuit
             self._rate_key = prepared.rate_key
             self._pages_per_fetch = prepared.pages_per_fetch
+            known = {SA_PROVENANCE: KEY_PROVENANCE, SA_TASK_TYPE: KEY_TASK_TYPE}
+            updates = [known[k].value_set(v) for k, v in prepared.search.items() if k in known]
+            if updates:
+                workflow.upsert_search_attributes(updates)
             self._steps["step_prepare"] = "COMPLETED"
             if prepared.children is not None:
                 await self._run_children(prepared.children, prepared.parallelism)

@@ -605,6 +605,10 @@ class LiteratureHarvest(TaskUnit):
             )
         ]
 
+    def search_attributes(self, ctx: TaskContext) -> dict[str, str]:
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        return {"ArtemisProvenance": p.provenance, "ArtemisTaskType": p.task_type}
+
     def rate_key(self, ctx: TaskContext) -> str | None:
         contract = self._contract(ctx)
         if (contract.rate_limit or {}).get("qps_limit"):

@@ -89,6 +89,11 @@ class TaskUnit:
         page per activity, so the queue's activities-per-second limit holds cluster-wide)."""
         return None
 
+    def search_attributes(self, ctx: TaskContext) -> dict[str, str]:
+        """Keyword search attributes for the Temporal UI beyond the task code and ids
+        (``ArtemisProvenance``, ``ArtemisTaskType``); values only, never secrets."""
+        return {}
+
     def circuit_breaker(self, ctx: TaskContext) -> dict[str, Any] | None:
         """``{"threshold", "cool_down_s"}`` when the source has a circuit breaker."""
         return None

@@ -67,8 +67,10 @@ async def test_get_tasks_lists_runs_by_status_and_code_and_feedback_is_stored(st
 async def test_cleanup_schedule_removes_old_terminal_tasks_only(stack):
     from datetime import UTC, datetime, timedelta
 
+    from sqlalchemy import update
     from temporalio.worker import Replayer
 
+    from artemis.events import EventLog, RunEvent
     from artemis.taskstore import TaskData
     from workers.main import cleanup_schedule_id
     from workflows.cleanup import CleanupWorkflow
@@ -84,6 +86,13 @@ async def test_cleanup_schedule_removes_old_terminal_tasks_only(stack):
         recent,
         TaskData(task_id=recent, status="completed", result={}, completed_at=datetime.now(UTC)),
     )
+    events = EventLog(stack.settings.database.url)
+    old_event = events.append(old_done, "progress", {"pages": 1}, "step_fetch")
+    events.append(recent, "progress", {"pages": 1}, "step_fetch")
+    with events.engine.begin() as conn:
+        conn.execute(
+            update(RunEvent.__table__).where(RunEvent.seq == old_event).values(created_at=old)
+        )
     schedule = stack.client.get_schedule_handle(
         cleanup_schedule_id(stack.settings.temporal.task_queue)
     )
@@ -96,6 +105,7 @@ async def test_cleanup_schedule_removes_old_terminal_tasks_only(stack):
         await asyncio.sleep(0.1)
     assert store.load(old_done) is None
     assert store.load(old_running) is not None and store.load(recent) is not None
+    assert events.since(old_done) == [] and len(events.since(recent)) == 1
     # the clean-up workflow's history replays
     queue = stack.settings.temporal.task_queue
     ids = [

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.metrics import exposition
 from starter.api.deps import get_service
 from starter.api.envelope import envelope, error_response
 
@@ -50,3 +51,11 @@ async def ready(request: Request) -> JSONResponse:
         ),
         data={"checks": checks},
     )
+
+
+@router.get("/metrics", summary="Prometheus metrics (text exposition format)")
+async def metrics(request: Request) -> Response:
+    if not request.app.state.settings.metrics.enabled:
+        raise ArtemisError(ErrorCode.NOT_FOUND, "metrics are disabled (metrics.enabled)")
+    body, content_type = exposition()
+    return Response(body, media_type=content_type)

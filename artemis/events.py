@@ -1,0 +1,420 @@
+"""The event stream of a run (SPEC §6, seed 001).
+
+Activities append *raw* events to the ``run_event`` table as they happen: an activity
+started, an activity ended (with counts or an error), fetch progress, the run's terminal
+status. The table is keyed by task id, so one stream spans continue-as-new and outlives
+Temporal's retention until the cleanup schedule removes it.
+
+:class:`PlanTracker` turns raw events into the events a front end consumes — the seed's
+event converter: a ``plan_update`` first, then ``activity_start`` / ``activity_result`` /
+``progress`` with ``planId`` = their step, a ``plan_update`` whenever a step's status
+changes (priority ERROR > COMPLETED > IN_PROGRESS > PENDING; a step whose failure was
+followed by a success of the same step is COMPLETED again), and one terminal ``complete``,
+``error`` or ``cancelled``. The conversion is a pure function of the raw sequence, so the
+SSE ids (``{raw seq}.{n}``) are stable and ``Last-Event-ID`` resumes exactly.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Index, Text, delete, insert, select, text
+from sqlmodel import Column, Field, SQLModel
+
+from artemis import jsonio
+from artemis.db import UTCDateTime, get_engine, utcnow
+from artemis.run_models import STEPS
+
+# Which plan step each activity of the task-run workflow belongs to. Bookkeeping
+# activities (task-store mirroring, cleanup) are not part of the plan.
+ACTIVITY_STEP = {
+    "prepare_params": "step_prepare",
+    "fetch_pages": "step_fetch",
+    "split_run": "step_fetch",
+    "process_batch": "step_process",
+    "emit_batch": "step_emit",
+    "finalize_run": "step_finalize",
+}
+
+STEP_TITLES = {
+    "step_prepare": "Prepare parameters",
+    "step_fetch": "Fetch pages",
+    "step_process": "Process records",
+    "step_emit": "Emit to sinks",
+    "step_finalize": "Finalize and call back",
+}
+
+TERMINAL_STATUSES = ("completed", "failed", "cancelled", "timeout")
+PLAN_NAMESPACE = uuid.UUID("7f0c5d1e-3a52-4c3e-9b8e-5b7c2a1d9e40")
+
+
+class RunEvent(SQLModel, table=True):
+    __tablename__ = "run_event"
+    __table_args__ = (
+        Index("ix_run_event_task_seq", "task_id", "seq"),
+        Index("ix_run_event_created", "created_at"),
+    )
+
+    seq: int | None = Field(default=None, primary_key=True)
+    task_id: str = Field(max_length=200)
+    kind: str = Field(max_length=32)
+    step: str | None = Field(default=None, max_length=32)
+    data: str = Field(sa_column=Column(Text, nullable=False))
+    ts_ms: int = Field(sa_column=Column(BigInteger, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+_t = RunEvent.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class RawEvent:
+    seq: int
+    kind: str
+    step: str | None
+    data: dict[str, Any]
+    ts_ms: int
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class EventLog:
+    """Append and read raw run events (SQLite or PostgreSQL, the Artemis database)."""
+
+    def __init__(self, database_url: str) -> None:
+        self.engine = get_engine(database_url)
+        self._pg = self.engine.dialect.name == "postgresql"
+
+    def append(
+        self,
+        task_id: str,
+        kind: str,
+        data: dict[str, Any],
+        step: str | None = None,
+        ts_ms: int | None = None,
+    ) -> int:
+        row = {
+            "task_id": task_id,
+            "kind": kind,
+            "step": step,
+            "data": jsonio.dumps(data).decode(),
+            "ts_ms": ts_ms if ts_ms is not None else now_ms(),
+            "created_at": utcnow(),
+        }
+        with self.engine.begin() as conn:
+            if self._pg:
+                # Sequence numbers are handed out before commit: two concurrent writers of
+                # one run could commit out of order and a reader would skip the earlier one.
+                # Serialising a run's writers makes its seq order the commit order (SQLite
+                # serialises every writer already).
+                conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": task_id})
+            result = conn.execute(insert(_t).values(row).returning(_t.c.seq))
+            return int(result.scalar_one())
+
+    def since(self, task_id: str, after_seq: int = 0, limit: int = 1000) -> list[RawEvent]:
+        q = (
+            select(_t.c.seq, _t.c.kind, _t.c.step, _t.c.data, _t.c.ts_ms)
+            .where(_t.c.task_id == task_id, _t.c.seq > after_seq)
+            .order_by(_t.c.seq)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [
+                RawEvent(r.seq, r.kind, r.step, jsonio.loads(r.data), r.ts_ms)
+                for r in conn.execute(q)
+            ]
+
+    def all(self, task_id: str) -> Iterator[RawEvent]:
+        after = 0
+        while True:
+            chunk = self.since(task_id, after)
+            yield from chunk
+            if len(chunk) < 1000:
+                return
+            after = chunk[-1].seq
+
+    def drop_older_than(self, before: datetime) -> int:
+        with self.engine.begin() as conn:
+            return conn.execute(delete(_t).where(_t.c.created_at < before)).rowcount
+
+
+def plan_id_for(task_id: str) -> str:
+    """The run's stable plan id (the id of every plan_update of the run)."""
+    return str(uuid.uuid5(PLAN_NAMESPACE, task_id))
+
+
+def cursor_of(event_id: str | None) -> tuple[int, int]:
+    """``"17.2"`` → (17, 2); anything unparsable starts from the beginning."""
+    if not event_id:
+        return (0, -1)
+    head, _, tail = event_id.strip().partition(".")
+    try:
+        return (int(head), int(tail or 0))
+    except ValueError:
+        return (0, -1)
+
+
+@dataclass
+class OutEvent:
+    """One event for the front end: ``sse_id`` goes on the SSE ``id:`` line."""
+
+    sse_id: str
+    type: str
+    payload: dict[str, Any]
+
+    @property
+    def cursor(self) -> tuple[int, int]:
+        return cursor_of(self.sse_id)
+
+
+@dataclass
+class _Step:
+    status: str = "PENDING"
+    started: bool = False
+    completed: bool = False
+    failed: set[str] = field(default_factory=set)
+    open: set[str] = field(default_factory=set)
+
+    def resolve(self) -> str:
+        if self.failed:
+            return "ERROR"
+        if self.completed:
+            return "COMPLETED"
+        if self.started:
+            return "IN_PROGRESS"
+        return "PENDING"
+
+
+class PlanTracker:
+    """Raw events in, front-end events out (deterministic; see the module docstring)."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.plan_id = plan_id_for(task_id)
+        self.steps = {s: _Step() for s in STEPS}
+        self.last_plan: tuple[str, ...] | None = None
+        self.finished: str | None = None
+        self.last_seq = 0
+        self.total = 0
+        self.units_done = 0
+        self.pages = 0
+        self.records_fetched = 0
+        self.records_emitted = 0
+        self._batch_pages = 0
+        self._batch_records = 0
+        self._fetch_done = False
+        self._fetched_upto = -1
+        self._processed_upto = -1
+        self._emitted_upto = -1
+
+    # -- public -----------------------------------------------------------------------
+    def feed(self, raw: RawEvent) -> list[OutEvent]:
+        self.last_seq = raw.seq
+        if self.finished is not None:
+            return []
+        out: list[OutEvent] = []
+        n = 0
+
+        def emit(kind: str, payload: dict[str, Any], plan: str | None) -> None:
+            nonlocal n
+            sse_id = f"{raw.seq}.{n}"
+            n += 1
+            out.append(
+                OutEvent(
+                    sse_id,
+                    kind,
+                    {
+                        "event": kind,
+                        "id": self.plan_id if kind == "plan_update" else sse_id,
+                        "planId": plan,
+                        "timestamp": raw.ts_ms,
+                        **payload,
+                    },
+                )
+            )
+
+        first = self.last_plan is None
+        if raw.kind == "activity_start":
+            self._on_start(raw)
+            self._plan_if_changed(emit, force=first)
+            emit("activity_start", self._activity_payload(raw), raw.step)
+        elif raw.kind == "activity_result":
+            if first:
+                self._plan_if_changed(emit, force=True)
+            counted = self._on_result(raw)
+            emit("activity_result", self._activity_payload(raw), raw.step)
+            if counted:
+                emit("progress", self._progress(), raw.step)
+            self._plan_if_changed(emit)
+        elif raw.kind == "progress":
+            if first:
+                self._plan_if_changed(emit, force=True)
+            self._batch_pages = int(raw.data.get("pages", 0))
+            self._batch_records = int(raw.data.get("records", 0))
+            self.units_done = int(raw.data.get("units_done", self.units_done))
+            self.total = int(raw.data.get("total", self.total))
+            emit("progress", self._progress(), raw.step)
+        elif raw.kind == "run_status":
+            status = str(raw.data.get("status"))
+            if status not in TERMINAL_STATUSES:
+                return out
+            self._finish(status)
+            self._plan_if_changed(emit, force=first)
+            kind, payload = self._terminal(status, raw.data)
+            emit(kind, payload, None)
+        return out
+
+    def synthetic_end(self, status: str, data: dict[str, Any], ts_ms: int) -> list[OutEvent]:
+        """The terminal events of a run that closed without recording its end (terminated
+        in Temporal, or its last record was lost); ids follow every recorded one."""
+        if self.finished is not None:
+            return []
+        raw = RawEvent(self.last_seq, "run_status", None, {**data, "status": status}, ts_ms)
+        events = self.feed(raw)
+        for k, ev in enumerate(events):
+            ev.sse_id = f"{raw.seq}.{900 + k}"
+            if ev.type != "plan_update":
+                ev.payload["id"] = ev.sse_id
+        return events
+
+    def plan(self) -> list[dict[str, str]]:
+        return [
+            {"id": s, "content": STEP_TITLES[s], "status": self.steps[s].resolve()} for s in STEPS
+        ]
+
+    # -- internals ------------------------------------------------------------------------
+    def _plan_if_changed(self, emit: Any, force: bool = False) -> None:
+        plan = self.plan()
+        key = tuple(p["status"] for p in plan)
+        if force or key != self.last_plan:
+            self.last_plan = key
+            emit("plan_update", {"todos": plan}, None)
+
+    def _on_start(self, raw: RawEvent) -> None:
+        step = self.steps.get(raw.step or "")
+        if step is None:
+            return
+        step.started = True
+        step.open.add(_key(raw))
+        if raw.data.get("activity") == "finalize_run":
+            # The workflow leaves its batch loop before it finalizes: with a completed run
+            # every earlier step is done; otherwise the ones still running broke off.
+            ok = raw.data.get("status") == "completed"
+            for name in STEPS[:-1]:
+                st = self.steps[name]
+                if ok:
+                    st.completed, st.failed = True, set()
+                elif st.started and not st.completed and not st.failed:
+                    st.failed.add("interrupted")
+
+    def _on_result(self, raw: RawEvent) -> bool:
+        step = self.steps.get(raw.step or "")
+        if step is None:
+            return False
+        key = _key(raw)
+        step.open.discard(key)
+        if not raw.data.get("ok"):
+            step.failed.add(key)
+            return False
+        # A success after a failure of the same step: the step recovered (seed 001 §8.2).
+        step.failed.clear()
+        res = raw.data.get("result") or {}
+        act = raw.data.get("activity")
+        counted = False
+        if act == "prepare_params":
+            step.completed = True
+            self.total = int(res.get("total", self.total) or 0)
+        elif act == "fetch_pages":
+            self.pages += int(res.get("pages", 0))
+            self.records_fetched += int(res.get("records", 0))
+            self.units_done = int(res.get("units_done", self.units_done))
+            self._batch_pages = self._batch_records = 0
+            self._fetched_upto = max(self._fetched_upto, int(res.get("next_seq", 0)) - 1)
+            if res.get("done"):
+                self._fetch_done = True
+                step.completed = True
+            counted = True
+        elif act == "process_batch":
+            self._processed_upto = max(self._processed_upto, int(res.get("last_seq", -1)))
+        elif act == "emit_batch":
+            self.records_emitted += int(res.get("records_emitted", 0))
+            self._emitted_upto = max(self._emitted_upto, int(res.get("last_seq", -1)))
+            counted = True
+        elif act == "finalize_run":
+            step.completed = True
+        if self._fetch_done:
+            proc, emit = self.steps["step_process"], self.steps["step_emit"]
+            if not proc.open and self._processed_upto >= self._fetched_upto:
+                proc.completed = True
+            if proc.completed and not emit.open and self._emitted_upto >= self._fetched_upto:
+                emit.completed = True
+        return counted
+
+    def _finish(self, status: str) -> None:
+        self.finished = status
+        for st in self.steps.values():
+            if st.open:
+                st.open.clear()
+                if status != "completed":
+                    st.failed.add("interrupted")
+            if status == "completed":
+                st.completed, st.failed = True, set()
+
+    def _progress(self) -> dict[str, Any]:
+        pages = self.pages + self._batch_pages
+        return {
+            "current": self.units_done,
+            "total": self.total,
+            "progress": round(self.units_done / self.total, 4) if self.total else None,
+            "pages": pages,
+            "records_fetched": self.records_fetched + self._batch_records,
+            "records_emitted": self.records_emitted,
+        }
+
+    def _terminal(self, status: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        stats = data.get("stats") or {}
+        error = data.get("error") or None
+        if status == "completed":
+            return "complete", {"status": status, "stats": stats}
+        if status == "cancelled":
+            reason = (error or {}).get("message") or "cancelled"
+            return "cancelled", {
+                "status": status,
+                "cancelled": True,
+                "reason": reason,
+                "message": reason,
+                "stats": stats,
+            }
+        return "error", {
+            "status": status,
+            "error": error or {"code": "INTERNAL", "message": status},
+            "stats": stats,
+        }
+
+    @staticmethod
+    def _activity_payload(raw: RawEvent) -> dict[str, Any]:
+        d = raw.data
+        payload = {
+            "activity": d.get("activity"),
+            "attempt": d.get("attempt"),
+            "summary": d.get("summary"),
+        }
+        if raw.kind == "activity_result":
+            payload.update(
+                error=not d.get("ok"),
+                duration_ms=d.get("duration_ms"),
+                data=d.get("result") if d.get("ok") else d.get("error"),
+            )
+        return payload
+
+
+def _key(raw: RawEvent) -> str:
+    d = raw.data
+    return f"{d.get('run_id')}/{d.get('activity')}/{d.get('activity_id')}"

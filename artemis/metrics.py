@@ -1,0 +1,52 @@
+"""Prometheus metrics of Artemis (the process-wide default registry).
+
+Each process exposes its own registry, the usual Prometheus model: the API on
+``GET /metrics`` (with an embedded worker, as in ``artemis dev``, that includes the
+worker's series), a separate worker process on ``metrics.worker_port``. The Temporal
+SDK's own worker metrics (task slots, poll latencies, …) come from its runtime on
+``metrics.sdk_port``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+
+RUNS_STARTED = Counter("artemis_runs_started", "Task runs that started running", ["task_code"])
+RUNS_FINISHED = Counter(
+    "artemis_runs_finished", "Task runs that reached a terminal status", ["task_code", "status"]
+)
+RECORDS_FETCHED = Counter("artemis_records_fetched", "Records fetched from sources", ["task_code"])
+RECORDS_EMITTED = Counter("artemis_records_emitted", "Records delivered to sinks", ["task_code"])
+PAGES_FETCHED = Counter("artemis_pages_fetched", "Pages fetched from sources", ["task_code"])
+ACTIVITY_SECONDS = Histogram(
+    "artemis_activity_duration_seconds",
+    "Wall time of one activity attempt",
+    ["activity", "outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+CALLBACKS = Counter(
+    "artemis_callbacks", "CronJob callbacks by kind and outcome", ["kind", "outcome"]
+)
+RUN_REQUESTS = Counter(
+    "artemis_run_requests", "POST /tasks/{code}/run answers", ["task_code", "outcome"]
+)
+
+
+def exposition() -> tuple[bytes, str]:
+    return generate_latest(), CONTENT_TYPE_LATEST
+
+
+_served: set[tuple[str, int]] = set()
+
+
+def serve(host: str, port: int) -> None:
+    """Serve this process's registry on ``host:port`` (once per address)."""
+    if (host, port) not in _served:
+        start_http_server(port, addr=host)
+        _served.add((host, port))

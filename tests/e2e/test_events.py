@@ -1,0 +1,169 @@
+"""The SSE event stream of real runs, read over HTTP (SPEC §6, issue 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+
+from artemis.events import cursor_of
+from tests.conftest import new_task_id
+
+STEPS = ["step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize"]
+
+
+async def read_sse(
+    base_url: str, task_id: str, last_event_id: str | None = None, **params: Any
+) -> list[dict[str, Any]]:
+    """Every event until the server closes the stream (each with its SSE id as ``_sse``)."""
+    headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+    events: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+        async with http.stream(
+            "GET", f"/tasks/{task_id}/events", headers=headers, params=params
+        ) as resp:
+            assert resp.status_code == 200, await resp.aread()
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            sse_id = None
+            async for line in resp.aiter_lines():
+                if line.startswith("id: "):
+                    sse_id = line[4:]
+                elif line.startswith("data: "):
+                    events.append({"_sse": sse_id, **json.loads(line[6:])})
+    return events
+
+
+def plan_states(events: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [
+        {t["id"]: t["status"] for t in e["todos"]} for e in events if e["event"] == "plan_update"
+    ]
+
+
+async def test_stream_of_a_live_run_orders_steps_ends_once_and_resumes(make_stack):
+    stack = await make_stack(runs={"pages_per_fetch": 2})
+    await stack.fault("latency", latency_ms=30)
+    try:
+        task_id = new_task_id()
+        resp = await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL", "MSFT"]}},
+            mode="async",
+        )
+        assert resp.status_code == 202, resp.text
+        events = await read_sse(stack.api_url, task_id)  # attached while the run is live
+    finally:
+        await stack.fault("latency", latency_ms=0)
+
+    assert events[0]["event"] == "plan_update"
+    first = plan_states(events)[0]
+    assert first["step_prepare"] == "IN_PROGRESS"
+    assert all(first[s] == "PENDING" for s in STEPS[1:])
+    assert events[-1]["event"] == "complete" and events[-1]["status"] == "completed"
+    assert [e["event"] for e in events].count("complete") == 1
+    assert plan_states(events)[-1] == dict.fromkeys(STEPS, "COMPLETED")
+
+    # Unique, increasing SSE ids; unique payload ids except the plan's stable id.
+    cursors = [cursor_of(e["_sse"]) for e in events]
+    assert cursors == sorted(set(cursors))
+    plan_ids = {e["id"] for e in events if e["event"] == "plan_update"}
+    assert len(plan_ids) == 1
+    others = [e["id"] for e in events if e["event"] != "plan_update"]
+    assert len(others) == len(set(others))
+
+    # planId of each activity event is the step of its activity; steps start in order.
+    step_of = {
+        "prepare_params": "step_prepare",
+        "fetch_pages": "step_fetch",
+        "process_batch": "step_process",
+        "emit_batch": "step_emit",
+        "finalize_run": "step_finalize",
+    }
+    acts = [e for e in events if e["event"] in ("activity_start", "activity_result")]
+    assert acts and all(e["planId"] == step_of[e["activity"]] for e in acts)
+    first_start = {}
+    for i, e in enumerate(events):
+        if e["event"] == "activity_start":
+            first_start.setdefault(e["planId"], i)
+    assert [s for s in STEPS if s in first_start] == sorted(first_start, key=first_start.get)
+    assert len(first_start) == 5
+    fetches = [e for e in acts if e["event"] == "activity_result" and e["planId"] == "step_fetch"]
+    assert len(fetches) == 3  # 6 pages, 2 per fetch activity
+    progress = [e for e in events if e["event"] == "progress"]
+    assert progress and all(p["planId"] in STEPS for p in progress)
+    assert progress[-1]["records_emitted"] == 60 and progress[-1]["records_fetched"] == 60
+
+    # Resume from the middle: exactly the rest, no duplicates; and the finished run replays.
+    middle = events[len(events) // 2]
+    rest = await read_sse(stack.api_url, task_id, last_event_id=middle["_sse"])
+    assert rest == events[len(events) // 2 + 1 :]
+    assert await read_sse(stack.api_url, task_id) == events
+    by_query = await read_sse(stack.api_url, task_id, last_event_id=events[-2]["_sse"])
+    assert by_query == events[-1:]
+
+
+async def test_a_step_that_fails_then_recovers_goes_error_then_completed(stack):
+    task_id = new_task_id()
+    await stack.fault("sink", status=503, times=1)
+    try:
+        resp = await stack.run({"meta": {"task_id": task_id}, "params": {"symbols": ["TSLA"]}})
+        assert resp.status_code == 200 and resp.json()["data"]["status"] == "completed"
+    finally:
+        await stack.fault("sink")
+    events = await read_sse(stack.api_url, task_id)
+    emit = [p["step_emit"] for p in plan_states(events)]
+    assert "ERROR" in emit
+    assert emit[emit.index("ERROR") + 1 :].count("COMPLETED") >= 1
+    assert emit[-1] == "COMPLETED"
+    failed = [e for e in events if e["event"] == "activity_result" and e["error"]]
+    assert failed and failed[0]["planId"] == "step_emit"
+    assert failed[0]["data"]["code"] == "SINK_ERROR"
+    retried = [e for e in events if e["event"] == "activity_start" and e["attempt"] == 2]
+    assert retried and retried[0]["planId"] == "step_emit"
+    assert events[-1]["event"] == "complete"
+
+
+async def test_stream_spans_continue_as_new_and_a_failed_run_ends_with_error(make_stack):
+    stack = await make_stack(runs={"pages_per_fetch": 1, "max_batches_per_run": 2})
+    task_id = new_task_id()
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"symbols": ["NFLX"], "page_size": 5}}
+    )
+    assert resp.status_code == 200 and resp.json()["data"]["stats"]["pages"] == 6
+    events = await read_sse(stack.api_url, task_id)
+    fetched = [
+        e for e in events if e["event"] == "activity_result" and e["activity"] == "fetch_pages"
+    ]
+    assert len(fetched) == 6  # three workflow executions, one stream
+    assert events[-1]["event"] == "complete" and events[-1]["stats"]["records_emitted"] == 30
+
+    failed_id = new_task_id()
+    await stack.fault("quotes", status=400, times=1)
+    try:
+        resp = await stack.run({"meta": {"task_id": failed_id}, "params": {"symbols": ["AAPL"]}})
+        assert resp.json()["data"]["status"] == "failed"
+    finally:
+        await stack.fault("quotes")
+    events = await read_sse(stack.api_url, failed_id)
+    assert events[-1]["event"] == "error" and events[-1]["error"]["code"] == "SOURCE_ERROR"
+    assert plan_states(events)[-1]["step_fetch"] == "ERROR"
+
+
+async def test_terminated_run_gets_its_end_from_temporal_and_unknown_id_is_404(make_stack):
+    stack = await make_stack(worker=False)  # nobody picks the run up
+    task_id = new_task_id()
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}}, mode="async"
+    )
+    assert resp.status_code == 202
+    reader = asyncio.create_task(read_sse(stack.api_url, task_id))
+    await asyncio.sleep(0.5)
+    assert not reader.done()  # open, waiting for the run
+    await stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"]).terminate("test")
+    events = await asyncio.wait_for(reader, 30)
+    assert [e["event"] for e in events] == ["plan_update", "error"]
+    assert events[-1]["status"] == "failed"
+
+    missing = await stack.http.get(f"/tasks/{new_task_id()}/events")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "TASK_NOT_FOUND"
