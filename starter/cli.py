@@ -8,13 +8,16 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import httpx
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from artemis.config import Settings, load_settings
@@ -289,10 +292,7 @@ def _call(method: str, url: str, settings: Settings, **kw: Any) -> dict[str, Any
         resp = httpx.request(method, url, headers=_headers(settings), timeout=30, **kw)
     except httpx.HTTPError as e:
         _fail(f"cannot reach the Artemis API at {url}: {e}")
-    try:
-        data = resp.json()
-    except ValueError:
-        _fail(f"{method} {url} answered {resp.status_code} without JSON")
+    data = _json_of(resp, f"{method} {url}")
     if (
         not data.get("success")
         and data.get("error")
@@ -302,6 +302,20 @@ def _call(method: str, url: str, settings: Settings, **kw: Any) -> dict[str, Any
         e = data["error"]
         _fail(f"{e.get('code')}: {e.get('message')}")
     return data
+
+
+def _json_of(resp: httpx.Response, what: str) -> dict[str, Any]:
+    try:
+        return resp.json()
+    except ValueError:
+        _fail(f"{what} answered {resp.status_code} without JSON")
+        raise  # unreachable: _fail exits
+
+
+def _call_error(resp: httpx.Response, what: str) -> None:
+    """Exit with the API's error code and message."""
+    e = _json_of(resp, what).get("error") or {}
+    _fail(f"{e.get('code', resp.status_code)}: {e.get('message', what)}")
 
 
 def _parse_kv(pairs: list[str]) -> dict[str, Any]:
@@ -317,42 +331,130 @@ def _parse_kv(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def watch_task(
-    base: str, task_id: str, settings: Settings, poll_s: float = 0.3, quiet: bool = False
-) -> dict[str, Any]:
-    """Show a live progress bar until the run ends; return its final status."""
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} units"),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-        disable=quiet,
-    ) as progress:
-        bar = progress.add_task(task_id[:12], total=None, detail="")
-        last_total = 0
-        while True:
-            data = _call("GET", f"{base}/tasks/{task_id}", settings)["data"]
-            p = data.get("progress") or {}
-            stats = data.get("stats") or {}
-            progress.update(
-                bar,
-                total=p.get("total") or None,
-                completed=p.get("current", 0),
-                detail=f"{p.get('stage', data.get('status'))} · "
-                f"{stats.get('records_fetched', 0)} fetched · "
-                f"{stats.get('records_emitted', 0)} emitted",
+_ICONS = {
+    "PENDING": "[dim]○ pending[/dim]",
+    "IN_PROGRESS": "[yellow]◐ in progress[/yellow]",
+    "COMPLETED": "[green]● completed[/green]",
+    "ERROR": "[red]✖ error[/red]",
+}
+
+
+def iter_events(
+    base: str, task_id: str, settings: Settings, follow: bool = True
+) -> Iterator[dict[str, Any]]:
+    """The run's SSE events; reconnects with Last-Event-ID when the connection drops."""
+    last: str | None = None
+    failures = 0
+    while True:
+        headers = {**_headers(settings), **({"Last-Event-ID": last} if last else {})}
+        params = {} if follow else {"follow": "false"}
+        try:
+            with httpx.stream(
+                "GET",
+                f"{base}/tasks/{task_id}/events",
+                headers=headers,
+                params=params,
+                timeout=httpx.Timeout(30, read=None),
+            ) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    _call_error(resp, f"GET {base}/tasks/{task_id}/events")
+                sse_id = None
+                for line in resp.iter_lines():
+                    if line.startswith("id: "):
+                        sse_id = line[4:]
+                    elif line.startswith("data: "):
+                        failures = 0
+                        last = sse_id
+                        event = json.loads(line[6:])
+                        yield event
+                        if event.get("event") in ("complete", "error", "cancelled"):
+                            return
+            if not follow:
+                return
+        except httpx.HTTPError as e:
+            failures += 1
+            if failures > 5:
+                _fail(f"lost the event stream of {task_id}: {e}")
+            time.sleep(min(2.0, 0.2 * 2**failures))
+
+
+class StepView:
+    """A live table of the run's plan steps, counters and latest activity."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.todos: list[dict[str, str]] = []
+        self.counters: dict[str, Any] = {}
+        self.last = ""
+        self.ended: dict[str, Any] | None = None
+
+    def apply(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("event")
+        if kind == "plan_update":
+            self.todos = ev.get("todos", [])
+        elif kind == "progress":
+            self.counters = ev
+        elif kind in ("activity_start", "activity_result"):
+            what = (
+                "started" if kind == "activity_start" else ("failed" if ev.get("error") else "done")
             )
-            if p.get("total"):
-                last_total = p["total"]
-            # terminal and closed (a run reports its status a moment before it closes)
-            if data.get("status") in TERMINAL and data.get("completed_at"):
-                if data.get("status") == "completed" and last_total:
-                    progress.update(bar, total=last_total, completed=last_total)
-                return data
-            time.sleep(poll_s)
+            detail = ""
+            if kind == "activity_result" and ev.get("error"):
+                err = ev.get("data") or {}
+                detail = f" · {err.get('code')}: {err.get('message')}"
+            self.last = escape(
+                f"{ev.get('activity')} ({ev.get('summary')}) "
+                f"attempt {ev.get('attempt')} {what}{detail}"
+            )
+        elif kind in ("complete", "error", "cancelled"):
+            self.ended = ev
+
+    def __rich__(self) -> Table:
+        table = Table(title=f"task {self.task_id}", show_header=False, box=None)
+        table.add_column("step")
+        table.add_column("status")
+        for t in self.todos:
+            table.add_row(t.get("content", t["id"]), _ICONS.get(t["status"], t["status"]))
+        c = self.counters
+        if c:
+            total = c.get("total") or 0
+            units = f"{c.get('current', 0)}/{total} units · " if total else ""
+            table.add_row(
+                "progress",
+                f"{units}{c.get('pages', 0)} pages · "
+                f"{c.get('records_fetched', 0)} fetched · {c.get('records_emitted', 0)} emitted",
+            )
+        if self.last:
+            table.add_row("latest", self.last)
+        if self.ended:
+            table.add_row("result", f"[bold]{self.ended.get('event')}[/bold]")
+        return table
+
+
+def watch_task(base: str, task_id: str, settings: Settings, quiet: bool = False) -> dict[str, Any]:
+    """Show the run's steps live (from its event stream) until it ends; return its status."""
+    view = StepView(task_id)
+    with (
+        Live(view, console=console, refresh_per_second=8, transient=False)
+        if not quiet
+        else nullcontext()
+    ):
+        for ev in iter_events(base, task_id, settings):
+            view.apply(ev)
+    if not quiet:
+        console.line()
+    # The terminal event comes a moment before the workflow closes: wait for the record.
+    deadline = time.monotonic() + 30
+    while True:
+        data = _call("GET", f"{base}/tasks/{task_id}", settings)["data"]
+        if (
+            data.get("status") in TERMINAL
+            and data.get("completed_at")
+            or time.monotonic() > deadline
+        ):
+            return data
+        time.sleep(0.2)
 
 
 @app.command()
@@ -422,12 +524,19 @@ def tasks_list(
 
 
 @tasks_app.command("show")
-def tasks_show(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
-    """Status, progress, stats and error of a run."""
+def tasks_show(
+    task_id: str,
+    events: bool = typer.Option(False, "--events", help="also print the run's events so far"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Status, progress, stats and error of a run (and with --events, its event stream)."""
     settings = _settings(config)
-    console.print_json(
-        data=_call("GET", f"{_api_url(settings, api)}/tasks/{task_id}", settings)["data"]
-    )
+    base = _api_url(settings, api)
+    console.print_json(data=_call("GET", f"{base}/tasks/{task_id}", settings)["data"])
+    if events:
+        for ev in iter_events(base, task_id, settings, follow=False):
+            console.print(json.dumps(ev, ensure_ascii=False), highlight=False, soft_wrap=True)
 
 
 @tasks_app.command("cancel")
@@ -451,7 +560,7 @@ def tasks_cancel(
 
 @tasks_app.command("watch")
 def tasks_watch(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
-    """Follow a run live until it ends."""
+    """Follow a run live (its steps, counters and latest activity) until it ends."""
     settings = _settings(config)
     final = watch_task(_api_url(settings, api), task_id, settings)
     console.print_json(data=final)

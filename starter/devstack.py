@@ -220,7 +220,7 @@ class DevStack:
                 console.print(f"[red]start refused:[/red] {resp['error']}")
                 return False
             task_id = resp["data"]["task_id"]
-            final = watch_task(self.api_url, task_id, self.settings, poll_s=0.2)
+            final = watch_task(self.api_url, task_id, self.settings)
             prefix = f"literature_harvest/{task_id}:"
             ids: dict[str, int] = {}
             for b in http.get(f"{self.samples_url}/_sink/batches").json():
@@ -264,7 +264,7 @@ class DevStack:
             console.print(f"[red]start refused:[/red] {resp['error']}")
             return False
         task_id = resp["data"]["task_id"]
-        final = watch_task(self.api_url, task_id, self.settings, poll_s=0.2)
+        final = watch_task(self.api_url, task_id, self.settings)
         batches = http.get(f"{self.samples_url}/_sink/batches").json()
         calls = http.get(f"{self.samples_url}/_cronjob/calls").json()
         keys = {b["idempotency_key"] for b in batches if b["status"] == 200}

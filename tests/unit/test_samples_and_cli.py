@@ -89,8 +89,19 @@ async def test_cli_run_show_and_cancel(stack):
     final = json.loads(out.stdout[out.stdout.index("{") :])
     assert final["status"] == "completed" and final["stats"]["records_emitted"] == 20
 
+    # The live view rendered the plan steps from the event stream.
+    assert "Emit to sinks" in out.stdout and "completed" in out.stdout
     shown = await asyncio.to_thread(_cli, "tasks", "show", final["task_id"], api=stack.api_url)
     assert shown.returncode == 0 and json.loads(shown.stdout)["status"] == "completed"
+    with_events = await asyncio.to_thread(
+        _cli, "tasks", "show", final["task_id"], "--events", api=stack.api_url
+    )
+    assert with_events.returncode == 0, with_events.stderr
+    lines = [json.loads(x) for x in with_events.stdout.splitlines() if x.startswith('{"event"')]
+    assert lines[0]["event"] == "plan_update" and lines[-1]["event"] == "complete"
+    watched = await asyncio.to_thread(_cli, "tasks", "watch", final["task_id"], api=stack.api_url)
+    assert watched.returncode == 0, watched.stderr
+    assert "Fetch pages" in watched.stdout and '"status": "completed"' in watched.stdout
 
     cancel = await asyncio.to_thread(_cli, "tasks", "cancel", final["task_id"], api=stack.api_url)
     assert cancel.returncode == 1 and "CONFLICT" in cancel.stderr
