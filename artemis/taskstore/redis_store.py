@@ -5,6 +5,7 @@ expiry scans ``task:*:meta`` with SCAN and deletes in pipelined batches."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -95,26 +96,56 @@ class RedisTaskStorage(TaskStorage):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
     ) -> TaskData:
+        def change(current: TaskData) -> TaskData:
+            if expected_version is not None and current.version != expected_version:
+                raise ConcurrentModification(
+                    f"task {task_id} is at version {current.version}, not {expected_version}"
+                )
+            return self.transition(current, status, result, error, current.version)[1]
+
+        return self._compare_and_set(task_id, change)
+
+    def _compare_and_set(self, task_id: str, change: Callable[[TaskData], TaskData]) -> TaskData:
+        """Optimistic update in two round trips: WATCH + MGET sent together, then the new
+        keys in MULTI/EXEC (EXEC answers nil when another writer touched the task).
+
+        redis-py's watching pipeline sends WATCH, MGET and the transaction one by one;
+        pipelining the first two on one connection saves a round trip, a third of the
+        update's latency."""
         keys = _keys(task_id)
-        with self.client.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(f"task:{task_id}:meta")
-                current = self._decode(pipe.mget(keys))
-                if current is None:
-                    raise TaskNotFound(task_id)
-                if expected_version is not None and current.version != expected_version:
-                    raise ConcurrentModification(
-                        f"task {task_id} is at version {current.version}, not {expected_version}"
-                    )
-                _, updated = self.transition(current, status, result, error, current.version)
-                pipe.multi()
-                self._write(pipe, task_id, updated)
-                pipe.execute()
-                return updated
-            except redis.WatchError:
-                raise ConcurrentModification(f"task {task_id} changed while updating") from None
-            except redis.ConnectionError as e:
-                raise StorageUnavailable(str(e)) from None
+        pool = self.client.connection_pool
+        conn = pool.get_connection()
+        clean = False
+        try:
+            conn.send_packed_command(conn.pack_commands([("WATCH", keys[-1]), ("MGET", *keys)]))
+            conn.read_response()
+            current = self._decode(conn.read_response())
+            if current is None:
+                raise TaskNotFound(task_id)
+            updated = change(current)
+            commands: list[tuple[Any, ...]] = [("MULTI",)]
+            for part, value in self._encode(updated).items():
+                commands.append(("SET", f"task:{task_id}:{part}", value, "EX", self.ttl_s))
+            commands.append(("ZADD", INDEX, updated.created_at.timestamp(), task_id))
+            commands.append(("EXEC",))
+            conn.send_packed_command(conn.pack_commands(commands))
+            replies = [conn.read_response() for _ in commands]
+            clean = True
+            if replies[-1] is None:
+                raise ConcurrentModification(f"task {task_id} changed while updating")
+            return updated
+        except (TaskNotFound, ConcurrentModification, TaskValidationError):
+            if not clean:  # still WATCHing: drop it before the connection goes back
+                conn.send_command("UNWATCH")
+                conn.read_response()
+                clean = True
+            raise
+        except redis.ConnectionError as e:
+            raise StorageUnavailable(str(e)) from None
+        finally:
+            if not clean:
+                conn.disconnect()  # state unknown: never reuse it
+            pool.release(conn)
 
     def delete(self, task_id: str) -> None:
         pipe = self.client.pipeline(transaction=True)
@@ -199,25 +230,17 @@ class RedisTaskStorage(TaskStorage):
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
         if status not in ("success", "failed"):
             raise TaskValidationError("feedback status must be success or failed")
-        with self.client.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(f"task:{task_id}:meta")
-                current = self._decode(pipe.mget(_keys(task_id)))
-                if current is None:
-                    raise TaskNotFound(task_id)
-                updated = current.model_copy(
-                    update={
-                        "feedback": {
-                            "status": status,
-                            "comment": comment,
-                            "at": datetime.now(UTC).isoformat(),
-                        },
-                        "version": current.version + 1,
-                    }
-                )
-                pipe.multi()
-                self._write(pipe, task_id, updated)
-                pipe.execute()
-                return updated
-            except redis.WatchError:
-                raise ConcurrentModification(f"task {task_id} changed") from None
+
+        def change(current: TaskData) -> TaskData:
+            return current.model_copy(
+                update={
+                    "feedback": {
+                        "status": status,
+                        "comment": comment,
+                        "at": datetime.now(UTC).isoformat(),
+                    },
+                    "version": current.version + 1,
+                }
+            )
+
+        return self._compare_and_set(task_id, change)
