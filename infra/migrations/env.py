@@ -4,6 +4,7 @@ from alembic import context
 from sqlalchemy import pool
 from sqlmodel import SQLModel
 
+import artemis.crawler.models  # noqa: F401  (registers the crawler tables)
 import artemis.events  # noqa: F401  (registers run_event)
 import artemis.registry.models  # noqa: F401  (registers the registry tables)
 import artemis.taskstore.sql  # noqa: F401  (registers async_tasks)
