@@ -136,22 +136,22 @@ class CookiePool:
         for _ in range(20):
             with self.engine.begin() as conn:
                 rows = conn.execute(
-                    select(_t)
-                    .where(
+                    select(_t).where(
                         _t.c.platform == platform,
                         or_(
                             _t.c.status == "active",
                             and_(_t.c.status == "cooling", _t.c.cooling_until <= now),
                         ),
                     )
-                    .order_by(_t.c.priority.desc(), _t.c.daily_used, _t.c.id)
                 ).all()
-                for row in rows:
-                    if row.id in exclude:
-                        continue
-                    s = _state(row)
-                    if not usable(s, now):
-                        continue
+                # Ordered on today's use: a count stored yesterday is zero now.
+                candidates = [
+                    (row, s)
+                    for row in rows
+                    if row.id not in exclude and usable(s := _state(row), now)
+                ]
+                candidates.sort(key=lambda rs: (-rs[0].priority, rs[1].daily_used, rs[0].id))
+                for row, s in candidates:
                     before = (row.daily_used, row.usage_day, row.status)
                     s.daily_used += 1
                     done = conn.execute(
