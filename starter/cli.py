@@ -33,10 +33,12 @@ tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True)
 samples_app = typer.Typer(help="The bundled sample servers.", no_args_is_help=True)
 db_app = typer.Typer(help="The Artemis database.", no_args_is_help=True)
 registry_app = typer.Typer(help="The provenance registry (SPEC §8).", no_args_is_help=True)
+cookies_app = typer.Typer(help="The crawler's cookie pool (SPEC §10).", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(samples_app, name="samples")
 app.add_typer(db_app, name="db")
 app.add_typer(registry_app, name="registry")
+app.add_typer(cookies_app, name="cookies")
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)
@@ -104,6 +106,102 @@ def db_upgrade(config: Path | None = ConfigOpt) -> None:
     settings = _settings(config)
     upgrade(settings.database.url)
     console.print(f"database at {settings.database.url} is up to date")
+
+
+# -- cookies ------------------------------------------------------------------------------------
+@cookies_app.command("add")
+def cookies_add(
+    platform: str = typer.Option(..., "--platform", help="the platform it logs in to"),
+    name: str = typer.Option(..., "--name", help="a unique name (adding it again replaces it)"),
+    priority: int = typer.Option(0, "--priority", help="higher is used first"),
+    daily_limit: int = typer.Option(500, "--daily-limit", help="requests per UTC day"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Store a cookie, encrypted. The cookie string (`web_session=…`) is read from stdin,
+    never from the command line (argv is visible to every user of the machine)."""
+    from artemis.crawler.cookies import add_cookie
+    from artemis.crawler.vault import vault_for
+
+    if sys.stdin.isatty():
+        err_console.print("paste the cookie, then Ctrl-D:")
+    value = sys.stdin.read()
+    if not value.strip():
+        _fail("no cookie on stdin (e.g. `artemis cookies add ... < cookie.txt`)")
+    settings = _settings(config)
+    vault = vault_for(settings)
+    outcome = add_cookie(vault.engine, vault, platform, name, value, priority, daily_limit)
+    console.print(f"cookie {name} for {platform}: {outcome} (encrypted)")
+
+
+@cookies_app.command("list")
+def cookies_list(
+    platform: str | None = typer.Option(None, "--platform"), config: Path | None = ConfigOpt
+) -> None:
+    """The pool: status, priority, today's use and errors (never the values)."""
+    from artemis.crawler.cookies import list_cookies
+
+    settings = _settings(config)
+    table = Table()
+    cols = ("name", "platform", "status", "priority", "used today", "errors", "cooling until")
+    for col in cols:
+        table.add_column(col)
+    for c in list_cookies(_registry_engine(settings), platform):
+        table.add_row(
+            str(c["cookie_name"]),
+            str(c["platform"]),
+            str(c["status"]),
+            str(c["priority"]),
+            f"{c['daily_used']}/{c['daily_limit']}",
+            f"{c['consecutive_errors']} in a row, {c['total_errors']} in all",
+            str(c["cooling_until"] or ""),
+        )
+    console.print(table)
+
+
+@cookies_app.command("disable")
+def cookies_disable(name: str, config: Path | None = ConfigOpt) -> None:
+    """Take a cookie out of the pool."""
+    from artemis.crawler.cookies import set_cookie_status
+
+    set_cookie_status(_registry_engine(_settings(config)), name, "disabled")
+    console.print(f"cookie {name}: disabled")
+
+
+@cookies_app.command("enable")
+def cookies_enable(name: str, config: Path | None = ConfigOpt) -> None:
+    """Put a cookie back in the pool (active, error counts cleared)."""
+    from artemis.crawler.cookies import set_cookie_status
+
+    set_cookie_status(_registry_engine(_settings(config)), name, "active")
+    console.print(f"cookie {name}: active")
+
+
+@cookies_app.command("rotate-key")
+def cookies_rotate_key(
+    new_master_key_env: str | None = typer.Option(
+        None,
+        "--new-master-key-env",
+        help="name of an environment variable holding the new master key; without it the "
+        "key is renewed under the current master key (a new salt)",
+    ),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Re-encrypt every cookie under a new key (MultiFernet) and retire the old keys."""
+    from artemis.crawler.vault import vault_for
+
+    new_master = None
+    if new_master_key_env:
+        raw = os.environ.get(new_master_key_env)
+        if not raw:
+            _fail(f"--new-master-key-env: ${new_master_key_env} is not set")
+        new_master = (raw or "").encode()
+    vault = vault_for(_settings(config))
+    result = vault.rotate(new_master)
+    console.print_json(
+        data={"new_key_id": result.new_key_id, "rows": result.rows, "retired": result.retired}
+    )
+    if new_master_key_env:
+        err_console.print(f"now set COOKIE_MASTER_KEY to the value of ${new_master_key_env}")
 
 
 # -- provenance registry -------------------------------------------------------------------------

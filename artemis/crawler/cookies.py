@@ -209,3 +209,91 @@ class CookiePool:
             if platform:
                 q = q.where(_t.c.platform == platform)
             return sum(1 for row in conn.execute(q) if usable(_state(row), now))
+
+
+# -- administration (`artemis cookies ...`) ---------------------------------------------------
+def parse_cookie(value: str) -> str:
+    """A cookie header value (``web_session=…; a1=…``), refused with a clear error when it
+    is not one. The value itself never appears in the message."""
+    value = value.strip()
+    pairs = [p.strip() for p in value.split(";") if p.strip()]
+    if not pairs or any("=" not in p or not p.split("=", 1)[0].strip() for p in pairs):
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            "cookie: expected `name=value` pairs separated by `;` (e.g. web_session=…)",
+        )
+    if any(ch in value for ch in "\r\n"):
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "cookie: must be a single line")
+    return "; ".join(pairs)
+
+
+def add_cookie(
+    engine: Engine,
+    vault: object,
+    platform: str,
+    name: str,
+    value: str,
+    priority: int = 0,
+    daily_limit: int = 500,
+    now: datetime | None = None,
+) -> str:
+    """Store (or replace, by name) a cookie, encrypted; a replaced cookie starts afresh
+    (active, no errors). Returns ``created`` or ``replaced``."""
+    from artemis.db import utcnow
+
+    if daily_limit < 1:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "--daily-limit: must be at least 1")
+    token, key_id = vault.encrypt(parse_cookie(value))  # type: ignore[attr-defined]
+    now = now or utcnow()
+    values = {
+        "platform": platform,
+        "cookie_encrypted": token,
+        "encryption_key_id": key_id,
+        "status": "active",
+        "priority": priority,
+        "daily_limit": daily_limit,
+        "consecutive_errors": 0,
+        "total_errors": 0,
+        "cooling_until": None,
+        "updated_at": now,
+    }
+    with engine.begin() as conn:
+        done = conn.execute(update(_t).where(_t.c.cookie_name == name).values(**values)).rowcount
+        if done:
+            return "replaced"
+        conn.execute(
+            _t.insert().values(
+                cookie_name=name,
+                daily_used=0,
+                usage_day="",
+                created_at=now,
+                **values,
+            )
+        )
+    return "created"
+
+
+def list_cookies(engine: Engine, platform: str | None = None) -> list[dict[str, object]]:
+    """Everything about the cookies but their values."""
+    q = select(_t).order_by(_t.c.platform, _t.c.priority.desc(), _t.c.id)
+    if platform:
+        q = q.where(_t.c.platform == platform)
+    with engine.connect() as conn:
+        return [
+            {k: v for k, v in row._mapping.items() if k not in ("cookie_encrypted",)}
+            for row in conn.execute(q)
+        ]
+
+
+def set_cookie_status(engine: Engine, name: str, status: str) -> None:
+    """Disable (or re-enable as active) a cookie by name."""
+    from artemis.db import utcnow
+
+    if status not in ("disabled", "active"):
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "status: must be disabled or active")
+    values: dict[str, object] = {"status": status, "updated_at": utcnow()}
+    if status == "active":
+        values.update(consecutive_errors=0, total_errors=0, cooling_until=None)
+    with engine.begin() as conn:
+        if not conn.execute(update(_t).where(_t.c.cookie_name == name).values(**values)).rowcount:
+            raise ArtemisError(ErrorCode.NOT_FOUND, f"no cookie named {name!r}")

@@ -1,0 +1,192 @@
+"""The cookie vault (seed 004 §5.1, SPEC §10).
+
+Each encryption key is derived from ``COOKIE_MASTER_KEY`` with HKDF-SHA256 and a random
+salt stored in ``tbl_vault_key`` (the key itself is never stored); every encrypted row
+names its key in ``encryption_key_id``. :meth:`CookieVault.rotate` makes a new key (from a
+new master key, or a fresh salt under the same one) and re-encrypts every cookie with
+``MultiFernet.rotate``, after which the old keys are retired: every row decrypts with the
+new key alone. A stored fingerprint (an HMAC of the master key, never the key) lets a
+wrong master key be named as such instead of failing as garbage.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Connection, Engine
+
+from artemis.crawler.models import CookieRow, VaultKey
+from artemis.db import utcnow
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import register_secret
+from artemis.vault import MASTER_KEY_ENV
+
+KDF = "hkdf-sha256"
+PURPOSE = b"artemis-cookies"
+MIN_MASTER_LEN = 32
+
+_k = VaultKey.__table__  # type: ignore[attr-defined]
+_c = CookieRow.__table__  # type: ignore[attr-defined]
+
+
+def _check(master: bytes, salt: str) -> str:
+    return hmac.new(master, b"artemis-vault-check:" + salt.encode(), hashlib.sha256).hexdigest()[
+        :32
+    ]
+
+
+def _derive(master: bytes, salt: str) -> Fernet:
+    key = HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=base64.b64decode(salt), info=PURPOSE
+    ).derive(master)
+    return Fernet(base64.urlsafe_b64encode(key))
+
+
+@dataclass(frozen=True)
+class RotateResult:
+    new_key_id: str
+    rows: int
+    retired: list[str]
+
+
+class CookieVault:
+    def __init__(self, engine: Engine, master: bytes) -> None:
+        if len(master) < MIN_MASTER_LEN:
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"{MASTER_KEY_ENV} must be a random key of at least {MIN_MASTER_LEN} "
+                f"characters (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)",
+            )
+        self.engine = engine
+        self.master = master
+        self._fernets: dict[str, Fernet] = {}
+
+    # -- keys -------------------------------------------------------------------------
+    def _fernet(self, row: object, master: bytes | None = None) -> Fernet:
+        master = master or self.master
+        key_id = row.key_id  # type: ignore[attr-defined]
+        if master is self.master and key_id in self._fernets:
+            return self._fernets[key_id]
+        if row.kdf != KDF:  # type: ignore[attr-defined]
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"vault key {key_id}: unknown KDF")
+        if not hmac.compare_digest(_check(master, row.salt), row.master_check):  # type: ignore[attr-defined]
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"vault key {key_id} was made with another master key: set the "
+                f"{MASTER_KEY_ENV} it was created with (or the one `artemis cookies "
+                "rotate-key` moved to)",
+            )
+        fernet = _derive(master, row.salt)  # type: ignore[attr-defined]
+        if master is self.master:
+            self._fernets[key_id] = fernet
+        return fernet
+
+    def _new_key(self, conn: Connection, master: bytes) -> str:
+        salt = base64.b64encode(secrets.token_bytes(16)).decode()
+        key_id = f"k-{utcnow():%Y%m%d%H%M%S}-{secrets.token_hex(3)}"
+        conn.execute(
+            insert(_k).values(
+                key_id=key_id,
+                kdf=KDF,
+                salt=salt,
+                master_check=_check(master, salt),
+                created_at=utcnow(),
+            )
+        )
+        return key_id
+
+    def _active(self, conn: Connection) -> object:
+        row = conn.execute(
+            select(_k).where(_k.c.retired_at.is_(None)).order_by(_k.c.created_at.desc()).limit(1)
+        ).first()
+        if row is None:
+            self._new_key(conn, self.master)
+            return self._active(conn)
+        return row
+
+    def _row(self, conn: Connection, key_id: str) -> object:
+        row = conn.execute(select(_k).where(_k.c.key_id == key_id)).first()
+        if row is None:
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"unknown vault key {key_id!r}")
+        return row
+
+    # -- values -----------------------------------------------------------------------------
+    def encrypt(self, value: str) -> tuple[str, str]:
+        """(ciphertext, key id) under the active key."""
+        with self.engine.begin() as conn:
+            row = self._active(conn)
+        return self._fernet(row).encrypt(value.encode()).decode(), row.key_id  # type: ignore[attr-defined]
+
+    def decrypt(self, token: str, key_id: str) -> str:
+        """Decrypt inside the activity that uses the value; the value is registered with
+        the log redaction before it is returned."""
+        with self.engine.connect() as conn:
+            row = self._row(conn, key_id)
+        try:
+            value = self._fernet(row).decrypt(token.encode()).decode()
+        except InvalidToken:
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR, f"a secret under vault key {key_id} does not decrypt"
+            ) from None
+        register_secret(value)
+        return value
+
+    def rotate(self, new_master: bytes | None = None) -> RotateResult:
+        """Re-encrypt every cookie under a new key (all or nothing) and retire the old
+        keys. With ``new_master`` the new key hangs off it: from then on set
+        ``COOKIE_MASTER_KEY`` to the new master."""
+        target = new_master or self.master
+        if len(target) < MIN_MASTER_LEN:
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR, f"the new master key is shorter than {MIN_MASTER_LEN}"
+            )
+        with self.engine.begin() as conn:
+            old_rows = conn.execute(select(_k).where(_k.c.retired_at.is_(None))).all()
+            new_id = self._new_key(conn, target)
+            new_fernet = _derive(target, self._row(conn, new_id).salt)  # type: ignore[attr-defined]
+            old = {r.key_id: self._fernet(r) for r in old_rows}
+            rows = conn.execute(
+                select(_c.c.id, _c.c.cookie_encrypted, _c.c.encryption_key_id)
+            ).all()
+            for r in rows:
+                if r.encryption_key_id not in old:
+                    old[r.encryption_key_id] = self._fernet(self._row(conn, r.encryption_key_id))
+            multi = MultiFernet([new_fernet, *old.values()])
+            for r in rows:
+                try:
+                    token = multi.rotate(r.cookie_encrypted.encode()).decode()
+                except InvalidToken:
+                    raise ArtemisError(
+                        ErrorCode.CONFIG_ERROR,
+                        f"cookie row {r.id} does not decrypt with its key "
+                        f"{r.encryption_key_id}: nothing was rotated",
+                    ) from None
+                conn.execute(
+                    update(_c)
+                    .where(_c.c.id == r.id)
+                    .values(cookie_encrypted=token, encryption_key_id=new_id, updated_at=utcnow())
+                )
+            retired = sorted(old)
+            conn.execute(update(_k).where(_k.c.key_id.in_(retired)).values(retired_at=utcnow()))
+        self.master = target
+        self._fernets.clear()
+        return RotateResult(new_id, len(rows), retired)
+
+
+def vault_for(settings: object) -> CookieVault:
+    """The vault of these settings: ``COOKIE_MASTER_KEY``, else (dev stack only) the key
+    file ``vault.master_key_file``."""
+    from artemis.db import get_engine
+    from artemis.vault import master_key
+
+    s = settings
+    key_file = s.vault.get("master_key_file", ".artemis/master.key")  # type: ignore[attr-defined]
+    return CookieVault(get_engine(s.database.url), master_key(key_file))  # type: ignore[attr-defined]
