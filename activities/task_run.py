@@ -423,6 +423,9 @@ class TaskRunActivities:
         ctx = self._context(task, inp.run, inp.params, trace)
         if inp.qps:
             ctx.overrides["qps"] = inp.qps
+        # A task waiting on its source (a 429's Retry-After) keeps the attempt alive
+        # without losing the resume state.
+        ctx.overrides["keepalive"] = lambda: activity.heartbeat(state)
         try:
             callback = self._callback(inp.run, inp.callback, trace)
         except ArtemisError as e:  # progress is best effort: never fail the fetch over it
@@ -599,6 +602,13 @@ class TaskRunActivities:
                 stats = task.finalize(self._context(task, inp.run, inp.params, trace), stats)
             except Exception as e:  # finalize must not fail the run (seed 000 §7)
                 log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
+        if inp.params is not None:
+            task = get_task(inp.run.task_code)
+            try:
+                ended = self._context(task, inp.run, inp.params, trace)
+                await asyncio.to_thread(task.run_ended, ended, inp.status, inp.error_code)
+            except Exception as e:  # an execution record is bookkeeping: never fail here
+                log.warning("task_run_ended_hook_failed", error=f"{type(e).__name__}: {e}")
         outcome, detail = FinalizeOutcome.SKIPPED, ""
         callback = None
         try:

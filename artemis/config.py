@@ -131,6 +131,47 @@ class MetricsSettings(_Section):
     sdk_port: int | None = Field(None, ge=1, le=65535)
 
 
+class PlatformSettings(_Section):
+    """A note platform spoken to by the generic HTTP JSON adapter (SPEC §13)."""
+
+    base_url: str
+    search_path: str = "/search"
+    detail_path: str = "/notes/{note_id}"
+    keyword_param: str = "keyword"
+    page_param: str = "page"
+    page_size_param: str = "page_size"
+    page_size: int = Field(10, ge=1, le=200)
+    items_path: str = "items"
+    has_more_path: str = "has_more"
+    note_id_field: str = "note_id"
+    note_url_field: str = "note_url"
+    cookie_header: str = "Cookie"
+    search_needs_cookie: bool = True
+
+
+class CrawlerSettings(_Section):
+    """The constants of seed 004 §8 and the platforms crawl_notes can reach."""
+
+    lock_timeout_minutes: float = Field(30, gt=0)
+    recovery_interval_minutes: float = Field(15, gt=0)
+    cooling_duration_minutes: float = Field(30, gt=0)
+    max_consecutive_errors: int = Field(3, ge=1)
+    max_total_errors: int = Field(10, ge=1)
+    search_timeout_s: float = Field(30, gt=0)
+    detail_timeout_s: float = Field(15, gt=0)
+    batch_timeout_s: float = Field(60, gt=0)
+    max_retry: int = Field(3, ge=1)
+    backoff_s: list[float] = Field(default_factory=lambda: [5.0, 15.0, 45.0])
+    batch_size: int = Field(10, ge=1, le=500)
+    platforms: dict[str, PlatformSettings] = Field(
+        default_factory=lambda: {
+            "sample": PlatformSettings(
+                base_url="http://127.0.0.1:8300/platform", search_path="/search"
+            )
+        }
+    )
+
+
 class RunTuning(_Section):
     """How a run is cut into activities; see the README's performance section."""
 
@@ -178,6 +219,10 @@ class Settings(BaseSettings):
                 "sinks": ["http"],
                 "http_endpoint": "http://127.0.0.1:8300/sink/quotes",
             },
+            "crawl_notes": {
+                "sinks": ["http"],
+                "http_endpoint": "http://127.0.0.1:8300/sink/notes",
+            },
         }
     )
     callback: CallbackSettings = Field(default_factory=CallbackSettings)
@@ -185,7 +230,7 @@ class Settings(BaseSettings):
     events: EventSettings = Field(default_factory=EventSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     vault: dict[str, Any] = Field(default_factory=dict)
-    crawler: dict[str, Any] = Field(default_factory=dict)
+    crawler: CrawlerSettings = Field(default_factory=CrawlerSettings)
     alerts: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod

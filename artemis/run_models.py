@@ -28,6 +28,11 @@ def workflow_id_for(task_code: str, task_id: str) -> str:
     return f"artemis/{task_code}/{task_id}"
 
 
+def lock_workflow_id(workflow_name: str) -> str:
+    """The workflow id of a task with an execution lock: one running per name."""
+    return f"artemis/lock/{workflow_name}"
+
+
 def provenance_queue(task_queue: str, provenance: str) -> str:
     """The task queue of one provenance's fetch activities: its worker-side options carry
     the provenance's cluster-wide activities-per-second limit."""

@@ -24,7 +24,13 @@ from temporalio.client import (
 from temporalio.client import (
     WorkflowExecutionStatus as WfStatus,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -33,10 +39,13 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger, register_secret
 from artemis.run_models import (
+    SA_TASK_CODE,
+    SA_TASK_ID,
     WORKFLOW_NAME,
     CancelRequest,
     RunRequest,
     RunTuning,
+    lock_workflow_id,
     workflow_id_for,
 )
 from artemis.tasks import get_task, task_codes
@@ -45,6 +54,9 @@ from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
 
 log = get_logger("artemis.starter")
+
+KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
+KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
 
 
 QUERY_TIMEOUT_S = 3.0
@@ -154,7 +166,7 @@ class RunService:
         task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = body.task_params()
         # Validate now, so a bad request is a 422 and not a failed run.
-        task.prepare_params(params, self.settings)
+        lock = task.lock_name(task.prepare_params(params, self.settings))
         meta = body.meta
         if body.output is not None:
             from artemis.sinks import build_sinks
@@ -176,7 +188,15 @@ class RunService:
             if cb.auth_token:
                 register_secret(cb.auth_token)
         task_id = meta.task_id or uuid.uuid4().hex
-        workflow_id = workflow_id_for(code, task_id)
+        workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)
+        if lock and meta.task_id:
+            # A lock's workflow id outlives its executions: a repeat of a finished task id
+            # is answered from the task store, never started again.
+            record = await self.record(task_id)
+            if record is not None and record.status in TERMINAL:
+                handle = self.client.get_workflow_handle(workflow_id)
+                done = _from_record(record)
+                return Started(handle, task_id, workflow_id, None, "none", existing_result=done)
         if meta.callback is not None and meta.callback.auth_token:
             self.secrets.put(f"{code}/{task_id}", "callback_token", meta.callback.auth_token)
         tuning = RunTuning(**self.settings.runs.model_dump(exclude={"provenance_refresh_s"}))
@@ -201,8 +221,20 @@ class RunService:
                 req,
                 id=workflow_id,
                 task_queue=self.settings.temporal.task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                # A lock: a new execution once the last one closed, never two at once.
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                if lock
+                else WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL
+                if lock
+                else WorkflowIDConflictPolicy.USE_EXISTING,
+                # Set at start, so that a competing start can tell who holds a lock.
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(KEY_TASK_CODE, code),
+                        SearchAttributePair(KEY_TASK_ID, task_id),
+                    ]
+                ),
                 static_summary=f"{code} · task {task_id}",
                 static_details=f"Task `{code}` started by request `{req.request_id}`; "
                 f"trace `{trace.trace_id}`.",
@@ -210,8 +242,18 @@ class RunService:
                 execution_timeout=timedelta(seconds=req.timeout_s + 3600),
             )
         except WorkflowAlreadyStartedError:
-            # The same task_id after its run finished: answer with the recorded result.
             handle = self.client.get_workflow_handle(workflow_id)
+            if lock:
+                holder = await self._holder(handle)
+                if holder != task_id:
+                    raise ArtemisError(
+                        ErrorCode.EXECUTION_LOCKED,
+                        f"{lock} is already running (task {holder}); one execution at a time",
+                        details={"workflow_name": lock, "running_task_id": holder},
+                    ) from None
+                # The same task id while it runs: attach to it.
+                return Started(handle, task_id, workflow_id, None, callback_mode)
+            # The same task_id after its run finished: answer with the recorded result.
             status = await self.status(task_id, handle=handle)
             return Started(
                 handle,
@@ -262,13 +304,23 @@ class RunService:
             log.warning("task_store_unavailable", task_id=task_id, error=str(e))
             return None
 
+    @staticmethod
+    async def _holder(handle: WorkflowHandle) -> str | None:
+        desc = await handle.describe()
+        return desc.typed_search_attributes.get(KEY_TASK_ID)
+
     async def find(self, task_id: str, workflow_id: str | None = None) -> WorkflowHandle | None:
-        """The run's workflow: the id the task store recorded, else one per task code."""
+        """The run's workflow: the id the task store recorded, else one per task code. A
+        lock's workflow id is shared by its executions: only the one of this task counts."""
         candidates = [workflow_id] if workflow_id else []
         candidates += [workflow_id_for(code, task_id) for code in task_codes()]
         for wf_id in candidates:
             handle = self.client.get_workflow_handle(wf_id)
             try:
+                if wf_id.startswith("artemis/lock/"):
+                    if await self._holder(handle) != task_id:
+                        continue
+                    return handle
                 await handle.describe()
                 return handle
             except RPCError as e:
@@ -319,7 +371,7 @@ class RunService:
 
     async def _temporal_status(self, task_id: str, handle: WorkflowHandle) -> dict[str, Any]:
         desc = await handle.describe()
-        code = handle.id.split("/")[1]
+        code = desc.typed_search_attributes.get(KEY_TASK_CODE) or handle.id.split("/")[1]
         out: dict[str, Any] = {
             "task_id": task_id,
             "task_code": code,

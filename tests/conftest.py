@@ -143,6 +143,12 @@ def base_settings(
                     "sinks": ["http"],
                     "http_endpoint": f"{samples.url}/sink/literature",
                 },
+                "crawl_notes": {"sinks": ["http"], "http_endpoint": f"{samples.url}/sink/notes"},
+            },
+            "crawler": {
+                "platforms": {"sample": {"base_url": f"{samples.url}/platform"}},
+                "backoff_s": [0.2, 0.4, 0.8],
+                "detail_timeout_s": 2.0,
             },
             "runs": {"heartbeat_timeout_s": 2.0, "pages_per_fetch": 5, "provenance_refresh_s": 0.5},
         },

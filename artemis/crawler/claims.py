@@ -123,12 +123,23 @@ class Claims:
         )
 
     def write_note(
-        self, execution_id: str, candidate_id: int, note: dict[str, Any], now: datetime
+        self,
+        execution_id: str,
+        candidate_id: int,
+        note: dict[str, Any],
+        now: datetime,
+        page_seq: int | None = None,
     ) -> str:
-        """Store a fetched note once and mark its candidate collected: ``created`` or
-        ``skipped`` (the note was stored before). Raises :class:`LockLost` when the
-        candidate is no longer this execution's."""
+        """Store a fetched note once and mark its candidate collected, in one transaction:
+
+        - ``created``: stored now;
+        - ``skipped``: the note was already stored (under ``{note_id}_v1``);
+        - ``replayed``: this execution stored it from this very page before (a retried
+          emit): the caller sends it on again under the same idempotency key.
+
+        Raises :class:`LockLost` when the candidate is no longer this execution's."""
         key = idempotency_key(str(note["note_id"]))
+        meta = {"execution_id": execution_id, "page_seq": page_seq}
         with self.engine.begin() as conn:
             fenced = conn.execute(
                 update(_c)
@@ -141,6 +152,11 @@ class Claims:
                 )
             ).rowcount
             if not fenced:
+                stored = conn.execute(
+                    select(_s.c.exec_meta).where(_s.c.idempotency_key == key)
+                ).first()
+                if stored is not None and stored.exec_meta == meta:
+                    return "replayed"
                 raise LockLost(f"candidate {candidate_id} is not locked by {execution_id}")
             stmt = (
                 self._insert(_s)
@@ -152,7 +168,7 @@ class Claims:
                     content=note.get("content"),
                     author=note.get("author"),
                     data=note,
-                    exec_meta={"execution_id": execution_id},
+                    exec_meta=meta,
                     retry_count=0,
                     created_at=now,
                 )
@@ -162,16 +178,20 @@ class Claims:
             created = conn.execute(stmt).first() is not None
         return "created" if created else "skipped"
 
-    def fail(self, execution_id: str, candidate_id: int, code: str, now: datetime) -> str:
-        """A failed fetch: back to pending with ``retry_count + 1``, or failed at max_retry.
-        Returns the new status; raises :class:`LockLost` when not this execution's."""
+    def fail(
+        self, execution_id: str, candidate_id: int, code: str, now: datetime, final: bool = False
+    ) -> str:
+        """A failed fetch: back to pending with ``retry_count + 1``, or failed at max_retry
+        (at once when ``final``: no retry can fix it). Returns the new status; raises
+        :class:`LockLost` when not this execution's."""
         new_count = _c.c.retry_count + 1
+        limit = 1 if final else self.max_retry
         with self.engine.begin() as conn:
             row = conn.execute(
                 update(_c)
                 .where(self._fenced(candidate_id, execution_id))
                 .values(
-                    status=case((new_count >= self.max_retry, "failed"), else_="pending"),
+                    status=case((new_count >= limit, "failed"), else_="pending"),
                     retry_count=new_count,
                     processing_lock=None,
                     locked_at=None,

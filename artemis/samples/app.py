@@ -77,6 +77,11 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
     literature = LiteratureState()
     app.state.literature = literature
     app.include_router(build_router(literature))
+    from artemis.samples import platform
+
+    notes = platform.PlatformState()
+    app.state.platform = notes
+    app.include_router(platform.build_router(notes))
 
     # -- control ---------------------------------------------------------------------
     @app.post("/_control/{target}")
@@ -86,6 +91,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             state["latency_ms"] = float(spec.get("latency_ms", 0))
         elif target == "reset":
             literature.configure({"reset": True})
+            notes.reset()
             state["sink"].clear()
             state["cronjob"].clear()
             state["quote_requests"] = 0

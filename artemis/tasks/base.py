@@ -159,6 +159,17 @@ class TaskUnit:
         """Last word on the stats (default: unchanged). Must not raise."""
         return stats
 
+    def run_ended(self, ctx: TaskContext, status: str, error_code: str | None) -> None:
+        """Told how every run ended (completed, failed, cancelled, timeout), e.g. to close
+        an execution record. Errors are logged, never fail the run."""
+
+    # -- execution lock ------------------------------------------------------------------
+    def lock_name(self, params: BaseModel) -> str | None:
+        """A workflow name of which one execution at a time may run (SPEC §10): the run's
+        workflow id is then ``artemis/lock/{name}`` and a second start is refused with
+        EXECUTION_LOCKED. None: runs are independent (``artemis/{code}/{task_id}``)."""
+        return None
+
 
 def validation_fields(e: ValidationError, prefix: str) -> list[dict[str, str]]:
     out = []

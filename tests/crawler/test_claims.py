@@ -59,9 +59,11 @@ def test_fenced_write_once_and_reclaim_takes_the_record_away(crawl_db):
     seed(claims, 2)
     first = claims.claim("exec-a", "xhs", 1, NOW)[0]
     note = {"note_id": first.note_id, "platform": "xhs", "title": "t", "content": "c"}
-    assert claims.write_note("exec-a", first.id, note, NOW) == "created"
-    with pytest.raises(LockLost):  # collected: no longer locked by anyone
-        claims.write_note("exec-a", first.id, note, NOW)
+    assert claims.write_note("exec-a", first.id, note, NOW, page_seq=4) == "created"
+    # A retried emit of the same page: sent on again (same idempotency key downstream).
+    assert claims.write_note("exec-a", first.id, note, NOW, page_seq=4) == "replayed"
+    with pytest.raises(LockLost):  # another page with the same note: not a second copy
+        claims.write_note("exec-a", first.id, note, NOW, page_seq=5)
 
     second = claims.claim("exec-a", "xhs", 5, NOW)
     assert [c.note_id for c in second] == ["n0001"]

@@ -1,0 +1,162 @@
+"""Platform adapters (SPEC §10 and §13): search a keyword into candidate notes, fetch one
+note's details, each request with the cookie the pool lent it.
+
+:class:`HttpJsonPlatform` speaks any platform whose search and detail answers are JSON,
+configured by ``crawler.platforms.<name>`` (paths, parameter names, where the items and
+the has-more flag are). Failures map to the error table of SPEC §10: 401/403 →
+``COOKIE_INVALID`` (the cookie is blamed, the next one tried), 429 → ``PLATFORM_ERROR``
+with the server's ``Retry-After``, 5xx → ``PLATFORM_ERROR``, a timeout →
+``TIMEOUT_ERROR``, a connection failure → ``NETWORK_ERROR``, 404 → ``PLATFORM_ERROR``
+that no retry fixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import httpx
+
+from artemis.config import PlatformSettings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import retry_after_seconds
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    items: list[dict[str, Any]]  # {"note_id", "note_url"}
+    has_more: bool
+
+
+class PlatformAdapter(Protocol):
+    name: str
+
+    async def search(
+        self, client: httpx.AsyncClient, keyword: str, page: int, cookie: str | None, timeout: float
+    ) -> SearchPage: ...
+
+    async def detail(
+        self, client: httpx.AsyncClient, note_id: str, cookie: str, timeout: float
+    ) -> dict[str, Any]: ...
+
+
+def _dig(data: Any, path: str) -> Any:
+    for part in path.split(".") if path else []:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
+
+
+class HttpJsonPlatform:
+    def __init__(self, name: str, cfg: PlatformSettings) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.base = cfg.base_url.rstrip("/")
+
+    def _headers(self, cookie: str | None) -> dict[str, str]:
+        return {self.cfg.cookie_header: cookie} if cookie else {}
+
+    async def _get(
+        self,
+        client: httpx.AsyncClient,
+        what: str,
+        url: str,
+        params: dict[str, Any] | None,
+        cookie: str | None,
+        timeout: float,
+    ) -> Any:
+        try:
+            resp = await client.get(
+                url, params=params, headers=self._headers(cookie), timeout=timeout
+            )
+        except httpx.TimeoutException:
+            raise ArtemisError(
+                ErrorCode.TIMEOUT_ERROR, f"{self.name} {what}: no answer within {timeout:g} s"
+            ) from None
+        except httpx.HTTPError as e:
+            raise ArtemisError(
+                ErrorCode.NETWORK_ERROR, f"{self.name} {what}: {type(e).__name__}"
+            ) from None
+        code = resp.status_code
+        if code in (401, 403):
+            raise ArtemisError(
+                ErrorCode.COOKIE_INVALID, f"{self.name} {what}: HTTP {code}, the cookie was refused"
+            )
+        if code == 429:
+            raise ArtemisError(
+                ErrorCode.PLATFORM_ERROR,
+                f"{self.name} {what}: HTTP 429, rate limited",
+                retry_after_s=retry_after_seconds(resp),
+                details={"rate_limited": True},
+            )
+        if code == 404:
+            raise ArtemisError(
+                ErrorCode.PLATFORM_ERROR,
+                f"{self.name} {what}: HTTP 404, not found",
+                retryable=False,
+            )
+        if code >= 400:
+            raise ArtemisError(ErrorCode.PLATFORM_ERROR, f"{self.name} {what}: HTTP {code}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise ArtemisError(
+                ErrorCode.PLATFORM_ERROR, f"{self.name} {what}: answer is not JSON"
+            ) from None
+
+    async def search(
+        self, client: httpx.AsyncClient, keyword: str, page: int, cookie: str | None, timeout: float
+    ) -> SearchPage:
+        c = self.cfg
+        data = await self._get(
+            client,
+            f"search {keyword!r} page {page}",
+            self.base + c.search_path,
+            {c.keyword_param: keyword, c.page_param: page, c.page_size_param: c.page_size},
+            cookie if c.search_needs_cookie else None,
+            timeout,
+        )
+        raw = _dig(data, c.items_path)
+        if not isinstance(raw, list):
+            raise ArtemisError(
+                ErrorCode.PLATFORM_ERROR,
+                f"{self.name} search: no list at {c.items_path!r} in the answer",
+            )
+        items = []
+        for item in raw:
+            note_id = item.get(c.note_id_field) if isinstance(item, dict) else None
+            if note_id in (None, ""):
+                raise ArtemisError(
+                    ErrorCode.PLATFORM_ERROR,
+                    f"{self.name} search: an item has no {c.note_id_field!r}",
+                )
+            items.append({"note_id": str(note_id), "note_url": item.get(c.note_url_field)})
+        return SearchPage(items, bool(_dig(data, c.has_more_path)))
+
+    async def detail(
+        self, client: httpx.AsyncClient, note_id: str, cookie: str, timeout: float
+    ) -> dict[str, Any]:
+        path = self.cfg.detail_path.format(note_id=quote(note_id, safe=""))
+        data = await self._get(client, f"note {note_id}", self.base + path, None, cookie, timeout)
+        if not isinstance(data, dict):
+            raise ArtemisError(
+                ErrorCode.PLATFORM_ERROR, f"{self.name} note {note_id}: not an object"
+            )
+        return {
+            **data,
+            "note_id": str(data.get(self.cfg.note_id_field, note_id)),
+            "platform": self.name,
+        }
+
+
+def platform_for(settings: Any, name: str) -> HttpJsonPlatform:
+    cfg = settings.crawler.platforms.get(name)
+    if cfg is None:
+        known = ", ".join(sorted(settings.crawler.platforms)) or "none"
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"params.platform: unknown platform {name!r} (configured: {known})",
+        )
+    return HttpJsonPlatform(name, cfg)

@@ -1,0 +1,321 @@
+"""``crawl_notes``: search a platform's keywords into candidate notes, then fetch each
+claimed note's details with a pooled cookie, write it once to ``tbl_source`` and send it
+to the sinks of ``output_defaults.crawl_notes`` (seed 004, SPEC §10).
+
+One run is one *execution* of its workflow name (the execution lock: workflow id
+``artemis/lock/{workflow_name}``, mirrored in ``tbl_crawl_execution``); its task id is
+the execution id that locks the candidates it claims.
+
+- fetch: the search phase pages through each keyword (``max_pages`` per keyword) and adds
+  candidates; the detail phase claims ``crawler.batch_size`` candidates at a time and
+  fetches them, a cookie per request (401 → ``COOKIE_INVALID``, the cookie is blamed and
+  the next one tried; 429 → wait ``Retry-After`` or the backoff; a timeout or a platform
+  error sends the candidate back to pending, or to failed after ``max_retry``). Each
+  batch is one staged page.
+- emit: ``tbl_source`` first (fenced by the candidate's lock, idempotent by
+  ``{note_id}_v1``); only notes this page stored (or stored before, on a retried emit)
+  go on to the other sinks, under the page's idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from artemis.config import Settings
+from artemis.crawler.claims import Claimed, Claims, LockLost
+from artemis.crawler.cookies import CookiePool, PoolRules
+from artemis.crawler.platform import HttpJsonPlatform, platform_for
+from artemis.db import get_engine, utcnow
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import get_logger
+from artemis.sinks import EmitContext, Sink
+from artemis.sources import Page
+from artemis.tasks.base import TaskContext, TaskUnit, register_task
+
+log = get_logger("artemis.crawler")
+
+CANDIDATE_FIELD = "_candidate_id"
+
+
+class CrawlParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    platform: str = Field(min_length=1, max_length=50)
+    keywords: list[str] = Field(min_length=1, max_length=100)
+    max_pages: int | None = Field(None, ge=1, le=1000)
+    workflow_name: str | None = Field(None, min_length=1, max_length=150)
+
+    @field_validator("keywords")
+    @classmethod
+    def _keywords(cls, v: list[str]) -> list[str]:
+        cleaned = [k.strip() for k in v]
+        if any(not k for k in cleaned):
+            raise ValueError("every keyword must be non-empty")
+        return cleaned
+
+    @field_validator("workflow_name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and any(ch in v for ch in "/\n\r\t "):
+            raise ValueError("must not contain '/' or whitespace")
+        return v
+
+    @model_validator(mode="after")
+    def _default_name(self) -> CrawlParams:
+        if self.workflow_name is None:
+            self.workflow_name = f"crawl_notes:{self.platform}"
+        return self
+
+
+class _Crawl:
+    """The I/O parts of one crawl activity attempt."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        from artemis.crawler.vault import vault_for
+
+        s: Settings = ctx.settings
+        self.ctx = ctx
+        self.params: CrawlParams = ctx.params  # type: ignore[assignment]
+        self.cfg = s.crawler
+        self.engine = get_engine(s.database.url)
+        self.claims = Claims(self.engine, self.cfg.max_retry)
+        self.pool = CookiePool(
+            self.engine,
+            PoolRules(
+                self.cfg.max_consecutive_errors,
+                self.cfg.max_total_errors,
+                self.cfg.cooling_duration_minutes,
+            ),
+        )
+        self.vault = vault_for(s)
+        self.adapter: HttpJsonPlatform = platform_for(s, self.params.platform)
+        self.execution = ctx.task_id
+        keepalive = ctx.overrides.get("keepalive")
+        self.keepalive: Callable[[], None] = keepalive if callable(keepalive) else (lambda: None)
+
+    async def _db(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kw)
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep without letting the activity's heartbeat lapse."""
+        end = asyncio.get_running_loop().time() + seconds
+        while (left := end - asyncio.get_running_loop().time()) > 0:
+            await asyncio.sleep(min(left, 1.0))
+            self.keepalive()
+
+    async def with_cookie(self, what: str, call: Callable[[str], Any]) -> Any:
+        """Run ``call(cookie)`` with pooled cookies: a refused cookie is counted against it
+        and the next one tried; a 429 waits (Retry-After, else the backoff) and tries
+        again; other failures are raised to the caller."""
+        tried: set[int] = set()
+        invalid = waits = 0
+        while True:
+            lease = await self._db(self.pool.acquire, self.params.platform, utcnow(), tried)
+            cookie = await self._db(self.vault.decrypt, lease.ciphertext, lease.key_id)
+            try:
+                result = await call(cookie)
+            except ArtemisError as e:
+                if e.code == ErrorCode.COOKIE_INVALID:
+                    status = await self._db(self.pool.report, lease.cookie_id, False, utcnow())
+                    log.warning(
+                        "cookie_refused", cookie=lease.cookie_name, status=status, what=what
+                    )
+                    tried.add(lease.cookie_id)
+                    invalid += 1
+                    if invalid >= ErrorCode.COOKIE_INVALID.info.max_retries:
+                        raise
+                    continue
+                if e.details.get("rate_limited") and waits < len(self.cfg.backoff_s):
+                    wait = e.retry_after_s or self.cfg.backoff_s[waits]
+                    waits += 1
+                    log.info("platform_rate_limited", what=what, wait_s=wait)
+                    await self._wait(wait)
+                    continue
+                raise
+            finally:
+                del cookie
+            await self._db(self.pool.report, lease.cookie_id, True, utcnow())
+            return result
+
+    async def detail(self, client: httpx.AsyncClient, c: Claimed) -> dict[str, Any] | None:
+        try:
+            note = await self.with_cookie(
+                f"note {c.note_id}",
+                lambda cookie: self.adapter.detail(
+                    client, c.note_id, cookie, self.cfg.detail_timeout_s
+                ),
+            )
+        except ArtemisError as e:
+            if e.code == ErrorCode.COOKIE_EXHAUSTED:
+                raise
+            status = await self._db(
+                self.claims.fail, self.execution, c.id, e.code.value, utcnow(), not e.retryable
+            )
+            log.warning("note_failed", note_id=c.note_id, code=e.code.value, now=status)
+            return None
+        return {**note, CANDIDATE_FIELD: c.id}
+
+
+async def _search(
+    adapter: HttpJsonPlatform,
+    client: httpx.AsyncClient,
+    keyword: str,
+    page: int,
+    timeout: float,
+    cookie: str,
+) -> Any:
+    return await adapter.search(client, keyword, page, cookie, timeout)
+
+
+@register_task
+class CrawlNotes(TaskUnit):
+    code = "crawl_notes"
+    Params = CrawlParams
+    summary = "Search a platform's keywords and collect each note once"
+
+    def prepare_params(
+        self, incoming: dict[str, Any], settings: Settings, trusted: bool = False
+    ) -> BaseModel:
+        params: CrawlParams = super().prepare_params(incoming, settings, trusted)  # type: ignore[assignment]
+        platform_for(settings, params.platform)  # an unknown platform is a 422, not a run
+        return params
+
+    def lock_name(self, params: BaseModel) -> str | None:
+        return params.workflow_name  # type: ignore[attr-defined, no-any-return]
+
+    def total_hint(self, ctx: TaskContext) -> int:
+        return len(ctx.params.keywords)  # type: ignore[attr-defined]
+
+    def search_attributes(self, ctx: TaskContext) -> dict[str, str]:
+        return {"ArtemisProvenance": ctx.params.platform}  # type: ignore[attr-defined]
+
+    async def fetch(
+        self, ctx: TaskContext, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+    ) -> AsyncIterator[Page]:
+        crawl = _Crawl(ctx)
+        p = crawl.params
+        cp = dict(checkpoint or {"phase": "search", "k": 0, "page": 1})
+        await crawl._db(crawl.claims.start_execution, p.workflow_name, crawl.execution, utcnow())
+        while cp["phase"] == "search":
+            k, page_no = int(cp["k"]), int(cp["page"])
+            if k >= len(p.keywords):
+                cp = {"phase": "details"}
+                break
+            kw = p.keywords[k]
+            found = await crawl.with_cookie(
+                f"search {kw!r}",
+                functools.partial(
+                    _search, crawl.adapter, client, kw, page_no, crawl.cfg.search_timeout_s
+                ),
+            )
+            added = await crawl._db(crawl.claims.add_candidates, p.platform, found.items, kw)
+            last = not found.has_more or (p.max_pages is not None and page_no >= p.max_pages)
+            cp = (
+                {"phase": "search", "k": k + 1, "page": 1}
+                if last
+                else {"phase": "search", "k": k, "page": page_no + 1}
+            )
+            await crawl._db(crawl.claims.heartbeat, crawl.execution, utcnow())
+            yield Page(
+                records=[],
+                checkpoint=cp,
+                info={"units_done": int(cp["k"]), "source": f"search {kw}", "candidates": added},
+            )
+        while True:
+            batch = await crawl._db(
+                crawl.claims.claim, crawl.execution, p.platform, crawl.cfg.batch_size, utcnow()
+            )
+            if not batch:
+                yield Page(records=[], checkpoint=None, info={"units_done": len(p.keywords)})
+                return
+            notes: list[dict[str, Any]] = []
+            done: set[int] = set()
+            try:
+                for c in batch:
+                    note = await crawl.detail(client, c)
+                    done.add(c.id)
+                    if note is not None:
+                        notes.append(note)
+            except BaseException:
+                # Cookies exhausted or the attempt cancelled: give back what was not tried,
+                # and what was fetched but will not be staged now.
+                for c in batch:
+                    if c.id not in done or any(n[CANDIDATE_FIELD] == c.id for n in notes):
+                        await crawl._db(crawl.claims.release, crawl.execution, c.id, utcnow())
+                raise
+            await crawl._db(
+                crawl.claims.heartbeat,
+                crawl.execution,
+                utcnow(),
+                len(notes),
+                len(batch) - len(notes),
+            )
+            yield Page(
+                records=notes,
+                checkpoint={"phase": "details"},
+                info={"units_done": len(p.keywords), "source": f"{p.platform} notes"},
+            )
+
+    def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
+        return [NoteStore(ctx), *super().decide_sinks(ctx)]
+
+    async def emit(
+        self,
+        client: httpx.AsyncClient,
+        sinks: list[Sink],
+        records: list[dict[str, Any]],
+        ctx: EmitContext,
+    ) -> None:
+        store, rest = sinks[0], sinks[1:]
+        assert isinstance(store, NoteStore)
+        deliver = await asyncio.to_thread(store.write, records, ctx.seq)
+        if deliver:
+            for sink in rest:
+                await sink.emit(client, deliver, ctx)
+
+    def run_ended(self, ctx: TaskContext, status: str, error_code: str | None) -> None:
+        Claims(get_engine(ctx.settings.database.url)).finish_execution(
+            ctx.task_id, status, utcnow(), error_code
+        )
+
+
+class NoteStore(Sink):
+    """``tbl_source``: each note once, fenced by its candidate's lock."""
+
+    name = "tbl_source"
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self.claims = Claims(get_engine(ctx.settings.database.url), ctx.settings.crawler.max_retry)
+        self.execution = ctx.task_id
+
+    async def emit(
+        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+    ) -> None:
+        await asyncio.to_thread(self.write, records, ctx.seq)
+
+    def write(self, records: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
+        """Store the page's notes; the ones the other sinks should get (without the
+        internal candidate field)."""
+        now: datetime = utcnow()
+        deliver: list[dict[str, Any]] = []
+        outcomes: dict[str, int] = {}
+        for rec in records:
+            note = {k: v for k, v in rec.items() if k != CANDIDATE_FIELD}
+            try:
+                outcome = self.claims.write_note(
+                    self.execution, int(rec[CANDIDATE_FIELD]), note, now, page_seq=seq
+                )
+            except LockLost:
+                outcome = "lock_lost"
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if outcome in ("created", "replayed"):
+                deliver.append(note)
+        log.info("notes_written", seq=seq, **outcomes)
+        return deliver
