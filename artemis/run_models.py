@@ -144,6 +144,50 @@ class CleanupResult:
 
 
 @dataclass
+class ReclaimInput:
+    lock_timeout_minutes: float = 30.0
+    now: str | None = None  # ISO time from the workflow's clock (None: the activity's)
+
+
+@dataclass
+class ReclaimResult:
+    records_pending: int
+    records_failed: int
+    executions_timed_out: int
+
+
+@dataclass
+class NoteDetailsRequest:
+    """POST /notes/details: one activity per note, all at once; notes come back through
+    staging (``batch_key``), only outcomes through history."""
+
+    platform: str
+    note_ids: list[str]
+    batch_key: str
+    detail_timeout_s: float = 15.0
+    request_id: str | None = None
+    trace_id: str | None = None
+
+
+@dataclass
+class NoteDetailInput:
+    platform: str
+    note_id: str
+    batch_key: str
+    seq: int
+    timeout_s: float = 15.0
+    request_id: str | None = None
+
+
+@dataclass
+class NoteDetailOutcome:
+    id: str
+    success: bool
+    error: dict[str, Any] | None = None
+    cookie_used: str | None = None
+
+
+@dataclass
 class MirrorInput:
     """A state change of the run, recorded in task storage."""
 

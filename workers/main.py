@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.crawl import CrawlActivities
 from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.logsetup import configure_logging, get_logger
-from artemis.run_models import CleanupInput, provenance_queue
+from artemis.run_models import CleanupInput, ReclaimInput, provenance_queue
 from workers.client import connect
 from workflows.cleanup import CleanupWorkflow
+from workflows.note_details import NoteDetailsWorkflow
+from workflows.reclaim import ReclaimWorkflow
 from workflows.task_run import TaskRunWorkflow
 
 log = get_logger("artemis.worker")
@@ -91,10 +95,10 @@ def cleanup_schedule_id(task_queue: str) -> str:
     return f"artemis/cleanup-old-tasks/{task_queue}"
 
 
-async def ensure_cleanup_schedule(client: Client, settings: Settings, task_queue: str) -> None:
-    """Create, once, the schedule that runs cleanup_old_tasks(hours) every hour."""
-    from datetime import timedelta
-
+async def _ensure_schedule(
+    client: Client, schedule_id: str, workflow: Any, arg: Any, wf_id: str, tq: str, every: Any
+) -> bool:
+    """Create the schedule unless it exists (idempotent at every worker start-up)."""
     from temporalio.client import (
         Schedule,
         ScheduleActionStartWorkflow,
@@ -103,33 +107,67 @@ async def ensure_cleanup_schedule(client: Client, settings: Settings, task_queue
         ScheduleSpec,
     )
 
-    hours = float(settings.task_store.ttl_hours)
     try:
         await client.create_schedule(
-            cleanup_schedule_id(task_queue),
+            schedule_id,
             Schedule(
-                action=ScheduleActionStartWorkflow(
-                    CleanupWorkflow.run,
-                    CleanupInput(hours=hours),
-                    id=f"artemis/cleanup/{task_queue}",
-                    task_queue=task_queue,
-                ),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
+                action=ScheduleActionStartWorkflow(workflow, arg, id=wf_id, task_queue=tq),
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
             ),
         )
-        log.info("cleanup_schedule_created", task_queue=task_queue, hours=hours)
+        return True
     except ScheduleAlreadyRunningError:
-        pass
+        return False
+
+
+async def ensure_cleanup_schedule(client: Client, settings: Settings, task_queue: str) -> None:
+    """Create, once, the schedule that runs cleanup_old_tasks(hours) every hour."""
+    hours = float(settings.task_store.ttl_hours)
+    if await _ensure_schedule(
+        client,
+        cleanup_schedule_id(task_queue),
+        CleanupWorkflow.run,
+        CleanupInput(hours=hours),
+        f"artemis/cleanup/{task_queue}",
+        task_queue,
+        timedelta(hours=1),
+    ):
+        log.info("cleanup_schedule_created", task_queue=task_queue, hours=hours)
+
+
+def reclaim_schedule_id(task_queue: str) -> str:
+    return f"artemis/reclaim-stale-locks/{task_queue}"
+
+
+async def ensure_reclaim_schedule(client: Client, settings: Settings, task_queue: str) -> None:
+    """Create, once, the schedule of seed 004 §4.4: every recovery_interval_minutes,
+    release record locks and executions older than lock_timeout_minutes."""
+    c = settings.crawler
+    if await _ensure_schedule(
+        client,
+        reclaim_schedule_id(task_queue),
+        ReclaimWorkflow.run,
+        ReclaimInput(lock_timeout_minutes=c.lock_timeout_minutes),
+        f"artemis/reclaim/{task_queue}",
+        task_queue,
+        timedelta(minutes=c.recovery_interval_minutes),
+    ):
+        log.info("reclaim_schedule_created", task_queue=task_queue)
 
 
 def build_worker(
-    client: Client, settings: Settings, activities: TaskRunActivities, task_queue: str | None = None
+    client: Client,
+    settings: Settings,
+    activities: TaskRunActivities,
+    task_queue: str | None = None,
+    crawl: CrawlActivities | None = None,
 ) -> Worker:
+    crawl = crawl or CrawlActivities(settings, activities.client)
     return Worker(
         client,
         task_queue=task_queue or settings.temporal.task_queue,
-        workflows=[TaskRunWorkflow, CleanupWorkflow],
-        activities=activities.all(),
+        workflows=[TaskRunWorkflow, CleanupWorkflow, ReclaimWorkflow, NoteDetailsWorkflow],
+        activities=[*activities.all(), *crawl.all()],
         max_concurrent_activities=100,
     )
 
@@ -149,6 +187,9 @@ async def running_worker(
         async with worker:
             await provenances.start()
             await ensure_cleanup_schedule(
+                client, settings, task_queue or settings.temporal.task_queue
+            )
+            await ensure_reclaim_schedule(
                 client, settings, task_queue or settings.temporal.task_queue
             )
             log.info(

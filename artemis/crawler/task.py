@@ -74,18 +74,18 @@ class CrawlParams(BaseModel):
         return self
 
 
-class _Crawl:
-    """The I/O parts of one crawl activity attempt."""
+class CookieSession:
+    """Requests to one platform with pooled cookies, decrypted only here (inside the
+    activity that makes the request)."""
 
-    def __init__(self, ctx: TaskContext) -> None:
+    def __init__(
+        self, settings: Settings, platform: str, keepalive: Callable[[], None] | None = None
+    ) -> None:
         from artemis.crawler.vault import vault_for
 
-        s: Settings = ctx.settings
-        self.ctx = ctx
-        self.params: CrawlParams = ctx.params  # type: ignore[assignment]
-        self.cfg = s.crawler
-        self.engine = get_engine(s.database.url)
-        self.claims = Claims(self.engine, self.cfg.max_retry)
+        self.platform = platform
+        self.cfg = settings.crawler
+        self.engine = get_engine(settings.database.url)
         self.pool = CookiePool(
             self.engine,
             PoolRules(
@@ -94,11 +94,10 @@ class _Crawl:
                 self.cfg.cooling_duration_minutes,
             ),
         )
-        self.vault = vault_for(s)
-        self.adapter: HttpJsonPlatform = platform_for(s, self.params.platform)
-        self.execution = ctx.task_id
-        keepalive = ctx.overrides.get("keepalive")
-        self.keepalive: Callable[[], None] = keepalive if callable(keepalive) else (lambda: None)
+        self.vault = vault_for(settings)
+        self.adapter: HttpJsonPlatform = platform_for(settings, platform)
+        self.keepalive: Callable[[], None] = keepalive or (lambda: None)
+        self.last_cookie: str | None = None  # the name of the last cookie used (not secret)
 
     async def _db(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kw)
@@ -117,7 +116,8 @@ class _Crawl:
         tried: set[int] = set()
         invalid = waits = 0
         while True:
-            lease = await self._db(self.pool.acquire, self.params.platform, utcnow(), tried)
+            lease = await self._db(self.pool.acquire, self.platform, utcnow(), tried)
+            self.last_cookie = lease.cookie_name
             cookie = await self._db(self.vault.decrypt, lease.ciphertext, lease.key_id)
             try:
                 result = await call(cookie)
@@ -143,6 +143,19 @@ class _Crawl:
                 del cookie
             await self._db(self.pool.report, lease.cookie_id, True, utcnow())
             return result
+
+
+class _Crawl(CookieSession):
+    """The I/O parts of one crawl activity attempt."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        keepalive = ctx.overrides.get("keepalive")
+        self.params: CrawlParams = ctx.params  # type: ignore[assignment]
+        super().__init__(
+            ctx.settings, self.params.platform, keepalive if callable(keepalive) else None
+        )
+        self.claims = Claims(self.engine, self.cfg.max_retry)
+        self.execution = ctx.task_id
 
     async def detail(self, client: httpx.AsyncClient, c: Claimed) -> dict[str, Any] | None:
         try:

@@ -102,17 +102,17 @@ def build_router(state: PlatformState) -> APIRouter:
     async def detail(note_id: str, request: Request):
         session, refused = _auth(request)
         status = refused.status_code if refused is not None else 200
+        call: dict[str, Any] = {
+            "note_id": note_id,
+            "status": None,  # recorded on arrival, the status once answered
+            "session_hash": hashlib.sha256((session or "").encode()).hexdigest()[:12],
+        }
+        state.calls.append(call)
         if refused is None and note_id in state.slow_ids:
             await asyncio.sleep(state.slow_ms / 1000)
         if refused is None and note_id in state.fail_ids:
             status = state.fail_ids[note_id]
-        state.calls.append(
-            {
-                "note_id": note_id,
-                "status": status,
-                "session_hash": hashlib.sha256((session or "").encode()).hexdigest()[:12],
-            }
-        )
+        call["status"] = status
         if refused is not None:
             return refused
         if status != 200:

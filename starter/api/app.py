@@ -13,7 +13,7 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from starter.api.envelope import RequestContextMiddleware, error_response
-from starter.api.routes import events, health, tasks
+from starter.api.routes import events, health, notes, tasks
 from starter.service import RunService
 
 log = get_logger("artemis.api")
@@ -35,6 +35,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(tasks.router)
     app.include_router(events.router)
+    app.include_router(notes.router)
 
     @app.exception_handler(ArtemisError)
     async def _artemis_error(request: Request, exc: ArtemisError):

@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from collections import Counter
+from datetime import timedelta
 
 from sqlalchemy import select
 
@@ -152,3 +153,160 @@ async def test_no_usable_cookie_fails_the_run_with_cookie_exhausted(make_stack):
         {"params": {"platform": "nowhere", "keywords": ["k"]}}, code="crawl_notes"
     )
     assert bad.status_code == 422 and "params.platform" in bad.json()["error"]["message"]
+
+
+async def test_batch_details_one_slow_note_fails_alone(make_stack):
+    from artemis.samples.platform import note_ids
+
+    stack, platform = await crawl_stack(make_stack, {"sample-d": 1})
+    ids = note_ids("batch", 3)
+    await stack.samples_http.post(
+        "/_control/platform", json={"slow_ids": [ids[1]], "slow_ms": 3000}
+    )
+    resp = await stack.http.post("/notes/details", json={"platform": platform, "note_ids": ids})
+    body = resp.json()
+    assert resp.status_code == 207, body
+    assert body["success"] is False
+    assert body["summary"] == {"total": 3, "succeeded": 2, "failed": 1}
+    assert body["error"]["code"] == "PARTIAL_FAIL" and body["error"]["retryable"] is True
+    by_id = {i["id"]: i for i in body["items"]}
+    assert by_id[ids[0]]["success"] and by_id[ids[0]]["data"]["note_id"] == ids[0]
+    assert by_id[ids[2]]["success"] and by_id[ids[2]]["data"]["title"] == f"Note {ids[2]}"
+    assert by_id[ids[1]]["error"]["code"] == "TIMEOUT_ERROR"
+    assert by_id[ids[0]]["meta"]["cookie_used"] == f"{platform}-c0"
+    assert "sample-d" not in resp.text and body["meta"]["request_id"]
+
+    await stack.samples_http.post("/_control/platform", json={"slow_ids": []})
+    ok = await stack.http.post("/notes/details", json={"platform": platform, "note_ids": ids[:2]})
+    assert ok.status_code == 200 and ok.json()["success"] and ok.json()["error"] is None
+    for bad, where in (
+        ({"platform": platform}, "body.note_ids"),
+        ({"platform": platform, "note_ids": ["a", "a"]}, "unique"),
+        ({"platform": "nowhere", "note_ids": ["a"]}, "body.platform"),
+        ({"platform": platform, "note_ids": ["a"], "x": 1}, "body.x"),
+    ):
+        r = await stack.http.post("/notes/details", json=bad)
+        assert r.status_code == 422 and where in r.json()["error"]["message"], r.text
+
+
+async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make_stack, tmp_path):
+    """A worker dies mid-note; 30 minutes later (time-skipping) the reclaim frees the
+    batch it held; the run goes on and every note is stored and sent exactly once."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from temporalio.testing import WorkflowEnvironment
+    from temporalio.worker import Worker
+
+    from activities.crawl import CrawlActivities
+    from artemis.run_models import ReclaimInput, ReclaimResult
+    from artemis.samples.platform import note_ids
+    from tests.conftest import start_worker_process, write_config
+    from workers.main import running_worker
+    from workflows.reclaim import ReclaimWorkflow
+
+    stack, platform = await crawl_stack(make_stack, {"sample-k": 1})
+    # make_stack's own worker must not pick the run up: a stack without one, same queue.
+    stack = await make_stack(worker=False, crawler=stack.settings.crawler.model_dump())
+    kw = f"kill-{uuid.uuid4().hex[:6]}"
+    ids = note_ids(kw, 12)
+    await stack.samples_http.post(
+        "/_control/platform",
+        json={"notes_per_keyword": 12, "slow_ids": [ids[2]], "slow_ms": 60_000},
+    )
+    config = write_config(tmp_path / "w.yaml", stack.settings)
+    proc = start_worker_process(config, tmp_path / "w.log")
+    task_id = new_task_id()
+    try:
+        resp = await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"platform": platform, "keywords": [kw]}},
+            code="crawl_notes",
+            mode="async",
+        )
+        assert resp.status_code == 202, resp.text
+        for _ in range(300):  # until the worker is inside the slow note
+            calls = (await stack.samples_http.get("/_platform/calls")).json()
+            if any(c["note_id"] == ids[2] for c in calls):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the worker never reached the slow note")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    held = rows(stack, Candidate, platform=platform, status="processing")
+    assert len(held) == 10 and {c.processing_lock for c in held} == {task_id}
+    assert rows(stack, SourceNote, platform=platform) == []
+
+    await stack.samples_http.post("/_control/platform", json={"slow_ids": []})
+    server = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "temporal-test-server"
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(server) if server.exists() else None
+    )
+    try:
+        crawl = CrawlActivities(stack.settings)
+        async with Worker(
+            env.client,
+            task_queue="reclaim",
+            workflows=[ReclaimWorkflow],
+            activities=crawl.all(),
+        ):
+            early = await env.client.execute_workflow(
+                ReclaimWorkflow.run,
+                ReclaimInput(lock_timeout_minutes=30),
+                id=f"reclaim-{uuid.uuid4().hex}",
+                task_queue="reclaim",
+                result_type=ReclaimResult,
+            )
+            assert early.records_pending == 0  # not stale yet
+            await env.sleep(timedelta(minutes=31))
+            late = await env.client.execute_workflow(
+                ReclaimWorkflow.run,
+                ReclaimInput(lock_timeout_minutes=30),
+                id=f"reclaim-{uuid.uuid4().hex}",
+                task_queue="reclaim",
+                result_type=ReclaimResult,
+            )
+        await crawl.client.aclose()
+    finally:
+        await env.shutdown()
+    assert late.records_pending == 10 and late.executions_timed_out >= 1
+    assert {c.retry_count for c in rows(stack, Candidate, platform=platform)} <= {0, 1}
+
+    # A worker again: the run resumes from its last heartbeat and collects everything.
+    async with running_worker(stack.settings, stack.client):
+        done = await stack.wait_status(task_id, timeout=90)
+    assert done["status"] == "completed", done
+    stored = rows(stack, SourceNote, platform=platform)
+    assert sorted(r.note_id for r in stored) == sorted(ids)
+    assert Counter(c.status for c in rows(stack, Candidate, platform=platform)) == {"collected": 12}
+    sent = Counter()
+    for b in await stack.sink_batches(f"crawl_notes/{task_id}:"):
+        if b["status"] == 200:
+            sent.update(r["note_id"] for r in b["records"])
+    assert sorted(sent) == sorted(ids) and set(sent.values()) == {1}
+
+
+async def test_reclaim_schedule_is_created_once_per_queue(stack):
+    from workers.main import ensure_reclaim_schedule, reclaim_schedule_id
+
+    queue = stack.settings.temporal.task_queue
+    handle = stack.client.get_schedule_handle(reclaim_schedule_id(queue))
+    desc = await handle.describe()
+    assert desc.schedule.spec.intervals[0].every == timedelta(minutes=15)
+    await ensure_reclaim_schedule(stack.client, stack.settings, queue)  # again: no error
+    await handle.trigger()
+    for _ in range(100):
+        runs = [
+            w
+            async for w in stack.client.list_workflows(
+                f"WorkflowType = 'ReclaimStaleLocks' AND TaskQueue = '{queue}'"
+            )
+        ]
+        if runs and runs[0].status and runs[0].status.name == "COMPLETED":
+            break
+        await asyncio.sleep(0.1)
+    assert runs and runs[0].status.name == "COMPLETED"

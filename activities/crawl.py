@@ -1,0 +1,67 @@
+"""Activities of the crawler's own workflows: the timeout reclaim and the batch detail
+fetch behind POST /notes/details. Thin adapters over ``artemis.crawler``."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from temporalio import activity
+
+from artemis.config import Settings
+from artemis.crawler.claims import Claims
+from artemis.crawler.task import CookieSession
+from artemis.db import get_engine, utcnow
+from artemis.errors import ArtemisError
+from artemis.http import make_client
+from artemis.logsetup import get_logger
+from artemis.run_models import NoteDetailInput, NoteDetailOutcome, ReclaimInput, ReclaimResult
+from artemis.staging import Staging
+
+log = get_logger("artemis.activities.crawl")
+
+
+class CrawlActivities:
+    def __init__(self, settings: Settings, client: Any = None) -> None:
+        self.settings = settings
+        self.client = client or make_client(settings.http_client)
+        self.staging = Staging(settings.database.url)
+
+    @activity.defn(name="reclaim_stale_locks")
+    async def reclaim_stale_locks(self, inp: ReclaimInput) -> ReclaimResult:
+        now = datetime.fromisoformat(inp.now) if inp.now else utcnow()
+        claims = Claims(get_engine(self.settings.database.url), self.settings.crawler.max_retry)
+        r = await asyncio.to_thread(claims.reclaim, now, inp.lock_timeout_minutes)
+        log.info(
+            "locks_reclaimed",
+            records_pending=r.records_pending,
+            records_failed=r.records_failed,
+            executions_timed_out=r.executions_timed_out,
+        )
+        return ReclaimResult(r.records_pending, r.records_failed, r.executions_timed_out)
+
+    @activity.defn(name="fetch_note_detail")
+    async def fetch_note_detail(self, inp: NoteDetailInput) -> NoteDetailOutcome:
+        """One note of a batch; the note goes to staging, its outcome to the workflow."""
+        session = CookieSession(self.settings, inp.platform, lambda: activity.heartbeat())
+        try:
+            note = await session.with_cookie(
+                f"note {inp.note_id}",
+                lambda cookie: session.adapter.detail(
+                    self.client, inp.note_id, cookie, inp.timeout_s
+                ),
+            )
+        except ArtemisError as e:
+            log.warning("note_detail_failed", note_id=inp.note_id, code=e.code.value)
+            return NoteDetailOutcome(
+                id=inp.note_id,
+                success=False,
+                error={"code": e.code.value, "message": e.message, "retryable": e.retryable},
+                cookie_used=session.last_cookie,
+            )
+        await asyncio.to_thread(self.staging.put_pages, inp.batch_key, "note", [(inp.seq, [note])])
+        return NoteDetailOutcome(id=inp.note_id, success=True, cookie_used=session.last_cookie)
+
+    def all(self) -> list[Any]:
+        return [self.reclaim_stale_locks, self.fetch_note_detail]

@@ -1,0 +1,129 @@
+"""POST /notes/details: details of several notes at once, each failing alone (seed 004
+§3.2, SPEC §10). The answer has the seed's batch shape."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from artemis.crawler.platform import platform_for
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.run_models import NoteDetailOutcome, NoteDetailsRequest
+from artemis.staging import Staging
+from starter.api.deps import get_service, get_settings
+from starter.api.envelope import _meta, read_json
+from starter.service import RunService
+
+router = APIRouter(tags=["notes"])
+
+MAX_NOTES = 100
+
+
+def _parse(raw: Any, settings: Any) -> tuple[str, list[str]]:
+    if not isinstance(raw, dict):
+        raise ArtemisError(ErrorCode.INVALID_INPUT, 'body: expected {"platform", "note_ids"}')
+    unknown = sorted(set(raw) - {"platform", "note_ids"})
+    if unknown:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"body.{unknown[0]}: unknown field")
+    platform = raw.get("platform")
+    if not isinstance(platform, str) or not platform:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.platform: a platform name is required")
+    try:
+        platform_for(settings, platform)
+    except ArtemisError as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, e.message.replace("params.", "body.")) from None
+    ids = raw.get("note_ids")
+    if not isinstance(ids, list) or not ids:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.note_ids: a non-empty list is required")
+    if len(ids) > MAX_NOTES:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"body.note_ids: at most {MAX_NOTES} per request"
+        )
+    for i, n in enumerate(ids):
+        if not isinstance(n, str) or not n.strip():
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT, f"body.note_ids[{i}]: must be a non-empty string"
+            )
+    if len(set(ids)) != len(ids):
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.note_ids: ids must be unique")
+    return platform, [n.strip() for n in ids]
+
+
+@router.post("/notes/details", summary="Details of several notes; each fails alone")
+async def note_details(
+    request: Request,
+    service: RunService = Depends(get_service),
+    settings=Depends(get_settings),
+) -> JSONResponse:
+    platform, ids = _parse(await read_json(request), settings)
+    state = request.scope["state"]
+    batch = uuid.uuid4().hex
+    batch_key = f"notes/{batch}"
+    cfg = settings.crawler
+    handle = await service.client.start_workflow(
+        "NoteDetails",
+        NoteDetailsRequest(
+            platform=platform,
+            note_ids=ids,
+            batch_key=batch_key,
+            detail_timeout_s=cfg.detail_timeout_s,
+            request_id=state.get("request_id"),
+        ),
+        id=f"artemis/notes-details/{batch}",
+        task_queue=settings.temporal.task_queue,
+        result_type=list[NoteDetailOutcome],
+        static_summary=f"{len(ids)} notes of {platform} (request {state.get('request_id')})",
+    )
+    try:
+        outcomes: list[NoteDetailOutcome] = await asyncio.wait_for(
+            handle.result(), cfg.batch_timeout_s
+        )
+    except TimeoutError:
+        raise ArtemisError(
+            ErrorCode.TIMEOUT_ERROR,
+            f"the batch did not finish within crawler.batch_timeout_s ({cfg.batch_timeout_s:g} s)",
+        ) from None
+    staging = Staging(settings.database.url)
+    staged = await asyncio.to_thread(staging.get_pages, batch_key, "note", 0, len(ids) - 1)
+    await asyncio.to_thread(staging.drop_run, batch_key)
+    notes = {seq: records[0] for seq, records in staged if records}
+    items: list[dict[str, Any]] = []
+    for seq, o in enumerate(outcomes):
+        item: dict[str, Any] = {"id": o.id, "success": o.success}
+        if o.success:
+            item["data"] = notes.get(seq)
+        else:
+            item["error"] = o.error
+        item["meta"] = {"cookie_used": o.cookie_used}
+        items.append(item)
+    failed = [i for i in items if not i["success"]]
+    error = None
+    status = 200
+    if failed:
+        codes = {i["error"]["code"] for i in failed}
+        if len(failed) == len(items) and len(codes) == 1:
+            code = ErrorCode(codes.pop())
+        else:
+            code = ErrorCode.PARTIAL_FAIL
+        error = {
+            "code": code.value,
+            "message": f"{len(failed)} of {len(items)} notes failed",
+            "retryable": code.retryable,
+        }
+        status = code.http_status
+    body = {
+        "success": not failed,
+        "items": items,
+        "summary": {
+            "total": len(items),
+            "succeeded": len(items) - len(failed),
+            "failed": len(failed),
+        },
+        "error": error,
+        "meta": _meta(state),
+    }
+    return JSONResponse(body, status_code=status)
