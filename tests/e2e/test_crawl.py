@@ -176,6 +176,21 @@ async def test_batch_details_one_slow_note_fails_alone(make_stack):
     assert by_id[ids[0]]["meta"]["cookie_used"] == f"{platform}-c0"
     assert "sample-d" not in resp.text and body["meta"]["request_id"]
 
+    # The batch workflow's history replays (determinism).
+    from temporalio.worker import Replayer
+
+    from workflows.note_details import NoteDetailsWorkflow
+
+    batches = [
+        w
+        async for w in stack.client.list_workflows(
+            f"WorkflowType = 'NoteDetails' AND TaskQueue = '{stack.settings.temporal.task_queue}'"
+        )
+    ]
+    assert batches
+    history = await stack.client.get_workflow_handle(batches[0].id).fetch_history()
+    await Replayer(workflows=[NoteDetailsWorkflow]).replay_workflow(history)
+
     await stack.samples_http.post("/_control/platform", json={"slow_ids": []})
     ok = await stack.http.post("/notes/details", json={"platform": platform, "note_ids": ids[:2]})
     assert ok.status_code == 200 and ok.json()["success"] and ok.json()["error"] is None
@@ -310,3 +325,11 @@ async def test_reclaim_schedule_is_created_once_per_queue(stack):
             break
         await asyncio.sleep(0.1)
     assert runs and runs[0].status.name == "COMPLETED"
+    from temporalio.worker import Replayer
+
+    from workflows.reclaim import ReclaimWorkflow
+
+    history = await stack.client.get_workflow_handle(
+        runs[0].id, run_id=runs[0].run_id
+    ).fetch_history()
+    await Replayer(workflows=[ReclaimWorkflow]).replay_workflow(history)
