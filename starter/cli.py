@@ -204,6 +204,50 @@ def cookies_rotate_key(
         err_console.print(f"now set COOKIE_MASTER_KEY to the value of ${new_master_key_env}")
 
 
+# -- audit ---------------------------------------------------------------------------------------
+@app.command()
+def audit(
+    histories: int = typer.Option(
+        200, "--histories", help="how many recent Artemis workflow histories to scan (0: none)"
+    ),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Scan the database, the log files and Temporal histories for secrets in clear; print
+    JSON with `passed` and the findings (never the secrets); exit 1 when it fails."""
+    from artemis.audit import Auditor, Finding
+    from artemis.crawler.vault import vault_for
+    from artemis.registry.yaml_io import credential_box
+
+    settings = _settings(config)
+    auditor = Auditor()
+    vault = vault_for(settings)
+    auditor.learn_database_secrets(vault.engine, vault, credential_box(_key_file(settings)))
+    auditor.scan_database(vault.engine)
+    if settings.logging.output == "file":
+        auditor.scan_logs(settings.logging.file.path)
+    if histories > 0:
+        try:
+            auditor.scan_histories(asyncio.run(_histories(settings, histories)))
+        except Exception as e:  # an audit that could not look does not pass
+            auditor.report.findings.append(
+                Finding("temporal", f"histories not scanned: {type(e).__name__}: {e}")
+            )
+    report = auditor.report
+    console.print_json(data=report.to_dict())
+    raise typer.Exit(0 if report.passed else 1)
+
+
+async def _histories(settings: Settings, limit: int) -> list[tuple[str, str]]:
+    from workers.client import connect
+
+    client = await connect(settings)
+    out: list[tuple[str, str]] = []
+    async for wf in client.list_workflows("WorkflowId STARTS_WITH 'artemis/'", limit=limit):
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        out.append((f"{wf.id}/{wf.run_id}", history.to_json()))
+    return out
+
+
 # -- provenance registry -------------------------------------------------------------------------
 def _registry_engine(settings: Settings):
     from artemis.db import get_engine

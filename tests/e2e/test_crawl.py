@@ -333,3 +333,77 @@ async def test_reclaim_schedule_is_created_once_per_queue(stack):
         runs[0].id, run_id=runs[0].run_id
     ).fetch_history()
     await Replayer(workflows=[ReclaimWorkflow]).replay_workflow(history)
+
+
+def _audit(config, histories: int = 40):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run(
+        [sys.executable, "-m", "starter.cli", "audit", "--config", str(config)]
+        + ["--histories", str(histories)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "COLUMNS": "200"},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    return out.returncode, json.loads(out.stdout) if out.stdout.strip() else out.stderr
+
+
+async def test_audit_passes_after_a_crawl_and_fails_on_a_planted_cookie(make_stack, tmp_path):
+    from sqlalchemy import update
+
+    from tests.conftest import write_config
+
+    stack, platform = await crawl_stack(make_stack, {"sample-audit-1": 1})
+    await stack.samples_http.post("/_control/platform", json={"notes_per_keyword": 3})
+    resp = await stack.run(
+        {"params": {"platform": platform, "keywords": [f"au-{uuid.uuid4().hex[:6]}"]}},
+        code="crawl_notes",
+    )
+    assert resp.json()["data"]["status"] == "completed"
+    config = write_config(tmp_path / "a.yaml", stack.settings)
+    code, report = await asyncio.to_thread(_audit, config)
+    assert code == 0, report
+    assert report["passed"] is True and report["findings"] == []
+    assert report["checked"]["cookies"] >= 1 and report["checked"]["histories"] >= 1
+    assert report["checked"]["log_lines"] > 0 and report["checked"]["db_values"] > 0
+
+    engine = get_engine(stack.settings.database.url)
+    (cookie,) = rows(stack, CookieRow, platform=platform)
+    with engine.begin() as conn:
+        conn.execute(
+            update(CookieRow.__table__)
+            .where(CookieRow.id == cookie.id)
+            .values(cookie_encrypted="web_session=planted-in-clear")
+        )
+    try:
+        code, report = await asyncio.to_thread(_audit, config, 0)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(
+                update(CookieRow.__table__)
+                .where(CookieRow.id == cookie.id)
+                .values(cookie_encrypted=cookie.cookie_encrypted)
+            )
+    assert code == 1 and report["passed"] is False
+    wheres = {f["where"] for f in report["findings"]}
+    assert f"db:tbl_cookie.cookie_encrypted id={cookie.id}" in wheres
+    assert "planted-in-clear" not in json.dumps(report)
+
+    # A secret value in a log file: found by value, never printed.
+    log = tmp_path / "planted.log"
+    log.write_text('{"event": "oops", "header": "Cookie: sample-audit-1"}\n')
+    planted = stack.settings.model_copy(
+        update={
+            "logging": stack.settings.logging.model_copy(
+                update={"file": stack.settings.logging.file.model_copy(update={"path": str(log)})}
+            )
+        }
+    )
+    code, report = await asyncio.to_thread(_audit, write_config(tmp_path / "b.yaml", planted), 0)
+    assert code == 1 and any(f["where"].startswith(f"log:{log}") for f in report["findings"])
+    assert "sample-audit-1" not in json.dumps(report)
