@@ -10,13 +10,21 @@ from typing import Any
 from temporalio import activity
 
 from artemis.config import Settings
+from artemis.crawler.alerts import evaluate, record_outcome, webhook_sender
 from artemis.crawler.claims import Claims
 from artemis.crawler.task import CookieSession
 from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError
 from artemis.http import make_client
 from artemis.logsetup import get_logger
-from artemis.run_models import NoteDetailInput, NoteDetailOutcome, ReclaimInput, ReclaimResult
+from artemis.run_models import (
+    AlertsInput,
+    AlertsResult,
+    NoteDetailInput,
+    NoteDetailOutcome,
+    ReclaimInput,
+    ReclaimResult,
+)
 from artemis.staging import Staging
 
 log = get_logger("artemis.activities.crawl")
@@ -54,14 +62,30 @@ class CrawlActivities:
             )
         except ArtemisError as e:
             log.warning("note_detail_failed", note_id=inp.note_id, code=e.code.value)
+            await asyncio.to_thread(
+                record_outcome, session.engine, inp.platform, False, e.code.value, utcnow()
+            )
             return NoteDetailOutcome(
                 id=inp.note_id,
                 success=False,
                 error={"code": e.code.value, "message": e.message, "retryable": e.retryable},
                 cookie_used=session.last_cookie,
             )
+        await asyncio.to_thread(record_outcome, session.engine, inp.platform, True, None, utcnow())
         await asyncio.to_thread(self.staging.put_pages, inp.batch_key, "note", [(inp.seq, [note])])
         return NoteDetailOutcome(id=inp.note_id, success=True, cookie_used=session.last_cookie)
 
+    @activity.defn(name="evaluate_alerts")
+    async def evaluate_alerts(self, inp: AlertsInput) -> AlertsResult:
+        """One evaluation of the crawler's alerts at the workflow's time."""
+        now = datetime.fromisoformat(inp.now) if inp.now else utcnow()
+        engine = get_engine(self.settings.database.url)
+        sent = await asyncio.to_thread(
+            evaluate, engine, self.settings, now, webhook_sender(self.settings.alerts.webhook_url)
+        )
+        return AlertsResult(
+            sent=[f"{m['status']}:{m['key']}" for m in sent],
+        )
+
     def all(self) -> list[Any]:
-        return [self.reclaim_stale_locks, self.fetch_note_detail]
+        return [self.reclaim_stale_locks, self.fetch_note_detail, self.evaluate_alerts]

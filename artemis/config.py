@@ -172,6 +172,19 @@ class CrawlerSettings(_Section):
     )
 
 
+class AlertSettings(_Section):
+    """The three alerts of seed 004 §6, evaluated every ``interval_s`` by a schedule."""
+
+    enabled: bool = True
+    webhook_url: str | None = None
+    interval_s: float = Field(60, gt=0)
+    success_rate_threshold: float = Field(0.9, gt=0, le=1)
+    success_window_minutes: float = Field(10, gt=0)
+    min_attempts: int = Field(10, ge=1)
+    backlog_threshold: int = Field(500, ge=0)
+    backlog_minutes: float = Field(30, ge=0)
+
+
 class RunTuning(_Section):
     """How a run is cut into activities; see the README's performance section."""
 
@@ -231,7 +244,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     vault: dict[str, Any] = Field(default_factory=dict)
     crawler: CrawlerSettings = Field(default_factory=CrawlerSettings)
-    alerts: dict[str, Any] = Field(default_factory=dict)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
 
     @classmethod
     def settings_customise_sources(

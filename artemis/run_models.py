@@ -157,6 +157,16 @@ class ReclaimResult:
 
 
 @dataclass
+class AlertsInput:
+    now: str | None = None  # the workflow's clock
+
+
+@dataclass
+class AlertsResult:
+    sent: list[str] = field(default_factory=list)  # "firing:key" / "resolved:key"
+
+
+@dataclass
 class NoteDetailsRequest:
     """POST /notes/details: one activity per note, all at once; notes come back through
     staging (``batch_key``), only outcomes through history."""

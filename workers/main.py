@@ -14,8 +14,9 @@ from activities.crawl import CrawlActivities
 from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.logsetup import configure_logging, get_logger
-from artemis.run_models import CleanupInput, ReclaimInput, provenance_queue
+from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
 from workers.client import connect
+from workflows.alerts import AlertsWorkflow
 from workflows.cleanup import CleanupWorkflow
 from workflows.note_details import NoteDetailsWorkflow
 from workflows.reclaim import ReclaimWorkflow
@@ -155,6 +156,26 @@ async def ensure_reclaim_schedule(client: Client, settings: Settings, task_queue
         log.info("reclaim_schedule_created", task_queue=task_queue)
 
 
+def alerts_schedule_id(task_queue: str) -> str:
+    return f"artemis/evaluate-alerts/{task_queue}"
+
+
+async def ensure_alerts_schedule(client: Client, settings: Settings, task_queue: str) -> None:
+    """Create, once, the schedule that evaluates the crawler alerts every interval_s."""
+    if not settings.alerts.enabled:
+        return
+    if await _ensure_schedule(
+        client,
+        alerts_schedule_id(task_queue),
+        AlertsWorkflow.run,
+        AlertsInput(),
+        f"artemis/alerts/{task_queue}",
+        task_queue,
+        timedelta(seconds=settings.alerts.interval_s),
+    ):
+        log.info("alerts_schedule_created", task_queue=task_queue)
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -166,7 +187,13 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.temporal.task_queue,
-        workflows=[TaskRunWorkflow, CleanupWorkflow, ReclaimWorkflow, NoteDetailsWorkflow],
+        workflows=[
+            TaskRunWorkflow,
+            CleanupWorkflow,
+            ReclaimWorkflow,
+            NoteDetailsWorkflow,
+            AlertsWorkflow,
+        ],
         activities=[*activities.all(), *crawl.all()],
         max_concurrent_activities=100,
     )
@@ -190,6 +217,9 @@ async def running_worker(
                 client, settings, task_queue or settings.temporal.task_queue
             )
             await ensure_reclaim_schedule(
+                client, settings, task_queue or settings.temporal.task_queue
+            )
+            await ensure_alerts_schedule(
                 client, settings, task_queue or settings.temporal.task_queue
             )
             log.info(

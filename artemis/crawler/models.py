@@ -120,3 +120,31 @@ class SourceNote(SQLModel, table=True):
     last_error_code: str | None = Field(default=None, max_length=40)
     exec_meta: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class FetchOutcome(SQLModel, table=True):
+    """One detail fetch's outcome, for the success-rate alert (kept for a day)."""
+
+    __tablename__ = "tbl_fetch_outcome"
+    __table_args__ = (Index("ix_tbl_fetch_outcome_at", "platform", "at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    platform: str = Field(max_length=50)
+    ok: bool
+    code: str | None = Field(default=None, max_length=40)
+    at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class AlertState(SQLModel, table=True):
+    """Where each alert is in its episode: ok → pending (condition seen) → firing
+    (delivered once) → ok (resolve delivered)."""
+
+    __tablename__ = "tbl_alert_state"
+
+    key: str = Field(primary_key=True, max_length=150)
+    status: str = Field(default="ok", max_length=16)
+    since: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    fired_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    resolved_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    value: float | None = None
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)

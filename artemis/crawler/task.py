@@ -158,6 +158,8 @@ class _Crawl(CookieSession):
         self.execution = ctx.task_id
 
     async def detail(self, client: httpx.AsyncClient, c: Claimed) -> dict[str, Any] | None:
+        from artemis.crawler.alerts import record_outcome
+
         try:
             note = await self.with_cookie(
                 f"note {c.note_id}",
@@ -168,11 +170,15 @@ class _Crawl(CookieSession):
         except ArtemisError as e:
             if e.code == ErrorCode.COOKIE_EXHAUSTED:
                 raise
+            await self._db(
+                record_outcome, self.engine, self.platform, False, e.code.value, utcnow()
+            )
             status = await self._db(
                 self.claims.fail, self.execution, c.id, e.code.value, utcnow(), not e.retryable
             )
             log.warning("note_failed", note_id=c.note_id, code=e.code.value, now=status)
             return None
+        await self._db(record_outcome, self.engine, self.platform, True, None, utcnow())
         return {**note, CANDIDATE_FIELD: c.id}
 
 

@@ -66,7 +66,8 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
     app = FastAPI(title="Artemis sample servers", docs_url=None, redoc_url=None)
     state: dict[str, Any] = {
         "latency_ms": latency_ms,
-        "faults": {"quotes": Faults(), "sink": Faults(), "cronjob": Faults()},
+        "faults": {"quotes": Faults(), "sink": Faults(), "cronjob": Faults(), "alerts": Faults()},
+        "alerts": [],
         "sink": [],
         "cronjob": [],
         "quote_requests": 0,
@@ -94,6 +95,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             notes.reset()
             state["sink"].clear()
             state["cronjob"].clear()
+            state["alerts"].clear()
             state["quote_requests"] = 0
             for f in state["faults"].values():
                 f.set({})
@@ -190,6 +192,19 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
         entry["status"] = failed.status_code if failed else 200
         state["cronjob"].append(entry)
         return failed or JSONResponse({"ok": True})
+
+    @app.post("/alerts/webhook")
+    async def alert_webhook(request: Request) -> dict[str, Any]:
+        """A recording alert receiver (Alertmanager-style webhook consumers)."""
+        failed = await state["faults"]["alerts"].maybe_fail()
+        if failed is not None:
+            return failed  # type: ignore[return-value]
+        state["alerts"].append(await request.json())
+        return {"ok": True}
+
+    @app.get("/_alerts")
+    async def alerts_received() -> list[dict[str, Any]]:
+        return state["alerts"]
 
     @app.get("/_cronjob/calls")
     async def cronjob_calls() -> list[dict[str, Any]]:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import delete
 
-from artemis.crawler.models import Candidate, CookieRow, CrawlExecution, SourceNote, VaultKey
+from artemis.crawler.models import (
+    AlertState,
+    Candidate,
+    CookieRow,
+    CrawlExecution,
+    FetchOutcome,
+    SourceNote,
+    VaultKey,
+)
 from artemis.db import get_engine
 from artemis.migrate import upgrade
 
@@ -23,6 +31,14 @@ def crawl_engine(request, tmp_path_factory):
 @pytest.fixture
 def crawl_db(crawl_engine):
     with crawl_engine.begin() as conn:
-        for model in (SourceNote, Candidate, CrawlExecution, CookieRow, VaultKey):
+        for model in (
+            SourceNote,
+            Candidate,
+            CrawlExecution,
+            CookieRow,
+            VaultKey,
+            AlertState,
+            FetchOutcome,
+        ):
             conn.execute(delete(model.__table__))
     return crawl_engine

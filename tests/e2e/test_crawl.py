@@ -305,34 +305,56 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
     assert sorted(sent) == sorted(ids) and set(sent.values()) == {1}
 
 
-async def test_reclaim_schedule_is_created_once_per_queue(stack):
-    from workers.main import ensure_reclaim_schedule, reclaim_schedule_id
-
-    queue = stack.settings.temporal.task_queue
-    handle = stack.client.get_schedule_handle(reclaim_schedule_id(queue))
-    desc = await handle.describe()
-    assert desc.schedule.spec.intervals[0].every == timedelta(minutes=15)
-    await ensure_reclaim_schedule(stack.client, stack.settings, queue)  # again: no error
-    await handle.trigger()
-    for _ in range(100):
-        runs = [
-            w
-            async for w in stack.client.list_workflows(
-                f"WorkflowType = 'ReclaimStaleLocks' AND TaskQueue = '{queue}'"
-            )
-        ]
-        if runs and runs[0].status and runs[0].status.name == "COMPLETED":
-            break
-        await asyncio.sleep(0.1)
-    assert runs and runs[0].status.name == "COMPLETED"
+async def test_reclaim_and_alert_schedules_are_created_once_and_their_runs_replay(stack):
     from temporalio.worker import Replayer
 
+    from workers.main import (
+        alerts_schedule_id,
+        ensure_alerts_schedule,
+        ensure_reclaim_schedule,
+        reclaim_schedule_id,
+    )
+    from workflows.alerts import AlertsWorkflow
     from workflows.reclaim import ReclaimWorkflow
 
-    history = await stack.client.get_workflow_handle(
-        runs[0].id, run_id=runs[0].run_id
-    ).fetch_history()
-    await Replayer(workflows=[ReclaimWorkflow]).replay_workflow(history)
+    queue = stack.settings.temporal.task_queue
+    for schedule_id, ensure, every, wf_type, wf in (
+        (
+            reclaim_schedule_id,
+            ensure_reclaim_schedule,
+            timedelta(minutes=15),
+            "ReclaimStaleLocks",
+            ReclaimWorkflow,
+        ),
+        (
+            alerts_schedule_id,
+            ensure_alerts_schedule,
+            timedelta(seconds=60),
+            "EvaluateAlerts",
+            AlertsWorkflow,
+        ),
+    ):
+        handle = stack.client.get_schedule_handle(schedule_id(queue))
+        desc = await handle.describe()  # created by the worker at start-up
+        assert desc.schedule.spec.intervals[0].every == every
+        await ensure(stack.client, stack.settings, queue)  # again: no error, no second one
+        await handle.trigger()
+        runs: list = []
+        for _ in range(100):
+            runs = [
+                w
+                async for w in stack.client.list_workflows(
+                    f"WorkflowType = '{wf_type}' AND TaskQueue = '{queue}'"
+                )
+            ]
+            if runs and runs[0].status and runs[0].status.name == "COMPLETED":
+                break
+            await asyncio.sleep(0.1)
+        assert runs and runs[0].status.name == "COMPLETED", wf_type
+        history = await stack.client.get_workflow_handle(
+            runs[0].id, run_id=runs[0].run_id
+        ).fetch_history()
+        await Replayer(workflows=[wf]).replay_workflow(history)
 
 
 def _audit(config, histories: int = 40):

@@ -1,0 +1,184 @@
+"""The crawler's alerts (seed 004 §6), per configured platform:
+
+- ``cookie_exhausted`` (P0): no usable cookie (active and under its daily limit);
+- ``success_rate_low`` (P1): the detail fetches of the last ``success_window_minutes``
+  succeed less than ``success_rate_threshold`` of the time (at least ``min_attempts``);
+- ``backlog`` (P2): more than ``backlog_threshold`` pending candidates, held for
+  ``backlog_minutes``.
+
+Each alert key lives an episode in ``tbl_alert_state``: ``ok`` → ``pending`` (condition
+seen, waiting out its hold) → ``firing`` (the firing message delivered once) → ``ok``
+(the resolve message delivered once). A message that could not be delivered is tried
+again at the next evaluation, so nothing is lost and nothing is sent twice. Every
+message also goes to the log (``alert_firing`` / ``alert_resolved``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy.engine import Engine
+
+from artemis.crawler.cookies import CookiePool
+from artemis.crawler.models import AlertState, Candidate, FetchOutcome
+from artemis.logsetup import get_logger
+
+log = get_logger("artemis.alerts")
+
+_a = AlertState.__table__  # type: ignore[attr-defined]
+_o = FetchOutcome.__table__  # type: ignore[attr-defined]
+_c = Candidate.__table__  # type: ignore[attr-defined]
+
+
+def record_outcome(engine: Engine, platform: str, ok: bool, code: str | None, at: datetime) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(_o).values(platform=platform, ok=ok, code=code, at=at))
+
+
+@dataclass(frozen=True)
+class Check:
+    key: str
+    alert: str
+    severity: str
+    condition: bool
+    value: float
+    threshold: float
+    hold: timedelta
+    message: str
+
+
+def checks(engine: Engine, settings: Any, now: datetime) -> list[Check]:
+    a = settings.alerts
+    pool = CookiePool(engine)
+    out: list[Check] = []
+    window_start = now - timedelta(minutes=a.success_window_minutes)
+    with engine.connect() as conn:
+        for platform in sorted(settings.crawler.platforms):
+            active = pool.active_count(platform, now)
+            out.append(
+                Check(
+                    f"cookie_exhausted:{platform}",
+                    "cookie_exhausted",
+                    "P0",
+                    active < 1,
+                    active,
+                    1,
+                    timedelta(0),
+                    f"{platform}: {active} usable cookies",
+                )
+            )
+            total, good = conn.execute(
+                select(func.count(), func.coalesce(func.sum(case((_o.c.ok, 1), else_=0)), 0)).where(
+                    _o.c.platform == platform, _o.c.at >= window_start, _o.c.at <= now
+                )
+            ).one()
+            rate = (good / total) if total else 1.0
+            out.append(
+                Check(
+                    f"success_rate_low:{platform}",
+                    "success_rate_low",
+                    "P1",
+                    total >= a.min_attempts and rate < a.success_rate_threshold,
+                    round(rate, 4),
+                    a.success_rate_threshold,
+                    timedelta(0),
+                    f"{platform}: {good}/{total} detail fetches succeeded in the last "
+                    f"{a.success_window_minutes:g} min",
+                )
+            )
+            pending = conn.execute(
+                select(func.count()).where(_c.c.platform == platform, _c.c.status == "pending")
+            ).scalar_one()
+            out.append(
+                Check(
+                    f"backlog:{platform}",
+                    "backlog",
+                    "P2",
+                    pending > a.backlog_threshold,
+                    pending,
+                    a.backlog_threshold,
+                    timedelta(minutes=a.backlog_minutes),
+                    f"{platform}: {pending} candidates pending",
+                )
+            )
+    return out
+
+
+def evaluate(
+    engine: Engine, settings: Any, now: datetime, send: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """One evaluation: move every alert along its episode; returns the messages sent."""
+    sent: list[dict[str, Any]] = []
+    with engine.begin() as conn:  # outcomes are only needed for the success window
+        conn.execute(delete(_o).where(_o.c.at < now - timedelta(days=1)))
+    for chk in checks(engine, settings, now):
+        with engine.begin() as conn:
+            row = conn.execute(select(_a).where(_a.c.key == chk.key)).first()
+            if row is None:
+                conn.execute(insert(_a).values(key=chk.key, status="ok", updated_at=now))
+                row = conn.execute(select(_a).where(_a.c.key == chk.key)).one()
+        status, since = row.status, row.since
+        values: dict[str, Any] = {"value": chk.value, "updated_at": now}
+        if chk.condition:
+            if status == "ok":
+                status, since = "pending", now
+                values.update(status=status, since=since)
+            if status == "pending" and now - since >= chk.hold:
+                message = _message(chk, "firing", since, now)
+                if _deliver(send, message):
+                    sent.append(message)
+                    values.update(status="firing", fired_at=now)
+        elif status == "firing":
+            message = _message(chk, "resolved", since, now)
+            if _deliver(send, message):
+                sent.append(message)
+                values.update(status="ok", since=None, resolved_at=now)
+        elif status == "pending":
+            values.update(status="ok", since=None)
+        with engine.begin() as conn:
+            conn.execute(update(_a).where(_a.c.key == chk.key).values(**values))
+    return sent
+
+
+def _message(chk: Check, status: str, since: datetime | None, now: datetime) -> dict[str, Any]:
+    return {
+        "alert": chk.alert,
+        "key": chk.key,
+        "severity": chk.severity,
+        "status": status,
+        "value": chk.value,
+        "threshold": chk.threshold,
+        "since": since.isoformat() if since else None,
+        "at": now.isoformat(),
+        "message": chk.message if status == "firing" else f"resolved: {chk.message}",
+    }
+
+
+def _deliver(send: Callable[[dict[str, Any]], bool], message: dict[str, Any]) -> bool:
+    ok = False
+    try:
+        ok = send(message)
+    except Exception as e:
+        log.error("alert_delivery_failed", key=message["key"], error=f"{type(e).__name__}: {e}")
+    level = log.error if message["status"] == "firing" else log.info
+    level(f"alert_{message['status']}", delivered=ok, **{k: v for k, v in message.items()})
+    return ok
+
+
+def webhook_sender(url: str | None, timeout_s: float = 5.0) -> Callable[[dict[str, Any]], bool]:
+    """POST each message to ``alerts.webhook_url`` (no URL: the log alone delivers it)."""
+    import httpx
+
+    def send(message: dict[str, Any]) -> bool:
+        if not url:
+            return True
+        resp = httpx.post(url, json=message, timeout=timeout_s)
+        if resp.status_code >= 300:
+            raise RuntimeError(f"webhook answered HTTP {resp.status_code}")
+        return True
+
+    return send
