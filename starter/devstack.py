@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,15 @@ class DevStack:
                     "sinks": ["http"],
                     "http_endpoint": f"{samples_url}/sink/literature",
                 },
+                "crawl_notes": {"sinks": ["http"], "http_endpoint": f"{samples_url}/sink/notes"},
+            }
+            overrides["crawler"] = {
+                **base.crawler.model_dump(),
+                "platforms": {"sample": {"base_url": f"{samples_url}/platform"}},
+            }
+            overrides["alerts"] = {
+                **base.alerts.model_dump(),
+                "webhook_url": base.alerts.webhook_url or f"{samples_url}/alerts/webhook",
             }
         self.own_registry = not config
         self.settings: Settings = load_settings(config, **overrides)
@@ -287,4 +297,54 @@ class DevStack:
         expected = (final.get("stats") or {}).get("records_fetched")
         quotes_ok = final["status"] == "completed" and received == expected
         literature_ok = self._run_literature(http) if self.own_registry else True
-        return quotes_ok and literature_ok
+        crawl_ok = self._run_crawl(http) if self.own_registry else True
+        return quotes_ok and literature_ok and crawl_ok
+
+    def _run_crawl(self, http: httpx.Client) -> bool:
+        """A small crawl of the sample platform with two pooled cookies (one of them
+        revoked by the platform, so the pool's error handling shows)."""
+        from sqlalchemy import func, select
+
+        from artemis.crawler.cookies import add_cookie
+        from artemis.crawler.models import SourceNote
+        from artemis.crawler.vault import vault_for
+        from starter.cli import watch_task
+
+        console.rule("[bold]sample run: crawl_notes · sample platform")
+        vault = vault_for(self.settings)
+        for name, session, priority in (
+            ("demo-1", "sample-demo-1", 2),
+            ("demo-2", "sample-demo-2", 1),
+        ):
+            add_cookie(vault.engine, vault, "sample", name, f"web_session={session}", priority)
+        http.post(
+            f"{self.samples_url}/_control/platform",
+            json={"notes_per_keyword": 15, "revoked": ["sample-demo-1"]},
+        )
+        tag = uuid.uuid4().hex[:4]  # fresh keywords: a second demo finds new notes
+        body = {"params": {"platform": "sample", "keywords": [f"travel-{tag}", f"food-{tag}"]}}
+        resp = http.post(f"{self.api_url}/tasks/crawl_notes/run?mode=async", json=body).json()
+        if not resp["success"]:
+            console.print(f"[red]start refused:[/red] {resp['error']}")
+            return False
+        task_id = resp["data"]["task_id"]
+        final = watch_task(self.api_url, task_id, self.settings)
+        sent: dict[str, int] = {}
+        for b in http.get(f"{self.samples_url}/_sink/batches").json():
+            if b["status"] == 200 and (b["idempotency_key"] or "").startswith(
+                f"crawl_notes/{task_id}:"
+            ):
+                for r in b["records"]:
+                    sent[r["note_id"]] = sent.get(r["note_id"], 0) + 1
+        with vault.engine.connect() as conn:
+            stored = conn.execute(
+                select(func.count()).select_from(SourceNote).where(SourceNote.platform == "sample")
+            ).scalar_one()
+        t = Table(title="crawl (cookie pool, execution lock, tbl_source once)")
+        for col in ("status", "notes stored in tbl_source", "sent to the sink", "each once"):
+            t.add_column(col)
+        once = bool(sent) and set(sent.values()) == {1}
+        t.add_row(final["status"], str(stored), str(len(sent)), str(once))
+        console.print(t)
+        console.print("try `artemis cookies list` and `artemis audit` against this stack")
+        return final["status"] == "completed" and once and stored >= len(sent)
