@@ -90,11 +90,17 @@ class DevStack:
         self.samples_port = samples_port
         self.with_samples = samples
         self.api_url = f"http://127.0.0.1:{api_port}"
+        codec = (
+            ["--ui-codec-endpoint", self.api_url]
+            if self.settings.temporal.payload_encryption
+            else []
+        )
         self.temporal = DevServer(
             port=temporal_port,
             ui_port=ui_port,
             db_file=data_dir / "temporal.db",
             log_file=data_dir / "temporal.log",
+            extra_args=codec,
         )
 
     async def _serve(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.converter import DataConverter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from artemis.codec import codec_for
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.tracing import setup_telemetry
@@ -48,6 +51,10 @@ async def connect(settings: Settings) -> Client:
         )
     elif t.api_key:
         tls = True  # Temporal Cloud API keys require TLS
+    codec = codec_for(settings)
+    extra: dict = {}
+    if codec is not None:
+        extra["data_converter"] = dataclasses.replace(DataConverter.default, payload_codec=codec)
     try:
         return await Client.connect(
             t.address,
@@ -56,6 +63,7 @@ async def connect(settings: Settings) -> Client:
             api_key=t.api_key,
             interceptors=[TracingInterceptor()],
             runtime=sdk_runtime(settings),
+            **extra,
         )
     except Exception as e:  # the SDK raises RuntimeError with the gRPC detail
         raise ArtemisError(

@@ -13,7 +13,7 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from starter.api.envelope import RequestContextMiddleware, error_response
-from starter.api.routes import events, health, notes, tasks
+from starter.api.routes import codec, events, health, notes, tasks
 from starter.service import RunService
 
 log = get_logger("artemis.api")
@@ -36,6 +36,8 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.include_router(tasks.router)
     app.include_router(events.router)
     app.include_router(notes.router)
+    if settings.temporal.payload_encryption:
+        app.include_router(codec.router)
 
     @app.exception_handler(ArtemisError)
     async def _artemis_error(request: Request, exc: ArtemisError):
@@ -73,4 +75,15 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         )
 
     app.add_middleware(RequestContextMiddleware, settings=settings)
+    if settings.temporal.payload_encryption:
+        # The Temporal UI calls the codec endpoints from the browser, from its own origin.
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=[settings.temporal.ui_url.rstrip("/")],
+            allow_methods=["POST", "OPTIONS"],
+            allow_headers=["content-type", "x-namespace", "authorization"],
+            allow_credentials=True,
+        )
     return app
