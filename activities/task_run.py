@@ -174,6 +174,11 @@ def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitabl
                 )
             return result
         except ArtemisError as e:
+            if e.retryable and info.attempt > e.code.info.max_retries and _budgeted(run):
+                # The error table's max retries (SPEC §10), enforced by Temporal: this
+                # failure is final, so the retry policy stops here.
+                e.retryable = False
+                log.warning("error_budget_spent", code=e.code.value, attempt=info.attempt)
             log.warning("activity_failed", error=str(e), code=e.code.value, retryable=e.retryable)
             outcome = "error"
             error = {"code": e.code.value, "message": e.message, "retryable": e.retryable}
@@ -220,6 +225,13 @@ def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitabl
     wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "trace"}
     del wrapper.__wrapped__  # type: ignore[attr-defined]  # else the signature shows `trace`
     return wrapper
+
+
+def _budgeted(run: RunRef) -> bool:
+    try:
+        return bool(get_task(run.task_code).error_budgets)
+    except ArtemisError:
+        return False
 
 
 def _ms_since(began: float) -> int:

@@ -198,6 +198,7 @@ class CrawlNotes(TaskUnit):
     code = "crawl_notes"
     Params = CrawlParams
     summary = "Search a platform's keywords and collect each note once"
+    error_budgets = True
 
     def prepare_params(
         self, incoming: dict[str, Any], settings: Settings, trusted: bool = False

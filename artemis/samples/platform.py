@@ -8,8 +8,9 @@ by keyword in pages, note details behind a login cookie, a per-session rate limi
   a missing, unknown or revoked session is ``401``.
 - ``POST /_control/platform`` sets ``revoked`` sessions, ``slow_ids`` (+ ``slow_ms``),
   ``fail_ids`` (id → status), ``rate_per_s`` per session, ``notes_per_keyword``,
-  ``reset``; ``GET /_platform/calls`` lists the detail calls (note id, status, a hash of
-  the session — never the session itself).
+  ``search_fail`` (``{"status", "times"}``), ``reset``; ``GET /_platform/calls`` lists
+  the detail calls (note id, status, a hash of the session — never the session itself),
+  ``GET /_platform/stats`` counts the calls.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class PlatformState:
     fail_ids: dict[str, int] = field(default_factory=dict)
     rate_per_s: float = 0.0
     notes_per_keyword: int = 25
+    search_fail_status: int = 0
+    search_fail_times: int = 0
+    search_calls: int = 0
     calls: list[dict[str, Any]] = field(default_factory=list)
     last_call: dict[str, float] = field(default_factory=dict)
 
@@ -87,6 +91,10 @@ def build_router(state: PlatformState) -> APIRouter:
 
     @router.get("/platform/search")
     async def search(request: Request, keyword: str, page: int = 1, page_size: int = 10):
+        state.search_calls += 1
+        if state.search_fail_times > 0:
+            state.search_fail_times -= 1
+            return JSONResponse({"error": "injected failure"}, status_code=state.search_fail_status)
         session, refused = _auth(request)
         if refused is not None:
             return refused
@@ -135,6 +143,9 @@ def build_router(state: PlatformState) -> APIRouter:
         if "rate_per_s" in spec:
             state.rate_per_s = float(spec["rate_per_s"])
             state.last_call.clear()
+        if "search_fail" in spec:
+            state.search_fail_status = int(spec["search_fail"].get("status", 500))
+            state.search_fail_times = int(spec["search_fail"].get("times", 1))
         if "notes_per_keyword" in spec:
             state.notes_per_keyword = int(spec["notes_per_keyword"])
         return {"ok": True}
@@ -142,5 +153,9 @@ def build_router(state: PlatformState) -> APIRouter:
     @router.get("/_platform/calls")
     async def calls():
         return state.calls
+
+    @router.get("/_platform/stats")
+    async def stats():
+        return {"search_calls": state.search_calls, "detail_calls": len(state.calls)}
 
     return router

@@ -73,6 +73,10 @@ class TaskUnit:
         """Construct the sources for this run; no I/O here."""
         raise NotImplementedError(f"{type(self).__name__} must implement build_sources")
 
+    # True: an activity failing with a retryable code is retried at most that code's
+    # ``max_retries`` times (the error table of SPEC §10), whatever the retry policy says.
+    error_budgets: ClassVar[bool] = False
+
     # Params only Artemis sets (a frozen contract, a child's window): refused from requests.
     internal_params: ClassVar[tuple[str, ...]] = ()
 

@@ -429,3 +429,34 @@ async def test_audit_passes_after_a_crawl_and_fails_on_a_planted_cookie(make_sta
     code, report = await asyncio.to_thread(_audit, write_config(tmp_path / "b.yaml", planted), 0)
     assert code == 1 and any(f["where"].startswith(f"log:{log}") for f in report["findings"])
     assert "sample-audit-1" not in json.dumps(report)
+
+
+async def test_rate_limits_wait_for_retry_after_and_error_budgets_end_retries(make_stack):
+    stack, platform = await crawl_stack(make_stack, {"sample-r": 1})
+    await stack.samples_http.post(
+        "/_control/platform", json={"notes_per_keyword": 4, "rate_per_s": 2}
+    )
+    resp = await stack.run(
+        {"params": {"platform": platform, "keywords": [f"rl-{uuid.uuid4().hex[:6]}"]}},
+        code="crawl_notes",
+    )
+    assert resp.json()["data"]["status"] == "completed", resp.text
+    calls = (await stack.samples_http.get("/_platform/calls")).json()
+    assert any(c["status"] == 429 for c in calls)  # the platform pushed back ...
+    assert sum(1 for c in calls if c["status"] == 200) == 4  # ... and every note came
+    (cookie,) = rows(stack, CookieRow, platform=platform)
+    assert cookie.total_errors == 0 and cookie.status == "active"  # not the cookie's fault
+
+    # PLATFORM_ERROR may be retried twice (SPEC §10): three attempts, then the run fails.
+    await stack.samples_http.post(
+        "/_control/platform",
+        json={"reset": True, "search_fail": {"status": 502, "times": 10}},
+    )
+    failed = await stack.run(
+        {"params": {"platform": platform, "keywords": [f"pe-{uuid.uuid4().hex[:6]}"]}},
+        code="crawl_notes",
+    )
+    body = failed.json()
+    assert body["data"]["status"] == "failed" and body["error"]["code"] == "PLATFORM_ERROR"
+    stats = (await stack.samples_http.get("/_platform/stats")).json()
+    assert stats["search_calls"] == 3
