@@ -86,7 +86,7 @@ class Auditor:
                 break
 
     # -- the database ---------------------------------------------------------------------
-    def learn_database_secrets(self, engine: Engine, vault: Any, credential_box: Any) -> None:
+    def learn_database_secrets(self, engine: Engine, vault: Any) -> None:
         """Decrypt what is encrypted (to know what to look for); a cookie that does not
         decrypt, or is stored in clear, is a finding itself."""
         from artemis.crawler.models import CookieRow
@@ -107,10 +107,10 @@ class Auditor:
                         Finding(where, f"does not decrypt with its key: {type(e).__name__}")
                     )
             c = RegProvCredential.__table__  # type: ignore[attr-defined]
-            for row in conn.execute(select(c.c.id, c.c.secret_ciphertext)):
-                if row.secret_ciphertext and credential_box is not None:
+            for row in conn.execute(select(c.c.id, c.c.secret_ciphertext, c.c.encryption_key_id)):
+                if row.secret_ciphertext:
                     try:
-                        self.know(credential_box.decrypt(row.secret_ciphertext))
+                        self.know(vault.open(conn, row.secret_ciphertext, row.encryption_key_id))
                     except Exception:
                         self.report.findings.append(
                             Finding(

@@ -216,12 +216,11 @@ def audit(
     JSON with `passed` and the findings (never the secrets); exit 1 when it fails."""
     from artemis.audit import Auditor, Finding
     from artemis.crawler.vault import vault_for
-    from artemis.registry.yaml_io import credential_box
 
     settings = _settings(config)
     auditor = Auditor()
     vault = vault_for(settings)
-    auditor.learn_database_secrets(vault.engine, vault, credential_box(_key_file(settings)))
+    auditor.learn_database_secrets(vault.engine, vault)
     auditor.scan_database(vault.engine)
     if settings.logging.output == "file":
         auditor.scan_logs(settings.logging.file.path)

@@ -1,12 +1,15 @@
-"""The cookie vault (seed 004 §5.1, SPEC §10).
+"""The vault of cookies and registry credential secrets (seed 004 §5.1, SPEC §10).
 
 Each encryption key is derived from ``COOKIE_MASTER_KEY`` with HKDF-SHA256 and a random
 salt stored in ``tbl_vault_key`` (the key itself is never stored); every encrypted row
 names its key in ``encryption_key_id``. :meth:`CookieVault.rotate` makes a new key (from a
 new master key, or a fresh salt under the same one) and re-encrypts every cookie with
-``MultiFernet.rotate``, after which the old keys are retired: every row decrypts with the
-new key alone. A stored fingerprint (an HMAC of the master key, never the key) lets a
-wrong master key be named as such instead of failing as garbage.
+``MultiFernet.rotate`` (the registry's credential secrets too), after which the old keys
+are retired: every row decrypts with the new key alone. Rows written before the vault had
+salted keys carry the key id ``hkdf-sha256-v1`` (a fixed salt per purpose); they are read
+as such and moved to a salted key by the next rotation. A stored fingerprint (an HMAC of
+the master key, never the key) lets a wrong master key be named as such instead of failing
+as garbage.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from artemis.crawler.models import CookieRow, VaultKey
 from artemis.db import utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import register_secret
+from artemis.registry.models import RegProvCredential
 from artemis.vault import MASTER_KEY_ENV
 
 KDF = "hkdf-sha256"
@@ -35,6 +39,8 @@ MIN_MASTER_LEN = 32
 
 _k = VaultKey.__table__  # type: ignore[attr-defined]
 _c = CookieRow.__table__  # type: ignore[attr-defined]
+_r = RegProvCredential.__table__  # type: ignore[attr-defined]
+LEGACY_KEY_ID = "hkdf-sha256-v1"  # artemis.vault.SecretBox: a fixed salt per purpose
 
 
 def _check(master: bytes, salt: str) -> str:
@@ -103,6 +109,11 @@ class CookieVault:
         )
         return key_id
 
+    def _legacy(self, purpose: str) -> Fernet:
+        from artemis.vault import derive_fernet
+
+        return derive_fernet(self.master, purpose)
+
     def _active(self, conn: Connection) -> object:
         row = conn.execute(
             select(_k).where(_k.c.retired_at.is_(None)).order_by(_k.c.created_at.desc()).limit(1)
@@ -122,27 +133,47 @@ class CookieVault:
     def encrypt(self, value: str) -> tuple[str, str]:
         """(ciphertext, key id) under the active key."""
         with self.engine.begin() as conn:
-            row = self._active(conn)
+            return self.seal(conn, value)
+
+    def seal(self, conn: Connection, value: str) -> tuple[str, str]:
+        """:meth:`encrypt` inside the caller's transaction."""
+        row = self._active(conn)
         return self._fernet(row).encrypt(value.encode()).decode(), row.key_id  # type: ignore[attr-defined]
 
-    def decrypt(self, token: str, key_id: str) -> str:
+    def decrypt(
+        self, token: str, key_id: str | None, legacy_purpose: str = "registry-credentials"
+    ) -> str:
         """Decrypt inside the activity that uses the value; the value is registered with
         the log redaction before it is returned."""
         with self.engine.connect() as conn:
-            row = self._row(conn, key_id)
+            return self.open(conn, token, key_id, legacy_purpose)
+
+    def open(
+        self,
+        conn: Connection,
+        token: str,
+        key_id: str | None,
+        legacy_purpose: str = "registry-credentials",
+    ) -> str:
+        """:meth:`decrypt` inside the caller's transaction."""
+        if key_id in (None, LEGACY_KEY_ID):
+            fernet = self._legacy(legacy_purpose)
+        else:
+            fernet = self._fernet(self._row(conn, key_id))
         try:
-            value = self._fernet(row).decrypt(token.encode()).decode()
+            value = fernet.decrypt(token.encode()).decode()
         except InvalidToken:
             raise ArtemisError(
-                ErrorCode.CONFIG_ERROR, f"a secret under vault key {key_id} does not decrypt"
+                ErrorCode.CONFIG_ERROR,
+                f"a secret under vault key {key_id} does not decrypt with this {MASTER_KEY_ENV}",
             ) from None
         register_secret(value)
         return value
 
     def rotate(self, new_master: bytes | None = None) -> RotateResult:
-        """Re-encrypt every cookie under a new key (all or nothing) and retire the old
-        keys. With ``new_master`` the new key hangs off it: from then on set
-        ``COOKIE_MASTER_KEY`` to the new master."""
+        """Re-encrypt every cookie and credential secret under a new key (all or
+        nothing) and retire the old keys. With ``new_master`` the new key hangs off it:
+        from then on set ``COOKIE_MASTER_KEY`` to the new master."""
         target = new_master or self.master
         if len(target) < MIN_MASTER_LEN:
             raise ArtemisError(
@@ -153,32 +184,43 @@ class CookieVault:
             new_id = self._new_key(conn, target)
             new_fernet = _derive(target, self._row(conn, new_id).salt)  # type: ignore[attr-defined]
             old = {r.key_id: self._fernet(r) for r in old_rows}
-            rows = conn.execute(
-                select(_c.c.id, _c.c.cookie_encrypted, _c.c.encryption_key_id)
-            ).all()
-            for r in rows:
-                if r.encryption_key_id not in old:
-                    old[r.encryption_key_id] = self._fernet(self._row(conn, r.encryption_key_id))
-            multi = MultiFernet([new_fernet, *old.values()])
-            for r in rows:
-                try:
-                    token = multi.rotate(r.cookie_encrypted.encode()).decode()
-                except InvalidToken:
-                    raise ArtemisError(
-                        ErrorCode.CONFIG_ERROR,
-                        f"cookie row {r.id} does not decrypt with its key "
-                        f"{r.encryption_key_id}: nothing was rotated",
-                    ) from None
-                conn.execute(
-                    update(_c)
-                    .where(_c.c.id == r.id)
-                    .values(cookie_encrypted=token, encryption_key_id=new_id, updated_at=utcnow())
-                )
+            count = 0
+            # Cookies, then the registry's credential secrets (legacy rows by purpose).
+            for table, column, purpose in (
+                (_c, "cookie_encrypted", "artemis-cookies"),
+                (_r, "secret_ciphertext", "registry-credentials"),
+            ):
+                rows = conn.execute(
+                    select(table.c.id, table.c[column], table.c.encryption_key_id).where(
+                        table.c[column].is_not(None)
+                    )
+                ).all()
+                for r in rows:
+                    kid = r.encryption_key_id
+                    if kid in (None, LEGACY_KEY_ID):
+                        fernet = self._legacy(purpose)
+                    else:
+                        if kid not in old:
+                            old[kid] = self._fernet(self._row(conn, kid))
+                        fernet = old[kid]
+                    try:
+                        token = MultiFernet([new_fernet, fernet]).rotate(r[1].encode()).decode()
+                    except InvalidToken:
+                        raise ArtemisError(
+                            ErrorCode.CONFIG_ERROR,
+                            f"{table.name} row {r.id} does not decrypt with its key "
+                            f"{kid}: nothing was rotated",
+                        ) from None
+                    values: dict[str, object] = {column: token, "encryption_key_id": new_id}
+                    if "updated_at" in table.c:
+                        values["updated_at"] = utcnow()
+                    conn.execute(update(table).where(table.c.id == r.id).values(**values))
+                    count += 1
             retired = sorted(old)
             conn.execute(update(_k).where(_k.c.key_id.in_(retired)).values(retired_at=utcnow()))
         self.master = target
         self._fernets.clear()
-        return RotateResult(new_id, len(rows), retired)
+        return RotateResult(new_id, count, retired)
 
 
 def vault_for(settings: object) -> CookieVault:

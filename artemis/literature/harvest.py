@@ -45,7 +45,6 @@ from artemis.sources.paginators import (
 )
 from artemis.sources.rest import RestSource
 from artemis.tasks.base import TaskContext, TaskUnit, register_task
-from artemis.vault import SecretBox
 
 log = get_logger(__name__)
 
@@ -183,18 +182,16 @@ class Credentials:
 
     def _secret(self, cred_id: int) -> str:
         if cred_id not in self._secrets:
+            from artemis.crawler.vault import vault_for
+
             t = RegProvCredential.__table__  # type: ignore[attr-defined]
             with get_engine(self.settings.database.url).connect() as conn:
-                token = conn.execute(
-                    select(t.c.secret_ciphertext).where(t.c.id == cred_id)
-                ).scalar()
-            if not token:
+                row = conn.execute(
+                    select(t.c.secret_ciphertext, t.c.encryption_key_id).where(t.c.id == cred_id)
+                ).first()
+            if row is None or not row.secret_ciphertext:
                 raise ArtemisError(ErrorCode.CONFIG_ERROR, f"credential {cred_id} has no secret")
-            box = SecretBox(
-                "registry-credentials",
-                self.settings.vault.get("master_key_file", ".artemis/master.key"),
-            )
-            secret = box.decrypt(token, f"credential {cred_id}")
+            secret = vault_for(self.settings).decrypt(row.secret_ciphertext, row.encryption_key_id)
             register_secret(secret)
             self._secrets[cred_id] = secret
         return self._secrets[cred_id]

@@ -34,7 +34,6 @@ from artemis.registry.models import (
 )
 from artemis.registry.resolve import as_utc, find_provenance
 from artemis.registry.writes import add_row, describe, update_row
-from artemis.vault import SecretBox
 
 # Import order: endpoints before credentials (which may name one).
 ORDER = (
@@ -84,8 +83,22 @@ class ImportReport:
         }
 
 
-def credential_box(key_file: str) -> SecretBox:
-    return SecretBox("registry-credentials", key_file)
+class CredentialBox:
+    """Credential secrets sealed by the vault (salted key, key id per row) inside the
+    import's own transaction."""
+
+    def __init__(self, conn: Connection, key_file: str) -> None:
+        from artemis.crawler.vault import CookieVault
+        from artemis.vault import master_key
+
+        self.conn = conn
+        self.vault = CookieVault(conn.engine, master_key(key_file))
+
+    def seal(self, secret: str) -> tuple[str, str]:
+        return self.vault.seal(self.conn, secret)
+
+    def open(self, token: str, key_id: str | None) -> str:
+        return self.vault.open(self.conn, token, key_id)
 
 
 def _load(text: str, source: str) -> dict[str, Any]:
@@ -119,12 +132,13 @@ def _same(a: Any, b: Any) -> bool:
 
 def import_yaml(engine: Engine, text: str, key_file: str, source: str = "<yaml>") -> ImportReport:
     data = _load(text, source)
-    box = credential_box(key_file)
     with engine.begin() as conn:  # one transaction: all of the file or nothing
-        return _import(conn, data, box, source)
+        return _import(conn, data, CredentialBox(conn, key_file), source)
 
 
-def _import(conn: Connection, data: dict[str, Any], box: SecretBox, source: str) -> ImportReport:
+def _import(
+    conn: Connection, data: dict[str, Any], box: CredentialBox, source: str
+) -> ImportReport:
     prov_in = data["provenance"]
     unknown = set(prov_in) - set(_PROV_COLUMNS)
     if unknown:
@@ -174,7 +188,7 @@ def _import_row(
     model: type[DimensionBase],
     pid: int,
     raw: dict[str, Any],
-    box: SecretBox,
+    box: CredentialBox,
     report: ImportReport,
 ) -> None:
     secret: str | None = None
@@ -215,7 +229,8 @@ def _import_row(
     current = conn.execute(select(t).where(*match)).first() if raw.get("effective_from") else None
     if current is None:
         if secret is not None:
-            raw.update(secret_ciphertext=box.encrypt(secret), encryption_key_id=box.key_id)
+            token, key_id = box.seal(secret)
+            raw.update(secret_ciphertext=token, encryption_key_id=key_id)
         new_id = add_row(conn, model, raw)
         report.created.append(describe(model, {**raw, "id": new_id}))
         return
@@ -234,13 +249,13 @@ def _import_row(
             changed[col] = None
     if model is RegProvCredential:
         old_secret = (
-            box.decrypt(cur["secret_ciphertext"], "credential secret")
+            box.open(cur["secret_ciphertext"], cur["encryption_key_id"])
             if cur["secret_ciphertext"]
             else None
         )
         if secret != old_secret:
-            changed["secret_ciphertext"] = box.encrypt(secret) if secret else None
-            changed["encryption_key_id"] = box.key_id if secret else None
+            sealed: tuple[str | None, str | None] = box.seal(secret) if secret else (None, None)
+            changed["secret_ciphertext"], changed["encryption_key_id"] = sealed
     if changed:
         update_row(conn, model, cur["id"], changed)
         report.updated.append(f"{describe(model, current)}: {', '.join(sorted(changed))}")

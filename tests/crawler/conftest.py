@@ -16,6 +16,7 @@ from artemis.crawler.models import (
 )
 from artemis.db import get_engine
 from artemis.migrate import upgrade
+from artemis.registry.models import RegProvCredential
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -39,6 +40,7 @@ def crawl_db(crawl_engine):
             VaultKey,
             AlertState,
             FetchOutcome,
+            RegProvCredential,  # sealed under other tests' master keys
         ):
             conn.execute(delete(model.__table__))
     return crawl_engine

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import delete
 
+from artemis.crawler.models import CookieRow, VaultKey
 from artemis.db import get_engine
 from artemis.migrate import upgrade
 from artemis.registry.models import DIMENSIONS, RegProvenance, RegProvWatermark
@@ -28,6 +29,10 @@ def wipe(conn) -> None:
             conn.execute(delete(model.__table__))
     conn.execute(delete(RegProvWatermark.__table__))
     conn.execute(delete(RegProvenance.__table__))
+    # Each test has its own master key file: the vault's keys go, with every row they
+    # sealed (the PostgreSQL database is shared with the crawler tests).
+    conn.execute(delete(CookieRow.__table__))
+    conn.execute(delete(VaultKey.__table__))
 
 
 @pytest.fixture

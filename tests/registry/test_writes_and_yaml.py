@@ -242,6 +242,33 @@ def test_credentials_come_from_the_environment_encrypted(reg, key_file, monkeypa
         bad = dict(doc)
         bad["credential"] = [{**doc["credential"][0], "secret_value": "inline"}]
         import_yaml(reg, yaml.safe_dump(bad), key_file)
+    # Sealed by the vault: a salted key named per row; rotate-key re-encrypts the
+    # registry's secrets too, including a row from before salted keys (legacy key id).
+    from artemis.crawler.vault import LEGACY_KEY_ID, CookieVault
+    from artemis.vault import SecretBox, master_key
+
+    assert all(r.encryption_key_id.startswith("k-") for r in rows)
+    legacy = SecretBox("registry-credentials", key_file)
+    with reg.begin() as conn:
+        conn.execute(
+            RegProvCredential.__table__.update()
+            .where(RegProvCredential.credential_name == "ncbi-b")
+            .values(
+                secret_ciphertext=legacy.encrypt("plain-key-bbbb-2222"),
+                encryption_key_id=LEGACY_KEY_ID,
+            )
+        )
+    new_master = b"registry-rotation-master-key-0123456789"
+    result = CookieVault(reg, master_key(key_file)).rotate(new_master)
+    assert result.rows == 2
+    fresh = CookieVault(reg, new_master)
+    with reg.connect() as conn:
+        rotated = conn.execute(select(RegProvCredential.__table__)).fetchall()
+    assert {r.encryption_key_id for r in rotated} == {result.new_key_id}
+    assert sorted(fresh.decrypt(r.secret_ciphertext, r.encryption_key_id) for r in rotated) == [
+        "plain-key-aaaa-rotated",
+        "plain-key-bbbb-2222",
+    ]
 
 
 def test_cli_import_contract_check_close(tmp_path):
