@@ -269,22 +269,19 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
             workflows=[ReclaimWorkflow],
             activities=crawl.all(),
         ):
-            early = await env.client.execute_workflow(
-                ReclaimWorkflow.run,
-                ReclaimInput(lock_timeout_minutes=30),
-                id=f"reclaim-{uuid.uuid4().hex}",
-                task_queue="reclaim",
-                result_type=ReclaimResult,
-            )
-            assert early.records_pending == 0  # not stale yet
+
+            async def reclaim() -> ReclaimResult:
+                return await env.client.execute_workflow(
+                    ReclaimWorkflow.run,
+                    ReclaimInput(lock_timeout_minutes=30),
+                    id=f"reclaim-{uuid.uuid4().hex}",
+                    task_queue="reclaim",
+                    result_type=ReclaimResult,
+                )
+
+            assert (await reclaim()).records_pending == 0  # not stale yet
             await env.sleep(timedelta(minutes=31))
-            late = await env.client.execute_workflow(
-                ReclaimWorkflow.run,
-                ReclaimInput(lock_timeout_minutes=30),
-                id=f"reclaim-{uuid.uuid4().hex}",
-                task_queue="reclaim",
-                result_type=ReclaimResult,
-            )
+            late = await reclaim()
         await crawl.client.aclose()
     finally:
         await env.shutdown()
