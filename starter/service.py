@@ -213,6 +213,8 @@ class RunService:
             tuning=tuning,
         )
         callback_mode = "progress_and_finalize" if callback else "none"
+        # Listed as pending from now on, even before a worker picks the run up.
+        created = await self._record_pending(task_id, code, workflow_id, params)
         # Make Temporal's tracing interceptor continue the caller's trace.
         otel_token = otel_context.attach(otel_context_for(trace))
         try:
@@ -242,6 +244,8 @@ class RunService:
                 execution_timeout=timedelta(seconds=req.timeout_s + 3600),
             )
         except WorkflowAlreadyStartedError:
+            if created:  # nothing was started under this record
+                await self._forget(task_id)
             handle = self.client.get_workflow_handle(workflow_id)
             if lock:
                 holder = await self._holder(handle)
@@ -263,6 +267,10 @@ class RunService:
                 callback_mode,
                 existing_result=status,
             )
+        except BaseException:
+            if created:
+                await self._forget(task_id)
+            raise
         finally:
             otel_context.detach(otel_token)
         log.info(
@@ -292,6 +300,40 @@ class RunService:
 
             self._store = make_task_storage(self.settings)
         return self._store
+
+    async def _record_pending(
+        self, task_id: str, code: str, workflow_id: str, params: dict[str, Any]
+    ) -> bool:
+        """Write the run's `pending` record unless the task id has one; True if written.
+        Best effort: a task-store outage is logged and never stops a run from starting."""
+        from artemis.taskstore import TaskData
+
+        def write() -> bool:
+            if self.store.load(task_id) is not None:
+                return False
+            self.store.save(
+                task_id,
+                TaskData(
+                    task_id=task_id,
+                    task_code=code,
+                    workflow_id=workflow_id,
+                    status="pending",
+                    payload={"params": params},
+                ),
+            )
+            return True
+
+        try:
+            return await asyncio.to_thread(write)
+        except Exception as e:
+            log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
+            return False
+
+    async def _forget(self, task_id: str) -> None:
+        try:
+            await asyncio.to_thread(self.store.delete, task_id)
+        except Exception as e:
+            log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
 
     async def record(self, task_id: str) -> Any:
         """The task-store record of a run, or None (absent, expired or store unreachable:
@@ -348,8 +390,29 @@ class RunService:
             out["created_at"] = record.created_at.isoformat()
             out["feedback"] = record.feedback
             out["task_store"] = record.status
+            if out.get("completed_at") and out.get("status") in TERMINAL:
+                await self._heal(task_id, out)
         out["source"] = "temporal"
         return out
+
+    async def _heal(self, task_id: str, out: dict[str, Any]) -> None:
+        """A run that closed without recording its end (terminated in Temporal, or its
+        last task-store write failed): record what Temporal says, once."""
+        status = out["status"]
+        error = out.get("error") or (
+            None if status == "completed" else {"code": "INTERNAL", "message": status}
+        )
+        try:
+            await asyncio.to_thread(
+                self.store.update_status,
+                task_id,
+                status,
+                result=out.get("stats") or {},
+                error=error,
+            )
+            log.info("task_store_healed", task_id=task_id, status=status)
+        except Exception as e:
+            log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
 
     async def closed_end(self, task_id: str) -> dict[str, Any] | None:
         """How a run ended, when it has: {status, stats, error}; None while it is open."""
@@ -367,6 +430,8 @@ class RunService:
         if desc.status in (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW):
             return None
         st = await self._temporal_status(task_id, handle)
+        if record is not None and st.get("status") in TERMINAL:
+            await self._heal(task_id, st)
         return {"status": st["status"], "stats": st.get("stats") or {}, "error": st.get("error")}
 
     async def _temporal_status(self, task_id: str, handle: WorkflowHandle) -> dict[str, Any]:

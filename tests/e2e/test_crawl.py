@@ -118,6 +118,8 @@ async def test_a_second_start_of_the_same_workflow_name_gets_409(make_stack):
     assert second.status_code == 409, second.text
     err = second.json()["error"]
     assert err["code"] == "EXECUTION_LOCKED" and first_id in err["message"]
+    # The refused start left nothing behind in task storage.
+    assert (await stack.http.get(f"/tasks/{second_id}")).status_code == 404
     again = await stack.run(
         {"meta": {"task_id": first_id}, "params": params}, code="crawl_notes", mode="async"
     )

@@ -156,6 +156,9 @@ async def test_terminated_run_gets_its_end_from_temporal_and_unknown_id_is_404(m
         {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}}, mode="async"
     )
     assert resp.status_code == 202
+    # Listed as pending at once, though no worker has picked it up.
+    listed = (await stack.http.get("/tasks", params={"status": "pending", "limit": 500})).json()
+    assert task_id in [t["task_id"] for t in listed["data"]["items"]]
     reader = asyncio.create_task(read_sse(stack.api_url, task_id))
     await asyncio.sleep(0.5)
     assert not reader.done()  # open, waiting for the run
@@ -163,6 +166,11 @@ async def test_terminated_run_gets_its_end_from_temporal_and_unknown_id_is_404(m
     events = await asyncio.wait_for(reader, 30)
     assert [e["event"] for e in events] == ["plan_update", "error"]
     assert events[-1]["status"] == "failed"
+    # The store learned how it ended (the run never could record it).
+    from artemis.taskstore.sql import SqlTaskStorage
+
+    healed = SqlTaskStorage(stack.settings.database.url).load(task_id)
+    assert healed is not None and healed.status == "failed" and healed.completed_at
 
     missing = await stack.http.get(f"/tasks/{new_task_id()}/events")
     assert missing.status_code == 404
