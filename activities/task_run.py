@@ -258,7 +258,9 @@ class TaskRunActivities:
         """Append to the run's event stream. Best effort: an event-log outage is logged and
         never fails the activity (the run's state lives in Temporal, not in its events)."""
         try:
-            await asyncio.to_thread(self.events.append, run.task_id, kind, data, step)
+            await asyncio.to_thread(
+                self.events.append, run.task_id, kind, data, step, None, run.root_task_id
+            )
         except Exception as e:
             log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Index, Text, delete, insert, select, text
+from sqlalchemy import BigInteger, Index, Text, delete, insert, or_, select, text
 from sqlmodel import Column, Field, SQLModel
 
 from artemis import jsonio
@@ -57,11 +57,14 @@ class RunEvent(SQLModel, table=True):
     __tablename__ = "run_event"
     __table_args__ = (
         Index("ix_run_event_task_seq", "task_id", "seq"),
+        Index("ix_run_event_root_seq", "root_id", "seq"),
         Index("ix_run_event_created", "created_at"),
     )
 
     seq: int | None = Field(default=None, primary_key=True)
     task_id: str = Field(max_length=200)
+    # The top ancestor's task id: a backfill's stream includes its window runs.
+    root_id: str | None = Field(default=None, max_length=200)
     kind: str = Field(max_length=32)
     step: str | None = Field(default=None, max_length=32)
     data: str = Field(sa_column=Column(Text, nullable=False))
@@ -79,6 +82,7 @@ class RawEvent:
     step: str | None
     data: dict[str, Any]
     ts_ms: int
+    task_id: str | None = None  # None: the stream's own run
 
 
 def now_ms() -> int:
@@ -99,9 +103,12 @@ class EventLog:
         data: dict[str, Any],
         step: str | None = None,
         ts_ms: int | None = None,
+        root_id: str | None = None,
     ) -> int:
+        root = root_id or task_id
         row = {
             "task_id": task_id,
+            "root_id": root,
             "kind": kind,
             "step": step,
             "data": jsonio.dumps(data).decode(),
@@ -114,20 +121,28 @@ class EventLog:
                 # one run could commit out of order and a reader would skip the earlier one.
                 # Serialising a run's writers makes its seq order the commit order (SQLite
                 # serialises every writer already).
-                conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": task_id})
+                conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": root})
             result = conn.execute(insert(_t).values(row).returning(_t.c.seq))
             return int(result.scalar_one())
 
     def since(self, task_id: str, after_seq: int = 0, limit: int = 1000) -> list[RawEvent]:
+        """The run's events and those of its descendants (a backfill's windows)."""
         q = (
-            select(_t.c.seq, _t.c.kind, _t.c.step, _t.c.data, _t.c.ts_ms)
-            .where(_t.c.task_id == task_id, _t.c.seq > after_seq)
+            select(_t.c.seq, _t.c.kind, _t.c.step, _t.c.data, _t.c.ts_ms, _t.c.task_id)
+            .where(or_(_t.c.task_id == task_id, _t.c.root_id == task_id), _t.c.seq > after_seq)
             .order_by(_t.c.seq)
             .limit(limit)
         )
         with self.engine.connect() as conn:
             return [
-                RawEvent(r.seq, r.kind, r.step, jsonio.loads(r.data), r.ts_ms)
+                RawEvent(
+                    r.seq,
+                    r.kind,
+                    r.step,
+                    jsonio.loads(r.data),
+                    r.ts_ms,
+                    None if r.task_id == task_id else r.task_id,
+                )
                 for r in conn.execute(q)
             ]
 
@@ -207,8 +222,8 @@ class PlanTracker:
         self.pages = 0
         self.records_fetched = 0
         self.records_emitted = 0
-        self._batch_pages = 0
-        self._batch_records = 0
+        # Pages and records of the fetch batch in flight, per run ("" = this run).
+        self._batch: dict[str, tuple[int, int]] = {}
         self._fetch_done = False
         self._fetched_upto = -1
         self._processed_upto = -1
@@ -241,6 +256,19 @@ class PlanTracker:
             )
 
         first = self.last_plan is None
+        if raw.task_id is not None:
+            # A descendant run (a backfill window): its batches count towards this run's
+            # steps and progress; its own prepare/finalize/end are not this run's.
+            if raw.kind == "run_status":
+                if raw.data.get("status") != "completed":
+                    return out
+                self.units_done += 1
+                if first:
+                    self._plan_if_changed(emit, force=True)
+                emit("progress", self._progress(), "step_fetch")
+                return out
+            if raw.data.get("activity") in ("prepare_params", "split_run", "finalize_run"):
+                return out
         if raw.kind == "activity_start":
             self._on_start(raw)
             self._plan_if_changed(emit, force=first)
@@ -256,10 +284,13 @@ class PlanTracker:
         elif raw.kind == "progress":
             if first:
                 self._plan_if_changed(emit, force=True)
-            self._batch_pages = int(raw.data.get("pages", 0))
-            self._batch_records = int(raw.data.get("records", 0))
-            self.units_done = int(raw.data.get("units_done", self.units_done))
-            self.total = int(raw.data.get("total", self.total))
+            self._batch[raw.task_id or ""] = (
+                int(raw.data.get("pages", 0)),
+                int(raw.data.get("records", 0)),
+            )
+            if raw.task_id is None:
+                self.units_done = int(raw.data.get("units_done", self.units_done))
+                self.total = int(raw.data.get("total", self.total))
             emit("progress", self._progress(), raw.step)
         elif raw.kind == "run_status":
             status = str(raw.data.get("status"))
@@ -334,18 +365,22 @@ class PlanTracker:
         elif act == "fetch_pages":
             self.pages += int(res.get("pages", 0))
             self.records_fetched += int(res.get("records", 0))
+            self._batch.pop(raw.task_id or "", None)
+            counted = True
+            if raw.task_id is not None:
+                return counted  # a window's batch: its completion is not this run's
             self.units_done = int(res.get("units_done", self.units_done))
-            self._batch_pages = self._batch_records = 0
             self._fetched_upto = max(self._fetched_upto, int(res.get("next_seq", 0)) - 1)
             if res.get("done"):
                 self._fetch_done = True
                 step.completed = True
-            counted = True
         elif act == "process_batch":
-            self._processed_upto = max(self._processed_upto, int(res.get("last_seq", -1)))
+            if raw.task_id is None:
+                self._processed_upto = max(self._processed_upto, int(res.get("last_seq", -1)))
         elif act == "emit_batch":
             self.records_emitted += int(res.get("records_emitted", 0))
-            self._emitted_upto = max(self._emitted_upto, int(res.get("last_seq", -1)))
+            if raw.task_id is None:
+                self._emitted_upto = max(self._emitted_upto, int(res.get("last_seq", -1)))
             counted = True
         elif act == "finalize_run":
             step.completed = True
@@ -368,13 +403,14 @@ class PlanTracker:
                 st.completed, st.failed = True, set()
 
     def _progress(self) -> dict[str, Any]:
-        pages = self.pages + self._batch_pages
+        in_flight_pages = sum(p for p, _ in self._batch.values())
+        in_flight_records = sum(r for _, r in self._batch.values())
         return {
             "current": self.units_done,
             "total": self.total,
             "progress": round(self.units_done / self.total, 4) if self.total else None,
-            "pages": pages,
-            "records_fetched": self.records_fetched + self._batch_records,
+            "pages": self.pages + in_flight_pages,
+            "records_fetched": self.records_fetched + in_flight_records,
             "records_emitted": self.records_emitted,
         }
 

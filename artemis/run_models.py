@@ -60,6 +60,8 @@ class RunRef:
     trace_id: str
     parent_span_id: str | None = None
     request_id: str | None = None
+    # The task id of the run's top ancestor (a backfill's window runs stream into it).
+    root_task_id: str | None = None
 
 
 @dataclass
@@ -97,6 +99,7 @@ class RunRequest:
     timeout_s: float = 3600.0
     tuning: RunTuning = field(default_factory=RunTuning)
     carry: RunCarry | None = None
+    root_task_id: str | None = None  # set on child runs: the top ancestor's task id
 
 
 @dataclass

@@ -162,6 +162,7 @@ class TaskRunWorkflow:
             trace_id=req.trace_id,
             parent_span_id=req.parent_span_id,
             request_id=req.request_id,
+            root_task_id=req.root_task_id or req.task_id,
         )
         self._log_fields = {
             "trace_id": req.trace_id,
@@ -515,6 +516,7 @@ class TaskRunWorkflow:
                         callback=None,
                         timeout_s=req.timeout_s,
                         tuning=req.tuning,
+                        root_task_id=self._run.root_task_id,
                     ),
                     id=workflow_id_for(req.task_code, child_id),
                     result_type=RunResult,
@@ -594,6 +596,7 @@ class TaskRunWorkflow:
                 timeout_s=req.timeout_s,
                 tuning=req.tuning,
                 carry=carry,
+                root_task_id=req.root_task_id,
             )
         )
 

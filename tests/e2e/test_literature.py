@@ -341,6 +341,19 @@ async def test_backfill_runs_calendar_windows_as_child_workflows_two_at_a_time(s
     # never more than two windows at once
     for t, _ in spans:
         assert sum(1 for a, b in spans if a <= t < b) <= 2
+    # The backfill's event stream shows its windows' batches and one end: its own.
+    from tests.e2e.test_events import read_sse
+
+    events = await read_sse(stack.api_url, task_id)
+    fetched = [
+        e for e in events if e["event"] == "activity_result" and e["activity"] == "fetch_pages"
+    ]
+    assert len(fetched) >= 3
+    assert sum(e["data"]["records"] for e in fetched if not e["error"]) == 2700
+    progress = [e for e in events if e["event"] == "progress"]
+    assert progress[-1]["records_emitted"] == 2700 and progress[-1]["current"] == 3
+    assert [e["event"] for e in events].count("complete") == 1
+    assert events[-1]["event"] == "complete"
 
 
 async def test_window_over_the_result_cap_is_split_until_it_fits(stack):

@@ -180,3 +180,34 @@ def test_a_run_closed_without_its_end_recorded_gets_a_synthetic_terminal_event()
     assert end[-1].payload["reason"] == "terminated"
     assert cursor_of(end[0].sse_id) > (1, 0)
     assert tracker.synthetic_end("cancelled", {}, 6_000) == []
+
+
+def test_a_backfill_stream_counts_its_windows_but_ends_only_with_itself():
+    r = Raw()
+
+    def child(raw: RawEvent, task: str) -> RawEvent:
+        return RawEvent(raw.seq, raw.kind, raw.step, raw.data, raw.ts_ms, task)
+
+    raws = [
+        r.start("prepare_params", "step_prepare", "1"),
+        r.ok("prepare_params", "step_prepare", "1", total=2, children=2),
+        child(r.start("prepare_params", "step_prepare", "1"), "t6.w0"),
+        child(r.ok("prepare_params", "step_prepare", "1", total=1), "t6.w0"),
+        child(r.start("fetch_pages", "step_fetch", "2"), "t6.w0"),
+        child(r.ev("progress", "step_fetch", pages=1, records=7, units_done=0, total=1), "t6.w0"),
+        child(r.start("fetch_pages", "step_fetch", "2"), "t6.w1"),
+        child(r.ev("progress", "step_fetch", pages=1, records=5, units_done=0, total=1), "t6.w1"),
+        child(r.ok("fetch_pages", "step_fetch", "2", pages=2, records=14, done=True), "t6.w0"),
+        child(r.ok("emit_batch", "step_emit", "4", records_emitted=14, last_seq=1), "t6.w0"),
+        child(r.start("finalize_run", "step_finalize", "5", status="completed"), "t6.w0"),
+        child(r.ev("run_status", status="completed", stats={}), "t6.w0"),
+    ]
+    events = run(PlanTracker("t6"), raws)
+    assert [e["event"] for e in events].count("complete") == 0  # a window's end is not ours
+    progress = [e for e in events if e["event"] == "progress"]
+    assert progress[-1]["current"] == 1 and progress[-1]["total"] == 2
+    assert progress[-1]["records_fetched"] == 14 + 5  # w0 done, w1 in flight
+    assert progress[-1]["records_emitted"] == 14
+    last = plans(events)[-1]
+    assert last["step_fetch"] == "IN_PROGRESS" and last["step_finalize"] == "PENDING"
+    assert not [e for e in events if e.get("activity") in ("prepare_params", "finalize_run")][2:]
