@@ -10,10 +10,10 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.converter import DataConverter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from artemis.codec import codec_for
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.tracing import setup_telemetry
+from workers.codec import codec_for
 
 
 def _read(path: str | None) -> bytes | None:

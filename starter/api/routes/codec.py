@@ -10,9 +10,9 @@ from fastapi.responses import JSONResponse
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from artemis.codec import codec_for
 from artemis.errors import ArtemisError, ErrorCode
 from starter.api.envelope import read_json
+from workers.codec import codec_for
 
 router = APIRouter(tags=["codec"])
 
