@@ -6,7 +6,7 @@ UV_VERSION := 0.13.8
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench histories clean
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,10 @@ lint: install
 
 bench: install
 	$(VENV)/bin/python bench/harvest.py --pages 200 --page-size 100 --latency-ms 10
+
+# Record this build's workflow histories into the replay corpus (tests/histories/LABEL).
+histories: install
+	$(VENV)/bin/python bench/record_histories.py --label $(LABEL)
 
 clean:
 	rm -rf $(VENV) .tools .artemis .pytest_cache

@@ -112,6 +112,7 @@ def _result_data(inp: Any, result: Any) -> dict[str, Any]:
             "next_seq": result.next_seq,
             "done": result.done,
             "units_done": result.units_done,
+            "expected_total": result.expected_total,
         }
     if isinstance(result, ProcessResult):
         return {
@@ -315,6 +316,7 @@ class TaskRunActivities:
                 children=children,
                 parallelism=parallelism,
                 search=search,
+                tolerance_pct=task.completeness_tolerance(ctx),
             )
         total = task.total_hint(ctx)
         retry = task.fetch_retry(ctx)
@@ -331,6 +333,7 @@ class TaskRunActivities:
             rate_key=rate_key,
             pages_per_fetch=1 if rate_key else None,
             search=search,
+            tolerance_pct=task.completeness_tolerance(ctx),
         )
 
     @activity.defn(name="mirror_state")
@@ -437,6 +440,8 @@ class TaskRunActivities:
         ctx = self._context(task, inp.run, inp.params, trace)
         if inp.qps:
             ctx.overrides["qps"] = inp.qps
+        # A retried attempt: the source's last request may have been served, its answer lost.
+        ctx.overrides["resumed"] = activity.info().attempt > 1
         # A task waiting on its source (a 429's Retry-After) keeps the attempt alive
         # without losing the resume state.
         ctx.overrides["keepalive"] = lambda: activity.heartbeat(state)
@@ -468,6 +473,7 @@ class TaskRunActivities:
                         records=state["records"] + len(page.records),
                         units_done=page.info.get("units_done", state["units_done"]),
                         done=page.checkpoint is None,
+                        expected_total=page.info.get("expected_total"),
                     )
                     activity.heartbeat(state)
                     now = time.monotonic()
@@ -481,6 +487,7 @@ class TaskRunActivities:
                                 "records": state["records"],
                                 "units_done": state["units_done"],
                                 "total": inp.total,
+                                "expected_total": state.get("expected_total"),
                             },
                             "step_fetch",
                         )
@@ -525,6 +532,7 @@ class TaskRunActivities:
             done=done,
             units_done=state["units_done"],
             progress_last_ms=last_ms,
+            expected_total=state.get("expected_total"),
         )
 
     # -- 3. process ---------------------------------------------------------------------

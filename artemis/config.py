@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -142,11 +149,24 @@ class PlatformSettings(_Section):
     page_size_param: str = "page_size"
     page_size: int = Field(10, ge=1, le=200)
     items_path: str = "items"
-    has_more_path: str = "has_more"
+    # Where the search answer says what comes next (SPEC §13: ``next_page``, a number or
+    # null on the last page); or, for a platform that answers a flag, ``has_more_path``
+    # with ``next_page_path: null``. A missing key is SOURCE_CONTRACT, never an end.
+    next_page_path: str | None = "next_page"
+    has_more_path: str | None = None
     note_id_field: str = "note_id"
     note_url_field: str = "note_url"
     cookie_header: str = "Cookie"
     search_needs_cookie: bool = True
+
+    @model_validator(mode="after")
+    def _next_marker(self) -> PlatformSettings:
+        if not self.next_page_path and not self.has_more_path:
+            raise ValueError(
+                "set next_page_path (a next page number, null on the last page) or "
+                "has_more_path (a true/false flag): a search must end on the platform's word"
+            )
+        return self
 
 
 class CrawlerSettings(_Section):

@@ -24,6 +24,12 @@ class ErrorCode(StrEnum):
     TASK_NOT_FOUND = "TASK_NOT_FOUND"
     EXECUTION_LOCKED = "EXECUTION_LOCKED"
     SOURCE_ERROR = "SOURCE_ERROR"
+    # The source broke its own contract (a missing key, a wrong type, a body that is not
+    # JSON/XML), served the previous page again, or delivered fewer records than it
+    # stated: never an end of paging, always a visible failure (SPEC §4 "Completeness").
+    SOURCE_CONTRACT = "SOURCE_CONTRACT"
+    SOURCE_LOOP = "SOURCE_LOOP"
+    INCOMPLETE = "INCOMPLETE"
     SINK_ERROR = "SINK_ERROR"
     CALLBACK_ERROR = "CALLBACK_ERROR"
     CONFIG_ERROR = "CONFIG_ERROR"
@@ -62,6 +68,9 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.TASK_NOT_FOUND: _CodeInfo(False, 0, 404),
     ErrorCode.EXECUTION_LOCKED: _CodeInfo(False, 0, 409),
     ErrorCode.SOURCE_ERROR: _CodeInfo(True, 4, 502),
+    ErrorCode.SOURCE_CONTRACT: _CodeInfo(False, 0, 502),
+    ErrorCode.SOURCE_LOOP: _CodeInfo(False, 0, 502),
+    ErrorCode.INCOMPLETE: _CodeInfo(False, 0, 502),
     ErrorCode.SINK_ERROR: _CodeInfo(True, 4, 502),
     ErrorCode.CALLBACK_ERROR: _CodeInfo(True, 3, 502),
     ErrorCode.CONFIG_ERROR: _CodeInfo(False, 0, 500),
@@ -98,6 +107,12 @@ class ArtemisError(Exception):
         self.retryable = code.retryable if retryable is None else retryable
         self.details = details or {}
         self.retry_after_s = retry_after_s
+
+    def with_request(self, request: str) -> ArtemisError:
+        """The same error, its message naming the request that got the answer."""
+        self.message = f"{self.message} (request: {request})"
+        self.args = (self.message,)
+        return self
 
     def __str__(self) -> str:
         return f"{self.code.value}: {self.message}"

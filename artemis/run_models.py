@@ -132,6 +132,8 @@ class PrepareResult:
     parallelism: int = 1
     # Keyword search attributes for the UI (ArtemisProvenance, ArtemisTaskType).
     search: dict[str, str] = field(default_factory=dict)
+    # The shortfall (percent of a stated total) the run accepts before INCOMPLETE.
+    tolerance_pct: float = 0.0
 
 
 @dataclass
@@ -248,6 +250,8 @@ class FetchResult:
     done: bool
     units_done: int
     progress_last_ms: float | None = None
+    # What the sources stated they hold, so far (None: no source states a total).
+    expected_total: int | None = None
 
 
 @dataclass

@@ -92,6 +92,10 @@ class ProvenanceWorkers:
                 pass
 
 
+# Every workflow type a worker serves (the replay corpus covers each of them).
+WORKFLOWS = (TaskRunWorkflow, CleanupWorkflow, ReclaimWorkflow, NoteDetailsWorkflow, AlertsWorkflow)
+
+
 def cleanup_schedule_id(task_queue: str) -> str:
     return f"artemis/cleanup-old-tasks/{task_queue}"
 
@@ -187,13 +191,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.temporal.task_queue,
-        workflows=[
-            TaskRunWorkflow,
-            CleanupWorkflow,
-            ReclaimWorkflow,
-            NoteDetailsWorkflow,
-            AlertsWorkflow,
-        ],
+        workflows=list(WORKFLOWS),
         activities=[*activities.all(), *crawl.all()],
         max_concurrent_activities=100,
     )

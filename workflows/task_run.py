@@ -19,6 +19,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from artemis.completeness import is_short
     from artemis.run_models import (
         SA_PROVENANCE,
         SA_RUN_ID,
@@ -59,7 +60,14 @@ NON_RETRYABLE = [
     "TASK_NOT_FOUND",
     "COOKIE_EXHAUSTED",
     "RESULT_CAP_EXCEEDED",
+    "SOURCE_CONTRACT",
+    "SOURCE_LOOP",
+    "INCOMPLETE",
 ]
+
+# Patch ids (SPEC §4 "Versioning"): a change to the command sequence runs only where the
+# history has not already taken the old path. Remove one only when no kept history needs it.
+PATCH_SPLIT_RECONCILE = "split-window-reconciled-v1"
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
@@ -103,6 +111,7 @@ class TaskRunWorkflow:
         self._circuit: CircuitBreaker | None = None
         self._circuit_state = "closed"
         self._circuit_opens = 0
+        self._tolerance_pct = 0.0
         # Set once the run must stop. Cancelling an activity whose result is already on its
         # way can still return that result, so the loop also checks this flag itself.
         self._stopping = False
@@ -115,6 +124,7 @@ class TaskRunWorkflow:
             "stage": self._stage,
             "current": self._units_done,
             "total": self._total,
+            "expected_total": None,
             **self._stats,
             "steps": [{"id": s, "status": self._steps[s]} for s in STEPS],
             "error": self._error,
@@ -296,6 +306,7 @@ class TaskRunWorkflow:
             self._circuit = prepared.circuit
             self._rate_key = prepared.rate_key
             self._pages_per_fetch = prepared.pages_per_fetch
+            self._tolerance_pct = prepared.tolerance_pct
             known = {SA_PROVENANCE: KEY_PROVENANCE, SA_TASK_TYPE: KEY_TASK_TYPE}
             updates = [known[k].value_set(v) for k, v in prepared.search.items() if k in known]
             if updates:
@@ -344,6 +355,11 @@ class TaskRunWorkflow:
                         summary=f"Fetch pages from #{self._next_seq}",
                     )
                 except ActivityError as e:
+                    if _code_of(e) == "INCOMPLETE":
+                        # The source's own count, for the run's stats beside what it got.
+                        stated = _details_of(e).get("expected_total")
+                        if isinstance(stated, int) and "expected_total" not in self._stats:
+                            self._stats["expected_total"] = stated
                     if _code_of(e) == "RESULT_CAP_EXCEEDED" and not self._stats["pages"]:
                         # The window holds more hits than the source can list: split it.
                         await self._split(e)
@@ -354,6 +370,8 @@ class TaskRunWorkflow:
                 self._stats["pages"] += fetched.pages
                 self._stats["records_fetched"] += fetched.records
                 self._stats["batches"] += 1
+                if fetched.expected_total is not None:
+                    self._stats["expected_total"] = fetched.expected_total
                 self._stop_point()
                 self._units_done = fetched.units_done
                 self._progress_ms = fetched.progress_last_ms
@@ -474,8 +492,7 @@ class TaskRunWorkflow:
         return True
 
     async def _split(self, e: ActivityError) -> None:
-        app = _root_application_error(e)
-        details = (app.details[0] if app and app.details else {}) or {}
+        details = _details_of(e)
         split: SplitResult = await workflow.execute_local_activity(
             "split_run",
             SplitInput(run=self._run, params=self._params or {}, details=details),
@@ -489,6 +506,21 @@ class TaskRunWorkflow:
         self._total = len(split.children)
         self._units_done = 0
         await self._run_children(split.children, split.parallelism, prefix="s")
+        count = details.get("count")
+        if workflow.patched(PATCH_SPLIT_RECONCILE) and isinstance(count, int):
+            # The pieces must add up to the window the source counted: a gap between
+            # them would lose records while every piece looks complete.
+            self._stats["expected_total"] = count
+            got = self._stats["records_fetched"]
+            if is_short(count, got, self._tolerance_pct):
+                raise ApplicationError(
+                    f"the split window: expected {count} records (the source's count of the "
+                    f"whole window), got {got} from its {len(split.children)} pieces, beyond "
+                    f"the tolerance of {self._tolerance_pct:g} %",
+                    {"expected_total": count, "records_fetched": got},
+                    type="INCOMPLETE",
+                    non_retryable=True,
+                )
 
     async def _run_children(
         self, children: list[dict[str, Any]], parallelism: int, prefix: str = "w"
@@ -530,6 +562,9 @@ class TaskRunWorkflow:
                 "batches",
             ):
                 self._stats[key] += int(result.stats.get(key, 0))
+            stated = result.stats.get("expected_total")
+            if isinstance(stated, int):
+                self._stats["expected_total"] = self._stats.get("expected_total", 0) + stated
             self._units_done += 1
             self._details()
 
@@ -692,6 +727,12 @@ def _root_application_error(e: BaseException) -> ApplicationError | None:
             return cur
         cur = cur.cause if isinstance(cur, FailureError) else cur.__cause__
     return None
+
+
+def _details_of(e: BaseException) -> dict[str, Any]:
+    app = _root_application_error(e)
+    details = app.details[0] if app is not None and app.details else None
+    return details if isinstance(details, dict) else {}
 
 
 def _code_of(e: BaseException) -> str:

@@ -3,7 +3,9 @@ note's details, each request with the cookie the pool lent it.
 
 :class:`HttpJsonPlatform` speaks any platform whose search and detail answers are JSON,
 configured by ``crawler.platforms.<name>`` (paths, parameter names, where the items and
-the has-more flag are). Failures map to the error table of SPEC §10: 401/403 →
+the next page are). A search page ends the keyword only on the platform's own word (the
+next page null, or a has-more flag false); a missing key or a wrong type is
+``SOURCE_CONTRACT`` (SPEC §4 "Completeness"). Failures map to the error table of SPEC §10: 401/403 →
 ``COOKIE_INVALID`` (the cookie is blamed, the next one tried), 429 → ``PLATFORM_ERROR``
 with the server's ``Retry-After``, 5xx → ``PLATFORM_ERROR``, a timeout →
 ``TIMEOUT_ERROR``, a connection failure → ``NETWORK_ERROR``, 404 → ``PLATFORM_ERROR``
@@ -13,7 +15,7 @@ that no retry fixes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -21,32 +23,13 @@ import httpx
 from artemis.config import PlatformSettings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import retry_after_seconds
+from artemis.sources.paginators import as_count, contract_error, json_path_lookup
 
 
 @dataclass(frozen=True)
 class SearchPage:
     items: list[dict[str, Any]]  # {"note_id", "note_url"}
-    has_more: bool
-
-
-class PlatformAdapter(Protocol):
-    name: str
-
-    async def search(
-        self, client: httpx.AsyncClient, keyword: str, page: int, cookie: str | None, timeout: float
-    ) -> SearchPage: ...
-
-    async def detail(
-        self, client: httpx.AsyncClient, note_id: str, cookie: str, timeout: float
-    ) -> dict[str, Any]: ...
-
-
-def _dig(data: Any, path: str) -> Any:
-    for part in path.split(".") if path else []:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
+    next_page: int | None  # None: the keyword's last page
 
 
 class HttpJsonPlatform:
@@ -103,7 +86,8 @@ class HttpJsonPlatform:
             return resp.json()
         except ValueError:
             raise ArtemisError(
-                ErrorCode.PLATFORM_ERROR, f"{self.name} {what}: answer is not JSON"
+                ErrorCode.SOURCE_CONTRACT,
+                f"{self.name} {what}: the answer is not JSON: {resp.text[:200]!r}",
             ) from None
 
     async def search(
@@ -118,22 +102,43 @@ class HttpJsonPlatform:
             cookie if c.search_needs_cookie else None,
             timeout,
         )
-        raw = _dig(data, c.items_path)
+        request = (
+            f"GET {self.base}{c.search_path}?{c.keyword_param}={keyword}&{c.page_param}={page}"
+        )
+        raw = json_path_lookup(data, c.items_path)
         if not isinstance(raw, list):
-            raise ArtemisError(
-                ErrorCode.PLATFORM_ERROR,
-                f"{self.name} search: no list at {c.items_path!r} in the answer",
-            )
+            raise contract_error(
+                f"{self.name} search", c.items_path, "the list of notes", raw
+            ).with_request(request)
         items = []
         for item in raw:
             note_id = item.get(c.note_id_field) if isinstance(item, dict) else None
             if note_id in (None, ""):
-                raise ArtemisError(
-                    ErrorCode.PLATFORM_ERROR,
-                    f"{self.name} search: an item has no {c.note_id_field!r}",
-                )
+                raise contract_error(
+                    f"{self.name} search", f"{c.items_path}[].{c.note_id_field}", "a note id", item
+                ).with_request(request)
             items.append({"note_id": str(note_id), "note_url": item.get(c.note_url_field)})
-        return SearchPage(items, bool(_dig(data, c.has_more_path)))
+        return SearchPage(items, self._next_page(data, page, request))
+
+    def _next_page(self, data: Any, page: int, request: str) -> int | None:
+        """The next search page on the platform's word: ``next_page_path`` (a number, or
+        null on the last page) or ``has_more_path`` (true or false)."""
+        c, who = self.cfg, f"{self.name} search"
+        if c.next_page_path:
+            nxt = json_path_lookup(data, c.next_page_path)
+            if nxt is None or nxt is False:
+                return None
+            number = as_count(nxt)
+            if number is None or number < 1:
+                raise contract_error(
+                    who, c.next_page_path, "the next page number, or null on the last page", nxt
+                ).with_request(request)
+            return number
+        assert c.has_more_path  # the settings require one of the two
+        more = json_path_lookup(data, c.has_more_path)
+        if not isinstance(more, bool):
+            raise contract_error(who, c.has_more_path, "true or false", more).with_request(request)
+        return page + 1 if more else None
 
     async def detail(
         self, client: httpx.AsyncClient, note_id: str, cookie: str, timeout: float

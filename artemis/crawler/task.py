@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from artemis.completeness import check_loop, page_digest
 from artemis.config import Settings
 from artemis.crawler.claims import Claimed, Claims, LockLost
 from artemis.crawler.cookies import CookiePool, PoolRules
@@ -235,12 +236,15 @@ class CrawlNotes(TaskUnit):
                     _search, crawl.adapter, client, kw, page_no, crawl.cfg.search_timeout_s
                 ),
             )
+            # A search page holding the notes of the page before it is a loop, not progress.
+            digest = page_digest([i["note_id"] for i in found.items])
+            check_loop(cp.get("digest"), digest, f"{p.platform} search {kw!r}", f"page {page_no}")
             added = await crawl._db(crawl.claims.add_candidates, p.platform, found.items, kw)
-            last = not found.has_more or (p.max_pages is not None and page_no >= p.max_pages)
+            last = found.next_page is None or (p.max_pages is not None and page_no >= p.max_pages)
             cp = (
                 {"phase": "search", "k": k + 1, "page": 1}
                 if last
-                else {"phase": "search", "k": k, "page": page_no + 1}
+                else {"phase": "search", "k": k, "page": found.next_page, "digest": digest}
             )
             await crawl._db(crawl.claims.heartbeat, crawl.execution, utcnow())
             yield Page(

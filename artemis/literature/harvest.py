@@ -8,6 +8,7 @@ contract resolved from the registry once per run and frozen in its params (so in
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
@@ -17,6 +18,7 @@ import httpx
 from pydantic import BaseModel, Field, model_validator
 from sqlalchemy import select
 
+from artemis.completeness import check_loop, page_digest
 from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
@@ -36,14 +38,18 @@ from artemis.registry.resolve import (
 from artemis.registry.watermark import advance_watermark, read_watermark
 from artemis.sources import Page, Source
 from artemis.sources.paginators import (
+    MISSING,
     CursorPaginator,
     LinkHeaderPaginator,
     OffsetPaginator,
     PageNumberPaginator,
     Paginator,
     TokenPaginator,
+    as_count,
+    describe,
+    json_path_lookup,
 )
-from artemis.sources.rest import RestSource
+from artemis.sources.rest import RestSource, describe_request
 from artemis.tasks.base import TaskContext, TaskUnit, register_task
 
 log = get_logger(__name__)
@@ -67,6 +73,9 @@ class LiteratureParams(BaseModel):
     query: str | None = None
     page_size: int | None = Field(None, ge=1, le=10_000)
     parallelism: int | None = Field(None, ge=1, le=32)  # backfill: windows run at once
+    # The shortfall against the source's stated total this run accepts (percent); default:
+    # the registry's pagination_cfg.completeness_tolerance_pct, else 0.
+    completeness_tolerance_pct: float | None = Field(None, ge=0, le=100)
     # Filled by prepare_params: the frozen contract and the window actually harvested.
     contract: dict[str, Any] | None = None
     window_start: datetime | None = None
@@ -97,6 +106,8 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
     size = page_size or pg.get("page_size_value")
     if size and pg.get("max_page_size_value"):
         size = min(size, pg["max_page_size_value"])
+    total_path = pg.get("total_count_jsonpath")
+    short_ends = bool(pg.get("short_page_is_last"))
     if mode == "PAGE_NUMBER":
         return PageNumberPaginator(
             page=pg.get("start_page_number") or 1,
@@ -104,15 +115,17 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
             page_size=size,
             page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
             next_page_path=None,
-            total_path=pg.get("total_count_jsonpath"),
+            total_path=total_path,
+            short_page_ends=short_ends,
         )
     if mode == "OFFSET":
         return OffsetPaginator(
             limit=size or 100,
             offset_param=param_name("offset", ep, pg, "offset_param_name", "offset"),
             limit_param=param_name("limit", ep, pg, "limit_param_name", "limit"),
-            total_path=pg.get("total_count_jsonpath"),
+            total_path=total_path,
             max_offset=pg.get("max_result_window"),
+            short_page_ends=short_ends,
         )
     if mode == "CURSOR":
         return CursorPaginator(
@@ -121,14 +134,18 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
             initial_cursor=pg.get("initial_cursor_value"),
             page_size=size,
             page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "rows"),
+            total_path=total_path,
+            short_page_ends=short_ends,
         )
     if mode == "TOKEN":
         return TokenPaginator(
             token_param=param_name("token", ep, pg, "token_param_name", "page_token"),
             token_path=pg.get("next_token_jsonpath") or "$.next_page_token",
+            total_path=total_path,
+            absent_ends=bool(pg.get("absent_token_is_last")),
         )
     if mode == "LINK_HEADER":
-        return LinkHeaderPaginator()
+        return LinkHeaderPaginator(total_path=total_path)
     raise ArtemisError(
         ErrorCode.CONFIG_ERROR,
         f"pagination_mode_code {mode!r} is not one of "
@@ -344,7 +361,7 @@ class PubMedSource(Source):
         self.retmax = min(
             page_size or pg.get("page_size_value") or 500, pg.get("max_page_size_value") or 10_000
         )
-        self.cap = pg.get("max_result_window") or 10_000
+        self.cap = pg.get("max_result_window") or 9_999
         self.offset_param = param_name(
             "offset", self.search_ep, pg, "offset_param_name", "retstart"
         )
@@ -381,13 +398,23 @@ class PubMedSource(Source):
     async def pages(
         self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
-        st = dict(checkpoint or {"retstart": 0, "pending": [], "count": None, "webenv": None})
+        st = {
+            "retstart": 0,
+            "pending": [],
+            "count": None,
+            "webenv": None,
+            "taken": 0,
+            "digest": None,
+            **(checkpoint or {}),
+        }
         while True:
             if not st["pending"]:
-                if st["count"] is not None and st["retstart"] >= st["count"]:
-                    return
-                found = await self._search(client, st)
-                if not found:
+                if st["count"] is None or st["retstart"] < st["count"]:
+                    await self._search(client, st)
+                if not st["pending"]:
+                    # The count is reached, or esearch answered an empty page: the end, on
+                    # the source's word (what was delivered is reconciled against the count).
+                    yield self._page([], None, st, 0)
                     return
             ids, st["pending"] = st["pending"][: self.batch], st["pending"][self.batch :]
             resp = await self._call(
@@ -397,63 +424,151 @@ class PubMedSource(Source):
                 force_post=len(ids) > self.post_over,
             )
             records = parse_pubmed_xml(resp.content, self.cc.code)
+            st["taken"] += len(records)
+            if len(records) != len(ids):
+                log.warning("pubmed_efetch_short", asked=len(ids), got=len(records))
             done = not st["pending"] and st["retstart"] >= (st["count"] or 0)
-            yield Page(
-                records=records,
-                checkpoint=None if done else dict(st),
-                info={"source": "pubmed", "ids": len(ids)},
-            )
+            yield self._page(records, None if done else dict(st), st, len(ids))
             if done:
                 return
 
-    async def _search(self, client: httpx.AsyncClient, st: dict[str, Any]) -> bool:
+    def _page(
+        self,
+        records: list[dict[str, Any]],
+        checkpoint: dict[str, Any] | None,
+        st: dict[str, Any],
+        ids: int,
+    ) -> Page:
+        return Page(
+            records=records,
+            checkpoint=checkpoint,
+            info={
+                "source": "pubmed",
+                "ids": ids,
+                "expected_total": st["count"],
+                "taken": st["taken"],
+                "request": f"esearch retstart={st['retstart']} of count={st['count']}",
+            },
+        )
+
+    async def _esearch(self, client: httpx.AsyncClient, params: dict[str, Any]) -> dict[str, Any]:
+        """One esearch answer's ``esearchresult``. The body is read the way NCBI writes it:
+        an in-band ``ERROR`` may hold a raw newline inside its JSON string."""
+        resp = await self._call(client, self.search_ep, params)
+        request = describe_request(self.cc.url(self.search_ep), params)
+        try:
+            data = json.loads(resp.text, strict=False)
+        except ValueError:
+            raise ArtemisError(
+                ErrorCode.SOURCE_CONTRACT,
+                f"pubmed esearch: the answer is not JSON (HTTP {resp.status_code}): "
+                f"{resp.text[:200]!r} (request: {request})",
+            ) from None
+        result = data.get("esearchresult") if isinstance(data, dict) else None
+        if not isinstance(result, dict):
+            raise ArtemisError(
+                ErrorCode.SOURCE_CONTRACT,
+                f"pubmed esearch: expected an object at '$.esearchresult', found "
+                f"{describe(json_path_lookup(data, '$.esearchresult'))} (request: {request})",
+            )
+        result["_request"] = request
+        return result
+
+    def _over_cap(self, what: str, count: int | None) -> ArtemisError:
+        """The window holds more than esearch lists: the run splits it (never truncated)."""
+        return ArtemisError(
+            ErrorCode.RESULT_CAP_EXCEEDED,
+            f"pubmed esearch: {what} for window {self.window or 'all'}",
+            retryable=False,
+            details={"count": count, "cap": self.cap},
+        )
+
+    async def _search(self, client: httpx.AsyncClient, st: dict[str, Any]) -> None:
+        # Never ask past the cap: E-utilities would clamp the page (or refuse in band).
+        size = max(1, min(self.retmax, self.cap - st["retstart"]))
         params = {
             "term": self.query,
             self.offset_param: st["retstart"],
-            self.size_param: self.retmax,
+            self.size_param: size,
             "usehistory": "y",
             **self.window,
         }
         if st.get("webenv"):
             params["WebEnv"] = st["webenv"]
-        data = (await self._call(client, self.search_ep, params)).json()
-        result = data.get("esearchresult") or {}
-        if "ERROR" in result and "WebEnv" in params and "webenv" in str(result["ERROR"]).lower():
+        result = await self._esearch(client, params)
+        error = result.get("ERROR")
+        if error is not None and "WebEnv" in params and "webenv" in str(error).lower():
             # The history session expired: re-open one and go on from the same retstart
             # (the checkpoint), rather than failing or starting the window over.
             log.warning(
-                "source_session_reopened",
-                source="pubmed",
-                error=result["ERROR"],
-                retstart=st["retstart"],
+                "source_session_reopened", source="pubmed", error=error, retstart=st["retstart"]
             )
             st["webenv"] = None
             params.pop("WebEnv")
-            data = (await self._call(client, self.search_ep, params)).json()
-            result = data.get("esearchresult") or {}
-        if "ERROR" in result:
+            result = await self._esearch(client, params)
+            error = result.get("ERROR")
+        request = result.pop("_request")
+        if error is not None:
+            text = str(error)
+            if any(m in text for m in _CAP_ERRORS):
+                # PubMed lists only the first 9,999 ids of a query, refused in band past it.
+                raise self._over_cap(f"refused past the {self.cap} result cap: {text!r}", None)
             raise ArtemisError(
-                ErrorCode.SOURCE_ERROR, f"pubmed esearch: {result['ERROR']}", retryable=False
+                ErrorCode.SOURCE_ERROR,
+                f"pubmed esearch: {text} (request: {request})",
+                retryable=False,
             )
-        count = int(result.get("count", 0))
+        errors = result.get("errorlist") or {}
+        unknown = [
+            f"{kind} {', '.join(map(str, errors[kind]))}"
+            for kind in ("phrasesnotfound", "fieldsnotfound")
+            if isinstance(errors, dict) and errors.get(kind)
+        ]
+        if unknown:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"params.query: PubMed does not know {'; '.join(unknown)} (esearch errorlist), "
+                f"so its count would not be the query's (request: {request})",
+            )
+        count = as_count(result.get("count"))
+        if count is None:
+            raise ArtemisError(
+                ErrorCode.SOURCE_CONTRACT,
+                f"pubmed esearch: expected the hit count at '$.esearchresult.count', found "
+                f"{describe(result.get('count', MISSING))} (request: {request})",
+            )
         if count > self.cap:
             # Never truncate silently: esearch only reaches the first `cap` hits. The run
             # splits its window (RESULT_CAP_EXCEEDED) until every piece fits.
+            raise self._over_cap(f"{count} hits exceed the {self.cap} result cap", count)
+        warnings = result.get("warninglist") or {}
+        notes = warnings.get("outputmessages") if isinstance(warnings, dict) else None
+        clamped = [m for m in notes or [] if "restrictions achieved" in str(m).lower()]
+        if clamped:
+            # A page cut to fit the cap is not a short page: the query holds more.
+            raise self._over_cap(f"the page was clamped ({clamped[0]})", count)
+        raw_ids = result.get("idlist", MISSING)
+        if not isinstance(raw_ids, list) or not all(as_count(i) is not None for i in raw_ids):
             raise ArtemisError(
-                ErrorCode.RESULT_CAP_EXCEEDED,
-                f"pubmed esearch: {count} hits exceed the {self.cap} result cap for window "
-                f"{self.window or 'all'}",
-                retryable=False,
-                details={"count": count, "cap": self.cap},
+                ErrorCode.SOURCE_CONTRACT,
+                f"pubmed esearch: expected a list of PMIDs at '$.esearchresult.idlist', found "
+                f"{describe(raw_ids)} (request: {request})",
             )
-        ids = [str(i) for i in result.get("idlist") or []]
+        ids = [str(i) for i in raw_ids]
+        digest = page_digest(ids)
+        check_loop(st.get("digest"), digest, "pubmed esearch", request)
         st.update(
             count=count,
             webenv=result.get("webenv"),
             retstart=st["retstart"] + len(ids),
             pending=ids,
+            digest=digest or st.get("digest"),
         )
-        return bool(ids)
+
+
+# E-utilities' in-band refusals past the result cap ("'retstart' cannot be larger than
+# 9998", "Position 15000 is out of acceptable range [9999,9998]").
+_CAP_ERRORS = ("cannot be larger than", "out of acceptable range")
 
 
 @register_task
@@ -522,6 +637,7 @@ class LiteratureHarvest(TaskUnit):
             "start": start.isoformat(),
             "end": end.isoformat(),
             "contract": p.contract,
+            "completeness_tolerance_pct": p.completeness_tolerance_pct,
             "window_start": None,
             "window_end": None,
             "parent": parent,
@@ -589,18 +705,29 @@ class LiteratureHarvest(TaskUnit):
         query = {"query": p.query} if p.query else {}
         params = merge_params(ep.get("default_query_params"), {**query, **window})
         transform = (lambda item: normalize_crossref(item, code)) if family == "crossref" else None
+        pg = contract.pagination or {}
         return [
             RestSource(
                 cc.url(ep),
                 paginator_for(contract, p.page_size),
                 params=params,
-                records_path=(contract.pagination or {}).get("records_jsonpath") or "$.items",
+                records_path=pg.get("records_jsonpath") or "$.items",
                 name=code,
+                record_key=pg.get("record_key_jsonpath")
+                or ("$.DOI" if family == "crossref" else None),
                 transform=transform,
                 status_error=cc.status_error,
                 send=lambda client, url, q: cc.send(client, "GET", url, q, f"{code} GET {url}"),
             )
         ]
+
+    def completeness_tolerance(self, ctx: TaskContext) -> float:
+        """The run's own tolerance, else the provenance's (pagination cfg), else 0."""
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        if p.completeness_tolerance_pct is not None:
+            return p.completeness_tolerance_pct
+        own = (self._contract(ctx).pagination or {}).get("completeness_tolerance_pct")
+        return float(own) if own is not None else 0.0
 
     def search_attributes(self, ctx: TaskContext) -> dict[str, str]:
         p: LiteratureParams = ctx.params  # type: ignore[assignment]

@@ -54,8 +54,9 @@ def parse_pubmed_xml(body: bytes | str, provenance: str = "pubmed") -> list[dict
     try:
         root = ET.fromstring(body.encode() if isinstance(body, str) else body)
     except ET.ParseError as e:
+        snippet = (body if isinstance(body, str) else body[:200].decode("utf-8", "replace"))[:200]
         raise ArtemisError(
-            ErrorCode.SOURCE_ERROR, f"pubmed efetch: malformed XML: {e}", retryable=False
+            ErrorCode.SOURCE_CONTRACT, f"pubmed efetch: the answer is not XML ({e}): {snippet!r}"
         ) from None
     if root.tag == "eFetchResult" or root.find("ERROR") is not None:
         raise ArtemisError(

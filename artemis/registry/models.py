@@ -130,7 +130,15 @@ class RegProvPaginationCfg(DimensionBase, table=True):
     next_token_jsonpath: str | None = Field(default=None, max_length=200)
     total_count_jsonpath: str | None = Field(default=None, max_length=200)
     records_jsonpath: str | None = Field(default=None, max_length=200)
-    max_result_window: int | None = None  # e.g. 10,000 for PubMed esearch
+    max_result_window: int | None = None  # e.g. 9,999 for PubMed esearch
+    # Completeness (SPEC §4): the source documents that a page shorter than the page size
+    # is the last (Crossref does); a token API documents leaving its token out on the last
+    # page; where a record's key is (a repeated page is caught by content); the shortfall
+    # against the stated total a run accepts, in percent (default 0).
+    short_page_is_last: bool | None = None
+    absent_token_is_last: bool | None = None
+    record_key_jsonpath: str | None = Field(default=None, max_length=200)
+    completeness_tolerance_pct: float | None = None
 
 
 class RegProvHttpCfg(DimensionBase, table=True):

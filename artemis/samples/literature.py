@@ -1,12 +1,17 @@
 """Sample PubMed E-utilities and Crossref REST servers (SPEC §13): synthetic, deterministic
 corpora served with the real APIs' parameter names, limits and error shapes.
 
-PubMed: ``esearch.fcgi`` (JSON; usehistory → WebEnv + query_key; retmax <= 10,000 and
-retstart < 10,000; mindate/maxdate together with datetype), ``efetch.fcgi`` (XML, GET or
-POST, by id list or by WebEnv), 3 requests/s without ``api_key`` and 10 with (429 above).
-Crossref: ``/works`` with ``rows`` <= 1000, ``cursor=*`` then ``message.next-cursor``,
-``offset`` refused with ``cursor``, ``filter=from-index-date:...,until-index-date:...``,
-``X-Rate-Limit-Limit`` / ``X-Rate-Limit-Interval`` headers.
+PubMed: ``esearch.fcgi`` (JSON; usehistory → WebEnv + query_key; only the first 9,999
+ids of a query are listed: a page crossing that line comes back clamped with a
+``warninglist`` "Restrictions achieved" notice, and a ``retstart`` past 9,998 is refused in
+band, HTTP 200 with an ``ERROR`` holding a raw newline, as the live service does;
+mindate/maxdate together with datetype), ``efetch.fcgi`` (XML, GET or POST, by id list or
+by WebEnv), 3 requests/s without ``api_key`` and 10 with (429 above).
+Crossref: ``/works`` with ``rows`` <= 1000, ``cursor=*`` then ``message.next-cursor`` (one
+value for the whole session: the server keeps the position, as the live API does; the
+last page is shorter than ``rows``), ``message.total-results``, ``offset`` refused with
+``cursor``, ``filter=from-index-date:...,until-index-date:...``, ``X-Rate-Limit-Limit`` /
+``X-Rate-Limit-Interval`` headers.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import json
 import time
 from collections import deque
 from datetime import date, timedelta
@@ -27,6 +31,26 @@ from fastapi.responses import JSONResponse, Response
 
 CORPUS_START = date(2025, 1, 1)
 PMID_BASE = 30_000_000
+# PubMed's esearch lists the first 9,999 ids of a query at most (retstart <= 9998).
+PUBMED_CAP = 9_999
+
+
+def _refusal(kind: str, message: str, headers: dict[str, str], **extra: Any) -> JSONResponse:
+    """Crossref's answer to a request it refuses (HTTP 400, a validation failure)."""
+    return JSONResponse(
+        {
+            "status": "failed",
+            "message-type": "validation-failure",
+            "message": [{"type": kind, "message": message, **extra}],
+        },
+        400,
+        headers=headers,
+    )
+
+
+def _raw_json(body: str) -> Response:
+    """A body sent as written (E-utilities' in-band errors are not always valid JSON)."""
+    return Response(body, media_type="application/json; charset=UTF-8")
 
 
 class LiteratureState:
@@ -204,7 +228,7 @@ def build_router(state: LiteratureState) -> APIRouter:
         return None
 
     @router.api_route("/entrez/eutils/esearch.fcgi", methods=["GET", "POST"])
-    async def esearch(request: Request) -> JSONResponse:
+    async def esearch(request: Request) -> Response:
         p = await params_of(request)
         injected = await state.delay_or_fault("esearch")
         entry = {"api": "esearch", "params": p, "at": time.time(), "status": 200}
@@ -214,18 +238,6 @@ def build_router(state: LiteratureState) -> APIRouter:
             entry["status"] = refused.status_code
             return refused
         retstart, retmax = int(p.get("retstart", 0)), int(p.get("retmax", 20))
-        if retmax > 10_000:
-            return JSONResponse({"esearchresult": {"ERROR": "retmax cannot exceed 10000"}})
-        if retstart >= 10_000:
-            return JSONResponse(
-                {
-                    "esearchresult": {
-                        "ERROR": "Search Backend failed: Exception:\n'retstart' cannot be larger "
-                        "than 9998. For PubMed, ESearch can only retrieve the first 9,999 "
-                        "records matching the query."
-                    }
-                }
-            )
         if ("mindate" in p) != ("maxdate" in p):
             return JSONResponse({"esearchresult": {"ERROR": "mindate and maxdate go together"}})
         if "mindate" in p and p.get("datetype", "pdat") not in ("edat", "pdat", "mdat"):
@@ -238,13 +250,33 @@ def build_router(state: LiteratureState) -> APIRouter:
             if term == "nothing"
             else _window(state.pubmed_total, state.pubmed_per_day, start, end)
         )
-        ids = [str(PMID_BASE + i) for i in hits[retstart : retstart + retmax]]
+        if retstart > PUBMED_CAP - 1 and len(hits) > PUBMED_CAP:
+            # As the live service does: refused in band (HTTP 200), with a raw newline
+            # inside the JSON string.
+            return _raw_json(
+                '{"header":{"type":"esearch","version":"0.3"},"esearchresult":{"ERROR":'
+                "\"Search Backend failed: Exception:\n'retstart' cannot be larger than 9998. "
+                "For PubMed, ESearch can only retrieve the first 9,999 records matching the "
+                'query. To obtain more than 9,999 PubMed records, consider using EDirect."}}'
+            )
+        # Only the first 9,999 ids of a query are listed: a page crossing that line (or a
+        # retmax over it) comes back clamped, with a WarningList notice.
+        reach = min(len(hits), PUBMED_CAP)
+        ids = [str(PMID_BASE + i) for i in hits[retstart : min(retstart + retmax, reach)]]
         result: dict[str, Any] = {
             "count": str(len(hits)),
             "retmax": str(len(ids)),
             "retstart": str(retstart),
             "idlist": ids,
         }
+        if retstart + retmax > reach and len(hits) > reach:
+            result["warninglist"] = {
+                "phrasesignored": [],
+                "quotedphrasesnotfound": [],
+                "outputmessages": [
+                    f"Restrictions achieved. start and count adjusted to {retstart}, {len(ids)}"
+                ],
+            }
         if p.get("WebEnv") and p["WebEnv"] not in state.sessions:
             # An expired history server session, as NCBI reports it.
             return JSONResponse(
@@ -340,37 +372,14 @@ def build_router(state: LiteratureState) -> APIRouter:
             )
         rows = int(p.get("rows", 20))
         if rows > 1000:
-            return JSONResponse(
-                {
-                    "status": "failed",
-                    "message-type": "validation-failure",
-                    "message": [
-                        {
-                            "type": "integer-not-valid",
-                            "value": rows,
-                            "message": "Integer specified as row must be "
-                            "less than or equal to 1000",
-                        }
-                    ],
-                },
-                400,
-                headers=headers,
+            return _refusal(
+                "integer-not-valid",
+                "Integer specified as row must be less than or equal to 1000",
+                headers,
+                value=rows,
             )
         if "cursor" in p and "offset" in p:
-            return JSONResponse(
-                {
-                    "status": "failed",
-                    "message-type": "validation-failure",
-                    "message": [
-                        {
-                            "type": "cursor-with-offset",
-                            "message": "offset cannot be combined with cursor",
-                        }
-                    ],
-                },
-                400,
-                headers=headers,
-            )
+            return _refusal("cursor-with-offset", "offset cannot be combined with cursor", headers)
         start = end = None
         for part in filter(None, (p.get("filter") or "").split(",")):
             name, _, value = part.partition(":")
@@ -379,63 +388,33 @@ def build_router(state: LiteratureState) -> APIRouter:
             elif name == "until-index-date":
                 end = date.fromisoformat(value)
             else:
-                return JSONResponse(
-                    {
-                        "status": "failed",
-                        "message-type": "validation-failure",
-                        "message": [{"type": "filter-not-available", "value": name}],
-                    },
-                    400,
-                    headers=headers,
-                )
+                return _refusal("filter-not-available", f"filter {name} is not available", headers)
         hits = (
             range(0)
             if p.get("query") == "nothing"
             else _window(state.crossref_total, state.crossref_per_day, start, end)
         )
         query_key = f"{p.get('query')}|{start}|{end}"
+        cursors: dict[str, dict[str, Any]] = state.sessions.setdefault("crossref-cursors", {})
         if "cursor" in p:
+            # As the live API does: one cursor value for the whole session (the server keeps
+            # the position), so the same cursor sent again gets the *next* page.
             if p["cursor"] == "*":
-                pos = 0
+                cursor = base64.urlsafe_b64encode(
+                    hashlib.sha256(f"{query_key}|{time.time_ns()}".encode()).digest() * 3
+                ).decode()
+                cursors[cursor] = {"q": query_key, "pos": 0}
             else:
-                try:
-                    token = json.loads(base64.urlsafe_b64decode(p["cursor"].encode()))
-                    pos = int(token["pos"])
-                    if (
-                        token["q"] != _h(query_key)
-                        or token.get("gen")
-                        not in state.sessions.get("crossref-cursors", {"gens": {0}})["gens"]
-                    ):
-                        raise ValueError
-                except (ValueError, KeyError, TypeError):
-                    return JSONResponse(
-                        {
-                            "status": "failed",
-                            "message-type": "validation-failure",
-                            "message": [
-                                {
-                                    "type": "cursor-expired",
-                                    "message": "cursor is invalid or expired",
-                                }
-                            ],
-                        },
-                        400,
-                        headers=headers,
-                    )
+                cursor = p["cursor"]
+            session = cursors.get(cursor)
+            if session is None or session["q"] != query_key:
+                return _refusal("cursor-expired", "cursor is invalid or expired", headers)
+            pos = session["pos"]
+            session["pos"] = min(len(hits), pos + rows)
         else:
             pos = int(p.get("offset", 0))
             if pos > 10_000:
-                return JSONResponse(
-                    {
-                        "status": "failed",
-                        "message-type": "validation-failure",
-                        "message": [
-                            {"type": "offset-too-large", "message": "offset must be <= 10000"}
-                        ],
-                    },
-                    400,
-                    headers=headers,
-                )
+                return _refusal("offset-too-large", "offset must be <= 10000", headers)
         page = hits[pos : pos + rows]
         message: dict[str, Any] = {
             "facets": {},
@@ -445,10 +424,8 @@ def build_router(state: LiteratureState) -> APIRouter:
             "query": {"start-index": pos, "search-terms": p.get("query")},
         }
         if "cursor" in p:
-            gen = max(state.sessions.get("crossref-cursors", {"gens": {0}})["gens"])
-            message["next-cursor"] = base64.urlsafe_b64encode(
-                json.dumps({"pos": pos + len(page), "q": _h(query_key), "gen": gen}).encode()
-            ).decode()
+            message["next-cursor"] = cursor
+            message["query"]["start-index"] = 0  # as the live API reports cursor pages
         return JSONResponse(
             {
                 "status": "ok",
@@ -464,10 +441,7 @@ def build_router(state: LiteratureState) -> APIRouter:
         spec = await request.json()
         state.configure(spec)
         if spec.get("expire_cursors"):
-            gens = state.sessions.setdefault("crossref-cursors", {"gens": {0}})["gens"]
-            new = max(gens) + 1
-            gens.clear()
-            gens.add(new)
+            state.sessions.pop("crossref-cursors", None)
         return {"ok": True}
 
     @router.get("/_literature/calls")

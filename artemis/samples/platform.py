@@ -3,7 +3,8 @@ by keyword in pages, note details behind a login cookie, a per-session rate limi
 ``429`` + ``Retry-After``, slow or failing notes on demand.
 
 - ``GET /platform/search?keyword=&page=&page_size=`` → ``{"items": [{"note_id",
-  "note_url", "title"}], "has_more"}`` (25 notes per keyword, deterministic).
+  "note_url"}], "next_page"}`` as SPEC §13 gives it (``next_page`` null on the last
+  page; 25 notes per keyword, deterministic).
 - ``GET /platform/notes/{note_id}`` → the note. Needs ``Cookie: web_session=sample-…``;
   a missing, unknown or revoked session is ``401``.
 - ``POST /_control/platform`` sets ``revoked`` sessions, ``slow_ids`` (+ ``slow_ms``),
@@ -101,10 +102,8 @@ def build_router(state: PlatformState) -> APIRouter:
         ids = note_ids(keyword, state.notes_per_keyword)
         start = (max(page, 1) - 1) * page_size
         chunk = ids[start : start + page_size]
-        items = [
-            {"note_id": i, "note_url": f"/platform/notes/{i}", "title": f"Note {i}"} for i in chunk
-        ]
-        return {"items": items, "has_more": start + page_size < len(ids)}
+        items = [{"note_id": i, "note_url": f"/platform/notes/{i}"} for i in chunk]
+        return {"items": items, "next_page": page + 1 if start + page_size < len(ids) else None}
 
     @router.get("/platform/notes/{note_id}")
     async def detail(note_id: str, request: Request):

@@ -25,6 +25,9 @@ class Page:
 
 class Source(ABC):
     name: str = "source"
+    # Set on the source a retried fetch attempt resumes: its first request may repeat one
+    # whose answer was lost (a stateful server session must then be re-opened).
+    resumed: bool = False
 
     @abstractmethod
     def pages(

@@ -5,47 +5,116 @@ Each answers two questions: ``update_request`` — how do I ask for the current 
 is a plain JSON checkpoint (``checkpoint()`` / ``paginator_from_checkpoint``) so that a
 heartbeat can carry it and a retried activity resumes exactly where the last one stopped.
 
+**Paging ends only on the source's own word** (SPEC §4 "Completeness"): an empty page, a
+next marker that is present and null/false, a stated total reached, or a page shorter
+than the page size where the source documents that rule (``short_page_ends``). A missing
+key, an unexpected shape or a value of the wrong type is never an end: it is a
+``SOURCE_CONTRACT`` error naming the path that was expected and what was found. Where the
+source states a total (``total_path``) the paginator keeps it in ``total`` beside
+``taken`` (the records delivered) so the run can reconcile the two.
+
 To add a strategy: subclass ``Paginator``, give it a unique ``kind``, keep every field
-JSON-serialisable, and register it in ``_KINDS``.
+JSON-serialisable, end paging only on positive evidence, and register it in ``_KINDS``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
+
+import httpx
 
 from artemis.errors import ArtemisError, ErrorCode
 
 
-def json_path_get(data: Any, path: str) -> Any:
-    """Resolve a simple JSONPath (``$.message.next-cursor``, ``items[0].id``); None if absent."""
+class _Missing:
+    """The marker of a key that is absent (as opposed to present and null)."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING: Any = _Missing()
+
+
+def json_path_lookup(data: Any, path: str) -> Any:
+    """Resolve a simple JSONPath (``$.message.next-cursor``, ``items[0].id``); ``MISSING``
+    when a step of it is absent, so that "absent" and "null" stay different answers."""
     path = path.strip()
     if path.startswith("$"):
         path = path[1:]
     cur = data
     for part in [p for p in path.replace("[", ".[").split(".") if p]:
         if part.startswith("["):
-            if not isinstance(cur, list):
-                return None
             idx = int(part.strip("[]"))
-            if idx >= len(cur):
-                return None
+            if not isinstance(cur, list) or idx >= len(cur):
+                return MISSING
             cur = cur[idx]
         else:
-            if not isinstance(cur, dict):
-                return None
-            cur = cur.get(part)
-        if cur is None:
-            return None
+            if not isinstance(cur, dict) or part not in cur:
+                return MISSING
+            cur = cur[part]
     return cur
+
+
+def json_path_get(data: Any, path: str) -> Any:
+    """Like ``json_path_lookup``, with None for an absent value."""
+    value = json_path_lookup(data, path)
+    return None if value is MISSING else value
+
+
+def describe(value: Any) -> str:
+    """What was found, for an error message: the type and a short repr."""
+    if value is MISSING:
+        return "no such key"
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def contract_error(who: str, path: str, expected: str, found: Any) -> ArtemisError:
+    """The source broke its contract: ``expected`` at ``path``, ``found`` instead. The
+    source adds the request it made (``RestSource`` appends it)."""
+    return ArtemisError(
+        ErrorCode.SOURCE_CONTRACT,
+        f"{who}: expected {expected} at {path!r}, found {describe(found)}",
+        details={"path": path},
+    )
+
+
+def as_count(value: Any) -> int | None:
+    """A non-negative integer, also from a digit string (E-utilities sends ``"404"``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def required_count(data: Any, path: str, who: str) -> int:
+    value = json_path_lookup(data, path)
+    count = as_count(value)
+    if count is None:
+        raise contract_error(who, path, "the total count (a non-negative integer)", value)
+    return count
 
 
 @dataclass
 class Paginator:
     kind: ClassVar[str] = "base"
     has_more: bool = True
+    # Records delivered so far, and the total the source states (None: it states none).
+    taken: int = 0
+    total: int | None = None
+    total_path: str | None = None
+    # Pages answered so far, and the fingerprint of the last page's record keys: a source
+    # serving the previous page again is caught by content (SOURCE_LOOP), not by cursor.
+    pages_seen: int = 0
+    last_page_digest: str | None = None
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
         """The query parameters for the current page."""
@@ -57,6 +126,7 @@ class Paginator:
 
     def take(self, records: list[Any]) -> list[Any]:
         """The records of this answer that are new (all, unless the session re-opened)."""
+        self.taken += len(records)
         return records
 
     def reopen(self) -> bool:
@@ -64,11 +134,25 @@ class Paginator:
         already delivered; False when this strategy has no session to re-open."""
         return False
 
+    def resume(self) -> bool:
+        """A retried attempt resumes here: True when the strategy re-opened its session
+        (the last request of a stateful session may have been served, its answer lost)."""
+        return False
+
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
     ) -> None:
-        """Learn from one answer where the next page is, or that there is none."""
+        """Learn from one answer (``records``: all the records it holds) where the next
+        page is, or that there is none. Called after ``take``."""
         raise NotImplementedError(f"{type(self).__name__} must implement update_state")
+
+    def read_total(self, data: Any) -> None:
+        """The stated total, when the contract names where it is (required there)."""
+        if self.total_path is not None:
+            self.total = required_count(data, self.total_path, type(self).__name__)
+
+    def total_reached(self) -> bool:
+        return self.total is not None and self.taken >= self.total
 
     def checkpoint(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self)}
@@ -81,8 +165,10 @@ class PageNumberPaginator(Paginator):
         GET /quotes?page=2&page_size=50
         {"items": [...], "page": 2, "next_page": 3}     # next_page null on the last page
 
-    ``next_page_path`` names the field holding the next page number; without it the
-    paginator stops on an empty page or one shorter than ``page_size``.
+    With ``next_page_path`` the field must be present on every page: a number goes on, null
+    or false ends. Without it, paging ends on an empty page, on the stated total
+    (``total_path``), or on a short page when ``short_page_ends`` (the source documents
+    that a page shorter than ``page_size`` is the last).
     """
 
     kind: ClassVar[str] = "page_number"
@@ -92,8 +178,7 @@ class PageNumberPaginator(Paginator):
     page_size_param: str | None = "page_size"
     next_page_path: str | None = "next_page"
     max_pages: int | None = None
-    pages_seen: int = 0
-    total_path: str | None = None
+    short_page_ends: bool = False
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
         params = dict(params)
@@ -106,32 +191,29 @@ class PageNumberPaginator(Paginator):
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
     ) -> None:
         self.pages_seen += 1
+        self.read_total(data)
         if self.next_page_path is not None:
-            if not isinstance(data, dict):
-                raise ArtemisError(
-                    ErrorCode.SOURCE_ERROR,
-                    "expected a JSON object with a next-page field for "
-                    f"PageNumberPaginator, got {type(data).__name__}",
-                )
-            nxt = json_path_get(data, self.next_page_path)
-            if nxt is None:
+            nxt = json_path_lookup(data, self.next_page_path)
+            if nxt is None or nxt is False:
                 self.has_more = False
             else:
-                try:
-                    self.page = int(nxt)
-                except (TypeError, ValueError):
-                    raise ArtemisError(
-                        ErrorCode.SOURCE_ERROR,
-                        f"next page at {self.next_page_path!r} is not a number: {nxt!r}",
-                    ) from None
+                number = as_count(nxt)
+                if number is None or number < 1:
+                    raise contract_error(
+                        "PageNumberPaginator",
+                        self.next_page_path,
+                        "the next page number, or null on the last page",
+                        nxt,
+                    )
+                self.page = number
         else:
             self.page += 1
-            if not records or (self.page_size and len(records) < self.page_size):
+            if not records or (
+                self.short_page_ends and self.page_size and len(records) < self.page_size
+            ):
                 self.has_more = False
-        if self.total_path and self.page_size:
-            total = _int_at(data, self.total_path, "PageNumberPaginator")
-            if (self.page - 1) * self.page_size >= total:
-                self.has_more = False
+        if self.total_reached():
+            self.has_more = False
         if self.max_pages is not None and self.pages_seen >= self.max_pages:
             self.has_more = False
 
@@ -141,12 +223,13 @@ class CursorPaginator(Paginator):
     """Cursor paging, for APIs shaped like Crossref's::
 
         GET /works?rows=100&cursor=*
-        {"message": {"items": [...], "next-cursor": "AoJ..."}}
+        {"message": {"items": [...], "next-cursor": "AoJ...", "total-results": 454}}
 
-    ``cursor_path`` finds the next cursor in the body, ``cursor_param`` sends it;
-    ``initial_cursor`` is what the first request sends (``*`` for Crossref, or none).
-    Paging ends when no cursor comes back, the cursor repeats, or a page is empty or
-    shorter than ``page_size``.
+    ``cursor_path`` finds the next cursor in the body (it must be there; null ends),
+    ``cursor_param`` sends it; ``initial_cursor`` is what the first request sends (``*``
+    for Crossref, or none). A cursor that repeats is normal: Crossref returns one value
+    for the whole session. Paging ends on an empty page, a null cursor, the stated total,
+    or a short page when ``short_page_ends`` (Crossref documents it).
     """
 
     kind: ClassVar[str] = "cursor"
@@ -156,13 +239,17 @@ class CursorPaginator(Paginator):
     initial_cursor: str | None = None
     page_size: int | None = None
     page_size_param: str | None = None
+    short_page_ends: bool = False
     started: bool = False
-    # Records delivered so far, and the index of the next record the server sends in the
-    # current session: after a re-open the first `position` records are skipped.
+    # The index of the next record the server sends in the current session (after a
+    # re-open the first `position` records are skipped), and how many it has sent.
     position: int = 0
     seen: int = 0
     reopened: int = 0
     max_reopen: int = 3
+    # The server keeps the session's position (the cursor came back unchanged): sending
+    # the same cursor twice gets two different pages.
+    stateful: bool = False
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
         params = dict(params)
@@ -176,15 +263,25 @@ class CursorPaginator(Paginator):
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
     ) -> None:
-        nxt = json_path_get(data, self.cursor_path)
-        previous = self.cursor
+        self.pages_seen += 1
+        self.read_total(data)
+        nxt = json_path_lookup(data, self.cursor_path)
         self.started = True
-        self.cursor = nxt if isinstance(nxt, str) and nxt else None
+        if nxt is None or nxt is False or nxt == "":
+            self.cursor = None
+            self.has_more = False
+        elif isinstance(nxt, str):
+            if nxt == self.cursor:
+                self.stateful = True
+            self.cursor = nxt
+        else:
+            raise contract_error(
+                "CursorPaginator", self.cursor_path, "the next cursor (a string) or null", nxt
+            )
         if (
-            self.cursor is None
-            or self.cursor == previous
-            or not records
-            or (self.page_size is not None and len(records) < self.page_size)
+            not records
+            or (self.short_page_ends and self.page_size and len(records) < self.page_size)
+            or self.total_reached()
         ):
             self.has_more = False
 
@@ -193,25 +290,27 @@ class CursorPaginator(Paginator):
         self.seen += len(records)
         new = records[max(0, self.position - start) :]
         self.position += len(new)
+        self.taken += len(new)
         return new
 
     def reopen(self) -> bool:
         if self.cursor is None or self.reopened >= self.max_reopen:
             return False
         self.reopened += 1
-        self.cursor, self.started, self.seen, self.has_more = None, False, 0, True
+        self._restart()
         return True
 
+    def resume(self) -> bool:
+        # A stateful session cannot replay the page whose answer a crash lost: start a new
+        # session and skip the records already delivered (``position``).
+        if not (self.stateful and self.started and self.has_more):
+            return False
+        self._restart()
+        return True
 
-def _int_at(data: Any, path: str, who: str) -> int:
-    value = json_path_get(data, path)
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ArtemisError(
-            ErrorCode.SOURCE_ERROR,
-            f"total count not found at {path!r} in the response for {who} (got {value!r})",
-        ) from None
+    def _restart(self) -> None:
+        self.cursor, self.started, self.seen, self.has_more = None, False, 0, True
+        self.last_page_digest = None
 
 
 @dataclass
@@ -221,8 +320,10 @@ class OffsetPaginator(Paginator):
         GET /items?offset=200&limit=100
         {"items": [...], "total": 1234}
 
-    Stops at ``total`` (from ``total_path``) when given, else on a short or empty page, and
-    never asks past ``max_offset`` (an API's result window, e.g. Crossref's 10,000).
+    Ends on an empty page, at the stated total (``total_path``), or on a short page when
+    ``short_page_ends``. A source that lists only the first ``max_offset`` records of a
+    query (Crossref's 10,000) holding more is ``RESULT_CAP_EXCEEDED`` (the run splits its
+    window), never a silent stop at the cap.
     """
 
     kind: ClassVar[str] = "offset"
@@ -230,8 +331,8 @@ class OffsetPaginator(Paginator):
     limit: int = 100
     offset_param: str = "offset"
     limit_param: str = "limit"
-    total_path: str | None = None
     max_offset: int | None = None
+    short_page_ends: bool = False
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
         return {**params, self.offset_param: self.offset, self.limit_param: self.limit}
@@ -239,15 +340,27 @@ class OffsetPaginator(Paginator):
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
     ) -> None:
+        self.pages_seen += 1
+        self.read_total(data)
         self.offset += len(records)
-        if not records or len(records) < self.limit:
-            self.has_more = False
-        if self.total_path is not None and self.offset >= _int_at(
-            data, self.total_path, "OffsetPaginator"
+        if (
+            not records
+            or (self.short_page_ends and len(records) < self.limit)
+            or self.total_reached()
         ):
             self.has_more = False
-        if self.max_offset is not None and self.offset >= self.max_offset:
-            self.has_more = False
+            return
+        if self.max_offset is not None and (
+            (self.total is not None and self.total > self.max_offset)
+            or self.offset >= self.max_offset
+        ):
+            raise ArtemisError(
+                ErrorCode.RESULT_CAP_EXCEEDED,
+                f"OffsetPaginator: the source lists at most {self.max_offset} records of a "
+                f"query and states {self.total if self.total is not None else 'more'}",
+                retryable=False,
+                details={"count": self.total, "cap": self.max_offset},
+            )
 
 
 @dataclass
@@ -255,15 +368,18 @@ class TokenPaginator(Paginator):
     """Continuation-token paging, for APIs shaped like::
 
         GET /items?pageToken=abc
-        {"items": [...], "nextPageToken": "def"}     # absent on the last page
+        {"items": [...], "nextPageToken": "def"}     # null on the last page
 
-    The first request sends no token.
+    The first request sends no token. The token field must be present (null or empty
+    ends); set ``absent_ends`` only for an API that documents leaving it out on the last
+    page (Google's APIs do).
     """
 
     kind: ClassVar[str] = "token"
     token: str | None = None
     token_param: str = "page_token"
     token_path: str = "$.next_page_token"
+    absent_ends: bool = False
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
         return {**params, self.token_param: self.token} if self.token else dict(params)
@@ -271,13 +387,22 @@ class TokenPaginator(Paginator):
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
     ) -> None:
-        nxt = json_path_get(data, self.token_path)
-        if not isinstance(nxt, str) or not nxt or nxt == self.token:
+        self.pages_seen += 1
+        self.read_total(data)
+        nxt = json_path_lookup(data, self.token_path)
+        if nxt is MISSING and self.absent_ends:
+            nxt = None
+        if nxt is None or nxt is False or nxt == "":
+            self.token = None
             self.has_more = False
-        self.token = nxt if isinstance(nxt, str) and nxt else None
-
-
-_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?', re.I)
+        elif isinstance(nxt, str):
+            self.token = nxt
+        else:
+            raise contract_error(
+                "TokenPaginator", self.token_path, "the next page token (a string) or null", nxt
+            )
+        if self.total_reached():
+            self.has_more = False
 
 
 @dataclass
@@ -286,7 +411,9 @@ class LinkHeaderPaginator(Paginator):
 
         Link: <https://api.example/items?page=3>; rel="next", <...>; rel="last"
 
-    The next request goes to the ``rel="next"`` URL as given; paging ends without one.
+    The next request goes to the ``rel="next"`` URL as given; a ``Link`` header without
+    one ends paging. An answer without any ``Link`` header is a single page when it is
+    the first; on a later page (the previous one promised more) it breaks the contract.
     """
 
     kind: ClassVar[str] = "link_header"
@@ -302,9 +429,27 @@ class LinkHeaderPaginator(Paginator):
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
     ) -> None:
-        m = _LINK.search((headers or {}).get("link", "") or (headers or {}).get("Link", ""))
-        self.next_url = m.group(1) if m else None
-        if self.next_url is None:
+        self.pages_seen += 1
+        self.read_total(data)
+        raw = httpx.Headers(dict(headers or {})).get("link")
+        if raw is None:
+            if self.pages_seen > 1:
+                raise contract_error(
+                    "LinkHeaderPaginator",
+                    "Link header",
+                    'a Link header (with rel="next", or without it on the last page)',
+                    MISSING,
+                )
+            self.next_url, self.has_more = None, False
+            return
+        links = httpx.Response(200, headers={"link": raw}).links
+        if not links:
+            raise contract_error(
+                "LinkHeaderPaginator", "Link header", "RFC 8288 links (<url>; rel=...)", raw
+            )
+        nxt = (links.get("next") or {}).get("url")
+        self.next_url = nxt or None
+        if self.next_url is None or self.total_reached():
             self.has_more = False
 
 
@@ -329,7 +474,9 @@ def paginator_from_checkpoint(checkpoint: dict[str, Any]) -> Paginator:
             ErrorCode.INVALID_INPUT,
             f"unknown paginator kind in checkpoint: {kind!r} (known: {', '.join(sorted(_KINDS))})",
         )
+    # A checkpoint written by an earlier build may carry fields this one no longer has.
+    known = {f.name for f in fields(cls)}
     try:
-        return cls(**data)
+        return cls(**{k: v for k, v in data.items() if k in known})
     except TypeError as e:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"bad {kind} checkpoint: {e}") from None

@@ -5,17 +5,24 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from httpx import USE_CLIENT_DEFAULT
 
 from artemis import jsonio
+from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import status_error as status_error_default
 from artemis.http import transport_error
 from artemis.logsetup import get_logger
 from artemis.sources.base import Page, Source
-from artemis.sources.paginators import Paginator, json_path_get, paginator_from_checkpoint
+from artemis.sources.paginators import (
+    Paginator,
+    contract_error,
+    json_path_lookup,
+    paginator_from_checkpoint,
+)
 
 log = get_logger(__name__)
 
@@ -30,6 +37,7 @@ class RestSource(Source):
         headers: dict[str, str] | None = None,
         records_path: str = "$.items",
         name: str = "rest",
+        record_key: str | None = None,
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         timeout: float | None = None,
         before_request: Callable[[], Awaitable[None]] | None = None,
@@ -43,6 +51,9 @@ class RestSource(Source):
         self.headers = headers or {}
         self.records_path = records_path
         self.name = name
+        # Where a record's key is (e.g. ``$.DOI``), for catching a repeated page; default:
+        # the whole record.
+        self.record_key = record_key
         self.transform = transform
         self.timeout = timeout
         # Awaited before every request: a rate limiter's acquire, for instance.
@@ -59,9 +70,12 @@ class RestSource(Source):
         self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
         paginator = paginator_from_checkpoint(checkpoint) if checkpoint else self.paginator
+        if self.resumed and checkpoint and paginator.resume():
+            log.warning("source_session_reopened", source=self.name, reason="resumed attempt")
         while paginator.has_more:
             params = paginator.update_request(self.params)
             url = paginator.request_url(self.url)
+            request = describe_request(url, params)
             if self.before_request is not None:
                 await self.before_request()
             try:
@@ -78,24 +92,32 @@ class RestSource(Source):
                     )
                     continue
                 raise
-            records = json_path_get(data, self.records_path)
-            if records is None:
-                records = []
-            if not isinstance(records, list):
-                raise ArtemisError(
-                    ErrorCode.SOURCE_ERROR,
-                    f"{self.name}: expected a list at {self.records_path!r} "
-                    f"in the answer of {self.url}, got {type(records).__name__}",
-                    retryable=False,
-                )
-            paginator.update_state(data, records, headers)
-            records = paginator.take(records)
+            try:
+                records = json_path_lookup(data, self.records_path)
+                if not isinstance(records, list):
+                    raise contract_error(
+                        self.name, self.records_path, "the list of records", records
+                    )
+                new = paginator.take(records)
+                digest = page_digest(new, self.record_key)
+                check_loop(paginator.last_page_digest, digest, self.name, request)
+                paginator.last_page_digest = digest or paginator.last_page_digest
+                paginator.update_state(data, records, headers)
+            except ArtemisError as e:
+                if e.code in (ErrorCode.SOURCE_CONTRACT, ErrorCode.SOURCE_LOOP):
+                    raise e.with_request(request) from None
+                raise
             if self.transform:
-                records = [self.transform(r) for r in records]
+                new = [self.transform(r) for r in new]
             yield Page(
-                records=records,
+                records=new,
                 checkpoint=paginator.checkpoint() if paginator.has_more else None,
-                info={"params": params},
+                info={
+                    "params": params,
+                    "request": request,
+                    "expected_total": paginator.total,
+                    "taken": paginator.taken,
+                },
             )
 
     async def _get(
@@ -121,7 +143,14 @@ class RestSource(Source):
             return jsonio.loads(resp.content), resp.headers
         except ValueError:
             raise ArtemisError(
-                ErrorCode.SOURCE_ERROR,
-                f"{what}: answer is not JSON: {resp.text[:200]!r}",
-                retryable=False,
+                ErrorCode.SOURCE_CONTRACT,
+                f"{what}: the answer is not JSON (HTTP {resp.status_code}, "
+                f"{resp.headers.get('content-type', 'no content type')}): {resp.text[:200]!r}",
             ) from None
+
+
+def describe_request(url: str, params: dict[str, Any]) -> str:
+    """``GET url?query`` for error messages (credentials are added later, by the sender,
+    so they are never part of it)."""
+    query = urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
+    return f"GET {url}{'&' if '?' in url and query else '?' if query else ''}{query}"

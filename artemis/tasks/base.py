@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from artemis.completeness import check_complete
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.sinks import EmitContext, Sink, build_sinks
@@ -117,26 +118,52 @@ class TaskUnit:
     ) -> AsyncIterator[Page]:
         """Yield pages across all sources, resumable from ``checkpoint``.
 
-        The checkpoint is ``{"source": i, "state": <source checkpoint or null>}``; the
-        page's ``info["units_done"]`` counts the sources finished so far (for progress).
+        The checkpoint is ``{"source": i, "state": <source checkpoint or null>, "expected":
+        <the totals stated by the sources already finished, or null>}``; the page's
+        ``info["units_done"]`` counts the sources finished so far (for progress) and
+        ``info["expected_total"]`` what the sources stated so far. When a source that
+        stated a total ends, what it delivered is reconciled against it (INCOMPLETE).
         """
         sources = self.build_sources(ctx)
         index = int((checkpoint or {}).get("source", 0))
         state = (checkpoint or {}).get("state")
+        expected: int | None = (checkpoint or {}).get("expected")
+        tolerance = self.completeness_tolerance(ctx)
+        if index < len(sources) and state is not None:
+            sources[index].resumed = bool(ctx.overrides.get("resumed"))
         while index < len(sources):
             async for page in sources[index].pages(client, state):
+                stated = page.info.get("expected_total")
+                run_expected = _add(expected, stated)
                 if page.checkpoint is not None:
                     page.checkpoint = {"source": index, "state": page.checkpoint}
+                    if expected is not None:
+                        page.checkpoint["expected"] = expected
                     page.info["units_done"] = index
-                elif index + 1 < len(sources):
-                    page.checkpoint = {"source": index + 1, "state": None}
-                    page.info["units_done"] = index + 1
                 else:
+                    check_complete(
+                        sources[index].name,
+                        stated,
+                        int(page.info.get("taken", 0)),
+                        tolerance,
+                        page.info.get("request") or "its last page",
+                    )
+                    expected = run_expected
+                    if index + 1 < len(sources):
+                        page.checkpoint = {"source": index + 1, "state": None}
+                        if expected is not None:
+                            page.checkpoint["expected"] = expected
                     page.info["units_done"] = index + 1
+                page.info["expected_total"] = run_expected
                 page.info["source"] = sources[index].name
                 yield page
             index += 1
             state = None
+
+    def completeness_tolerance(self, ctx: TaskContext) -> float:
+        """The shortfall (percent of a stated total) a run accepts before INCOMPLETE."""
+        value = getattr(ctx.params, "completeness_tolerance_pct", None)
+        return float(value) if value is not None else 0.0
 
     # -- 4. process ------------------------------------------------------------------
     def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
@@ -207,3 +234,7 @@ def get_task(code: str) -> TaskUnit:
 
 def task_codes() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b

@@ -18,14 +18,19 @@ from artemis.db import get_engine
 from tests.conftest import new_task_id
 
 
-async def crawl_stack(make_stack, cookies: dict[str, int], **overrides):
+async def crawl_stack(
+    make_stack, cookies: dict[str, int], search_page_size: int | None = None, **overrides
+):
     """A stack with its own platform name (so tests do not share a cookie pool) and
     ``cookies`` (session → priority) in that platform's pool."""
     platform = f"p{uuid.uuid4().hex[:8]}"
     probe = await make_stack(worker=False)
     base = f"{probe.samples_url}/platform"
+    platform_cfg: dict = {"base_url": base}
+    if search_page_size:
+        platform_cfg["page_size"] = search_page_size
     crawler = {
-        "platforms": {platform: {"base_url": base}},
+        "platforms": {platform: platform_cfg},
         "backoff_s": [0.2, 0.4, 0.8],
         "detail_timeout_s": 1.0,
         **overrides,

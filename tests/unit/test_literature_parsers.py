@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from artemis.errors import ArtemisError
+from artemis.errors import ArtemisError, ErrorCode
 from artemis.literature.normalize import normalize_crossref, parse_pubmed_xml
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
@@ -63,7 +63,9 @@ def test_crossref_works_pages_are_normalised():
 
 
 def test_malformed_inputs_name_the_problem():
-    with pytest.raises(ArtemisError, match="malformed XML"):
+    with pytest.raises(ArtemisError, match="not XML") as bad:
         parse_pubmed_xml(b"<PubmedArticleSet><PubmedArticle>")
+    assert bad.value.code == ErrorCode.SOURCE_CONTRACT and not bad.value.retryable
+    assert "<PubmedArticleSet><PubmedArticle>" in bad.value.message  # a snippet of the body
     with pytest.raises(ArtemisError, match="without DOI"):
         normalize_crossref({"title": ["x"]})

@@ -44,12 +44,15 @@ def make_app() -> FastAPI:
     @app.get("/link")
     async def link(request: Request, page: int = 1):
         chunk = ITEMS[(page - 1) * 5 : page * 5]
-        headers = {}
+        base = f"{str(request.base_url)}link"
+        # As GitHub does: every page of a paginated answer has a Link header; the last
+        # one has no rel="next".
+        links = [f'<{base}?page=1>; rel="first"', f'<{base}?page=5>; rel="last"']
         if page * 5 < len(ITEMS):
-            headers["Link"] = (
-                f'<{str(request.base_url)}link?page={page + 1}>; rel="next", '
-                f'<{str(request.base_url)}link?page=5>; rel="last"'
-            )
+            links.insert(0, f'<{base}?page={page + 1}>; rel="next"')
+        if page > 1:
+            links.append(f'<{base}?page={page - 1}>; rel="prev"')
+        headers = {"Link": ", ".join(links)}
         return JSONResponse({"data": chunk}, headers=headers)
 
     return app

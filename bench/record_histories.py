@@ -1,0 +1,236 @@
+"""Record workflow histories of this build for the replay corpus (SPEC §4 "Versioning").
+
+Starts the whole stack (dev server, sample servers, one worker, one API; separate
+processes), drives every workflow type through the ways a run ends — completed (with
+continue-as-new), failed, cancelled by signal and by Temporal, timed out, a literature
+harvest per API family, a backfill with children, a window split over a result cap, a
+crawl, note details and the scheduled workflows — then writes each closed execution's
+history to ``tests/histories/<label>/<workflow type>-<scenario>[-<n>].json``.
+
+    python bench/record_histories.py --label 0.2.0     # or: make histories LABEL=0.2.0
+
+``make test`` replays every stored history against the current code; a release adds its
+own set. Prints one JSON line: {"label", "histories", "by_type"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.stack import BenchStack, bench_stack  # noqa: E402
+
+COOKIE = "web_session=sample-recorder-0001"
+
+
+def prepare(stack: BenchStack) -> None:
+    """Registry variants pointing at the sample servers, and a pooled cookie."""
+    for name, base in (("pubmed", f"{stack.samples}/entrez"), ("crossref", stack.samples)):
+        doc = yaml.safe_load((ROOT / "infra" / "registry" / f"{name}.yaml").read_text())
+        doc["provenance"]["base_url_default"] = base
+        (stack.tmp / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+        stack.cli("registry", "import", str(stack.tmp / f"{name}.yaml"))
+    # A PubMed twin with a tiny result cap, so that a window splits cheaply.
+    doc = yaml.safe_load((ROOT / "infra" / "registry" / "pubmed.yaml").read_text())
+    doc["provenance"]["base_url_default"] = f"{stack.samples}/entrez"
+    doc["provenance"]["provenance_code"] = "pubmedsplit"
+    doc["provenance"]["provenance_name"] = "PubMed (small cap)"
+    for row in doc["pagination_cfg"]:
+        row["max_result_window"] = 50
+        row["page_size_value"] = 50
+    (stack.tmp / "pubmedsplit.yaml").write_text(yaml.safe_dump(doc))
+    stack.cli("registry", "import", str(stack.tmp / "pubmedsplit.yaml"))
+    subprocess.run(
+        [sys.executable, "-m", "starter.cli", "cookies", "add"]
+        + ["--platform", "sample", "--name", "recorder", "--priority", "1"],
+        input=COOKIE,
+        text=True,
+        env=stack.env,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+
+
+class Driver:
+    def __init__(self, stack: BenchStack, http: httpx.AsyncClient) -> None:
+        self.stack = stack
+        self.http = http
+        self.scenarios: dict[str, str] = {}  # workflow id -> scenario
+        self.n = 0
+
+    async def control(self, target: str, **spec: Any) -> None:
+        await self.http.post(f"{self.stack.samples}/_control/{target}", json=spec)
+
+    async def start(self, scenario: str, code: str, params: dict[str, Any], **meta: Any) -> str:
+        self.n += 1
+        task_id = f"rec-{scenario}-{self.n}"
+        resp = await self.http.post(
+            f"{self.stack.api}/tasks/{code}/run?mode=async",
+            json={"meta": {"task_id": task_id, **meta}, "params": params},
+        )
+        if resp.status_code != 202:
+            raise SystemExit(f"{scenario}: start refused: {resp.text[:300]}")
+        self.scenarios[resp.json()["data"]["workflow_id"]] = scenario
+        return task_id
+
+    async def wait(self, task_id: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            data = (await self.http.get(f"{self.stack.api}/tasks/{task_id}")).json()["data"]
+            if data and data.get("status") in ("completed", "failed", "cancelled", "timeout"):
+                return str(data["status"])
+            await asyncio.sleep(0.2)
+        raise SystemExit(f"{task_id} did not finish within {timeout} s")
+
+
+async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
+    async with httpx.AsyncClient(timeout=60) as http:
+        d = Driver(stack, http)
+        quotes = {
+            "start": "2025-11-01",
+            "end": "2025-11-30",
+            "page_size": 5,
+            "base_url": stack.samples,
+        }
+        # Completed, continuing as new (runs.max_batches_per_run is 2), with a CronJob.
+        t = await d.start(
+            "completed",
+            "pull_stock_quotes",
+            {**quotes, "symbols": ["AAPL", "MSFT"]},
+            run_id="rec-run-1",
+            callback={"base_url": f"{stack.samples}/cronjob/runs"},
+        )
+        await d.wait(t)
+        # Failed: the sink refuses a page (4xx).
+        await d.control("sink", status=400, times=1)
+        await d.wait(await d.start("failed", "pull_stock_quotes", {**quotes, "symbols": ["X"]}))
+        await d.control("latency", latency_ms=100)
+        # Cancelled by signal (the API), by Temporal, and timed out.
+        t = await d.start("cancel-signal", "pull_stock_quotes", {**quotes, "symbols": ["Y"]})
+        await asyncio.sleep(1.0)
+        await http.post(f"{stack.api}/tasks/{t}/cancel", json={"reason": "recorder"})
+        await d.wait(t)
+        t = await d.start("cancel-temporal", "pull_stock_quotes", {**quotes, "symbols": ["Z"]})
+        await asyncio.sleep(1.0)
+        wid = next(w for w, s in d.scenarios.items() if s == "cancel-temporal")
+        await client.get_workflow_handle(wid).cancel()
+        await d.wait(t)
+        t = await d.start(
+            "timeout", "pull_stock_quotes", {**quotes, "symbols": ["T"]}, timeout_s=1.5
+        )
+        await d.wait(t)
+        await d.control("latency", latency_ms=0)
+        # Literature: each API family, a backfill with children, a window split over a cap.
+        await d.control("literature", enforce_rate=False, reset=True)
+        window = {"start": "2025-01-01", "end": "2025-01-02"}
+        lit = "literature_harvest"
+        await d.wait(await d.start("pubmed", lit, {"provenance": "pubmed", **window}))
+        await d.wait(
+            await d.start("crossref", lit, {"provenance": "crossref", "page_size": 20, **window})
+        )
+        await d.wait(
+            await d.start(
+                "backfill",
+                lit,
+                {
+                    "provenance": "crossref",
+                    "task_type": "backfill",
+                    "start": "2025-01-30",
+                    "end": "2025-02-01",
+                    "page_size": 50,
+                },
+            )
+        )
+        await d.wait(
+            await d.start(
+                "split",
+                lit,
+                {"provenance": "pubmedsplit", "start": "2025-01-01", "end": "2025-01-03"},
+            )
+        )
+        # The crawler: a crawl, then note details.
+        await d.control("platform", reset=True, notes_per_keyword=12)
+        await d.wait(
+            await d.start("crawl", "crawl_notes", {"platform": "sample", "keywords": ["rec"]})
+        )
+        resp = await http.post(
+            f"{stack.api}/notes/details",
+            json={"platform": "sample", "note_ids": ["aaaa0001", "aaaa0002"]},
+        )
+        if resp.status_code not in (200, 207):
+            raise SystemExit(f"note details: {resp.text[:300]}")
+        # The scheduled workflows, triggered now.
+        async for sched in await client.list_schedules():
+            await client.get_schedule_handle(sched.id).trigger()
+        await asyncio.sleep(3)
+        return d.scenarios
+
+
+async def record(stack: BenchStack, out: Path) -> dict[str, Any]:
+    from temporalio.client import Client
+
+    cfg = yaml.safe_load((stack.tmp / "config.yaml").read_text())
+    client = await Client.connect(cfg["temporal"]["address"])
+    scenarios = await drive(stack, client)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        running = [w async for w in client.list_workflows("ExecutionStatus = 'Running'")]
+        if not running:
+            break
+        await asyncio.sleep(0.5)
+    out.mkdir(parents=True, exist_ok=True)
+    by_type: Counter[str] = Counter()
+    names: Counter[str] = Counter()
+    async for wf in client.list_workflows():
+        if wf.status is None or wf.status.name == "RUNNING":
+            continue
+        root = wf.id.split(".")[0] if wf.workflow_type == "TaskRunWorkflow" else wf.id
+        scenario = scenarios.get(wf.id) or scenarios.get(root)
+        if scenario is None:
+            scenario = "child" if wf.parent_id else wf.workflow_type.lower()
+            scenario = next((s for w, s in scenarios.items() if w in wf.id), scenario)
+        base = f"{wf.workflow_type}-{scenario}-{wf.status.name.lower()}"
+        names[base] += 1
+        name = f"{base}-{names[base]}" if names[base] > 1 else base
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        (out / f"{name}.json").write_text(history.to_json())
+        by_type[wf.workflow_type] += 1
+    return {"histories": sum(by_type.values()), "by_type": dict(by_type)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--label", required=True, help="the release these histories come from")
+    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "histories")
+    args = ap.parse_args()
+    config = {
+        "runs": {"pages_per_fetch": 2, "max_batches_per_run": 2},
+        "output_defaults": {
+            "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/quotes"},
+            "literature_harvest": {"sinks": ["http"], "http_endpoint": "{samples}/sink/lit"},
+            "crawl_notes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/notes"},
+        },
+        "callback": {"allowed_hosts": ["127.0.0.1"]},
+        "crawler": {"platforms": {"sample": {"base_url": "{samples}/platform"}}},
+    }
+    with bench_stack(config, before_start=prepare) as stack:
+        result = asyncio.run(record(stack, args.out / args.label))
+    print(json.dumps({"label": args.label, **result}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The stored-history corpus (SPEC §4 "Versioning"): every history recorded by an earlier
+build replays on the current workflow code, and the corpus covers every workflow type.
+
+Record a release's set with ``make histories LABEL=<version>`` (bench/record_histories.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from workers.main import WORKFLOWS
+
+CORPUS = Path(__file__).resolve().parents[1] / "histories"
+FILES = sorted(CORPUS.glob("*/*.json"))
+
+
+def _history(path: Path) -> WorkflowHistory:
+    text = path.read_text()
+    workflow_id = f"replay/{path.parent.name}/{path.stem}"
+    return WorkflowHistory.from_json(workflow_id, json.loads(text))
+
+
+def test_corpus_covers_every_workflow_type_and_every_ending():
+    types = {f.name.split("-")[0] for f in FILES}
+    registered = {w.__temporal_workflow_definition.name for w in WORKFLOWS}  # type: ignore[attr-defined]
+    assert registered <= types, f"no stored history of {sorted(registered - types)}"
+    endings = {f.stem.split("-")[1] for f in FILES if f.name.startswith("TaskRunWorkflow-")}
+    for scenario in ("completed", "failed", "cancel-signal", "cancel-temporal", "timeout"):
+        assert any(e == scenario.split("-")[0] for e in endings), scenario
+    for scenario in ("backfill", "split", "crawl", "pubmed", "crossref"):
+        assert scenario in endings, scenario
+    last = {json.loads(f.read_text())["events"][-1]["eventType"] for f in FILES}
+    assert {
+        "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",
+        "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED",
+        "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED",
+        "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW",
+    } <= last
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+async def test_stored_history_replays_on_current_code(path: Path):
+    replayer = Replayer(workflows=list(WORKFLOWS))
+    result = await replayer.replay_workflow(_history(path), raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
