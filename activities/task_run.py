@@ -550,11 +550,15 @@ class TaskRunActivities:
         for seq, records in raw:
             try:
                 processed = task.process(records, ctx)
-            except Exception as e:
+            except ArtemisError:
+                raise
+            except (KeyError, TypeError, ValueError) as e:
+                # A record without a field its task needs, or of the wrong type: the source
+                # broke its contract (SPEC §4), not a failure a retry can fix.
                 raise ArtemisError(
-                    ErrorCode.SOURCE_ERROR,
-                    f"process: page {seq} could not be processed: {type(e).__name__}: {e}",
-                    retryable=False,
+                    ErrorCode.SOURCE_CONTRACT,
+                    f"process: a record of page {seq} does not have the shape "
+                    f"{inp.run.task_code} expects: {type(e).__name__}: {e}",
                 ) from None
             n_in += len(records)
             n_out += len(processed)

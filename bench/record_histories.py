@@ -31,6 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.samples.platform import note_ids  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
 
 COOKIE = "web_session=sample-recorder-0001"
@@ -169,7 +170,7 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         )
         resp = await http.post(
             f"{stack.api}/notes/details",
-            json={"platform": "sample", "note_ids": ["aaaa0001", "aaaa0002"]},
+            json={"platform": "sample", "note_ids": note_ids("rec", 2)},
         )
         if resp.status_code not in (200, 207):
             raise SystemExit(f"note details: {resp.text[:300]}")

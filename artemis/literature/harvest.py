@@ -403,7 +403,9 @@ class PubMedSource(Source):
             "pending": [],
             "count": None,
             "webenv": None,
-            "taken": 0,
+            # Records delivered; a checkpoint of an earlier build lacks it: every id taken
+            # off the esearch list before the pending ones went to efetch.
+            "taken": 0 if not checkpoint else checkpoint["retstart"] - len(checkpoint["pending"]),
             "digest": None,
             **(checkpoint or {}),
         }

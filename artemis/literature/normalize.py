@@ -131,7 +131,10 @@ def normalize_crossref(item: dict[str, Any], provenance: str = "crossref") -> di
     """One Crossref ``/works`` item → a normalised record."""
     doi = item.get("DOI")
     if not doi:
-        raise ArtemisError(ErrorCode.SOURCE_ERROR, "crossref item without DOI", retryable=False)
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"crossref item without DOI (expected a string at '$.DOI'): {str(item)[:120]!r}",
+        )
     authors = []
     for a in item.get("author") or []:
         name = " ".join(x for x in (a.get("given"), a.get("family")) if x) or a.get("name")

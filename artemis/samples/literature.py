@@ -164,7 +164,7 @@ def _article_xml(a: dict[str, Any]) -> str:
     return (
         f'<PubmedArticle><MedlineCitation Status="MEDLINE" Owner="NLM">'
         f'<PMID Version="1">{a["pmid"]}</PMID><Article PubModel="Print"><Journal>'
-        f"<JournalIssue><PubDate><Year>{d.year}</Year><Month>{d.month:02d}</Month>"
+        f"<JournalIssue><PubDate><Year>{d.year}</Year><Month>{d.strftime('%b')}</Month>"
         f"<Day>{d.day:02d}</Day></PubDate></JournalIssue><Title>{escape(a['journal'])}"
         f"</Title></Journal><ArticleTitle>{escape(a['title'])}</ArticleTitle>"
         f'<ELocationID EIdType="doi" ValidYN="Y">{a["doi"]}</ELocationID>'

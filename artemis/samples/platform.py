@@ -5,8 +5,9 @@ by keyword in pages, note details behind a login cookie, a per-session rate limi
 - ``GET /platform/search?keyword=&page=&page_size=`` → ``{"items": [{"note_id",
   "note_url"}], "next_page"}`` as SPEC §13 gives it (``next_page`` null on the last
   page; 25 notes per keyword, deterministic).
-- ``GET /platform/notes/{note_id}`` → the note. Needs ``Cookie: web_session=sample-…``;
-  a missing, unknown or revoked session is ``401``.
+- ``GET /platform/notes/{note_id}`` → ``{"note_id", "title", "content", "author",
+  "liked_count", "published_at"}``. Needs ``Cookie: web_session=sample-…``; a missing,
+  unknown or revoked session is ``401``, an id no search lists ``404``.
 - ``POST /_control/platform`` sets ``revoked`` sessions, ``slow_ids`` (+ ``slow_ms``),
   ``fail_ids`` (id → status), ``rate_per_s`` per session, ``notes_per_keyword``,
   ``search_fail`` (``{"status", "times"}``), ``reset``; ``GET /_platform/calls`` lists
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,9 +60,14 @@ def note_for(note_id: str) -> dict[str, Any]:
         "title": f"Note {note_id}",
         "content": f"Sample content of note {note_id}, {h % 997} words long.",
         "author": f"user{h % 89}",
-        "likes": h % 5000,
+        "liked_count": h % 5000,
         "published_at": f"2025-{1 + h % 12:02d}-{1 + h % 28:02d}",
     }
+
+
+def is_note_id(note_id: str) -> bool:
+    """Whether the platform has this note (every id a search lists: 6 hex + 4 digits)."""
+    return re.fullmatch(r"[0-9a-f]{6}\d{4}", note_id) is not None
 
 
 def _session(request: Request) -> str | None:
@@ -119,9 +126,13 @@ def build_router(state: PlatformState) -> APIRouter:
             await asyncio.sleep(state.slow_ms / 1000)
         if refused is None and note_id in state.fail_ids:
             status = state.fail_ids[note_id]
+        elif refused is None and not is_note_id(note_id):
+            status = 404
         call["status"] = status
         if refused is not None:
             return refused
+        if status == 404:
+            return JSONResponse({"error": f"note {note_id} not found"}, status_code=404)
         if status != 200:
             return JSONResponse({"error": "injected failure"}, status_code=status)
         return note_for(note_id)

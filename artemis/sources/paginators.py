@@ -474,9 +474,20 @@ def paginator_from_checkpoint(checkpoint: dict[str, Any]) -> Paginator:
             ErrorCode.INVALID_INPUT,
             f"unknown paginator kind in checkpoint: {kind!r} (known: {', '.join(sorted(_KINDS))})",
         )
-    # A checkpoint written by an earlier build may carry fields this one no longer has.
+    # A checkpoint written by an earlier build may carry fields this one no longer has, and
+    # lack the count of records delivered: derive it where the state holds it, else the
+    # run cannot be reconciled (no stated total is kept for it).
     known = {f.name for f in fields(cls)}
+    counted = "taken" in data
     try:
-        return cls(**{k: v for k, v in data.items() if k in known})
+        paginator = cls(**{k: v for k, v in data.items() if k in known})
     except TypeError as e:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"bad {kind} checkpoint: {e}") from None
+    if not counted:
+        if isinstance(paginator, CursorPaginator):
+            paginator.taken = paginator.position
+        elif isinstance(paginator, OffsetPaginator):
+            paginator.taken = paginator.offset
+        else:
+            paginator.total_path, paginator.total = None, None
+    return paginator

@@ -21,7 +21,9 @@ from artemis.tracing import TraceContext, extract_trace
 
 log = get_logger("artemis.api")
 
-OPEN_PATHS = {"/health"}
+# The probes answer without a token (a Kubernetes probe carries none); they never show a
+# secret or a config value.
+OPEN_PATHS = {"/health", "/ready"}
 
 
 def _meta(state: dict[str, Any]) -> dict[str, Any]:

@@ -86,11 +86,20 @@ async def test_body_over_max_bytes_is_413(make_stack):
     assert resp.status_code == 413
 
 
-async def test_tokens_required_everywhere_but_health(make_stack):
+async def test_tokens_required_everywhere_but_the_probes(make_stack):
     stack = await make_stack(server={"api_tokens": ["tok-1", "tok-2"]})
     assert (await stack.http.get("/health")).status_code == 200
+    ready = await stack.http.get("/ready")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["data"] == {
+        "status": "ready",
+        "checks": {"temporal": "ok", "database": "ok"},
+    }
     for method, path in (
-        ("GET", "/ready"),
+        ("GET", "/metrics"),
+        ("GET", "/tasks"),
+        ("POST", "/notes/details"),
+        ("GET", f"/tasks/{new_task_id()}/events"),
         ("GET", f"/tasks/{new_task_id()}"),
         ("POST", "/tasks/pull_stock_quotes/run"),
         ("GET", "/openapi.json"),
@@ -98,10 +107,22 @@ async def test_tokens_required_everywhere_but_health(make_stack):
         resp = await stack.http.request(method, path)
         assert resp.status_code == 401, path
         assert resp.json()["error"]["code"] == "UNAUTHORIZED"
-    bad = await stack.http.get("/ready", headers={"Authorization": "Bearer nope"})
+    bad = await stack.http.get("/tasks", headers={"Authorization": "Bearer nope"})
     assert bad.status_code == 401
-    good = await stack.http.get("/ready", headers={"Authorization": "Bearer tok-2"})
+    good = await stack.http.get("/tasks", headers={"Authorization": "Bearer tok-2"})
     assert good.status_code == 200
+
+
+async def test_ready_names_the_dependency_that_is_down_and_nothing_else(make_stack):
+    secret_url = "postgresql+psycopg://artemis:s3cret-pw@127.0.0.1:9/artemis"
+    stack = await make_stack(worker=False, server={"api_tokens": ["tok-1"]})
+    stack.settings.database.url = secret_url  # the API reads it per probe
+    resp = await stack.http.get("/ready")
+    assert resp.status_code == 503
+    body = resp.json()
+    assert body["data"]["checks"]["temporal"] == "ok"
+    assert body["data"]["checks"]["database"].startswith("unreachable (")
+    assert "s3cret" not in resp.text and "9/artemis" not in resp.text and "psycopg" not in resp.text
 
 
 async def test_malformed_traceparent_starts_a_fresh_trace(stack):

@@ -241,3 +241,13 @@ def test_cursor_checkpoint_roundtrips_through_json(cursor, started):
     )
     restored = paginator_from_checkpoint(json.loads(json.dumps(p.checkpoint())))
     assert restored == p and restored.update_request({}) == p.update_request({})
+
+
+def test_a_checkpoint_without_a_count_derives_it_or_gives_up_reconciling():
+    # Written by the build before completeness: no "taken" in it.
+    cursor = paginator_from_checkpoint({"kind": "cursor", "cursor": "c", "position": 40})
+    assert cursor.taken == 40
+    offset = paginator_from_checkpoint({"kind": "offset", "offset": 200, "total_path": "$.t"})
+    assert offset.taken == 200 and offset.total_path == "$.t"
+    page = paginator_from_checkpoint({"kind": "page_number", "page": 3, "total_path": "$.t"})
+    assert page.total_path is None  # delivered count unknown: no reconciliation for it

@@ -10,11 +10,13 @@ from sqlalchemy import text
 
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import get_logger
 from artemis.metrics import exposition
 from starter.api.deps import get_service
 from starter.api.envelope import envelope, error_response
 
 router = APIRouter(tags=["health"])
+log = get_logger("artemis.api")
 
 
 @router.get("/health", summary="Liveness")
@@ -22,7 +24,14 @@ async def health(request: Request) -> JSONResponse:
     return envelope(request, {"status": "ok"})
 
 
-@router.get("/ready", summary="Readiness: Temporal and the database reachable")
+def _down(what: str, e: BaseException) -> str:
+    # The full error (it may name hosts, ports or a URL) goes to the log only: a probe
+    # answers without a token, so it shows which dependency is down and nothing more.
+    log.warning("dependency_unreachable", dependency=what, error=f"{type(e).__name__}: {e}")
+    return f"unreachable ({type(e).__name__})"
+
+
+@router.get("/ready", summary="Readiness: Temporal and the database reachable (no token)")
 async def ready(request: Request) -> JSONResponse:
     checks: dict[str, str] = {}
     try:
@@ -30,17 +39,17 @@ async def ready(request: Request) -> JSONResponse:
         await asyncio.wait_for(service.client.service_client.check_health(), 5)
         checks["temporal"] = "ok"
     except Exception as e:
-        checks["temporal"] = f"unreachable: {e}"
+        checks["temporal"] = _down("temporal", e)
     try:
 
         def _db() -> None:
             with get_engine(request.app.state.settings.database.url).connect() as conn:
                 conn.execute(text("SELECT 1"))
 
-        await asyncio.to_thread(_db)
+        await asyncio.wait_for(asyncio.to_thread(_db), 5)
         checks["database"] = "ok"
     except Exception as e:
-        checks["database"] = f"unreachable: {type(e).__name__}: {e}"
+        checks["database"] = _down("database", e)
     if all(v == "ok" for v in checks.values()):
         return envelope(request, {"status": "ready", "checks": checks})
     return error_response(

@@ -1,0 +1,175 @@
+"""The bundled sample servers held to SPEC §13 and, where a real recording exists, to the
+live API's own answers in ``../shared/fixtures/``: a sample written by the same hand as
+the client must not be able to drift into agreeing with the client's mistakes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from artemis.literature.normalize import parse_pubmed_xml
+from artemis.samples.app import create_app
+from artemis.samples.platform import note_ids
+from artemis.samples.server import ThreadedServer
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+needs_recordings = pytest.mark.skipif(not FIXTURES.exists(), reason="no ../shared/fixtures")
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = ThreadedServer(create_app()).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        c.post("/_control/reset", json={})
+        c.post("/_control/literature", json={"enforce_rate": False})
+        yield c
+
+
+def _recorded(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def _paths(elem: ET.Element, prefix: str = "") -> set[str]:
+    here = f"{prefix}/{elem.tag}"
+    out = {here}
+    for child in elem:
+        out |= _paths(child, here)
+    return out
+
+
+# -- quotes (SPEC §13) ------------------------------------------------------------------
+
+
+def test_quotes_answer_the_spec_shape_with_next_page_null_on_the_last_page(http):
+    q = {"symbol": "AAPL", "start": "2025-11-01", "end": "2025-11-30", "page_size": 20}
+    first = http.get("/quotes", params={**q, "page": 1}).json()
+    last = http.get("/quotes", params={**q, "page": 2}).json()
+    assert set(first) == set(last) == {"symbol", "items", "page", "next_page"}
+    assert first["symbol"] == "AAPL" and first["page"] == 1 and first["next_page"] == 2
+    assert last["next_page"] is None and len(first["items"]) + len(last["items"]) == 30
+    item_keys = {"symbol", "date", "open", "high", "low", "close", "volume"}
+    assert all(set(i) == item_keys for i in first["items"] + last["items"])
+    assert http.get("/quotes", params={**q, "start": "2025-13-01"}).status_code == 400
+
+
+# -- the notes platform (SPEC §13) ---------------------------------------------------------
+
+
+def test_platform_answers_the_spec_shape(http):
+    cookie = {"Cookie": "web_session=sample-conformance"}
+    http.post("/_control/platform", json={"notes_per_keyword": 12})
+    pages, page = [], 1
+    while page is not None:
+        body = http.get(
+            "/platform/search",
+            params={"keyword": "k", "page": page, "page_size": 5},
+            headers=cookie,
+        ).json()
+        assert set(body) == {"items", "next_page"}
+        assert all({"note_id", "note_url"} <= set(i) for i in body["items"])
+        pages.append(body)
+        page = body["next_page"]
+        assert page is None or isinstance(page, int)
+    assert [len(p["items"]) for p in pages] == [5, 5, 2]
+    note_id = pages[0]["items"][0]["note_id"]
+    note = http.get(f"/platform/notes/{note_id}", headers=cookie).json()
+    assert {"note_id", "title", "content", "author", "liked_count", "published_at"} <= set(note)
+    assert http.get(f"/platform/notes/{note_id}").status_code == 401  # no cookie
+    assert http.get("/platform/notes/nosuchnote", headers=cookie).status_code == 404
+    http.post("/_control/platform", json={"rate_per_s": 1})
+    codes = [http.get(f"/platform/notes/{i}", headers=cookie) for i in note_ids("k", 3)]
+    limited = [r for r in codes if r.status_code == 429]
+    assert limited and all(r.headers.get("retry-after") for r in limited)
+
+
+# -- Crossref (held to the recordings) -------------------------------------------------
+
+
+@needs_recordings
+def test_crossref_cursor_walk_has_the_live_shape_one_cursor_and_a_short_last_page(http):
+    recorded = [_recorded(f"crossref/works_query-widget_cursor_page{i}.json") for i in (1, 2, 3)]
+    real_message_keys = set().union(*(set(p["message"]) for p in recorded))
+    real_item_keys = set().union(*(set(i) for p in recorded for i in p["message"]["items"]))
+    q = {
+        "query": "shape",
+        "rows": 400,
+        "filter": "from-index-date:2025-01-01,until-index-date:2025-01-30",
+    }
+    pages = [http.get("/works", params={**q, "cursor": "*"})]
+    while len(pages[-1].json()["message"]["items"]) == 400:
+        cursor = pages[-1].json()["message"]["next-cursor"]
+        pages.append(http.get("/works", params={**q, "cursor": cursor}))
+    bodies = [p.json() for p in pages]
+    for body, resp in zip(bodies, pages, strict=True):
+        assert set(body) == set(recorded[0])  # status, message-type, message-version, message
+        assert body["message-type"] == recorded[0]["message-type"] == "work-list"
+        assert set(body["message"]) <= real_message_keys, set(body["message"]) - real_message_keys
+        assert all(set(i) <= real_item_keys for i in body["message"]["items"])
+        assert isinstance(body["message"]["total-results"], int)
+        assert resp.headers["x-rate-limit-limit"] and resp.headers["x-rate-limit-interval"]
+    # as recorded: one cursor value for the whole session, and the end is a short page
+    assert len({b["message"]["next-cursor"] for b in bodies}) == 1
+    assert [len(b["message"]["items"]) for b in bodies] == [400, 400, 100]
+    assert bodies[0]["message"]["total-results"] == 900
+    # the same cursor sent again is the session's next page (nothing left: empty)
+    again = http.get("/works", params={**q, "cursor": bodies[0]["message"]["next-cursor"]})
+    assert again.json()["message"]["items"] == []
+    assert http.get("/works", params={**q, "rows": 1001}).status_code == 400
+    assert http.get("/works", params={**q, "cursor": "*", "offset": 5}).status_code == 400
+
+
+# -- PubMed (held to the recordings) ------------------------------------------------------
+
+
+@needs_recordings
+def test_pubmed_esearch_and_efetch_have_the_live_shape(http):
+    real = _recorded("pubmed/esearch_eutils-mcp-server_science-breast-cancer_usehistory.json")
+    body = http.get(
+        "/entrez/eutils/esearch.fcgi",
+        params={
+            "db": "pubmed",
+            "term": "shape",
+            "retmode": "json",
+            "usehistory": "y",
+            "retmax": 3,
+            "mindate": "2025/01/01",
+            "maxdate": "2025/01/02",
+            "datetype": "edat",
+        },
+    ).json()
+    assert body["header"] == real["header"]
+    result, real_result = body["esearchresult"], real["esearchresult"]
+    assert set(result) <= set(real_result), set(result) - set(real_result)
+    for key in ("count", "retmax", "retstart", "webenv", "querykey"):
+        assert isinstance(result[key], str) == isinstance(real_result[key], str), key
+    assert result["count"].isdigit() and all(i.isdigit() for i in result["idlist"])
+    ids = result["idlist"]
+    xml = http.get(
+        "/entrez/eutils/efetch.fcgi", params={"db": "pubmed", "retmode": "xml", "id": ",".join(ids)}
+    ).content
+    recorded = sorted((FIXTURES / "pubmed").glob("efetch_*.xml"))
+    real_roots = [ET.fromstring(f.read_bytes()) for f in recorded]
+    real_paths = set().union(*(_paths(r) for r in real_roots))
+    sample_root = ET.fromstring(xml)
+    sample_paths = _paths(sample_root)
+    assert sample_paths <= real_paths, sorted(sample_paths - real_paths)
+    # months as the live service writes them in PubDate ("Jun", "Nov")
+    real_months = {m.text for r in real_roots for m in r.iterfind(".//PubDate/Month") if m.text}
+    sample_months = {m.text for m in sample_root.iterfind(".//PubDate/Month") if m.text is not None}
+    assert real_months and all(m.isalpha() for m in real_months)
+    assert sample_months and all(m.isalpha() for m in sample_months)
+    sample_records = parse_pubmed_xml(xml)
+    real_records = parse_pubmed_xml(recorded[0].read_bytes())
+    assert [r["id"] for r in sample_records] == ids
+    assert {k for r in sample_records for k, v in r.items() if v} <= set(real_records[0])
