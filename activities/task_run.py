@@ -37,6 +37,7 @@ from artemis.run_models import (
     CircuitBreaker,
     CleanupInput,
     CleanupResult,
+    CleanupRunInput,
     EmitResult,
     FetchInput,
     FetchResult,
@@ -295,7 +296,7 @@ class TaskRunActivities:
             self.secrets.get(run_key(run), CALLBACK_TOKEN) or self.settings.callback.default_token
         )
         return CallbackClient(
-            tgt, self.settings.callback, self.client, trace, token, run.request_id
+            tgt, self.settings.callback, self.client, trace, token, run.request_id, run_key(run)
         )
 
     # -- 1. prepare -------------------------------------------------------------------
@@ -497,6 +498,7 @@ class TaskRunActivities:
                             inp.total,
                             f"{page.info.get('source', 'fetch')}: {state['records']} records",
                             last_ms,
+                            seq,
                         )
                     if page.checkpoint is None:
                         done = True
@@ -663,9 +665,10 @@ class TaskRunActivities:
                 )
                 outcome = "gave_up"
         CALLBACKS.labels("finalize", str(outcome)).inc()
-        key = run_key(inp.run)
-        await asyncio.to_thread(self.staging.drop_run, key)
-        await asyncio.to_thread(self.secrets.drop, key)
+        if inp.cleanup:
+            # Histories of earlier builds clean up here; new runs do it in cleanup_run, so a
+            # failed clean-up can never send the finalize again.
+            await self._drop_run_data(inp.run)
         log.info(
             "run_finalized",
             status=inp.status,
@@ -674,8 +677,21 @@ class TaskRunActivities:
         )
         return FinalizeResult(callback=outcome, detail=detail, stats=stats)
 
+    @activity.defn(name="cleanup_run")
+    @activity_boundary
+    async def cleanup_run(self, inp: CleanupRunInput, trace: TraceContext) -> None:
+        """After a finalize was sent: drop the run's staged pages and its secret."""
+        await self._drop_run_data(inp.run)
+
+    async def _drop_run_data(self, run: RunRef) -> None:
+        key = run_key(run)
+        await asyncio.to_thread(self.staging.drop_run, key)
+        await asyncio.to_thread(self.secrets.drop, key)
+        log.info("run_data_dropped")
+
     def all(self) -> list[Callable[..., Any]]:
         return [
+            self.cleanup_run,
             self.prepare_params,
             self.split_run,
             self.mirror_state,

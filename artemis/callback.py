@@ -81,8 +81,11 @@ class CallbackClient:
         trace: TraceContext,
         token: str | None,
         request_id: str | None = None,
+        run_key: str | None = None,
     ) -> None:
         self.target = target
+        # `{code}/{task_id}`: the stem of every Idempotency-Key this run sends.
+        self.run_key = run_key or str(target.run_id)
         self.settings = settings
         self.client = client
         self.trace = trace
@@ -91,10 +94,12 @@ class CallbackClient:
         register_secret(token)
         self.base = resolve_base_url(target, settings) if target.enabled else None
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, idempotency_key: str) -> dict[str, str]:
+        # The same key on every attempt of the same call, so the CronJob can drop repeats.
         headers = {
             "traceparent": self.trace.child().traceparent(),
             "Content-Type": "application/json",
+            "Idempotency-Key": idempotency_key,
         }
         if self.token:
             headers[self.target.auth_header or self.settings.default_auth_header] = self.token
@@ -103,9 +108,16 @@ class CallbackClient:
         return headers
 
     async def progress(
-        self, current: int, total: int, message: str | None, last_sent_ms: float | None
+        self,
+        current: int,
+        total: int,
+        message: str | None,
+        last_sent_ms: float | None,
+        seq: int = 0,
     ) -> float | None:
         """Send progress unless throttled. Returns the new last-sent time (ms), or the old one.
+        ``seq`` is the page the progress follows (its Idempotency-Key is the same when a
+        retried attempt sends it again).
 
         Never raises: progress is best effort.
         """
@@ -144,7 +156,7 @@ class CallbackClient:
             resp = await self.client.post(
                 url,
                 content=json.dumps(body),
-                headers=self._headers(),
+                headers=self._headers(f"{self.run_key}:progress:{seq}"),
                 timeout=self.settings.timeout_seconds,
             )
             ok = 200 <= resp.status_code < 300
@@ -182,7 +194,7 @@ class CallbackClient:
             resp = await self.client.post(
                 url,
                 content=json.dumps(body),
-                headers=self._headers(),
+                headers=self._headers(f"{self.run_key}:finalize"),
                 timeout=self.settings.timeout_seconds,
             )
         except httpx.HTTPError as e:

@@ -284,6 +284,14 @@ class FinalizeInput:
     error_message: str | None = None
     callback: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
+    # Drop the run's staged data and secret here (the path of earlier builds); new runs
+    # do it in its own step after the finalize (cleanup_run).
+    cleanup: bool = True
+
+
+@dataclass
+class CleanupRunInput:
+    run: RunRef
 
 
 @dataclass

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         BatchInput,
         CancelRequest,
         CircuitBreaker,
+        CleanupRunInput,
         EmitResult,
         FetchInput,
         FetchResult,
@@ -68,6 +69,7 @@ NON_RETRYABLE = [
 # Patch ids (SPEC §4 "Versioning"): a change to the command sequence runs only where the
 # history has not already taken the old path. Remove one only when no kept history needs it.
 PATCH_SPLIT_RECONCILE = "split-window-reconciled-v1"
+PATCH_CLEANUP_STEP = "cleanup-after-finalize-v1"
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
@@ -649,6 +651,9 @@ class TaskRunWorkflow:
         self, status: str, error_code: str | None, error_message: str | None
     ) -> str:
         self._enter("step_finalize")
+        # The clean-up after a delivered finalize is its own step: a failed clean-up can
+        # never send the finalize again (histories of earlier builds keep the old path).
+        separate_cleanup = workflow.patched(PATCH_CLEANUP_STEP)
         try:
             fin: FinalizeResult = await workflow.execute_activity(
                 "finalize_run",
@@ -660,6 +665,7 @@ class TaskRunWorkflow:
                     error_message=error_message,
                     callback=self._req.callback,
                     params=self._params,
+                    cleanup=not separate_cleanup,
                 ),
                 result_type=FinalizeResult,
                 start_to_close_timeout=timedelta(seconds=30),
@@ -677,11 +683,28 @@ class TaskRunWorkflow:
             for k, v in fin.stats.items():
                 if isinstance(v, int) and k in self._stats:
                     self._stats[k] = v
-            return fin.callback
+            outcome = fin.callback
         except ActivityError as e:
             self._steps["step_finalize"] = "ERROR"
             self._log("finalize_failed", error=_message_of(e))
-            return "error"
+            outcome = "error"
+        if separate_cleanup:
+            try:
+                await workflow.execute_activity(
+                    "cleanup_run",
+                    CleanupRunInput(run=self._run),
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        maximum_interval=timedelta(seconds=30),
+                        maximum_attempts=10,
+                    ),
+                    summary="Drop the run's staged pages and secret",
+                )
+            except ActivityError as e:
+                # Left over, the data is dropped by the cleanup_old_tasks schedule.
+                self._log("cleanup_failed", error=_message_of(e))
+        return outcome
 
     # -- helpers -------------------------------------------------------------------------------
     def _stop_point(self) -> None:

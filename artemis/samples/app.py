@@ -185,6 +185,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             "traceparent": request.headers.get("traceparent"),
             "token": request.headers.get("x-callback-token"),
             "request_id": request.headers.get("x-request-id"),
+            "idempotency_key": request.headers.get("idempotency-key"),
         }
         failed = None
         if kind == "callback":

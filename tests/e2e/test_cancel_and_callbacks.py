@@ -162,7 +162,12 @@ async def test_progress_is_throttled_but_the_last_is_sent(make_stack):
     stack = await make_stack(callback={"progress_min_interval_ms": 60_000})
     task_id, run_id, body = stack.callback_run(["A", "B", "C", "D"], page_size=5)
     await stack.run(body)
-    progress = [c["body"] for c in await stack.cronjob_calls(run_id) if c["kind"] == "progress"]
+    calls = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "progress"]
+    keys = [c["idempotency_key"] for c in calls]
+    assert len(set(keys)) == len(keys) and all(
+        k.startswith(f"pull_stock_quotes/{task_id}:progress:") for k in keys
+    )
+    progress = [c["body"] for c in calls]
     assert progress[0]["current"] == 0 and progress[-1] == {
         "current": 4,
         "total": 4,
@@ -180,6 +185,8 @@ async def test_finalize_retries_after_half_one_and_two_seconds_then_gives_up(sta
     assert resp.json()["data"]["callback"] == "gave_up"
     finals = await stack.finals(run_id)
     assert len(finals) == 4
+    # every attempt of the one finalize call under one Idempotency-Key
+    assert {c["idempotency_key"] for c in finals} == {f"pull_stock_quotes/{task_id}:finalize"}
     gaps = [b["at"] - a["at"] for a, b in zip(finals, finals[1:], strict=False)]
     for gap, expected in zip(gaps, (0.5, 1.0, 2.0), strict=True):
         assert expected * 0.8 <= gap <= expected + 0.8, gaps
@@ -194,6 +201,29 @@ async def test_finalize_recovers_after_two_5xx(stack):
     assert resp.json()["data"]["callback"] == "delivered"
     finals = await stack.finals(run_id)
     assert [c["status"] for c in finals] == [502, 502, 200]
+    assert {c["idempotency_key"] for c in finals} == {f"pull_stock_quotes/{task_id}:finalize"}
+
+
+async def test_clean_up_is_its_own_step_after_the_finalize(stack):
+    """The clean-up after a delivered finalize is its own activity (cleanup_run), so its
+    failure and retries can never send the finalize again."""
+    from artemis.staging import Staging
+
+    task_id, run_id, body = stack.callback_run(["AAPL"])
+    resp = await stack.run(body)
+    assert resp.json()["data"]["callback"] == "delivered"
+    assert len(await stack.finals(run_id)) == 1
+    history = await stack.client.get_workflow_handle(
+        resp.json()["data"]["workflow_id"]
+    ).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled[-1] == "cleanup_run" and scheduled[-2] == "finalize_run"
+    staging = Staging(stack.settings.database.url)
+    assert staging.get_pages(f"pull_stock_quotes/{task_id}", "raw", 0, 100) == []
 
 
 async def test_finalize_4xx_is_not_retried(stack):

@@ -48,3 +48,18 @@ async def test_stored_history_replays_on_current_code(path: Path):
     replayer = Replayer(workflows=list(WORKFLOWS))
     result = await replayer.replay_workflow(_history(path), raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+async def test_a_command_change_without_its_patch_guard_fails_replay(monkeypatch):
+    """What the corpus is for: the same change to TaskRunWorkflow made unguarded (every
+    `workflow.patched` answering True, as if the new path had no guard) breaks the
+    histories of the earlier build; guarded (the real code, above) they replay."""
+    from temporalio import workflow
+
+    olds = [p for p in FILES if p.name == "TaskRunWorkflow-completed-completed.json"]
+    assert olds and olds[0].parent.name == "0.1.0"
+    monkeypatch.setattr(workflow, "patched", lambda patch_id: True)
+    replayer = Replayer(workflows=list(WORKFLOWS))
+    result = await replayer.replay_workflow(_history(olds[0]), raise_on_replay_failure=False)
+    assert result.replay_failure is not None
+    assert "nondetermin" in str(result.replay_failure).lower()
