@@ -442,7 +442,7 @@ class TaskRunActivities:
         if inp.qps:
             ctx.overrides["qps"] = inp.qps
         # A retried attempt: the source's last request may have been served, its answer lost.
-        ctx.overrides["resumed"] = activity.info().attempt > 1
+        ctx.overrides["resumed"] = activity.info().attempt > 1 or inp.resumed
         # A task waiting on its source (a 429's Retry-After) keeps the attempt alive
         # without losing the resume state.
         ctx.overrides["keepalive"] = lambda: activity.heartbeat(state)
@@ -464,9 +464,18 @@ class TaskRunActivities:
             else:
                 async for page in pages:
                     seq = state["next_seq"]
-                    await asyncio.to_thread(
-                        self.staging.put_pages, key, "raw", [(seq, page.records)]
-                    )
+                    try:
+                        await asyncio.to_thread(
+                            self.staging.put_pages,
+                            key,
+                            "raw",
+                            [(seq, page.records)],
+                            page.info.get("digest"),
+                        )
+                    except ArtemisError as e:
+                        if e.code == ErrorCode.SOURCE_LOOP and page.info.get("request"):
+                            raise e.with_request(str(page.info["request"])) from None
+                        raise
                     state.update(
                         checkpoint=page.checkpoint,
                         next_seq=seq + 1,
@@ -475,6 +484,7 @@ class TaskRunActivities:
                         units_done=page.info.get("units_done", state["units_done"]),
                         done=page.checkpoint is None,
                         expected_total=page.info.get("expected_total"),
+                        incomplete=page.info.get("incomplete"),
                     )
                     activity.heartbeat(state)
                     now = time.monotonic()
@@ -535,6 +545,7 @@ class TaskRunActivities:
             units_done=state["units_done"],
             progress_last_ms=last_ms,
             expected_total=state.get("expected_total"),
+            incomplete=state.get("incomplete"),
         )
 
     # -- 3. process ---------------------------------------------------------------------
@@ -554,7 +565,7 @@ class TaskRunActivities:
                 processed = task.process(records, ctx)
             except ArtemisError:
                 raise
-            except (KeyError, TypeError, ValueError) as e:
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
                 # A record without a field its task needs, or of the wrong type: the source
                 # broke its contract (SPEC §4), not a failure a retry can fix.
                 raise ArtemisError(

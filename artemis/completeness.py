@@ -17,11 +17,18 @@ from artemis.errors import ArtemisError, ErrorCode
 
 
 def record_keys(records: Iterable[Any], key_path: str | None = None) -> list[bytes]:
-    """Each record's key: the value at ``key_path`` when given, else the whole record."""
+    """Each record's key: the value at ``key_path`` when given (a record without one
+    breaks the contract), else the whole record."""
     if key_path:
-        from artemis.sources.paginators import json_path_get
+        from artemis.sources.paginators import MISSING, contract_error, json_path_lookup
 
-        return [orjson.dumps(json_path_get(r, key_path), default=str) for r in records]
+        keys = []
+        for r in records:
+            value = json_path_lookup(r, key_path)
+            if value is MISSING or value is None or isinstance(value, (dict, list)) or value == "":
+                raise contract_error("record key", key_path, "the record's key", value)
+            keys.append(orjson.dumps(value, default=str))
+        return keys
     return [orjson.dumps(r, default=str, option=orjson.OPT_SORT_KEYS) for r in records]
 
 
@@ -56,16 +63,31 @@ def is_short(expected: int | None, got: int, tolerance_pct: float) -> bool:
     return expected is not None and got < expected - allowed_shortfall(expected, tolerance_pct)
 
 
+def shortfall(
+    who: str, expected: int | None, got: int, tolerance_pct: float, where: str
+) -> dict[str, Any] | None:
+    """What INCOMPLETE says when ``got`` falls short of the stated ``expected`` beyond the
+    tolerance (None when it does not). More than stated is no loss (an index that grew
+    while it was read)."""
+    if expected is None or not is_short(expected, got, tolerance_pct):
+        return None
+    return {
+        "message": f"{who}: expected {expected} records (the source's own count), got {got}, "
+        f"short by {expected - got} beyond the tolerance of {tolerance_pct:g} %; "
+        f"stopped at {where}",
+        "expected_total": expected,
+        "records_fetched": got,
+    }
+
+
 def check_complete(
     who: str, expected: int | None, got: int, tolerance_pct: float, where: str
 ) -> None:
-    """INCOMPLETE when ``got`` falls short of the stated ``expected`` beyond the tolerance.
-    More than stated is no loss (an index that grew while it was read)."""
-    if is_short(expected, got, tolerance_pct):
+    """INCOMPLETE (raised) when ``got`` falls short, as ``shortfall`` says."""
+    short = shortfall(who, expected, got, tolerance_pct, where)
+    if short is not None:
         raise ArtemisError(
             ErrorCode.INCOMPLETE,
-            f"{who}: expected {expected} records (the source's own count), got {got}, "
-            f"short by {expected - got if expected is not None else 0} beyond the tolerance "
-            f"of {tolerance_pct:g} %; stopped at {where}",
-            details={"expected_total": expected, "records_fetched": got},
+            short["message"],
+            details={k: v for k, v in short.items() if k != "message"},
         )

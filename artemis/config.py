@@ -161,6 +161,10 @@ class PlatformSettings(_Section):
 
     @model_validator(mode="after")
     def _next_marker(self) -> PlatformSettings:
+        if self.has_more_path and "next_page_path" not in self.model_fields_set:
+            self.next_page_path = None  # a configured flag wins over the default marker
+        if self.has_more_path and self.next_page_path:
+            raise ValueError("set one of next_page_path and has_more_path, not both")
         if not self.next_page_path and not self.has_more_path:
             raise ValueError(
                 "set next_page_path (a next page number, null on the last page) or "

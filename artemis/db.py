@@ -46,6 +46,7 @@ class StagedPage(SQLModel, table=True):
     __tablename__ = "staged_page"
     __table_args__ = (
         UniqueConstraint("run_key", "kind", "seq", name="uq_staged_page_run_kind_seq"),
+        Index("ix_staged_page_run_digest", "run_key", "digest"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -55,6 +56,9 @@ class StagedPage(SQLModel, table=True):
     record_count: int = 0
     payload: str = Field(sa_column=Column(Text, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    # A fingerprint of the page's record keys (raw pages): a source serving any earlier
+    # page of the run again is caught by content (SOURCE_LOOP), however far back.
+    digest: str | None = Field(default=None, max_length=40)
 
 
 class RunSecret(SQLModel, table=True):

@@ -222,6 +222,7 @@ class PlanTracker:
         self.pages = 0
         self.records_fetched = 0
         self.records_emitted = 0
+        self.expected_total: int | None = None  # what the source states it holds
         # Pages and records of the fetch batch in flight, per run ("" = this run).
         self._batch: dict[str, tuple[int, int]] = {}
         self._fetch_done = False
@@ -291,6 +292,8 @@ class PlanTracker:
             if raw.task_id is None:
                 self.units_done = int(raw.data.get("units_done", self.units_done))
                 self.total = int(raw.data.get("total", self.total))
+                if raw.data.get("expected_total") is not None:
+                    self.expected_total = int(raw.data["expected_total"])
             emit("progress", self._progress(), raw.step)
         elif raw.kind == "run_status":
             status = str(raw.data.get("status"))
@@ -370,6 +373,8 @@ class PlanTracker:
             if raw.task_id is not None:
                 return counted  # a window's batch: its completion is not this run's
             self.units_done = int(res.get("units_done", self.units_done))
+            if res.get("expected_total") is not None:
+                self.expected_total = int(res["expected_total"])
             self._fetched_upto = max(self._fetched_upto, int(res.get("next_seq", 0)) - 1)
             if res.get("done"):
                 self._fetch_done = True
@@ -411,6 +416,7 @@ class PlanTracker:
             "progress": round(self.units_done / self.total, 4) if self.total else None,
             "pages": self.pages + in_flight_pages,
             "records_fetched": self.records_fetched + in_flight_records,
+            "expected_total": self.expected_total,
             "records_emitted": self.records_emitted,
         }
 

@@ -84,6 +84,7 @@ class RunCarry:
     paused: bool = False
     rate_key: str | None = None
     pages_per_fetch: int | None = None
+    tolerance_pct: float = 0.0
 
 
 @dataclass
@@ -238,6 +239,9 @@ class FetchInput:
     callback: dict[str, Any] | None = None
     progress_last_ms: float | None = None
     qps: float | None = None  # a live set_rate_limit override
+    # Fetched again after a failed attempt (e.g. after the circuit breaker's cool-down):
+    # the source's last request may have been served, its answer lost.
+    resumed: bool = False
 
 
 @dataclass
@@ -252,6 +256,9 @@ class FetchResult:
     progress_last_ms: float | None = None
     # What the sources stated they hold, so far (None: no source states a total).
     expected_total: int | None = None
+    # A source ended short of its stated total beyond the tolerance: {"message",
+    # "expected_total", "records_fetched"}; the run fails INCOMPLETE after this batch.
+    incomplete: dict[str, Any] | None = None
 
 
 @dataclass

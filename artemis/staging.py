@@ -12,6 +12,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from artemis import jsonio
 from artemis.db import StagedPage, get_engine, utcnow
+from artemis.errors import ArtemisError, ErrorCode
 
 _table = StagedPage.__table__  # type: ignore[attr-defined]
 
@@ -22,9 +23,16 @@ class Staging:
         self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
 
     def put_pages(
-        self, run_key: str, kind: str, pages: list[tuple[int, list[dict[str, Any]]]]
+        self,
+        run_key: str,
+        kind: str,
+        pages: list[tuple[int, list[dict[str, Any]]]],
+        digest: str | None = None,
     ) -> None:
-        """Store pages by sequence number; storing a sequence again overwrites it."""
+        """Store pages by sequence number; storing a sequence again overwrites it.
+
+        ``digest`` (one page): its records' fingerprint. Another page of the run with the
+        same one means the source served that page again: SOURCE_LOOP, naming both."""
         if not pages:
             return
         rows = [
@@ -35,15 +43,38 @@ class Staging:
                 "record_count": len(records),
                 "payload": jsonio.dumps(records).decode(),
                 "created_at": utcnow(),
+                "digest": digest,
             }
             for seq, records in pages
         ]
         stmt = self._insert(_table).values(rows)
         stmt = stmt.on_conflict_do_update(
             index_elements=["run_key", "kind", "seq"],
-            set_={"payload": stmt.excluded.payload, "record_count": stmt.excluded.record_count},
+            set_={
+                "payload": stmt.excluded.payload,
+                "record_count": stmt.excluded.record_count,
+                "digest": stmt.excluded.digest,
+            },
         )
         with self.engine.begin() as conn:
+            if digest is not None:
+                (seq, _), *_ = pages
+                earlier = conn.execute(
+                    select(_table.c.seq)
+                    .where(
+                        _table.c.run_key == run_key,
+                        _table.c.digest == digest,
+                        _table.c.seq != seq,
+                    )
+                    .limit(1)
+                ).scalar()
+                if earlier is not None:
+                    raise ArtemisError(
+                        ErrorCode.SOURCE_LOOP,
+                        f"page {seq} of the run holds the same records as its page {earlier}: "
+                        "the source is serving a page again",
+                        details={"seq": seq, "repeats": earlier},
+                    )
             conn.execute(stmt)
 
     def get_pages(

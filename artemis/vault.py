@@ -1,5 +1,6 @@
 """Encryption of secrets at rest (Fernet). The key comes from ``COOKIE_MASTER_KEY`` or,
-for the embedded dev stack only, a key file generated in the data folder."""
+for the embedded dev stack only, a key file generated in the data folder (SPEC §7: every
+process of a cluster must share one key, so nothing else may make one up)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,24 @@ from artemis.db import RunSecret, get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 MASTER_KEY_ENV = "COOKIE_MASTER_KEY"
+MAKE_A_KEY = "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+
+# Only the embedded stack (`artemis dev` / `demo`, the test suite) may generate a key file.
+_generate_key_file = False
+
+
+def allow_generated_key_file() -> None:
+    """The embedded one-machine stack: a missing key file may be generated."""
+    global _generate_key_file
+    _generate_key_file = True
+
+
+def master_key_missing() -> str:
+    return (
+        f"{MASTER_KEY_ENV} is not set: every worker and API process of a cluster needs the "
+        f"same master key (at least 32 characters, from your secret store; make one with "
+        f"`{MAKE_A_KEY}`). Only the embedded dev stack (artemis dev/demo) generates a key file."
+    )
 
 
 def master_key(key_file: str | os.PathLike[str] = ".artemis/master.key") -> bytes:
@@ -27,6 +46,8 @@ def master_key(key_file: str | os.PathLike[str] = ".artemis/master.key") -> byte
         return env.encode()
     path = Path(key_file)
     if not path.exists():
+        if not _generate_key_file:
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, master_key_missing())
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:

@@ -4,6 +4,7 @@ the sample servers, one `artemis worker` and one `artemis api`, on free loopback
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -72,7 +73,12 @@ def bench_stack(
     }
     text = yaml.safe_dump({**base, **config}).replace("{samples}", samples)
     (tmp / "config.yaml").write_text(text)
-    env = {**os.environ, "ARTEMIS_CONFIG": str(tmp / "config.yaml")}
+    # `artemis worker` and `api` need the cluster's master key (the same in every process).
+    env = {
+        **os.environ,
+        "ARTEMIS_CONFIG": str(tmp / "config.yaml"),
+        "COOKIE_MASTER_KEY": os.environ.get("COOKIE_MASTER_KEY") or secrets.token_urlsafe(48),
+    }
     stack = BenchStack(tmp, samples, f"http://127.0.0.1:{api_port}", env)
     cli = [sys.executable, "-m", "starter.cli"]
     procs: list[subprocess.Popen] = []

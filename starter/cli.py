@@ -55,24 +55,37 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+def _require_master_key() -> None:
+    """A cluster process never makes up its own key: API and workers must share one."""
+    from artemis.vault import MASTER_KEY_ENV, master_key_missing
+
+    value = os.environ.get(MASTER_KEY_ENV, "")
+    if not value:
+        _fail(master_key_missing())
+    if len(value) < 32:
+        _fail(f"{MASTER_KEY_ENV} is too short: at least 32 characters")
+
+
 # -- servers ---------------------------------------------------------------------------------
 @app.command()
 def worker(config: Path | None = ConfigOpt) -> None:
-    """Run one worker (production)."""
+    """Run one worker (production). Needs COOKIE_MASTER_KEY."""
     from workers.main import run_worker
 
+    _require_master_key()
     settings = _settings(config)
     asyncio.run(run_worker(settings))
 
 
 @app.command()
 def api(config: Path | None = ConfigOpt, host: str | None = None, port: int | None = None) -> None:
-    """Run the starter API (production)."""
+    """Run the starter API (production). Needs COOKIE_MASTER_KEY."""
     import uvicorn
 
     from artemis.logsetup import configure_logging
     from starter.api.app import create_app
 
+    _require_master_key()
     settings = _settings(config)
     host = host or settings.server.host
     port = port or settings.server.port

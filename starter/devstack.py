@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import uuid
 from pathlib import Path
@@ -42,6 +43,15 @@ class DevStack:
     ) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
+        from artemis.vault import MASTER_KEY_ENV, allow_generated_key_file
+
+        if not os.environ.get(MASTER_KEY_ENV):
+            # The embedded stack alone may keep its key in a generated file; say so.
+            allow_generated_key_file()
+            console.print(
+                f"[yellow]{MASTER_KEY_ENV} is not set: the dev stack keeps its master key in "
+                f"{data_dir / 'master.key'} (generated once; for this machine only)[/]"
+            )
         samples_url = f"http://127.0.0.1:{samples_port}"
         base = load_settings(config)
         overrides: dict[str, Any] = {

@@ -463,14 +463,17 @@ class RunService:
                 status=progress.get("status") or "running",
                 progress=progress,
                 stats={
-                    k: progress.get(k, 0)
-                    for k in (
-                        "pages",
-                        "records_fetched",
-                        "records_processed",
-                        "records_emitted",
-                        "batches",
-                    )
+                    **{
+                        k: progress.get(k, 0)
+                        for k in (
+                            "pages",
+                            "records_fetched",
+                            "records_processed",
+                            "records_emitted",
+                            "batches",
+                        )
+                    },
+                    "expected_total": progress.get("expected_total"),
                 },
                 error=progress.get("error"),
             )

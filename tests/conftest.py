@@ -27,9 +27,14 @@ from artemis.logsetup import configure_logging
 from artemis.migrate import upgrade
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
+from artemis.vault import allow_generated_key_file
 from infra.devserver import DevServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The test suite is an embedded one-machine stack: its key file may be generated (a
+# production `artemis worker` / `api` refuses to start without COOKIE_MASTER_KEY).
+allow_generated_key_file()
 
 
 @pytest.fixture(scope="session")
@@ -328,7 +333,14 @@ def write_config(path: Path, settings: Settings) -> Path:
 
 
 def start_worker_process(config: Path, log_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "ARTEMIS_CONFIG": str(config)}
+    """`artemis worker` as production runs it: with COOKIE_MASTER_KEY (the embedded test
+    stack's key, so both sides decrypt alike)."""
+    key_file = yaml.safe_load(config.read_text())["vault"]["master_key_file"]
+    env = {
+        **os.environ,
+        "ARTEMIS_CONFIG": str(config),
+        "COOKIE_MASTER_KEY": Path(key_file).read_text().strip(),
+    }
     out = open(log_path, "ab")
     return subprocess.Popen(
         [sys.executable, "-m", "starter.cli", "worker"],

@@ -114,6 +114,7 @@ class TaskRunWorkflow:
         self._circuit_state = "closed"
         self._circuit_opens = 0
         self._tolerance_pct = 0.0
+        self._resume_fetch = False
         # Set once the run must stop. Cancelling an activity whose result is already on its
         # way can still return that result, so the loop also checks this flag itself.
         self._stopping = False
@@ -214,6 +215,7 @@ class TaskRunWorkflow:
             self._pages_per_fetch = carry.pages_per_fetch
             self._qps = carry.qps
             self._paused = carry.paused
+            self._tolerance_pct = carry.tolerance_pct
         self._generation = carry.generation if carry else 1
         self._status = "running"
         if carry is None:
@@ -345,6 +347,7 @@ class TaskRunWorkflow:
                             callback=req.callback,
                             progress_last_ms=self._progress_ms,
                             qps=self._qps,
+                            resumed=self._resume_fetch,
                         ),
                         result_type=FetchResult,
                         start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
@@ -357,21 +360,18 @@ class TaskRunWorkflow:
                         summary=f"Fetch pages from #{self._next_seq}",
                     )
                 except ActivityError as e:
-                    if _code_of(e) == "INCOMPLETE":
-                        # The source's own count, for the run's stats beside what it got.
-                        stated = _details_of(e).get("expected_total")
-                        if isinstance(stated, int) and "expected_total" not in self._stats:
-                            self._stats["expected_total"] = stated
                     if _code_of(e) == "RESULT_CAP_EXCEEDED" and not self._stats["pages"]:
                         # The window holds more hits than the source can list: split it.
                         await self._split(e)
                         return
                     if await self._rest_after_failures(e):
+                        self._resume_fetch = True
                         continue  # the same checkpoint, after the cool-down
                     raise
                 self._stats["pages"] += fetched.pages
                 self._stats["records_fetched"] += fetched.records
                 self._stats["batches"] += 1
+                self._resume_fetch = False
                 if fetched.expected_total is not None:
                     self._stats["expected_total"] = fetched.expected_total
                 self._stop_point()
@@ -389,6 +389,18 @@ class TaskRunWorkflow:
                     emitting = None
                 if last >= first:
                     emitting = asyncio.create_task(self._process_and_emit(first, last))
+                if fetched.incomplete is not None:
+                    # A source ended short of its own count: what it gave is delivered,
+                    # then the run fails visibly (never `completed`).
+                    if emitting is not None:
+                        await emitting
+                        emitting = None
+                    raise ApplicationError(
+                        str(fetched.incomplete.get("message")),
+                        fetched.incomplete,
+                        type="INCOMPLETE",
+                        non_retryable=True,
+                    )
                 batches_here += 1
                 if not done and (
                     batches_here >= tuning.max_batches_per_run
@@ -617,6 +629,7 @@ class TaskRunWorkflow:
             paused=self._paused,
             rate_key=self._rate_key,
             pages_per_fetch=self._pages_per_fetch,
+            tolerance_pct=self._tolerance_pct,
         )
         self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
         req = self._req

@@ -118,7 +118,8 @@ class HttpJsonPlatform:
                     f"{self.name} search", f"{c.items_path}[].{c.note_id_field}", "a note id", item
                 ).with_request(request)
             items.append({"note_id": str(note_id), "note_url": item.get(c.note_url_field)})
-        return SearchPage(items, self._next_page(data, page, request))
+        # An empty page is the platform's own word that the keyword has no more notes.
+        return SearchPage(items, self._next_page(data, page, request) if items else None)
 
     def _next_page(self, data: Any, page: int, request: str) -> int | None:
         """The next search page on the platform's word: ``next_page_path`` (a number, or
@@ -146,9 +147,7 @@ class HttpJsonPlatform:
         path = self.cfg.detail_path.format(note_id=quote(note_id, safe=""))
         data = await self._get(client, f"note {note_id}", self.base + path, None, cookie, timeout)
         if not isinstance(data, dict):
-            raise ArtemisError(
-                ErrorCode.PLATFORM_ERROR, f"{self.name} note {note_id}: not an object"
-            )
+            raise contract_error(f"{self.name} note {note_id}", "$", "a JSON object", data)
         return {
             **data,
             "note_id": str(data.get(self.cfg.note_id_field, note_id)),

@@ -136,6 +136,7 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
             page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "rows"),
             total_path=total_path,
             short_page_ends=short_ends,
+            stateful=bool(pg.get("stateful_cursor")),
         )
     if mode == "TOKEN":
         return TokenPaginator(
@@ -450,6 +451,7 @@ class PubMedSource(Source):
                 "expected_total": st["count"],
                 "taken": st["taken"],
                 "request": f"esearch retstart={st['retstart']} of count={st['count']}",
+                "digest": page_digest([r["id"] for r in records]),
             },
         )
 

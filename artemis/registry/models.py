@@ -139,6 +139,9 @@ class RegProvPaginationCfg(DimensionBase, table=True):
     absent_token_is_last: bool | None = None
     record_key_jsonpath: str | None = Field(default=None, max_length=200)
     completeness_tolerance_pct: float | None = None
+    # The server keeps a cursor session's position (Crossref: one cursor value for the
+    # whole walk), so a resumed attempt re-opens the session instead of re-sending it.
+    stateful_cursor: bool | None = None
 
 
 class RegProvHttpCfg(DimensionBase, table=True):

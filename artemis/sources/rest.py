@@ -117,6 +117,7 @@ class RestSource(Source):
                     "request": request,
                     "expected_total": paginator.total,
                     "taken": paginator.taken,
+                    "digest": digest,
                 },
             )
 

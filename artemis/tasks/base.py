@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from artemis.completeness import check_complete
+from artemis.completeness import shortfall
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.sinks import EmitContext, Sink, build_sinks
@@ -122,7 +122,9 @@ class TaskUnit:
         <the totals stated by the sources already finished, or null>}``; the page's
         ``info["units_done"]`` counts the sources finished so far (for progress) and
         ``info["expected_total"]`` what the sources stated so far. When a source that
-        stated a total ends, what it delivered is reconciled against it (INCOMPLETE).
+        stated a total ends, what it delivered is reconciled against it: short beyond the
+        tolerance, its last page carries ``info["incomplete"]`` and ends the fetch (the
+        run fails INCOMPLETE once that page is counted and emitted).
         """
         sources = self.build_sources(ctx)
         index = int((checkpoint or {}).get("source", 0))
@@ -141,13 +143,20 @@ class TaskUnit:
                         page.checkpoint["expected"] = expected
                     page.info["units_done"] = index
                 else:
-                    check_complete(
+                    short = shortfall(
                         sources[index].name,
                         stated,
                         int(page.info.get("taken", 0)),
                         tolerance,
                         page.info.get("request") or "its last page",
                     )
+                    if short is not None:
+                        page.info.update(
+                            incomplete=short, expected_total=run_expected, units_done=index
+                        )
+                        page.info["source"] = sources[index].name
+                        yield page
+                        return
                     expected = run_expected
                     if index + 1 < len(sources):
                         page.checkpoint = {"source": index + 1, "state": None}

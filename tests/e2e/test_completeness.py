@@ -78,6 +78,12 @@ def sources():
         served = min(page, 2)  # page 3 and on: page 2 again
         return {"items": [{"id": (served - 1) * size + i} for i in range(size)], "total": 200}
 
+    @app.get("/alternate/items")
+    async def alternate(page: int = 1, size: int = 20):
+        app.state.calls["alternate"] += 1
+        served = 1 + (page - 1) % 2  # pages A, B, A, B, ...: never two alike in a row
+        return {"items": [{"id": (served - 1) * size + i} for i in range(size)], "total": 100}
+
     @app.get("/renamed/quotes")
     async def renamed(symbol: str, start: str, end: str, page: int = 1, page_size: int = 10):
         app.state.calls["renamed"] += 1
@@ -147,7 +153,13 @@ async def test_source_stating_100_serving_60_fails_incomplete_and_a_tolerance_le
     assert error["code"] == "INCOMPLETE" and error["retryable"] is False
     assert "expected 100" in error["message"] and "got 60" in error["message"]
     assert "page=4" in error["message"]  # where the run stopped: the empty page
-    assert payload["data"]["stats"]["expected_total"] == 100
+    stats = payload["data"]["stats"]
+    assert stats["expected_total"] == 100 and stats["records_fetched"] == 60
+    # what the source gave was still delivered, once
+    batches = await stack.sink_batches(f"literature_harvest/{payload['data']['task_id']}:")
+    by_key = {b["idempotency_key"]: b["records"] for b in batches if b["status"] == 200}
+    ids = Counter(r["id"] for records in by_key.values() for r in records)
+    assert len(ids) == 60 and set(ids.values()) == {1}
 
     task_id = new_task_id()
     resp = await harvest(stack, task_id, provenance="short_api", completeness_tolerance_pct=50)
@@ -179,6 +191,21 @@ async def test_a_source_serving_the_previous_page_again_fails_source_loop_at_onc
     assert "page=3" in payload["error"]["message"]  # the page that repeated its predecessor
     # within one page of the repeat: pages 1, 2 and the repeat (3), nothing after it
     assert sources.server.config.app.state.calls["loop"] - before == 3
+
+
+async def test_a_source_serving_an_earlier_page_again_fails_source_loop(stack, sources):
+    """A, B, A, B... with a stated total of 100: counting records would say 100 of 100."""
+    import_doc(stack, generic_doc("alternate_api", f"{sources.url}/alternate"))
+    before = sources.server.config.app.state.calls["alternate"]
+    payload = await _fail(
+        stack,
+        {"meta": {"task_id": new_task_id()}, "params": {"provenance": "alternate_api"}},
+        "literature_harvest",
+    )
+    assert payload["error"]["code"] == "SOURCE_LOOP", payload
+    message = payload["error"]["message"]
+    assert "page 2 of the run" in message and "its page 0" in message and "page=3" in message
+    assert sources.server.config.app.state.calls["alternate"] - before == 3
 
 
 async def test_spec_shaped_platform_with_23_notes_over_5_search_pages_stores_and_sends_all(

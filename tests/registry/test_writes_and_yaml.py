@@ -277,6 +277,8 @@ def test_cli_import_contract_check_close(tmp_path):
         **os.environ,
         "ARTEMIS__DATABASE__URL": f"sqlite:///{db}",
         "ARTEMIS__VAULT__MASTER_KEY_FILE": str(tmp_path / "k"),
+        # registry import seals credentials: a cluster command needs the cluster's key
+        "COOKIE_MASTER_KEY": "registry-cli-test-master-key-0123456789",
     }
     env.pop("ARTEMIS_CONFIG", None)
 

@@ -73,11 +73,26 @@ def test_worker_refuses_to_start_on_bad_config(tmp_path):
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("runs:\n  pages_per_fetch: 0\n")
+    import os
+
     out = subprocess.run(
         [sys.executable, "-m", "starter.cli", "worker", "--config", str(cfg)],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "COOKIE_MASTER_KEY": "k" * 40},
     )
     assert out.returncode == 1
     assert "runs.pages_per_fetch" in out.stderr
+
+
+def test_platform_search_ends_on_a_configured_marker_one_at_a_time():
+    from artemis.config import PlatformSettings
+
+    assert PlatformSettings(base_url="http://x").next_page_path == "next_page"  # SPEC §13
+    flag = PlatformSettings(base_url="http://x", has_more_path="has_more")
+    assert flag.next_page_path is None and flag.has_more_path == "has_more"
+    with pytest.raises(ValueError, match="not both"):
+        PlatformSettings(base_url="http://x", has_more_path="more", next_page_path="next")
+    with pytest.raises(ValueError, match="next_page_path"):
+        PlatformSettings(base_url="http://x", next_page_path=None)

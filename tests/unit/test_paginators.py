@@ -251,3 +251,13 @@ def test_a_checkpoint_without_a_count_derives_it_or_gives_up_reconciling():
     assert offset.taken == 200 and offset.total_path == "$.t"
     page = paginator_from_checkpoint({"kind": "page_number", "page": 3, "total_path": "$.t"})
     assert page.total_path is None  # delivered count unknown: no reconciliation for it
+
+
+def test_a_record_without_its_key_is_a_source_contract_error():
+    from artemis.completeness import page_digest
+
+    assert page_digest([{"DOI": "10.1/a"}], "$.DOI") != page_digest([{"DOI": "10.1/b"}], "$.DOI")
+    for bad in ({}, {"DOI": None}, {"DOI": ""}, {"DOI": {"x": 1}}):
+        with pytest.raises(ArtemisError) as e:
+            page_digest([{"DOI": "10.1/a"}, bad], "$.DOI")
+        assert e.value.code == ErrorCode.SOURCE_CONTRACT and "'$.DOI'" in e.value.message

@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import httpx
+import pytest
 
 from tests.conftest import ROOT, new_task_id
 
@@ -136,3 +138,29 @@ def test_console_exporter_prints_spans():
     )
     assert out.returncode == 0, out.stderr
     assert '"name": "probe-span"' in out.stdout and "artemis-test" in out.stdout
+
+
+@pytest.mark.parametrize("command", ["worker", "api"])
+def test_worker_and_api_refuse_to_start_without_the_master_key(tmp_path, command):
+    key_file = tmp_path / "keys" / "master.key"
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"vault: {{master_key_file: {key_file}}}\\n"
+        f"database: {{url: 'sqlite:///{tmp_path / 'a.db'}'}}\\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "COOKIE_MASTER_KEY"}
+    env.update(ARTEMIS_CONFIG=str(config), PYTHONPATH=str(ROOT))
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "starter.cli", command],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "COOKIE_MASTER_KEY" in proc.stderr + proc.stdout
+    assert "secrets.token_urlsafe" in proc.stderr + proc.stdout  # how to make one
+    assert not key_file.exists() and not (tmp_path / ".artemis").exists()
+    assert time.monotonic() - started < 30  # generous for a loaded 2-core machine

@@ -1,4 +1,5 @@
-"""Completeness settings of a provenance's pagination (SPEC §4 "Completeness").
+"""Completeness (SPEC §4): a provenance's pagination settings, and a fingerprint per
+staged page so that a source serving an earlier page again is caught by content.
 
 Revision ID: 0008_completeness
 Revises: 0007_event_roots
@@ -20,10 +21,18 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("absent_token_is_last", sa.Boolean(), nullable=True))
         batch_op.add_column(sa.Column("record_key_jsonpath", sa.String(length=200), nullable=True))
         batch_op.add_column(sa.Column("completeness_tolerance_pct", sa.Float(), nullable=True))
+        batch_op.add_column(sa.Column("stateful_cursor", sa.Boolean(), nullable=True))
+    with op.batch_alter_table("staged_page", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("digest", sa.String(length=40), nullable=True))
+        batch_op.create_index("ix_staged_page_run_digest", ["run_key", "digest"], unique=False)
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("staged_page", schema=None) as batch_op:
+        batch_op.drop_index("ix_staged_page_run_digest")
+        batch_op.drop_column("digest")
     with op.batch_alter_table("reg_prov_pagination_cfg", schema=None) as batch_op:
+        batch_op.drop_column("stateful_cursor")
         batch_op.drop_column("completeness_tolerance_pct")
         batch_op.drop_column("record_key_jsonpath")
         batch_op.drop_column("absent_token_is_last")
