@@ -296,7 +296,14 @@ class TaskRunActivities:
             self.secrets.get(run_key(run), CALLBACK_TOKEN) or self.settings.callback.default_token
         )
         return CallbackClient(
-            tgt, self.settings.callback, self.client, trace, token, run.request_id, run_key(run)
+            tgt,
+            self.settings.callback,
+            self.client,
+            trace,
+            token,
+            run.request_id,
+            run_key(run),
+            self.settings.security.allowed_hosts,
         )
 
     # -- 1. prepare -------------------------------------------------------------------
@@ -516,6 +523,9 @@ class TaskRunActivities:
                     if (
                         state["pages"] >= inp.max_pages
                         or time.monotonic() - started >= inp.max_seconds
+                        # A worker shutting down (SIGTERM): return what is fetched, with
+                        # its checkpoint; the next fetch goes on elsewhere, nothing twice.
+                        or activity.is_worker_shutdown()
                     ):
                         break
                 else:

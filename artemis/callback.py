@@ -19,6 +19,7 @@ from artemis.config import CallbackSettings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger, register_secret
 from artemis.metrics import CALLBACKS
+from artemis.security import check_request_host
 from artemis.tracing import TraceContext
 
 log = get_logger(__name__)
@@ -43,22 +44,21 @@ class CallbackTarget:
         return dict(self.__dict__)
 
 
-def resolve_base_url(target: CallbackTarget, settings: CallbackSettings) -> str:
-    """Apply override host/port (request first, then config) and check the allow-list."""
+def resolve_base_url(
+    target: CallbackTarget, settings: CallbackSettings, allowed_hosts: list[str]
+) -> str:
+    """Apply override host/port (request first, then config) and check the allow-list
+    (``security.allowed_hosts``: the callback URL comes from the request)."""
     assert target.base_url
     parts = urlsplit(target.base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ArtemisError(
             ErrorCode.INVALID_INPUT,
-            f"callback.base_url must be an http(s) URL, got {target.base_url!r}",
+            f"meta.callback.base_url: an http(s) URL, got {target.base_url!r}",
         )
     host = target.override_host or settings.override_host or parts.hostname
     port = target.override_port or settings.override_port or parts.port
-    allowed = settings.allowed_hosts
-    if "*" not in allowed and host not in allowed:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT, f"callback host {host!r} is not in callback.allowed_hosts"
-        )
+    check_request_host(host, allowed_hosts, "meta.callback")
     netloc = f"[{host}]" if ":" in host else host
     if port:
         netloc = f"{netloc}:{port}"
@@ -82,6 +82,7 @@ class CallbackClient:
         token: str | None,
         request_id: str | None = None,
         run_key: str | None = None,
+        allowed_hosts: list[str] | None = None,
     ) -> None:
         self.target = target
         # `{code}/{task_id}`: the stem of every Idempotency-Key this run sends.
@@ -92,7 +93,11 @@ class CallbackClient:
         self.token = token
         self.request_id = request_id
         register_secret(token)
-        self.base = resolve_base_url(target, settings) if target.enabled else None
+        if allowed_hosts is None:
+            from artemis.config import SecuritySettings
+
+            allowed_hosts = SecuritySettings().allowed_hosts
+        self.base = resolve_base_url(target, settings, allowed_hosts) if target.enabled else None
 
     def _headers(self, idempotency_key: str) -> dict[str, str]:
         # The same key on every attempt of the same call, so the CronJob can drop repeats.

@@ -3,6 +3,7 @@ environment variables ``ARTEMIS__SECTION__KEY``; a bad value stops start-up nami
 
 from __future__ import annotations
 
+import contextvars
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -21,9 +22,15 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    YamlConfigSettingsSource,
 )
 
 from artemis.errors import ArtemisError, ErrorCode
+
+# The YAML file of the settings being loaded (pydantic-settings' own YAML source reads it).
+_YAML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "artemis_yaml_file", default=None
+)
 
 
 class _Section(BaseModel):
@@ -111,8 +118,6 @@ class CallbackSettings(_Section):
     override_port: int | None = Field(None, ge=1, le=65535)
     default_auth_header: str = "X-Callback-Token"
     default_token: str | None = None
-    # Hosts a callback may reach (exact names or IPs; "*" allows any). Empty refuses all.
-    allowed_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost", "::1"])
     progress_min_interval_ms: int = Field(1000, ge=0)
     timeout_seconds: float = Field(2.0, gt=0)
 
@@ -223,6 +228,18 @@ class RunTuning(_Section):
     provenance_refresh_s: float = Field(30.0, gt=0)
 
 
+class WorkerSettings(_Section):
+    # On SIGTERM/SIGINT a worker stops polling, lets in-flight activities finish (a fetch
+    # returns at its next page with its checkpoint) for this long, then exits 0.
+    graceful_shutdown_s: float = Field(30.0, ge=0)
+
+
+class SecuritySettings(_Section):
+    # Hosts a URL from a request may name (source base URLs in params, sink endpoints in
+    # output, callback URLs): exact names or IPs, "*.example.com", "*" for any. SPEC §5.
+    allowed_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost", "::1"])
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ARTEMIS__",
@@ -263,6 +280,8 @@ class Settings(BaseSettings):
         }
     )
     callback: CallbackSettings = Field(default_factory=CallbackSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
     runs: RunTuning = Field(default_factory=RunTuning)
     events: EventSettings = Field(default_factory=EventSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
@@ -279,8 +298,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Order is priority: explicit init values, then env, then the YAML file (passed as init).
-        return (env_settings, init_settings)
+        # The order is the priority (SPEC §7): values given explicitly (command-line flags,
+        # code) > ARTEMIS__… environment > the YAML file > defaults. Sections merge key by key.
+        path = _YAML_FILE.get()
+        if path is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls, path))
 
 
 def _format_validation_error(exc: ValidationError, source: str) -> str:
@@ -292,7 +315,8 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
-    """Load settings from ``path`` (or ``ARTEMIS_CONFIG``), env and ``overrides``.
+    """Load settings: ``overrides`` (command-line flags, explicit values) > ``ARTEMIS__…``
+    environment > the YAML file ``path`` (or ``ARTEMIS_CONFIG``) > defaults.
 
     Raises ArtemisError(CONFIG_ERROR) with the offending key in the message.
     """
@@ -313,21 +337,16 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
             raise ArtemisError(ErrorCode.CONFIG_ERROR, f"config file {p} must hold a mapping")
         data = loaded
         source = str(p)
-    data = _deep_merge(data, overrides)
+    token = _YAML_FILE.set(Path(path) if path and data else None)
     try:
-        return Settings(**data)
+        return Settings(**overrides)
     except ValidationError as e:
         raise ArtemisError(ErrorCode.CONFIG_ERROR, _format_validation_error(e, source)) from None
+    finally:
+        _YAML_FILE.reset(token)
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
+
 
 
 @lru_cache(maxsize=1)

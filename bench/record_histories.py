@@ -225,7 +225,7 @@ def main() -> None:
             "literature_harvest": {"sinks": ["http"], "http_endpoint": "{samples}/sink/lit"},
             "crawl_notes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/notes"},
         },
-        "callback": {"allowed_hosts": ["127.0.0.1"]},
+        "security": {"allowed_hosts": ["127.0.0.1"]},
         "crawler": {"platforms": {"sample": {"base_url": "{samples}/platform"}}},
     }
     with bench_stack(config, before_start=prepare) as stack:

@@ -80,6 +80,26 @@ class PgServer:
             conn.execute(f'CREATE DATABASE "{self.dbname}"')
         return self
 
+    def crash(self) -> None:
+        """Stop at once, as a crash would (no shutdown checkpoint); the data stays."""
+        pg_ctl = pg_bin("pg_ctl")
+        assert pg_ctl
+        self._run(pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def restart(self) -> None:
+        """Start again on the same port after ``crash`` (crash recovery runs)."""
+        pg_ctl = pg_bin("pg_ctl")
+        assert pg_ctl
+        opts = (
+            f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        out = self._run(
+            pg_ctl, "-D", str(self.data), "-o", opts, "-l", str(self.root / "pg.log"), "-w", "start"
+        )
+        if out.returncode:
+            raise RuntimeError(f"pg_ctl start failed: {out.stderr}{out.stdout}")
+
     def stop(self) -> None:
         pg_ctl = pg_bin("pg_ctl")
         if pg_ctl and self.data.exists():

@@ -48,6 +48,7 @@ from artemis.run_models import (
     lock_workflow_id,
     workflow_id_for,
 )
+from artemis.security import check_request_url
 from artemis.tasks import get_task, task_codes
 from artemis.tasks.base import describe_validation_error, validation_fields
 from artemis.tracing import TraceContext, otel_context_for
@@ -160,6 +161,25 @@ class RunService:
             )
         return self._secrets
 
+    def _check_request_urls(
+        self, task: Any, params: dict[str, Any], output: dict[str, Any] | None
+    ) -> None:
+        """No SSRF through a request: URLs it names (not config's) go to allowed hosts."""
+        allowed = self.settings.security.allowed_hosts
+        for name in task.request_url_params:
+            if isinstance(params.get(name), str):
+                check_request_url(params[name], allowed, f"params.{name}")
+        if output:
+            endpoint = output.get("http_endpoint")
+            if endpoint is not None:
+                check_request_url(str(endpoint), allowed, "output.http_endpoint")
+            headers = output.get("http_headers") or {}
+            if isinstance(headers, dict) and any(str(h).lower() == "host" for h in headers):
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    "output.http_headers: a request may not set the Host header",
+                )
+
     async def start(
         self, code: str, body: RunBody, trace: TraceContext, request_id: str | None
     ) -> Started:
@@ -168,6 +188,7 @@ class RunService:
         # Validate now, so a bad request is a 422 and not a failed run.
         lock = task.lock_name(task.prepare_params(params, self.settings))
         meta = body.meta
+        self._check_request_urls(task, params, body.output)
         if body.output is not None:
             from artemis.sinks import build_sinks
 
@@ -183,7 +204,10 @@ class RunService:
                 auth_header=cb.auth_header,
             )
             if target.enabled:
-                resolve_base_url(target, self.settings.callback)  # refuse bad hosts up front
+                # refuse bad hosts up front
+                resolve_base_url(
+                    target, self.settings.callback, self.settings.security.allowed_hosts
+                )
                 callback = target.to_dict()
             if cb.auth_token:
                 register_secret(cb.auth_token)

@@ -351,5 +351,72 @@ def start_worker_process(config: Path, log_path: Path) -> subprocess.Popen:
     )
 
 
+def start_api_process(config: Path, port: int, log_path: Path) -> subprocess.Popen:
+    """`artemis api` as production runs it (with the embedded test stack's master key)."""
+    key_file = yaml.safe_load(config.read_text())["vault"]["master_key_file"]
+    env = {
+        **os.environ,
+        "ARTEMIS_CONFIG": str(config),
+        "COOKIE_MASTER_KEY": Path(key_file).read_text().strip(),
+    }
+    out = open(log_path, "ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "starter.cli", "api", "--port", str(port)],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
+
+
+class RedisServer:
+    """A redis-server of a test's own, which the test may kill and start again."""
+
+    def __init__(self, directory: Path) -> None:
+        import shutil
+
+        self.binary = shutil.which("redis-server")
+        self.port = free_port()
+        self.directory = directory
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        assert self.binary, "redis-server is not installed"
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while not _port_open(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    stop = kill
+
+
 def new_task_id() -> str:
     return f"t-{uuid.uuid4().hex[:16]}"

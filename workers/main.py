@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -67,6 +68,9 @@ class ProvenanceWorkers:
                 activities=[self.activities.fetch_pages],
                 max_task_queue_activities_per_second=rate["qps"] / rate["per_page"],
                 max_concurrent_activities=int(rate.get("max_concurrency") or 1),
+                graceful_shutdown_timeout=timedelta(
+                    seconds=self.settings.worker.graceful_shutdown_s
+                ),
             )
             self.running[code] = (rate, worker, asyncio.create_task(worker.run()))
             log.info("provenance_queue_polled", provenance=code, task_queue=queue, **rate)
@@ -194,6 +198,7 @@ def build_worker(
         workflows=list(WORKFLOWS),
         activities=[*activities.all(), *crawl.all()],
         max_concurrent_activities=100,
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker.graceful_shutdown_s),
     )
 
 
@@ -241,5 +246,14 @@ async def run_worker(settings: Settings) -> None:
 
         serve(m.host, m.worker_port)
         log.info("metrics_served", host=m.host, port=m.worker_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     async with running_worker(settings):
-        await asyncio.Event().wait()
+        await stop.wait()
+        # Leaving the block shuts the workers down: no new tasks are polled, in-flight
+        # activities get worker.graceful_shutdown_s to finish (a fetch stops at its next
+        # page and returns its checkpoint), then the process exits 0.
+        log.info("worker_stopping", graceful_shutdown_s=settings.worker.graceful_shutdown_s)
+    log.info("worker_stopped")

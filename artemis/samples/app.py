@@ -71,6 +71,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
         "sink": [],
         "cronjob": [],
         "quote_requests": 0,
+        "quote_calls": [],
     }
     app.state.samples = state
     from artemis.samples.literature import LiteratureState, build_router
@@ -97,6 +98,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             state["cronjob"].clear()
             state["alerts"].clear()
             state["quote_requests"] = 0
+            state["quote_calls"].clear()
             for f in state["faults"].values():
                 f.set({})
         else:
@@ -109,6 +111,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
         symbol: str, start: str, end: str, page: int = 1, page_size: int = 50
     ) -> JSONResponse:
         state["quote_requests"] += 1
+        state["quote_calls"].append({"symbol": symbol, "page": page, "at": time.time()})
         if state["latency_ms"]:
             await asyncio.sleep(state["latency_ms"] / 1000)
         failed = await state["faults"]["quotes"].maybe_fail()
@@ -206,6 +209,10 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
     @app.get("/_alerts")
     async def alerts_received() -> list[dict[str, Any]]:
         return state["alerts"]
+
+    @app.get("/_quotes/calls")
+    async def quote_calls() -> list[dict[str, Any]]:
+        return state["quote_calls"]
 
     @app.get("/_cronjob/calls")
     async def cronjob_calls() -> list[dict[str, Any]]:

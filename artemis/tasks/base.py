@@ -81,6 +81,10 @@ class TaskUnit:
     # Params only Artemis sets (a frozen contract, a child's window): refused from requests.
     internal_params: ClassVar[tuple[str, ...]] = ()
 
+    # Params holding a URL the run will call: from a request, its host must be in
+    # security.allowed_hosts (SPEC §5); from task_defaults (config) it is trusted.
+    request_url_params: ClassVar[tuple[str, ...]] = ()
+
     def plan_children(self, ctx: TaskContext) -> tuple[list[dict[str, Any]], int] | None:
         """Fan the run out into child runs (their params, how many at once), or None."""
         return None

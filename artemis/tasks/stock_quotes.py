@@ -45,6 +45,7 @@ class PullStockQuotes(TaskUnit):
     code = "pull_stock_quotes"
     Params = QuoteParams
     summary = "Daily quotes per symbol from the quote API"
+    request_url_params = ("base_url",)
 
     def build_sources(self, ctx: TaskContext) -> list[Source]:
         p: QuoteParams = ctx.params  # type: ignore[assignment]

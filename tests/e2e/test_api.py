@@ -210,3 +210,78 @@ async def test_status_of_a_running_task_has_progress_and_steps(make_stack):
         await stack.wait_status(task_id)
     finally:
         await stack.fault("latency", latency_ms=0)
+
+
+async def test_a_request_cannot_point_a_run_at_a_host_outside_the_allow_list(stack):
+    """No SSRF: params, output and callback URLs from a request name allowed hosts only."""
+    before = (await stack.samples_http.get("/_stats")).json()
+    cases = [
+        (
+            {"params": {"symbols": ["A"], "base_url": "http://169.254.169.254/latest/meta-data"}},
+            "params.base_url",
+            "169.254.169.254",
+        ),
+        (
+            {
+                "params": {"symbols": ["A"]},
+                "output": {"sinks": ["http"], "http_endpoint": "http://10.0.0.7:8080/collect"},
+            },
+            "output.http_endpoint",
+            "10.0.0.7",
+        ),
+        (
+            {
+                "meta": {"run_id": "r1", "callback": {"base_url": "http://cron.elsewhere:80/runs"}},
+                "params": {"symbols": ["A"]},
+            },
+            "meta.callback",
+            "cron.elsewhere",
+        ),
+        (
+            {
+                "meta": {
+                    "run_id": "r1",
+                    "callback": {
+                        "base_url": f"{stack.samples_url}/cronjob/runs",
+                        "override_host": "192.168.1.9",
+                    },
+                },
+                "params": {"symbols": ["A"]},
+            },
+            "meta.callback",
+            "192.168.1.9",
+        ),
+    ]
+    for body, field, host in cases:
+        task_id = new_task_id()
+        body.setdefault("meta", {})["task_id"] = task_id
+        resp = await stack.run(body, mode="async")
+        assert resp.status_code == 422, (field, resp.text)
+        error = resp.json()["error"]
+        assert error["code"] == "INVALID_INPUT"
+        assert field in error["message"] and repr(host) in error["message"]
+        assert "security.allowed_hosts" in error["message"]
+        assert (await stack.http.get(f"/tasks/{task_id}")).status_code == 404  # never started
+    assert (await stack.samples_http.get("/_stats")).json() == before  # nothing fetched or sent
+    # loopback (the default list) is fine, and a URL from config is trusted as it is
+    ok = await stack.run({"params": {"symbols": ["A"], "base_url": stack.samples_url}})
+    assert ok.status_code == 200 and ok.json()["data"]["status"] == "completed"
+
+
+async def test_allowed_hosts_setting_opens_a_host(make_stack):
+    stack = await make_stack(security={"allowed_hosts": ["127.0.0.1", "*.partner.example"]})
+    resp = await stack.run(
+        {
+            "params": {"symbols": ["A"]},
+            "output": {"sinks": ["http"], "http_endpoint": "http://feed.partner.example/in"},
+        },
+        mode="async",
+    )
+    assert resp.status_code == 202, resp.text  # accepted: the host is on the list
+    refused = await stack.run(
+        {
+            "params": {"symbols": ["A"]},
+            "output": {"sinks": ["http"], "http_endpoint": "http://partner.example.evil/in"},
+        },
+    )
+    assert refused.status_code == 422

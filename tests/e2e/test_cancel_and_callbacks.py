@@ -258,7 +258,7 @@ async def test_callback_host_outside_allow_list_is_refused(stack):
     )
     assert resp.status_code == 422
     assert resp.json()["error"]["code"] == "INVALID_INPUT"
-    assert "allowed_hosts" in resp.json()["error"]["message"]
+    assert "security.allowed_hosts" in resp.json()["error"]["message"]
 
 
 async def test_inbound_trace_id_reaches_sink_callback_and_logs(stack, log_file):

@@ -95,3 +95,50 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
     assert max(attempts) >= 2
     log = (tmp_path / "worker.log").read_text()
     assert "fetch_resumed" in log
+
+
+async def test_sigterm_lets_the_batch_finish_exits_0_and_no_page_is_fetched_twice(
+    make_stack, tmp_path
+):
+    stack = await make_stack(worker=False, runs={"pages_per_fetch": 20, "heartbeat_timeout_s": 2.0})
+    worker_settings = settings_with(
+        stack.settings,
+        logging={"output": "file", "file": {"path": str(tmp_path / "worker.log")}},
+        worker={"graceful_shutdown_s": 20},
+    )
+    config = write_config(tmp_path / "worker.yaml", worker_settings)
+    await stack.fault("latency", latency_ms=40)
+    first = start_worker_process(config, tmp_path / "worker1.out")
+    second = None
+    symbols = [f"T{new_task_id()[-6:].upper()}", f"U{new_task_id()[-6:].upper()}"]
+    try:
+        task_id = new_task_id()
+        resp = await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"symbols": symbols, "page_size": 1}},
+            mode="async",
+        )
+        assert resp.status_code == 202, resp.text
+        for _ in range(600):
+            data = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+            if data and data.get("stats", {}).get("records_fetched", 0) >= 5:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the run never fetched")
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(60) == 0  # a clean exit within the graceful window
+        second = start_worker_process(config, tmp_path / "worker2.out")
+        final = await stack.wait_status(task_id, timeout=120)
+        assert final["status"] == "completed", final
+        assert final["stats"]["records_emitted"] == 60
+    finally:
+        await stack.fault("latency", latency_ms=0)
+        for proc in (first, second):
+            if proc and proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
+    calls = (await stack.samples_http.get("/_quotes/calls")).json()
+    pages = Counter((c["symbol"], c["page"]) for c in calls if c["symbol"] in symbols)
+    assert len(pages) == 60 and set(pages.values()) == {1}, pages.most_common(3)
+    log = (tmp_path / "worker.log").read_text()
+    assert "worker_stopping" in log and "worker_stopped" in log

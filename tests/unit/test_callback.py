@@ -47,22 +47,20 @@ def test_finalize_bodies_are_exact():
 
 
 def test_override_and_allow_list():
-    s = CallbackSettings(allowed_hosts=["10.1.2.3"], override_host="10.1.2.3")
+    s = CallbackSettings(override_host="10.1.2.3")
     t = CallbackTarget(run_id="1", base_url="http://cron.internal:8080/api/runs/")
-    assert resolve_base_url(t, s) == "http://10.1.2.3:8080/api/runs"
+    assert resolve_base_url(t, s, ["10.1.2.3"]) == "http://10.1.2.3:8080/api/runs"
     t2 = CallbackTarget(
         run_id="1", base_url="http://cron:8080/runs", override_port=9999, override_host="10.1.2.3"
     )
-    assert resolve_base_url(t2, s) == "http://10.1.2.3:9999/runs"
-    with pytest.raises(ArtemisError, match="allowed_hosts"):
+    assert resolve_base_url(t2, s, ["10.1.2.3"]) == "http://10.1.2.3:9999/runs"
+    with pytest.raises(ArtemisError, match="security.allowed_hosts"):
         resolve_base_url(
-            CallbackTarget(run_id="1", base_url="http://evil:1/x"),
-            CallbackSettings(allowed_hosts=["cron"]),
+            CallbackTarget(run_id="1", base_url="http://evil:1/x"), CallbackSettings(), ["cron"]
         )
     with pytest.raises(ArtemisError, match="http"):
         resolve_base_url(
-            CallbackTarget(run_id="1", base_url="file:///etc/passwd"),
-            CallbackSettings(allowed_hosts=["*"]),
+            CallbackTarget(run_id="1", base_url="file:///etc/passwd"), CallbackSettings(), ["*"]
         )
 
 

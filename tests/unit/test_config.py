@@ -24,6 +24,24 @@ def test_yaml_file_then_env_overrides(tmp_path, monkeypatch):
     assert s.callback.progress_min_interval_ms == 250
 
 
+def test_precedence_flags_then_env_then_yaml_then_defaults(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "server:\n  port: 9000\n  host: 127.0.0.2\n  sync_timeout_s: 7\n"
+        "temporal:\n  namespace: yaml-ns\n"
+    )
+    monkeypatch.setenv("ARTEMIS__SERVER__PORT", "9001")
+    monkeypatch.setenv("ARTEMIS__SERVER__HOST", "127.0.0.3")
+    s = load_settings(cfg, server={"port": 9002})  # a command-line flag, e.g. --port
+    assert s.server.port == 9002  # flag > env > yaml
+    assert s.server.host == "127.0.0.3"  # env > yaml
+    assert s.server.sync_timeout_s == 7  # yaml > default, the rest of its section kept
+    assert s.temporal.namespace == "yaml-ns" and s.temporal.address == "127.0.0.1:7233"
+    assert s.server.max_body_bytes == 1_048_576  # default
+    monkeypatch.delenv("ARTEMIS__SERVER__PORT")
+    assert load_settings(cfg).server.port == 9000  # yaml again once env is gone
+
+
 def test_artemis_config_env_names_the_file(tmp_path, monkeypatch):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("server:\n  sync_timeout_s: 12\n")
