@@ -229,6 +229,21 @@ def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitabl
     return wrapper
 
 
+def _require_every_page(
+    pages: list[tuple[int, Any]], first: int, last: int, what: str
+) -> None:
+    """The staged pages of a batch are all there: a missing one is never skipped in
+    silence (a staging store that lost a commit, say) — the run fails visibly."""
+    missing = sorted(set(range(first, last + 1)) - {seq for seq, _ in pages})
+    if missing:
+        raise ArtemisError(
+            ErrorCode.INTERNAL,
+            f"staged {what} page(s) {missing[:10]} of #{first}-#{last} are missing from the "
+            "staging table: they cannot be skipped in silence",
+            retryable=False,
+        )
+
+
 def _budgeted(run: RunRef) -> bool:
     try:
         return bool(get_task(run.task_code).error_budgets)
@@ -568,6 +583,7 @@ class TaskRunActivities:
         raw = await asyncio.to_thread(
             self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq
         )
+        _require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
         out: list[tuple[int, list[dict[str, Any]]]] = []
         n_in = n_out = 0
         for seq, records in raw:
@@ -607,6 +623,7 @@ class TaskRunActivities:
         pages = await asyncio.to_thread(
             self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
         )
+        _require_every_page(pages, state["next_seq"], inp.last_seq, "processed")
         try:
             for seq, records in pages:
                 if records:

@@ -28,7 +28,10 @@ def available() -> bool:
 
 
 class PgServer:
-    def __init__(self, dbname: str = "artemis") -> None:
+    def __init__(self, dbname: str = "artemis", durable: bool = False) -> None:
+        # Not durable (the default, for speed): fsync and synchronous commits are off, so
+        # a crash may lose the last commits. A crash test needs a durable server.
+        self.durable = durable
         self.dbname = dbname
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="artemis-pg-"))
@@ -58,15 +61,7 @@ class PgServer:
         )
         if out.returncode:
             raise RuntimeError(f"initdb failed: {out.stderr}")
-        opts = (
-            f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        )
-        out = self._run(
-            pg_ctl, "-D", str(self.data), "-o", opts, "-l", str(self.root / "pg.log"), "-w", "start"
-        )
-        if out.returncode:
-            raise RuntimeError(f"pg_ctl start failed: {out.stderr}{out.stdout}")
+        self._pg_ctl_start()
         deadline = time.monotonic() + 30
         while not port_open("127.0.0.1", self.port):
             if time.monotonic() > deadline:
@@ -88,12 +83,14 @@ class PgServer:
 
     def restart(self) -> None:
         """Start again on the same port after ``crash`` (crash recovery runs)."""
+        self._pg_ctl_start()
+
+    def _pg_ctl_start(self) -> None:
         pg_ctl = pg_bin("pg_ctl")
         assert pg_ctl
-        opts = (
-            f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        )
+        opts = f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1"
+        if not self.durable:
+            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         out = self._run(
             pg_ctl, "-D", str(self.data), "-o", opts, "-l", str(self.root / "pg.log"), "-w", "start"
         )

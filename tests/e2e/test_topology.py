@@ -14,7 +14,6 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -50,7 +49,8 @@ def cluster_pg():
         pytest.skip("PostgreSQL is not installed here")
     from artemis.migrate import upgrade
 
-    server = PgServer(dbname="cluster").start()
+    # durable: a crash of a production PostgreSQL loses no committed transaction
+    server = PgServer(dbname="cluster", durable=True).start()
     upgrade(server.url)
     yield server
     server.stop()
@@ -71,8 +71,8 @@ def cluster_redis(tmp_path_factory):
 
 @pytest.fixture
 async def cluster(make_stack, cluster_pg, cluster_redis, tmp_path):
-    # The test's own API (in-process) only hosts nothing but the settings: the cluster is
-    # the processes below.
+    # The in-process stack only lends its settings and sample servers: the cluster is the
+    # processes below.
     stack = await make_stack(
         worker=False,
         runs={"pages_per_fetch": 10, "heartbeat_timeout_s": 2.0},
@@ -91,7 +91,9 @@ async def cluster(make_stack, cluster_pg, cluster_redis, tmp_path):
         assert time.monotonic() < deadline, "the API processes did not start"
         assert all(a.poll() is None for a in apis), "an API process exited"
         await asyncio.sleep(0.1)
-    yield Cluster(stack, cluster_pg, cluster_redis, [f"http://127.0.0.1:{p}" for p in ports], workers)
+    yield Cluster(
+        stack, cluster_pg, cluster_redis, [f"http://127.0.0.1:{p}" for p in ports], workers
+    )
     for proc in workers + apis:
         if proc.poll() is None:
             proc.terminate()
@@ -131,7 +133,9 @@ async def _fetched(c: Cluster, task_id: str, at_least: int) -> None:
         async with c.api(1) as b:
             resp = await b.get(f"/tasks/{task_id}")
         data = resp.json().get("data") or {}
-        return resp.status_code == 200 and data.get("stats", {}).get("records_fetched", 0) >= at_least
+        return (
+            resp.status_code == 200 and data.get("stats", {}).get("records_fetched", 0) >= at_least
+        )
 
     await _until(check, f"{at_least} records fetched")
 
@@ -163,6 +167,7 @@ async def test_run_on_one_api_is_read_listed_and_streamed_from_the_other_and_sur
     cluster,
 ):
     c = cluster
+    cleanup: list[asyncio.Task] = []
     await c.stack.fault("latency", latency_ms=40)
     try:
         task_id, run_id, started = await _start(c, ["PGA", "PGB"])
@@ -176,14 +181,17 @@ async def test_run_on_one_api_is_read_listed_and_streamed_from_the_other_and_sur
                         events.append(json.loads(line[5:]))
 
         streaming = asyncio.create_task(stream())
+        cleanup.append(streaming)
         await _fetched(c, task_id, 10)
         async with c.api(1) as b:
             listed = (await b.get("/tasks", params={"code": "pull_stock_quotes"})).json()["data"]
-        assert task_id in [t["task_id"] for t in listed["tasks"]]
+        assert task_id in [t["task_id"] for t in listed["items"]]
         # SIGKILL the worker running the fetch (its identity is pid@host)
         handle = c.stack.client.get_workflow_handle(started["workflow_id"])
         pending = (await handle.describe()).raw_description.pending_activities
-        pids = {int(a.last_worker_identity.split("@")[0]) for a in pending if a.last_worker_identity}
+        pids = {
+            int(a.last_worker_identity.split("@")[0]) for a in pending if a.last_worker_identity
+        }
         victim = next((w for w in c.workers if w.pid in pids), c.workers[0])
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
@@ -191,14 +199,14 @@ async def test_run_on_one_api_is_read_listed_and_streamed_from_the_other_and_sur
         await asyncio.wait_for(streaming, 30)
     finally:
         await c.stack.fault("latency", latency_ms=0)
+        for task in cleanup:
+            task.cancel()
     assert events[0]["event"] == "plan_update" and events[-1]["event"] == "complete"
     assert [e["event"] for e in events].count("complete") == 1
 
 
 @pytest.mark.parametrize("outage", ["database", "task_store"])
-async def test_a_6s_outage_of_the_database_or_the_task_store_mid_run_loses_nothing(
-    cluster, outage
-):
+async def test_a_6s_outage_of_the_database_or_the_task_store_mid_run_loses_nothing(cluster, outage):
     c = cluster
     await c.stack.fault("latency", latency_ms=40)
     try:
