@@ -9,10 +9,10 @@ import os
 import secrets
 from pathlib import Path
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -20,6 +20,10 @@ from artemis.db import RunSecret, get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 MASTER_KEY_ENV = "COOKIE_MASTER_KEY"
+# Other master keys accepted for reading during a rotation (comma-separated): what they
+# encrypted (payloads in histories, run secrets, vault keys) stays readable while
+# everything new is written under COOKIE_MASTER_KEY.
+PREVIOUS_KEYS_ENV = "COOKIE_MASTER_KEYS_READ"
 MAKE_A_KEY = "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
 
 # Only the embedded stack (`artemis dev` / `demo`, the test suite) may generate a key file.
@@ -55,6 +59,22 @@ def master_key(key_file: str | os.PathLike[str] = ".artemis/master.key") -> byte
     return path.read_bytes().strip()
 
 
+def read_master_keys() -> list[bytes]:
+    raw = os.environ.get(PREVIOUS_KEYS_ENV, "")
+    return [k.strip().encode() for k in raw.split(",") if k.strip()]
+
+
+def master_keys(key_file: str | os.PathLike[str] = ".artemis/master.key") -> list[bytes]:
+    """The current master key first (it encrypts), then the previous ones (they read)."""
+    current = master_key(key_file)
+    return [current, *(k for k in read_master_keys() if k != current)]
+
+
+def derive_multi(masters: list[bytes], purpose: str) -> MultiFernet:
+    """Encrypts with the first master's key, decrypts with any of them."""
+    return MultiFernet([derive_fernet(m, purpose) for m in masters])
+
+
 def derive_fernet(master: bytes, purpose: str) -> Fernet:
     key = HKDF(
         algorithm=hashes.SHA256(), length=32, salt=b"artemis-v1", info=purpose.encode()
@@ -87,10 +107,29 @@ class SecretBox:
 class RunSecrets:
     """Secrets attached to one run, stored encrypted; read back inside activities only."""
 
-    def __init__(self, database_url: str, key_file: str = ".artemis/master.key") -> None:
+    def __init__(
+        self,
+        database_url: str,
+        key_file: str = ".artemis/master.key",
+        masters: list[bytes] | None = None,
+    ) -> None:
         self.engine = get_engine(database_url)
-        self.fernet = derive_fernet(master_key(key_file), "run-secrets")
+        self.fernet = derive_multi(masters or master_keys(key_file), "run-secrets")
         self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+
+    def rotate_all(self) -> int:
+        """Re-encrypt every stored run secret under the first master key (a rotation)."""
+        table = RunSecret.__table__  # type: ignore[attr-defined]
+        with self.engine.begin() as conn:
+            rows = conn.execute(select(table.c.run_key, table.c.name, table.c.ciphertext)).all()
+            for r in rows:
+                token = self.fernet.rotate(r.ciphertext.encode()).decode()
+                conn.execute(
+                    update(table)
+                    .where(table.c.run_key == r.run_key, table.c.name == r.name)
+                    .values(ciphertext=token)
+                )
+        return len(rows)
 
     def put(self, run_key: str, name: str, value: str) -> None:
         table = RunSecret.__table__  # type: ignore[attr-defined]

@@ -199,8 +199,10 @@ def cookies_rotate_key(
     ),
     config: Path | None = ConfigOpt,
 ) -> None:
-    """Re-encrypt every cookie under a new key (MultiFernet) and retire the old keys."""
+    """Re-encrypt every cookie, credential secret and run secret under a new key
+    (MultiFernet) and retire the old keys."""
     from artemis.crawler.vault import vault_for
+    from artemis.vault import RunSecrets
 
     new_master = None
     if new_master_key_env:
@@ -208,13 +210,29 @@ def cookies_rotate_key(
         if not raw:
             _fail(f"--new-master-key-env: ${new_master_key_env} is not set")
         new_master = (raw or "").encode()
-    vault = vault_for(_settings(config))
+    settings = _settings(config)
+    vault = vault_for(settings)
+    readable = [vault.master, *vault.previous]
     result = vault.rotate(new_master)
+    # The run secrets (callback tokens of open runs) move too; payloads already in Temporal
+    # histories stay readable through COOKIE_MASTER_KEYS_READ.
+    run_secrets = RunSecrets(
+        settings.database.url, masters=[new_master or vault.master, *readable]
+    ).rotate_all()
     console.print_json(
-        data={"new_key_id": result.new_key_id, "rows": result.rows, "retired": result.retired}
+        data={
+            "new_key_id": result.new_key_id,
+            "rows": result.rows,
+            "run_secrets": run_secrets,
+            "retired": result.retired,
+        }
     )
     if new_master_key_env:
-        err_console.print(f"now set COOKIE_MASTER_KEY to the value of ${new_master_key_env}")
+        err_console.print(
+            f"now set COOKIE_MASTER_KEY to the value of ${new_master_key_env} and "
+            "COOKIE_MASTER_KEYS_READ to the old key on every worker and API (README: "
+            "Keys and rotation on a cluster)"
+        )
 
 
 # -- audit ---------------------------------------------------------------------------------------

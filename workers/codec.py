@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
@@ -21,7 +21,7 @@ KEY_ID = b"hkdf-sha256-v1"
 
 
 class FernetPayloadCodec(PayloadCodec):
-    def __init__(self, fernet: Fernet) -> None:
+    def __init__(self, fernet: Fernet | MultiFernet) -> None:
         self.fernet = fernet
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
@@ -49,9 +49,11 @@ class FernetPayloadCodec(PayloadCodec):
 
 
 def codec_for(settings: object) -> FernetPayloadCodec | None:
-    from artemis.vault import derive_fernet, master_key
+    from artemis.vault import derive_multi, master_keys
 
     if not settings.temporal.payload_encryption:  # type: ignore[attr-defined]
         return None
     key_file = settings.vault.get("master_key_file", ".artemis/master.key")  # type: ignore[attr-defined]
-    return FernetPayloadCodec(derive_fernet(master_key(key_file), "temporal-payloads"))
+    # Payloads stay in histories: the previous master keys keep them readable after a
+    # rotation, new ones are written under COOKIE_MASTER_KEY.
+    return FernetPayloadCodec(derive_multi(master_keys(key_file), "temporal-payloads"))

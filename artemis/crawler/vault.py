@@ -64,7 +64,7 @@ class RotateResult:
 
 
 class CookieVault:
-    def __init__(self, engine: Engine, master: bytes) -> None:
+    def __init__(self, engine: Engine, master: bytes, previous: list[bytes] | None = None) -> None:
         if len(master) < MIN_MASTER_LEN:
             raise ArtemisError(
                 ErrorCode.CONFIG_ERROR,
@@ -73,6 +73,9 @@ class CookieVault:
             )
         self.engine = engine
         self.master = master
+        # Masters of a rotation in progress (COOKIE_MASTER_KEYS_READ): a vault key made
+        # under one of them still opens its rows until `rotate-key` moves them.
+        self.previous = [m for m in previous or [] if m != master]
         self._fernets: dict[str, Fernet] = {}
 
     # -- keys -------------------------------------------------------------------------
@@ -83,6 +86,20 @@ class CookieVault:
             return self._fernets[key_id]
         if row.kdf != KDF:  # type: ignore[attr-defined]
             raise ArtemisError(ErrorCode.CONFIG_ERROR, f"vault key {key_id}: unknown KDF")
+        if master is self.master:
+            # the master this key was made with: the current one or one being rotated out
+            master = next(
+                (
+                    m
+                    for m in (self.master, *self.previous)
+                    if hmac.compare_digest(_check(m, row.salt), row.master_check)  # type: ignore[attr-defined]
+                ),
+                self.master,
+            )
+            if master is not self.master:
+                fernet = _derive(master, row.salt)  # type: ignore[attr-defined]
+                self._fernets[key_id] = fernet
+                return fernet
         if not hmac.compare_digest(_check(master, row.salt), row.master_check):  # type: ignore[attr-defined]
             raise ArtemisError(
                 ErrorCode.CONFIG_ERROR,
@@ -109,10 +126,10 @@ class CookieVault:
         )
         return key_id
 
-    def _legacy(self, purpose: str) -> Fernet:
-        from artemis.vault import derive_fernet
+    def _legacy(self, purpose: str) -> Fernet | MultiFernet:
+        from artemis.vault import derive_multi
 
-        return derive_fernet(self.master, purpose)
+        return derive_multi([self.master, *self.previous], purpose)
 
     def _active(self, conn: Connection) -> object:
         row = conn.execute(
@@ -204,7 +221,7 @@ class CookieVault:
                             old[kid] = self._fernet(self._row(conn, kid))
                         fernet = old[kid]
                     try:
-                        token = MultiFernet([new_fernet, fernet]).rotate(r[1].encode()).decode()
+                        token = new_fernet.encrypt(fernet.decrypt(r[1].encode())).decode()
                     except InvalidToken:
                         raise ArtemisError(
                             ErrorCode.CONFIG_ERROR,
@@ -227,8 +244,12 @@ def vault_for(settings: object) -> CookieVault:
     """The vault of these settings: ``COOKIE_MASTER_KEY``, else (dev stack only) the key
     file ``vault.master_key_file``."""
     from artemis.db import get_engine
-    from artemis.vault import master_key
+    from artemis.vault import master_key, read_master_keys
 
     s = settings
     key_file = s.vault.get("master_key_file", ".artemis/master.key")  # type: ignore[attr-defined]
-    return CookieVault(get_engine(s.database.url), master_key(key_file))  # type: ignore[attr-defined]
+    return CookieVault(
+        get_engine(s.database.url),  # type: ignore[attr-defined]
+        master_key(key_file),
+        read_master_keys(),
+    )

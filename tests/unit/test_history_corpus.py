@@ -63,3 +63,20 @@ async def test_a_command_change_without_its_patch_guard_fails_replay(monkeypatch
     result = await replayer.replay_workflow(_history(olds[0]), raise_on_replay_failure=False)
     assert result.replay_failure is not None
     assert "nondetermin" in str(result.replay_failure).lower()
+
+
+async def test_removing_a_patch_that_a_kept_history_needs_fails_replay(monkeypatch):
+    """The other half of the rule: a history recorded on the patched path (0.2.0 took
+    every patch) breaks when the patch is removed the wrong way (its code path dropped)."""
+    from temporalio import workflow
+
+    new = [
+        p
+        for p in FILES
+        if p.parent.name == "0.2.0" and p.name.startswith("TaskRunWorkflow-completed-completed")
+    ]
+    assert new, "no 0.2.0 histories"
+    monkeypatch.setattr(workflow, "patched", lambda patch_id: False)
+    replayer = Replayer(workflows=list(WORKFLOWS))
+    result = await replayer.replay_workflow(_history(new[0]), raise_on_replay_failure=False)
+    assert result.replay_failure is not None
