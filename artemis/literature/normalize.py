@@ -63,56 +63,120 @@ def parse_pubmed_xml(body: bytes | str, provenance: str = "pubmed") -> list[dict
             ErrorCode.SOURCE_ERROR,
             f"pubmed efetch error: {_text(root.find('ERROR')) or _text(root)}",
         )
-    records = []
-    for art in root.iter("PubmedArticle"):
-        cit = art.find("MedlineCitation")
-        if cit is None:
-            continue
-        pmid = _text(cit.find("PMID"))
-        article = cit.find("Article")
-        journal = article.find("Journal") if article is not None else None
-        pub = journal.find("JournalIssue/PubDate") if journal is not None else None
-        published = None
-        if pub is not None:
-            published = _date(
-                _text(pub.find("Year")), _text(pub.find("Month")), _text(pub.find("Day"))
-            )
-            if published is None:
-                medline = _text(pub.find("MedlineDate"))
-                published = medline[:4] if medline and medline[:4].isdigit() else None
-        authors = []
-        for a in article.findall("AuthorList/Author") if article is not None else []:
-            parts_ = [x for x in (_text(a.find("ForeName")), _text(a.find("LastName"))) if x]
-            name = " ".join(parts_) if parts_ else _text(a.find("CollectiveName"))
-            if name:
-                authors.append(name)
-        parts = []
-        for t in article.findall("Abstract/AbstractText") if article is not None else []:
-            text = _text(t)
-            if text:
-                label = t.get("Label")
-                parts.append(f"{label}: {text}" if label else text)
-        doi = None
-        for loc in article.findall("ELocationID") if article is not None else []:
-            if loc.get("EIdType") == "doi":
-                doi = _text(loc)
-        if doi is None:
-            for aid in art.findall("PubmedData/ArticleIdList/ArticleId"):
-                if aid.get("IdType") == "doi":
-                    doi = _text(aid)
-        records.append(
-            {
-                "provenance": provenance,
-                "id": pmid,
-                "doi": doi.lower() if doi else None,
-                "title": _text(article.find("ArticleTitle")) if article is not None else None,
-                "journal": _text(journal.find("Title")) if journal is not None else None,
-                "published": published,
-                "authors": authors,
-                "abstract": " ".join(parts) or None,
-            }
+    if root.tag != "PubmedArticleSet":
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"pubmed efetch: expected a PubmedArticleSet, got <{root.tag}>",
         )
+    records = []
+    for art in root:
+        if art.tag == "PubmedArticle":
+            records.append(_pubmed_article(art, provenance))
+        elif art.tag == "PubmedBookArticle":
+            records.append(_pubmed_book(art, provenance))
+        else:
+            # Anything else in a PubmedArticleSet is a shape the contract does not name:
+            # never a record skipped in silence.
+            raise ArtemisError(
+                ErrorCode.SOURCE_CONTRACT,
+                f"pubmed efetch: unexpected <{art.tag}> in PubmedArticleSet "
+                "(expected PubmedArticle or PubmedBookArticle)",
+            )
     return records
+
+
+def _pmid(elem: ET.Element | None, where: str) -> str:
+    pmid = _text(elem.find("PMID")) if elem is not None else None
+    if not pmid:
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT, f"pubmed efetch: a {where} without {where}/PMID"
+        )
+    return pmid
+
+
+def _pub_date(pub: ET.Element | None) -> str | None:
+    if pub is None:
+        return None
+    published = _date(_text(pub.find("Year")), _text(pub.find("Month")), _text(pub.find("Day")))
+    if published is None:
+        medline = _text(pub.find("MedlineDate"))
+        published = medline[:4] if medline and medline[:4].isdigit() else None
+    return published
+
+
+def _authors(parent: ET.Element | None) -> list[str]:
+    authors = []
+    for a in parent.findall("AuthorList/Author") if parent is not None else []:
+        parts_ = [x for x in (_text(a.find("ForeName")), _text(a.find("LastName"))) if x]
+        name = " ".join(parts_) if parts_ else _text(a.find("CollectiveName"))
+        if name:
+            authors.append(name)
+    return authors
+
+
+def _abstract(parent: ET.Element | None) -> str | None:
+    parts = []
+    for t in parent.findall("Abstract/AbstractText") if parent is not None else []:
+        text = _text(t)
+        if text:
+            label = t.get("Label")
+            parts.append(f"{label}: {text}" if label else text)
+    return " ".join(parts) or None
+
+
+def _doi(art: ET.Element, article: ET.Element | None) -> str | None:
+    for loc in article.findall("ELocationID") if article is not None else []:
+        if loc.get("EIdType") == "doi":
+            return _text(loc)
+    # The record's own ids only (references inside it list other articles' DOIs).
+    for path in ("PubmedData/ArticleIdList/ArticleId", "PubmedBookData/ArticleIdList/ArticleId"):
+        for aid in art.findall(path):
+            if aid.get("IdType") == "doi":
+                return _text(aid)
+    return None
+
+
+def _pubmed_article(art: ET.Element, provenance: str) -> dict[str, Any]:
+    cit = art.find("MedlineCitation")
+    pmid = _pmid(cit, "MedlineCitation")
+    assert cit is not None
+    article = cit.find("Article")
+    journal = article.find("Journal") if article is not None else None
+    doi = _doi(art, article)
+    return {
+        "provenance": provenance,
+        "id": pmid,
+        "doi": doi.lower() if doi else None,
+        "title": _text(article.find("ArticleTitle")) if article is not None else None,
+        "journal": _text(journal.find("Title")) if journal is not None else None,
+        "published": _pub_date(
+            journal.find("JournalIssue/PubDate") if journal is not None else None
+        ),
+        "authors": _authors(article),
+        "abstract": _abstract(article),
+    }
+
+
+def _pubmed_book(art: ET.Element, provenance: str) -> dict[str, Any]:
+    """A book or book chapter (NCBI Bookshelf): esearch lists it like an article."""
+    doc = art.find("BookDocument")
+    pmid = _pmid(doc, "BookDocument")
+    assert doc is not None
+    book = doc.find("Book")
+    doi = _doi(art, None)
+    title = _text(doc.find("ArticleTitle")) or (
+        _text(book.find("BookTitle")) if book is not None else None
+    )
+    return {
+        "provenance": provenance,
+        "id": pmid,
+        "doi": doi.lower() if doi else None,
+        "title": title,
+        "journal": _text(book.find("Publisher/PublisherName")) if book is not None else None,
+        "published": _pub_date(book.find("PubDate") if book is not None else None),
+        "authors": _authors(doc) or _authors(book),
+        "abstract": _abstract(doc),
+    }
 
 
 def _crossref_date(item: dict[str, Any]) -> str | None:

@@ -69,3 +69,32 @@ def test_malformed_inputs_name_the_problem():
     assert "<PubmedArticleSet><PubmedArticle>" in bad.value.message  # a snippet of the body
     with pytest.raises(ArtemisError, match="without DOI"):
         normalize_crossref({"title": ["x"]})
+
+
+def test_book_articles_are_records_and_unknown_elements_are_contract_errors():
+    book = (
+        b"<PubmedArticleSet><PubmedBookArticle><BookDocument><PMID>20301295</PMID>"
+        b"<ArticleIdList><ArticleId IdType='bookaccession'>NBK1116</ArticleId></ArticleIdList>"
+        b"<Book><Publisher><PublisherName>University of Washington</PublisherName></Publisher>"
+        b"<BookTitle>GeneReviews</BookTitle><PubDate><Year>1993</Year></PubDate></Book>"
+        b"<ArticleTitle>Alpha-Thalassemia</ArticleTitle><Abstract><AbstractText>A text."
+        b"</AbstractText></Abstract></BookDocument><PubmedBookData><ArticleIdList>"
+        b"<ArticleId IdType='doi'>10.1000/Book.1</ArticleId></ArticleIdList></PubmedBookData>"
+        b"</PubmedBookArticle></PubmedArticleSet>"
+    )
+    (rec,) = parse_pubmed_xml(book)
+    assert rec["id"] == "20301295" and rec["title"] == "Alpha-Thalassemia"
+    assert rec["journal"] == "University of Washington" and rec["published"] == "1993"
+    assert rec["doi"] == "10.1000/book.1" and rec["abstract"] == "A text."
+    for bad, where in (
+        (b"<PubmedArticleSet><Surprise/></PubmedArticleSet>", "Surprise"),
+        (
+            b"<PubmedArticleSet><PubmedArticle><MedlineCitation/></PubmedArticle>"
+            b"</PubmedArticleSet>",
+            "PMID",
+        ),
+        (b"<PubmedArticleSet><PubmedArticle/></PubmedArticleSet>", "PMID"),
+    ):
+        with pytest.raises(ArtemisError) as e:
+            parse_pubmed_xml(bad)
+        assert e.value.code == ErrorCode.SOURCE_CONTRACT and where in e.value.message
