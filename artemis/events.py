@@ -32,6 +32,9 @@ from artemis.run_models import STEPS
 
 # Which plan step each activity of the task-run workflow belongs to. Bookkeeping
 # activities (task-store mirroring, cleanup) are not part of the plan.
+# Operator controls recorded in a run's stream (POST /tasks/{id}/pause|resume|rate-limit).
+CONTROL_EVENTS = ("paused", "resumed", "rate_changed")
+
 ACTIVITY_STEP = {
     "prepare_params": "step_prepare",
     "fetch_pages": "step_fetch",
@@ -295,6 +298,12 @@ class PlanTracker:
                 if raw.data.get("expected_total") is not None:
                     self.expected_total = int(raw.data["expected_total"])
             emit("progress", self._progress(), raw.step)
+        elif raw.kind in CONTROL_EVENTS:
+            # An operator's control of the run (pause, resume, a new rate), as the API
+            # signalled it.
+            if first:
+                self._plan_if_changed(emit, force=True)
+            emit(raw.kind, dict(raw.data), None)
         elif raw.kind == "run_status":
             status = str(raw.data.get("status"))
             if status not in TERMINAL_STATUSES:

@@ -730,6 +730,41 @@ def tasks_cancel(
     )
 
 
+def _control(task_id: str, path: str, body: dict, api: str | None, config: Path | None) -> None:
+    settings = _settings(config)
+    url = f"{_api_url(settings, api)}/tasks/{task_id}/{path}"
+    console.print_json(data=_call("POST", url, settings, json=body)["data"])
+
+
+@tasks_app.command("pause")
+def tasks_pause(
+    task_id: str,
+    reason: str = typer.Option("paused from the CLI", "--reason"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Pause a running task: nothing is fetched until it is resumed (the batch in flight
+    finishes first)."""
+    _control(task_id, "pause", {"reason": reason}, api, config)
+
+
+@tasks_app.command("resume")
+def tasks_resume(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
+    """Resume a paused task."""
+    _control(task_id, "resume", {}, api, config)
+
+
+@tasks_app.command("rate")
+def tasks_rate(
+    task_id: str,
+    qps: float = typer.Argument(..., help="requests per second at the source"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Set a running task's request rate (from its next batch on)."""
+    _control(task_id, "rate-limit", {"qps": qps}, api, config)
+
+
 @tasks_app.command("watch")
 def tasks_watch(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
     """Follow a run live (its steps, counters and latest activity) until it ends."""

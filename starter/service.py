@@ -43,6 +43,8 @@ from artemis.run_models import (
     SA_TASK_ID,
     WORKFLOW_NAME,
     CancelRequest,
+    PauseRequest,
+    RateLimitRequest,
     RunRequest,
     RunTuning,
     lock_workflow_id,
@@ -151,6 +153,7 @@ class RunService:
         self.settings = settings
         self._secrets: RunSecrets | None = None
         self._store: Any = None
+        self._events: Any = None
 
     @property
     def secrets(self) -> RunSecrets:
@@ -500,6 +503,9 @@ class RunService:
                     "expected_total": progress.get("expected_total"),
                 },
                 error=progress.get("error"),
+                # the operator's controls as the run holds them
+                paused=bool(progress.get("paused")),
+                qps=progress.get("qps"),
             )
             return out
         try:
@@ -541,7 +547,8 @@ class RunService:
                 )
         return out
 
-    async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:
+    async def _running(self, task_id: str) -> WorkflowHandle:
+        """The run's workflow while it runs: 404 unknown, 409 finished."""
         record = await self.record(task_id)
         handle = await self.find(task_id, record.workflow_id if record is not None else None)
         if handle is None:
@@ -552,6 +559,36 @@ class RunService:
                 ErrorCode.CONFLICT,
                 f"task {task_id} has already finished ({desc.status.name.lower()})",
             )
+        return handle
+
+    async def control(self, task_id: str, action: str, value: Any = None) -> dict[str, Any]:
+        """An operator's control of a running task: ``pause`` (value: the reason),
+        ``resume`` or ``rate`` (value: requests per second). Signalled to the workflow
+        (it acts at its next safe point) and recorded in the run's event stream."""
+        handle = await self._running(task_id)
+        if action == "pause":
+            await handle.signal("pause", PauseRequest(reason=str(value)))
+            kind, data = "paused", {"reason": str(value)}
+        elif action == "resume":
+            await handle.signal("resume")
+            kind, data = "resumed", {}
+        else:
+            await handle.signal("set_rate_limit", RateLimitRequest(qps=float(value)))
+            kind, data = "rate_changed", {"qps": float(value)}
+        await asyncio.to_thread(self.events.append, task_id, kind, data)
+        log.info("task_controlled", task_id=task_id, workflow_id=handle.id, action=kind, **data)
+        return {"task_id": task_id, "workflow_id": handle.id, "action": kind, **data}
+
+    @property
+    def events(self) -> Any:
+        if self._events is None:
+            from artemis.events import EventLog
+
+            self._events = EventLog(self.settings.database.url)
+        return self._events
+
+    async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:
+        handle = await self._running(task_id)
         await handle.signal("cancel", CancelRequest(reason=reason))
         log.info("cancel_signalled", task_id=task_id, workflow_id=handle.id, reason=reason)
         return {

@@ -135,6 +135,17 @@ class TaskUnit:
         state = (checkpoint or {}).get("state")
         expected: int | None = (checkpoint or {}).get("expected")
         tolerance = self.completeness_tolerance(ctx)
+        qps = ctx.overrides.get("qps")
+        if qps:
+            # An operator's rate (POST /tasks/{id}/rate-limit) for sources without a limit
+            # of their own (a registry source applies it to its contract's limiter).
+            from artemis.ratelimit import bucket_for
+            from artemis.sources.rest import RestSource
+
+            bucket = bucket_for(f"run:{ctx.task_code}/{ctx.task_id}", float(qps), 1)
+            for src in sources:
+                if isinstance(src, RestSource) and src.before_request is None:
+                    src.before_request = bucket.acquire
         if index < len(sources) and state is not None:
             sources[index].resumed = bool(ctx.overrides.get("resumed"))
         while index < len(sources):

@@ -127,6 +127,57 @@ def _store(request: Request):  # noqa: ANN202
     return app.state.task_store
 
 
+async def _body(request: Request) -> dict:
+    raw = await read_json(request)
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "body: expected a JSON object")
+    return raw
+
+
+@router.post("/tasks/{task_id}/pause", status_code=202, summary="Pause a running task")
+async def pause_task(
+    task_id: str, request: Request, service: RunService = Depends(get_service)
+) -> JSONResponse:
+    """Nothing is fetched while paused; the batch in flight finishes first. Body
+    ``{"reason"}`` (optional)."""
+    raw = await _body(request)
+    unknown = sorted(set(raw) - {"reason"})
+    if unknown:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"body.{unknown[0]}: unknown field")
+    reason = raw.get("reason", "paused by request")
+    if not isinstance(reason, str):
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.reason: must be a string")
+    return envelope(request, await service.control(task_id, "pause", reason), status=202)
+
+
+@router.post("/tasks/{task_id}/resume", status_code=202, summary="Resume a paused task")
+async def resume_task(
+    task_id: str, request: Request, service: RunService = Depends(get_service)
+) -> JSONResponse:
+    return envelope(request, await service.control(task_id, "resume"), status=202)
+
+
+@router.post(
+    "/tasks/{task_id}/rate-limit", status_code=202, summary="Set a running task's requests/s"
+)
+async def rate_limit_task(
+    task_id: str, request: Request, service: RunService = Depends(get_service)
+) -> JSONResponse:
+    """Body ``{"qps": 2.5}``: the source's requests per second from the next batch on."""
+    raw = await _body(request)
+    unknown = sorted(set(raw) - {"qps"})
+    if unknown:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"body.{unknown[0]}: unknown field")
+    qps = raw.get("qps")
+    if isinstance(qps, bool) or not isinstance(qps, (int, float)) or not 0 < qps <= 10_000:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, "body.qps: a number of requests per second, > 0"
+        )
+    return envelope(request, await service.control(task_id, "rate", float(qps)), status=202)
+
+
 @router.get("/tasks", summary="Runs from task storage, newest first")
 async def list_tasks(
     request: Request,

@@ -1,0 +1,106 @@
+"""Operator controls (SPEC §5): pause, resume and a new rate for a running task, through
+the API and the CLI; nothing is fetched while paused; the stream records each control."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from tests.conftest import ROOT, new_task_id
+
+
+async def _requests(stack, symbol: str) -> int:
+    calls = (await stack.samples_http.get("/_quotes/calls")).json()
+    return sum(1 for c in calls if c["symbol"] == symbol)
+
+
+async def _until(check, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def _cli(stack, *args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "starter.cli", "tasks", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ARTEMIS_API": stack.api_url, "COLUMNS": "200"},
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+async def test_pause_rate_and_resume_through_the_api_and_the_cli(make_stack):
+    stack = await make_stack(runs={"pages_per_fetch": 2})
+    await stack.fault("latency", latency_ms=50)
+    symbol = f"C{new_task_id()[-6:].upper()}"
+    task_id = new_task_id()
+    try:
+        resp = await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"symbols": [symbol], "page_size": 1}},
+            mode="async",
+        )
+        assert resp.status_code == 202, resp.text
+
+        async def fetching() -> bool:
+            return await _requests(stack, symbol) >= 3
+
+        await _until(fetching, "the run to fetch")
+        paused = await stack.http.post(f"/tasks/{task_id}/pause", json={"reason": "maintenance"})
+        assert paused.status_code == 202, paused.text
+        assert paused.json()["data"]["action"] == "paused"
+
+        async def shows_paused() -> bool:
+            data = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+            return data.get("paused") is True and data["progress"]["stage"] == "paused"
+
+        await _until(shows_paused, "the run to pause")
+        # the batch in flight has finished: no source request while paused
+        held = await _requests(stack, symbol)
+        await asyncio.sleep(1.5)
+        assert await _requests(stack, symbol) == held
+        # the CLI in a thread: the API under test is served by this event loop
+        rated = await asyncio.to_thread(_cli, stack, "rate", task_id, "4")
+        assert rated["action"] == "rate_changed" and rated["qps"] == 4.0
+
+        async def shows_rate() -> bool:
+            return (await stack.http.get(f"/tasks/{task_id}")).json()["data"].get("qps") == 4.0
+
+        await _until(shows_rate, "the new rate")
+        resumed = await asyncio.to_thread(_cli, stack, "resume", task_id)
+        assert resumed["action"] == "resumed"
+        final = await stack.wait_status(task_id, timeout=90)
+    finally:
+        await stack.fault("latency", latency_ms=0)
+    assert final["status"] == "completed" and final["stats"]["records_emitted"] == 30
+    assert await _requests(stack, symbol) == 30  # each page once, nothing lost to the pause
+    resp = await stack.http.get(f"/tasks/{task_id}/events", params={"follow": "false"})
+    kinds = [json.loads(x[5:])["event"] for x in resp.text.splitlines() if x.startswith("data:")]
+    assert kinds.index("paused") < kinds.index("rate_changed") < kinds.index("resumed")
+    assert kinds[-1] == "complete"
+    # finished: 409; unknown: 404
+    assert (await stack.http.post(f"/tasks/{task_id}/resume")).status_code == 409
+    assert (await stack.http.post(f"/tasks/{new_task_id()}/pause")).status_code == 404
+
+
+async def test_control_bodies_are_checked(stack):
+    task_id = new_task_id()
+    for path, body, field in (
+        ("rate-limit", {"qps": 0}, "body.qps"),
+        ("rate-limit", {"qps": "fast"}, "body.qps"),
+        ("rate-limit", {"qps": 1, "burst": 2}, "body.burst"),
+        ("pause", {"reason": 5}, "body.reason"),
+    ):
+        resp = await stack.http.post(f"/tasks/{task_id}/{path}", json=body)
+        assert resp.status_code == 422, (path, body)
+        assert field in resp.json()["error"]["message"]
