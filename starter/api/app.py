@@ -13,7 +13,7 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from starter.api.envelope import RequestContextMiddleware, error_response
-from starter.api.routes import codec, events, health, notes, tasks
+from starter.api.routes import codec, events, health, notes, task_types, tasks
 from starter.service import RunService
 
 log = get_logger("artemis.api")
@@ -32,8 +32,33 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.service = RunService(client, settings) if client is not None else None
+
+    def openapi() -> dict:
+        # The run route reads its body itself (the params are the task's, validated by the
+        # task's own model); its schema joins the generated components here.
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            from starter.service import RunBody
+
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            body = RunBody.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, definition in body.pop("$defs", {}).items():
+                components.setdefault(name, definition)
+            components["RunBody"] = body
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.include_router(health.router)
     app.include_router(tasks.router)
+    app.include_router(task_types.router)
     app.include_router(events.router)
     app.include_router(notes.router)
     if settings.temporal.payload_encryption:

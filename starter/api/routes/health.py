@@ -14,12 +14,13 @@ from artemis.logsetup import get_logger
 from artemis.metrics import exposition
 from starter.api.deps import get_service
 from starter.api.envelope import envelope, error_response
+from starter.api.schemas import Envelope, Health, Ready, documented
 
 router = APIRouter(tags=["health"])
 log = get_logger("artemis.api")
 
 
-@router.get("/health", summary="Liveness")
+@router.get("/health", summary="Liveness (no token)", responses=documented(Health))
 async def health(request: Request) -> JSONResponse:
     return envelope(request, {"status": "ok"})
 
@@ -31,7 +32,14 @@ def _down(what: str, e: BaseException) -> str:
     return f"unreachable ({type(e).__name__})"
 
 
-@router.get("/ready", summary="Readiness: Temporal and the database reachable (no token)")
+@router.get(
+    "/ready",
+    summary="Readiness: Temporal and the database reachable (no token)",
+    responses={
+        **documented(Ready),
+        503: {"model": Envelope[Ready], "description": "NOT_READY, naming what is down"},
+    },
+)
 async def ready(request: Request) -> JSONResponse:
     checks: dict[str, str] = {}
     try:

@@ -15,7 +15,8 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.run_models import NoteDetailOutcome, NoteDetailsRequest
 from artemis.staging import Staging
 from starter.api.deps import get_service, get_settings
-from starter.api.envelope import _meta, read_json
+from starter.api.envelope import _meta
+from starter.api.schemas import Envelope, NotesAnswer, NotesBody
 from starter.service import RunService
 
 router = APIRouter(tags=["notes"])
@@ -23,43 +24,26 @@ router = APIRouter(tags=["notes"])
 MAX_NOTES = 100
 
 
-def _parse(raw: Any, settings: Any) -> tuple[str, list[str]]:
-    if not isinstance(raw, dict):
-        raise ArtemisError(ErrorCode.INVALID_INPUT, 'body: expected {"platform", "note_ids"}')
-    unknown = sorted(set(raw) - {"platform", "note_ids"})
-    if unknown:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, f"body.{unknown[0]}: unknown field")
-    platform = raw.get("platform")
-    if not isinstance(platform, str) or not platform:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.platform: a platform name is required")
-    try:
-        platform_for(settings, platform)
-    except ArtemisError as e:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, e.message.replace("params.", "body.")) from None
-    ids = raw.get("note_ids")
-    if not isinstance(ids, list) or not ids:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.note_ids: a non-empty list is required")
-    if len(ids) > MAX_NOTES:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT, f"body.note_ids: at most {MAX_NOTES} per request"
-        )
-    for i, n in enumerate(ids):
-        if not isinstance(n, str) or not n.strip():
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT, f"body.note_ids[{i}]: must be a non-empty string"
-            )
-    if len(set(ids)) != len(ids):
-        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.note_ids: ids must be unique")
-    return platform, [n.strip() for n in ids]
-
-
-@router.post("/notes/details", summary="Details of several notes; each fails alone")
+@router.post(
+    "/notes/details",
+    summary="Details of several notes; each fails alone",
+    responses={
+        200: {"model": NotesAnswer, "description": "every note fetched"},
+        207: {"model": NotesAnswer, "description": "PARTIAL_FAIL: some notes failed"},
+        422: {"model": Envelope[None], "description": "INVALID_INPUT naming the field"},
+    },
+)
 async def note_details(
     request: Request,
+    body: NotesBody,
     service: RunService = Depends(get_service),
     settings=Depends(get_settings),
 ) -> JSONResponse:
-    platform, ids = _parse(await read_json(request), settings)
+    try:
+        platform_for(settings, body.platform)
+    except ArtemisError as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, e.message.replace("params.", "body.")) from None
+    platform, ids = body.platform, body.note_ids
     state = request.scope["state"]
     batch = uuid.uuid4().hex
     batch_key = f"notes/{batch}"

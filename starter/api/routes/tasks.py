@@ -4,17 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from artemis.errors import ArtemisError, ErrorCode
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope, error_response, read_json
+from starter.api.schemas import (
+    CancelAnswer,
+    CancelBody,
+    ControlAnswer,
+    Envelope,
+    FeedbackAnswer,
+    FeedbackBody,
+    PauseBody,
+    RateLimitBody,
+    RunAccepted,
+    RunResult,
+    TaskList,
+    TaskView,
+    documented,
+)
 from starter.service import TERMINAL, RunService, parse_run_body, ui_url
 
 router = APIRouter(tags=["tasks"])
+
+CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
+    409: {"model": Envelope[None], "description": "CONFLICT: the task has finished"},
+    422: {"model": Envelope[None], "description": "INVALID_INPUT naming the field"},
+}
 
 
 def _final_response(request: Request, status: dict) -> JSONResponse:
@@ -49,8 +70,20 @@ def _final_response(request: Request, status: dict) -> JSONResponse:
     "/tasks/{code}/run",
     summary="Start a task run",
     responses={
-        200: {"description": "sync: the run's result"},
-        202: {"description": "async: accepted"},
+        **documented(RunResult, 200, "sync: the run's result"),
+        **documented(RunAccepted, 202, "async: accepted (or sync, still running)"),
+        404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
+        409: {"model": Envelope[None], "description": "EXECUTION_LOCKED"},
+        422: {"model": Envelope[None], "description": "INVALID_INPUT naming the field"},
+        502: {"model": Envelope[RunResult], "description": "sync: the run failed (its code)"},
+    },
+    # The body is read by the handler (its params are the task's, validated by the task's
+    # own model), so its schema is given here: meta (seed 000 §13) and body/params.
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunBody"}}},
+        }
     },
 )
 async def run_task(
@@ -87,35 +120,43 @@ async def run_task(
     return _final_response(request, final)
 
 
-@router.get("/tasks/{task_id}", summary="Status, progress, stats and error of a run")
+@router.get(
+    "/tasks/{task_id}",
+    summary="Status, progress, stats and error of a run",
+    responses={**documented(TaskView), 404: CONTROL_ERRORS[404]},
+)
 async def get_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
 ) -> JSONResponse:
     return envelope(request, await service.status(task_id))
 
 
-async def _cancel(task_id: str, request: Request, service: RunService) -> JSONResponse:
-    reason = "cancelled by request"
-    raw = await read_json(request)
-    if isinstance(raw, dict) and raw.get("reason") is not None:
-        if not isinstance(raw["reason"], str):
-            raise ArtemisError(ErrorCode.INVALID_INPUT, "body.reason: must be a string")
-        reason = raw["reason"]
+@router.post(
+    "/tasks/{task_id}/cancel",
+    status_code=202,
+    summary="Cancel a run",
+    responses={**documented(CancelAnswer, 202), **CONTROL_ERRORS},
+)
+async def cancel_task(
+    task_id: str,
+    request: Request,
+    body: CancelBody | None = Body(None),
+    service: RunService = Depends(get_service),
+) -> JSONResponse:
+    reason = (body or CancelBody()).reason
     return envelope(request, await service.cancel(task_id, reason), status=202)
 
 
-@router.post("/tasks/{task_id}/cancel", status_code=202, summary="Cancel a run")
-async def cancel_task(
-    task_id: str, request: Request, service: RunService = Depends(get_service)
-) -> JSONResponse:
-    return await _cancel(task_id, request, service)
-
-
-@router.delete("/tasks/{task_id}", status_code=202, summary="Cancel a run")
+@router.delete(
+    "/tasks/{task_id}",
+    status_code=202,
+    summary="Cancel a run",
+    responses={**documented(CancelAnswer, 202), **CONTROL_ERRORS},
+)
 async def delete_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
 ) -> JSONResponse:
-    return await _cancel(task_id, request, service)
+    return envelope(request, await service.cancel(task_id, CancelBody().reason), status=202)
 
 
 def _store(request: Request):  # noqa: ANN202
@@ -127,32 +168,29 @@ def _store(request: Request):  # noqa: ANN202
     return app.state.task_store
 
 
-async def _body(request: Request) -> dict:
-    raw = await read_json(request)
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ArtemisError(ErrorCode.INVALID_INPUT, "body: expected a JSON object")
-    return raw
-
-
-@router.post("/tasks/{task_id}/pause", status_code=202, summary="Pause a running task")
+@router.post(
+    "/tasks/{task_id}/pause",
+    status_code=202,
+    summary="Pause a running task",
+    responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
+)
 async def pause_task(
-    task_id: str, request: Request, service: RunService = Depends(get_service)
+    task_id: str,
+    request: Request,
+    body: PauseBody | None = Body(None),
+    service: RunService = Depends(get_service),
 ) -> JSONResponse:
-    """Nothing is fetched while paused; the batch in flight finishes first. Body
-    ``{"reason"}`` (optional)."""
-    raw = await _body(request)
-    unknown = sorted(set(raw) - {"reason"})
-    if unknown:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, f"body.{unknown[0]}: unknown field")
-    reason = raw.get("reason", "paused by request")
-    if not isinstance(reason, str):
-        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.reason: must be a string")
+    """Nothing is fetched while paused; the batch in flight finishes first."""
+    reason = (body or PauseBody()).reason
     return envelope(request, await service.control(task_id, "pause", reason), status=202)
 
 
-@router.post("/tasks/{task_id}/resume", status_code=202, summary="Resume a paused task")
+@router.post(
+    "/tasks/{task_id}/resume",
+    status_code=202,
+    summary="Resume a paused task",
+    responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
+)
 async def resume_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
 ) -> JSONResponse:
@@ -160,25 +198,24 @@ async def resume_task(
 
 
 @router.post(
-    "/tasks/{task_id}/rate-limit", status_code=202, summary="Set a running task's requests/s"
+    "/tasks/{task_id}/rate-limit",
+    status_code=202,
+    summary="Set a running task's requests per second",
+    responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
 )
 async def rate_limit_task(
-    task_id: str, request: Request, service: RunService = Depends(get_service)
+    task_id: str,
+    request: Request,
+    body: RateLimitBody,
+    service: RunService = Depends(get_service),
 ) -> JSONResponse:
-    """Body ``{"qps": 2.5}``: the source's requests per second from the next batch on."""
-    raw = await _body(request)
-    unknown = sorted(set(raw) - {"qps"})
-    if unknown:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, f"body.{unknown[0]}: unknown field")
-    qps = raw.get("qps")
-    if isinstance(qps, bool) or not isinstance(qps, (int, float)) or not 0 < qps <= 10_000:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT, "body.qps: a number of requests per second, > 0"
-        )
-    return envelope(request, await service.control(task_id, "rate", float(qps)), status=202)
+    """The source's requests per second from the next batch on."""
+    return envelope(request, await service.control(task_id, "rate", body.qps), status=202)
 
 
-@router.get("/tasks", summary="Runs from task storage, newest first")
+@router.get(
+    "/tasks", summary="Runs from task storage, newest first", responses=documented(TaskList)
+)
 async def list_tasks(
     request: Request,
     status: Literal["pending", "running", "completed", "failed", "cancelled", "timeout"]
@@ -202,19 +239,17 @@ async def list_tasks(
     )
 
 
-@router.post("/tasks/{task_id}/feedback", summary="Record a user's verdict on a run")
-async def task_feedback(task_id: str, request: Request) -> JSONResponse:
+@router.post(
+    "/tasks/{task_id}/feedback",
+    summary="Record a user's verdict on a run",
+    responses={**documented(FeedbackAnswer), 404: CONTROL_ERRORS[404], 422: CONTROL_ERRORS[422]},
+)
+async def task_feedback(task_id: str, request: Request, body: FeedbackBody) -> JSONResponse:
     from artemis.taskstore import TaskNotFound, TaskValidationError
 
-    raw = await read_json(request)
-    if not isinstance(raw, dict) or raw.get("status") not in ("success", "failed"):
-        raise ArtemisError(ErrorCode.INVALID_INPUT, 'body.status: must be "success" or "failed"')
-    comment = raw.get("comment")
-    if comment is not None and not isinstance(comment, str):
-        raise ArtemisError(ErrorCode.INVALID_INPUT, "body.comment: must be a string")
     try:
         data = await asyncio.to_thread(
-            _store(request).record_feedback, task_id, raw["status"], comment
+            _store(request).record_feedback, task_id, body.status, body.comment
         )
     except TaskNotFound:
         raise ArtemisError(

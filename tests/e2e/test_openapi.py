@@ -1,0 +1,52 @@
+"""The API described (SPEC §5): every body and every answer is a Pydantic model, so
+/openapi.json is a contract a client can be generated from; /task-types says what can run."""
+
+from __future__ import annotations
+
+NON_JSON = {("get", "/metrics"), ("get", "/tasks/{task_id}/events")}  # text, SSE
+
+
+async def test_openapi_has_a_body_schema_for_every_body_and_an_answer_for_every_2xx(stack):
+    spec = (await stack.http.get("/openapi.json")).json()
+    takes_body = {
+        ("post", "/tasks/{code}/run"),
+        ("post", "/tasks/{task_id}/cancel"),
+        ("post", "/tasks/{task_id}/pause"),
+        ("post", "/tasks/{task_id}/rate-limit"),
+        ("post", "/tasks/{task_id}/feedback"),
+        ("post", "/notes/details"),
+    }
+    schemas = spec["components"]["schemas"]
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            if (method, path) in takes_body:
+                ref = op["requestBody"]["content"]["application/json"]["schema"]
+                ref = ref.get("$ref") or next(
+                    x["$ref"] for x in ref.get("anyOf", []) if "$ref" in x
+                )
+                assert ref.split("/")[-1] in schemas, (method, path, ref)
+            if (method, path) in NON_JSON:
+                continue
+            two = {c: r for c, r in op["responses"].items() if c.startswith("2")}
+            assert two, (method, path)
+            for code, answer in two.items():
+                schema = answer["content"]["application/json"]["schema"]
+                assert "$ref" in schema, (method, path, code, schema)  # a named model
+    run = schemas["RunBody"]["properties"]
+    assert {"meta", "body", "params", "output"} <= set(run)
+    assert set(schemas["RunMeta"]["properties"]) >= {"task_id", "run_id", "callback"}
+    assert schemas["RateLimitBody"]["required"] == ["qps"]
+
+
+async def test_task_types_list_each_code_with_its_params_schema(stack):
+    listed = (await stack.http.get("/task-types")).json()["data"]
+    by_code = {t["code"]: t for t in listed}
+    assert {"pull_stock_quotes", "literature_harvest", "crawl_notes"} <= set(by_code)
+    quotes = by_code["pull_stock_quotes"]
+    assert quotes["summary"] and quotes["params_schema"]["required"] == ["symbols", "start"]
+    lit = by_code["literature_harvest"]["params_schema"]["properties"]
+    assert "provenance" in lit and "contract" not in lit  # internal params are not offered
+    one = (await stack.http.get("/task-types/crawl_notes")).json()["data"]
+    assert one["code"] == "crawl_notes" and "keywords" in one["params_schema"]["properties"]
+    missing = await stack.http.get("/task-types/nope")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "TASK_NOT_FOUND"
