@@ -264,6 +264,13 @@ def audit(
             )
     report = auditor.report
     console.print_json(data=report.to_dict())
+    if histories > 0:
+        # The Temporal SDK's core runtime can abort (SIGABRT) while the interpreter tears
+        # down after asyncio.run closed its loop (seen once in six suite runs): the report
+        # is complete once printed, so leave without the teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0 if report.passed else 1)
     raise typer.Exit(0 if report.passed else 1)
 
 

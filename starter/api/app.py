@@ -89,7 +89,27 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         }.get(exc.status_code, ErrorCode.INVALID_INPUT)
         err = ArtemisError(code, f"{request.method} {request.url.path}: {exc.detail}")
         resp = error_response(request, err)
-        resp.status_code = exc.status_code
+        # A body that cannot be read as JSON is a bad body like any other: 422, not 400.
+        resp.status_code = 422 if exc.status_code == 400 else exc.status_code
+        for name, value in (exc.headers or {}).items():
+            resp.headers[name] = value
+        if exc.status_code == 405:
+            # Every method the path has (Starlette names only the first route's).
+            from starlette.routing import Match
+
+            methods: set[str] = set()
+            pending = list(app.routes)
+            while pending:
+                route = pending.pop()
+                inner = getattr(route, "original_router", None)
+                if inner is not None:  # an included router: look at its own routes
+                    pending.extend(inner.routes)
+                    continue
+                match, _ = route.matches({**request.scope, "method": "GET"})
+                if match != Match.NONE:
+                    methods |= set(getattr(route, "methods", None) or ())
+            if methods:
+                resp.headers["Allow"] = ", ".join(sorted(methods))
         return resp
 
     @app.exception_handler(Exception)

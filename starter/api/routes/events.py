@@ -21,6 +21,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, OutEvent, PlanTracker, cursor_of, now_ms
 from artemis.logsetup import get_logger
 from starter.api.deps import get_service, get_settings
+from starter.api.schemas import Envelope
 from starter.service import RunService
 
 router = APIRouter(tags=["tasks"])
@@ -43,9 +44,13 @@ def _log(request: Request) -> EventLog:
 
 @router.get(
     "/tasks/{task_id}/events",
+    operation_id="task_events",
     summary="The run's events (Server-Sent Events) until it ends",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={
+        200: {"content": {"text/event-stream": {}}},
+        404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
+    },
 )
 async def task_events(
     task_id: str,

@@ -70,7 +70,15 @@ async def ready(request: Request) -> JSONResponse:
     )
 
 
-@router.get("/metrics", summary="Prometheus metrics (text exposition format)")
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (text exposition format)",
+    response_class=Response,
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "Prometheus text format"},
+        404: {"model": Envelope[None], "description": "metrics.enabled is off"},
+    },
+)
 async def metrics(request: Request) -> Response:
     if not request.app.state.settings.metrics.enabled:
         raise ArtemisError(ErrorCode.NOT_FOUND, "metrics are disabled (metrics.enabled)")

@@ -31,6 +31,17 @@ from starter.service import TERMINAL, RunService, parse_run_body, ui_url
 
 router = APIRouter(tags=["tasks"])
 
+
+def with_links(responses: dict, status: int, task_id: str = "$response.body#/data/task_id") -> dict:
+    """OpenAPI links: what a client (or a stateful API test) can do next with the task id
+    an answer holds."""
+    ops = ("get_task", "task_events", "cancel_task", "pause_task", "resume_task", "task_feedback")
+    responses[status]["links"] = {
+        op: {"operationId": op, "parameters": {"task_id": task_id}} for op in ops
+    }
+    return responses
+
+
 CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
     409: {"model": Envelope[None], "description": "CONFLICT: the task has finished"},
@@ -68,10 +79,11 @@ def _final_response(request: Request, status: dict) -> JSONResponse:
 
 @router.post(
     "/tasks/{code}/run",
+    operation_id="run_task",
     summary="Start a task run",
     responses={
-        **documented(RunResult, 200, "sync: the run's result"),
-        **documented(RunAccepted, 202, "async: accepted (or sync, still running)"),
+        **with_links(documented(RunResult, 200, "sync: the run's result"), 200),
+        **with_links(documented(RunAccepted, 202, "async: accepted (or sync, running)"), 202),
         404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
         409: {"model": Envelope[None], "description": "EXECUTION_LOCKED"},
         422: {"model": Envelope[None], "description": "INVALID_INPUT naming the field"},
@@ -122,6 +134,7 @@ async def run_task(
 
 @router.get(
     "/tasks/{task_id}",
+    operation_id="get_task",
     summary="Status, progress, stats and error of a run",
     responses={**documented(TaskView), 404: CONTROL_ERRORS[404]},
 )
@@ -133,6 +146,7 @@ async def get_task(
 
 @router.post(
     "/tasks/{task_id}/cancel",
+    operation_id="cancel_task",
     status_code=202,
     summary="Cancel a run",
     responses={**documented(CancelAnswer, 202), **CONTROL_ERRORS},
@@ -170,6 +184,7 @@ def _store(request: Request):  # noqa: ANN202
 
 @router.post(
     "/tasks/{task_id}/pause",
+    operation_id="pause_task",
     status_code=202,
     summary="Pause a running task",
     responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
@@ -187,6 +202,7 @@ async def pause_task(
 
 @router.post(
     "/tasks/{task_id}/resume",
+    operation_id="resume_task",
     status_code=202,
     summary="Resume a paused task",
     responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
@@ -199,6 +215,7 @@ async def resume_task(
 
 @router.post(
     "/tasks/{task_id}/rate-limit",
+    operation_id="rate_limit_task",
     status_code=202,
     summary="Set a running task's requests per second",
     responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
@@ -214,7 +231,10 @@ async def rate_limit_task(
 
 
 @router.get(
-    "/tasks", summary="Runs from task storage, newest first", responses=documented(TaskList)
+    "/tasks",
+    operation_id="list_tasks",
+    summary="Runs from task storage, newest first",
+    responses=with_links(documented(TaskList), 200, "$response.body#/data/items/0/task_id"),
 )
 async def list_tasks(
     request: Request,
@@ -241,6 +261,7 @@ async def list_tasks(
 
 @router.post(
     "/tasks/{task_id}/feedback",
+    operation_id="task_feedback",
     summary="Record a user's verdict on a run",
     responses={**documented(FeedbackAnswer), 404: CONTROL_ERRORS[404], 422: CONTROL_ERRORS[422]},
 )
