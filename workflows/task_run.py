@@ -500,7 +500,10 @@ class TaskRunWorkflow:
             opens=self._circuit_opens,
             error=app.message,
         )
-        await asyncio.sleep(circuit.cool_down_s)  # a durable timer in a workflow
+        # A durable timer (the same StartTimer command as asyncio.sleep, with a summary).
+        await workflow.sleep(
+            circuit.cool_down_s, summary=f"Circuit breaker cool-down ({circuit.cool_down_s:g} s)"
+        )
         self._circuit_state = "closed"
         self._log("circuit_closed", opens=self._circuit_opens)
         return True
@@ -653,7 +656,10 @@ class TaskRunWorkflow:
     async def _stop_when_asked(self, deadline_s: float) -> _Stop:
         try:
             await workflow.wait_condition(
-                lambda: self._cancel_reason is not None, timeout=timedelta(seconds=deadline_s)
+                lambda: self._cancel_reason is not None,
+                timeout=timedelta(seconds=deadline_s),
+                # What the UI shows for the timer (same StartTimer command: replay-safe).
+                timeout_summary=f"Run deadline ({self._req.timeout_s:g} s)",
             )
         except TimeoutError:
             return _Stop("timeout", f"run exceeded its deadline of {self._req.timeout_s:g} s")

@@ -70,6 +70,9 @@ async def test_run_started_on_the_old_path_is_finished_by_the_patched_worker(
     ]
     assert any(PATCH_CLEANUP_STEP in m for m in markers), markers
     assert scheduled[-2:] == ["finalize_run", "cleanup_run"]
+    # the run's deadline timer carries a summary for the UI
+    timers = [e for e in events if e.HasField("timer_started_event_attributes")]
+    assert timers and all(b"Run deadline" in e.user_metadata.summary.data for e in timers)
     # every record once per idempotency key (30 days / 2 per page)
     seen: Counter = Counter()
     for b in await stack.sink_batches(f"pull_stock_quotes/{task_id}:"):
