@@ -10,6 +10,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.crawl import CrawlActivities
     from artemis.run_models import AlertsInput, AlertsResult
 
 
@@ -17,10 +18,9 @@ with workflow.unsafe.imports_passed_through():
 class AlertsWorkflow:
     @workflow.run
     async def run(self, inp: AlertsInput) -> AlertsResult:
-        return await workflow.execute_activity(
-            "evaluate_alerts",
+        return await workflow.execute_activity_method(
+            CrawlActivities.evaluate_alerts,
             AlertsInput(now=workflow.now().isoformat()),
-            result_type=AlertsResult,
             start_to_close_timeout=timedelta(minutes=2),
             retry_policy=RetryPolicy(maximum_attempts=2),
             summary="Evaluate the crawler alerts",

@@ -9,6 +9,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.task_run import TaskRunActivities
     from artemis.run_models import CleanupInput, CleanupResult
 
 
@@ -16,10 +17,9 @@ with workflow.unsafe.imports_passed_through():
 class CleanupWorkflow:
     @workflow.run
     async def run(self, inp: CleanupInput) -> CleanupResult:
-        return await workflow.execute_activity(
-            "cleanup_old_tasks",
+        return await workflow.execute_activity_method(
+            TaskRunActivities.cleanup_old_tasks,
             inp,
-            result_type=CleanupResult,
             start_to_close_timeout=timedelta(minutes=10),
             retry_policy=RetryPolicy(maximum_attempts=3),
             summary=f"Remove terminal tasks older than {inp.hours} h",

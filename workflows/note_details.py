@@ -12,6 +12,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.crawl import CrawlActivities
     from artemis.run_models import NoteDetailInput, NoteDetailOutcome, NoteDetailsRequest
 
 
@@ -21,8 +22,8 @@ class NoteDetailsWorkflow:
     async def run(self, req: NoteDetailsRequest) -> list[NoteDetailOutcome]:
         async def one(seq: int, note_id: str) -> NoteDetailOutcome:
             try:
-                return await workflow.execute_activity(
-                    "fetch_note_detail",
+                return await workflow.execute_activity_method(
+                    CrawlActivities.fetch_note_detail,
                     NoteDetailInput(
                         platform=req.platform,
                         note_id=note_id,
@@ -31,7 +32,6 @@ class NoteDetailsWorkflow:
                         timeout_s=req.detail_timeout_s,
                         request_id=req.request_id,
                     ),
-                    result_type=NoteDetailOutcome,
                     # The platform call has its own timeout; this one catches a stuck worker.
                     start_to_close_timeout=timedelta(seconds=req.detail_timeout_s + 5),
                     retry_policy=RetryPolicy(maximum_attempts=1),

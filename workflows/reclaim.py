@@ -13,6 +13,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.crawl import CrawlActivities
     from artemis.run_models import ReclaimInput, ReclaimResult
 
 
@@ -21,10 +22,9 @@ class ReclaimWorkflow:
     @workflow.run
     async def run(self, inp: ReclaimInput) -> ReclaimResult:
         now = workflow.now().isoformat()
-        return await workflow.execute_activity(
-            "reclaim_stale_locks",
+        return await workflow.execute_activity_method(
+            CrawlActivities.reclaim_stale_locks,
             ReclaimInput(lock_timeout_minutes=inp.lock_timeout_minutes, now=now),
-            result_type=ReclaimResult,
             start_to_close_timeout=timedelta(minutes=5),
             retry_policy=RetryPolicy(maximum_attempts=3),
             summary=f"Release locks older than {inp.lock_timeout_minutes:g} min",

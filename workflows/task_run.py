@@ -19,6 +19,8 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    # Activities by reference: go-to-definition and the type checker see their arguments.
+    from activities.task_run import TaskRunActivities
     from artemis.completeness import is_short
     from artemis.run_models import (
         SA_PROVENANCE,
@@ -295,10 +297,9 @@ class TaskRunWorkflow:
         req, tuning = self._req, self._req.tuning
         if self._params is None:
             self._enter("step_prepare")
-            prepared: PrepareResult = await workflow.execute_activity(
-                "prepare_params",
+            prepared: PrepareResult = await workflow.execute_activity_method(
+                TaskRunActivities.prepare_params,
                 PrepareInput(run=self._run, params=req.params),
-                result_type=PrepareResult,
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=RetryPolicy(
                     maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE
@@ -333,8 +334,8 @@ class TaskRunWorkflow:
                     self._stop_point()
                 self._enter("step_fetch")
                 try:
-                    fetched: FetchResult = await workflow.execute_activity(
-                        "fetch_pages",
+                    fetched: FetchResult = await workflow.execute_activity_method(
+                        TaskRunActivities.fetch_pages,
                         FetchInput(
                             run=self._run,
                             params=self._params,
@@ -349,7 +350,6 @@ class TaskRunWorkflow:
                             qps=self._qps,
                             resumed=self._resume_fetch,
                         ),
-                        result_type=FetchResult,
                         start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
                         heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
                         retry_policy=self._fetch_retry_policy(),
@@ -430,10 +430,9 @@ class TaskRunWorkflow:
             output=req.output,
         )
         self._steps["step_process"] = "IN_PROGRESS"
-        processed: ProcessResult = await workflow.execute_local_activity(
-            "process_batch",
+        processed: ProcessResult = await workflow.execute_local_activity_method(
+            TaskRunActivities.process_batch,
             batch,
-            result_type=ProcessResult,
             start_to_close_timeout=timedelta(seconds=120),
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
             summary=f"Process pages #{first}-#{last}",
@@ -441,10 +440,9 @@ class TaskRunWorkflow:
         self._stop_point()
         self._stats["records_processed"] += processed.records_out
         self._steps["step_emit"] = "IN_PROGRESS"
-        emitted: EmitResult = await workflow.execute_activity(
-            "emit_batch",
+        emitted: EmitResult = await workflow.execute_activity_method(
+            TaskRunActivities.emit_batch,
             batch,
-            result_type=EmitResult,
             start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
             heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
             retry_policy=RetryPolicy(
@@ -464,8 +462,8 @@ class TaskRunWorkflow:
     ) -> None:
         try:
             # A local activity: a few small writes, so no task-queue round trip per record.
-            await workflow.execute_local_activity(
-                "mirror_state",
+            await workflow.execute_local_activity_method(
+                TaskRunActivities.mirror_state,
                 MirrorInput(run=self._run, status=status, stats=stats or {}, error=error),
                 start_to_close_timeout=timedelta(seconds=15),
                 retry_policy=RetryPolicy(
@@ -510,10 +508,9 @@ class TaskRunWorkflow:
 
     async def _split(self, e: ActivityError) -> None:
         details = _details_of(e)
-        split: SplitResult = await workflow.execute_local_activity(
-            "split_run",
+        split: SplitResult = await workflow.execute_local_activity_method(
+            TaskRunActivities.split_run,
             SplitInput(run=self._run, params=self._params or {}, details=details),
-            result_type=SplitResult,
             start_to_close_timeout=timedelta(seconds=30),
             summary="Split the window over the result cap",
         )
@@ -674,8 +671,8 @@ class TaskRunWorkflow:
         # never send the finalize again (histories of earlier builds keep the old path).
         separate_cleanup = workflow.patched(PATCH_CLEANUP_STEP)
         try:
-            fin: FinalizeResult = await workflow.execute_activity(
-                "finalize_run",
+            fin: FinalizeResult = await workflow.execute_activity_method(
+                TaskRunActivities.finalize_run,
                 FinalizeInput(
                     run=self._run,
                     status=status,
@@ -686,7 +683,6 @@ class TaskRunWorkflow:
                     params=self._params,
                     cleanup=not separate_cleanup,
                 ),
-                result_type=FinalizeResult,
                 start_to_close_timeout=timedelta(seconds=30),
                 # The CronJob protocol: 3 retries after 0.5 s, 1 s and 2 s (network errors
                 # and 5xx only; a 4xx answer is not retried by the activity itself).
@@ -709,8 +705,8 @@ class TaskRunWorkflow:
             outcome = "error"
         if separate_cleanup:
             try:
-                await workflow.execute_activity(
-                    "cleanup_run",
+                await workflow.execute_activity_method(
+                    TaskRunActivities.cleanup_run,
                     CleanupRunInput(run=self._run),
                     start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=RetryPolicy(
