@@ -680,6 +680,11 @@ class TaskRunActivities:
         try:
             callback = self._callback(inp.run, inp.callback, trace)
         except ArtemisError as e:
+            if e.code != ErrorCode.INVALID_INPUT:
+                # e.g. a run secret that this master key cannot read (a rotation half done):
+                # retried, and if it never reads, a visible finalize failure, never dropped.
+                e.retryable = True
+                raise
             # A refused callback target (not allowed host) is reported, never retried.
             log.warning(
                 "callback_finalize_failure", error=str(e), run_id=(inp.callback or {}).get("run_id")

@@ -19,7 +19,7 @@ from artemis.config import CallbackSettings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger, register_secret
 from artemis.metrics import CALLBACKS
-from artemis.security import check_request_host
+from artemis.security import check_request_host, is_bare_host
 from artemis.tracing import TraceContext
 
 log = get_logger(__name__)
@@ -56,13 +56,22 @@ def resolve_base_url(
             ErrorCode.INVALID_INPUT,
             f"meta.callback.base_url: an http(s) URL, got {target.base_url!r}",
         )
+    if target.override_host is not None and not is_bare_host(target.override_host):
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"meta.callback.override_host: a host name or IP address, got "
+            f"{target.override_host!r}",
+        )
     host = target.override_host or settings.override_host or parts.hostname
     port = target.override_port or settings.override_port or parts.port
     check_request_host(host, allowed_hosts, "meta.callback")
     netloc = f"[{host}]" if ":" in host else host
     if port:
         netloc = f"{netloc}:{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    # What will actually be called is what was checked.
+    check_request_host(urlsplit(url).hostname or "", allowed_hosts, "meta.callback")
+    return url
 
 
 class FinalizeOutcome:

@@ -118,6 +118,9 @@ class CallbackSettings(_Section):
     override_port: int | None = Field(None, ge=1, le=65535)
     default_auth_header: str = "X-Callback-Token"
     default_token: str | None = None
+    # Moved to security.allowed_hosts (one list for every URL a request names); still
+    # read, and merged into it, so an existing configuration keeps working.
+    allowed_hosts: list[str] | None = None
     progress_min_interval_ms: int = Field(1000, ge=0)
     timeout_seconds: float = Field(2.0, gt=0)
 
@@ -289,6 +292,15 @@ class Settings(BaseSettings):
     crawler: CrawlerSettings = Field(default_factory=CrawlerSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
 
+    @model_validator(mode="after")
+    def _fold_callback_hosts(self) -> Settings:
+        extra = [
+            h for h in self.callback.allowed_hosts or [] if h not in self.security.allowed_hosts
+        ]
+        if extra:
+            self.security.allowed_hosts = [*self.security.allowed_hosts, *extra]
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -344,9 +356,6 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise ArtemisError(ErrorCode.CONFIG_ERROR, _format_validation_error(e, source)) from None
     finally:
         _YAML_FILE.reset(token)
-
-
-
 
 
 @lru_cache(maxsize=1)

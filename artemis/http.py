@@ -19,7 +19,9 @@ def make_client(settings: HttpClientSettings, **overrides) -> httpx.AsyncClient:
         verify=settings.verify_ssl,
         headers=dict(settings.headers),
         limits=limits,
-        follow_redirects=True,
+        # Never followed: a redirect could lead a request-supplied URL past the allow-list
+        # (security.allowed_hosts); a 3xx is an answer like any other.
+        follow_redirects=False,
     )
     kwargs.update(overrides)
     return httpx.AsyncClient(**kwargs)

@@ -4,6 +4,8 @@ host in ``security.allowed_hosts``; URLs from config and the registry are truste
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from urllib.parse import urlsplit
 
 from artemis.errors import ArtemisError, ErrorCode
@@ -40,3 +42,41 @@ def check_request_host(host: str, allowed: list[str], what: str) -> None:
             f"{what}: host {host!r} is not in {SETTING} (a request may only point a run at "
             f"the hosts listed there)",
         )
+
+
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+
+
+def is_bare_host(value: str) -> bool:
+    """A host name or an IP address, nothing else (no path, query, port or user part)."""
+    try:
+        ipaddress.ip_address(value.strip("[]"))
+        return True
+    except ValueError:
+        return bool(_HOSTNAME.match(value))
+
+
+# Headers Artemis sets itself: a request may not supply or shadow them.
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "idempotency-key",
+        "traceparent",
+        "content-type",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "x-request-id",
+    }
+)
+
+
+def check_header_names(names: list[str], what: str) -> None:
+    for name in names:
+        if str(name).strip().lower() in RESERVED_HEADERS:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT, f"{what}: a request may not set the {name!r} header"
+            )

@@ -229,9 +229,9 @@ def cookies_rotate_key(
     )
     if new_master_key_env:
         err_console.print(
-            f"now set COOKIE_MASTER_KEY to the value of ${new_master_key_env} and "
-            "COOKIE_MASTER_KEYS_READ to the old key on every worker and API (README: "
-            "Keys and rotation on a cluster)"
+            f"every worker and API needs COOKIE_MASTER_KEY = ${new_master_key_env} and the "
+            "old key in COOKIE_MASTER_KEYS_READ until no history needs it (README: Keys and "
+            "rotation on a cluster)"
         )
 
 

@@ -50,7 +50,7 @@ from artemis.run_models import (
     lock_workflow_id,
     workflow_id_for,
 )
-from artemis.security import check_request_url
+from artemis.security import check_header_names, check_request_url
 from artemis.tasks import get_task, task_codes
 from artemis.tasks.base import describe_validation_error, validation_fields
 from artemis.tracing import TraceContext, otel_context_for
@@ -177,11 +177,8 @@ class RunService:
             if endpoint is not None:
                 check_request_url(str(endpoint), allowed, "output.http_endpoint")
             headers = output.get("http_headers") or {}
-            if isinstance(headers, dict) and any(str(h).lower() == "host" for h in headers):
-                raise ArtemisError(
-                    ErrorCode.INVALID_INPUT,
-                    "output.http_headers: a request may not set the Host header",
-                )
+            if isinstance(headers, dict):
+                check_header_names(list(headers), "output.http_headers")
 
     async def start(
         self, code: str, body: RunBody, trace: TraceContext, request_id: str | None
@@ -206,6 +203,8 @@ class RunService:
                 override_port=cb.override_port,
                 auth_header=cb.auth_header,
             )
+            if cb.auth_header is not None:
+                check_header_names([cb.auth_header], "meta.callback.auth_header")
             if target.enabled:
                 # refuse bad hosts up front
                 resolve_base_url(

@@ -88,8 +88,11 @@ class ProvenanceWorkers:
     async def stop(self) -> None:
         if self._loop is not None:
             self._loop.cancel()
-        for _, worker, task in self.running.values():
-            await worker.shutdown()
+        # All at once: each gets worker.graceful_shutdown_s, not one after another.
+        await asyncio.gather(
+            *(worker.shutdown() for _, worker, _ in self.running.values()), return_exceptions=True
+        )
+        for _, _, task in self.running.values():
             try:
                 await task
             except Exception:  # a worker that failed to start has already been logged

@@ -89,10 +89,10 @@ class CredentialBox:
 
     def __init__(self, conn: Connection, key_file: str) -> None:
         from artemis.crawler.vault import CookieVault
-        from artemis.vault import master_key
+        from artemis.vault import master_key, read_master_keys
 
         self.conn = conn
-        self.vault = CookieVault(conn.engine, master_key(key_file))
+        self.vault = CookieVault(conn.engine, master_key(key_file), read_master_keys())
 
     def seal(self, secret: str) -> tuple[str, str]:
         return self.vault.seal(self.conn, secret)

@@ -97,6 +97,10 @@ async def test_tokens_required_everywhere_but_the_probes(make_stack):
     }
     for method, path in (
         ("GET", "/metrics"),
+        ("GET", "/task-types"),
+        ("POST", f"/tasks/{new_task_id()}/pause"),
+        ("POST", f"/tasks/{new_task_id()}/cancel"),
+        ("GET", "/docs"),
         ("GET", "/tasks"),
         ("POST", "/notes/details"),
         ("GET", f"/tasks/{new_task_id()}/events"),
@@ -252,6 +256,27 @@ async def test_a_request_cannot_point_a_run_at_a_host_outside_the_allow_list(sta
             "192.168.1.9",
         ),
     ]
+    cases += [
+        (
+            {"params": {"symbols": ["A"]}, "output": {"http_headers": {"Traceparent": "x"}}},
+            "output.http_headers",
+            "Traceparent",
+        ),
+        (
+            {
+                "meta": {
+                    "run_id": "r1",
+                    "callback": {
+                        "base_url": f"{stack.samples_url}/cronjob/runs",
+                        "auth_header": "Host",
+                    },
+                },
+                "params": {"symbols": ["A"]},
+            },
+            "meta.callback.auth_header",
+            "Host",
+        ),
+    ]
     for body, field, host in cases:
         task_id = new_task_id()
         body.setdefault("meta", {})["task_id"] = task_id
@@ -260,7 +285,8 @@ async def test_a_request_cannot_point_a_run_at_a_host_outside_the_allow_list(sta
         error = resp.json()["error"]
         assert error["code"] == "INVALID_INPUT"
         assert field in error["message"] and repr(host) in error["message"]
-        assert "security.allowed_hosts" in error["message"]
+        if not field.endswith(("headers", "auth_header")):
+            assert "security.allowed_hosts" in error["message"]
         assert (await stack.http.get(f"/tasks/{task_id}")).status_code == 404  # never started
     assert (await stack.samples_http.get("/_stats")).json() == before  # nothing fetched or sent
     # loopback (the default list) is fine, and a URL from config is trusted as it is

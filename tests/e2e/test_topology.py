@@ -192,7 +192,9 @@ async def test_run_on_one_api_is_read_listed_and_streamed_from_the_other_and_sur
         pids = {
             int(a.last_worker_identity.split("@")[0]) for a in pending if a.last_worker_identity
         }
-        victim = next((w for w in c.workers if w.pid in pids), c.workers[0])
+        victims = [w for w in c.workers if w.pid in pids]
+        assert len(victims) == 1 and all(w.poll() is None for w in c.workers), pids
+        victim = victims[0]
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
         await _completed_once_each(c, task_id, run_id, 60)

@@ -110,3 +110,27 @@ async def test_no_run_id_means_no_callback(cron):
         )
         assert (await c.finalize({"result": "success"}, 1))[0] == FinalizeOutcome.SKIPPED
         assert (await http.get(f"{cron.url}/_cronjob/calls")).json() == []
+
+
+def test_override_host_is_a_bare_host_and_the_built_url_is_what_is_checked():
+    allowed = ["*.example.com"]
+    for sneaky in ("169.254.169.254/x.example.com", "evil.org?.example.com", "a@b.example.com"):
+        with pytest.raises(ArtemisError, match="override_host"):
+            resolve_base_url(
+                CallbackTarget(
+                    run_id="1", base_url="http://cron.example.com/runs", override_host=sneaky
+                ),
+                CallbackSettings(),
+                allowed,
+            )
+    ok = CallbackTarget(run_id="1", base_url="http://x/runs", override_host="cron.example.com")
+    assert resolve_base_url(ok, CallbackSettings(), allowed) == "http://cron.example.com/runs"
+
+
+def test_reserved_headers_cannot_come_from_a_request():
+    from artemis.security import check_header_names
+
+    for name in ("Host", "idempotency-KEY", "Traceparent", "Content-Type"):
+        with pytest.raises(ArtemisError, match=name):
+            check_header_names([name], "output.http_headers")
+    check_header_names(["X-Api-Key", "Authorization"], "output.http_headers")

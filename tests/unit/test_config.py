@@ -114,3 +114,10 @@ def test_platform_search_ends_on_a_configured_marker_one_at_a_time():
         PlatformSettings(base_url="http://x", has_more_path="more", next_page_path="next")
     with pytest.raises(ValueError, match="next_page_path"):
         PlatformSettings(base_url="http://x", next_page_path=None)
+
+
+def test_callback_allowed_hosts_of_an_earlier_config_join_security_allowed_hosts(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("callback:\n  allowed_hosts: [cron.internal]\n")
+    s = load_settings(cfg)
+    assert s.security.allowed_hosts == ["127.0.0.1", "localhost", "::1", "cron.internal"]

@@ -145,9 +145,12 @@ def test_worker_and_api_refuse_to_start_without_the_master_key(tmp_path, command
     key_file = tmp_path / "keys" / "master.key"
     config = tmp_path / "c.yaml"
     config.write_text(
-        f"vault: {{master_key_file: {key_file}}}\\n"
-        f"database: {{url: 'sqlite:///{tmp_path / 'a.db'}'}}\\n"
+        f"vault: {{master_key_file: {key_file}}}\n"
+        f"database: {{url: 'sqlite:///{tmp_path / 'a.db'}'}}\n"
     )
+    import yaml
+
+    assert yaml.safe_load(config.read_text())["vault"]["master_key_file"] == str(key_file)
     env = {k: v for k, v in os.environ.items() if k != "COOKIE_MASTER_KEY"}
     env.update(ARTEMIS_CONFIG=str(config), PYTHONPATH=str(ROOT))
     started = time.monotonic()
