@@ -277,6 +277,8 @@ async def test_registry_change_mid_run_does_not_touch_that_run(stack):
             if await _works_calls(stack, query):
                 break
             await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the harvest never reached the source")
         # mid-run: page size and base URL change in the registry
         doc = yaml.safe_load(original)
         doc["pagination_cfg"][0]["max_page_size_value"] = 10
@@ -457,6 +459,8 @@ async def test_expired_crossref_cursor_is_reopened_from_the_checkpoint(make_stac
             if len([c for c in await _works_calls(stack, query) if c["status"] == 200]) >= 3:
                 break
             await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the harvest never fetched 3 pages")
         await _literature(stack, expire_cursors=True)
         final = await stack.wait_status(task_id, timeout=60)
     finally:
@@ -495,6 +499,8 @@ async def test_expired_pubmed_webenv_is_reopened_at_the_same_retstart(make_stack
                 if any(c["api"] == "esearch" for c in calls):
                     break
                 await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the harvest never searched")
         await _literature(stack, expire_sessions=True)
         final = await stack.wait_status(task_id, timeout=60)
     finally:
@@ -536,6 +542,8 @@ async def test_pause_resume_and_set_rate_limit_act_on_a_running_harvest(make_sta
             if len(await _works_calls(stack, query)) >= 2:
                 break
             await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the harvest never fetched 2 pages")
         await handle.signal("pause", PauseRequest(reason="maintenance"))
         for _ in range(100):
             progress = await handle.query("progress")
