@@ -5,15 +5,31 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.converter import DataConverter
+from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadConverter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.tracing import setup_telemetry
 from workers.codec import codec_for
+
+
+class OperatorFailureConverter(DefaultFailureConverter):
+    """Failures as an operator reads them in the Temporal UI: the error code (the failure
+    type) and the message, without the SDK's stack trace and the worker's local paths
+    (the worker's log keeps the traceback of every failed activity)."""
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        super().to_failure(exception, payload_converter, failure)
+        cur: Failure | None = failure
+        while cur is not None:
+            cur.stack_trace = ""
+            cur = cur.cause if cur.HasField("cause") else None
 
 
 def _read(path: str | None) -> bytes | None:
@@ -52,9 +68,13 @@ async def connect(settings: Settings) -> Client:
     elif t.api_key:
         tls = True  # Temporal Cloud API keys require TLS
     codec = codec_for(settings)
-    extra: dict = {}
-    if codec is not None:
-        extra["data_converter"] = dataclasses.replace(DataConverter.default, payload_codec=codec)
+    extra: dict = {
+        "data_converter": dataclasses.replace(
+            DataConverter.default,
+            payload_codec=codec,
+            failure_converter_class=OperatorFailureConverter,
+        )
+    }
     try:
         return await Client.connect(
             t.address,

@@ -119,6 +119,11 @@ async def test_sink_400_fails_the_run_with_sink_error_and_failed_finalize(stack)
     assert "400" in body["error"]["message"]
     shown = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
     assert shown["status"] == "failed" and shown["error"]["code"] == "SINK_ERROR"
+    # What the Temporal UI shows first: the code and the message, no stack trace, no paths
+    history = await stack.client.get_workflow_handle(body["data"]["workflow_id"]).fetch_history()
+    failure = history.events[-1].workflow_execution_failed_event_attributes.failure
+    assert failure.application_failure_info.type == "SINK_ERROR" and "400" in failure.message
+    assert failure.stack_trace == "" and "/work" not in str(failure) and ".py" not in str(failure)
     finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
     assert len(finals) == 1
     assert finals[0]["body"]["result"] == "failed"
