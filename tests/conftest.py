@@ -72,40 +72,17 @@ def pg_server():
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_root: Path):
-    """A real Redis on 127.0.0.1 (Debian's redis-server; .ci/run installs it when missing)."""
+    """A real Redis on 127.0.0.1 (Debian's redis-server; .ci/run installs it when missing).
+    Skipped only outside CI when it is absent; in CI it is required."""
     import shutil
 
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if shutil.which("redis-server") is None:
         if os.environ.get("CI"):
             raise RuntimeError("redis-server is required in CI (apt-get install redis-server)")
         pytest.skip("redis-server is not installed here")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_root),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 20
-    while not _port_open(port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("redis-server did not start")
-        time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(10)
+    server = RedisServer(tmp_root).start()
+    yield server.url
+    server.stop()
 
 
 def _port_open(port: int) -> bool:
@@ -332,9 +309,9 @@ def write_config(path: Path, settings: Settings) -> Path:
     return path
 
 
-def start_worker_process(config: Path, log_path: Path) -> subprocess.Popen:
-    """`artemis worker` as production runs it: with COOKIE_MASTER_KEY (the embedded test
-    stack's key, so both sides decrypt alike)."""
+def _start_cli(args: list[str], config: Path, log_path: Path) -> subprocess.Popen:
+    """An `artemis` command as production runs it: with COOKIE_MASTER_KEY (the embedded
+    test stack's key, so every process decrypts alike)."""
     key_file = yaml.safe_load(config.read_text())["vault"]["master_key_file"]
     env = {
         **os.environ,
@@ -343,30 +320,20 @@ def start_worker_process(config: Path, log_path: Path) -> subprocess.Popen:
     }
     out = open(log_path, "ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "starter.cli", "worker"],
+        [sys.executable, "-m", "starter.cli", *args],
         env=env,
         stdout=out,
         stderr=subprocess.STDOUT,
         cwd=ROOT,
     )
+
+
+def start_worker_process(config: Path, log_path: Path) -> subprocess.Popen:
+    return _start_cli(["worker"], config, log_path)
 
 
 def start_api_process(config: Path, port: int, log_path: Path) -> subprocess.Popen:
-    """`artemis api` as production runs it (with the embedded test stack's master key)."""
-    key_file = yaml.safe_load(config.read_text())["vault"]["master_key_file"]
-    env = {
-        **os.environ,
-        "ARTEMIS_CONFIG": str(config),
-        "COOKIE_MASTER_KEY": Path(key_file).read_text().strip(),
-    }
-    out = open(log_path, "ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "starter.cli", "api", "--port", str(port)],
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
+    return _start_cli(["api", "--port", str(port)], config, log_path)
 
 
 class RedisServer:
