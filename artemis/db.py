@@ -110,10 +110,3 @@ def _make_engine(url: str) -> Engine:
             cur.close()
 
     return engine
-
-
-def dispose_engines() -> None:
-    with _lock:
-        for engine in _engines.values():
-            engine.dispose()
-        _engines.clear()

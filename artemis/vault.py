@@ -82,28 +82,6 @@ def derive_fernet(master: bytes, purpose: str) -> Fernet:
     return Fernet(base64.urlsafe_b64encode(key))
 
 
-class SecretBox:
-    """Encrypts secrets for one purpose with a key derived from the master key."""
-
-    KEY_ID = "hkdf-sha256-v1"
-
-    def __init__(self, purpose: str, key_file: str = ".artemis/master.key") -> None:
-        self.fernet = derive_fernet(master_key(key_file), purpose)
-        self.key_id = self.KEY_ID
-
-    def encrypt(self, value: str) -> str:
-        return self.fernet.encrypt(value.encode()).decode()
-
-    def decrypt(self, token: str, what: str = "secret") -> str:
-        try:
-            return self.fernet.decrypt(token.encode()).decode()
-        except InvalidToken:
-            raise ArtemisError(
-                ErrorCode.CONFIG_ERROR,
-                f"{what} cannot be decrypted with the current master key ({MASTER_KEY_ENV})",
-            ) from None
-
-
 class RunSecrets:
     """Secrets attached to one run, stored encrypted; read back inside activities only."""
 

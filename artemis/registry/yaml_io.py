@@ -24,6 +24,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.registry.file_models import HIDDEN, PROVENANCE_COLUMNS, parse_file
 from artemis.registry.models import (
     DIMENSIONS,
     DimensionBase,
@@ -46,27 +47,6 @@ ORDER = (
     "rate_limit_cfg",
     "credential",
 )
-_HIDDEN = {
-    "id",
-    "provenance_id",
-    "task_type_key",
-    "created_at",
-    "updated_at",
-    "secret_ciphertext",
-    "encryption_key_id",
-    "secret_env_name",
-    "endpoint_id",
-}
-_PROV_COLUMNS = (
-    "provenance_code",
-    "provenance_name",
-    "base_url_default",
-    "timezone_default",
-    "docs_url",
-    "lifecycle_status_code",
-)
-
-
 @dataclass
 class ImportReport:
     provenance: str
@@ -106,22 +86,7 @@ def _load(text: str, source: str) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: not valid YAML: {e}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("provenance"), dict):
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT, f"{source}: expected a mapping with a 'provenance' mapping"
-        )
-    unknown = set(data) - {"provenance", *ORDER}
-    if unknown:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT,
-            f"{source}: unknown section(s) {', '.join(sorted(unknown))} "
-            f"(known: provenance, {', '.join(ORDER)})",
-        )
-    if not data["provenance"].get("provenance_code"):
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT, f"{source}: provenance.provenance_code is required"
-        )
-    return data
+    return parse_file(data, source)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -140,17 +105,11 @@ def _import(
     conn: Connection, data: dict[str, Any], box: CredentialBox, source: str
 ) -> ImportReport:
     prov_in = data["provenance"]
-    unknown = set(prov_in) - set(_PROV_COLUMNS)
-    if unknown:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT,
-            f"{source}: provenance: unknown column(s) {', '.join(sorted(unknown))}",
-        )
     code = prov_in["provenance_code"]
     report = ImportReport(code)
     pt = RegProvenance.__table__  # type: ignore[attr-defined]
     existing = conn.execute(select(pt).where(pt.c.provenance_code == code)).first()
-    values = {"provenance_name": code, **prov_in}
+    values = {**prov_in, "provenance_name": prov_in.get("provenance_name") or code}
     if existing is None:
         now = utcnow()
         key = conn.execute(
@@ -168,14 +127,9 @@ def _import(
         else:
             report.unchanged += 1
     for dim in ORDER:
-        rows = data.get(dim) or []
-        if not isinstance(rows, list):
-            raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: {dim} must be a list")
         model = DIMENSIONS[dim]
-        for i, raw in enumerate(rows):
+        for i, raw in enumerate(data.get(dim) or []):
             where = f"{source}: {dim}[{i}]"
-            if not isinstance(raw, dict):
-                raise ArtemisError(ErrorCode.INVALID_INPUT, f"{where}: expected a mapping")
             try:
                 _import_row(conn, model, pid, dict(raw), box, report)
             except ArtemisError as e:
@@ -194,11 +148,6 @@ def _import_row(
     secret: str | None = None
     if model is RegProvCredential:
         env = raw.pop("secret_env", None)
-        if "secret" in raw or "secret_value" in raw or "secret_ciphertext" in raw:
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                "secrets are never written in the file: use secret_env: VAR",
-            )
         if env:
             secret = os.environ.get(env)
             if not secret:
@@ -208,12 +157,6 @@ def _import_row(
             raw["secret_env_name"] = env
         ep_name = raw.pop("endpoint_name", None)
         raw["endpoint_id"] = _endpoint_id(conn, pid, ep_name, raw) if ep_name else None
-    hidden = (set(raw) & _HIDDEN) - {"secret_env_name", "endpoint_id"}
-    if hidden:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT,
-            f"column(s) {', '.join(sorted(hidden))} are not set from a file",
-        )
     raw["provenance_id"] = pid
     for key in ("effective_from", "effective_to"):
         if raw.get(key) is not None:
@@ -240,7 +183,7 @@ def _import_row(
     for col in t.c.keys():
         if (
             col not in raw
-            and col not in _HIDDEN
+            and col not in HIDDEN
             and col not in ("secret_env_name",)
             and cur[col] is not None
             and t.c[col].default is None
@@ -288,7 +231,7 @@ def export_yaml(engine: Engine, code: str) -> str:
         prov = find_provenance(conn, code)
         out: dict[str, Any] = {
             "provenance": {
-                k: prov._mapping[k] for k in _PROV_COLUMNS if prov._mapping[k] is not None
+                k: prov._mapping[k] for k in PROVENANCE_COLUMNS if prov._mapping[k] is not None
             }
         }
         et = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
@@ -312,7 +255,7 @@ def export_yaml(engine: Engine, code: str) -> str:
                 m = r._mapping
                 item = {}
                 for k in t.c.keys():
-                    if k in _HIDDEN or m[k] is None:
+                    if k in HIDDEN or m[k] is None:
                         continue
                     v = m[k]
                     item[k] = (

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from functools import cache
 from typing import Any, ClassVar
 
 import httpx
+import jsonpath
 
 from artemis.errors import ArtemisError, ErrorCode
 
@@ -38,24 +40,22 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
+@cache
+def _compiled(path: str) -> Any:
+    return jsonpath.compile(path.strip())
+
+
 def json_path_lookup(data: Any, path: str) -> Any:
-    """Resolve a simple JSONPath (``$.message.next-cursor``, ``items[0].id``); ``MISSING``
-    when a step of it is absent, so that "absent" and "null" stay different answers."""
-    path = path.strip()
-    if path.startswith("$"):
-        path = path[1:]
-    cur = data
-    for part in [p for p in path.replace("[", ".[").split(".") if p]:
-        if part.startswith("["):
-            idx = int(part.strip("[]"))
-            if not isinstance(cur, list) or idx >= len(cur):
-                return MISSING
-            cur = cur[idx]
-        else:
-            if not isinstance(cur, dict) or part not in cur:
-                return MISSING
-            cur = cur[part]
-    return cur
+    """The value at a JSONPath (``$.message.next-cursor``, ``$.items[0].id``, RFC 9535 via
+    python-jsonpath); ``MISSING`` when nothing is there, so that "absent" and "null" stay
+    different answers. A path that selects several values (``$.data[*].attributes``)
+    gives the list of them."""
+    query = _compiled(path)
+    if query.singular_query():
+        match = query.match(data)
+        return MISSING if match is None else match.obj
+    found = query.findall(data)
+    return found if found else MISSING
 
 
 def json_path_get(data: Any, path: str) -> Any:

@@ -35,6 +35,7 @@ async def test_metrics_count_runs_records_activities_and_callbacks(stack):
         assert failed.json()["data"]["status"] == "failed"
     finally:
         await stack.fault("quotes")
+    assert (await stack.http.post("/tasks/no_such_task/run", json={})).status_code == 404
     resp = await stack.http.get("/metrics")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
     after = samples(resp.text)
@@ -46,6 +47,10 @@ async def test_metrics_count_runs_records_activities_and_callbacks(stack):
     assert delta("artemis_runs_started_total", task_code=code) == 2
     assert delta("artemis_runs_finished_total", task_code=code, status="completed") == 1
     assert delta("artemis_runs_finished_total", task_code=code, status="failed") == 1
+    assert delta("artemis_run_requests_total", task_code=code, outcome="completed") == 1
+    assert delta("artemis_run_requests_total", task_code=code, outcome="failed") == 1
+    # An unknown code is counted once, under one label (no label per typo).
+    assert delta("artemis_run_requests_total", task_code="unknown", outcome="TASK_NOT_FOUND") == 1
     assert delta("artemis_records_fetched_total", task_code=code) == 60
     assert delta("artemis_records_emitted_total", task_code=code) == 60
     assert delta("artemis_callbacks_total", kind="finalize", outcome="delivered") == 1

@@ -245,16 +245,17 @@ def test_credentials_come_from_the_environment_encrypted(reg, key_file, monkeypa
     # Sealed by the vault: a salted key named per row; rotate-key re-encrypts the
     # registry's secrets too, including a row from before salted keys (legacy key id).
     from artemis.crawler.vault import LEGACY_KEY_ID, CookieVault
-    from artemis.vault import SecretBox, master_key
+    from artemis.vault import derive_fernet, master_key
 
     assert all(r.encryption_key_id.startswith("k-") for r in rows)
-    legacy = SecretBox("registry-credentials", key_file)
+    # The legacy scheme: one fixed-salt key per purpose.
+    legacy = derive_fernet(master_key(key_file), "registry-credentials")
     with reg.begin() as conn:
         conn.execute(
             RegProvCredential.__table__.update()
             .where(RegProvCredential.credential_name == "ncbi-b")
             .values(
-                secret_ciphertext=legacy.encrypt("plain-key-bbbb-2222"),
+                secret_ciphertext=legacy.encrypt(b"plain-key-bbbb-2222").decode(),
                 encryption_key_id=LEGACY_KEY_ID,
             )
         )

@@ -34,6 +34,12 @@ def test_json_path():
     # absent and null are different answers
     assert json_path_lookup(data, "$.message.missing") is MISSING
     assert json_path_lookup(data, "$.message.none") is None
+    # RFC 9535 forms the old hand-written walker could not read
+    assert json_path_get(data, "$['message']['next-cursor']") == "abc"
+    assert json_path_get(data, "$.message.items[-1].id") == 1
+    many = {"data": [{"a": {"k": 1}}, {"a": {"k": 2}}]}
+    assert json_path_lookup(many, "$.data[*].a") == [{"k": 1}, {"k": 2}]
+    assert json_path_lookup(many, "$.nothing[*].a") is MISSING
 
 
 def test_page_number_follows_next_page_and_stops_on_null():

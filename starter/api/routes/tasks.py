@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.metrics import RUN_REQUESTS
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope, error_response, read_json
 from starter.api.schemas import (
@@ -105,6 +106,21 @@ async def run_task(
     service: RunService = Depends(get_service),
     settings=Depends(get_settings),
 ) -> JSONResponse:
+    try:
+        resp, outcome = await _run(code, request, mode, service, settings)
+    except ArtemisError as e:
+        label = "unknown" if e.code is ErrorCode.TASK_NOT_FOUND else code
+        RUN_REQUESTS.labels(label, e.code.value).inc()
+        raise
+    RUN_REQUESTS.labels(code, outcome).inc()
+    return resp
+
+
+async def _run(
+    code: str, request: Request, mode: str, service: RunService, settings: Any
+) -> tuple[JSONResponse, str]:
+    """The run route's answer and its outcome for the metric: accepted (async), running
+    (sync, still running at the sync timeout) or how the run ended."""
     state = request.scope["state"]
     body = parse_run_body(await read_json(request))
     started = await service.start(code, body, state["trace"], state["request_id"])
@@ -124,12 +140,12 @@ async def run_task(
     if mode == "async":
         if started.existing_result is not None:
             accepted["status"] = started.existing_result.get("status")
-        return envelope(request, accepted, status=202)
+        return envelope(request, accepted, status=202), "accepted"
     final = await service.wait(started, settings.server.sync_timeout_s)
     if final is None or final.get("status") not in TERMINAL:
         accepted["status"] = "running"
-        return envelope(request, accepted, status=202)
-    return _final_response(request, final)
+        return envelope(request, accepted, status=202), "running"
+    return _final_response(request, final), str(final["status"])
 
 
 @router.get(
