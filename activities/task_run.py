@@ -7,24 +7,21 @@ to the workflow is counts, sequence numbers and checkpoints.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-import structlog
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from artemis.callback import CallbackClient, CallbackTarget, FinalizeOutcome, finalize_body
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.events import ACTIVITY_STEP, TERMINAL_STATUSES, EventLog
+from artemis.events import EventLog
 from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.metrics import (
-    ACTIVITY_SECONDS,
     CALLBACKS,
     PAGES_FETCHED,
     RECORDS_EMITTED,
@@ -52,11 +49,13 @@ from artemis.run_models import (
     SplitInput,
     SplitResult,
 )
+from artemis.run_state import OPEN, TERMINAL, end_error
 from artemis.sinks import EmitContext
 from artemis.staging import Staging
 from artemis.tasks import TaskContext, TaskUnit, get_task
-from artemis.tracing import TraceContext, new_span_id
+from artemis.tracing import TraceContext, current_trace
 from artemis.vault import RunSecrets
+from workers.runs import OPEN_STATUSES, closed_run_end
 
 log = get_logger("artemis.activities")
 
@@ -70,168 +69,7 @@ def run_key(run: RunRef) -> str:
     return f"{run.task_code}/{run.task_id}"
 
 
-def trace_for(run: RunRef) -> TraceContext:
-    """The activity's span: the OpenTelemetry span of Temporal's interceptor when it
-    belongs to the run's trace, else a fresh span id in that trace."""
-    from opentelemetry import trace
-
-    sc = trace.get_current_span().get_span_context()
-    if sc.is_valid and format(sc.trace_id, "032x") == run.trace_id:
-        return TraceContext(run.trace_id, format(sc.span_id, "016x"), run.parent_span_id)
-    return TraceContext(run.trace_id, new_span_id(), run.parent_span_id)
-
-
-def as_application_error(e: ArtemisError) -> ApplicationError:
-    return ApplicationError(
-        e.message,
-        {"code": e.code.value, **e.details},
-        type=e.code.value,
-        non_retryable=not e.retryable,
-        next_retry_delay=timedelta(seconds=e.retry_after_s) if e.retry_after_s else None,
-    )
-
-
-def _summary(name: str, inp: Any) -> str:
-    """A short line for the event stream: what this attempt works on."""
-    if isinstance(inp, FetchInput):
-        return f"pages from #{inp.first_seq}"
-    if isinstance(inp, BatchInput):
-        return f"pages #{inp.first_seq}-#{inp.last_seq}"
-    if isinstance(inp, FinalizeInput):
-        return f"status {inp.status}"
-    return name
-
-
-def _result_data(inp: Any, result: Any) -> dict[str, Any]:
-    """Counts only (never records or secrets) for the event stream."""
-    if isinstance(result, PrepareResult):
-        return {"total": result.total, "children": len(result.children or [])}
-    if isinstance(result, FetchResult):
-        return {
-            "pages": result.pages,
-            "records": result.records,
-            "next_seq": result.next_seq,
-            "done": result.done,
-            "units_done": result.units_done,
-            "expected_total": result.expected_total,
-        }
-    if isinstance(result, ProcessResult):
-        return {
-            "records_in": result.records_in,
-            "records_out": result.records_out,
-            "last_seq": inp.last_seq,
-        }
-    if isinstance(result, EmitResult):
-        return {"records_emitted": result.records_emitted, "last_seq": inp.last_seq}
-    if isinstance(result, FinalizeResult):
-        return {"callback": result.callback}
-    if isinstance(result, SplitResult):
-        return {"pieces": len(result.children or [])}
-    return {}
-
-
-def activity_boundary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """Bind the run's log fields, record the attempt in the run's event stream and the
-    metrics, and turn domain errors into typed Temporal failures."""
-
-    async def wrapper(self: TaskRunActivities, inp: Any) -> T:
-        run: RunRef = inp.run
-        trace = trace_for(run)
-        info = activity.info()
-        name = info.activity_type
-        structlog.contextvars.bind_contextvars(
-            trace_id=run.trace_id,
-            span_id=trace.span_id,
-            request_id=run.request_id,
-            task_code=run.task_code,
-            task_id=run.task_id,
-            workflow_id=run.workflow_id,
-            activity=name,
-            attempt=info.attempt,
-        )
-        step = ACTIVITY_STEP.get(name)
-        ident = {
-            "activity": name,
-            "activity_id": info.activity_id,
-            "run_id": info.workflow_run_id,
-            "attempt": info.attempt,
-            "summary": _summary(name, inp),
-        }
-        if step is not None:
-            start = dict(ident)
-            if isinstance(inp, FinalizeInput):
-                start["status"] = inp.status
-            await self.record(run, "activity_start", start, step)
-        began = time.perf_counter()
-        outcome, error = "ok", None
-        try:
-            result = await fn(self, inp, trace)
-            if step is not None:
-                data = _result_data(inp, result)
-                await self.record(
-                    run,
-                    "activity_result",
-                    {**ident, "ok": True, "result": data, "duration_ms": _ms_since(began)},
-                    step,
-                )
-            return result
-        except ArtemisError as e:
-            if e.retryable and info.attempt > e.code.info.max_retries and _budgeted(run):
-                # The error table's max retries (SPEC §10), enforced by Temporal: this
-                # failure is final, so the retry policy stops here.
-                e.retryable = False
-                log.warning("error_budget_spent", code=e.code.value, attempt=info.attempt)
-            log.warning("activity_failed", error=str(e), code=e.code.value, retryable=e.retryable)
-            outcome = "error"
-            error = {"code": e.code.value, "message": e.message, "retryable": e.retryable}
-            raise as_application_error(e) from None
-        except asyncio.CancelledError:
-            log.info("activity_cancelled")
-            outcome = "cancelled"
-            error = {"code": ErrorCode.CANCELLED.value, "message": "activity cancelled"}
-            raise
-        except ApplicationError as e:
-            outcome = "error"
-            error = {
-                "code": e.type or "INTERNAL",
-                "message": e.message,
-                "retryable": not e.non_retryable,
-            }
-            raise
-        except Exception as e:
-            log.exception("activity_crashed")
-            outcome = "error"
-            error = {"code": ErrorCode.INTERNAL.value, "message": f"{type(e).__name__}: {e}"}
-            raise ApplicationError(
-                f"{type(e).__name__}: {e}", type=ErrorCode.INTERNAL.value
-            ) from None
-        finally:
-            elapsed = time.perf_counter() - began
-            ACTIVITY_SECONDS.labels(name, outcome).observe(elapsed)
-            if error is not None and step is not None:
-                await asyncio.shield(
-                    self.record(
-                        run,
-                        "activity_result",
-                        {**ident, "ok": False, "error": error, "duration_ms": _ms_since(began)},
-                        step,
-                    )
-                )
-            structlog.contextvars.clear_contextvars()
-
-    # Temporal reads the parameter and return types from the annotations: expose the
-    # activity's own (without the ``trace`` argument the wrapper supplies).
-    functools.update_wrapper(
-        wrapper, fn, assigned=("__module__", "__name__", "__qualname__", "__doc__"), updated=()
-    )
-    wrapper.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "trace"}
-    del wrapper.__wrapped__  # type: ignore[attr-defined]  # else the signature shows `trace`
-    return wrapper
-
-
-def _require_every_page(
-    pages: list[tuple[int, Any]], first: int, last: int, what: str
-) -> None:
+def _require_every_page(pages: list[tuple[int, Any]], first: int, last: int, what: str) -> None:
     """The staged pages of a batch are all there: a missing one is never skipped in
     silence (a staging store that lost a commit, say) — the run fails visibly."""
     missing = sorted(set(range(first, last + 1)) - {seq for seq, _ in pages})
@@ -242,17 +80,6 @@ def _require_every_page(
             "staging table: they cannot be skipped in silence",
             retryable=False,
         )
-
-
-def _budgeted(run: RunRef) -> bool:
-    try:
-        return bool(get_task(run.task_code).error_budgets)
-    except ArtemisError:
-        return False
-
-
-def _ms_since(began: float) -> int:
-    return int((time.perf_counter() - began) * 1000)
 
 
 class TaskRunActivities:
@@ -323,8 +150,8 @@ class TaskRunActivities:
 
     # -- 1. prepare -------------------------------------------------------------------
     @activity.defn(name="prepare_params")
-    @activity_boundary
-    async def prepare_params(self, inp: PrepareInput, trace: TraceContext) -> PrepareResult:
+    async def prepare_params(self, inp: PrepareInput) -> PrepareResult:
+        trace = current_trace()
         task = get_task(inp.run.task_code)
         params = task.prepare_params(inp.params, self.settings, trusted=True)
         ctx = self._context(task, inp.run, params.model_dump(mode="json"), trace)
@@ -360,8 +187,7 @@ class TaskRunActivities:
         )
 
     @activity.defn(name="mirror_state")
-    @activity_boundary
-    async def mirror_state(self, inp: MirrorInput, trace: TraceContext) -> str:
+    async def mirror_state(self, inp: MirrorInput) -> str:
         """Record the run's state in task storage (pending/running/terminal, stats, error)."""
         from artemis.taskstore import StorageUnavailable, TaskData, TaskNotFound
 
@@ -392,7 +218,7 @@ class TaskRunActivities:
                 ) from None
             return inp.status
 
-        if inp.status in TERMINAL_STATUSES:
+        if inp.status in TERMINAL:
             # The stream's end goes first: it must not wait on a task-store outage.
             await self.record(
                 inp.run,
@@ -402,7 +228,7 @@ class TaskRunActivities:
         status = await asyncio.to_thread(write)
         if inp.status == "running":
             RUNS_STARTED.labels(inp.run.task_code).inc()
-        elif inp.status in TERMINAL_STATUSES:
+        elif inp.status in TERMINAL:
             RUNS_FINISHED.labels(inp.run.task_code, inp.status).inc()
         log.info("task_state_recorded", status=status)
         return status
@@ -417,25 +243,91 @@ class TaskRunActivities:
 
     @activity.defn(name="cleanup_old_tasks")
     async def cleanup_old_tasks(self, inp: CleanupInput) -> CleanupResult:
-        """cleanup_old_tasks(hours=24) of seed 001: terminal tasks and stale staged pages."""
-        from datetime import UTC, datetime, timedelta
+        """The clean-up schedule (seed 001's cleanup_old_tasks(hours=24)): record the
+        ending of runs that could not record it themselves, then drop terminal tasks,
+        stale staged pages and old events."""
+        from datetime import UTC, datetime
 
-        before = datetime.now(UTC) - timedelta(hours=inp.hours)
+        now = datetime.now(UTC)
+        reconciled = await self._reconcile_open_runs(now - timedelta(seconds=inp.reconcile_after_s))
+        before = now - timedelta(hours=inp.hours)
         tasks = await asyncio.to_thread(self.task_store.delete_expired, before)
         pages = await asyncio.to_thread(self.staging.drop_older_than, before)
         events = await asyncio.to_thread(self.events.drop_older_than, before)
         log.info(
             "cleanup_done",
             hours=inp.hours,
+            runs_reconciled=reconciled,
             tasks_removed=tasks,
             staged_pages_removed=pages,
             events_removed=events,
         )
-        return CleanupResult(tasks_removed=tasks, staged_pages_removed=pages, events_removed=events)
+        return CleanupResult(
+            tasks_removed=tasks,
+            staged_pages_removed=pages,
+            events_removed=events,
+            runs_reconciled=reconciled,
+        )
+
+    async def _reconcile_open_runs(self, quiet_since: Any) -> int:
+        """Runs the task store holds open (pending/running), untouched since
+        ``quiet_since``, whose workflow has closed — terminated in Temporal, or its last
+        task-store write failed — get their ending from Temporal, recorded once. This
+        schedule is that repair's one owner: an API read never writes."""
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from artemis.taskstore import ConcurrentModification, TaskNotFound
+
+        client = activity.client()
+        done = 0
+        for status in sorted(OPEN):
+            cursor = None
+            while True:
+                items, cursor = await asyncio.to_thread(
+                    self.task_store.list, status=status, limit=200, cursor=cursor
+                )
+                for rec in items:
+                    if (rec.updated_at or rec.created_at) > quiet_since:
+                        continue
+                    handle = client.get_workflow_handle(rec.workflow_id)
+                    try:
+                        desc = await handle.describe()
+                    except RPCError as e:
+                        if e.status != RPCStatusCode.NOT_FOUND:
+                            raise
+                        end = {
+                            "status": "failed",
+                            "error": end_error(
+                                "failed",
+                                ErrorCode.INTERNAL.value,
+                                "the run's workflow is not in Temporal "
+                                "(never started, or past its retention)",
+                            ),
+                        }
+                    else:
+                        if desc.status in OPEN_STATUSES:
+                            continue
+                        end = await closed_run_end(handle, desc.status)
+                    try:
+                        await asyncio.to_thread(
+                            self.task_store.update_status,
+                            rec.task_id,
+                            end["status"],
+                            expected_version=rec.version,
+                            result=end.get("stats") or {},
+                            error=end.get("error"),
+                        )
+                    except (ConcurrentModification, TaskNotFound):
+                        continue  # the run (or another clean-up) wrote first
+                    log.info("task_store_reconciled", task_id=rec.task_id, status=end["status"])
+                    done += 1
+                if not cursor:
+                    break
+        return done
 
     @activity.defn(name="split_run")
-    @activity_boundary
-    async def split_run(self, inp: SplitInput, trace: TraceContext) -> SplitResult:
+    async def split_run(self, inp: SplitInput) -> SplitResult:
+        trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace)
         children = task.split(ctx, inp.details)
@@ -444,8 +336,8 @@ class TaskRunActivities:
 
     # -- 2. fetch ----------------------------------------------------------------------
     @activity.defn(name="fetch_pages")
-    @activity_boundary
-    async def fetch_pages(self, inp: FetchInput, trace: TraceContext) -> FetchResult:
+    async def fetch_pages(self, inp: FetchInput) -> FetchResult:
+        trace = current_trace()
         # A retried attempt resumes from the last heartbeat: pages staged before it are kept
         # (staging by sequence number makes a re-fetched page an overwrite, not a duplicate).
         state = {
@@ -575,8 +467,8 @@ class TaskRunActivities:
 
     # -- 3. process ---------------------------------------------------------------------
     @activity.defn(name="process_batch")
-    @activity_boundary
-    async def process_batch(self, inp: BatchInput, trace: TraceContext) -> ProcessResult:
+    async def process_batch(self, inp: BatchInput) -> ProcessResult:
+        trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace, inp.output)
         key = run_key(inp.run)
@@ -609,8 +501,8 @@ class TaskRunActivities:
 
     # -- 4. emit -------------------------------------------------------------------------
     @activity.defn(name="emit_batch")
-    @activity_boundary
-    async def emit_batch(self, inp: BatchInput, trace: TraceContext) -> EmitResult:
+    async def emit_batch(self, inp: BatchInput) -> EmitResult:
+        trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace, inp.output)
         sinks = task.decide_sinks(ctx)
@@ -659,8 +551,8 @@ class TaskRunActivities:
 
     # -- 5. finalize ------------------------------------------------------------------------
     @activity.defn(name="finalize_run")
-    @activity_boundary
-    async def finalize_run(self, inp: FinalizeInput, trace: TraceContext) -> FinalizeResult:
+    async def finalize_run(self, inp: FinalizeInput) -> FinalizeResult:
+        trace = current_trace()
         stats = dict(inp.stats)
         if inp.params is not None and inp.status == "completed":
             task = get_task(inp.run.task_code)
@@ -721,8 +613,7 @@ class TaskRunActivities:
         return FinalizeResult(callback=outcome, detail=detail, stats=stats)
 
     @activity.defn(name="cleanup_run")
-    @activity_boundary
-    async def cleanup_run(self, inp: CleanupRunInput, trace: TraceContext) -> None:
+    async def cleanup_run(self, inp: CleanupRunInput) -> None:
         """After a finalize was sent: drop the run's staged pages and its secret."""
         await self._drop_run_data(inp.run)
 

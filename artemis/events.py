@@ -28,7 +28,7 @@ from sqlmodel import Column, Field, SQLModel
 
 from artemis import jsonio
 from artemis.db import UTCDateTime, get_engine, utcnow
-from artemis.run_models import STEPS
+from artemis.run_state import STEPS, TERMINAL
 
 # Which plan step each activity of the task-run workflow belongs to. Bookkeeping
 # activities (task-store mirroring, cleanup) are not part of the plan.
@@ -52,7 +52,6 @@ STEP_TITLES = {
     "step_finalize": "Finalize and call back",
 }
 
-TERMINAL_STATUSES = ("completed", "failed", "cancelled", "timeout")
 PLAN_NAMESPACE = uuid.UUID("7f0c5d1e-3a52-4c3e-9b8e-5b7c2a1d9e40")
 
 
@@ -306,7 +305,7 @@ class PlanTracker:
             emit(raw.kind, dict(raw.data), None)
         elif raw.kind == "run_status":
             status = str(raw.data.get("status"))
-            if status not in TERMINAL_STATUSES:
+            if status not in TERMINAL:
                 return out
             self._finish(status)
             self._plan_if_changed(emit, force=first)

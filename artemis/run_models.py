@@ -13,7 +13,6 @@ from typing import Any
 
 WORKFLOW_NAME = "TaskRunWorkflow"
 
-STEPS = ("step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize")
 
 # Search attribute names (registered by `artemis dev` and the test fixtures).
 SA_TASK_CODE = "ArtemisTaskCode"
@@ -140,6 +139,9 @@ class PrepareResult:
 @dataclass
 class CleanupInput:
     hours: float = 24.0
+    # A run still open in the task store this long after its last write is checked
+    # against Temporal, and its ending recorded when its workflow has closed.
+    reconcile_after_s: float = 60.0
 
 
 @dataclass
@@ -147,6 +149,7 @@ class CleanupResult:
     tasks_removed: int
     staged_pages_removed: int
     events_removed: int = 0
+    runs_reconciled: int = 0
 
 
 @dataclass

@@ -1,15 +1,24 @@
-"""W3C trace context (SPEC §6): parse an inbound ``traceparent`` (malformed → a fresh trace),
-make child span ids for each outbound hop, and set up the OpenTelemetry SDK."""
+"""W3C trace context (SPEC §6): an inbound ``traceparent`` is read, and outbound ones are
+written, by OpenTelemetry's own W3C propagator (malformed → a fresh trace); each outbound
+hop gets a child span id; and the OpenTelemetry SDK is set up here.
+
+``TraceContext`` is the plain form of a span context that crosses the Temporal boundary
+(activities' arguments are dataclasses; an OpenTelemetry context is not serialisable)."""
 
 from __future__ import annotations
 
-import re
-import secrets
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from artemis.config import TelemetrySettings
 
-_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_PROPAGATOR = TraceContextTextMapPropagator()
+_IDS = RandomIdGenerator()
 
 
 @dataclass(frozen=True)
@@ -19,8 +28,18 @@ class TraceContext:
     parent_span_id: str | None = None
     sampled: bool = True
 
+    def span_context(self) -> SpanContext:
+        return SpanContext(
+            trace_id=int(self.trace_id, 16),
+            span_id=int(self.span_id, 16),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED if self.sampled else TraceFlags.DEFAULT),
+        )
+
     def traceparent(self) -> str:
-        return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=otel_context_for(self))
+        return carrier["traceparent"]
 
     def child(self) -> TraceContext:
         """A new span in the same trace (one per outbound hop)."""
@@ -28,24 +47,27 @@ class TraceContext:
 
 
 def new_trace_id() -> str:
-    return secrets.token_hex(16)
+    return trace.format_trace_id(_IDS.generate_trace_id())
 
 
 def new_span_id() -> str:
-    return secrets.token_hex(8)
+    return trace.format_span_id(_IDS.generate_span_id())
 
 
 def parse_traceparent(value: str | None) -> TraceContext | None:
-    """Parse ``00-<trace_id>-<span_id>-<flags>``; None when absent or malformed."""
+    """The span an inbound ``traceparent`` names; None when absent or malformed."""
     if not value:
         return None
-    m = _TRACEPARENT.match(value.strip().lower())
-    if not m:
+    ctx = _PROPAGATOR.extract({"traceparent": value.strip()})
+    sc = trace.get_current_span(ctx).get_span_context()
+    if not sc.is_valid:
         return None
-    version, trace_id, span_id, flags = m.groups()
-    if version == "ff" or set(trace_id) == {"0"} or set(span_id) == {"0"}:
-        return None
-    return TraceContext(trace_id, span_id, None, bool(int(flags, 16) & 1))
+    return TraceContext(
+        trace.format_trace_id(sc.trace_id),
+        trace.format_span_id(sc.span_id),
+        None,
+        sc.trace_flags.sampled,
+    )
 
 
 def extract_trace(traceparent: str | None) -> TraceContext:
@@ -56,10 +78,17 @@ def extract_trace(traceparent: str | None) -> TraceContext:
     return TraceContext(parent.trace_id, new_span_id(), parent.span_id, parent.sampled)
 
 
-def trace_from_ids(trace_id: str | None, span_id: str | None = None) -> TraceContext:
-    if trace_id and re.fullmatch(r"[0-9a-f]{32}", trace_id):
-        return TraceContext(trace_id, span_id or new_span_id())
-    return TraceContext(new_trace_id(), new_span_id())
+_CURRENT: ContextVar[TraceContext] = ContextVar("artemis_trace")
+
+
+def use_trace(ctx: TraceContext) -> Token[TraceContext]:
+    """Make ``ctx`` the current span (the activity boundary does, per activity)."""
+    return _CURRENT.set(ctx)
+
+
+def current_trace() -> TraceContext:
+    """The span of the run activity being executed (set by the worker's boundary)."""
+    return _CURRENT.get()
 
 
 _provider_installed: dict[str, object] = {}
@@ -73,7 +102,6 @@ def setup_telemetry(settings: TelemetrySettings) -> None:
     """
     if _provider_installed:
         return
-    from opentelemetry import trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
@@ -97,15 +125,6 @@ def setup_telemetry(settings: TelemetrySettings) -> None:
     _provider_installed["provider"] = provider
 
 
-def otel_context_for(ctx: TraceContext):
+def otel_context_for(ctx: TraceContext):  # noqa: ANN201
     """An OpenTelemetry context whose remote parent is ``ctx`` (for the starter's span)."""
-    from opentelemetry import trace
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-
-    sc = SpanContext(
-        trace_id=int(ctx.trace_id, 16),
-        span_id=int(ctx.span_id, 16),
-        is_remote=True,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED if ctx.sampled else TraceFlags.DEFAULT),
-    )
-    return trace.set_span_in_context(NonRecordingSpan(sc))
+    return trace.set_span_in_context(NonRecordingSpan(ctx.span_context()))

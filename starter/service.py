@@ -17,7 +17,6 @@ from opentelemetry import context as otel_context
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from temporalio.client import (
     Client,
-    WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
 )
@@ -31,7 +30,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError, CancelledError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from artemis.callback import CallbackTarget, resolve_base_url
@@ -50,11 +49,13 @@ from artemis.run_models import (
     lock_workflow_id,
     workflow_id_for,
 )
+from artemis.run_state import TERMINAL, stats_view
 from artemis.security import check_header_names, check_request_url
 from artemis.tasks import get_task, task_codes
 from artemis.tasks.base import describe_validation_error, validation_fields
 from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
+from workers.runs import OPEN_STATUSES, closed_run_end
 
 log = get_logger("artemis.starter")
 
@@ -63,7 +64,6 @@ KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
 
 
 QUERY_TIMEOUT_S = 3.0
-TERMINAL = {"completed", "failed", "cancelled", "timeout"}
 _TASK_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
@@ -400,7 +400,8 @@ class RunService:
         """The run as operators see it. Given a handle: Temporal's answer (a run just
         started or finished). Otherwise the task store first — a finished run is answered
         from it, also after Temporal's retention — merged with the live progress query
-        while the run is open."""
+        while the run is open. A read never writes: a run that closed without recording
+        its end is answered from Temporal here and recorded by the clean-up schedule."""
         if handle is not None:
             return await self._temporal_status(task_id, handle)
         record = await self.record(task_id)
@@ -416,29 +417,8 @@ class RunService:
             out["created_at"] = record.created_at.isoformat()
             out["feedback"] = record.feedback
             out["task_store"] = record.status
-            if out.get("completed_at") and out.get("status") in TERMINAL:
-                await self._heal(task_id, out)
         out["source"] = "temporal"
         return out
-
-    async def _heal(self, task_id: str, out: dict[str, Any]) -> None:
-        """A run that closed without recording its end (terminated in Temporal, or its
-        last task-store write failed): record what Temporal says, once."""
-        status = out["status"]
-        error = out.get("error") or (
-            None if status == "completed" else {"code": "INTERNAL", "message": status}
-        )
-        try:
-            await asyncio.to_thread(
-                self.store.update_status,
-                task_id,
-                status,
-                result=out.get("stats") or {},
-                error=error,
-            )
-            log.info("task_store_healed", task_id=task_id, status=status)
-        except Exception as e:
-            log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
 
     async def closed_end(self, task_id: str) -> dict[str, Any] | None:
         """How a run ended, when it has: {status, stats, error}; None while it is open."""
@@ -453,12 +433,10 @@ class RunService:
         if handle is None:
             return None
         desc = await handle.describe()
-        if desc.status in (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW):
+        if desc.status in OPEN_STATUSES:
             return None
-        st = await self._temporal_status(task_id, handle)
-        if record is not None and st.get("status") in TERMINAL:
-            await self._heal(task_id, st)
-        return {"status": st["status"], "stats": st.get("stats") or {}, "error": st.get("error")}
+        end = await closed_run_end(handle, desc.status)
+        return {"status": end["status"], "stats": end.get("stats") or {}, "error": end.get("error")}
 
     async def _temporal_status(self, task_id: str, handle: WorkflowHandle) -> dict[str, Any]:
         desc = await handle.describe()
@@ -472,7 +450,7 @@ class RunService:
             "completed_at": desc.close_time.isoformat() if desc.close_time else None,
         }
         st = desc.status
-        if st in (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW):
+        if st in OPEN_STATUSES:
             try:
                 # A query needs a live worker; answer from Temporal alone when none responds.
                 progress = await asyncio.wait_for(handle.query("progress"), QUERY_TIMEOUT_S)
@@ -488,62 +466,14 @@ class RunService:
             out.update(
                 status=progress.get("status") or "running",
                 progress=progress,
-                stats={
-                    **{
-                        k: progress.get(k, 0)
-                        for k in (
-                            "pages",
-                            "records_fetched",
-                            "records_processed",
-                            "records_emitted",
-                            "batches",
-                        )
-                    },
-                    "expected_total": progress.get("expected_total"),
-                },
+                stats=stats_view(progress),
                 error=progress.get("error"),
                 # the operator's controls as the run holds them
                 paused=bool(progress.get("paused")),
                 qps=progress.get("qps"),
             )
             return out
-        try:
-            result = await handle.result()
-            out.update(
-                status=result["status"],
-                stats=result["stats"],
-                error=result.get("error"),
-                duration_ms=result.get("duration_ms"),
-                callback=result.get("callback"),
-            )
-        except WorkflowFailureError as e:
-            cause = e.cause
-            if isinstance(cause, CancelledError) or st == WfStatus.CANCELED:
-                out.update(
-                    status="cancelled",
-                    stats={},
-                    error={"code": "CANCELLED", "message": "workflow cancelled"},
-                )
-            elif isinstance(cause, ApplicationError):
-                details = cause.details[0] if cause.details else {}
-                details = details if isinstance(details, dict) else {}
-                out.update(
-                    status=details.get("status", "failed"),
-                    stats=details.get("stats", {}),
-                    duration_ms=details.get("duration_ms"),
-                    callback=details.get("callback"),
-                    error={"code": cause.type or "INTERNAL", "message": cause.message},
-                )
-            else:
-                status = "timeout" if st == WfStatus.TIMED_OUT else "failed"
-                out.update(
-                    status=status,
-                    stats={},
-                    error={
-                        "code": "TIMEOUT_ERROR" if status == "timeout" else "INTERNAL",
-                        "message": str(cause or e),
-                    },
-                )
+        out.update(await closed_run_end(handle, st))
         return out
 
     async def _running(self, task_id: str) -> WorkflowHandle:

@@ -16,6 +16,7 @@ from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.logsetup import configure_logging, get_logger
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
+from workers.boundary import RunActivityBoundary
 from workers.client import connect
 from workflows.alerts import AlertsWorkflow
 from workflows.cleanup import CleanupWorkflow
@@ -66,6 +67,7 @@ class ProvenanceWorkers:
                 self.client,
                 task_queue=queue,
                 activities=[self.activities.fetch_pages],
+                interceptors=[RunActivityBoundary(self.activities.record)],
                 max_task_queue_activities_per_second=rate["qps"] / rate["per_page"],
                 max_concurrent_activities=int(rate.get("max_concurrency") or 1),
                 graceful_shutdown_timeout=timedelta(
@@ -200,6 +202,7 @@ def build_worker(
         task_queue=task_queue or settings.temporal.task_queue,
         workflows=list(WORKFLOWS),
         activities=[*activities.all(), *crawl.all()],
+        interceptors=[RunActivityBoundary(activities.record)],
         max_concurrent_activities=100,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker.graceful_shutdown_s),
     )

@@ -22,13 +22,13 @@ with workflow.unsafe.imports_passed_through():
     # Activities by reference: go-to-definition and the type checker see their arguments.
     from activities.task_run import TaskRunActivities
     from artemis.completeness import is_short
+    from artemis.errors import ErrorCode
     from artemis.run_models import (
         SA_PROVENANCE,
         SA_RUN_ID,
         SA_TASK_CODE,
         SA_TASK_ID,
         SA_TASK_TYPE,
-        STEPS,
         WORKFLOW_NAME,
         BatchInput,
         CancelRequest,
@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         provenance_queue,
         workflow_id_for,
     )
+    from artemis.run_state import RunState, add_stats, end_code
 
 # Error codes no retry can fix (SPEC §10/§11); the activities mark them non-retryable too.
 NON_RETRYABLE = [
@@ -92,28 +93,13 @@ class _Stop(Exception):
 @workflow.defn(name=WORKFLOW_NAME)
 class TaskRunWorkflow:
     def __init__(self) -> None:
-        self._stage = "pending"
-        self._steps: dict[str, str] = {s: "PENDING" for s in STEPS}
-        self._stats: dict[str, int] = {
-            "pages": 0,
-            "records_fetched": 0,
-            "records_processed": 0,
-            "records_emitted": 0,
-            "batches": 0,
-        }
-        self._total = 0
-        self._units_done = 0
+        # The run's state, as the progress query, the mirror and the result give it.
+        self._state = RunState(circuit="closed")
         self._cancel_reason: str | None = None
-        self._status = "pending"
-        self._error: dict[str, Any] | None = None
-        self._store_state = "pending"
         self._mirror_running: asyncio.Task[None] | None = None
-        self._paused = False
         self._rate_key: str | None = None
         self._pages_per_fetch: int | None = None
-        self._qps: float | None = None
         self._circuit: CircuitBreaker | None = None
-        self._circuit_state = "closed"
         self._circuit_opens = 0
         self._tolerance_pct = 0.0
         self._resume_fetch = False
@@ -124,37 +110,24 @@ class TaskRunWorkflow:
     # -- queries and signals ---------------------------------------------------------------
     @workflow.query
     def progress(self) -> dict[str, Any]:
-        return {
-            "status": self._status,
-            "stage": self._stage,
-            "current": self._units_done,
-            "total": self._total,
-            "expected_total": None,
-            **self._stats,
-            "steps": [{"id": s, "status": self._steps[s]} for s in STEPS],
-            "error": self._error,
-            "paused": self._paused,
-            "qps": self._qps,
-            "circuit": self._circuit_state,
-            "task_store": self._store_state,
-        }
+        return self._state.progress()
 
     @workflow.signal
     def pause(self, request: PauseRequest) -> None:
         """Stop before the next batch (the batch in flight finishes); no worker is held."""
-        self._paused = True
+        self._state.paused = True
         workflow.logger.info("paused", extra={"artemis": {"reason": request.reason}})
 
     @workflow.signal
     def resume(self) -> None:
-        self._paused = False
+        self._state.paused = False
         workflow.logger.info("resumed")
 
     @workflow.signal
     def set_rate_limit(self, request: RateLimitRequest) -> None:
         """A new requests-per-second limit for the source, from the next batch on."""
         if request.qps > 0:
-            self._qps = request.qps
+            self._state.qps = request.qps
             workflow.logger.info("rate_limit_set", extra={"artemis": {"qps": request.qps}})
 
     @workflow.signal
@@ -204,22 +177,22 @@ class TaskRunWorkflow:
         else:
             self._started_ms = carry.started_ms
             self._params = carry.params
-            self._total = carry.total
+            self._state.total = carry.total
             self._checkpoint = carry.checkpoint
             self._next_seq = carry.next_seq
-            self._stats = dict(carry.stats)
-            self._steps = dict(carry.steps)
+            self._state.stats = dict(carry.stats)
+            self._state.steps = dict(carry.steps)
             self._progress_ms = carry.progress_last_ms
-            self._units_done = carry.units_done
+            self._state.current = carry.units_done
             self._fetch_retry = carry.fetch_retry
             self._circuit = carry.circuit
             self._rate_key = carry.rate_key
             self._pages_per_fetch = carry.pages_per_fetch
-            self._qps = carry.qps
-            self._paused = carry.paused
+            self._state.qps = carry.qps
+            self._state.paused = carry.paused
             self._tolerance_pct = carry.tolerance_pct
         self._generation = carry.generation if carry else 1
-        self._status = "running"
+        self._state.status = "running"
         if carry is None:
             # Recorded alongside, never in the way: a task-store outage is retried and shown
             # in the progress query, it neither fails nor blocks the run.
@@ -239,14 +212,14 @@ class TaskRunWorkflow:
             else:
                 stop: _Stop = stopper.result()
                 status, error_message = stop.status, stop.message
-                error_code = "CANCELLED" if stop.status == "cancelled" else "TIMEOUT_ERROR"
+                error_code = _code_value(end_code(stop.status))
                 self._stopping = True
                 main.cancel()
                 await _quietly(main)
         except asyncio.CancelledError as e:
             # Temporal's own cancellation (UI, CLI, API): clean up, finalize, then report it.
             temporal_cancel = e
-            status, error_code = "cancelled", "CANCELLED"
+            status, error_code = "cancelled", _code_value(end_code("cancelled"))
             error_message = f"cancelled: {self._cancel_reason or 'workflow cancellation requested'}"
             self._stopping = True
             main.cancel()
@@ -262,13 +235,13 @@ class TaskRunWorkflow:
             status, error_code, error_message = "failed", e.type or "INTERNAL", e.message
             stopper.cancel()
         self._mark_step_errors(status)
-        self._error = {"code": error_code, "message": error_message} if error_code else None
+        self._state.error = {"code": error_code, "message": error_message} if error_code else None
 
         callback_outcome = await self._finalize(status, error_code, error_message)
         if self._mirror_running is not None:
             await _quietly(self._mirror_running)  # the `running` record goes first
-        await self._mirror(status, dict(self._stats), self._error)
-        self._status = status
+        await self._mirror(status, dict(self._state.stats), self._state.error)
+        self._state.status = status
         self._details()
         result = RunResult(
             task_code=req.task_code,
@@ -276,11 +249,11 @@ class TaskRunWorkflow:
             workflow_id=info.workflow_id,
             status=status,
             duration_ms=int(workflow.now().timestamp() * 1000) - self._started_ms,
-            stats=dict(self._stats),
-            error=self._error,
+            stats=dict(self._state.stats),
+            error=self._state.error,
             callback=callback_outcome,
         )
-        self._log("run_finished", status=status, error_code=error_code, **self._stats)
+        self._log("run_finished", status=status, error_code=error_code, **self._state.stats)
         if temporal_cancel is not None:
             raise temporal_cancel
         if status == "failed":
@@ -306,7 +279,7 @@ class TaskRunWorkflow:
                 ),
                 summary=f"Validate params of {req.task_code}",
             )
-            self._params, self._total = prepared.params, prepared.total
+            self._params, self._state.total = prepared.params, prepared.total
             self._fetch_retry = prepared.fetch_retry
             self._circuit = prepared.circuit
             self._rate_key = prepared.rate_key
@@ -316,7 +289,7 @@ class TaskRunWorkflow:
             updates = [known[k].value_set(v) for k, v in prepared.search.items() if k in known]
             if updates:
                 workflow.upsert_search_attributes(updates)
-            self._steps["step_prepare"] = "COMPLETED"
+            self._state.steps["step_prepare"] = "COMPLETED"
             if prepared.children is not None:
                 await self._run_children(prepared.children, prepared.parallelism)
                 return
@@ -326,11 +299,11 @@ class TaskRunWorkflow:
         done = False
         try:
             while not done:
-                if self._paused:
-                    self._stage = "paused"
+                if self._state.paused:
+                    self._state.stage = "paused"
                     self._details()
                     # A durable wait: no worker is held while the run is paused.
-                    await workflow.wait_condition(lambda: not self._paused or self._stopping)
+                    await workflow.wait_condition(lambda: not self._state.paused or self._stopping)
                     self._stop_point()
                 self._enter("step_fetch")
                 try:
@@ -343,11 +316,11 @@ class TaskRunWorkflow:
                             first_seq=self._next_seq,
                             max_pages=self._pages_per_fetch or tuning.pages_per_fetch,
                             max_seconds=tuning.fetch_max_seconds,
-                            total=self._total,
-                            units_done=self._units_done,
+                            total=self._state.total,
+                            units_done=self._state.current,
                             callback=req.callback,
                             progress_last_ms=self._progress_ms,
-                            qps=self._qps,
+                            qps=self._state.qps,
                             resumed=self._resume_fetch,
                         ),
                         start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
@@ -360,7 +333,7 @@ class TaskRunWorkflow:
                         summary=f"Fetch pages from #{self._next_seq}",
                     )
                 except ActivityError as e:
-                    if _code_of(e) == "RESULT_CAP_EXCEEDED" and not self._stats["pages"]:
+                    if _code_of(e) == "RESULT_CAP_EXCEEDED" and not self._state.stats["pages"]:
                         # The window holds more hits than the source can list: split it.
                         await self._split(e)
                         return
@@ -368,20 +341,20 @@ class TaskRunWorkflow:
                         self._resume_fetch = True
                         continue  # the same checkpoint, after the cool-down
                     raise
-                self._stats["pages"] += fetched.pages
-                self._stats["records_fetched"] += fetched.records
-                self._stats["batches"] += 1
+                self._state.stats["pages"] += fetched.pages
+                self._state.stats["records_fetched"] += fetched.records
+                self._state.stats["batches"] += 1
                 self._resume_fetch = False
                 if fetched.expected_total is not None:
-                    self._stats["expected_total"] = fetched.expected_total
+                    self._state.stats["expected_total"] = fetched.expected_total
                 self._stop_point()
-                self._units_done = fetched.units_done
+                self._state.current = fetched.units_done
                 self._progress_ms = fetched.progress_last_ms
                 first, last = fetched.first_seq, fetched.next_seq - 1
                 self._checkpoint, self._next_seq = fetched.checkpoint, fetched.next_seq
                 done = fetched.done
                 if done:
-                    self._steps["step_fetch"] = "COMPLETED"
+                    self._state.steps["step_fetch"] = "COMPLETED"
                 self._details()
                 # At most one batch is being emitted while the next is fetched.
                 if emitting is not None:
@@ -416,9 +389,9 @@ class TaskRunWorkflow:
             if emitting is not None and not emitting.done():
                 emitting.cancel()
                 await _quietly(emitting)
-        self._steps["step_fetch"] = "COMPLETED"
-        self._steps["step_process"] = "COMPLETED"
-        self._steps["step_emit"] = "COMPLETED"
+        self._state.steps["step_fetch"] = "COMPLETED"
+        self._state.steps["step_process"] = "COMPLETED"
+        self._state.steps["step_emit"] = "COMPLETED"
 
     async def _process_and_emit(self, first: int, last: int) -> None:
         req, tuning = self._req, self._req.tuning
@@ -429,7 +402,7 @@ class TaskRunWorkflow:
             last_seq=last,
             output=req.output,
         )
-        self._steps["step_process"] = "IN_PROGRESS"
+        self._state.steps["step_process"] = "IN_PROGRESS"
         processed: ProcessResult = await workflow.execute_local_activity_method(
             TaskRunActivities.process_batch,
             batch,
@@ -438,8 +411,8 @@ class TaskRunWorkflow:
             summary=f"Process pages #{first}-#{last}",
         )
         self._stop_point()
-        self._stats["records_processed"] += processed.records_out
-        self._steps["step_emit"] = "IN_PROGRESS"
+        self._state.stats["records_processed"] += processed.records_out
+        self._state.steps["step_emit"] = "IN_PROGRESS"
         emitted: EmitResult = await workflow.execute_activity_method(
             TaskRunActivities.emit_batch,
             batch,
@@ -454,7 +427,7 @@ class TaskRunWorkflow:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"Emit pages #{first}-#{last}",
         )
-        self._stats["records_emitted"] += emitted.records_emitted
+        self._state.stats["records_emitted"] += emitted.records_emitted
         self._details()
 
     async def _mirror(
@@ -473,9 +446,9 @@ class TaskRunWorkflow:
                 ),
                 summary=f"Record `{status}` in task storage",
             )
-            self._store_state = "ok"
+            self._state.task_store = "ok"
         except ActivityError as e:
-            self._store_state = "failed"
+            self._state.task_store = "failed"
             self._log("task_store_unavailable", status=status, error=_message_of(e))
 
     async def _rest_after_failures(self, e: ActivityError) -> bool:
@@ -489,8 +462,8 @@ class TaskRunWorkflow:
         if self._circuit_opens >= circuit.max_opens:
             return False
         self._circuit_opens += 1
-        self._circuit_state = "open"
-        self._stage = "circuit_open"
+        self._state.circuit = "open"
+        self._state.stage = "circuit_open"
         self._details()
         self._log(
             "circuit_open",
@@ -502,7 +475,7 @@ class TaskRunWorkflow:
         await workflow.sleep(
             circuit.cool_down_s, summary=f"Circuit breaker cool-down ({circuit.cool_down_s:g} s)"
         )
-        self._circuit_state = "closed"
+        self._state.circuit = "closed"
         self._log("circuit_closed", opens=self._circuit_opens)
         return True
 
@@ -517,15 +490,15 @@ class TaskRunWorkflow:
         if not split.children:
             raise e
         self._log("run_split", pieces=len(split.children), count=details.get("count"))
-        self._total = len(split.children)
-        self._units_done = 0
+        self._state.total = len(split.children)
+        self._state.current = 0
         await self._run_children(split.children, split.parallelism, prefix="s")
         count = details.get("count")
         if workflow.patched(PATCH_SPLIT_RECONCILE) and isinstance(count, int):
             # The pieces must add up to the window the source counted: a gap between
             # them would lose records while every piece looks complete.
-            self._stats["expected_total"] = count
-            got = self._stats["records_fetched"]
+            self._state.stats["expected_total"] = count
+            got = self._state.stats["records_fetched"]
             if is_short(count, got, self._tolerance_pct):
                 raise ApplicationError(
                     f"the split window: expected {count} records (the source's count of the "
@@ -568,23 +541,13 @@ class TaskRunWorkflow:
                     result_type=RunResult,
                     static_summary=f"{req.task_code} · {params.get('start')}..{params.get('end')}",
                 )
-            for key in (
-                "pages",
-                "records_fetched",
-                "records_processed",
-                "records_emitted",
-                "batches",
-            ):
-                self._stats[key] += int(result.stats.get(key, 0))
-            stated = result.stats.get("expected_total")
-            if isinstance(stated, int):
-                self._stats["expected_total"] = self._stats.get("expected_total", 0) + stated
-            self._units_done += 1
+            add_stats(self._state.stats, result.stats)
+            self._state.current += 1
             self._details()
 
         await asyncio.gather(*(one(n, p) for n, p in enumerate(children)))
         for step in ("step_fetch", "step_process", "step_emit"):
-            self._steps[step] = "COMPLETED"
+            self._state.steps[step] = "COMPLETED"
 
     def _fetch_retry_policy(self) -> RetryPolicy:
         own = self._fetch_retry
@@ -614,19 +577,19 @@ class TaskRunWorkflow:
     def _continue_as_new(self) -> None:
         carry = RunCarry(
             params=self._params or {},
-            total=self._total,
+            total=self._state.total,
             checkpoint=self._checkpoint,
             next_seq=self._next_seq,
-            stats=dict(self._stats),
-            steps=dict(self._steps),
+            stats=dict(self._state.stats),
+            steps=dict(self._state.steps),
             progress_last_ms=self._progress_ms,
-            units_done=self._units_done,
+            units_done=self._state.current,
             started_ms=self._started_ms,
             generation=self._generation + 1,
             fetch_retry=self._fetch_retry,
             circuit=self._circuit,
-            qps=self._qps,
-            paused=self._paused,
+            qps=self._state.qps,
+            paused=self._state.paused,
             rate_key=self._rate_key,
             pages_per_fetch=self._pages_per_fetch,
             tolerance_pct=self._tolerance_pct,
@@ -676,7 +639,7 @@ class TaskRunWorkflow:
                 FinalizeInput(
                     run=self._run,
                     status=status,
-                    stats=dict(self._stats),
+                    stats=dict(self._state.stats),
                     error_code=error_code,
                     error_message=error_message,
                     callback=self._req.callback,
@@ -694,13 +657,13 @@ class TaskRunWorkflow:
                 ),
                 summary=f"Finalize ({status}) and call the CronJob back",
             )
-            self._steps["step_finalize"] = "COMPLETED"
+            self._state.steps["step_finalize"] = "COMPLETED"
             for k, v in fin.stats.items():
-                if isinstance(v, int) and k in self._stats:
-                    self._stats[k] = v
+                if isinstance(v, int) and k in self._state.stats:
+                    self._state.stats[k] = v
             outcome = fin.callback
         except ActivityError as e:
-            self._steps["step_finalize"] = "ERROR"
+            self._state.steps["step_finalize"] = "ERROR"
             self._log("finalize_failed", error=_message_of(e))
             outcome = "error"
         if separate_cleanup:
@@ -728,21 +691,22 @@ class TaskRunWorkflow:
             raise asyncio.CancelledError("run is stopping")
 
     def _enter(self, step: str) -> None:
-        self._stage = step
-        if self._steps[step] == "PENDING":
-            self._steps[step] = "IN_PROGRESS"
+        self._state.stage = step
+        if self._state.steps[step] == "PENDING":
+            self._state.steps[step] = "IN_PROGRESS"
         self._details()
 
     def _mark_step_errors(self, status: str) -> None:
         if status != "completed":
-            for step, state in self._steps.items():
+            for step, state in self._state.steps.items():
                 if state == "IN_PROGRESS":
-                    self._steps[step] = "ERROR"
+                    self._state.steps[step] = "ERROR"
 
     def _details(self) -> None:
-        s = self._stats
+        s = self._state.stats
         workflow.set_current_details(
-            f"**{self._status}** · stage `{self._stage}` · {self._units_done}/{self._total} units"
+            f"**{self._state.status}** · stage `{self._state.stage}` · "
+            f"{self._state.current}/{self._state.total} units"
             f" · {s['pages']} pages · {s['records_fetched']} fetched · "
             f"{s['records_emitted']} emitted"
         )
@@ -787,3 +751,7 @@ def _message_of(e: BaseException) -> str:
         return app.message
     cause = getattr(e, "cause", None)
     return str(cause or e)
+
+
+def _code_value(code: ErrorCode | None) -> str | None:
+    return None if code is None else code.value

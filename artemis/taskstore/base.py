@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from artemis.run_state import TERMINAL
+
 STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timeout")
-TERMINAL = frozenset({"completed", "failed", "cancelled", "timeout"})
 
 
 class StorageUnavailable(Exception):

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import httpx
+from httpx_sse import aconnect_sse
 
 from artemis.events import cursor_of
 from tests.conftest import new_task_id
@@ -21,17 +22,14 @@ async def read_sse(
     headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
     events: list[dict[str, Any]] = []
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        async with http.stream(
-            "GET", f"/tasks/{task_id}/events", headers=headers, params=params
-        ) as resp:
+        async with aconnect_sse(
+            http, "GET", f"/tasks/{task_id}/events", headers=headers, params=params
+        ) as source:
+            resp = source.response
             assert resp.status_code == 200, await resp.aread()
             assert resp.headers["content-type"].startswith("text/event-stream")
-            sse_id = None
-            async for line in resp.aiter_lines():
-                if line.startswith("id: "):
-                    sse_id = line[4:]
-                elif line.startswith("data: "):
-                    events.append({"_sse": sse_id, **json.loads(line[6:])})
+            async for sse in source.aiter_sse():
+                events.append({"_sse": sse.id, **json.loads(sse.data)})
     return events
 
 
@@ -149,7 +147,7 @@ async def test_stream_spans_continue_as_new_and_a_failed_run_ends_with_error(mak
     assert plan_states(events)[-1]["step_fetch"] == "ERROR"
 
 
-async def test_terminated_run_gets_its_end_from_temporal_and_unknown_id_is_404(make_stack):
+async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(make_stack):
     stack = await make_stack(worker=False)  # nobody picks the run up
     task_id = new_task_id()
     resp = await stack.run(
@@ -166,11 +164,31 @@ async def test_terminated_run_gets_its_end_from_temporal_and_unknown_id_is_404(m
     events = await asyncio.wait_for(reader, 30)
     assert [e["event"] for e in events] == ["plan_update", "error"]
     assert events[-1]["status"] == "failed"
-    # The store learned how it ended (the run never could record it).
+    # A read never writes: the API answers from Temporal, the store still says pending.
     from artemis.taskstore.sql import SqlTaskStorage
 
-    healed = SqlTaskStorage(stack.settings.database.url).load(task_id)
+    store = SqlTaskStorage(stack.settings.database.url)
+    shown = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+    assert shown["status"] == "failed" and shown["task_store"] == "pending"
+    assert store.load(task_id).status == "pending"
+    # The clean-up schedule's workflow is the owner of that repair: it records the end.
+    from artemis.run_models import CleanupInput
+    from workers.main import running_worker
+    from workflows.cleanup import CleanupWorkflow
+
+    async with running_worker(stack.settings, stack.client):
+        done = await stack.client.execute_workflow(
+            CleanupWorkflow.run,
+            CleanupInput(hours=24, reconcile_after_s=0),
+            id=f"cleanup-{task_id}",
+            task_queue=stack.settings.temporal.task_queue,
+        )
+    assert done.runs_reconciled == 1
+    healed = store.load(task_id)
     assert healed is not None and healed.status == "failed" and healed.completed_at
+    assert healed.error["code"] == "INTERNAL"
+    after = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+    assert after["status"] == "failed" and after["source"] == "task_store"
 
     missing = await stack.http.get(f"/tasks/{new_task_id()}/events")
     assert missing.status_code == 404

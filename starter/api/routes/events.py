@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, OutEvent, PlanTracker, cursor_of, now_ms
@@ -30,9 +30,9 @@ log = get_logger("artemis.api.events")
 CLOSED_CHECK_S = 1.0
 
 
-def sse(ev: OutEvent) -> bytes:
+def sse(ev: OutEvent) -> ServerSentEvent:
     data = json.dumps(ev.payload, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {ev.sse_id}\ndata: {data}\n\n".encode()
+    return ServerSentEvent(data, id=ev.sse_id)
 
 
 def _log(request: Request) -> EventLog:
@@ -46,7 +46,7 @@ def _log(request: Request) -> EventLog:
     "/tasks/{task_id}/events",
     operation_id="task_events",
     summary="The run's events (Server-Sent Events) until it ends",
-    response_class=StreamingResponse,
+    response_class=EventSourceResponse,
     responses={
         200: {"content": {"text/event-stream": {}}},
         404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
@@ -59,7 +59,7 @@ async def task_events(
     follow: bool = Query(True),
     service: RunService = Depends(get_service),
     settings=Depends(get_settings),
-) -> StreamingResponse:
+) -> EventSourceResponse:
     events = _log(request)
     after = cursor_of(request.headers.get("last-event-id") or last_event_id)
     recorded = await asyncio.to_thread(events.since, task_id, 0, 1)
@@ -69,20 +69,19 @@ async def task_events(
     poll_s = settings.events.poll_interval_ms / 1000
     keepalive_s = settings.events.keepalive_s
 
-    async def stream() -> AsyncIterator[bytes]:
+    async def stream() -> AsyncIterator[ServerSentEvent]:
         tracker = PlanTracker(task_id)
         seq = 0
-        checked = sent = time.monotonic()
+        checked = time.monotonic()
 
-        async def drain() -> AsyncIterator[bytes]:
-            nonlocal seq, sent
+        async def drain() -> AsyncIterator[ServerSentEvent]:
+            nonlocal seq
             while True:
                 raws = await asyncio.to_thread(events.since, task_id, seq)
                 for raw in raws:
                     seq = raw.seq
                     for ev in tracker.feed(raw):
                         if ev.cursor > after:
-                            sent = time.monotonic()
                             yield sse(ev)
                 if len(raws) < 1000 or tracker.finished:
                     return
@@ -107,13 +106,8 @@ async def task_events(
                         if ev.cursor > after:
                             yield sse(ev)
                     return
-            if now - sent >= keepalive_s:
-                sent = now
-                yield b": keep-alive\n\n"
             await asyncio.sleep(poll_s)
 
-    return StreamingResponse(
-        stream(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    # sse-starlette frames the events, sends a comment ping every keepalive_s, notices a
+    # client that went away and sets the no-cache / no-buffering headers.
+    return EventSourceResponse(stream(), ping=keepalive_s, sep="\n")

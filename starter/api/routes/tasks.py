@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import RUN_REQUESTS
+from artemis.run_state import TERMINAL, end_code
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope, error_response, read_json
 from starter.api.schemas import (
@@ -28,7 +29,7 @@ from starter.api.schemas import (
     TaskView,
     documented,
 )
-from starter.service import TERMINAL, RunService, parse_run_body, ui_url
+from starter.service import RunService, parse_run_body, ui_url
 
 router = APIRouter(tags=["tasks"])
 
@@ -67,12 +68,7 @@ def _final_response(request: Request, status: dict) -> JSONResponse:
     if status.get("status") == "completed":
         return envelope(request, data)
     err = status.get("error") or {}
-    try:
-        code = ErrorCode(err.get("code", "INTERNAL"))
-    except ValueError:
-        code = ErrorCode.INTERNAL
-    if status.get("status") == "cancelled":
-        code = ErrorCode.CANCELLED
+    code = end_code(status["status"], err.get("code")) or ErrorCode.INTERNAL
     return error_response(
         request, ArtemisError(code, err.get("message") or status["status"]), data=data
     )

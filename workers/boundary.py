@@ -1,0 +1,225 @@
+"""The boundary every activity of a run passes through, as a Temporal activity
+interceptor: it binds the run's log fields and trace span, records the attempt in the
+run's event stream and the metrics, and turns domain errors into typed Temporal failures
+(with the error table's retry budget, SPEC §10).
+
+It applies to the activities whose input carries the run (``inp.run`` is a ``RunRef``);
+the housekeeping activities (clean-up, reclaim, alerts) pass straight through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.events import ACTIVITY_STEP
+from artemis.logsetup import get_logger
+from artemis.metrics import ACTIVITY_SECONDS
+from artemis.run_models import (
+    BatchInput,
+    EmitResult,
+    FetchInput,
+    FetchResult,
+    FinalizeInput,
+    FinalizeResult,
+    PrepareResult,
+    ProcessResult,
+    RunRef,
+    SplitResult,
+)
+from artemis.tasks import get_task
+from artemis.tracing import TraceContext, new_span_id, use_trace
+
+log = get_logger("artemis.activities")
+
+# Records one event of a run: (run, kind, data, step).
+Recorder = Callable[[RunRef, str, dict[str, Any], str | None], Awaitable[None]]
+
+
+def trace_for(run: RunRef) -> TraceContext:
+    """The activity's span: the OpenTelemetry span of Temporal's interceptor when it
+    belongs to the run's trace, else a fresh span id in that trace."""
+    from opentelemetry import trace
+
+    sc = trace.get_current_span().get_span_context()
+    if sc.is_valid and format(sc.trace_id, "032x") == run.trace_id:
+        return TraceContext(run.trace_id, format(sc.span_id, "016x"), run.parent_span_id)
+    return TraceContext(run.trace_id, new_span_id(), run.parent_span_id)
+
+
+class RunActivityBoundary(Interceptor):
+    """Worker interceptor: ``Worker(..., interceptors=[RunActivityBoundary(record)])``."""
+
+    def __init__(self, record: Recorder) -> None:
+        self.record = record
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Boundary(next, self.record)
+
+
+class _Boundary(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, record: Recorder) -> None:
+        super().__init__(next)
+        self.record = record
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        inp = input.args[0] if input.args else None
+        run = getattr(inp, "run", None)
+        if not isinstance(run, RunRef):
+            return await self.next.execute_activity(input)
+        trace = trace_for(run)
+        token = use_trace(trace)
+        info = activity.info()
+        name = info.activity_type
+        structlog.contextvars.bind_contextvars(
+            trace_id=run.trace_id,
+            span_id=trace.span_id,
+            request_id=run.request_id,
+            task_code=run.task_code,
+            task_id=run.task_id,
+            workflow_id=run.workflow_id,
+            activity=name,
+            attempt=info.attempt,
+        )
+        step = ACTIVITY_STEP.get(name)
+        ident = {
+            "activity": name,
+            "activity_id": info.activity_id,
+            "run_id": info.workflow_run_id,
+            "attempt": info.attempt,
+            "summary": _summary(name, inp),
+        }
+        began = time.perf_counter()
+        outcome, error = "ok", None
+        try:
+            if step is not None:
+                start = dict(ident)
+                if isinstance(inp, FinalizeInput):
+                    start["status"] = inp.status
+                await self.record(run, "activity_start", start, step)
+            result = await self.next.execute_activity(input)
+            if step is not None:
+                data = {"ok": True, "result": _result_data(inp, result)}
+                await self.record(
+                    run,
+                    "activity_result",
+                    {**ident, **data, "duration_ms": _ms_since(began)},
+                    step,
+                )
+            return result
+        except ArtemisError as e:
+            if e.retryable and info.attempt > e.code.info.max_retries and _budgeted(run):
+                # The error table's max retries (SPEC §10), enforced by Temporal: this
+                # failure is final, so the retry policy stops here.
+                e.retryable = False
+                log.warning("error_budget_spent", code=e.code.value, attempt=info.attempt)
+            log.warning("activity_failed", error=str(e), code=e.code.value, retryable=e.retryable)
+            outcome = "error"
+            error = {"code": e.code.value, "message": e.message, "retryable": e.retryable}
+            raise as_application_error(e) from None
+        except asyncio.CancelledError:
+            log.info("activity_cancelled")
+            outcome = "cancelled"
+            error = {"code": ErrorCode.CANCELLED.value, "message": "activity cancelled"}
+            raise
+        except ApplicationError as e:
+            outcome = "error"
+            error = {
+                "code": e.type or "INTERNAL",
+                "message": e.message,
+                "retryable": not e.non_retryable,
+            }
+            raise
+        except Exception as e:
+            log.exception("activity_crashed")
+            outcome = "error"
+            error = {"code": ErrorCode.INTERNAL.value, "message": f"{type(e).__name__}: {e}"}
+            raise ApplicationError(
+                f"{type(e).__name__}: {e}", type=ErrorCode.INTERNAL.value
+            ) from None
+        finally:
+            ACTIVITY_SECONDS.labels(name, outcome).observe(time.perf_counter() - began)
+            if error is not None and step is not None:
+                await asyncio.shield(
+                    self.record(
+                        run,
+                        "activity_result",
+                        {**ident, "ok": False, "error": error, "duration_ms": _ms_since(began)},
+                        step,
+                    )
+                )
+            structlog.contextvars.clear_contextvars()
+            token.var.reset(token)
+
+
+def as_application_error(e: ArtemisError) -> ApplicationError:
+    return ApplicationError(
+        e.message,
+        {"code": e.code.value, **e.details},
+        type=e.code.value,
+        non_retryable=not e.retryable,
+        next_retry_delay=timedelta(seconds=e.retry_after_s) if e.retry_after_s else None,
+    )
+
+
+def _summary(name: str, inp: Any) -> str:
+    """A short line for the event stream: what this attempt works on."""
+    if isinstance(inp, FetchInput):
+        return f"pages from #{inp.first_seq}"
+    if isinstance(inp, BatchInput):
+        return f"pages #{inp.first_seq}-#{inp.last_seq}"
+    if isinstance(inp, FinalizeInput):
+        return f"status {inp.status}"
+    return name
+
+
+def _result_data(inp: Any, result: Any) -> dict[str, Any]:
+    """Counts only (never records or secrets) for the event stream."""
+    if isinstance(result, PrepareResult):
+        return {"total": result.total, "children": len(result.children or [])}
+    if isinstance(result, FetchResult):
+        return {
+            "pages": result.pages,
+            "records": result.records,
+            "next_seq": result.next_seq,
+            "done": result.done,
+            "units_done": result.units_done,
+            "expected_total": result.expected_total,
+        }
+    if isinstance(result, ProcessResult):
+        return {
+            "records_in": result.records_in,
+            "records_out": result.records_out,
+            "last_seq": inp.last_seq,
+        }
+    if isinstance(result, EmitResult):
+        return {"records_emitted": result.records_emitted, "last_seq": inp.last_seq}
+    if isinstance(result, FinalizeResult):
+        return {"callback": result.callback}
+    if isinstance(result, SplitResult):
+        return {"pieces": len(result.children or [])}
+    return {}
+
+
+def _budgeted(run: RunRef) -> bool:
+    try:
+        return bool(get_task(run.task_code).error_budgets)
+    except ArtemisError:
+        return False
+
+
+def _ms_since(began: float) -> int:
+    return int((time.perf_counter() - began) * 1000)
