@@ -1,0 +1,104 @@
+"""What every command group shares: the consoles, settings, failing, and calling the API."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import typer
+from rich.console import Console
+
+from artemis.config import Settings, load_settings
+
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
+
+
+def _settings(config: Path | None, **overrides: Any) -> Settings:
+    return load_settings(config, **overrides)
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+def _require_master_key() -> None:
+    """A cluster process never makes up its own key: API and workers must share one."""
+    from artemis.vault import MASTER_KEY_ENV, master_key_missing
+
+    value = os.environ.get(MASTER_KEY_ENV, "")
+    if not value:
+        _fail(master_key_missing())
+    if len(value) < 32:
+        _fail(f"{MASTER_KEY_ENV} is too short: at least 32 characters")
+
+
+def _registry_engine(settings: Settings):
+    from artemis.db import get_engine
+
+    return get_engine(settings.database.url)
+
+
+def _parse_kv(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            _fail(f"-p expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value.split(",") if "," in value else value
+    return out
+
+
+# -- the starter API ------------------------------------------------------------------------------
+def _api_url(settings: Settings, api: str | None) -> str:
+    return (
+        api
+        or os.environ.get("ARTEMIS_API")
+        or f"http://{settings.server.host}:{settings.server.port}"
+    )
+
+
+def _headers(settings: Settings) -> dict[str, str]:
+    tokens = settings.server.api_tokens or []
+    token = os.environ.get("ARTEMIS_API_TOKEN") or (tokens[0] if tokens else None)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _call(method: str, url: str, settings: Settings, **kw: Any) -> dict[str, Any]:
+    try:
+        resp = httpx.request(method, url, headers=_headers(settings), timeout=30, **kw)
+    except httpx.HTTPError as e:
+        _fail(f"cannot reach the Artemis API at {url}: {e}")
+    data = _json_of(resp, f"{method} {url}")
+    if (
+        not data.get("success")
+        and data.get("error")
+        and resp.status_code >= 400
+        and not data.get("data")
+    ):
+        err = data["error"]
+        _fail(f"{err.get('code')}: {err.get('message')}")
+    return data
+
+
+def _json_of(resp: httpx.Response, what: str) -> dict[str, Any]:
+    try:
+        return resp.json()
+    except ValueError:
+        _fail(f"{what} answered {resp.status_code} without JSON")
+        raise  # unreachable: _fail exits
+
+
+def _call_error(resp: httpx.Response, what: str) -> None:
+    """Exit with the API's error code and message."""
+    e = _json_of(resp, what).get("error") or {}
+    _fail(f"{e.get('code', resp.status_code)}: {e.get('message', what)}")

@@ -1,0 +1,132 @@
+"""`artemis registry`: the provenance registry (SPEC §8)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from artemis.config import Settings
+from starter.cli._common import ConfigOpt, _fail, _parse_kv, _registry_engine, _settings, console
+
+registry_app = typer.Typer(help="The provenance registry (SPEC §8).", no_args_is_help=True)
+
+
+def _key_file(settings: Settings) -> str:
+    return settings.vault.get("master_key_file", ".artemis/master.key")
+
+
+def _engine(config: Path | None):
+    return _registry_engine(_settings(config))
+
+
+@registry_app.command("import")
+def registry_import(file: Path, config: Path | None = ConfigOpt) -> None:
+    """Create or update one provenance from a YAML file (all of it or nothing)."""
+    from artemis.registry.yaml_io import import_yaml
+
+    settings = _settings(config)
+    if not file.is_file():
+        _fail(f"no such file: {file}")
+    report = import_yaml(
+        _registry_engine(settings), file.read_text(), _key_file(settings), source=str(file)
+    )
+    console.print_json(data=report.to_dict())
+
+
+@registry_app.command("export")
+def registry_export(code: str, config: Path | None = ConfigOpt) -> None:
+    """Print one provenance as YAML (secrets only as their environment variable names)."""
+    from artemis.registry.yaml_io import export_yaml
+
+    sys.stdout.write(export_yaml(_engine(config), code))
+
+
+@registry_app.command("contract")
+def registry_contract(
+    code: str,
+    task_type: str | None = typer.Option(None, "--task-type", help="harvest|update|backfill"),
+    at: str | None = typer.Option(None, "--at", help="ISO timestamp (default now, UTC)"),
+    usage: str = typer.Option("SEARCH", "--usage", help="endpoint usage"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Print the execution contract resolved for CODE, a task type and an instant."""
+    from artemis.registry.resolve import resolve_contract
+
+    with _engine(config).connect() as conn:
+        contract = resolve_contract(conn, code, task_type, at, usage.upper())
+    console.print_json(data=contract.public())
+
+
+@registry_app.command("check")
+def registry_check(config: Path | None = ConfigOpt) -> None:
+    """Overlaps, TASK rows without task type, missing endpoints; exit 1 when any."""
+    from artemis.registry.writes import check_registry
+
+    with _engine(config).connect() as conn:
+        findings = check_registry(conn)
+    console.print_json(data={"passed": not findings, "findings": findings})
+    if findings:
+        raise typer.Exit(1)
+
+
+@registry_app.command("close")
+def registry_close(
+    table: str,
+    row_id: int,
+    at: str | None = typer.Option(None, "--at", help="ISO timestamp"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """End a row's interval at --at (default now)."""
+    from artemis.registry.writes import close_row
+
+    with _engine(config).begin() as conn:
+        close_row(conn, table, row_id, at)
+    console.print_json(data={"closed": {"table": table, "id": row_id}})
+
+
+@registry_app.command("reopen")
+def registry_reopen(table: str, row_id: int, config: Path | None = ConfigOpt) -> None:
+    """Make a closed row open-ended again (refused when that overlaps another row)."""
+    from artemis.registry.writes import reopen_row
+
+    with _engine(config).begin() as conn:
+        reopen_row(conn, table, row_id)
+    console.print_json(data={"reopened": {"table": table, "id": row_id}})
+
+
+@registry_app.command("switch")
+def registry_switch(
+    table: str,
+    old_id: int,
+    at: str = typer.Option(..., "--at", help="when the new row takes over"),
+    set_: list[str] = typer.Option([], "--set", help="column=value (JSON ok)"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Gray switch: a copy of OLD_ID with --set changes takes over at --at; the old closes."""
+    from artemis.registry.writes import gray_switch
+
+    with _engine(config).begin() as conn:
+        new_id = gray_switch(conn, table, old_id, _parse_kv(set_), at)
+    console.print_json(
+        data={"switched": {"table": table, "old_id": old_id, "new_id": new_id, "at": at}}
+    )
+
+
+@registry_app.command("rollback")
+def registry_rollback(
+    table: str,
+    new_id: int,
+    old_id: int,
+    at: str | None = typer.Option(None, "--at", help="default now"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Undo a switch: close NEW_ID and put OLD_ID's configuration back in force."""
+    from artemis.registry.writes import rollback
+
+    with _engine(config).begin() as conn:
+        in_force = rollback(conn, table, new_id, old_id, at)
+    console.print_json(
+        data={"rolled_back": {"table": table, "closed": new_id, "in_force": in_force}}
+    )

@@ -1,0 +1,67 @@
+"""The long-running processes: `worker`, `api`, `samples serve`, and `db upgrade`."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+
+from starter.cli._common import ConfigOpt, _fail, _require_master_key, _settings, console
+
+samples_app = typer.Typer(help="The bundled sample servers.", no_args_is_help=True)
+db_app = typer.Typer(help="The Artemis database.", no_args_is_help=True)
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def worker(config: Path | None = ConfigOpt) -> None:
+    """Run one worker (production). Needs COOKIE_MASTER_KEY."""
+    from workers.main import run_worker
+
+    _require_master_key()
+    settings = _settings(config)
+    asyncio.run(run_worker(settings))
+
+
+def api(config: Path | None = ConfigOpt, host: str | None = None, port: int | None = None) -> None:
+    """Run the starter API (production). Needs COOKIE_MASTER_KEY."""
+    import uvicorn
+
+    from artemis.logsetup import configure_logging
+    from starter.api.app import create_app
+
+    _require_master_key()
+    settings = _settings(config)
+    host = host or settings.server.host
+    port = port or settings.server.port
+    if host not in LOOPBACK and not settings.server.api_tokens:
+        _fail(f"refusing to bind {host} with no server.api_tokens configured")
+    configure_logging(settings.logging)
+    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+
+
+@samples_app.command("serve")
+def samples_serve(
+    port: int = typer.Option(8300, help="port on 127.0.0.1"),
+    latency_ms: float = typer.Option(0.0, help="added to every quote page"),
+) -> None:
+    """Serve the sample quote API, sink receiver and CronJob receiver."""
+    import uvicorn
+
+    from artemis.samples.app import create_app
+
+    console.print(f"sample servers on http://127.0.0.1:{port} (quotes, /sink, /cronjob)")
+    uvicorn.run(
+        create_app(latency_ms), host="127.0.0.1", port=port, log_level="warning", access_log=False
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(config: Path | None = ConfigOpt) -> None:
+    """Apply the database migrations."""
+    from artemis.migrate import upgrade
+
+    settings = _settings(config)
+    upgrade(settings.database.url)
+    console.print(f"database at {settings.database.url} is up to date")

@@ -1,0 +1,160 @@
+"""`artemis run` and `artemis tasks`: runs through the starter API (SPEC §5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _parse_kv, _settings, console
+from starter.cli.watch import iter_events, watch_task
+
+tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True)
+
+_COLUMNS = ("task id", "code", "status", "records", "started", "completed", "error")
+
+
+def _run_body(json_body: str | None, param: list[str]) -> dict[str, Any]:
+    if not json_body:
+        return {"params": _parse_kv(param)}
+    try:
+        return json.loads(json_body)
+    except ValueError as e:
+        _fail(f"--json is not valid JSON: {e}")
+        raise  # unreachable: _fail exits
+
+
+def run(
+    code: str,
+    param: list[str] = typer.Option([], "-p", "--param", help="key=value"),
+    json_body: str | None = typer.Option(None, "--json", help="full request body"),
+    async_: bool = typer.Option(False, "--async", help="return once accepted"),
+    api: str | None = typer.Option(None, help="API base URL"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Start a run through the API, show its progress live, print the result."""
+    settings = _settings(config)
+    base = _api_url(settings, api)
+    body = _run_body(json_body, param)
+    data = _call("POST", f"{base}/tasks/{code}/run?mode=async", settings, json=body)["data"]
+    task_id = data["task_id"]
+    console.print(f"started [bold]{code}[/bold] task {task_id} · workflow {data['workflow_id']}")
+    console.print(f"UI: {data['links']['ui']}")
+    if async_:
+        console.print_json(data=data)
+        return
+    final = watch_task(base, task_id, settings)
+    console.print_json(data=final)
+    if final.get("status") != "completed":
+        raise typer.Exit(1)
+
+
+def _task_row(t: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        t["task_id"],
+        t["task_code"],
+        t["status"],
+        str((t.get("result") or {}).get("records_emitted", "")),
+        (t.get("started_at") or "")[:19],
+        (t.get("completed_at") or "")[:19],
+        (t.get("error") or {}).get("code", ""),
+    )
+
+
+@tasks_app.command("list")
+def tasks_list(
+    status: str | None = typer.Option(None, "--status", help="pending|running|completed|..."),
+    code: str | None = typer.Option(None, "--code", help="task code"),
+    limit: int = typer.Option(20, "--limit"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Runs from task storage, newest first."""
+    settings = _settings(config)
+    query = {
+        "limit": limit,
+        **({"status": status} if status else {}),
+        **({"code": code} if code else {}),
+    }
+    data = _call("GET", f"{_api_url(settings, api)}/tasks", settings, params=query)["data"]
+    table = Table(show_lines=False)
+    for col in _COLUMNS:
+        table.add_column(col)
+    for t in data["items"]:
+        table.add_row(*_task_row(t))
+    console.print(table)
+    if data.get("next_cursor"):
+        console.print(f"more: --cursor {data['next_cursor']}")
+
+
+@tasks_app.command("show")
+def tasks_show(
+    task_id: str,
+    events: bool = typer.Option(False, "--events", help="also print the run's events so far"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Status, progress, stats and error of a run (and with --events, its event stream)."""
+    settings = _settings(config)
+    base = _api_url(settings, api)
+    console.print_json(data=_call("GET", f"{base}/tasks/{task_id}", settings)["data"])
+    if events:
+        for ev in iter_events(base, task_id, settings, follow=False):
+            console.print(json.dumps(ev, ensure_ascii=False), highlight=False, soft_wrap=True)
+
+
+def _control(task_id: str, path: str, body: dict, api: str | None, config: Path | None) -> None:
+    settings = _settings(config)
+    url = f"{_api_url(settings, api)}/tasks/{task_id}/{path}"
+    console.print_json(data=_call("POST", url, settings, json=body)["data"])
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(
+    task_id: str,
+    reason: str = typer.Option("cancelled from the CLI", "--reason"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Ask a run to stop (the `cancel` signal)."""
+    _control(task_id, "cancel", {"reason": reason}, api, config)
+
+
+@tasks_app.command("pause")
+def tasks_pause(
+    task_id: str,
+    reason: str = typer.Option("paused from the CLI", "--reason"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Pause a running task: nothing is fetched until it is resumed (the batch in flight
+    finishes first)."""
+    _control(task_id, "pause", {"reason": reason}, api, config)
+
+
+@tasks_app.command("resume")
+def tasks_resume(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
+    """Resume a paused task."""
+    _control(task_id, "resume", {}, api, config)
+
+
+@tasks_app.command("rate")
+def tasks_rate(
+    task_id: str,
+    qps: float = typer.Argument(..., help="requests per second at the source"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Set a running task's request rate (from its next batch on)."""
+    _control(task_id, "rate-limit", {"qps": qps}, api, config)
+
+
+@tasks_app.command("watch")
+def tasks_watch(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
+    """Follow a run live (its steps, counters and latest activity) until it ends."""
+    settings = _settings(config)
+    final = watch_task(_api_url(settings, api), task_id, settings)
+    console.print_json(data=final)
