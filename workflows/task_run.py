@@ -141,6 +141,43 @@ class TaskRunWorkflow:
     # -- run -----------------------------------------------------------------------------
     @workflow.run
     async def run(self, req: RunRequest) -> RunResult:
+        """Start (or carry on after continue-as-new), run the batch loop against the
+        deadline and the cancel signal, then finalize, record and answer."""
+        self._begin(req)
+        status, error_code, error_message, temporal_cancel = await self._run_until_end(req)
+        self._mark_step_errors(status)
+        self._state.error = {"code": error_code, "message": error_message} if error_code else None
+
+        callback_outcome = await self._finalize(status, error_code, error_message)
+        if self._mirror_running is not None:
+            await _quietly(self._mirror_running)  # the `running` record goes first
+        await self._mirror(status, dict(self._state.stats), self._state.error)
+        self._state.status = status
+        self._details()
+        result = RunResult(
+            task_code=req.task_code,
+            task_id=req.task_id,
+            workflow_id=self._run.workflow_id,
+            status=status,
+            duration_ms=int(workflow.now().timestamp() * 1000) - self._started_ms,
+            stats=dict(self._state.stats),
+            error=self._state.error,
+            callback=callback_outcome,
+        )
+        self._log("run_finished", status=status, error_code=error_code, **self._state.stats)
+        if temporal_cancel is not None:
+            raise temporal_cancel
+        if status == "failed":
+            raise ApplicationError(
+                error_message or "run failed",
+                asdict(result),
+                type=error_code or "INTERNAL",
+                non_retryable=True,
+            )
+        return result
+
+    def _begin(self, req: RunRequest) -> None:
+        """The run's identity, and its state: fresh, or carried across continue-as-new."""
         info = workflow.info()
         self._req = req
         self._run = RunRef(
@@ -175,22 +212,7 @@ class TaskRunWorkflow:
                 ]
             )
         else:
-            self._started_ms = carry.started_ms
-            self._params = carry.params
-            self._state.total = carry.total
-            self._checkpoint = carry.checkpoint
-            self._next_seq = carry.next_seq
-            self._state.stats = dict(carry.stats)
-            self._state.steps = dict(carry.steps)
-            self._progress_ms = carry.progress_last_ms
-            self._state.current = carry.units_done
-            self._fetch_retry = carry.fetch_retry
-            self._circuit = carry.circuit
-            self._rate_key = carry.rate_key
-            self._pages_per_fetch = carry.pages_per_fetch
-            self._state.qps = carry.qps
-            self._state.paused = carry.paused
-            self._tolerance_pct = carry.tolerance_pct
+            self._restore(carry)
         self._generation = carry.generation if carry else 1
         self._state.status = "running"
         if carry is None:
@@ -199,6 +221,29 @@ class TaskRunWorkflow:
             self._mirror_running = asyncio.create_task(self._mirror("running"))
         self._details()
 
+    def _restore(self, carry: RunCarry) -> None:
+        self._started_ms = carry.started_ms
+        self._params = carry.params
+        self._state.total = carry.total
+        self._checkpoint = carry.checkpoint
+        self._next_seq = carry.next_seq
+        self._state.stats = dict(carry.stats)
+        self._state.steps = dict(carry.steps)
+        self._progress_ms = carry.progress_last_ms
+        self._state.current = carry.units_done
+        self._fetch_retry = carry.fetch_retry
+        self._circuit = carry.circuit
+        self._rate_key = carry.rate_key
+        self._pages_per_fetch = carry.pages_per_fetch
+        self._state.qps = carry.qps
+        self._state.paused = carry.paused
+        self._tolerance_pct = carry.tolerance_pct
+
+    async def _run_until_end(
+        self, req: RunRequest
+    ) -> tuple[str, str | None, str | None, BaseException | None]:
+        """The batch loop raced against the deadline and the cancel signal: (status,
+        error code, message, Temporal's own cancellation to re-raise after finalizing)."""
         deadline_s = req.timeout_s - (workflow.now().timestamp() * 1000 - self._started_ms) / 1000
         main = asyncio.create_task(self._main())
         stopper = asyncio.create_task(self._stop_when_asked(max(deadline_s, 0.0)))
@@ -234,64 +279,42 @@ class TaskRunWorkflow:
         except ApplicationError as e:
             status, error_code, error_message = "failed", e.type or "INTERNAL", e.message
             stopper.cancel()
-        self._mark_step_errors(status)
-        self._state.error = {"code": error_code, "message": error_message} if error_code else None
+        return status, error_code, error_message, temporal_cancel
 
-        callback_outcome = await self._finalize(status, error_code, error_message)
-        if self._mirror_running is not None:
-            await _quietly(self._mirror_running)  # the `running` record goes first
-        await self._mirror(status, dict(self._state.stats), self._state.error)
-        self._state.status = status
-        self._details()
-        result = RunResult(
-            task_code=req.task_code,
-            task_id=req.task_id,
-            workflow_id=info.workflow_id,
-            status=status,
-            duration_ms=int(workflow.now().timestamp() * 1000) - self._started_ms,
-            stats=dict(self._state.stats),
-            error=self._state.error,
-            callback=callback_outcome,
+    async def _prepare(self) -> tuple[list[dict[str, Any]], int] | None:
+        """Step 1: validated params, the run's size and its source's settings; the child
+        runs (and how many at a time) when the run fans out."""
+        req = self._req
+        self._enter("step_prepare")
+        prepared: PrepareResult = await workflow.execute_activity_method(
+            TaskRunActivities.prepare_params,
+            PrepareInput(run=self._run, params=req.params),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
+            summary=f"Validate params of {req.task_code}",
         )
-        self._log("run_finished", status=status, error_code=error_code, **self._state.stats)
-        if temporal_cancel is not None:
-            raise temporal_cancel
-        if status == "failed":
-            raise ApplicationError(
-                error_message or "run failed",
-                asdict(result),
-                type=error_code or "INTERNAL",
-                non_retryable=True,
-            )
-        return result
+        self._params, self._state.total = prepared.params, prepared.total
+        self._fetch_retry = prepared.fetch_retry
+        self._circuit = prepared.circuit
+        self._rate_key = prepared.rate_key
+        self._pages_per_fetch = prepared.pages_per_fetch
+        self._tolerance_pct = prepared.tolerance_pct
+        known = {SA_PROVENANCE: KEY_PROVENANCE, SA_TASK_TYPE: KEY_TASK_TYPE}
+        updates = [known[k].value_set(v) for k, v in prepared.search.items() if k in known]
+        if updates:
+            workflow.upsert_search_attributes(updates)
+        self._state.steps["step_prepare"] = "COMPLETED"
+        if prepared.children is None:
+            return None
+        return prepared.children, prepared.parallelism
 
     # -- the batch loop ----------------------------------------------------------------------
     async def _main(self) -> None:
         req, tuning = self._req, self._req.tuning
         if self._params is None:
-            self._enter("step_prepare")
-            prepared: PrepareResult = await workflow.execute_activity_method(
-                TaskRunActivities.prepare_params,
-                PrepareInput(run=self._run, params=req.params),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE
-                ),
-                summary=f"Validate params of {req.task_code}",
-            )
-            self._params, self._state.total = prepared.params, prepared.total
-            self._fetch_retry = prepared.fetch_retry
-            self._circuit = prepared.circuit
-            self._rate_key = prepared.rate_key
-            self._pages_per_fetch = prepared.pages_per_fetch
-            self._tolerance_pct = prepared.tolerance_pct
-            known = {SA_PROVENANCE: KEY_PROVENANCE, SA_TASK_TYPE: KEY_TASK_TYPE}
-            updates = [known[k].value_set(v) for k, v in prepared.search.items() if k in known]
-            if updates:
-                workflow.upsert_search_attributes(updates)
-            self._state.steps["step_prepare"] = "COMPLETED"
-            if prepared.children is not None:
-                await self._run_children(prepared.children, prepared.parallelism)
+            children = await self._prepare()
+            if children is not None:
+                await self._run_children(*children)
                 return
 
         emitting: asyncio.Task[None] | None = None
