@@ -1,0 +1,252 @@
+"""The frozen registry contract as requests: its pagination cfg as a paginator, the API
+family of its SEARCH endpoint, and the request plumbing (base URL, headers, timeouts, rate
+limit, credentials, retry classes) every literature source shares.
+
+Crossref has no module of its own: the generic REST source over this client and the
+registry's settings serves it (its ``$.DOI`` key and ``normalize_crossref`` are in
+``generic``, its date filter in ``planning``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import httpx
+from sqlalchemy import select
+
+from artemis.config import Settings
+from artemis.db import get_engine
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import retry_after_seconds, status_error, transport_error
+from artemis.logsetup import get_logger, register_secret
+from artemis.ratelimit import bucket_for
+from artemis.registry.models import RegProvCredential
+from artemis.registry.resolve import Contract, base_url, merge_params, param_name
+from artemis.sources.paginators import (
+    CursorPaginator,
+    LinkHeaderPaginator,
+    OffsetPaginator,
+    PageNumberPaginator,
+    Paginator,
+    TokenPaginator,
+)
+
+log = get_logger(__name__)
+
+
+def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator:
+    """The contract's pagination cfg as a paginator (endpoint param names win, §3.4)."""
+    pg, ep = contract.pagination or {}, contract.endpoint
+    mode = pg.get("pagination_mode_code") or "PAGE_NUMBER"
+    size = page_size or pg.get("page_size_value")
+    if size and pg.get("max_page_size_value"):
+        size = min(size, pg["max_page_size_value"])
+    total_path = pg.get("total_count_jsonpath")
+    short_ends = bool(pg.get("short_page_is_last"))
+    if mode == "PAGE_NUMBER":
+        return PageNumberPaginator(
+            page=pg.get("start_page_number") or 1,
+            page_param=param_name("page", ep, pg, "page_number_param_name", "page"),
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
+            next_page_path=None,
+            total_path=total_path,
+            short_page_ends=short_ends,
+        )
+    if mode == "OFFSET":
+        return OffsetPaginator(
+            limit=size or 100,
+            offset_param=param_name("offset", ep, pg, "offset_param_name", "offset"),
+            limit_param=param_name("limit", ep, pg, "limit_param_name", "limit"),
+            total_path=total_path,
+            max_offset=pg.get("max_result_window"),
+            short_page_ends=short_ends,
+        )
+    if mode == "CURSOR":
+        return CursorPaginator(
+            cursor_param=param_name("cursor", ep, pg, "cursor_param_name", "cursor"),
+            cursor_path=pg.get("next_cursor_jsonpath") or "$.next_cursor",
+            initial_cursor=pg.get("initial_cursor_value"),
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "rows"),
+            total_path=total_path,
+            short_page_ends=short_ends,
+            stateful=bool(pg.get("stateful_cursor")),
+        )
+    if mode == "TOKEN":
+        return TokenPaginator(
+            token_param=param_name("token", ep, pg, "token_param_name", "page_token"),
+            token_path=pg.get("next_token_jsonpath") or "$.next_page_token",
+            total_path=total_path,
+            absent_ends=bool(pg.get("absent_token_is_last")),
+        )
+    if mode == "LINK_HEADER":
+        return LinkHeaderPaginator(total_path=total_path)
+    raise ArtemisError(
+        ErrorCode.CONFIG_ERROR,
+        f"pagination_mode_code {mode!r} is not one of "
+        "PAGE_NUMBER, OFFSET, CURSOR, TOKEN, LINK_HEADER",
+    )
+
+
+def api_family(contract: Contract) -> str:
+    """Which API a provenance speaks, from its SEARCH endpoint: ``eutils`` (esearch +
+    efetch), ``crossref`` (/works) or ``generic`` JSON."""
+    path = (contract.endpoints.get("SEARCH") or contract.endpoint or {}).get("path_template") or ""
+    if "esearch" in path:
+        return "eutils"
+    if path.rstrip("/").endswith("/works"):
+        return "crossref"
+    return "generic"
+
+
+class Credentials:
+    """The contract's credentials in priority order, with per-key health: a key answered
+    401/403 is benched for an hour, one answered 429 until its Retry-After (else a minute),
+    and the next healthy key takes over. Secrets are decrypted here, on use."""
+
+    # credential id -> monotonic time until which the key is not used (per worker process)
+    _benched: ClassVar[dict[int, float]] = {}
+
+    def __init__(self, contract: Contract, settings: Settings) -> None:
+        self.rows = [c for c in contract.credentials if c.get("has_secret")]
+        self.settings = settings
+        self._secrets: dict[int, str] = {}
+
+    def _secret(self, cred_id: int) -> str:
+        if cred_id not in self._secrets:
+            from artemis.crawler.vault import vault_for
+
+            t = RegProvCredential.__table__  # type: ignore[attr-defined]
+            with get_engine(self.settings.database.url).connect() as conn:
+                row = conn.execute(
+                    select(t.c.secret_ciphertext, t.c.encryption_key_id).where(t.c.id == cred_id)
+                ).first()
+            if row is None or not row.secret_ciphertext:
+                raise ArtemisError(ErrorCode.CONFIG_ERROR, f"credential {cred_id} has no secret")
+            secret = vault_for(self.settings).decrypt(row.secret_ciphertext, row.encryption_key_id)
+            register_secret(secret)
+            self._secrets[cred_id] = secret
+        return self._secrets[cred_id]
+
+    def current(self) -> dict[str, Any] | None:
+        """The first healthy key; when every key is benched, a retryable error that says
+        when the first comes back."""
+        if not self.rows:
+            return None
+        now = time.monotonic()
+        for cred in self.rows:
+            if self._benched.get(cred["id"], 0) <= now:
+                return cred
+        wait = min(self._benched[c["id"]] for c in self.rows) - now
+        raise ArtemisError(
+            ErrorCode.SOURCE_ERROR,
+            f"every credential is benched (next back in {wait:.0f} s)",
+            retryable=True,
+            retry_after_s=max(1.0, wait),
+        )
+
+    def apply(self, params: dict[str, Any], headers: dict[str, str]) -> int | None:
+        cred = self.current()
+        if cred is None:
+            return None
+        secret = self._secret(cred["id"])
+        name = cred.get("param_or_header_name")
+        kind = cred.get("auth_type_code")
+        if kind == "API_KEY_QUERY":
+            params[name or "api_key"] = secret
+        elif kind == "API_KEY_HEADER":
+            headers[name or "X-API-Key"] = secret
+        elif kind == "BEARER":
+            headers[name or "Authorization"] = f"Bearer {secret}"
+        else:
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"auth_type_code {kind!r} is unknown")
+        return int(cred["id"])
+
+    def bench(self, cred_id: int, resp: httpx.Response) -> bool:
+        """Take a key out after 401/403/429; True when another key is healthy now."""
+        if resp.status_code == 429:
+            seconds = retry_after_seconds(resp) or 60.0
+        else:
+            seconds = 3600.0
+        self._benched[cred_id] = time.monotonic() + seconds
+        log.warning(
+            "credential_benched", credential_id=cred_id, status=resp.status_code, seconds=seconds
+        )
+        now = time.monotonic()
+        return any(self._benched.get(c["id"], 0) <= now for c in self.rows)
+
+
+class ContractClient:
+    """Request plumbing shared by literature sources: base URL, headers, timeouts, the rate
+    limit and credentials, all from the frozen contract."""
+
+    def __init__(
+        self, contract: Contract, settings: Settings, qps_override: float | None = None
+    ) -> None:
+        self.contract = contract
+        self.code = contract.provenance["provenance_code"]
+        self.base = base_url(contract)
+        http = contract.http or {}
+        self.headers: dict[str, str] = {
+            k: v for k, v in merge_params(http.get("default_headers_json"), None).items()
+        }
+        read_ms = http.get("timeout_read_millis")
+        self.timeout = read_ms / 1000 if read_ms else None
+        rl = contract.rate_limit or {}
+        qps = qps_override or rl.get("qps_limit")
+        # A live override is held evenly (no burst): it is usually asked to go gentler.
+        burst = 1 if qps_override else rl.get("burst_capacity")
+        self.bucket = bucket_for(self.code, qps, burst) if qps else None
+        self.credentials = Credentials(contract, settings)
+
+    def status_error(self, what: str, resp: httpx.Response) -> ArtemisError:
+        """An error answer classified by the contract's retry cfg: statuses in
+        ``giveup_http_statuses_json`` are final, those in ``retry_http_statuses_json`` are
+        retried; ``Retry-After`` becomes the next retry's delay when ``respect_retry_after``."""
+        err = status_error(ErrorCode.SOURCE_ERROR, what, resp)
+        rt = self.contract.retry or {}
+        if resp.status_code in (rt.get("giveup_http_statuses_json") or []):
+            err.retryable = False
+        elif resp.status_code in (rt.get("retry_http_statuses_json") or []):
+            err.retryable = True
+        if rt.get("respect_retry_after") is False:
+            err.retry_after_s = None
+        return err
+
+    def url(self, endpoint: dict[str, Any]) -> str:
+        return f"{self.base}{endpoint['path_template']}"
+
+    async def throttle(self) -> None:
+        if self.bucket is not None:
+            await self.bucket.acquire()
+
+    async def send(
+        self, client: httpx.AsyncClient, method: str, url: str, params: dict[str, Any], what: str
+    ) -> httpx.Response:
+        """One request under the rate limit with the first healthy credential; on 401/403/429
+        the key is benched and the request goes again with the next one."""
+        for _ in range(len(self.credentials.rows) + 1):
+            p, headers = dict(params), dict(self.headers)
+            cred_id = self.credentials.apply(p, headers)
+            await self.throttle()
+            try:
+                if method == "POST":
+                    resp = await client.post(
+                        url, data=p, headers=headers, timeout=self.timeout or 30
+                    )
+                else:
+                    resp = await client.get(
+                        url, params=p or None, headers=headers, timeout=self.timeout or 30
+                    )
+            except httpx.HTTPError as e:
+                raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+            if (
+                cred_id is not None
+                and resp.status_code in (401, 403, 429)
+                and self.credentials.bench(cred_id, resp)
+            ):
+                continue
+            return resp
+        return resp
