@@ -82,6 +82,24 @@ def _require_every_page(pages: list[tuple[int, Any]], first: int, last: int, wha
         )
 
 
+def _resume_state(inp: FetchInput) -> dict[str, Any]:
+    """Where a fetch attempt starts: the batch's start, or — a retried attempt — its last
+    heartbeat (pages staged before it are kept: staging by sequence number makes a
+    re-fetched page an overwrite, not a duplicate)."""
+    state: dict[str, Any] = {
+        "checkpoint": inp.checkpoint,
+        "next_seq": inp.first_seq,
+        "pages": 0,
+        "records": 0,
+        "units_done": inp.units_done,
+    }
+    details = activity.info().heartbeat_details
+    if details:
+        state.update(details[0])
+        log.info("fetch_resumed", next_seq=state["next_seq"], pages=state["pages"])
+    return state
+
+
 class TaskRunActivities:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -338,19 +356,7 @@ class TaskRunActivities:
     @activity.defn(name="fetch_pages")
     async def fetch_pages(self, inp: FetchInput) -> FetchResult:
         trace = current_trace()
-        # A retried attempt resumes from the last heartbeat: pages staged before it are kept
-        # (staging by sequence number makes a re-fetched page an overwrite, not a duplicate).
-        state = {
-            "checkpoint": inp.checkpoint,
-            "next_seq": inp.first_seq,
-            "pages": 0,
-            "records": 0,
-            "units_done": inp.units_done,
-        }
-        details = activity.info().heartbeat_details
-        if details:
-            state.update(details[0])
-            log.info("fetch_resumed", next_seq=state["next_seq"], pages=state["pages"])
+        state = _resume_state(inp)
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace)
         if inp.qps:
@@ -378,18 +384,7 @@ class TaskRunActivities:
             else:
                 async for page in pages:
                     seq = state["next_seq"]
-                    try:
-                        await asyncio.to_thread(
-                            self.staging.put_pages,
-                            key,
-                            "raw",
-                            [(seq, page.records)],
-                            page.info.get("digest"),
-                        )
-                    except ArtemisError as e:
-                        if e.code == ErrorCode.SOURCE_LOOP and page.info.get("request"):
-                            raise e.with_request(str(page.info["request"])) from None
-                        raise
+                    await self._stage_raw(key, seq, page)
                     state.update(
                         checkpoint=page.checkpoint,
                         next_seq=seq + 1,
@@ -404,18 +399,7 @@ class TaskRunActivities:
                     now = time.monotonic()
                     if page.checkpoint is None or now - progress_at >= progress_every:
                         progress_at = now
-                        await self.record(
-                            inp.run,
-                            "progress",
-                            {
-                                "pages": state["pages"],
-                                "records": state["records"],
-                                "units_done": state["units_done"],
-                                "total": inp.total,
-                                "expected_total": state.get("expected_total"),
-                            },
-                            "step_fetch",
-                        )
+                        await self._record_progress(inp, state)
                     if callback is not None:
                         last_ms = await callback.progress(
                             state["units_done"],
@@ -463,6 +447,32 @@ class TaskRunActivities:
             progress_last_ms=last_ms,
             expected_total=state.get("expected_total"),
             incomplete=state.get("incomplete"),
+        )
+
+    async def _stage_raw(self, key: str, seq: int, page: Any) -> None:
+        """Stage one fetched page (an overwrite when a retried attempt fetches it again);
+        a page seen before in this run is a SOURCE_LOOP naming the request."""
+        try:
+            await asyncio.to_thread(
+                self.staging.put_pages, key, "raw", [(seq, page.records)], page.info.get("digest")
+            )
+        except ArtemisError as e:
+            if e.code == ErrorCode.SOURCE_LOOP and page.info.get("request"):
+                raise e.with_request(str(page.info["request"])) from None
+            raise
+
+    async def _record_progress(self, inp: FetchInput, state: dict[str, Any]) -> None:
+        await self.record(
+            inp.run,
+            "progress",
+            {
+                "pages": state["pages"],
+                "records": state["records"],
+                "units_done": state["units_done"],
+                "total": inp.total,
+                "expected_total": state.get("expected_total"),
+            },
+            "step_fetch",
         )
 
     # -- 3. process ---------------------------------------------------------------------

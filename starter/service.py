@@ -193,26 +193,7 @@ class RunService:
             from artemis.sinks import build_sinks
 
             build_sinks({**self.settings.output_defaults.get(code, {}), **body.output})
-        callback = None
-        if meta.callback is not None or meta.run_id is not None:
-            cb = meta.callback or CallbackMeta()
-            target = CallbackTarget(
-                run_id=str(meta.run_id) if meta.run_id is not None else None,
-                base_url=cb.base_url,
-                override_host=cb.override_host,
-                override_port=cb.override_port,
-                auth_header=cb.auth_header,
-            )
-            if cb.auth_header is not None:
-                check_header_names([cb.auth_header], "meta.callback.auth_header")
-            if target.enabled:
-                # refuse bad hosts up front
-                resolve_base_url(
-                    target, self.settings.callback, self.settings.security.allowed_hosts
-                )
-                callback = target.to_dict()
-            if cb.auth_token:
-                register_secret(cb.auth_token)
+        callback = self._callback_target(meta)
         task_id = meta.task_id or uuid.uuid4().hex
         workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)
         if lock and meta.task_id:
@@ -272,27 +253,7 @@ class RunService:
         except WorkflowAlreadyStartedError:
             if created:  # nothing was started under this record
                 await self._forget(task_id)
-            handle = self.client.get_workflow_handle(workflow_id)
-            if lock:
-                holder = await self._holder(handle)
-                if holder != task_id:
-                    raise ArtemisError(
-                        ErrorCode.EXECUTION_LOCKED,
-                        f"{lock} is already running (task {holder}); one execution at a time",
-                        details={"workflow_name": lock, "running_task_id": holder},
-                    ) from None
-                # The same task id while it runs: attach to it.
-                return Started(handle, task_id, workflow_id, None, callback_mode)
-            # The same task_id after its run finished: answer with the recorded result.
-            status = await self.status(task_id, handle=handle)
-            return Started(
-                handle,
-                task_id,
-                workflow_id,
-                status.get("run_id"),
-                callback_mode,
-                existing_result=status,
-            )
+            return await self._already_started(task_id, workflow_id, lock, callback_mode)
         except BaseException:
             if created:
                 await self._forget(task_id)
@@ -307,6 +268,53 @@ class RunService:
             run_id=handle.result_run_id,
         )
         return Started(handle, task_id, workflow_id, handle.result_run_id, callback_mode)
+
+    def _callback_target(self, meta: RunMeta) -> dict[str, Any] | None:
+        """The CronJob callback of seed 000 §13, checked up front (host allowed, header
+        names not reserved); its token is registered for redaction."""
+        if meta.callback is None and meta.run_id is None:
+            return None
+        cb = meta.callback or CallbackMeta()
+        target = CallbackTarget(
+            run_id=str(meta.run_id) if meta.run_id is not None else None,
+            base_url=cb.base_url,
+            override_host=cb.override_host,
+            override_port=cb.override_port,
+            auth_header=cb.auth_header,
+        )
+        if cb.auth_header is not None:
+            check_header_names([cb.auth_header], "meta.callback.auth_header")
+        if cb.auth_token:
+            register_secret(cb.auth_token)
+        if not target.enabled:
+            return None
+        resolve_base_url(target, self.settings.callback, self.settings.security.allowed_hosts)
+        return target.to_dict()
+
+    async def _already_started(
+        self, task_id: str, workflow_id: str, lock: str | None, callback_mode: str
+    ) -> Started:
+        """A start that met a workflow of the same id: a lock held by another task is 409;
+        the same task while it runs is attached to; a finished one answers its result."""
+        handle = self.client.get_workflow_handle(workflow_id)
+        if lock:
+            holder = await self._holder(handle)
+            if holder != task_id:
+                raise ArtemisError(
+                    ErrorCode.EXECUTION_LOCKED,
+                    f"{lock} is already running (task {holder}); one execution at a time",
+                    details={"workflow_name": lock, "running_task_id": holder},
+                ) from None
+            return Started(handle, task_id, workflow_id, None, callback_mode)
+        status = await self.status(task_id, handle=handle)
+        return Started(
+            handle,
+            task_id,
+            workflow_id,
+            status.get("run_id"),
+            callback_mode,
+            existing_result=status,
+        )
 
     async def wait(self, started: Started, timeout_s: float) -> dict[str, Any] | None:
         """The run's final status, or None if it is still running after ``timeout_s``."""
