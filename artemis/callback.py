@@ -59,8 +59,7 @@ def resolve_base_url(
     if target.override_host is not None and not is_bare_host(target.override_host):
         raise ArtemisError(
             ErrorCode.INVALID_INPUT,
-            f"meta.callback.override_host: a host name or IP address, got "
-            f"{target.override_host!r}",
+            f"meta.callback.override_host: a host name or IP address, got {target.override_host!r}",
         )
     host = target.override_host or settings.override_host or parts.hostname
     port = target.override_port or settings.override_port or parts.port
@@ -153,16 +152,15 @@ class CallbackClient:
             and current != total
         )
         percent = int(current * 100 / total) if total > 0 else 0
+        fields = {
+            "run_id": self.target.run_id,
+            "current": current,
+            "total": total,
+            "percent": percent,
+        }
         if throttled:
             CALLBACKS.labels("progress", "throttled").inc()
-            log.debug(
-                "callback_progress",
-                run_id=self.target.run_id,
-                current=current,
-                total=total,
-                percent=percent,
-                skipped_due_to_throttle=True,
-            )
+            log.debug("callback_progress", **fields, skipped_due_to_throttle=True)
             return last_sent_ms
         url = f"{self.base}/{self.target.run_id}/progress"
         body = {"current": current, "total": total, "message": message}
@@ -177,25 +175,14 @@ class CallbackClient:
             CALLBACKS.labels("progress", "ok" if ok else "failed").inc()
             log.info(
                 "callback_progress",
-                run_id=self.target.run_id,
-                current=current,
-                total=total,
-                percent=percent,
+                **fields,
                 skipped_due_to_throttle=False,
                 status=resp.status_code,
                 ok=ok,
             )
         except httpx.HTTPError as e:
             CALLBACKS.labels("progress", "failed").inc()
-            log.warning(
-                "callback_progress",
-                run_id=self.target.run_id,
-                current=current,
-                total=total,
-                percent=percent,
-                ok=False,
-                error=f"{type(e).__name__}: {e}",
-            )
+            log.warning("callback_progress", **fields, ok=False, error=f"{type(e).__name__}: {e}")
         return now_ms
 
     async def finalize(self, body: dict[str, Any], attempt: int) -> tuple[str, str]:

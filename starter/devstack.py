@@ -221,9 +221,21 @@ class DevStack:
                 source=f"{name}.yaml",
             )
 
-    def _run_literature(self, http: httpx.Client) -> bool:
+    def _start_and_watch(
+        self, http: httpx.Client, code: str, body: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]] | None:
+        """Start a sample run (async) and show it live; (task id, final state), or None
+        when the start was refused (said on the console)."""
         from starter.cli import watch_task
 
+        resp = http.post(f"{self.api_url}/tasks/{code}/run?mode=async", json=body).json()
+        if not resp["success"]:
+            console.print(f"[red]start refused:[/red] {resp['error']}")
+            return None
+        task_id = resp["data"]["task_id"]
+        return task_id, watch_task(self.api_url, task_id, self.settings)
+
+    def _run_literature(self, http: httpx.Client) -> bool:
         ok = True
         t = Table(title="literature harvests (registry contracts, sample servers)")
         for col in ("provenance", "status", "records", "delivered once", "pages", "ms"):
@@ -239,14 +251,10 @@ class DevStack:
                     "end": "2025-01-20",
                 }
             }
-            resp = http.post(
-                f"{self.api_url}/tasks/literature_harvest/run?mode=async", json=body
-            ).json()
-            if not resp["success"]:
-                console.print(f"[red]start refused:[/red] {resp['error']}")
+            started = self._start_and_watch(http, "literature_harvest", body)
+            if started is None:
                 return False
-            task_id = resp["data"]["task_id"]
-            final = watch_task(self.api_url, task_id, self.settings)
+            task_id, final = started
             prefix = f"literature_harvest/{task_id}:"
             ids: dict[str, int] = {}
             for b in http.get(f"{self.samples_url}/_sink/batches").json():
@@ -268,8 +276,6 @@ class DevStack:
         return ok
 
     def _run_samples(self) -> bool:
-        from starter.cli import watch_task
-
         http = httpx.Client(timeout=30)
         http.post(f"{self.samples_url}/_control/reset", json={})
         body = {
@@ -285,12 +291,10 @@ class DevStack:
             },
         }
         console.rule("[bold]sample run: pull_stock_quotes")
-        resp = http.post(f"{self.api_url}/tasks/pull_stock_quotes/run?mode=async", json=body).json()
-        if not resp["success"]:
-            console.print(f"[red]start refused:[/red] {resp['error']}")
+        started = self._start_and_watch(http, "pull_stock_quotes", body)
+        if started is None:
             return False
-        task_id = resp["data"]["task_id"]
-        final = watch_task(self.api_url, task_id, self.settings)
+        task_id, final = started
         batches = http.get(f"{self.samples_url}/_sink/batches").json()
         calls = http.get(f"{self.samples_url}/_cronjob/calls").json()
         keys = {b["idempotency_key"] for b in batches if b["status"] == 200}
@@ -324,7 +328,6 @@ class DevStack:
         from artemis.crawler.cookies import add_cookie
         from artemis.crawler.models import SourceNote
         from artemis.crawler.vault import vault_for
-        from starter.cli import watch_task
 
         console.rule("[bold]sample run: crawl_notes · sample platform")
         vault = vault_for(self.settings)
@@ -339,12 +342,10 @@ class DevStack:
         )
         tag = uuid.uuid4().hex[:4]  # fresh keywords: a second demo finds new notes
         body = {"params": {"platform": "sample", "keywords": [f"travel-{tag}", f"food-{tag}"]}}
-        resp = http.post(f"{self.api_url}/tasks/crawl_notes/run?mode=async", json=body).json()
-        if not resp["success"]:
-            console.print(f"[red]start refused:[/red] {resp['error']}")
+        started = self._start_and_watch(http, "crawl_notes", body)
+        if started is None:
             return False
-        task_id = resp["data"]["task_id"]
-        final = watch_task(self.api_url, task_id, self.settings)
+        task_id, final = started
         sent: dict[str, int] = {}
         for b in http.get(f"{self.samples_url}/_sink/batches").json():
             if b["status"] == 200 and (b["idempotency_key"] or "").startswith(

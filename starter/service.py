@@ -52,7 +52,7 @@ from artemis.run_models import (
 from artemis.run_state import TERMINAL, stats_view
 from artemis.security import check_header_names, check_request_url
 from artemis.tasks import get_task, task_codes
-from artemis.tasks.base import describe_validation_error, validation_fields
+from artemis.tasks.base import describe_validation_error, invalid_input
 from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
 from workers.runs import OPEN_STATUSES, closed_run_end
@@ -130,11 +130,7 @@ def parse_run_body(raw: Any) -> RunBody:
     try:
         return RunBody.model_validate(raw)
     except ValidationError as e:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT,
-            describe_validation_error(e, "body"),
-            details={"fields": validation_fields(e, "body")},
-        ) from None
+        raise invalid_input(e, "body") from None
 
 
 @dataclass

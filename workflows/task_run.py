@@ -10,6 +10,7 @@ next safe point, cancel in-flight activities (waiting for their clean-up) and fi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
@@ -619,22 +620,7 @@ class TaskRunWorkflow:
         )
         self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
         req = self._req
-        workflow.continue_as_new(
-            RunRequest(
-                task_code=req.task_code,
-                task_id=req.task_id,
-                params=req.params,
-                trace_id=req.trace_id,
-                parent_span_id=req.parent_span_id,
-                request_id=req.request_id,
-                output=req.output,
-                callback=req.callback,
-                timeout_s=req.timeout_s,
-                tuning=req.tuning,
-                carry=carry,
-                root_task_id=req.root_task_id,
-            )
-        )
+        workflow.continue_as_new(dataclasses.replace(req, carry=carry))
 
     async def _stop_when_asked(self, deadline_s: float) -> _Stop:
         try:

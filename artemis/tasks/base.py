@@ -63,11 +63,7 @@ class TaskUnit:
         try:
             return self.Params.model_validate(merged)
         except ValidationError as e:
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                describe_validation_error(e, "params"),
-                details={"fields": validation_fields(e, "params")},
-            ) from None
+            raise invalid_input(e, "params") from None
 
     # -- 2. sources ----------------------------------------------------------------
     def build_sources(self, ctx: TaskContext) -> list[Source]:
@@ -236,6 +232,15 @@ def validation_fields(e: ValidationError, prefix: str) -> list[dict[str, str]]:
 
 def describe_validation_error(e: ValidationError, prefix: str) -> str:
     return "; ".join(f"{f['field']}: {f['message']}" for f in validation_fields(e, prefix))
+
+
+def invalid_input(e: ValidationError, prefix: str) -> ArtemisError:
+    """A 422 INVALID_INPUT naming each bad field under ``prefix`` (``params``, ``body``)."""
+    return ArtemisError(
+        ErrorCode.INVALID_INPUT,
+        describe_validation_error(e, prefix),
+        details={"fields": validation_fields(e, prefix)},
+    )
 
 
 _REGISTRY: dict[str, type[TaskUnit]] = {}
