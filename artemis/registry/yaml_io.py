@@ -47,6 +47,8 @@ ORDER = (
     "rate_limit_cfg",
     "credential",
 )
+
+
 @dataclass
 class ImportReport:
     provenance: str
