@@ -29,6 +29,7 @@ from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from artemis.vault import allow_generated_key_file
 from infra.devserver import DevServer, free_port
+from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,6 +153,15 @@ def _import_sample_registry(db_url: str, samples_url: str, key_file: str) -> Non
         import_yaml(get_engine(db_url), yaml.safe_dump(doc), key_file)
 
 
+@pytest.fixture
+def app_log(base_settings: Settings) -> Path:
+    """The log file of the in-process API and worker, for a test that reads it. Logging is
+    set up again here: a test elsewhere may have reconfigured it since ``base_settings``
+    (tests/unit/test_tracing_and_logging.py does), and then nothing would reach the file."""
+    configure_logging(base_settings.logging, force=True)
+    return Path(base_settings.logging.file.path)
+
+
 @pytest.fixture(scope="session")
 async def client(base_settings: Settings):
     from workers.client import connect
@@ -253,10 +263,14 @@ async def serve_api(settings: Settings, client) -> tuple[uvicorn.Server, asyncio
     )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
+
+    def started() -> bool:
+        if task.done():  # a failed start-up: its error, or a plain stop that says nothing
             task.result()
-        await asyncio.sleep(0.02)
+            pytest.fail("the API server stopped before it started")
+        return server.started
+
+    await eventually(started, "the API server to start", interval=0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     return server, task, f"http://127.0.0.1:{port}"
 

@@ -8,6 +8,7 @@ import json
 import uuid
 from collections import Counter
 from datetime import timedelta
+from functools import partial
 
 from sqlalchemy import select
 
@@ -16,6 +17,7 @@ from artemis.crawler.models import Candidate, CookieRow, CrawlExecution, SourceN
 from artemis.crawler.vault import vault_for
 from artemis.db import get_engine
 from tests.conftest import new_task_id
+from tests.helpers import ending, eventually
 
 
 async def crawl_stack(
@@ -54,7 +56,7 @@ def rows(stack, model, **where):
         return conn.execute(q).all()
 
 
-async def test_crawl_writes_each_note_once_and_sends_it_to_the_sinks(make_stack):
+async def test_crawl_writes_each_note_once_and_sends_it_to_the_sinks(make_stack, app_log):
     stack, platform = await crawl_stack(make_stack, {"sample-a": 5, "sample-b": 1})
     await stack.samples_http.post(
         "/_control/platform", json={"notes_per_keyword": 12, "revoked": ["sample-a"]}
@@ -97,9 +99,9 @@ async def test_crawl_writes_each_note_once_and_sends_it_to_the_sinks(make_stack)
     events = (await stack.http.get(f"/tasks/{task_id}/events")).text
     for text in (answers, history.to_json(), events):
         assert "sample-a" not in text and "sample-b" not in text
-    with open(stack.settings.logging.file.path) as fh:
-        log_text = fh.read()
-    assert "web_session=sample-" not in log_text
+    log_text = app_log.read_text()
+    assert task_id in log_text  # the run did log here ...
+    assert "web_session=sample-" not in log_text  # ... and never a cookie value
 
 
 async def test_a_second_start_of_the_same_workflow_name_gets_409(make_stack):
@@ -131,14 +133,14 @@ async def test_a_second_start_of_the_same_workflow_name_gets_409(make_stack):
     assert again.status_code == 202  # the holder's own repeat attaches
     done = await stack.wait_status(first_id, timeout=60)
     assert done["status"] == "completed"
-    for _ in range(100):  # the lock frees once the workflow closes
+
+    async def third_start() -> bool:
         third = await stack.run(
             {"meta": {"task_id": second_id}, "params": params}, code="crawl_notes", mode="async"
         )
-        if third.status_code == 202:
-            break
-        await asyncio.sleep(0.1)
-    assert third.status_code == 202
+        return third.status_code == 202
+
+    await eventually(third_start, "the lock to free once the workflow closed", interval=0.1)
     assert (await stack.wait_status(second_id))["status"] == "completed"
     repeat = await stack.run(
         {"meta": {"task_id": first_id}, "params": params}, code="crawl_notes", mode="sync"
@@ -196,6 +198,7 @@ async def test_batch_details_one_slow_note_fails_alone(make_stack):
     ]
     assert batches
     history = await stack.client.get_workflow_handle(batches[0].id).fetch_history()
+    assert ending(history) == "WORKFLOW_EXECUTION_COMPLETED"  # partial results, not a failure
     await Replayer(workflows=[NoteDetailsWorkflow]).replay_workflow(history)
 
     await stack.samples_http.post("/_control/platform", json={"slow_ids": []})
@@ -247,13 +250,12 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
             mode="async",
         )
         assert resp.status_code == 202, resp.text
-        for _ in range(300):  # until the worker is inside the slow note
+
+        async def inside_slow_note() -> bool:
             calls = (await stack.samples_http.get("/_platform/calls")).json()
-            if any(c["note_id"] == ids[2] for c in calls):
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("the worker never reached the slow note")
+            return any(c["note_id"] == ids[2] for c in calls)
+
+        await eventually(inside_slow_note, "the worker to reach the slow note", interval=0.1)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -343,22 +345,24 @@ async def test_reclaim_and_alert_schedules_are_created_once_and_their_runs_repla
         assert desc.schedule.spec.intervals[0].every == every
         await ensure(stack.client, stack.settings, queue)  # again: no error, no second one
         await handle.trigger()
-        runs: list = []
-        for _ in range(100):
-            runs = [
-                w
-                async for w in stack.client.list_workflows(
-                    f"WorkflowType = '{wf_type}' AND TaskQueue = '{queue}'"
-                )
-            ]
-            if runs and runs[0].status and runs[0].status.name == "COMPLETED":
-                break
-            await asyncio.sleep(0.1)
-        assert runs and runs[0].status.name == "COMPLETED", wf_type
-        history = await stack.client.get_workflow_handle(
-            runs[0].id, run_id=runs[0].run_id
-        ).fetch_history()
+        run = await eventually(
+            partial(
+                _newest_completed,
+                stack.client,
+                f"WorkflowType = '{wf_type}' AND TaskQueue = '{queue}'",
+            ),
+            f"a completed {wf_type} run",
+            interval=0.1,
+        )
+        history = await stack.client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
+        assert ending(history) == "WORKFLOW_EXECUTION_COMPLETED", wf_type
         await Replayer(workflows=[wf]).replay_workflow(history)
+
+
+async def _newest_completed(client, query: str):
+    """The newest workflow that ``query`` lists, once it has completed (else None)."""
+    runs = [w async for w in client.list_workflows(query)]
+    return runs[0] if runs and runs[0].status and runs[0].status.name == "COMPLETED" else None
 
 
 def _audit(config, histories: int = 40):
@@ -379,18 +383,25 @@ def _audit(config, histories: int = 40):
     return out.returncode, json.loads(out.stdout) if out.stdout.strip() else out.stderr
 
 
-async def test_audit_passes_after_a_crawl_and_fails_on_a_planted_cookie(make_stack, tmp_path):
+async def test_audit_passes_after_a_crawl_and_fails_on_a_planted_cookie(
+    make_stack, tmp_path, app_log
+):
     from sqlalchemy import update
 
     from tests.conftest import write_config
 
     stack, platform = await crawl_stack(make_stack, {"sample-audit-1": 1})
     await stack.samples_http.post("/_control/platform", json={"notes_per_keyword": 3})
+    task_id = new_task_id()
     resp = await stack.run(
-        {"params": {"platform": platform, "keywords": [f"au-{uuid.uuid4().hex[:6]}"]}},
+        {
+            "meta": {"task_id": task_id},
+            "params": {"platform": platform, "keywords": [f"au-{uuid.uuid4().hex[:6]}"]},
+        },
         code="crawl_notes",
     )
     assert resp.json()["data"]["status"] == "completed"
+    assert task_id in app_log.read_text()  # the log the audit reads holds this crawl's lines
     config = write_config(tmp_path / "a.yaml", stack.settings)
     code, report = await asyncio.to_thread(_audit, config)
     assert code == 0, report

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from functools import partial
 
 import httpx
 
 from tests.conftest import new_task_id
+from tests.helpers import assert_rate_at_most, ending, eventually
 
 KEYS = {"provenance", "id", "doi", "title", "journal", "published", "authors", "abstract"}
 
@@ -273,12 +275,7 @@ async def test_registry_change_mid_run_does_not_touch_that_run(stack):
             page_size=50,
             mode="async",
         )
-        for _ in range(100):
-            if await _works_calls(stack, query):
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the harvest never reached the source")
+        await eventually(partial(_works_calls, stack, query), "the harvest to reach the source")
         # mid-run: page size and base URL change in the registry
         doc = yaml.safe_load(original)
         doc["pagination_cfg"][0]["max_page_size_value"] = 10
@@ -424,6 +421,7 @@ async def test_parent_and_child_histories_replay(stack):
             await stack.client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
         )
     assert len(histories) == 3  # the parent and its two month windows
+    assert [ending(h) for h in histories] == ["WORKFLOW_EXECUTION_COMPLETED"] * 3
     replayed = 0
     async with Replayer(workflows=[TaskRunWorkflow]).workflow_replay_iterator(
         _aiter(histories)
@@ -455,12 +453,11 @@ async def test_expired_crossref_cursor_is_reopened_from_the_checkpoint(make_stac
             page_size=50,
             mode="async",
         )
-        for _ in range(200):
-            if len([c for c in await _works_calls(stack, query) if c["status"] == 200]) >= 3:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the harvest never fetched 3 pages")
+
+        async def three_pages() -> bool:
+            return len([c for c in await _works_calls(stack, query) if c["status"] == 200]) >= 3
+
+        await eventually(three_pages, "the harvest to fetch 3 pages")
         await _literature(stack, expire_cursors=True)
         final = await stack.wait_status(task_id, timeout=60)
     finally:
@@ -490,17 +487,14 @@ async def test_expired_pubmed_webenv_is_reopened_at_the_same_retstart(make_stack
             mode="async",
         )
         async with httpx.AsyncClient(base_url=stack.samples_url) as http:
-            for _ in range(200):
-                calls = [
-                    c
-                    for c in (await http.get("/_literature/calls")).json()
-                    if c["params"].get("term") == query or c["api"] == "efetch"
-                ]
-                if any(c["api"] == "esearch" for c in calls):
-                    break
-                await asyncio.sleep(0.02)
-            else:
-                raise AssertionError("the harvest never searched")
+
+            async def searched() -> bool:
+                calls = (await http.get("/_literature/calls")).json()
+                return any(
+                    c["api"] == "esearch" and c["params"].get("term") == query for c in calls
+                )
+
+            await eventually(searched, "the harvest to search", interval=0.02)
         await _literature(stack, expire_sessions=True)
         final = await stack.wait_status(task_id, timeout=60)
     finally:
@@ -538,19 +532,19 @@ async def test_pause_resume_and_set_rate_limit_act_on_a_running_harvest(make_sta
             mode="async",
         )
         handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
-        for _ in range(200):
-            if len(await _works_calls(stack, query)) >= 2:
-                break
-            await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("the harvest never fetched 2 pages")
+
+        async def two_pages() -> bool:
+            return len(await _works_calls(stack, query)) >= 2
+
+        await eventually(two_pages, "the harvest to fetch 2 pages", interval=0.02)
         await handle.signal("pause", PauseRequest(reason="maintenance"))
-        for _ in range(100):
+
+        async def paused() -> dict | None:
             progress = await handle.query("progress")
-            if progress["stage"] == "paused":
-                break
-            await asyncio.sleep(0.05)
-        assert progress["paused"] is True and progress["stage"] == "paused"
+            return progress if progress["stage"] == "paused" else None
+
+        progress = await eventually(paused, "the harvest to pause")
+        assert progress["paused"] is True
         during = len(await _works_calls(stack, query))
         await asyncio.sleep(1.0)
         assert len(await _works_calls(stack, query)) == during  # nothing fetched while paused
@@ -562,8 +556,10 @@ async def test_pause_resume_and_set_rate_limit_act_on_a_running_harvest(make_sta
     assert final["status"] == "completed"
     assert len(await _delivered(stack, task_id)) == 300
     after = [c["at"] for c in await _works_calls(stack, query)][during:]
-    gaps = [b - a for a, b in zip(after, after[1:], strict=False)]
-    assert gaps and min(gaps) >= 0.2  # 4 requests/s from the resume on (crossref.yaml: 10)
+    # 4 requests/s, held evenly (burst 1), from the resume on (crossref.yaml: 10, burst 10),
+    # by the source's own clock
+    assert len(after) >= 5, after
+    assert_rate_at_most(after, qps=4, burst=1)
 
 
 async def test_circuit_breaker_rests_on_a_durable_timer_then_goes_on(stack):
@@ -727,10 +723,10 @@ async def test_qps_holds_across_two_workers_and_fetches_use_the_provenance_queue
     busiest = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
     average = (len(times) - 1) / (times[-1] - times[0])
     print(f"QPS_MEASURED busiest_1s={busiest} average={average:.2f} requests={len(times)}")
-    # qps_limit 4 as a token bucket: on average at most 4/s, and no 1 s window (measured at
-    # the server, starting at any request) holds more than the rate plus one burst token.
-    assert average <= 4.0, average
-    assert busiest <= 4 + 1, busiest
+    # qps_limit 4 as a token bucket shared by both workers (burst 1), measured at the server:
+    # no stretch of requests holds more than the bucket lets through in it (one bucket per
+    # worker would let about twice as many through).
+    assert_rate_at_most(times, qps=4, burst=1)
     history = await stack.client.get_workflow_handle(finals[0]["workflow_id"]).fetch_history()
     queues = {
         e.activity_task_scheduled_event_attributes.task_queue.name

@@ -3,7 +3,6 @@ run (search attributes, current details) and GET /tasks/{id} beyond Temporal's m
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import uuid
 
@@ -11,6 +10,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import new_task_id, serve_api, settings_with
+from tests.helpers import eventually
 
 
 def samples(text: str) -> dict[tuple[str, frozenset], float]:
@@ -83,14 +83,13 @@ async def test_sdk_worker_metrics_are_served_on_their_own_port(base_settings):
     )
     client = await connect(settings)
     async with running_worker(settings, client):
-        text = ""
         async with httpx.AsyncClient() as http:
-            for _ in range(100):
+
+            async def sdk_metrics() -> str | None:
                 text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
-                if "temporal_worker_task_slots_available" in text:
-                    break
-                await asyncio.sleep(0.1)
-    assert "temporal_worker_task_slots_available" in text
+                return text if "temporal_worker_task_slots_available" in text else None
+
+            text = await eventually(sdk_metrics, "the SDK's worker metrics", interval=0.1)
     assert settings.temporal.task_queue in text  # labelled per task queue
 
 
@@ -119,18 +118,12 @@ async def test_ui_shows_provenance_task_type_and_a_progress_line(stack):
     assert attrs.get(SearchAttributeKey.for_keyword("ArtemisProvenance")) == "crossref"
     assert attrs.get(SearchAttributeKey.for_keyword("ArtemisTaskType")) == "harvest"
     assert attrs.get(SearchAttributeKey.for_keyword("ArtemisTaskCode")) == "literature_harvest"
-    found = []
-    for _ in range(50):  # visibility is eventually consistent
-        found = [
-            w.id
-            async for w in stack.client.list_workflows(
-                f"ArtemisProvenance = 'crossref' AND ArtemisTaskId = '{task_id}'"
-            )
-        ]
-        if found:
-            break
-        await asyncio.sleep(0.2)
-    assert found == [data["workflow_id"]]
+
+    async def found() -> list[str]:  # visibility is eventually consistent
+        query = f"ArtemisProvenance = 'crossref' AND ArtemisTaskId = '{task_id}'"
+        return [w.id async for w in stack.client.list_workflows(query)]
+
+    assert await eventually(found, "the run in visibility", interval=0.2) == [data["workflow_id"]]
     meta = await handle.query("__temporal_workflow_metadata")
     details = meta.current_details
     assert details.startswith("**completed**") and "emitted" in details
@@ -144,23 +137,25 @@ async def test_task_status_merges_live_progress_and_outlives_temporal(make_stack
         await stack.run(
             {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}}, mode="async"
         )
-        live = {}
-        for _ in range(100):
+
+        async def running() -> dict | None:
             live = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
-            if live.get("task_store") == "running" and live.get("progress", {}).get("pages"):
-                break
-            await asyncio.sleep(0.05)
+            mirrored = live.get("task_store") == "running" and live.get("progress", {}).get("pages")
+            return live if mirrored else None
+
+        live = await eventually(running, "the running run with pages, mirrored")
         assert live["source"] == "temporal" and live["status"] == "running"
         assert live["task_store"] == "running" and live["created_at"]
         assert live["progress"]["steps"][1] == {"id": "step_fetch", "status": "IN_PROGRESS"}
     finally:
         await stack.fault("latency", latency_ms=0)
     await stack.wait_status(task_id)
-    for _ in range(100):  # the terminal record follows the finalize activity
+
+    async def stored() -> dict | None:  # the terminal record follows the finalize activity
         done = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
-        if done["source"] == "task_store":
-            break
-        await asyncio.sleep(0.05)
+        return done if done["source"] == "task_store" else None
+
+    done = await eventually(stored, "the terminal record in task storage")
     assert done["status"] == "completed" and done["source"] == "task_store"
     assert done["stats"]["records_emitted"] == 30 and done["duration_ms"] > 0
 

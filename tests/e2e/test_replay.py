@@ -2,35 +2,40 @@
 
 from __future__ import annotations
 
-import asyncio
+from collections import Counter
 
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from tests.conftest import new_task_id
+from tests.helpers import ending, eventually
 from workflows.task_run import TaskRunWorkflow
 
 
-async def _histories(stack, workflow_id: str) -> list[WorkflowHistory]:
+async def _histories(stack, workflow_id: str, last: str) -> list[WorkflowHistory]:
+    """Every run of ``workflow_id``: each continued as new but the last, which ended as
+    ``last`` — so a run that ended some other way cannot make the replay pass."""
     out = []
     async for wf in stack.client.list_workflows(f"WorkflowId = '{workflow_id}'"):
         out.append(await stack.client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history())
+    endings = Counter(ending(h) for h in out)
+    expected = Counter({"WORKFLOW_EXECUTION_CONTINUED_AS_NEW": len(out) - 1, last: 1})
+    assert endings == expected, (workflow_id, endings)
     return out
 
 
 async def test_histories_of_completed_failed_cancelled_and_continued_runs_replay(make_stack):
     stack = await make_stack(runs={"pages_per_fetch": 2, "max_batches_per_run": 2})
-    workflow_ids = []
     ok = await stack.run(
         {
             "meta": {"task_id": new_task_id()},
             "params": {"symbols": ["AAPL", "MSFT"], "page_size": 5},
         }
     )
-    workflow_ids.append(ok.json()["data"]["workflow_id"])
+    assert ok.json()["data"]["status"] == "completed", ok.text
     await stack.fault("sink", status=400, times=1)
     failed = await stack.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["X"]}})
-    workflow_ids.append(failed.json()["data"]["workflow_id"])
+    assert failed.json()["data"]["status"] == "failed", failed.text
     await stack.fault("latency", latency_ms=50)
     try:
         task_id = new_task_id()
@@ -38,17 +43,29 @@ async def test_histories_of_completed_failed_cancelled_and_continued_runs_replay
             {"meta": {"task_id": task_id}, "params": {"symbols": ["Y"], "page_size": 1}},
             mode="async",
         )
-        await asyncio.sleep(0.8)
+
+        async def fetching() -> bool:
+            data = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+            return bool(data and data.get("stats", {}).get("records_fetched", 0) > 0)
+
+        await eventually(fetching, "the run to start fetching")
         await stack.http.post(f"/tasks/{task_id}/cancel")
-        await stack.wait_status(task_id)
-        workflow_ids.append(started.json()["data"]["workflow_id"])
+        cancelled = await stack.wait_status(task_id)
+        assert cancelled["status"] == "cancelled", cancelled
     finally:
         await stack.fault("latency", latency_ms=0)
 
-    histories = []
-    for wid in workflow_ids:
-        histories += await _histories(stack, wid)
-    assert len(histories) >= 5  # the first run continued as new at least twice
+    # The cancel signal ends the run as "cancelled"; the workflow itself completes.
+    histories = await _histories(
+        stack, ok.json()["data"]["workflow_id"], "WORKFLOW_EXECUTION_COMPLETED"
+    )
+    assert len(histories) >= 3  # the first run continued as new at least twice
+    histories += await _histories(
+        stack, failed.json()["data"]["workflow_id"], "WORKFLOW_EXECUTION_FAILED"
+    )
+    histories += await _histories(
+        stack, started.json()["data"]["workflow_id"], "WORKFLOW_EXECUTION_COMPLETED"
+    )
     replayed = 0
     replayer = Replayer(workflows=[TaskRunWorkflow])
     async with replayer.workflow_replay_iterator(_aiter(histories)) as results:

@@ -6,6 +6,7 @@ import asyncio
 
 from artemis.taskstore.sql import SqlTaskStorage
 from tests.conftest import new_task_id
+from tests.helpers import ending, eventually
 
 
 async def test_completed_and_failed_runs_are_recorded_in_task_storage(stack):
@@ -99,11 +100,7 @@ async def test_cleanup_schedule_removes_old_terminal_tasks_only(stack):
     desc = await schedule.describe()  # created idempotently by the worker at start-up
     assert desc.schedule.spec.intervals[0].every == timedelta(hours=1)
     await schedule.trigger()
-    for _ in range(100):
-        if store.load(old_done) is None:
-            break
-        await asyncio.sleep(0.1)
-    assert store.load(old_done) is None
+    await eventually(lambda: store.load(old_done) is None, "the clean-up to remove the old task")
     assert store.load(old_running) is not None and store.load(recent) is not None
     assert events.since(old_done) == [] and len(events.since(recent)) == 1
     # the clean-up workflow's history replays
@@ -115,7 +112,8 @@ async def test_cleanup_schedule_removes_old_terminal_tasks_only(stack):
         )
     ]
     assert ids
-    history = await stack.client.get_workflow_handle(
-        ids[0].id, run_id=ids[0].run_id
-    ).fetch_history()
+    handle = stack.client.get_workflow_handle(ids[0].id, run_id=ids[0].run_id)
+    await asyncio.wait_for(handle.result(), 60)  # closed: an open history replays vacuously
+    history = await handle.fetch_history()
+    assert ending(history) == "WORKFLOW_EXECUTION_COMPLETED"
     await Replayer(workflows=[CleanupWorkflow]).replay_workflow(history)

@@ -11,9 +11,7 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -28,6 +26,7 @@ from tests.conftest import (
     start_worker_process,
     write_config,
 )
+from tests.helpers import eventually
 
 
 class Cluster:
@@ -86,11 +85,12 @@ async def cluster(make_stack, cluster_pg, cluster_redis, tmp_path):
     workers = [start_worker_process(config, tmp_path / f"worker{n}.out") for n in (1, 2)]
     ports = [free_port(), free_port()]
     apis = [start_api_process(config, p, tmp_path / f"api{n}.out") for n, p in enumerate(ports)]
-    deadline = time.monotonic() + 60
-    while not all(port_open("127.0.0.1", p) for p in ports):
-        assert time.monotonic() < deadline, "the API processes did not start"
+
+    def listening() -> bool:
         assert all(a.poll() is None for a in apis), "an API process exited"
-        await asyncio.sleep(0.1)
+        return all(port_open("127.0.0.1", p) for p in ports)
+
+    await eventually(listening, "the API processes to start", interval=0.1)
     yield Cluster(
         stack, cluster_pg, cluster_redis, [f"http://127.0.0.1:{p}" for p in ports], workers
     )
@@ -120,14 +120,6 @@ async def _start(c: Cluster, symbols: list[str]) -> tuple[str, str, dict[str, An
     return task_id, run_id, resp.json()["data"]
 
 
-async def _until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def _fetched(c: Cluster, task_id: str, at_least: int) -> None:
     async def check() -> bool:
         async with c.api(1) as b:
@@ -137,7 +129,7 @@ async def _fetched(c: Cluster, task_id: str, at_least: int) -> None:
             resp.status_code == 200 and data.get("stats", {}).get("records_fetched", 0) >= at_least
         )
 
-    await _until(check, f"{at_least} records fetched")
+    await eventually(check, f"{at_least} records fetched", timeout=90)
 
 
 async def _completed_once_each(c: Cluster, task_id: str, run_id: str, records: int) -> dict:
@@ -146,7 +138,7 @@ async def _completed_once_each(c: Cluster, task_id: str, run_id: str, records: i
             data = (await b.get(f"/tasks/{task_id}")).json().get("data") or {}
         return data.get("status") in ("completed", "failed", "cancelled", "timeout")
 
-    await _until(done, "the run to end", timeout=180)
+    await eventually(done, "the run to end", timeout=180)
     async with c.api(1) as b:
         final = (await b.get(f"/tasks/{task_id}")).json()["data"]
     assert final["status"] == "completed", final

@@ -3,24 +3,15 @@ path, its worker stopped mid-run, is finished by a worker with the patched code.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
 
 import pytest
 from temporalio import workflow
 
 from tests.conftest import new_task_id
+from tests.helpers import eventually
 from workers.main import running_worker
 from workflows.task_run import PATCH_CLEANUP_STEP
-
-
-async def _until(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_run_started_on_the_old_path_is_finished_by_the_patched_worker(
@@ -44,7 +35,7 @@ async def test_run_started_on_the_old_path_is_finished_by_the_patched_worker(
                     data = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
                     return bool(data) and data.get("stats", {}).get("pages", 0) >= 3
 
-                await _until(fetching, "the old worker to fetch 3 pages")
+                await eventually(fetching, "the old worker to fetch 3 pages")
             # the old worker is gone, mid-run
         description = await stack.client.get_workflow_handle(
             resp.json()["data"]["workflow_id"]

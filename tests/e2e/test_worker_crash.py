@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
+from tests.helpers import eventually
 
 
 async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
@@ -40,20 +41,22 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
         # Wait until the first batch is done and the second fetch has heartbeated a page of
         # its own, then kill the worker in the middle of that batch.
         handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
-        for _ in range(400):
+
+        async def inside_second_batch() -> dict | None:
             stats = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]["stats"]
-            if stats.get("records_fetched", 0) >= 20:
-                desc = await handle.describe()
-                beats = [
-                    json.loads(a.heartbeat_details.payloads[0].data)
-                    for a in desc.raw_description.pending_activities
-                    if a.activity_type.name == "fetch_pages" and a.heartbeat_details.payloads
-                ]
-                if any(20 < b["next_seq"] < 38 for b in beats):
-                    break
-            await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("the second fetch never heartbeated")
+            if stats.get("records_fetched", 0) < 20:
+                return None
+            desc = await handle.describe()
+            beats = [
+                json.loads(a.heartbeat_details.payloads[0].data)
+                for a in desc.raw_description.pending_activities
+                if a.activity_type.name == "fetch_pages" and a.heartbeat_details.payloads
+            ]
+            return stats if any(20 < b["next_seq"] < 38 for b in beats) else None
+
+        stats = await eventually(
+            inside_second_batch, "the second fetch to heartbeat a page", interval=0.02
+        )
         fetched_before = stats["records_fetched"]
         assert 0 < fetched_before < 60
         first.send_signal(signal.SIGKILL)
@@ -119,13 +122,12 @@ async def test_sigterm_lets_the_batch_finish_exits_0_and_no_page_is_fetched_twic
             mode="async",
         )
         assert resp.status_code == 202, resp.text
-        for _ in range(600):
+
+        async def fetched_5() -> bool:
             data = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
-            if data and data.get("stats", {}).get("records_fetched", 0) >= 5:
-                break
-            await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("the run never fetched")
+            return bool(data and data.get("stats", {}).get("records_fetched", 0) >= 5)
+
+        await eventually(fetched_5, "the run to fetch 5 records", interval=0.02)
         stopped_at = time.monotonic()
         first.send_signal(signal.SIGTERM)
         assert first.wait(60) == 0  # a clean exit ...

@@ -91,8 +91,11 @@ def test_concurrent_writers_one_wins_per_version(storage):
     t = tid()
     storage.save(t, TaskData.pending(t, {}))
     outcomes: list[str] = []
+    statuses = ("failed", "timeout") * 3
+    start = threading.Barrier(len(statuses))  # all six write at once, not one after another
 
     def writer(status: str) -> None:
+        start.wait(30)
         try:
             storage.update_status(
                 t, status, expected_version=0, error={"code": "X", "message": "y"}
@@ -101,11 +104,12 @@ def test_concurrent_writers_one_wins_per_version(storage):
         except ConcurrentModification:
             outcomes.append("conflict")
 
-    threads = [threading.Thread(target=writer, args=(s,)) for s in ("failed", "timeout") * 3]
+    threads = [threading.Thread(target=writer, args=(s,)) for s in statuses]
     for th in threads:
         th.start()
     for th in threads:
-        th.join()
+        th.join(60)
+    assert not any(th.is_alive() for th in threads)
     assert outcomes.count("ok") == 1 and outcomes.count("conflict") == 5
     assert storage.load(t).version == 1
 

@@ -1,0 +1,57 @@
+"""Small helpers the tests share: waiting for a condition that must come, reading how a
+workflow history ended, and checking request times that a rate limit let through."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+
+
+async def eventually(
+    check: Callable[[], Any], what: str, timeout: float = 60, interval: float = 0.05
+) -> Any:
+    """Poll ``check`` (sync or async) until it returns something truthy and return that;
+    fail the test, naming ``what``, when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+def ending(history: WorkflowHistory) -> str:
+    """How a history ended, by its last event: ``WORKFLOW_EXECUTION_COMPLETED``,
+    ``…_FAILED``, ``…_CANCELED``, ``…_CONTINUED_AS_NEW``, ``…_TIMED_OUT``, ``…_TERMINATED``
+    — or another event type when the run had not closed yet (a replay would prove little)."""
+    return EventType.Name(history.events[-1].event_type).removeprefix("EVENT_TYPE_")
+
+
+def assert_rate_at_most(
+    times: Sequence[float], qps: float, burst: int = 1, jitter: float = 0.5
+) -> None:
+    """``times`` are server-side arrival times of requests a token bucket (``qps``,
+    ``burst``) let through. The bucket grants at most ``burst + qps * L`` requests in any
+    stretch of length L; a granted request may reach the server up to ``jitter`` seconds
+    late on a loaded machine, so no stretch of arrivals may hold more than
+    ``burst + qps * (L + jitter)``. Checked for every stretch that starts and ends on a
+    request (which covers both the busiest second and the average over the whole run)."""
+    ts = sorted(times)
+    for i, first in enumerate(ts):
+        for j in range(i + 1, len(ts)):
+            allowed = burst + qps * (ts[j] - first + jitter)
+            assert j - i + 1 <= allowed, (
+                f"{j - i + 1} requests within {ts[j] - first:.2f} s: more than {allowed:.1f}"
+                f" at {qps}/s (burst {burst}, {jitter} s of lateness allowed)"
+            )
