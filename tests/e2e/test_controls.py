@@ -8,23 +8,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
 from tests.conftest import ROOT, new_task_id
+from tests.helpers import eventually
 
 
 async def _requests(stack, symbol: str) -> int:
     calls = (await stack.samples_http.get("/_quotes/calls")).json()
     return sum(1 for c in calls if c["symbol"] == symbol)
-
-
-async def _until(check, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def _cli(stack, *args: str) -> dict[str, Any]:
@@ -55,7 +47,7 @@ async def test_pause_rate_and_resume_through_the_api_and_the_cli(make_stack):
         async def fetching() -> bool:
             return await _requests(stack, symbol) >= 3
 
-        await _until(fetching, "the run to fetch")
+        await eventually(fetching, "the run to fetch")
         paused = await stack.http.post(f"/tasks/{task_id}/pause", json={"reason": "maintenance"})
         assert paused.status_code == 202, paused.text
         assert paused.json()["data"]["action"] == "paused"
@@ -64,7 +56,7 @@ async def test_pause_rate_and_resume_through_the_api_and_the_cli(make_stack):
             data = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
             return data.get("paused") is True and data["progress"]["stage"] == "paused"
 
-        await _until(shows_paused, "the run to pause")
+        await eventually(shows_paused, "the run to pause")
         # the batch in flight has finished: no source request while paused
         held = await _requests(stack, symbol)
         await asyncio.sleep(1.5)
@@ -76,7 +68,7 @@ async def test_pause_rate_and_resume_through_the_api_and_the_cli(make_stack):
         async def shows_rate() -> bool:
             return (await stack.http.get(f"/tasks/{task_id}")).json()["data"].get("qps") == 4.0
 
-        await _until(shows_rate, "the new rate")
+        await eventually(shows_rate, "the new rate")
         resumed = await asyncio.to_thread(_cli, stack, "resume", task_id)
         assert resumed["action"] == "resumed"
         final = await stack.wait_status(task_id, timeout=90)
