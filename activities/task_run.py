@@ -366,6 +366,8 @@ class TaskRunActivities:
         # A task waiting on its source (a 429's Retry-After) keeps the attempt alive
         # without losing the resume state.
         ctx.overrides["keepalive"] = lambda: activity.heartbeat(state)
+        wind_down = ctx.overrides["wind_down"] = asyncio.Event()
+        ctx.overrides["max_pages"] = max(0, inp.max_pages - state["pages"])
         try:
             callback = self._callback(inp.run, inp.callback, trace)
         except ArtemisError as e:  # progress is best effort: never fail the fetch over it
@@ -373,6 +375,8 @@ class TaskRunActivities:
             callback = None
         last_ms = inp.progress_last_ms
         key = run_key(inp.run)
+        # Nothing staged from here on is counted yet: an earlier attempt's leftovers go.
+        await asyncio.to_thread(self.staging.drop_from, key, "raw", state["next_seq"])
         started = time.monotonic()
         progress_every = self.settings.events.progress_min_interval_ms / 1000
         progress_at = started
@@ -418,9 +422,14 @@ class TaskRunActivities:
                         # its checkpoint; the next fetch goes on elsewhere, nothing twice.
                         or activity.is_worker_shutdown()
                     ):
-                        break
+                        if not task.fetch_winds_down:
+                            break
+                        # No new request; the pages in flight are taken into this batch.
+                        wind_down.set()
                 else:
-                    done = True
+                    # A fetch that winds down ends early with a checkpoint: it says "done"
+                    # only by a last page without one (handled above).
+                    done = not task.fetch_winds_down
         except asyncio.CancelledError:
             log.info("fetch_cancelled", next_seq=state["next_seq"], pages=state["pages"])
             raise

@@ -227,6 +227,8 @@ class RunTuning(_Section):
     emit_start_to_close_s: float = Field(600.0, gt=0)
     max_batches_per_run: int = Field(200, ge=1)
     activity_max_attempts: int = Field(5, ge=1)
+    # How many of a run's independent units (sources: symbols, keywords) fetch at once.
+    fetch_concurrency: int = Field(4, ge=1, le=64)
     # How often a worker looks for new or re-rated provenances to poll (their own queues).
     provenance_refresh_s: float = Field(30.0, gt=0)
 

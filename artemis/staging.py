@@ -96,6 +96,16 @@ class Staging:
         with self.engine.connect() as conn:
             return [(row.seq, jsonio.loads(row.payload)) for row in conn.execute(q)]
 
+    def drop_from(self, run_key: str, kind: str, first_seq: int) -> int:
+        """Pages from ``first_seq`` on: what an attempt that died staged after its last
+        heartbeat (a retried fetch starts there again, its units in another order)."""
+        with self.engine.begin() as conn:
+            return conn.execute(
+                delete(_table).where(
+                    _table.c.run_key == run_key, _table.c.kind == kind, _table.c.seq >= first_seq
+                )
+            ).rowcount
+
     def drop_older_than(self, before: datetime) -> int:
         """Pages left behind by runs that never finalized (terminated ones)."""
         with self.engine.begin() as conn:

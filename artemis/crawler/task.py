@@ -200,6 +200,7 @@ class CrawlNotes(TaskUnit):
     Params = CrawlParams
     summary = "Search a platform's keywords and collect each note once"
     error_budgets = True
+    fetch_winds_down = False  # its own fetch: a batch ends at a page
 
     def prepare_params(
         self, incoming: dict[str, Any], settings: Settings, trusted: bool = False

@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from artemis.completeness import shortfall
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.sinks import EmitContext, Sink, build_sinks
 from artemis.sources import Page, Source
+from artemis.tasks.units import fetch_units
 from artemis.tracing import TraceContext
 
 
@@ -44,6 +44,9 @@ class TaskUnit:
     code: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
     summary: ClassVar[str] = ""
+    # The fetch honours ``ctx.overrides["wind_down"]`` (the default fetch does): at a
+    # batch's end it stops new requests and hands over the pages in flight.
+    fetch_winds_down: ClassVar[bool] = True
 
     # -- 1. params ---------------------------------------------------------------
     def prepare_params(
@@ -116,21 +119,17 @@ class TaskUnit:
     async def fetch(
         self, ctx: TaskContext, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
-        """Yield pages across all sources, resumable from ``checkpoint``.
-
-        The checkpoint is ``{"source": i, "state": <source checkpoint or null>, "expected":
-        <the totals stated by the sources already finished, or null>}``; the page's
-        ``info["units_done"]`` counts the sources finished so far (for progress) and
-        ``info["expected_total"]`` what the sources stated so far. When a source that
-        stated a total ends, what it delivered is reconciled against it: short beyond the
-        tolerance, its last page carries ``info["incomplete"]`` and ends the fetch (the
-        run fails INCOMPLETE once that page is counted and emitted).
-        """
+        """Yield the pages of every source, ``fetch_concurrency`` sources at a time,
+        resumable from ``checkpoint`` (per source; see ``artemis/tasks/units.py``). The
+        page's ``info["units_done"]`` counts the sources finished so far (for progress)
+        and ``info["expected_total"]`` what the sources stated so far. A source that
+        stated a total and ends short of it beyond the tolerance ends the fetch with
+        ``info["incomplete"]`` on its last page (the run fails INCOMPLETE once that page
+        is counted and emitted). ``ctx.overrides["max_pages"]`` bounds the requests of
+        this call; setting ``ctx.overrides["wind_down"]`` (an ``asyncio.Event``) stops
+        new requests, the pages in flight still come. The last page's checkpoint is None
+        only when every source is done."""
         sources = self.build_sources(ctx)
-        index = int((checkpoint or {}).get("source", 0))
-        state = (checkpoint or {}).get("state")
-        expected: int | None = (checkpoint or {}).get("expected")
-        tolerance = self.completeness_tolerance(ctx)
         qps = ctx.overrides.get("qps")
         if qps:
             # An operator's rate (POST /tasks/{id}/rate-limit) for sources without a limit
@@ -142,43 +141,21 @@ class TaskUnit:
             for src in sources:
                 if isinstance(src, RestSource) and src.before_request is None:
                     src.before_request = bucket.acquire
-        if index < len(sources) and state is not None:
-            sources[index].resumed = bool(ctx.overrides.get("resumed"))
-        while index < len(sources):
-            async for page in sources[index].pages(client, state):
-                stated = page.info.get("expected_total")
-                run_expected = _add(expected, stated)
-                if page.checkpoint is not None:
-                    page.checkpoint = {"source": index, "state": page.checkpoint}
-                    if expected is not None:
-                        page.checkpoint["expected"] = expected
-                    page.info["units_done"] = index
-                else:
-                    short = shortfall(
-                        sources[index].name,
-                        stated,
-                        int(page.info.get("taken", 0)),
-                        tolerance,
-                        page.info.get("request") or "its last page",
-                    )
-                    if short is not None:
-                        page.info.update(
-                            incomplete=short, expected_total=run_expected, units_done=index
-                        )
-                        page.info["source"] = sources[index].name
-                        yield page
-                        return
-                    expected = run_expected
-                    if index + 1 < len(sources):
-                        page.checkpoint = {"source": index + 1, "state": None}
-                        if expected is not None:
-                            page.checkpoint["expected"] = expected
-                    page.info["units_done"] = index + 1
-                page.info["expected_total"] = run_expected
-                page.info["source"] = sources[index].name
-                yield page
-            index += 1
-            state = None
+        async for page in fetch_units(
+            sources,
+            client,
+            checkpoint,
+            concurrency=self.fetch_concurrency(ctx),
+            tolerance=self.completeness_tolerance(ctx),
+            resumed=bool(ctx.overrides.get("resumed")),
+            wind_down=ctx.overrides.get("wind_down"),
+            max_pages=ctx.overrides.get("max_pages"),
+        ):
+            yield page
+
+    def fetch_concurrency(self, ctx: TaskContext) -> int:
+        """How many of the run's sources fetch at once (``runs.fetch_concurrency``)."""
+        return int(ctx.settings.runs.fetch_concurrency)
 
     def completeness_tolerance(self, ctx: TaskContext) -> float:
         """The shortfall (percent of a stated total) a run accepts before INCOMPLETE."""
@@ -263,7 +240,3 @@ def get_task(code: str) -> TaskUnit:
 
 def task_codes() -> list[str]:
     return sorted(_REGISTRY)
-
-
-def _add(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else a + b

@@ -43,9 +43,9 @@ SLOW_SYMBOLS = ["AAPL", "MSFT", "GOOG", "AMZN", "META"]  # 150 pages at page_siz
 async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(
     slow_samples, make_stack, app_log
 ):
-    # Fetch batches of 50 pages (3 s): the cancellation reaches the running fetch activity
-    # through its heartbeat, and the activity cleans up.
-    stack = await make_stack(runs={"pages_per_fetch": 50})
+    # Fetch batches of 50 pages (3 s, one symbol at a time): the cancellation reaches the
+    # running fetch activity through its heartbeat, and the activity cleans up.
+    stack = await make_stack(runs={"pages_per_fetch": 50, "fetch_concurrency": 1})
     task_id, run_id, body = stack.callback_run(SLOW_SYMBOLS, page_size=1)
     resp = await stack.run(body, mode="async")
     assert resp.status_code == 202

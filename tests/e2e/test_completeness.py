@@ -205,7 +205,9 @@ async def test_a_source_serving_an_earlier_page_again_fails_source_loop(stack, s
     assert payload["error"]["code"] == "SOURCE_LOOP", payload
     message = payload["error"]["message"]
     assert "page 2 of the run" in message and "its page 0" in message and "page=3" in message
-    assert sources.server.config.app.state.calls["alternate"] - before == 3
+    # Pages 1, 2 and the repeat (3), plus at most the one request a source has in flight
+    # while its previous page is staged (a unit reads one page ahead).
+    assert sources.server.config.app.state.calls["alternate"] - before in (3, 4)
 
 
 async def test_spec_shaped_platform_with_23_notes_over_5_search_pages_stores_and_sends_all(

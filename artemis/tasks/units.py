@@ -1,0 +1,204 @@
+"""A run's independent units (the sources of ``build_sources``: the symbols of a quote
+run, say) fetched concurrently, as one stream of pages with one resumable checkpoint.
+
+Up to ``concurrency`` sources fetch at once; their pages reach the caller in the order
+they arrive, through a queue of ``concurrency`` slots (memory stays bounded: a source
+waits while its page waits). The checkpoint that comes with each page records, per unit,
+where it resumes — only for pages already handed to the caller — so a retried fetch
+resumes every unfinished unit where it stopped and fetches again at most the pages that
+were in flight::
+
+    {"v": 2, "done": [0, 2], "open": {"1": <source checkpoint>}, "expected": 1200}
+
+``done``: the units finished; ``open``: those started, with the checkpoint after their
+last page handed over; ``expected``: the totals the finished units stated. Units in
+neither start from the beginning. The checkpoint of earlier builds (``{"source": i,
+"state": …, "expected": …}``, one source after another) is read as well.
+
+When a unit that stated a total ends short of it beyond the tolerance, its last page
+carries ``info["incomplete"]`` and the stream ends there (the run fails INCOMPLETE once
+that page is counted and emitted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx
+
+from artemis.completeness import shortfall
+from artemis.sources import Page, Source
+
+
+@dataclass
+class UnitsCheckpoint:
+    done: set[int] = field(default_factory=set)
+    open: dict[int, Any] = field(default_factory=dict)
+    expected: int | None = None
+
+    @classmethod
+    def load(cls, raw: dict[str, Any] | None) -> UnitsCheckpoint:
+        if not raw:
+            return cls()
+        if raw.get("v") == 2:
+            return cls(
+                done={int(i) for i in raw.get("done") or []},
+                open={int(i): s for i, s in (raw.get("open") or {}).items()},
+                expected=raw.get("expected"),
+            )
+        # One source after another (earlier builds): the ones before ``source`` are done.
+        index, state = int(raw.get("source", 0)), raw.get("state")
+        return cls(
+            done=set(range(index)),
+            open={index: state} if state is not None else {},
+            expected=raw.get("expected"),
+        )
+
+    def dump(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "v": 2,
+            "done": sorted(self.done),
+            "open": {str(i): s for i, s in sorted(self.open.items())},
+        }
+        if self.expected is not None:
+            out["expected"] = self.expected
+        return out
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_END = object()
+
+
+async def fetch_units(
+    sources: Sequence[Source],
+    client: httpx.AsyncClient,
+    checkpoint: dict[str, Any] | None,
+    *,
+    concurrency: int,
+    tolerance: float,
+    resumed: bool = False,
+    wind_down: asyncio.Event | None = None,
+    max_pages: int | None = None,
+) -> AsyncIterator[Page]:
+    """Yield the pages of every unit, ``concurrency`` units at a time (see the module).
+
+    The stream ends with a page whose checkpoint is None once every unit is done (a
+    run with nothing left gets one empty such page). It ends earlier — its last page's
+    checkpoint resuming every unit — when ``max_pages`` pages were requested, or once
+    ``wind_down`` is set: no new request starts then, and the pages in flight still
+    come."""
+    cp = UnitsCheckpoint.load(checkpoint)
+    todo = [i for i in range(len(sources)) if i not in cp.done]
+    # Started units first: they hold what a crashed attempt had begun.
+    todo.sort(key=lambda i: (i not in cp.open, i))
+    stated: dict[int, int] = {}
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=max(1, concurrency))
+    running = max(1, min(concurrency, len(todo)))
+    budget = [max_pages if max_pages is not None else -1]
+
+    def may_request() -> bool:
+        """One more request may start (and is counted against ``max_pages``)."""
+        if _set(wind_down) or budget[0] == 0:
+            return False
+        budget[0] -= 1
+        return True
+
+    async def work() -> None:
+        nonlocal running
+        try:
+            while todo and not _set(wind_down) and budget[0] != 0:
+                i = todo.pop(0)
+                state = cp.open.get(i)
+                if state is not None:
+                    sources[i].resumed = resumed
+                gen = cast(AsyncGenerator[Page, None], sources[i].pages(client, state))
+                async with aclosing(gen) as pages:
+                    while may_request():
+                        page = await anext(pages, None)
+                        if page is None:
+                            break
+                        await queue.put((i, page))
+                        if page.checkpoint is None:
+                            break
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # handed to the consumer, which raises it
+            await queue.put(_Failed(e))
+            return
+        running -= 1
+        if running == 0:
+            await queue.put(_END)
+
+    if not todo:
+        yield Page(records=[], checkpoint=None, info={"units_done": len(cp.done)})
+        return
+    workers = [asyncio.create_task(work()) for _ in range(running)]
+    try:
+        while True:
+            item = await queue.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            i, page = item
+            src = sources[i]
+            said = page.info.get("expected_total")
+            if page.checkpoint is not None:
+                cp.open[i] = page.checkpoint
+                if isinstance(said, int):
+                    stated[i] = said
+            else:
+                cp.open.pop(i, None)
+                stated.pop(i, None)
+                short = shortfall(
+                    src.name,
+                    said,
+                    int(page.info.get("taken", 0)),
+                    tolerance,
+                    page.info.get("request") or "its last page",
+                )
+                if short is not None:
+                    page.info.update(
+                        incomplete=short,
+                        expected_total=_sum(_add(cp.expected, said), stated),
+                        units_done=len(cp.done),
+                        source=src.name,
+                    )
+                    yield page
+                    return
+                cp.done.add(i)
+                cp.expected = _add(cp.expected, said)
+            page.info["units_done"] = len(cp.done)
+            page.info["expected_total"] = _sum(cp.expected, stated)
+            page.info["source"] = src.name
+            page.checkpoint = None if len(cp.done) == len(sources) else cp.dump()
+            yield page
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+def _set(event: asyncio.Event | None) -> bool:
+    return event is not None and event.is_set()
+
+
+def _add(a: int | None, b: Any) -> int | None:
+    if not isinstance(b, int):
+        return a
+    return b if a is None else a + b
+
+
+def _sum(base: int | None, open_units: dict[int, int]) -> int | None:
+    total = base
+    for v in open_units.values():
+        total = _add(total, v)
+    return total
