@@ -82,6 +82,24 @@ def _require_every_page(pages: list[tuple[int, Any]], first: int, last: int, wha
         )
 
 
+async def all_or_first_error(coros: Any) -> None:
+    """Run the coroutines together; the first failure cancels the rest and is raised
+    (as itself, not inside an ExceptionGroup: the activity boundary reads its code)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    if not tasks:
+        return
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
 def _resume_state(inp: FetchInput) -> dict[str, Any]:
     """Where a fetch attempt starts: the batch's start, or — a retried attempt — its last
     heartbeat (pages staged before it are kept: staging by sequence number makes a
@@ -535,9 +553,15 @@ class TaskRunActivities:
             self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
         )
         _require_every_page(pages, state["next_seq"], inp.last_seq, "processed")
-        try:
-            for seq, records in pages:
-                if records:
+        # Pages go out ``emit_concurrency`` at a time, each under its own key; the
+        # heartbeat resumes after the pages delivered without a gap (one above it may go
+        # again on a retry — under the same key, so the sink takes it once).
+        delivered: set[int] = set()
+        gate = asyncio.Semaphore(task.emit_concurrency(ctx))
+
+        async def deliver(seq: int, records: list[dict[str, Any]]) -> None:
+            if records:
+                async with gate:
                     await task.emit(
                         self.client,
                         sinks,
@@ -550,12 +574,16 @@ class TaskRunActivities:
                             task_code=inp.run.task_code,
                         ),
                     )
-                state = {
-                    "next_seq": seq + 1,
-                    "records": state["records"] + len(records),
-                    "batches": state["batches"] + (1 if records else 0),
-                }
-                activity.heartbeat(state)
+            delivered.add(seq)
+            state["records"] += len(records)
+            state["batches"] += 1 if records else 0
+            while state["next_seq"] in delivered:
+                delivered.discard(state["next_seq"])
+                state["next_seq"] += 1
+            activity.heartbeat(state)
+
+        try:
+            await all_or_first_error(deliver(seq, records) for seq, records in pages)
         except asyncio.CancelledError:
             log.info("emit_cancelled", next_seq=state["next_seq"])
             raise

@@ -229,6 +229,8 @@ class RunTuning(_Section):
     activity_max_attempts: int = Field(5, ge=1)
     # How many of a run's independent units (sources: symbols, keywords) fetch at once.
     fetch_concurrency: int = Field(4, ge=1, le=64)
+    # How many pages of a batch are being sent to the sinks at once.
+    emit_concurrency: int = Field(4, ge=1, le=64)
     # How often a worker looks for new or re-rated provenances to poll (their own queues).
     provenance_refresh_s: float = Field(30.0, gt=0)
 

@@ -9,7 +9,10 @@ sink), an `artemis worker` and an `artemis api`, each in its own process. Then:
   posts each page to the sink — the same concurrency as Artemis (sequential pages, emit
   overlapping fetch) and the same JSON library (orjson), with none of the durability.
 
-Prints one JSON line: {"pages", "records", "artemis_s", "baseline_s", "ratio", ...}.
+Multi-source mode (``--symbols S``): S symbols of N pages each. Artemis fetches them as
+parallel units (``runs.fetch_concurrency``); the baseline runs S such loops at once.
+
+Prints one JSON line: {"symbols", "pages", "records", "artemis_s", "baseline_s", "ratio", ...}.
 """
 
 from __future__ import annotations
@@ -34,57 +37,70 @@ from bench.stack import bench_stack  # noqa: E402
 START = date(1960, 1, 1)
 
 
-async def baseline(samples: str, pages: int, page_size: int) -> tuple[float, int]:
+async def baseline(samples: str, pages: int, page_size: int, symbols: int = 1) -> tuple[float, int]:
+    async with httpx.AsyncClient(timeout=30) as http:
+        t0 = time.perf_counter()
+        sent = await asyncio.gather(
+            *(_one_symbol(http, samples, f"BASE{n}", pages, page_size) for n in range(symbols))
+        )
+        return time.perf_counter() - t0, sum(sent)
+
+
+async def _one_symbol(
+    http: httpx.AsyncClient, samples: str, symbol: str, pages: int, page_size: int
+) -> int:
+    """The raw loop for one symbol: fetch its pages in order while a second coroutine
+    posts each page to the sink."""
     end = START + timedelta(days=pages * page_size - 1)
     queue: asyncio.Queue = asyncio.Queue()
     sent = 0
-    async with httpx.AsyncClient(timeout=30) as http:
 
-        async def produce() -> None:
-            page = 1
-            while page is not None:
-                resp = await http.get(
-                    f"{samples}/quotes",
-                    params={
-                        "symbol": "BASE",
-                        "start": START.isoformat(),
-                        "end": end.isoformat(),
-                        "page": page,
-                        "page_size": page_size,
-                    },
-                )
-                resp.raise_for_status()
-                data = orjson.loads(resp.content)
-                await queue.put(data["items"])
-                page = data["next_page"]
-            await queue.put(None)
+    async def produce() -> None:
+        page = 1
+        while page is not None:
+            resp = await http.get(
+                f"{samples}/quotes",
+                params={
+                    "symbol": symbol,
+                    "start": START.isoformat(),
+                    "end": end.isoformat(),
+                    "page": page,
+                    "page_size": page_size,
+                },
+            )
+            resp.raise_for_status()
+            data = orjson.loads(resp.content)
+            await queue.put(data["items"])
+            page = data["next_page"]
+        await queue.put(None)
 
-        async def consume() -> None:
-            nonlocal sent
-            seq = 0
-            while (items := await queue.get()) is not None:
-                resp = await http.post(
-                    f"{samples}/sink/baseline",
-                    content=orjson.dumps(items),
-                    headers={
-                        "Content-Type": "application/json",
-                        "Idempotency-Key": f"baseline:{seq}",
-                    },
-                )
-                resp.raise_for_status()
-                sent += len(items)
-                seq += 1
+    async def consume() -> None:
+        nonlocal sent
+        seq = 0
+        while (items := await queue.get()) is not None:
+            resp = await http.post(
+                f"{samples}/sink/baseline",
+                content=orjson.dumps(items),
+                headers={
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": f"baseline:{symbol}:{seq}",
+                },
+            )
+            resp.raise_for_status()
+            sent += len(items)
+            seq += 1
 
-        t0 = time.perf_counter()
-        await asyncio.gather(produce(), consume())
-        return time.perf_counter() - t0, sent
+    await asyncio.gather(produce(), consume())
+    return sent
 
 
-async def artemis_run(api: str, samples: str, pages: int, page_size: int) -> tuple[float, dict]:
+async def artemis_run(
+    api: str, samples: str, pages: int, page_size: int, symbols: int = 1
+) -> tuple[float, dict]:
     end = START + timedelta(days=pages * page_size - 1)
     body = {
         "params": {
-            "symbols": ["ARTM"],
+            "symbols": [f"ARTM{n}" for n in range(symbols)],
             "start": START.isoformat(),
             "end": end.isoformat(),
             "page_size": page_size,
@@ -103,7 +119,8 @@ async def artemis_run(api: str, samples: str, pages: int, page_size: int) -> tup
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pages", type=int, default=200)
+    ap.add_argument("--pages", type=int, default=200, help="pages per symbol")
+    ap.add_argument("--symbols", type=int, default=1, help="symbols (parallel units)")
     ap.add_argument("--page-size", type=int, default=100)
     ap.add_argument("--latency-ms", type=float, default=10.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; medians reported")
@@ -125,7 +142,7 @@ async def main() -> None:
         for _ in range(args.repeat):
             async with httpx.AsyncClient() as http:
                 await http.post(f"{samples}/_control/reset", json={})
-            t, stats = await artemis_run(api, samples, args.pages, args.page_size)
+            t, stats = await artemis_run(api, samples, args.pages, args.page_size, args.symbols)
             artemis_times.append(t)
             async with httpx.AsyncClient(timeout=60) as http:
                 got = sum(
@@ -133,18 +150,18 @@ async def main() -> None:
                     for b in (await http.get(f"{samples}/_sink/batches")).json()
                     if b["status"] == 200
                 )
-            if got != args.pages * args.page_size:
-                raise SystemExit(
-                    f"sink received {got} records, expected {args.pages * args.page_size}"
-                )
-            t, sent = await baseline(samples, args.pages, args.page_size)
+            want = args.symbols * args.pages * args.page_size
+            if got != want:
+                raise SystemExit(f"sink received {got} records, expected {want}")
+            t, sent = await baseline(samples, args.pages, args.page_size, args.symbols)
             base_times.append(t)
         a, b = statistics.median(artemis_times), statistics.median(base_times)
         print(
             json.dumps(
                 {
+                    "symbols": args.symbols,
                     "pages": args.pages,
-                    "records": args.pages * args.page_size,
+                    "records": args.symbols * args.pages * args.page_size,
                     "artemis_s": round(a, 3),
                     "baseline_s": round(b, 3),
                     "ratio": round(a / b, 3),

@@ -202,9 +202,9 @@ class RunService:
                 return Started(handle, task_id, workflow_id, None, "none", existing_result=done)
         if meta.callback is not None and meta.callback.auth_token:
             self.secrets.put(f"{code}/{task_id}", "callback_token", meta.callback.auth_token)
-        tuning = RunTuning(
-            **self.settings.runs.model_dump(exclude={"provenance_refresh_s", "fetch_concurrency"})
-        )
+        # The run's own tuning (in its history); the worker-side knobs stay out of it.
+        runs = self.settings.runs.model_dump()
+        tuning = RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__})
         req = RunRequest(
             task_code=code,
             task_id=task_id,

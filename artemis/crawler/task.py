@@ -202,6 +202,9 @@ class CrawlNotes(TaskUnit):
     error_budgets = True
     fetch_winds_down = False  # its own fetch: a batch ends at a page
 
+    def emit_concurrency(self, ctx: TaskContext) -> int:
+        return 1  # tbl_source first, page by page, inside the claim's fence
+
     def prepare_params(
         self, incoming: dict[str, Any], settings: Settings, trusted: bool = False
     ) -> BaseModel:

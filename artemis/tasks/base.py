@@ -153,6 +153,10 @@ class TaskUnit:
         ):
             yield page
 
+    def emit_concurrency(self, ctx: TaskContext) -> int:
+        """How many pages of a batch go to the sinks at once (``runs.emit_concurrency``)."""
+        return int(ctx.settings.runs.emit_concurrency)
+
     def fetch_concurrency(self, ctx: TaskContext) -> int:
         """How many of the run's sources fetch at once (``runs.fetch_concurrency``)."""
         return int(ctx.settings.runs.fetch_concurrency)
