@@ -74,6 +74,9 @@ NON_RETRYABLE = [
 # history has not already taken the old path. Remove one only when no kept history needs it.
 PATCH_SPLIT_RECONCILE = "split-window-reconciled-v1"
 PATCH_CLEANUP_STEP = "cleanup-after-finalize-v1"
+# A batch followed by more fetching is processed by a regular activity: a local activity
+# holds the workflow task open, and with it the next fetch's start.
+PATCH_PROCESS_ACTIVITY = "process-beside-fetch-v1"
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
@@ -385,7 +388,9 @@ class TaskRunWorkflow:
                     await emitting
                     emitting = None
                 if last >= first:
-                    emitting = asyncio.create_task(self._process_and_emit(first, last))
+                    emitting = asyncio.create_task(
+                        self._process_and_emit(first, last, beside_fetch=not done)
+                    )
                 if fetched.incomplete is not None:
                     # A source ended short of its own count: what it gave is delivered,
                     # then the run fails visibly (never `completed`).
@@ -417,7 +422,7 @@ class TaskRunWorkflow:
         self._state.steps["step_process"] = "COMPLETED"
         self._state.steps["step_emit"] = "COMPLETED"
 
-    async def _process_and_emit(self, first: int, last: int) -> None:
+    async def _process_and_emit(self, first: int, last: int, beside_fetch: bool = False) -> None:
         req, tuning = self._req, self._req.tuning
         batch = BatchInput(
             run=self._run,
@@ -427,13 +432,25 @@ class TaskRunWorkflow:
             output=req.output,
         )
         self._state.steps["step_process"] = "IN_PROGRESS"
-        processed: ProcessResult = await workflow.execute_local_activity_method(
-            TaskRunActivities.process_batch,
-            batch,
-            start_to_close_timeout=timedelta(seconds=120),
-            retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE),
-            summary=f"Process pages #{first}-#{last}",
-        )
+        retry = RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE)
+        processed: ProcessResult
+        if beside_fetch and workflow.patched(PATCH_PROCESS_ACTIVITY):
+            processed = await workflow.execute_activity_method(
+                TaskRunActivities.process_batch,
+                batch,
+                start_to_close_timeout=timedelta(seconds=120),
+                retry_policy=retry,
+                summary=f"Process pages #{first}-#{last}",
+            )
+        else:
+            # The last batch (nothing to overlap): one round trip fewer as a local activity.
+            processed = await workflow.execute_local_activity_method(
+                TaskRunActivities.process_batch,
+                batch,
+                start_to_close_timeout=timedelta(seconds=120),
+                retry_policy=retry,
+                summary=f"Process pages #{first}-#{last}",
+            )
         self._stop_point()
         self._state.stats["records_processed"] += processed.records_out
         self._state.steps["step_emit"] = "IN_PROGRESS"
