@@ -367,8 +367,11 @@ class TaskRunActivities:
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace)
         children = task.split(ctx, inp.details)
-        log.info("run_split", pieces=len(children or []), details=inp.details)
-        return SplitResult(children=children, parallelism=2)
+        parallelism = task.split_parallelism(ctx)
+        log.info(
+            "run_split", pieces=len(children or []), parallelism=parallelism, details=inp.details
+        )
+        return SplitResult(children=children, parallelism=parallelism)
 
     # -- 2. fetch ----------------------------------------------------------------------
     @activity.defn(name="fetch_pages")

@@ -87,8 +87,18 @@ class LiteratureHarvest(TaskUnit):
             p.window_start.date(), p.window_end.date(), contract.window_offset or {}
         )
         children = [child_params(p, a, b, ctx.task_id) for a, b in windows]
-        parallel = p.parallelism or (contract.rate_limit or {}).get("max_concurrency") or 2
-        return children, int(parallel)
+        return children, self._parallelism(ctx)
+
+    def _parallelism(self, ctx: TaskContext) -> int:
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        contract = self._contract(ctx)
+        return int(p.parallelism or (contract.rate_limit or {}).get("max_concurrency") or 2)
+
+    def split_parallelism(self, ctx: TaskContext) -> int:
+        """A window or piece (it has a parent) splits inside its parent's slot: one piece
+        at a time; a top-level run uses its own parallelism."""
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        return 1 if p.parent else self._parallelism(ctx)
 
     def split(self, ctx: TaskContext, details: dict[str, Any]) -> list[dict[str, Any]] | None:
         """Halve the window whose hits exceed the result cap (down to single days)."""

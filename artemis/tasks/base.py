@@ -88,6 +88,12 @@ class TaskUnit:
         """Fan the run out into child runs (their params, how many at once), or None."""
         return None
 
+    def split_parallelism(self, ctx: TaskContext) -> int:
+        """How many pieces of a split run at once. A run that is itself a piece (or a
+        window) holds one slot of its parent: its pieces take turns in it, so however deep
+        the splitting, no more than the top run's parallelism fetch at a time."""
+        return 1
+
     def split(self, ctx: TaskContext, details: dict[str, Any]) -> list[dict[str, Any]] | None:
         """Params of smaller runs covering this one after RESULT_CAP_EXCEEDED, or None."""
         return None

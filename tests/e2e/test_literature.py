@@ -397,6 +397,47 @@ async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
     } <= windows
 
 
+async def test_parallelism_bounds_the_windows_fetching_however_deep_they_split(stack):
+    """A backfill at parallelism 2 whose months split twice over the result cap: every
+    window that fetches (a leaf) holds one of the 2 slots; never 3 at once."""
+    doc = variant(stack, "pubmed", "pubmed_split_cap")
+    doc["pagination_cfg"][0]["max_result_window"] = 400
+    doc["rate_limit_cfg"][0].update(qps_limit=200, burst_capacity=50, max_concurrency=8)
+    import_doc(stack, doc)
+    await _literature(stack, enforce_rate=False)
+    try:
+        task_id = new_task_id()
+        resp = await harvest(
+            stack,
+            task_id,
+            provenance="pubmed_split_cap",
+            task_type="backfill",
+            query=f"deep-{task_id}",
+            start="2025-01-01",
+            end="2025-02-28",
+            parallelism=2,
+        )
+    finally:
+        await _literature(stack, enforce_rate=True)
+    assert resp.status_code == 200, resp.text
+    data = resp.json()["data"]
+    assert data["status"] == "completed" and data["stats"]["records_emitted"] == 1770
+    counts = await _delivered_tree(stack, task_id)
+    assert len(counts) == 1770 and set(counts.values()) == {1}
+    runs = [
+        w
+        async for w in stack.client.list_workflows(
+            f"WorkflowId STARTS_WITH 'artemis/literature_harvest/{task_id}.'"
+        )
+    ]
+    parents = {w.parent_id for w in runs}
+    leaves = [(w.start_time, w.close_time) for w in runs if w.id not in parents]
+    # 2 months -> halves (still over 400) -> quarters: 8 windows that fetch
+    assert len(leaves) == 8 and all(b is not None for _, b in leaves)
+    busiest = max(sum(1 for a, b in leaves if a <= t < b) for t, _ in leaves)
+    assert busiest <= 2, f"{busiest} windows fetched at once with parallelism 2"
+
+
 async def test_parent_and_child_histories_replay(stack):
     from temporalio.worker import Replayer
 
