@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -125,6 +125,8 @@ class TaskRunActivities:
         self.staging = Staging(settings.database.url)
         self._task_store = None
         self.events = EventLog(settings.database.url)
+        # Set by the worker: poll a provenance's queue now (a run is about to fetch from it).
+        self.on_rate_key: Callable[[str], Awaitable[None]] | None = None
         self.secrets = RunSecrets(
             settings.database.url, settings.vault.get("master_key_file", ".artemis/master.key")
         )
@@ -211,6 +213,11 @@ class TaskRunActivities:
         log.info(
             "params_prepared", total=total, fetch_retry=retry, circuit=circuit, rate_key=rate_key
         )
+        if rate_key and self.on_rate_key is not None:
+            try:
+                await self.on_rate_key(rate_key)
+            except Exception as e:  # the periodic refresh still comes
+                log.warning("provenance_queue_not_ensured", error=f"{type(e).__name__}: {e}")
         return PrepareResult(
             params=params.model_dump(mode="json"),
             total=total,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -31,7 +32,10 @@ class ProvenanceWorkers:
     """One extra worker per rate-limited provenance, polling that provenance's queue for
     fetch activities only, with Temporal's cluster-wide ``max_task_queue_activities_per_second``
     (qps over the requests a page can take). The registry is re-read every
-    ``runs.provenance_refresh_s``: a new provenance gets a worker, a changed rate a new one."""
+    ``runs.provenance_refresh_s``: a new provenance gets a worker, a changed rate a new one;
+    and at once, on this worker, when a run about to fetch from a provenance is prepared
+    here (``ensure``): a harvest started right after ``registry import`` does not wait for
+    the next refresh."""
 
     def __init__(
         self, client: Client, settings: Settings, activities: TaskRunActivities, task_queue: str
@@ -42,8 +46,21 @@ class ProvenanceWorkers:
         self.task_queue = task_queue
         self.running: dict[str, tuple[dict[str, Any], Worker, asyncio.Task[None]]] = {}
         self._loop: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._refreshed = 0.0
+
+    async def ensure(self, code: str) -> None:
+        """A run is about to fetch from ``code``'s queue: make sure this worker polls it
+        at the registry's current rate (re-read unless read within the last second)."""
+        if code in self.running and time.monotonic() - self._refreshed < 1.0:
+            return
+        await self.refresh()
 
     async def refresh(self) -> None:
+        async with self._lock:  # one re-read at a time (the loop, and runs being prepared)
+            await self._refresh()
+
+    async def _refresh(self) -> None:
         from artemis.db import get_engine
         from artemis.registry.resolve import provenance_rates
 
@@ -53,6 +70,7 @@ class ProvenanceWorkers:
 
         try:
             rates = await asyncio.to_thread(read)
+            self._refreshed = time.monotonic()
         except Exception as e:  # no registry tables yet, a DB hiccup: try again later
             log.warning("provenance_queues_unavailable", error=f"{type(e).__name__}: {e}")
             return
@@ -219,6 +237,8 @@ async def running_worker(
     provenances = ProvenanceWorkers(
         client, settings, activities, task_queue or settings.temporal.task_queue
     )
+    # A run prepared here polls its provenance's queue at once (a registry just imported).
+    activities.on_rate_key = provenances.ensure
     try:
         async with worker:
             await provenances.start()

@@ -4,6 +4,7 @@ Crossref servers."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from functools import partial
 
@@ -436,6 +437,33 @@ async def test_parallelism_bounds_the_windows_fetching_however_deep_they_split(s
     assert len(leaves) == 8 and all(b is not None for _, b in leaves)
     busiest = max(sum(1 for a, b in leaves if a <= t < b) for t, _ in leaves)
     assert busiest <= 2, f"{busiest} windows fetched at once with parallelism 2"
+
+
+async def test_a_provenance_imported_into_a_running_cluster_fetches_at_once(make_stack):
+    """Workers re-read the registry every 30 s here; a harvest of a provenance imported a
+    moment ago still reaches its source within 2 s of its start."""
+    stack = await make_stack(runs={"provenance_refresh_s": 30.0, "pages_per_fetch": 5})
+    code = f"fresh_{new_task_id()[:8]}"
+    import_doc(stack, variant(stack, "crossref", code))
+    task_id = new_task_id()
+    started = time.time()
+    resp = await harvest(
+        stack,
+        task_id,
+        mode="async",
+        provenance=code,
+        query=f"fresh-{task_id}",
+        start="2025-01-01",
+        end="2025-01-02",
+    )
+    assert resp.status_code == 202, resp.text
+    calls = await eventually(
+        lambda: _works_calls(stack, f"fresh-{task_id}"), "the harvest's first request", 30
+    )
+    first = min(c["at"] for c in calls)
+    assert first - started <= 2.0, f"first request {first - started:.2f} s after the start"
+    final = await stack.wait_status(task_id, timeout=60)
+    assert final["status"] == "completed", final
 
 
 async def test_parent_and_child_histories_replay(stack):
