@@ -224,7 +224,6 @@ class TaskRunActivities:
             fetch_retry=FetchRetry(**retry) if retry else None,
             circuit=CircuitBreaker(**circuit) if circuit else None,
             rate_key=rate_key,
-            pages_per_fetch=1 if rate_key else None,
             search=search,
             tolerance_pct=task.completeness_tolerance(ctx),
         )

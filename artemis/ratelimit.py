@@ -1,13 +1,92 @@
-"""An in-worker token bucket per key (e.g. per provenance): ``await acquire()`` before each
-request keeps one process at or under ``qps`` with bursts up to ``burst``."""
+"""Rate limits that hold across every worker process: a GCRA gate per key (e.g. per
+provenance) kept in one row of the Artemis database.
+
+Each request reserves its slot with one atomic statement — the row's *theoretical arrival
+time* ``tat`` moves on by ``1/qps`` — and waits until the slot is due: at most ``burst``
+requests ahead of the steady rate, so no 1-s window holds more than ``qps + burst`` and a
+busy source sees ``qps`` sustained, however many processes share it. The database's own
+clock is used, so hosts with skewed clocks still agree.
+
+An in-process token bucket (``TokenBucket``) remains for limits that belong to one run in
+one process (an operator's live rate for a source without a registry limit).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
+from sqlalchemy import Column, Float, String, text
+from sqlmodel import Field, SQLModel
+
+from artemis.db import get_engine
+
+
+class RateGateRow(SQLModel, table=True):
+    __tablename__ = "rate_gate"
+
+    key: str = Field(sa_column=Column(String(200), primary_key=True))
+    tat: float = Field(sa_column=Column(Float, nullable=False))
+
+
+_NOW = {
+    "postgresql": "EXTRACT(EPOCH FROM clock_timestamp())",
+    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
+}
+_GREATEST = {"postgresql": "GREATEST", "sqlite": "MAX"}
+
+
+class RateGate:
+    """``await gate.acquire()`` before each request: ``qps`` sustained, ``burst`` ahead."""
+
+    def __init__(self, database_url: str, key: str, qps: float, burst: int | None = None) -> None:
+        if qps <= 0:
+            raise ValueError("qps must be positive")
+        self.engine = get_engine(database_url)
+        self.key = key
+        self.set_rate(qps, burst)
+        dialect = self.engine.dialect.name
+        now, greatest = _NOW[dialect], _GREATEST[dialect]
+        # One statement: reserve the next slot, answer it and the database's clock.
+        self._reserve = text(
+            f"INSERT INTO rate_gate (key, tat) VALUES (:key, {now} + :t) "
+            f"ON CONFLICT (key) DO UPDATE SET tat = {greatest}(rate_gate.tat, {now}) + :t "
+            f"RETURNING tat, {now} AS now"
+        )
+
+    def set_rate(self, qps: float, burst: int | None = None) -> None:
+        self.qps = qps
+        self.burst = max(1, burst or 1)
+
+    def _reserve_slot(self) -> float:
+        """Seconds to wait before the request reserved now may go."""
+        t = 1.0 / self.qps
+        with self.engine.begin() as conn:
+            tat, now = conn.execute(self._reserve, {"key": self.key, "t": t}).one()
+        return max(0.0, float(tat) - self.burst * t - float(now))
+
+    async def acquire(self) -> None:
+        wait = await asyncio.to_thread(self._reserve_slot)
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+
+_gates: dict[tuple[str, str], RateGate] = {}
+
+
+def gate_for(database_url: str, key: str, qps: float, burst: int | None = None) -> RateGate:
+    """This process's gate for ``key`` (its rate follows the latest contract)."""
+    gate = _gates.get((database_url, key))
+    if gate is None:
+        gate = _gates[(database_url, key)] = RateGate(database_url, key, qps, burst)
+    elif gate.qps != qps or gate.burst != max(1, burst or 1):
+        gate.set_rate(qps, burst)
+    return gate
+
 
 class TokenBucket:
+    """An in-process token bucket: ``qps`` with bursts up to ``burst``, one process."""
+
     def __init__(self, qps: float, burst: int | None = None) -> None:
         if qps <= 0:
             raise ValueError("qps must be positive")

@@ -30,8 +30,9 @@ log = get_logger("artemis.worker")
 
 class ProvenanceWorkers:
     """One extra worker per rate-limited provenance, polling that provenance's queue for
-    fetch activities only, with Temporal's cluster-wide ``max_task_queue_activities_per_second``
-    (qps over the requests a page can take). The registry is re-read every
+    fetch activities only, at most ``max_concurrency`` of them at a time in this process.
+    The rate itself is held by the provenance's gate in the database, across every worker
+    process (``artemis/ratelimit.py``). The registry is re-read every
     ``runs.provenance_refresh_s``: a new provenance gets a worker, a changed rate a new one;
     and at once, on this worker, when a run about to fetch from a provenance is prepared
     here (``ensure``): a harvest started right after ``registry import`` does not wait for
@@ -86,7 +87,6 @@ class ProvenanceWorkers:
                 task_queue=queue,
                 activities=[self.activities.fetch_pages],
                 interceptors=[RunActivityBoundary(self.activities.record)],
-                max_task_queue_activities_per_second=rate["qps"] / rate["per_page"],
                 max_concurrent_activities=int(rate.get("max_concurrency") or 1),
                 graceful_shutdown_timeout=timedelta(
                     seconds=self.settings.worker.graceful_shutdown_s

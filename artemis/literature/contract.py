@@ -20,7 +20,7 @@ from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import retry_after_seconds, status_error, transport_error
 from artemis.logsetup import get_logger, register_secret
-from artemis.ratelimit import bucket_for
+from artemis.ratelimit import TokenBucket, gate_for
 from artemis.registry.models import RegProvCredential
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
 from artemis.sources.paginators import (
@@ -195,10 +195,21 @@ class ContractClient:
         read_ms = http.get("timeout_read_millis")
         self.timeout = read_ms / 1000 if read_ms else None
         rl = contract.rate_limit or {}
-        qps = qps_override or rl.get("qps_limit")
-        # A live override is held evenly (no burst): it is usually asked to go gentler.
-        burst = 1 if qps_override else rl.get("burst_capacity")
-        self.bucket = bucket_for(self.code, qps, burst) if qps else None
+        # The provenance's limit, held across every worker process (one database gate).
+        qps = rl.get("qps_limit")
+        self.gate = (
+            gate_for(
+                settings.database.url,
+                f"provenance:{self.code}",
+                float(qps),
+                rl.get("burst_capacity"),
+            )
+            if qps
+            else None
+        )
+        # An operator's live rate for this run (POST /tasks/{id}/rate-limit): held evenly
+        # (no burst) on top of the provenance's limit, by the one activity fetching the run.
+        self.run_bucket = TokenBucket(qps_override, 1) if qps_override else None
         self.credentials = Credentials(contract, settings)
 
     def status_error(self, what: str, resp: httpx.Response) -> ArtemisError:
@@ -219,8 +230,10 @@ class ContractClient:
         return f"{self.base}{endpoint['path_template']}"
 
     async def throttle(self) -> None:
-        if self.bucket is not None:
-            await self.bucket.acquire()
+        if self.run_bucket is not None:
+            await self.run_bucket.acquire()
+        if self.gate is not None:
+            await self.gate.acquire()
 
     async def send(
         self, client: httpx.AsyncClient, method: str, url: str, params: dict[str, Any], what: str

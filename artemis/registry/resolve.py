@@ -277,9 +277,8 @@ def base_url(contract: Contract, default: str | None = None) -> str:
 
 
 def provenance_rates(conn: Connection, at: datetime | None = None) -> dict[str, dict[str, Any]]:
-    """Per provenance with a rate limit in force (SOURCE scope): its ``qps``, the
-    ``max_concurrency`` and how many requests one fetched page can take (``per_page``: 2 for
-    esearch + efetch sources, else 1)."""
+    """Per provenance with a rate limit in force (SOURCE scope): its ``qps`` and its
+    ``max_concurrency``."""
     when = as_utc(at)
     out: dict[str, dict[str, Any]] = {}
     table = RegProvenance.__table__  # type: ignore[attr-defined]
@@ -288,10 +287,8 @@ def provenance_rates(conn: Connection, at: datetime | None = None) -> dict[str, 
         rl = contract.rate_limit or {}
         if not rl.get("qps_limit"):
             continue
-        path = (contract.endpoint or {}).get("path_template") or ""
         out[prov.provenance_code] = {
             "qps": float(rl["qps_limit"]),
             "max_concurrency": rl.get("max_concurrency"),
-            "per_page": 2 if "esearch" in path else 1,
         }
     return out

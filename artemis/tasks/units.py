@@ -2,8 +2,9 @@
 run, say) fetched concurrently, as one stream of pages with one resumable checkpoint.
 
 Up to ``concurrency`` sources fetch at once; their pages reach the caller in the order
-they arrive, through a queue of ``concurrency`` slots (memory stays bounded: a source
-waits while its page waits). The checkpoint that comes with each page records, per unit,
+they arrive. Each source reads at most one page ahead: its next request starts when the
+caller takes its page, so memory stays bounded and a source that breaks its contract is
+asked at most once more. The checkpoint that comes with each page records, per unit,
 where it resumes — only for pages already handed to the caller — so a retried fetch
 resumes every unfinished unit where it stopped and fetches again at most the pages that
 were in flight::
@@ -125,9 +126,13 @@ async def fetch_units(
                         page = await anext(pages, None)
                         if page is None:
                             break
-                        await queue.put((i, page))
+                        taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                        await queue.put((i, page, taken))
                         if page.checkpoint is None:
                             break
+                        # One page ahead at most: the next request starts once this page
+                        # is taken (it overlaps the caller's work on it, no more).
+                        await taken
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # handed to the consumer, which raises it
@@ -148,7 +153,8 @@ async def fetch_units(
                 return
             if isinstance(item, _Failed):
                 raise item.error
-            i, page = item
+            i, page, taken = item
+            taken.set_result(None)
             src = sources[i]
             said = page.info.get("expected_total")
             if page.checkpoint is not None:
