@@ -231,6 +231,10 @@ class RunTuning(_Section):
     fetch_concurrency: int = Field(4, ge=1, le=64)
     # How many pages of a batch are being sent to the sinks at once.
     emit_concurrency: int = Field(4, ge=1, le=64)
+    # The share of a provenance's qps_limit its rate gate spaces requests by: a little
+    # headroom keeps scheduling jitter (tens of ms) from putting qps + 1 requests into a
+    # source's own sliding second (NCBI answers 429 then).
+    rate_limit_headroom: float = Field(0.95, gt=0.5, le=1.0)
     # How often a worker looks for new or re-rated provenances to poll (their own queues).
     provenance_refresh_s: float = Field(30.0, gt=0)
 

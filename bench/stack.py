@@ -50,10 +50,11 @@ class BenchStack:
 
 @contextmanager
 def bench_stack(
-    config: dict[str, Any], latency_ms: float = 0.0, before_start: Any = None
+    config: dict[str, Any], latency_ms: float = 0.0, before_start: Any = None, workers: int = 1
 ) -> Iterator[BenchStack]:
     """``config`` is merged into the generated YAML (its ``{samples}`` placeholders filled);
-    ``before_start(stack)`` runs after `db upgrade`, before the worker starts."""
+    ``before_start(stack)`` runs after `db upgrade`, before the workers (``workers``
+    processes) start."""
     tmp = Path(tempfile.mkdtemp(prefix="artemis-bench-"))
     temporal = DevServer(
         port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log"
@@ -103,9 +104,10 @@ def bench_stack(
             )
         )
         wait_port(samples_port, procs[-1], "sample servers")
-        procs.append(
-            subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-        )
+        for _ in range(workers):
+            procs.append(
+                subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+            )
         procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
         wait_port(api_port, procs[-1], "api")
         yield stack

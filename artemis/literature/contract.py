@@ -201,7 +201,7 @@ class ContractClient:
             gate_for(
                 settings.database.url,
                 f"provenance:{self.code}",
-                float(qps),
+                float(qps) * settings.runs.rate_limit_headroom,
                 rl.get("burst_capacity"),
             )
             if qps

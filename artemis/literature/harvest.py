@@ -122,7 +122,8 @@ class LiteratureHarvest(TaskUnit):
         date_field = (contract.window_offset or {}).get("default_date_field_name")
         window = window_params(family, date_field, p.window_start, p.window_end)
         if family == "eutils":
-            return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size)]
+            parallel = self.fetch_concurrency(ctx)
+            return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size, parallel)]
         return [rest_source(cc, family, p.query, window, p.page_size)]
 
     def completeness_tolerance(self, ctx: TaskContext) -> float:

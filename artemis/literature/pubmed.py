@@ -3,6 +3,7 @@ turns them into records; in-band refusals and result-cap overruns become errors.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -34,7 +35,12 @@ class PubMedSource(Source):
     name = "pubmed"
 
     def __init__(
-        self, cc: ContractClient, query: str, window: dict[str, Any], page_size: int | None
+        self,
+        cc: ContractClient,
+        query: str,
+        window: dict[str, Any],
+        page_size: int | None,
+        parallel: int = 1,
     ) -> None:
         self.cc = cc
         c = cc.contract
@@ -63,6 +69,14 @@ class PubMedSource(Source):
         self.post_over = bt.get("post_threshold_ids") or 200
         self.id_param = param_name("id", self.fetch_ep, bt, "id_param_name", "id")
         self.joiner = bt.get("id_joiner") or ","
+        # efetch batches in flight at once: the run's fetch concurrency, bounded by the
+        # provenance's max_parallel_requests and max_concurrency (the rate is its gate's).
+        limits = [
+            v
+            for v in (bt.get("max_parallel_requests"), (c.rate_limit or {}).get("max_concurrency"))
+            if v
+        ]
+        self.parallel = max(1, min([parallel, *limits]))
         self.query = query
         self.window = window
 
@@ -109,21 +123,38 @@ class PubMedSource(Source):
                     # the source's word (what was delivered is reconciled against the count).
                     yield self._page([], None, st, 0)
                     return
-            ids, st["pending"] = st["pending"][: self.batch], st["pending"][self.batch :]
-            resp = await self._call(
-                client,
-                self.fetch_ep,
-                {self.id_param: self.joiner.join(ids)},
-                force_post=len(ids) > self.post_over,
-            )
-            records = parse_pubmed_xml(resp.content, self.cc.code)
-            st["taken"] += len(records)
-            if len(records) != len(ids):
-                log.warning("pubmed_efetch_short", asked=len(ids), got=len(records))
-            done = not st["pending"] and st["retstart"] >= (st["count"] or 0)
-            yield self._page(records, None if done else dict(st), st, len(ids))
-            if done:
-                return
+            # Up to ``parallel`` efetch batches at once, delivered in order: each page's
+            # checkpoint holds the ids after it (those in flight are asked again on resume).
+            batches = [
+                st["pending"][k : k + self.batch]
+                for k in range(0, min(len(st["pending"]), self.batch * self.parallel), self.batch)
+            ]
+            fetching = [asyncio.ensure_future(self._efetch(client, ids)) for ids in batches]
+            try:
+                for ids, job in zip(batches, fetching, strict=True):
+                    records = await job
+                    st["pending"] = st["pending"][len(ids) :]
+                    st["taken"] += len(records)
+                    done = not st["pending"] and st["retstart"] >= (st["count"] or 0)
+                    yield self._page(records, None if done else dict(st), st, len(ids))
+                    if done:
+                        return
+            finally:
+                for job in fetching:
+                    job.cancel()
+                await asyncio.gather(*fetching, return_exceptions=True)
+
+    async def _efetch(self, client: httpx.AsyncClient, ids: list[str]) -> list[dict[str, Any]]:
+        resp = await self._call(
+            client,
+            self.fetch_ep,
+            {self.id_param: self.joiner.join(ids)},
+            force_post=len(ids) > self.post_over,
+        )
+        records = parse_pubmed_xml(resp.content, self.cc.code)
+        if len(records) != len(ids):
+            log.warning("pubmed_efetch_short", asked=len(ids), got=len(records))
+        return records
 
     def _page(
         self,
