@@ -238,17 +238,17 @@ class TaskRunActivities:
             run = inp.run
             result = inp.stats if inp.status == "completed" else None
             try:
-                current = store.load(run.task_id)
-                if current is None:
-                    store.save(
-                        run.task_id,
-                        TaskData(
-                            task_id=run.task_id,
-                            task_code=run.task_code,
-                            workflow_id=run.workflow_id,
-                            status="pending",
-                        ),
-                    )
+                # The API writes `pending` beside its answer; whichever comes first
+                # creates the record, the other finds it (insert-if-absent).
+                store.create(
+                    run.task_id,
+                    TaskData(
+                        task_id=run.task_id,
+                        task_code=run.task_code,
+                        workflow_id=run.workflow_id,
+                        status="pending",
+                    ),
+                )
                 store.update_status(run.task_id, inp.status, result=result or None, error=inp.error)
                 if inp.status != "completed" and inp.stats:
                     data = store.load(run.task_id)

@@ -21,6 +21,16 @@ class Staging:
     def __init__(self, database_url: str) -> None:
         self.engine = get_engine(database_url)
         self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        # Built once (``excluded`` is rebuilt on every access); rows come as parameters.
+        upsert = self._insert(_table)
+        self._upsert = upsert.on_conflict_do_update(
+            index_elements=["run_key", "kind", "seq"],
+            set_={
+                "payload": upsert.excluded.payload,
+                "record_count": upsert.excluded.record_count,
+                "digest": upsert.excluded.digest,
+            },
+        )
 
     def put_pages(
         self,
@@ -47,15 +57,7 @@ class Staging:
             }
             for seq, records in pages
         ]
-        stmt = self._insert(_table).values(rows)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["run_key", "kind", "seq"],
-            set_={
-                "payload": stmt.excluded.payload,
-                "record_count": stmt.excluded.record_count,
-                "digest": stmt.excluded.digest,
-            },
-        )
+
         with self.engine.begin() as conn:
             if digest is not None:
                 (seq, _), *_ = pages
@@ -75,7 +77,7 @@ class Staging:
                         "the source is serving a page again",
                         details={"seq": seq, "repeats": earlier},
                     )
-            conn.execute(stmt)
+            conn.execute(self._upsert, rows)
 
     def get_pages(
         self, run_key: str, kind: str, first_seq: int, last_seq: int

@@ -150,6 +150,7 @@ class RunService:
         self._secrets: RunSecrets | None = None
         self._store: Any = None
         self._events: Any = None
+        self._jobs: set[asyncio.Future[Any]] = set()
 
     @property
     def secrets(self) -> RunSecrets:
@@ -181,8 +182,10 @@ class RunService:
     ) -> Started:
         task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = body.task_params()
-        # Validate now, so a bad request is a 422 and not a failed run.
-        lock = task.lock_name(task.prepare_params(params, self.settings))
+        # Validate now, so a bad request is a 422 and not a failed run (off the event loop:
+        # a registry task resolves its contract in the database).
+        prepared = await asyncio.to_thread(task.prepare_params, params, self.settings)
+        lock = task.lock_name(prepared)
         meta = body.meta
         self._check_request_urls(task, params, body.output)
         if body.output is not None:
@@ -201,7 +204,9 @@ class RunService:
                 done = _from_record(record)
                 return Started(handle, task_id, workflow_id, None, "none", existing_result=done)
         if meta.callback is not None and meta.callback.auth_token:
-            self.secrets.put(f"{code}/{task_id}", "callback_token", meta.callback.auth_token)
+            await asyncio.to_thread(
+                self.secrets.put, f"{code}/{task_id}", "callback_token", meta.callback.auth_token
+            )
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
         runs = self.settings.runs.model_dump()
         tuning = RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__})
@@ -218,8 +223,6 @@ class RunService:
             tuning=tuning,
         )
         callback_mode = "progress_and_finalize" if callback else "none"
-        # Listed as pending from now on, even before a worker picks the run up.
-        created = await self._record_pending(task_id, code, workflow_id, params)
         # Make Temporal's tracing interceptor continue the caller's trace.
         otel_token = otel_context.attach(otel_context_for(trace))
         try:
@@ -249,15 +252,13 @@ class RunService:
                 execution_timeout=timedelta(seconds=req.timeout_s + 3600),
             )
         except WorkflowAlreadyStartedError:
-            if created:  # nothing was started under this record
-                await self._forget(task_id)
             return await self._already_started(task_id, workflow_id, lock, callback_mode)
-        except BaseException:
-            if created:
-                await self._forget(task_id)
-            raise
         finally:
             otel_context.detach(otel_token)
+        # Listed as pending from now on, even before a worker picks the run up: written
+        # beside the answer, never in its way (insert-if-absent, so it cannot overwrite
+        # what the run itself recorded meanwhile).
+        self._beside(self._record_pending(task_id, code, workflow_id, params))
         log.info(
             "run_started",
             task_code=code,
@@ -333,37 +334,33 @@ class RunService:
             self._store = make_task_storage(self.settings)
         return self._store
 
+    def _beside(self, coro: Any) -> None:
+        """Run ``coro`` after the answer, holding a reference until it is done."""
+        job = asyncio.ensure_future(coro)
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def drain(self) -> None:
+        """Wait for the writes still running beside answers (at shutdown)."""
+        if self._jobs:
+            await asyncio.gather(*self._jobs, return_exceptions=True)
+
     async def _record_pending(
         self, task_id: str, code: str, workflow_id: str, params: dict[str, Any]
-    ) -> bool:
-        """Write the run's `pending` record unless the task id has one; True if written.
-        Best effort: a task-store outage is logged and never stops a run from starting."""
+    ) -> None:
+        """The run's `pending` record unless the task id has one. Best effort: a
+        task-store outage is logged; the run records itself when it starts."""
         from artemis.taskstore import TaskData
 
-        def write() -> bool:
-            if self.store.load(task_id) is not None:
-                return False
-            self.store.save(
-                task_id,
-                TaskData(
-                    task_id=task_id,
-                    task_code=code,
-                    workflow_id=workflow_id,
-                    status="pending",
-                    payload={"params": params},
-                ),
-            )
-            return True
-
+        data = TaskData(
+            task_id=task_id,
+            task_code=code,
+            workflow_id=workflow_id,
+            status="pending",
+            payload={"params": params},
+        )
         try:
-            return await asyncio.to_thread(write)
-        except Exception as e:
-            log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
-            return False
-
-    async def _forget(self, task_id: str) -> None:
-        try:
-            await asyncio.to_thread(self.store.delete, task_id)
+            await asyncio.to_thread(self.store.create, task_id, data)
         except Exception as e:
             log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
 

@@ -85,6 +85,10 @@ class TaskStorage(ABC):
         """Insert or replace the task (upsert)."""
 
     @abstractmethod
+    def create(self, task_id: str, data: TaskData) -> bool:
+        """Insert the task unless the id has one (atomic); True if it was inserted."""
+
+    @abstractmethod
     def load(self, task_id: str) -> TaskData | None:
         """The task, or None when absent or expired."""
 

@@ -45,12 +45,22 @@ return 1
 """
 
 
+# Insert unless present: KEYS as _CAS; ARGV: TTL, index score, task id, the five values.
+_CREATE = """
+if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
+for i = 1, 5 do redis.call('SET', KEYS[i], ARGV[3 + i], 'EX', ARGV[1]) end
+redis.call('ZADD', KEYS[6], ARGV[2], ARGV[3])
+return 1
+"""
+
+
 class RedisTaskStorage(TaskStorage):
     def __init__(self, url: str, ttl_hours: int = 24) -> None:
         self.client = redis.Redis.from_url(url, decode_responses=True)
         self.ttl_s = int(ttl_hours * 3600)
         # redis-py's Script: EVALSHA, loading the script again after a server restart.
         self._cas = self.client.register_script(_CAS)
+        self._create = self.client.register_script(_CREATE)
 
     def _encode(self, data: TaskData) -> dict[str, str]:
         d = json.loads(data.model_dump_json())
@@ -81,6 +91,26 @@ class RedisTaskStorage(TaskStorage):
             pipe.execute()
         except redis.ConnectionError as e:
             raise StorageUnavailable(str(e)) from None
+
+    def create(self, task_id: str, data: TaskData) -> bool:
+        if data.task_id != task_id:
+            raise TaskValidationError(
+                f"task id {task_id!r} does not match the data's {data.task_id!r}"
+            )
+        parts = self._encode(data)
+        try:
+            done = self._create(
+                keys=[*_keys(task_id), INDEX],
+                args=[
+                    self.ttl_s,
+                    data.created_at.timestamp(),
+                    task_id,
+                    *(parts[p] for p in _PARTS),
+                ],
+            )
+        except redis.ConnectionError as e:
+            raise StorageUnavailable(str(e)) from None
+        return bool(done)
 
     @staticmethod
     def _decode(values: Any) -> TaskData | None:

@@ -23,6 +23,9 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
+        # The task-store writes still running beside answers finish before the process.
+        if getattr(app.state, "service", None) is not None:
+            await app.state.service.drain()
 
     app = FastAPI(
         title="Artemis",

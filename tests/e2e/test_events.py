@@ -11,6 +11,7 @@ from httpx_sse import aconnect_sse
 
 from artemis.events import cursor_of
 from tests.conftest import new_task_id
+from tests.helpers import eventually
 
 STEPS = ["step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize"]
 
@@ -154,9 +155,13 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
         {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}}, mode="async"
     )
     assert resp.status_code == 202
-    # Listed as pending at once, though no worker has picked it up.
-    listed = (await stack.http.get("/tasks", params={"status": "pending", "limit": 500})).json()
-    assert task_id in [t["task_id"] for t in listed["data"]["items"]]
+    # Listed as pending right away (written beside the answer), though no worker has
+    # picked it up.
+    async def listed() -> bool:
+        page = (await stack.http.get("/tasks", params={"status": "pending", "limit": 500})).json()
+        return task_id in [t["task_id"] for t in page["data"]["items"]]
+
+    await eventually(listed, "the pending record", timeout=10)
     reader = asyncio.create_task(read_sse(stack.api_url, task_id))
     await asyncio.sleep(0.5)
     assert not reader.done()  # open, waiting for the run

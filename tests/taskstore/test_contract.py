@@ -62,6 +62,19 @@ def test_save_is_an_upsert_and_load_round_trips(storage):
     assert storage.load(t).status == "running"
 
 
+def test_create_inserts_once_and_never_overwrites(storage):
+    t = tid()
+    first = TaskData.pending(t, {"n": 1}, task_code="pull_stock_quotes", workflow_id=f"wf/{t}")
+    assert storage.create(t, first) is True
+    storage.update_status(t, "running")
+    # A late create (the API's pending record after the run recorded `running`) is a no-op.
+    late = TaskData.pending(t, {"n": 2}, task_code="pull_stock_quotes", workflow_id=f"wf/{t}")
+    assert storage.create(t, late) is False
+    loaded = storage.load(t)
+    assert loaded.status == "running" and loaded.payload == {"n": 1}
+    assert [x.task_id for x in storage.list(limit=500)[0]].count(t) == 1
+
+
 def test_load_of_a_missing_task_is_none(storage):
     assert storage.load(tid()) is None
 

@@ -1,0 +1,102 @@
+"""Accept benchmark: how fast the API takes runs, and how many small runs finish a second.
+
+Starts the stack (dev server, samples, one worker, the API, each its own process), then
+sends N async starts of `pull_stock_quotes` (one symbol, one page each) in waves of W
+concurrent requests, timing each answer at the client, and waits until every run has
+completed (polling GET /tasks/{id}).
+
+Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept_max_ms",
+"runs_per_s", "seconds"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.stack import bench_stack  # noqa: E402
+
+
+def body(samples: str, n: int) -> dict:
+    return {
+        "params": {
+            "symbols": [f"AC{n}"],
+            "start": "2025-01-01",
+            "end": "2025-01-05",
+            "base_url": samples,
+        }
+    }
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--wave", type=int, default=50)
+    args = ap.parse_args()
+    config = {
+        "output_defaults": {
+            "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/accept"}
+        }
+    }
+    with bench_stack(config) as stack:
+        limits = httpx.Limits(max_connections=args.wave, max_keepalive_connections=args.wave)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+            url = f"{stack.api}/tasks/pull_stock_quotes/run?mode=async"
+            # warm-up: connections, the worker's sandbox, caches
+            for n in range(3):
+                await http.post(url, json=body(stack.samples, 10_000 + n))
+
+            async def start(n: int) -> tuple[float, str]:
+                t0 = time.perf_counter()
+                resp = await http.post(url, json=body(stack.samples, n))
+                took = time.perf_counter() - t0
+                if resp.status_code != 202:
+                    raise SystemExit(f"start refused: {resp.status_code} {resp.text[:300]}")
+                return took, resp.json()["data"]["task_id"]
+
+            began = time.perf_counter()
+            accepted: list[tuple[float, str]] = []
+            for first in range(0, args.runs, args.wave):
+                wave = range(first, min(args.runs, first + args.wave))
+                accepted += await asyncio.gather(*(start(n) for n in wave))
+            pending = {task_id for _, task_id in accepted}
+            while pending:
+                done = set()
+                for task_id in list(pending)[:50]:
+                    data = (await http.get(f"{stack.api}/tasks/{task_id}")).json()["data"]
+                    if data["status"] in ("completed", "failed", "cancelled", "timeout"):
+                        if data["status"] != "completed":
+                            raise SystemExit(f"run {task_id} ended {data['status']}")
+                        done.add(task_id)
+                pending -= done
+                if pending:
+                    await asyncio.sleep(0.05)
+            seconds = time.perf_counter() - began
+        ms = sorted(t * 1000 for t, _ in accepted)
+        print(
+            json.dumps(
+                {
+                    "runs": args.runs,
+                    "wave": args.wave,
+                    "accept_p50_ms": round(statistics.median(ms), 1),
+                    "accept_p99_ms": round(ms[max(0, int(len(ms) * 0.99) - 1)], 1),
+                    "accept_max_ms": round(ms[-1], 1),
+                    "runs_per_s": round(args.runs / seconds, 1),
+                    "seconds": round(seconds, 2),
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
