@@ -125,6 +125,11 @@ async def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=10.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; medians reported")
     ap.add_argument("--pages-per-fetch", type=int, default=50)
+    ap.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="one Artemis run, no baseline: report the worker's idle and peak RSS",
+    )
     args = ap.parse_args()
 
     config = {
@@ -136,6 +141,22 @@ async def main() -> None:
     with bench_stack(config, latency_ms=args.latency_ms) as stack:
         samples, api = stack.samples, stack.api
         await artemis_run(api, samples, 3, 10)  # warm-up: connections, sandbox, caches
+        if args.memory_only:
+            pid = stack.worker_pids[0]
+            idle = stack.rss_mb(pid)
+            t, stats = await artemis_run(api, samples, args.pages, args.page_size, args.symbols)
+            print(
+                json.dumps(
+                    {
+                        "symbols": args.symbols,
+                        "records": stats["stats"]["records_emitted"],
+                        "seconds": round(t, 1),
+                        "worker_idle_rss_mb": round(idle, 1),
+                        "worker_peak_rss_mb": round(stack.rss_mb(pid, peak=True), 1),
+                    }
+                )
+            )
+            return
         await baseline(samples, 3, 10)
         artemis_times, base_times = [], []
         stats: dict = {}

@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,15 @@ class BenchStack:
     samples: str
     api: str
     env: dict[str, str]
+    worker_pids: list[int] = field(default_factory=list)
+
+    def rss_mb(self, pid: int, peak: bool = False) -> float:
+        """A process's resident memory now (VmRSS) or at its peak so far (VmHWM), in MB."""
+        want = "VmHWM:" if peak else "VmRSS:"
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(want):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError(f"no {want} for process {pid}")
 
     def cli(self, *args: str) -> None:
         subprocess.run(
@@ -108,6 +117,7 @@ def bench_stack(
             procs.append(
                 subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
             )
+            stack.worker_pids.append(procs[-1].pid)
         procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
         wait_port(api_port, procs[-1], "api")
         yield stack
