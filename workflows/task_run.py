@@ -432,24 +432,22 @@ class TaskRunWorkflow:
             output=req.output,
         )
         self._state.steps["step_process"] = "IN_PROGRESS"
-        retry = RetryPolicy(maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE)
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=120),
+            "retry_policy": RetryPolicy(
+                maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE
+            ),
+            "summary": f"Process pages #{first}-#{last}",
+        }
         processed: ProcessResult
         if beside_fetch and workflow.patched(PATCH_PROCESS_ACTIVITY):
             processed = await workflow.execute_activity_method(
-                TaskRunActivities.process_batch,
-                batch,
-                start_to_close_timeout=timedelta(seconds=120),
-                retry_policy=retry,
-                summary=f"Process pages #{first}-#{last}",
+                TaskRunActivities.process_batch, batch, **options
             )
         else:
             # The last batch (nothing to overlap): one round trip fewer as a local activity.
             processed = await workflow.execute_local_activity_method(
-                TaskRunActivities.process_batch,
-                batch,
-                start_to_close_timeout=timedelta(seconds=120),
-                retry_policy=retry,
-                summary=f"Process pages #{first}-#{last}",
+                TaskRunActivities.process_batch, batch, **options
             )
         self._stop_point()
         self._state.stats["records_processed"] += processed.records_out

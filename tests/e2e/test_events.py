@@ -155,6 +155,7 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
         {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}}, mode="async"
     )
     assert resp.status_code == 202
+
     # Listed as pending right away (written beside the answer), though no worker has
     # picked it up.
     async def listed() -> bool:

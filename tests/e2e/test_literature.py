@@ -357,13 +357,19 @@ async def test_backfill_runs_calendar_windows_as_child_workflows_two_at_a_time(s
     assert events[-1]["event"] == "complete"
 
 
-async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
-
-    doc = variant(stack, "pubmed", "pubmed_small_cap")
+async def _capped_pubmed(stack, code: str, **rate) -> None:
+    """A PubMed variant whose result cap is 400 (a month splits twice), with the sample
+    server's own rate limit off (the run's rate is ``rate``)."""
+    doc = variant(stack, "pubmed", code)
     doc["pagination_cfg"][0]["max_result_window"] = 400
-    doc["rate_limit_cfg"][0].update(qps_limit=50, burst_capacity=10)
+    doc["rate_limit_cfg"][0].update(**rate)
     import_doc(stack, doc)
     await _literature(stack, enforce_rate=False)
+
+
+async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
+
+    await _capped_pubmed(stack, "pubmed_small_cap", qps_limit=50, burst_capacity=10)
     try:
         task_id = new_task_id()
         resp = await harvest(
@@ -402,11 +408,9 @@ async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
 async def test_parallelism_bounds_the_windows_fetching_however_deep_they_split(stack):
     """A backfill at parallelism 2 whose months split twice over the result cap: every
     window that fetches (a leaf) holds one of the 2 slots; never 3 at once."""
-    doc = variant(stack, "pubmed", "pubmed_split_cap")
-    doc["pagination_cfg"][0]["max_result_window"] = 400
-    doc["rate_limit_cfg"][0].update(qps_limit=200, burst_capacity=50, max_concurrency=8)
-    import_doc(stack, doc)
-    await _literature(stack, enforce_rate=False)
+    await _capped_pubmed(
+        stack, "pubmed_split_cap", qps_limit=200, burst_capacity=50, max_concurrency=8
+    )
     try:
         task_id = new_task_id()
         resp = await harvest(
