@@ -131,6 +131,14 @@ class TaskStorage(ABC):
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
         """Store a user's verdict on the run (``success`` | ``failed``)."""
 
+    @staticmethod
+    def same_id(task_id: str, data: TaskData) -> None:
+        """A write under ``task_id`` carries that task (else TaskValidationError)."""
+        if data.task_id != task_id:
+            raise TaskValidationError(
+                f"task id {task_id!r} does not match the data's {data.task_id!r}"
+            )
+
     @classmethod
     def transition(
         cls,

@@ -81,10 +81,7 @@ class RedisTaskStorage(TaskStorage):
         pipe.zadd(INDEX, {task_id: data.created_at.timestamp()})
 
     def save(self, task_id: str, data: TaskData) -> None:
-        if data.task_id != task_id:
-            raise TaskValidationError(
-                f"task id {task_id!r} does not match the data's {data.task_id!r}"
-            )
+        self.same_id(task_id, data)
         try:
             pipe = self.client.pipeline(transaction=True)  # MULTI ... EXEC
             self._write(pipe, task_id, data)
@@ -93,10 +90,7 @@ class RedisTaskStorage(TaskStorage):
             raise StorageUnavailable(str(e)) from None
 
     def create(self, task_id: str, data: TaskData) -> bool:
-        if data.task_id != task_id:
-            raise TaskValidationError(
-                f"task id {task_id!r} does not match the data's {data.task_id!r}"
-            )
+        self.same_id(task_id, data)
         parts = self._encode(data)
         try:
             done = self._create(

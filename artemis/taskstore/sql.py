@@ -81,10 +81,7 @@ class SqlTaskStorage(TaskStorage):
         return row
 
     def save(self, task_id: str, data: TaskData) -> None:
-        if data.task_id != task_id:
-            raise TaskValidationError(
-                f"task id {task_id!r} does not match the data's {data.task_id!r}"
-            )
+        self.same_id(task_id, data)
         try:
             with self.engine.begin() as conn:
                 conn.execute(self._upsert, self._row(data))
@@ -92,10 +89,7 @@ class SqlTaskStorage(TaskStorage):
             raise StorageUnavailable(str(e)) from None
 
     def create(self, task_id: str, data: TaskData) -> bool:
-        if data.task_id != task_id:
-            raise TaskValidationError(
-                f"task id {task_id!r} does not match the data's {data.task_id!r}"
-            )
+        self.same_id(task_id, data)
         try:
             with self.engine.begin() as conn:
                 return conn.execute(self._create, self._row(data)).first() is not None
