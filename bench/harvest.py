@@ -125,6 +125,8 @@ async def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=10.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; medians reported")
     ap.add_argument("--pages-per-fetch", type=int, default=50)
+    ap.add_argument("--fetch-concurrency", type=int, default=4)
+    ap.add_argument("--emit-concurrency", type=int, default=4)
     ap.add_argument(
         "--memory-only",
         action="store_true",
@@ -133,7 +135,11 @@ async def main() -> None:
     args = ap.parse_args()
 
     config = {
-        "runs": {"pages_per_fetch": args.pages_per_fetch},
+        "runs": {
+            "pages_per_fetch": args.pages_per_fetch,
+            "fetch_concurrency": args.fetch_concurrency,
+            "emit_concurrency": args.emit_concurrency,
+        },
         "output_defaults": {
             "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/artemis"}
         },
