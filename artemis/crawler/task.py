@@ -6,7 +6,8 @@ One run is one *execution* of its workflow name (the execution lock: workflow id
 ``artemis/lock/{workflow_name}``, mirrored in ``tbl_crawl_execution``); its task id is
 the execution id that locks the candidates it claims.
 
-- fetch: the search phase pages through each keyword (``max_pages`` per keyword) and adds
+- fetch: the search phase pages through the keywords (``max_pages`` per keyword),
+  ``runs.fetch_concurrency`` of them at a time, each with its own checkpoint, and adds
   candidates; the detail phase claims ``crawler.batch_size`` candidates at a time and
   fetches them, a cookie per request (401 → ``COOKIE_INVALID``, the cookie is blamed and
   the next one tried; 429 → wait ``Retry-After`` or the backoff; a timeout or a platform
@@ -37,8 +38,9 @@ from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from artemis.sinks import EmitContext, Sink
-from artemis.sources import Page
+from artemis.sources import Page, Source
 from artemis.tasks.base import TaskContext, TaskUnit, register_task
+from artemis.tasks.units import fetch_units
 
 log = get_logger("artemis.crawler")
 
@@ -194,13 +196,68 @@ async def _search(
     return await adapter.search(client, keyword, page, cookie, timeout)
 
 
+class _KeywordSearch(Source):
+    """One keyword's search pages, turned into candidates: a unit of the search phase.
+    Its checkpoint: the next page and the last page's fingerprint (a page holding the
+    notes of the page before it is a loop, not progress)."""
+
+    def __init__(self, crawl: _Crawl, keyword: str) -> None:
+        self.crawl, self.keyword = crawl, keyword
+        self.name = f"search {keyword}"
+
+    async def pages(
+        self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+    ) -> AsyncIterator[Page]:
+        crawl, kw, p = self.crawl, self.keyword, self.crawl.params
+        page_no, digest = 1, None
+        if checkpoint:
+            page_no, digest = int(checkpoint["page"]), checkpoint.get("digest")
+        while True:
+            found = await crawl.with_cookie(
+                f"search {kw!r}",
+                functools.partial(
+                    _search, crawl.adapter, client, kw, page_no, crawl.cfg.search_timeout_s
+                ),
+            )
+            new = page_digest([i["note_id"] for i in found.items])
+            check_loop(digest, new, f"{p.platform} search {kw!r}", f"page {page_no}")
+            added = await crawl._db(crawl.claims.add_candidates, p.platform, found.items, kw)
+            await crawl._db(crawl.claims.heartbeat, crawl.execution, utcnow())
+            last = found.next_page is None or (p.max_pages is not None and page_no >= p.max_pages)
+            page_no, digest = found.next_page, new
+            yield Page(
+                records=[],
+                checkpoint=None if last else {"page": page_no, "digest": digest},
+                info={"candidates": added},
+            )
+            if last:
+                return
+
+
+def _search_checkpoint(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """The crawl's checkpoint; one of an earlier build (one keyword after another:
+    ``{"phase": "search", "k", "page", "digest"}``) is read as per-keyword units."""
+    cp = dict(raw or {"phase": "search"})
+    if cp.get("phase") == "search" and "k" in cp:
+        k, page = int(cp["k"]), int(cp.get("page") or 1)
+        started = page > 1 or cp.get("digest") is not None
+        cp = {
+            "phase": "search",
+            "units": {
+                "v": 2,
+                "done": list(range(k)),
+                "open": {str(k): {"page": page, "digest": cp.get("digest")}} if started else {},
+            },
+        }
+    return cp
+
+
 @register_task
 class CrawlNotes(TaskUnit):
     code = "crawl_notes"
     Params = CrawlParams
     summary = "Search a platform's keywords and collect each note once"
     error_budgets = True
-    fetch_winds_down = False  # its own fetch: a batch ends at a page
 
     def emit_concurrency(self, ctx: TaskContext) -> int:
         return 1  # tbl_source first, page by page, inside the claim's fence
@@ -224,39 +281,37 @@ class CrawlNotes(TaskUnit):
     async def fetch(
         self, ctx: TaskContext, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
+        """The search phase searches ``fetch_concurrency`` keywords at a time (each a unit
+        with its own checkpoint, ``artemis/tasks/units.py``); then the detail phase claims
+        and fetches batches of candidates. At a batch's end (``wind_down``) no new request
+        starts; the searches in flight are taken, and the checkpoint resumes the rest."""
         crawl = _Crawl(ctx)
         p = crawl.params
-        cp = dict(checkpoint or {"phase": "search", "k": 0, "page": 1})
+        cp = _search_checkpoint(checkpoint)
+        wind_down: asyncio.Event | None = ctx.overrides.get("wind_down")
         await crawl._db(crawl.claims.start_execution, p.workflow_name, crawl.execution, utcnow())
-        while cp["phase"] == "search":
-            k, page_no = int(cp["k"]), int(cp["page"])
-            if k >= len(p.keywords):
-                cp = {"phase": "details"}
-                break
-            kw = p.keywords[k]
-            found = await crawl.with_cookie(
-                f"search {kw!r}",
-                functools.partial(
-                    _search, crawl.adapter, client, kw, page_no, crawl.cfg.search_timeout_s
-                ),
-            )
-            # A search page holding the notes of the page before it is a loop, not progress.
-            digest = page_digest([i["note_id"] for i in found.items])
-            check_loop(cp.get("digest"), digest, f"{p.platform} search {kw!r}", f"page {page_no}")
-            added = await crawl._db(crawl.claims.add_candidates, p.platform, found.items, kw)
-            last = found.next_page is None or (p.max_pages is not None and page_no >= p.max_pages)
-            cp = (
-                {"phase": "search", "k": k + 1, "page": 1}
-                if last
-                else {"phase": "search", "k": k, "page": found.next_page, "digest": digest}
-            )
-            await crawl._db(crawl.claims.heartbeat, crawl.execution, utcnow())
-            yield Page(
-                records=[],
-                checkpoint=cp,
-                info={"units_done": int(cp["k"]), "source": f"search {kw}", "candidates": added},
-            )
-        while True:
+        if cp["phase"] == "search":
+            searches = [_KeywordSearch(crawl, kw) for kw in p.keywords]
+            units = cp.get("units")
+            async for page in fetch_units(
+                searches,
+                client,
+                units,
+                concurrency=self.fetch_concurrency(ctx),
+                tolerance=0.0,
+                resumed=bool(ctx.overrides.get("resumed")),
+                wind_down=wind_down,
+                max_pages=ctx.overrides.get("max_pages"),
+            ):
+                cp = (
+                    {"phase": "details"}
+                    if page.checkpoint is None
+                    else {"phase": "search", "units": page.checkpoint}
+                )
+                yield Page(records=[], checkpoint=cp, info=page.info)
+            if cp["phase"] == "search":
+                return  # wound down mid-search: the next fetch resumes every keyword
+        while not (wind_down is not None and wind_down.is_set()):
             batch = await crawl._db(
                 crawl.claims.claim, crawl.execution, p.platform, crawl.cfg.batch_size, utcnow()
             )
