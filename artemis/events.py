@@ -28,7 +28,7 @@ from sqlmodel import Column, Field, SQLModel
 
 from artemis import jsonio
 from artemis.db import UTCDateTime, get_engine, utcnow
-from artemis.run_state import STEPS, TERMINAL
+from artemis.run_state import STEPS, TERMINAL, end_error
 
 # Which plan step each activity of the task-run workflow belongs to. Bookkeeping
 # activities (task-store mirroring, cleanup) are not part of the plan.
@@ -444,7 +444,7 @@ class PlanTracker:
             }
         return "error", {
             "status": status,
-            "error": error or {"code": "INTERNAL", "message": status},
+            "error": error or end_error(status, None, status),
             "stats": stats,
         }
 

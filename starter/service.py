@@ -82,7 +82,8 @@ class RunMeta(BaseModel):
     task_id: str | None = Field(None, min_length=1, max_length=128)
     exec_type: str | None = None
     request_id: str | None = None
-    timeout_s: float | None = Field(None, gt=0)
+    # A run's deadline: at most 30 days (a Temporal timer needs a finite duration).
+    timeout_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
     callback: CallbackMeta | None = None
 
     @field_validator("task_id")

@@ -25,12 +25,15 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 
 from artemis.crawler.models import Candidate, CrawlExecution, SourceNote
+from artemis.errors import ErrorCode
 
 _c = Candidate.__table__  # type: ignore[attr-defined]
 _x = CrawlExecution.__table__  # type: ignore[attr-defined]
 _s = SourceNote.__table__  # type: ignore[attr-defined]
 
 IDEMPOTENCY_VERSION = "v1"
+
+_TIMEOUT = ErrorCode.TIMEOUT_ERROR.value  # a lock or an execution that outlived its time
 
 
 def idempotency_key(note_id: str) -> str:
@@ -226,7 +229,7 @@ class Claims:
                     retry_count=new_count,
                     processing_lock=None,
                     locked_at=None,
-                    last_error_code="TIMEOUT_ERROR",
+                    last_error_code=_TIMEOUT,
                     updated_at=now,
                 )
                 .returning(_c.c.status)
@@ -234,7 +237,7 @@ class Claims:
             timed_out = conn.execute(
                 update(_x)
                 .where(_x.c.status == "running", _x.c.heartbeat_at < threshold)
-                .values(status="timeout", completed_at=now, error_code="TIMEOUT_ERROR")
+                .values(status="timeout", completed_at=now, error_code=_TIMEOUT)
             ).rowcount
         failed = sum(1 for r in statuses if r.status == "failed")
         return Reclaimed(len(statuses) - failed, failed, timed_out or 0)
@@ -263,7 +266,7 @@ class Claims:
                     _x.c.status == "running",
                     _x.c.execution_id != execution_id,
                 )
-                .values(status="timeout", completed_at=now, error_code="TIMEOUT_ERROR")
+                .values(status="timeout", completed_at=now, error_code=_TIMEOUT)
             )
             conn.execute(stmt)
 

@@ -40,7 +40,8 @@ MIN_MASTER_LEN = 32
 _k = VaultKey.__table__  # type: ignore[attr-defined]
 _c = CookieRow.__table__  # type: ignore[attr-defined]
 _r = RegProvCredential.__table__  # type: ignore[attr-defined]
-LEGACY_KEY_ID = "hkdf-sha256-v1"  # artemis.vault.SecretBox: a fixed salt per purpose
+# The first scheme: one fixed-salt key per purpose (artemis.vault.derive_fernet).
+LEGACY_KEY_ID = "hkdf-sha256-v1"
 
 
 def _check(master: bytes, salt: str) -> str:

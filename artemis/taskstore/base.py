@@ -12,9 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from artemis.run_state import TERMINAL
+from artemis.run_state import OPEN, TERMINAL
 
-STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timeout")
+STATUSES = ("pending", "running", *sorted(TERMINAL))
+assert set(STATUSES) == OPEN | TERMINAL
 
 
 class StorageUnavailable(Exception):

@@ -206,7 +206,24 @@ class RedisTaskStorage(TaskStorage):
                     pipe.execute()
                     total += len(doomed)
             if cursor == 0:
+                self._drop_stale_index(batch_size)
                 return total
+
+    def _drop_stale_index(self, batch_size: int) -> None:
+        """Index entries whose task keys expired by their TTL (a listing skips them; the
+        clean-up, not a read, removes them)."""
+        start = 0
+        while True:
+            ids = [str(t) for t in self.client.zrange(INDEX, start, start + batch_size - 1)]
+            if not ids:
+                return
+            pipe = self.client.pipeline(transaction=False)
+            for task_id in ids:
+                pipe.exists(f"task:{task_id}:status", f"task:{task_id}:meta")
+            stale = [t for t, kept in zip(ids, pipe.execute(), strict=True) if kept < 2]
+            if stale:
+                self.client.zrem(INDEX, *stale)
+            start += len(ids) - len(stale)
 
     def list(
         self,
@@ -240,8 +257,7 @@ class RedisTaskStorage(TaskStorage):
                     continue  # ties on the cursor's second: ids after it were served
                 data = self._decode(values)
                 if data is None:
-                    self.client.zrem(INDEX, task_id)  # its keys expired
-                    continue
+                    continue  # its keys expired (the clean-up drops the index entry)
                 if (status and data.status != status) or (code and data.task_code != code):
                     continue
                 items.append(data)

@@ -192,3 +192,9 @@ class Ready(BaseModel):
 def documented(model: type[BaseModel], status: int = 200, description: str = "") -> dict:
     """``responses=`` entry documenting an enveloped answer."""
     return {status: {"model": Envelope[model], "description": description or model.__doc__ or ""}}  # type: ignore[valid-type]
+
+
+# Every 422 keeps the envelope and names the field (not FastAPI's HTTPValidationError).
+INVALID: dict[int | str, dict[str, Any]] = {
+    422: {"model": Envelope[None], "description": "INVALID_INPUT naming the field"}
+}

@@ -51,6 +51,7 @@ async def test_bad_params_are_422_naming_the_field(stack):
         ({"params": {"start": "2025-11-30", "end": "2025-11-01"}}, "end"),
         ({"params": {"colour": "blue"}}, "params.colour"),
         ({"meta": {"timeout_s": -1}, "params": {}}, "body.meta.timeout_s"),
+        ({"meta": {"timeout_s": 8.8e82}, "params": {}}, "body.meta.timeout_s"),
         ({"meta": {"task_id": "has spaces"}, "params": {}}, "body.meta.task_id"),
         ({"meta": {}, "body": {}, "params": {}}, "not both"),
         ({"surprise": 1}, "body.surprise"),

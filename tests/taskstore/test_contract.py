@@ -211,6 +211,11 @@ def test_expired_tasks_are_invisible(storage):
         assert all(23 * 3600 < x <= 24 * 3600 for x in ttls)
         storage.client.expire(f"task:{t}:status", 1)
         time.sleep(1.2)
+        # A listing skips it and writes nothing; the clean-up drops its index entry.
+        assert t not in [x.task_id for x in storage.list(limit=500)[0]]
+        assert storage.client.zscore("tasks:index", t) is not None
+        storage.delete_expired(datetime.now(UTC) - timedelta(hours=24))
+        assert storage.client.zscore("tasks:index", t) is None
     else:  # SQL: expires_at = last update + ttl
         storage.ttl = timedelta(seconds=-1)
         storage.save(t, TaskData.pending(t, {}))

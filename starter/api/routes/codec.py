@@ -5,27 +5,41 @@ every route (the UI can forward its access token)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Any
+
+from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse
 from google.protobuf import json_format
+from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payloads
 
 from artemis.errors import ArtemisError, ErrorCode
-from starter.api.envelope import read_json
+from starter.api.schemas import INVALID
 from workers.codec import codec_for
 
 router = APIRouter(tags=["codec"])
 
 
-async def _apply(request: Request, direction: str) -> JSONResponse:
+class CodecPayloads(BaseModel):
+    """Temporal payloads in proto JSON: ``metadata`` (base64 values) and ``data``."""
+
+    payloads: list[dict[str, Any]] = Field(
+        default_factory=list,
+        examples=[[{"metadata": {"encoding": "anNvbi9wbGFpbg=="}, "data": "eyJhIjoxfQ=="}]],
+    )
+
+
+ANSWER = {200: {"model": CodecPayloads, "description": "the payloads, decoded or encoded"}}
+
+
+async def _apply(request: Request, body: CodecPayloads, direction: str) -> JSONResponse:
     codec = codec_for(request.app.state.settings)
     if codec is None:
         raise ArtemisError(
             ErrorCode.NOT_FOUND, "payload encryption is off (temporal.payload_encryption)"
         )
-    raw = await read_json(request)
     try:
-        payloads = json_format.ParseDict(raw or {}, Payloads())
+        payloads = json_format.ParseDict(body.model_dump(), Payloads())
     except json_format.ParseError as e:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"body: not Temporal payloads: {e}") from None
     try:
@@ -35,11 +49,19 @@ async def _apply(request: Request, direction: str) -> JSONResponse:
     return JSONResponse(json_format.MessageToDict(Payloads(payloads=done)))
 
 
-@router.post("/codec/decode", summary="Temporal codec server: decrypt payloads")
-async def decode(request: Request) -> JSONResponse:
-    return await _apply(request, "decode")
+@router.post(
+    "/codec/decode",
+    summary="Temporal codec server: decrypt payloads",
+    responses={**ANSWER, **INVALID},
+)
+async def decode(request: Request, body: CodecPayloads = Body(...)) -> JSONResponse:
+    return await _apply(request, body, "decode")
 
 
-@router.post("/codec/encode", summary="Temporal codec server: encrypt payloads")
-async def encode(request: Request) -> JSONResponse:
-    return await _apply(request, "encode")
+@router.post(
+    "/codec/encode",
+    summary="Temporal codec server: encrypt payloads",
+    responses={**ANSWER, **INVALID},
+)
+async def encode(request: Request, body: CodecPayloads = Body(...)) -> JSONResponse:
+    return await _apply(request, body, "encode")

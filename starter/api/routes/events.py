@@ -21,7 +21,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, OutEvent, PlanTracker, cursor_of, now_ms
 from artemis.logsetup import get_logger
 from starter.api.deps import get_service, get_settings
-from starter.api.schemas import Envelope
+from starter.api.schemas import INVALID, Envelope
 from starter.service import RunService
 
 router = APIRouter(tags=["tasks"])
@@ -48,8 +48,22 @@ def _log(request: Request) -> EventLog:
     summary="The run's events (Server-Sent Events) until it ends",
     response_class=EventSourceResponse,
     responses={
-        200: {"content": {"text/event-stream": {}}},
+        200: {
+            "content": {
+                "text/event-stream": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["event"],
+                        "properties": {"event": {"type": "string"}},
+                    }
+                }
+            },
+            "description": "one `id:` and one `data:` line per event; data is a JSON object "
+            "whose `event` is plan_update, activity_start, activity_result, progress, "
+            "paused, resumed, rate_changed, complete, error or cancelled",
+        },
         404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
+        **INVALID,
     },
 )
 async def task_events(

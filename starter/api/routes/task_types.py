@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from artemis.tasks import get_task, task_codes
 from starter.api.envelope import envelope
-from starter.api.schemas import Envelope, TaskType, documented
+from starter.api.schemas import INVALID, Envelope, TaskType, documented
 
 router = APIRouter(tags=["task types"])
 
@@ -40,6 +40,7 @@ async def list_task_types(request: Request) -> JSONResponse:
     responses={
         **documented(TaskType),
         404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
+        **INVALID,
     },
 )
 async def get_task_type(code: str, request: Request) -> JSONResponse:

@@ -15,6 +15,7 @@ from artemis.run_state import TERMINAL, end_code
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope, error_response, read_json
 from starter.api.schemas import (
+    INVALID,
     CancelAnswer,
     CancelBody,
     ControlAnswer,
@@ -148,7 +149,7 @@ async def _run(
     "/tasks/{task_id}",
     operation_id="get_task",
     summary="Status, progress, stats and error of a run",
-    responses={**documented(TaskView), 404: CONTROL_ERRORS[404]},
+    responses={**documented(TaskView), 404: CONTROL_ERRORS[404], **INVALID},
 )
 async def get_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
@@ -246,7 +247,10 @@ async def rate_limit_task(
     "/tasks",
     operation_id="list_tasks",
     summary="Runs from task storage, newest first",
-    responses=with_links(documented(TaskList), 200, "$response.body#/data/items/0/task_id"),
+    responses={
+        **with_links(documented(TaskList), 200, "$response.body#/data/items/0/task_id"),
+        **INVALID,
+    },
 )
 async def list_tasks(
     request: Request,
