@@ -15,7 +15,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from artemis.taskstore import TaskData  # noqa: E402
-from infra.devserver import free_port, port_open  # noqa: E402
+from infra.redisserver import RedisServer  # noqa: E402
 
 CONTRACT = {
     "sql": {"save": 20, "load": 10, "update_status": 15, "delete": 10},
@@ -94,26 +93,8 @@ def main() -> None:
 
             url = args.redis_url
             if url is None:
-                port = free_port()
-                redis_proc = subprocess.Popen(
-                    [
-                        shutil.which("redis-server") or "redis-server",
-                        "--port",
-                        str(port),
-                        "--bind",
-                        "127.0.0.1",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--dir",
-                        str(tmp),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                )
-                while not port_open("127.0.0.1", port):
-                    time.sleep(0.05)
-                url = f"redis://127.0.0.1:{port}/0"
+                redis_proc = RedisServer(tmp).start()
+                url = redis_proc.url
             store = RedisTaskStorage(url)
             store.client.flushdb()
         else:
@@ -152,7 +133,7 @@ def main() -> None:
         print(json.dumps(out))
     finally:
         if redis_proc is not None:
-            redis_proc.terminate()
+            redis_proc.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

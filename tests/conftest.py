@@ -29,6 +29,7 @@ from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from artemis.vault import allow_generated_key_file
 from infra.devserver import DevServer, free_port
+from infra.redisserver import RedisServer  # noqa: F401  (tests import it from here)
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,15 +58,21 @@ def temporal_server(tmp_root: Path):
     server.stop()
 
 
+def require(present: bool, what: str, package: str) -> None:
+    """A service the tests run for real: required in CI (.ci/run installs it), skipped
+    elsewhere when it is not installed."""
+    if not present:
+        if os.environ.get("CI"):
+            raise RuntimeError(f"{what} is required in CI (apt-get install {package})")
+        pytest.skip(f"{what} is not installed here")
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL on 127.0.0.1 (Debian's package; .ci/run installs it when missing)."""
     from infra.pgserver import PgServer, available
 
-    if not available():
-        if os.environ.get("CI"):
-            raise RuntimeError("PostgreSQL is required in CI (apt-get install postgresql)")
-        pytest.skip("PostgreSQL is not installed here")
+    require(available(), "PostgreSQL", "postgresql")
     server = PgServer().start()
     yield server
     server.stop()
@@ -75,12 +82,9 @@ def pg_server():
 def redis_url(tmp_root: Path):
     """A real Redis on 127.0.0.1 (Debian's redis-server; .ci/run installs it when missing).
     Skipped only outside CI when it is absent; in CI it is required."""
-    import shutil
+    from infra.redisserver import available
 
-    if shutil.which("redis-server") is None:
-        if os.environ.get("CI"):
-            raise RuntimeError("redis-server is required in CI (apt-get install redis-server)")
-        pytest.skip("redis-server is not installed here")
+    require(available(), "redis-server", "redis-server")
     server = RedisServer(tmp_root).start()
     yield server.url
     server.stop()
@@ -348,55 +352,6 @@ def start_worker_process(config: Path, log_path: Path) -> subprocess.Popen:
 
 def start_api_process(config: Path, port: int, log_path: Path) -> subprocess.Popen:
     return _start_cli(["api", "--port", str(port)], config, log_path)
-
-
-class RedisServer:
-    """A redis-server of a test's own, which the test may kill and start again."""
-
-    def __init__(self, directory: Path) -> None:
-        import shutil
-
-        self.binary = shutil.which("redis-server")
-        self.port = free_port()
-        self.directory = directory
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        assert self.binary, "redis-server is not installed"
-        self.proc = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.directory),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 20
-        while not _port_open(self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
-        return self
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    stop = kill
 
 
 def new_task_id() -> str:

@@ -55,3 +55,11 @@ def assert_rate_at_most(
                 f"{j - i + 1} requests within {ts[j] - first:.2f} s: more than {allowed:.1f}"
                 f" at {qps}/s (burst {burst}, {jitter} s of lateness allowed)"
             )
+
+
+def stop_processes(*procs: Any) -> None:
+    """Terminate the test's own processes that still run (None: never started)."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 from collections import Counter
@@ -21,6 +20,7 @@ from infra.devserver import free_port, port_open
 from tests.conftest import (
     RedisServer,
     new_task_id,
+    require,
     settings_with,
     start_api_process,
     start_worker_process,
@@ -42,10 +42,7 @@ class Cluster:
 def cluster_pg():
     from infra.pgserver import PgServer, available
 
-    if not available():
-        if os.environ.get("CI"):
-            raise RuntimeError("PostgreSQL is required in CI")
-        pytest.skip("PostgreSQL is not installed here")
+    require(available(), "PostgreSQL", "postgresql")
     from artemis.migrate import upgrade
 
     # durable: a crash of a production PostgreSQL loses no committed transaction
@@ -57,12 +54,9 @@ def cluster_pg():
 
 @pytest.fixture(scope="module")
 def cluster_redis(tmp_path_factory):
-    import shutil
+    from infra.redisserver import available
 
-    if shutil.which("redis-server") is None:
-        if os.environ.get("CI"):
-            raise RuntimeError("redis-server is required in CI")
-        pytest.skip("redis-server is not installed here")
+    require(available(), "redis-server", "redis-server")
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.kill()

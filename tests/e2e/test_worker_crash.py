@@ -9,7 +9,7 @@ import time
 from collections import Counter
 
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
-from tests.helpers import eventually
+from tests.helpers import eventually, stop_processes
 
 
 async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
@@ -68,10 +68,7 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
         assert final["stats"]["records_emitted"] == 60
     finally:
         await stack.fault("latency", latency_ms=0)
-        for proc in (first, second):
-            if proc and proc.poll() is None:
-                proc.terminate()
-                proc.wait(10)
+        stop_processes(first, second)
 
     batches = [
         b for b in await stack.sink_batches(f"pull_stock_quotes/{task_id}:") if b["status"] == 200
@@ -139,10 +136,7 @@ async def test_sigterm_lets_the_batch_finish_exits_0_and_no_page_is_fetched_twic
         assert final["stats"]["records_emitted"] == 60
     finally:
         await stack.fault("latency", latency_ms=0)
-        for proc in (first, second):
-            if proc and proc.poll() is None:
-                proc.terminate()
-                proc.wait(10)
+        stop_processes(first, second)
     calls = (await stack.samples_http.get("/_quotes/calls")).json()
     pages = Counter((c["symbol"], c["page"]) for c in calls if c["symbol"] in symbols)
     assert len(pages) == 60 and set(pages.values()) == {1}, pages.most_common(3)
