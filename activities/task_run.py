@@ -7,8 +7,9 @@ to the workflow is counts, sequence numbers and checkpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -98,6 +99,34 @@ async def all_or_first_error(coros: Any) -> None:
     for t in tasks:
         if t.done() and not t.cancelled() and t.exception() is not None:
             raise t.exception()  # type: ignore[misc]
+
+
+@contextlib.asynccontextmanager
+async def heartbeating() -> AsyncIterator[None]:
+    """Heartbeat in the background while a short activity works.
+
+    The activity's heartbeat timeout is how Temporal learns that its worker died: without
+    one, a batch lost with a killed worker waits out its whole start-to-close timeout
+    before it runs again elsewhere. Local activities have no heartbeat, so nothing runs.
+    """
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    if info.is_local or not timeout:
+        yield
+        return
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(max(timeout.total_seconds() / 3, 0.05))
+
+    beating = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
 
 
 def _resume_state(inp: FetchInput) -> dict[str, Any]:
@@ -514,6 +543,10 @@ class TaskRunActivities:
     # -- 3. process ---------------------------------------------------------------------
     @activity.defn(name="process_batch")
     async def process_batch(self, inp: BatchInput) -> ProcessResult:
+        async with heartbeating():
+            return await self._process_batch(inp)
+
+    async def _process_batch(self, inp: BatchInput) -> ProcessResult:
         trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace, inp.output)

@@ -441,8 +441,12 @@ class TaskRunWorkflow:
         }
         processed: ProcessResult
         if beside_fetch and workflow.patched(PATCH_PROCESS_ACTIVITY):
+            # A heartbeat timeout: a batch lost with its worker runs again in seconds.
             processed = await workflow.execute_activity_method(
-                TaskRunActivities.process_batch, batch, **options
+                TaskRunActivities.process_batch,
+                batch,
+                heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+                **options,
             )
         else:
             # The last batch (nothing to overlap): one round trip fewer as a local activity.

@@ -94,6 +94,18 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
         if e.HasField("activity_task_started_event_attributes")
     ]
     assert max(attempts) >= 2
+    # Every activity that can be lost with its worker tells Temporal it is alive: a batch
+    # being processed when the worker died runs again after seconds, not after its
+    # start-to-close timeout (a CI run once waited those 120 s for it).
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    long_running = {"fetch_pages", "process_batch", "emit_batch"}
+    checked = [a for a in scheduled if a.activity_type.name in long_running]
+    assert {a.activity_type.name for a in checked} == long_running
+    assert all(a.heartbeat_timeout.ToTimedelta().total_seconds() == 2.0 for a in checked)
     log = (tmp_path / "worker.log").read_text()
     assert "fetch_resumed" in log
 
