@@ -51,7 +51,8 @@ from artemis.run_models import (
     SplitResult,
 )
 from artemis.run_state import OPEN, TERMINAL, end_error
-from artemis.sinks import EmitContext
+from artemis.sinks import EmitContext, RunEnd
+from artemis.sinks.files import drop_file_records
 from artemis.staging import Staging
 from artemis.tasks import TaskContext, TaskUnit, get_task
 from artemis.tracing import TraceContext, current_trace
@@ -585,11 +586,14 @@ class TaskRunActivities:
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace, inp.output)
         sinks = task.decide_sinks(ctx)
-        state = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
+        state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
         details = activity.info().heartbeat_details
         if details:
             state.update(details[0])
             log.info("emit_resumed", next_seq=state["next_seq"])
+        # Per sink, the records of the pages delivered without a gap (a page above the
+        # heartbeat's next_seq may count again on a retry, as it may be sent again).
+        state["sinks"] = dict(state.get("sinks") or {})
         key = run_key(inp.run)
         pages = await asyncio.to_thread(
             self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
@@ -598,29 +602,31 @@ class TaskRunActivities:
         # Pages go out ``emit_concurrency`` at a time, each under its own key; the
         # heartbeat resumes after the pages delivered without a gap (one above it may go
         # again on a retry — under the same key, so the sink takes it once).
-        delivered: set[int] = set()
+        # Pages delivered above the gap, with what they counted: counted into the
+        # heartbeat's state only once the pages below them are delivered too (a retry
+        # sends them again, and must not count them twice).
+        delivered: dict[int, tuple[int, dict[str, int]]] = {}
         gate = asyncio.Semaphore(task.emit_concurrency(ctx))
 
         async def deliver(seq: int, records: list[dict[str, Any]]) -> None:
+            page = EmitContext(
+                run_key=key,
+                seq=seq,
+                trace=trace,
+                request_id=inp.run.request_id,
+                task_code=inp.run.task_code,
+                task_id=inp.run.task_id,
+            )
             if records:
                 async with gate:
-                    await task.emit(
-                        self.client,
-                        sinks,
-                        records,
-                        EmitContext(
-                            run_key=key,
-                            seq=seq,
-                            trace=trace,
-                            request_id=inp.run.request_id,
-                            task_code=inp.run.task_code,
-                        ),
-                    )
-            delivered.add(seq)
-            state["records"] += len(records)
-            state["batches"] += 1 if records else 0
+                    await task.emit(self.client, sinks, records, page)
+            delivered[seq] = (len(records), page.counts)
             while state["next_seq"] in delivered:
-                delivered.discard(state["next_seq"])
+                n, counts = delivered.pop(state["next_seq"])
+                state["records"] += n
+                state["batches"] += 1 if n else 0
+                for name, taken in counts.items():
+                    state["sinks"][name] = state["sinks"].get(name, 0) + taken
                 state["next_seq"] += 1
             activity.heartbeat(state)
 
@@ -636,7 +642,9 @@ class TaskRunActivities:
             records=state["records"],
         )
         RECORDS_EMITTED.labels(inp.run.task_code).inc(state["records"])
-        return EmitResult(records_emitted=state["records"], batches=state["batches"])
+        return EmitResult(
+            records_emitted=state["records"], batches=state["batches"], sinks=state["sinks"]
+        )
 
     # -- 5. finalize ------------------------------------------------------------------------
     @activity.defn(name="finalize_run")
@@ -656,6 +664,10 @@ class TaskRunActivities:
                 await asyncio.to_thread(task.run_ended, ended, inp.status, inp.error_code)
             except Exception as e:  # an execution record is bookkeeping: never fail here
                 log.warning("task_run_ended_hook_failed", error=f"{type(e).__name__}: {e}")
+        if inp.params is not None and inp.finish_sinks:
+            finished = await self._finish_sinks(inp, trace)
+            if finished:
+                stats["sinks_finished"] = finished
         outcome, detail = FinalizeOutcome.SKIPPED, ""
         callback = None
         try:
@@ -701,6 +713,32 @@ class TaskRunActivities:
         )
         return FinalizeResult(callback=outcome, detail=detail, stats=stats)
 
+    async def _finish_sinks(self, inp: FinalizeInput, trace: TraceContext) -> dict[str, Any]:
+        """Each sink's last word on the run (the files sink's manifest), before the
+        callback says the run is done. A failure is retried with the finalize; after the
+        last attempt it is reported in the stats, never dropped in silence."""
+        assert inp.params is not None
+        task = get_task(inp.run.task_code)
+        ctx = self._context(task, inp.run, inp.params, trace, inp.output)
+        end = RunEnd(run_key(inp.run), inp.run.task_code, inp.run.task_id, inp.status)
+        finished: dict[str, Any] = {}
+        try:
+            sinks = task.decide_sinks(ctx)
+        except ArtemisError as e:
+            log.error("sinks_unavailable_at_finalize", error=str(e))
+            return {"error": str(e)}
+        for sink in sinks:
+            try:
+                result = await sink.finish(end)
+            except ArtemisError as e:
+                if e.retryable and activity.info().attempt < FINALIZE_MAX_ATTEMPTS:
+                    raise
+                log.error("sink_finish_failed", sink=sink.name, error=str(e))
+                result = {"error": str(e)}
+            if result is not None:
+                finished[sink.name] = result
+        return finished
+
     @activity.defn(name="cleanup_run")
     async def cleanup_run(self, inp: CleanupRunInput) -> None:
         """After a finalize was sent: drop the run's staged pages and its secret."""
@@ -710,6 +748,7 @@ class TaskRunActivities:
         key = run_key(run)
         await asyncio.to_thread(self.staging.drop_run, key)
         await asyncio.to_thread(self.secrets.drop, key)
+        await asyncio.to_thread(drop_file_records, self.settings.database.url, key)
         log.info("run_data_dropped")
 
     def all(self) -> list[Callable[..., Any]]:

@@ -61,6 +61,21 @@ class StagedPage(SQLModel, table=True):
     digest: str | None = Field(default=None, max_length=40)
 
 
+class SinkFile(SQLModel, table=True):
+    """A file the files sink wrote for a run (one per page and sink): what the run's
+    ``_manifest.json`` lists at finalize. Dropped with the run's staged pages."""
+
+    __tablename__ = "sink_file"
+
+    run_key: str = Field(primary_key=True, max_length=200)
+    sink: str = Field(primary_key=True, max_length=64)
+    seq: int = Field(primary_key=True)
+    path: str = Field(sa_column=Column(Text, nullable=False))
+    records: int
+    bytes: int
+    written_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
 class RunSecret(SQLModel, table=True):
     """Per-run secrets (a callback token sent with the request), encrypted at rest, so the
     workflow input only carries a reference to them."""

@@ -283,6 +283,8 @@ class ProcessResult:
 class EmitResult:
     records_emitted: int
     batches: int
+    # Records each sink took (name → count); empty from earlier builds.
+    sinks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -297,6 +299,10 @@ class FinalizeInput:
     # Drop the run's staged data and secret here (the path of earlier builds); new runs
     # do it in its own step after the finalize (cleanup_run).
     cleanup: bool = True
+    # The run's sink overrides, and whether its sinks finish here (a manifest); a parent
+    # run's children finish their own.
+    output: dict[str, Any] | None = None
+    finish_sinks: bool = True
 
 
 @dataclass

@@ -39,16 +39,34 @@ def stats_view(source: Mapping[str, Any] | None) -> dict[str, Any]:
     sources stated they hold (None when no source states a total)."""
     source = source or {}
     stated = source.get("expected_total")
-    return {
+    view: dict[str, Any] = {
         **{k: int(source.get(k) or 0) for k in STAT_KEYS},
         "expected_total": stated if isinstance(stated, int) else None,
     }
+    # Records each sink took (http, sql, files, ...), and what sinks reported at the end
+    # (the files sink's manifest).
+    for extra in ("sinks", "sinks_finished"):
+        if isinstance(source.get(extra), Mapping):
+            view[extra] = dict(source[extra])
+    return view
+
+
+def add_sink_counts(into: dict[str, Any], counts: Mapping[str, int]) -> None:
+    """Add records per sink (an emitted batch's, a child run's) to a run's stats."""
+    if not counts:
+        return
+    per = dict(into.get("sinks") or {})
+    for name, n in counts.items():
+        per[name] = int(per.get(name) or 0) + int(n)
+    into["sinks"] = per
 
 
 def add_stats(into: dict[str, Any], other: Mapping[str, Any]) -> None:
     """Add a part's stats (a child run's, say) to the whole's."""
     for key in STAT_KEYS:
         into[key] = int(into.get(key) or 0) + int(other.get(key) or 0)
+    if isinstance(other.get("sinks"), Mapping):
+        add_sink_counts(into, other["sinks"])
     stated = other.get("expected_total")
     if isinstance(stated, int):
         into["expected_total"] = int(into.get("expected_total") or 0) + stated

@@ -191,8 +191,14 @@ class RunService:
         self._check_request_urls(task, params, body.output)
         if body.output is not None:
             from artemis.sinks import build_sinks
+            from artemis.sinks.base import check_request_output, merge_output
 
-            build_sinks({**self.settings.output_defaults.get(code, {}), **body.output})
+            check_request_output(body.output)
+            build_sinks(
+                merge_output(self.settings.output_defaults.get(code, {}), body.output),
+                task.record_spec(),
+                self.settings.database.url,
+            )
         callback = self._callback_target(meta)
         task_id = meta.task_id or uuid.uuid4().hex
         workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)

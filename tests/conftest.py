@@ -90,6 +90,33 @@ def redis_url(tmp_root: Path):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server on 127.0.0.1 (moto in server mode) with a bucket
+    ``lake``; the credentials come from the environment, as they do in production."""
+    from moto.server import ThreadedMotoServer
+
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    httpx.put(f"{url}/lake").raise_for_status()
+    yield url
+    server.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def _port_open(port: int) -> bool:
     from infra.devserver import port_open
 

@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
         provenance_queue,
         workflow_id_for,
     )
-    from artemis.run_state import RunState, add_stats, end_code
+    from artemis.run_state import RunState, add_sink_counts, add_stats, end_code
 
 # Error codes no retry can fix (SPEC §10/§11); the activities mark them non-retryable too.
 NON_RETRYABLE = [
@@ -107,6 +107,8 @@ class TaskRunWorkflow:
         self._circuit_opens = 0
         self._tolerance_pct = 0.0
         self._resume_fetch = False
+        # A parent run (backfill windows): its children emit and finish their own sinks.
+        self._parent = False
         # Set once the run must stop. Cancelling an activity whose result is already on its
         # way can still return that result, so the loop also checks this flag itself.
         self._stopping = False
@@ -318,6 +320,7 @@ class TaskRunWorkflow:
         if self._params is None:
             children = await self._prepare()
             if children is not None:
+                self._parent = True
                 await self._run_children(*children)
                 return
 
@@ -471,6 +474,7 @@ class TaskRunWorkflow:
             summary=f"Emit pages #{first}-#{last}",
         )
         self._state.stats["records_emitted"] += emitted.records_emitted
+        add_sink_counts(self._state.stats, emitted.sinks)
         self._details()
 
     async def _mirror(
@@ -673,6 +677,8 @@ class TaskRunWorkflow:
                     callback=self._req.callback,
                     params=self._params,
                     cleanup=not separate_cleanup,
+                    output=self._req.output,
+                    finish_sinks=not self._parent,
                 ),
                 start_to_close_timeout=timedelta(seconds=30),
                 # The CronJob protocol: 3 retries after 0.5 s, 1 s and 2 s (network errors
@@ -689,6 +695,8 @@ class TaskRunWorkflow:
             for k, v in fin.stats.items():
                 if isinstance(v, int) and k in self._state.stats:
                     self._state.stats[k] = v
+            if isinstance(fin.stats.get("sinks_finished"), dict):
+                self._state.stats["sinks_finished"] = fin.stats["sinks_finished"]
             outcome = fin.callback
         except ActivityError as e:
             self._state.steps["step_finalize"] = "ERROR"

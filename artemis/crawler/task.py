@@ -252,10 +252,25 @@ def _search_checkpoint(raw: dict[str, Any] | None) -> dict[str, Any]:
     return cp
 
 
+class NoteRecord(BaseModel):
+    """A note as the sinks get it (the sample platform's detail answer, SPEC §13): a
+    platform whose notes carry other fields needs its own model for the sql and files sinks."""
+
+    note_id: str
+    platform: str
+    title: str | None = None
+    content: str | None = None
+    author: str | None = None
+    liked_count: int | None = None
+    published_at: str | None = None
+
+
 @register_task
 class CrawlNotes(TaskUnit):
     code = "crawl_notes"
     Params = CrawlParams
+    Record = NoteRecord
+    record_key = ("note_id",)
     summary = "Search a platform's keywords and collect each note once"
     error_budgets = True
 
@@ -359,9 +374,11 @@ class CrawlNotes(TaskUnit):
         store, rest = sinks[0], sinks[1:]
         assert isinstance(store, NoteStore)
         deliver = await asyncio.to_thread(store.write, records, ctx.seq)
+        ctx.delivered(store.name, len(deliver))
         if deliver:
             for sink in rest:
                 await sink.emit(client, deliver, ctx)
+                ctx.delivered(sink.name, len(deliver))
 
     def run_ended(self, ctx: TaskContext, status: str, error_code: str | None) -> None:
         Claims(get_engine(ctx.settings.database.url)).finish_execution(

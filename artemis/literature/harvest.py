@@ -35,10 +35,26 @@ from artemis.sources import Source
 from artemis.tasks.base import TaskContext, TaskUnit, register_task
 
 
+class LiteratureRecord(BaseModel):
+    """A normalised article (artemis/literature/normalize.py): PubMed and Crossref give
+    this shape; ``published`` is as precise as the source says (``2024``, ``2024-05``…)."""
+
+    provenance: str
+    id: str
+    doi: str | None = None
+    title: str | None = None
+    journal: str | None = None
+    published: str | None = None
+    authors: list[str] = []
+    abstract: str | None = None
+
+
 @register_task
 class LiteratureHarvest(TaskUnit):
     code = "literature_harvest"
     Params = LiteratureParams
+    Record = LiteratureRecord
+    record_key = ("provenance", "id")
     summary = "Harvest a provenance through its registry contract"
 
     internal_params = ("contract", "window_start", "window_end", "parent")

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.tracing import TraceContext
+
+if TYPE_CHECKING:
+    from artemis.sinks.records import RecordSpec
+
+# Where records land is the operator's choice (config), never a request's: a request may
+# name sinks and formats, not a database URL or a path on the worker's disk.
+OPERATOR_ONLY = {"sql": ("url",), "files": ("url", "endpoint_url")}
 
 
 @dataclass
@@ -21,6 +28,12 @@ class EmitContext:
     trace: TraceContext
     request_id: str | None
     task_code: str
+    task_id: str = ""
+    # Records each sink took from this page (for the run's stats).
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def delivered(self, sink_name: str, records: int) -> None:
+        self.counts[sink_name] = self.counts.get(sink_name, 0) + records
 
     def idempotency_key(self, sink_name: str) -> str:
         # Derived from the run and the batch only: every retry of this batch sends the same key.
@@ -36,10 +49,30 @@ class Sink(ABC):
     ) -> None:
         """Deliver ``records``; raise ArtemisError(SINK_ERROR) when not delivered."""
 
+    async def finish(self, end: RunEnd) -> dict[str, Any] | None:
+        """Called once at the run's finalize (e.g. to write a manifest); what it returns
+        goes into the run's stats under ``sinks_finished.<name>``."""
+        return None
 
-def build_sinks(spec: dict[str, Any]) -> list[Sink]:
-    """Build sinks from an ``output_defaults.<code>`` mapping (request overrides merged in)."""
+
+@dataclass
+class RunEnd:
+    run_key: str
+    task_code: str
+    task_id: str
+    status: str
+
+
+def build_sinks(
+    spec: dict[str, Any], record: RecordSpec | None = None, database_url: str = ""
+) -> list[Sink]:
+    """Build sinks from an ``output_defaults.<code>`` mapping (request overrides merged in).
+
+    ``record``: the task's record model and key (the sql and files sinks need it);
+    ``database_url``: the Artemis database (the files sink records what it wrote there)."""
+    from artemis.sinks.files import FileSink
     from artemis.sinks.http import HttpSink, LogSink
+    from artemis.sinks.sql import SqlSink
 
     names = spec.get("sinks") or []
     if isinstance(names, str):
@@ -55,10 +88,80 @@ def build_sinks(spec: dict[str, Any]) -> list[Sink]:
             sinks.append(HttpSink(endpoint, headers=spec.get("http_headers") or {}))
         elif name == "log":
             sinks.append(LogSink())
+        elif name == "sql":
+            cfg = _section(spec, "sql", ("url", "table"))
+            if record is None:
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    "output: sink 'sql' needs the task's record model; this task has none",
+                )
+            key = cfg.get("key") or ()
+            sinks.append(
+                SqlSink(
+                    str(cfg["url"]),
+                    str(cfg["table"]),
+                    record,
+                    tuple([key] if isinstance(key, str) else key),
+                )
+            )
+        elif name == "files":
+            cfg = _section(spec, "files", ("url",))
+            sinks.append(
+                FileSink(
+                    str(cfg["url"]),
+                    str(cfg.get("format") or "jsonl"),
+                    record,
+                    database_url,
+                    endpoint_url=cfg.get("endpoint_url"),
+                )
+            )
         else:
             raise ArtemisError(
-                ErrorCode.INVALID_INPUT, f"output: unknown sink {name!r} (known: http, log)"
+                ErrorCode.INVALID_INPUT,
+                f"output: unknown sink {name!r} (known: http, log, sql, files)",
             )
     if not sinks:
         raise ArtemisError(ErrorCode.INVALID_INPUT, "output: no sinks configured")
     return sinks
+
+
+def _section(spec: dict[str, Any], name: str, required: tuple[str, ...]) -> dict[str, Any]:
+    cfg = spec.get(name)
+    if not isinstance(cfg, dict):
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output: sink {name!r} needs 'output_defaults.<code>.{name}' "
+            f"with {', '.join(required)}",
+        )
+    for key in required:
+        if not cfg.get(key):
+            raise ArtemisError(ErrorCode.INVALID_INPUT, f"output.{name}.{key}: required")
+    return cfg
+
+
+def merge_output(defaults: dict[str, Any], request: dict[str, Any] | None) -> dict[str, Any]:
+    """A request's ``output`` over ``output_defaults.<code>``; the ``sql`` and ``files``
+    sections are merged key by key (a request may pick a table or a format)."""
+    merged = {**defaults, **(request or {})}
+    for name in OPERATOR_ONLY:
+        if isinstance(defaults.get(name), dict) and isinstance((request or {}).get(name), dict):
+            merged[name] = {**defaults[name], **(request or {})[name]}
+    return merged
+
+
+def check_request_output(output: dict[str, Any]) -> None:
+    """A request may not say where records land on the workers' side (a database URL, a
+    path or an object store): that is config. Raises INVALID_INPUT naming the field."""
+    for name, keys in OPERATOR_ONLY.items():
+        section = output.get(name)
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise ArtemisError(ErrorCode.INVALID_INPUT, f"output.{name}: must be an object")
+        for key in keys:
+            if key in section:
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    f"output.{name}.{key}: set by the operator in "
+                    f"output_defaults.<code>.{name}, not by a request",
+                )

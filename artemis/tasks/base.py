@@ -18,7 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.sinks import EmitContext, Sink, build_sinks
+from artemis.sinks import EmitContext, RecordSpec, Sink, build_sinks
+from artemis.sinks.base import merge_output
 from artemis.sources import Page, Source
 from artemis.tasks.units import fetch_units
 from artemis.tracing import TraceContext
@@ -178,9 +179,17 @@ class TaskUnit:
         return records
 
     # -- 5./6. sinks -------------------------------------------------------------------
+    # The shape of a processed record and the fields that identify one (the sql sink's
+    # upsert key, the Parquet schema): declared once here, used by every sink that needs it.
+    Record: ClassVar[type[BaseModel] | None] = None
+    record_key: ClassVar[tuple[str, ...]] = ()
+
+    def record_spec(self) -> RecordSpec | None:
+        return RecordSpec(self.Record, self.record_key) if self.Record is not None else None
+
     def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
-        spec = {**ctx.settings.output_defaults.get(self.code, {}), **(ctx.output or {})}
-        return build_sinks(spec)
+        spec = merge_output(ctx.settings.output_defaults.get(self.code, {}), ctx.output)
+        return build_sinks(spec, self.record_spec(), ctx.settings.database.url)
 
     async def emit(
         self,
@@ -191,6 +200,7 @@ class TaskUnit:
     ) -> None:
         for sink in sinks:
             await sink.emit(client, records, ctx)
+            ctx.delivered(sink.name, len(records))
 
     # -- 7. finalize ---------------------------------------------------------------------
     def finalize(self, ctx: TaskContext, stats: dict[str, Any]) -> dict[str, Any]:

@@ -40,10 +40,24 @@ class QuoteParams(BaseModel):
         return self
 
 
+class QuoteRecord(BaseModel):
+    """One processed quote: a symbol's day."""
+
+    symbol: str
+    date: date
+    open: float
+    high: float
+    low: float
+    close: float
+    volume: int
+
+
 @register_task
 class PullStockQuotes(TaskUnit):
     code = "pull_stock_quotes"
     Params = QuoteParams
+    Record = QuoteRecord
+    record_key = ("symbol", "date")
     summary = "Daily quotes per symbol from the quote API"
     request_url_params = ("base_url",)
 

@@ -1,0 +1,204 @@
+"""SQL sink: each page's records upserted into a table, exactly once per page.
+
+``output_defaults.<code>.sql: {url, table, key}`` (``key`` defaults to the task's record
+key). The table is created from the task's record model when absent — typed columns, the
+key as primary key, and ``_artemis_task_id``, ``_artemis_page_seq``, ``_artemis_loaded_at``
+— and checked against it when present. A page is written in one transaction together
+with a row of the ``_artemis_sink_ledger`` table keyed by the page's idempotency key: a
+retried page (a worker killed after the commit, before Temporal heard of it) finds its
+ledger row and changes nothing; a record seen before under another page is updated in
+place by its key, so the table holds each key once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from artemis.db import get_engine, utcnow
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import get_logger
+from artemis.sinks.base import EmitContext, Sink
+from artemis.sinks.records import LOAD_COLUMNS, RecordSpec, schema_error
+
+log = get_logger(__name__)
+
+LEDGER = "_artemis_sink_ledger"
+_INSERTS: dict[str, Any] = {"postgresql": pg_insert, "sqlite": sqlite_insert}
+
+# Tables known to fit, per (url, table): created or checked once per process.
+_ready: dict[tuple[str, str], tuple[sa.Table, sa.Table]] = {}
+_ready_lock = threading.Lock()
+
+
+def _ledger_table(metadata: sa.MetaData) -> sa.Table:
+    return sa.Table(
+        LEDGER,
+        metadata,
+        sa.Column("idempotency_key", sa.String(400), primary_key=True),
+        sa.Column("table_name", sa.String(200), nullable=False),
+        sa.Column("records", sa.Integer, nullable=False),
+        sa.Column("loaded_at", sa.DateTime(timezone=True), nullable=False),
+    )
+
+
+class SqlSink(Sink):
+    name = "sql"
+
+    def __init__(self, url: str, table: str, record: RecordSpec, key: tuple[str, ...] = ()) -> None:
+        self.url = url
+        self.table_name = table
+        self.record = record
+        self.key = key or record.key
+        unknown = [k for k in self.key if k not in record.model.model_fields]
+        if unknown:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"output.sql.key: {unknown[0]!r} is not a field of {record.model.__name__}",
+            )
+        self.engine = get_engine(url)
+        if self.engine.dialect.name not in _INSERTS:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"output.sql.url: dialect {self.engine.dialect.name!r} is not supported "
+                "(sqlite, postgresql)",
+            )
+        self._insert = _INSERTS[self.engine.dialect.name]
+
+    def _where(self) -> str:
+        return f"sql sink (table {self.table_name!r})"
+
+    def _tables(self) -> tuple[sa.Table, sa.Table]:
+        """The target table and the ledger, created when absent, checked when present."""
+        slot = (self.url, self.table_name)
+        with _ready_lock:
+            known = _ready.get(slot)
+        if known is not None:
+            return known
+        try:
+            tables = self._prepare()
+        except DBAPIError:
+            # Another worker created the table between our look and our create: look again.
+            tables = self._prepare()
+        with _ready_lock:
+            _ready[slot] = tables
+        return tables
+
+    def _prepare(self) -> tuple[sa.Table, sa.Table]:
+        metadata = sa.MetaData()
+        ledger = _ledger_table(metadata)
+        with self.engine.begin() as conn:
+            inspector = sa.inspect(conn)
+            if inspector.has_table(self.table_name):
+                table = sa.Table(self.table_name, metadata, autoload_with=conn)
+                self.record.check_table(table, self._where())
+                keyed = set(self.key)
+                name = self.table_name
+                unique = (
+                    [set(table.primary_key.columns.keys())]
+                    + [set(u["column_names"]) for u in inspector.get_unique_constraints(name)]
+                    + [
+                        set(i["column_names"])
+                        for i in inspector.get_indexes(name)
+                        if i.get("unique")
+                    ]
+                )
+                if keyed not in unique:
+                    raise schema_error(
+                        f"{self._where()}: the table has no primary key or unique constraint "
+                        f"on the record key ({', '.join(self.key)}): upserts need one"
+                    )
+            else:
+                columns = self.record.sql_columns()
+                if set(self.key) != set(self.record.key):
+                    for col in columns:
+                        col.primary_key = col.name in self.key
+                        col.nullable = col.nullable and col.name not in self.key
+                table = sa.Table(
+                    self.table_name,
+                    metadata,
+                    *columns,
+                    sa.Column("_artemis_task_id", sa.String(200), nullable=False),
+                    sa.Column("_artemis_page_seq", sa.Integer, nullable=False),
+                    sa.Column("_artemis_loaded_at", sa.DateTime(timezone=True), nullable=False),
+                )
+                table.create(conn, checkfirst=True)
+                log.info("sql_sink_table_created", table=self.table_name)
+            ledger.create(conn, checkfirst=True)
+        return table, ledger
+
+    async def emit(
+        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+    ) -> None:
+        await asyncio.to_thread(self.write, records, ctx)
+
+    def write(self, records: list[dict[str, Any]], ctx: EmitContext) -> bool:
+        """Write one page; False when its ledger row says it was written before."""
+        where = f"{self._where()}, page {ctx.seq}"
+        # One row per key (the last wins), in key order: a multi-row upsert may not touch a
+        # row twice, and concurrent pages lock rows in one order.
+        by_key = {tuple(r[k] for k in self.key): r for r in self.record.rows(records, where)}
+        rows = [by_key[k] for k in sorted(by_key, key=_sortable)]
+        now = utcnow()
+        for row in rows:
+            row["_artemis_task_id"] = ctx.task_id
+            row["_artemis_page_seq"] = ctx.seq
+            row["_artemis_loaded_at"] = now
+        try:
+            table, ledger = self._tables()
+            stmt = self._insert(table)
+            update = [c for c in (*self.record.kinds, *LOAD_COLUMNS) if c not in self.key]
+            upsert = stmt.on_conflict_do_update(
+                index_elements=list(self.key),
+                set_={c: stmt.excluded[c] for c in update},
+            )
+            # RETURNING tells whether this transaction claimed the page (rowcount is not
+            # reliable for ON CONFLICT DO NOTHING across drivers: psycopg reports -1).
+            mark = (
+                self._insert(ledger)
+                .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                .returning(ledger.c.idempotency_key)
+            )
+            with self.engine.begin() as conn:
+                claimed = conn.execute(
+                    mark,
+                    {
+                        "idempotency_key": ctx.idempotency_key(self.name),
+                        "table_name": self.table_name,
+                        "records": len(rows),
+                        "loaded_at": now,
+                    },
+                ).first()
+                if claimed is None:
+                    log.info("sql_sink_page_already_loaded", seq=ctx.seq, table=self.table_name)
+                    return False
+                if rows:
+                    conn.execute(upsert, rows)
+        except ArtemisError:
+            raise
+        except DBAPIError as e:
+            raise self._db_error(e, where) from None
+        except SQLAlchemyError as e:
+            raise ArtemisError(
+                ErrorCode.SINK_ERROR, f"{where}: {type(e).__name__}: {str(e).splitlines()[0]}"
+            ) from None
+        return True
+
+    def _db_error(self, e: DBAPIError, where: str) -> ArtemisError:
+        """A statement the database refused (a type it cannot take, a constraint) is
+        final; a lost connection is retried."""
+        first = str(e.orig).splitlines()[0] if e.orig is not None else str(e).splitlines()[0]
+        if e.connection_invalidated or isinstance(e, sa.exc.OperationalError):
+            return ArtemisError(ErrorCode.SINK_ERROR, f"{where}: database unavailable: {first}")
+        return schema_error(f"{where}: the database refused the page: {first}")
+
+
+def _sortable(key: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:
+    return tuple((v is None, str(v)) for v in key)

@@ -1,0 +1,262 @@
+"""The sql and files sinks on real parts: SQLite and PostgreSQL, the local file system and
+an S3-compatible server (moto in server mode) on loopback."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from artemis import jsonio
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.migrate import upgrade
+from artemis.sinks import EmitContext, RunEnd
+from artemis.sinks.files import FileSink
+from artemis.sinks.sql import LEDGER, SqlSink
+from artemis.tasks import get_task
+from artemis.tracing import TraceContext, new_span_id, new_trace_id
+
+QUOTES = get_task("pull_stock_quotes").record_spec()
+assert QUOTES is not None
+
+
+def quotes(symbol: str, days: int, close: float = 10.0, first: int = 1) -> list[dict[str, Any]]:
+    return [
+        {
+            "symbol": symbol,
+            "date": f"2025-11-{first + d:02d}",
+            "open": 1.0,
+            "high": 2.0,
+            "low": 0.5,
+            "close": close + d,
+            "volume": 1000 + d,
+        }
+        for d in range(days)
+    ]
+
+
+def page(seq: int, task_id: str = "t-1") -> EmitContext:
+    return EmitContext(
+        run_key=f"pull_stock_quotes/{task_id}",
+        seq=seq,
+        trace=TraceContext(new_trace_id(), new_span_id()),
+        request_id=None,
+        task_code="pull_stock_quotes",
+        task_id=task_id,
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target_url(request, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'lake.db'}"
+    pg = request.getfixturevalue("pg_server")
+    name = f"sink_{os.urandom(4).hex()}"
+    with sa.create_engine(pg.url, isolation_level="AUTOCOMMIT").connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    return pg.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def rows(url: str, table: str) -> list[dict[str, Any]]:
+    """A table's rows as its reflected column types read them."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        t = sa.Table(table, sa.MetaData(), autoload_with=conn)
+        return [dict(r._mapping) for r in conn.execute(sa.select(t))]
+
+
+def test_sql_sink_creates_a_typed_table_and_upserts_by_the_record_key(target_url: str) -> None:
+    sink = SqlSink(target_url, "quotes", QUOTES)
+    assert sink.write(quotes("AAPL", 5), page(1)) is True
+    # the same records again under another page (a re-run): updated in place, not added
+    assert sink.write(quotes("AAPL", 5, close=50.0), page(2)) is True
+    assert sink.write(quotes("MSFT", 3), page(3)) is True
+    got = rows(target_url, "quotes")
+    assert len(got) == 8 == len({(r["symbol"], r["date"]) for r in got})
+    aapl = sorted((r for r in got if r["symbol"] == "AAPL"), key=lambda r: r["date"])
+    assert [r["close"] for r in aapl] == [50.0, 51.0, 52.0, 53.0, 54.0]
+    assert {r["_artemis_page_seq"] for r in aapl} == {2}
+    assert all(r["_artemis_task_id"] == "t-1" and r["_artemis_loaded_at"] for r in got)
+    insp = sa.inspect(sa.create_engine(target_url))
+    types = {c["name"]: c["type"] for c in insp.get_columns("quotes")}
+    assert isinstance(types["date"], sa.Date)
+    assert isinstance(types["volume"], sa.Integer)
+    assert isinstance(types["close"], sa.Float)
+    assert set(insp.get_pk_constraint("quotes")["constrained_columns"]) == {"symbol", "date"}
+    assert isinstance(aapl[0]["date"], dt.date)
+
+
+def test_a_page_written_again_under_its_key_changes_nothing(target_url: str) -> None:
+    sink = SqlSink(target_url, "quotes", QUOTES)
+    assert sink.write(quotes("AAPL", 4), page(7)) is True
+    before = rows(target_url, "quotes")
+    # the retry of page 7 (its worker died after the commit) carries other values
+    assert sink.write(quotes("AAPL", 4, close=99.0), page(7)) is False
+    assert rows(target_url, "quotes") == before
+    ledger = rows(target_url, LEDGER)
+    assert [(r["idempotency_key"], r["records"]) for r in ledger] == [
+        ("pull_stock_quotes/t-1:sql:7", 4)
+    ]
+
+
+def test_a_table_without_a_column_of_the_model_is_a_sink_error_naming_it(target_url: str) -> None:
+    with sa.create_engine(target_url).begin() as conn:
+        conn.execute(
+            sa.text(
+                'CREATE TABLE "q2" (symbol TEXT, date DATE, open FLOAT, high FLOAT, low FLOAT, '
+                "close FLOAT, _artemis_task_id TEXT, _artemis_page_seq INTEGER, "
+                "_artemis_loaded_at TIMESTAMP, PRIMARY KEY (symbol, date))"
+            )
+        )
+    with pytest.raises(ArtemisError) as e:
+        SqlSink(target_url, "q2", QUOTES).write(quotes("AAPL", 2), page(1))
+    assert e.value.code is ErrorCode.SINK_ERROR and not e.value.retryable
+    assert "no column 'volume'" in e.value.message
+    assert rows(target_url, "q2") == []
+
+
+def test_a_column_of_the_wrong_type_is_a_sink_error_naming_it(target_url: str) -> None:
+    with sa.create_engine(target_url).begin() as conn:
+        conn.execute(
+            sa.text(
+                'CREATE TABLE "q3" (symbol TEXT, date DATE, open FLOAT, high FLOAT, low FLOAT, '
+                "close FLOAT, volume DATE, _artemis_task_id TEXT, _artemis_page_seq INTEGER, "
+                "_artemis_loaded_at TIMESTAMP, PRIMARY KEY (symbol, date))"
+            )
+        )
+    with pytest.raises(ArtemisError) as e:
+        SqlSink(target_url, "q3", QUOTES).write(quotes("AAPL", 2), page(1))
+    assert e.value.code is ErrorCode.SINK_ERROR
+    assert "column 'volume'" in e.value.message and "int" in e.value.message
+
+
+def test_a_record_of_the_wrong_shape_is_a_sink_error_naming_the_field(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'lake.db'}"
+    SqlSink(url, "quotes", QUOTES).write(quotes("IBM", 1), page(1))
+    bad = quotes("AAPL", 3)
+    bad[1]["volume"] = "many"
+    with pytest.raises(ArtemisError) as e:
+        SqlSink(url, "quotes", QUOTES).write(bad, page(2))
+    assert e.value.code is ErrorCode.SINK_ERROR and not e.value.retryable
+    assert "record 1" in e.value.message and "'volume'" in e.value.message
+    extra = quotes("AAPL", 2)
+    extra[0]["currency"] = "USD"
+    with pytest.raises(ArtemisError) as e:
+        SqlSink(url, "quotes", QUOTES).write(extra, page(3))
+    assert "'currency'" in e.value.message
+    # nothing of either page landed
+    assert [r["symbol"] for r in rows(url, "quotes")] == ["IBM"]
+    assert [r["idempotency_key"] for r in rows(url, LEDGER)] == ["pull_stock_quotes/t-1:sql:1"]
+
+
+def test_no_sql_sink_without_a_unique_key_on_an_existing_table(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'lake.db'}"
+    with sa.create_engine(url).begin() as conn:
+        conn.execute(
+            sa.text(
+                'CREATE TABLE "q4" (symbol TEXT, date DATE, open FLOAT, high FLOAT, low FLOAT, '
+                "close FLOAT, volume BIGINT, _artemis_task_id TEXT, _artemis_page_seq INTEGER, "
+                "_artemis_loaded_at TIMESTAMP)"
+            )
+        )
+    with pytest.raises(ArtemisError) as e:
+        SqlSink(url, "q4", QUOTES).write(quotes("AAPL", 2), page(1))
+    assert "no primary key or unique constraint on the record key" in e.value.message
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ledger_db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'artemis.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_file_sink_writes_one_whole_file_per_page_and_a_manifest(
+    tmp_path: Path, ledger_db: str, fmt: str
+) -> None:
+    root = tmp_path / "lake"
+    sink = FileSink(str(root), fmt, QUOTES, ledger_db)
+    sink.write(quotes("AAPL", 5), page(1))
+    sink.write(quotes("MSFT", 3), page(2))
+    # a retried page overwrites its own file
+    sink.write(quotes("MSFT", 3, close=77.0), page(2))
+    run_dir = root / "pull_stock_quotes" / "t-1"
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert names == [f"files-000001.{fmt}", f"files-000002.{fmt}"]
+    second = run_dir / f"files-000002.{fmt}"
+    if fmt == "parquet":
+        table = pq.read_table(second)
+        assert table.schema.field("date").type == pa.date32()
+        assert table.schema.field("volume").type == pa.int64()
+        assert table.schema.field("close").type == pa.float64()
+        assert table.column("close").to_pylist() == [77.0, 78.0, 79.0]
+        assert pq.read_table(run_dir / "files-000001.parquet").num_rows == 5
+    else:
+        lines = second.read_bytes().splitlines()
+        assert [jsonio.loads(x)["close"] for x in lines] == [77.0, 78.0, 79.0]
+    result = sink.write_manifest(RunEnd("pull_stock_quotes/t-1", "pull_stock_quotes", "t-1", "completed"))
+    manifest = jsonio.loads((run_dir / "_manifest.json").read_bytes())
+    assert manifest["status"] == "completed" and manifest["format"] == fmt
+    assert [(f["page_seq"], f["records"]) for f in manifest["files"]] == [(1, 5), (2, 3)]
+    assert manifest["records"] == 8 and result["files"] == 2
+    assert all(Path(f["path"]).exists() for f in manifest["files"])
+
+
+def test_file_sink_parquet_refuses_a_record_the_model_does_not_hold(
+    tmp_path: Path, ledger_db: str
+) -> None:
+    sink = FileSink(str(tmp_path / "lake"), "parquet", QUOTES, ledger_db)
+    bad = quotes("AAPL", 2)
+    bad[0]["currency"] = "USD"
+    with pytest.raises(ArtemisError) as e:
+        sink.write(bad, page(1))
+    assert e.value.code is ErrorCode.SINK_ERROR and "'currency'" in e.value.message
+    assert not (tmp_path / "lake" / "pull_stock_quotes" / "t-1" / "files-000001.parquet").exists()
+
+
+def test_file_sink_on_s3_writes_whole_objects_and_overwrites_them(
+    s3_server: str, ledger_db: str
+) -> None:
+    import s3fs
+
+    sink = FileSink("s3://lake/harvest", "parquet", QUOTES, ledger_db, endpoint_url=s3_server)
+    sink.write(quotes("AAPL", 4), page(1))
+    sink.write(quotes("AAPL", 4, close=5.0), page(1))
+    sink.write_manifest(RunEnd("pull_stock_quotes/t-1", "pull_stock_quotes", "t-1", "completed"))
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_server})
+    fs.invalidate_cache()
+    listed = sorted(fs.ls("lake/harvest/pull_stock_quotes/t-1"))
+    assert listed == [
+        "lake/harvest/pull_stock_quotes/t-1/_manifest.json",
+        "lake/harvest/pull_stock_quotes/t-1/files-000001.parquet",
+    ]
+    table = pq.read_table(io.BytesIO(fs.cat_file(listed[1])))
+    assert table.column("close").to_pylist() == [5.0, 6.0, 7.0, 8.0]
+    manifest = jsonio.loads(fs.cat_file(listed[0]))
+    assert manifest["files"][0]["path"] == "s3://lake/harvest/pull_stock_quotes/t-1/files-000001.parquet"
+    assert manifest["records"] == 4
+
+
+def test_a_request_may_not_say_where_records_land() -> None:
+    from artemis.sinks.base import check_request_output
+
+    for output, field in (
+        ({"sql": {"url": "sqlite:////etc/x.db"}}, "output.sql.url"),
+        ({"files": {"url": "/etc"}}, "output.files.url"),
+        ({"files": {"endpoint_url": "http://169.254.169.254"}}, "output.files.endpoint_url"),
+    ):
+        with pytest.raises(ArtemisError) as e:
+            check_request_output(output)
+        assert e.value.code is ErrorCode.INVALID_INPUT and e.value.message.startswith(field)
+    check_request_output({"sinks": ["sql"], "sql": {"table": "mine"}, "files": {"format": "jsonl"}})
