@@ -205,7 +205,9 @@ def test_file_sink_writes_one_whole_file_per_page_and_a_manifest(
     else:
         lines = second.read_bytes().splitlines()
         assert [jsonio.loads(x)["close"] for x in lines] == [77.0, 78.0, 79.0]
-    result = sink.write_manifest(RunEnd("pull_stock_quotes/t-1", "pull_stock_quotes", "t-1", "completed"))
+    result = sink.write_manifest(
+        RunEnd("pull_stock_quotes/t-1", "pull_stock_quotes", "t-1", "completed")
+    )
     manifest = jsonio.loads((run_dir / "_manifest.json").read_bytes())
     assert manifest["status"] == "completed" and manifest["format"] == fmt
     assert [(f["page_seq"], f["records"]) for f in manifest["files"]] == [(1, 5), (2, 3)]
@@ -244,7 +246,10 @@ def test_file_sink_on_s3_writes_whole_objects_and_overwrites_them(
     table = pq.read_table(io.BytesIO(fs.cat_file(listed[1])))
     assert table.column("close").to_pylist() == [5.0, 6.0, 7.0, 8.0]
     manifest = jsonio.loads(fs.cat_file(listed[0]))
-    assert manifest["files"][0]["path"] == "s3://lake/harvest/pull_stock_quotes/t-1/files-000001.parquet"
+    assert (
+        manifest["files"][0]["path"]
+        == "s3://lake/harvest/pull_stock_quotes/t-1/files-000001.parquet"
+    )
     assert manifest["records"] == 4
 
 

@@ -1,0 +1,186 @@
+"""Runs that land their records in a SQL table and in files, through the whole stack."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+
+from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
+from tests.helpers import eventually, stop_processes
+
+
+def _count(url: str, sql: str) -> int:
+    with sa.create_engine(url).connect() as conn:
+        return int(conn.execute(sa.text(sql)).scalar_one())
+
+
+async def test_a_run_lands_in_a_sqlite_table_and_parquet_files_with_a_manifest(
+    make_stack, tmp_path: Path
+) -> None:
+    lake_db = f"sqlite:///{tmp_path / 'lake.db'}"
+    lake = tmp_path / "lake"
+    stack = await make_stack(
+        output_defaults={
+            "pull_stock_quotes": {
+                "sinks": ["sql", "files"],
+                "sql": {"url": lake_db, "table": "quotes"},
+                "files": {"url": str(lake), "format": "parquet"},
+            }
+        }
+    )
+    task_id = new_task_id()
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL", "MSFT", "IBM"]}}
+    )
+    assert resp.status_code == 200, resp.text
+    data = resp.json()["data"]
+    assert data["status"] == "completed", data
+    stats = data["stats"]
+    fetched = stats["records_fetched"]
+    assert fetched > 0
+    assert stats["sinks"] == {"sql": fetched, "files": fetched}
+    # the table: each (symbol, date) once, every record of the run
+    assert _count(lake_db, "SELECT COUNT(*) FROM quotes") == fetched
+    assert _count(lake_db, "SELECT COUNT(DISTINCT symbol || date) FROM quotes") == fetched
+    # the files: one per page with records, whole, and the manifest lists them
+    run_dir = lake / "pull_stock_quotes" / task_id
+    files = sorted(run_dir.glob("files-*.parquet"))
+    assert 3 <= len(files) <= stats["pages"]
+    # one ledger row per page written to the table
+    assert _count(lake_db, "SELECT COUNT(*) FROM _artemis_sink_ledger") == len(files)
+    assert sum(pq.read_table(f).num_rows for f in files) == fetched
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["records"] == fetched
+    assert sorted(f["path"] for f in manifest["files"]) == [str(f) for f in files]
+    assert stats["sinks_finished"]["files"]["manifest"] == str(run_dir / "_manifest.json")
+    # GET shows the same counts
+    shown = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]["stats"]
+    assert shown["sinks"] == stats["sinks"]
+    # no temporary file was left behind
+    assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+async def test_a_request_naming_a_sink_destination_is_refused(make_stack, tmp_path: Path) -> None:
+    stack = await make_stack(
+        output_defaults={
+            "pull_stock_quotes": {
+                "sinks": ["sql"],
+                "sql": {"url": f"sqlite:///{tmp_path / 'lake.db'}", "table": "quotes"},
+            }
+        }
+    )
+    resp = await stack.run(
+        {
+            "params": {"symbols": ["AAPL"]},
+            "output": {"sinks": ["sql"], "sql": {"url": f"sqlite:///{tmp_path / 'other.db'}"}},
+        },
+        mode="async",
+    )
+    assert resp.status_code == 422, resp.text
+    assert "output.sql.url" in resp.json()["error"]["message"]
+    assert not (tmp_path / "other.db").exists()
+
+
+async def test_a_schema_mismatch_fails_the_run_with_sink_error_naming_the_column(
+    make_stack, tmp_path: Path
+) -> None:
+    lake_db = f"sqlite:///{tmp_path / 'lake.db'}"
+    with sa.create_engine(lake_db).begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE quotes (symbol TEXT, date DATE, open FLOAT, high FLOAT, "
+                "low FLOAT, close FLOAT, _artemis_task_id TEXT, _artemis_page_seq INTEGER, "
+                "_artemis_loaded_at TIMESTAMP, PRIMARY KEY (symbol, date))"
+            )
+        )
+    stack = await make_stack(
+        output_defaults={
+            "pull_stock_quotes": {"sinks": ["sql"], "sql": {"url": lake_db, "table": "quotes"}}
+        }
+    )
+    resp = await stack.run({"params": {"symbols": ["AAPL"]}})
+    data = resp.json()
+    assert data["data"]["status"] == "failed", data
+    error = data["data"]["error"]
+    assert error["code"] == "SINK_ERROR" and "no column 'volume'" in error["message"]
+    assert _count(lake_db, "SELECT COUNT(*) FROM quotes") == 0
+
+
+async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
+    make_stack, pg_server, samples, tmp_path: Path
+) -> None:
+    name = f"lake_{os.urandom(4).hex()}"
+    with sa.create_engine(pg_server.url, isolation_level="AUTOCOMMIT").connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    lake_db = pg_server.url.rsplit("/", 1)[0] + f"/{name}"
+    stack = await make_stack(
+        worker=False,
+        runs={"pages_per_fetch": 20, "heartbeat_timeout_s": 2.0},
+        output_defaults={
+            "pull_stock_quotes": {
+                # the table first, then a slow HTTP sink: pages in the table whose emit
+                # the worker never finished are written again on the retry
+                "sinks": ["sql", "http"],
+                "sql": {"url": lake_db, "table": "quotes"},
+                "http_endpoint": f"{samples.url}/sink/crash",
+            }
+        },
+    )
+    worker_settings = settings_with(
+        stack.settings, logging={"output": "file", "file": {"path": str(tmp_path / "w.log")}}
+    )
+    config = write_config(tmp_path / "worker.yaml", worker_settings)
+    await stack.fault("sink", delay_ms=150)
+    first = start_worker_process(config, tmp_path / "worker1.out")
+    second = None
+    try:
+        task_id = new_task_id()
+        resp = await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {"symbols": ["AAPL", "MSFT"], "page_size": 1},
+            },
+            mode="async",
+        )
+        assert resp.status_code == 202, resp.text
+        handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
+
+        async def mid_emit() -> bool:
+            desc = await handle.describe()
+            return any(
+                a.activity_type.name == "emit_batch" and a.heartbeat_details.payloads
+                for a in desc.raw_description.pending_activities
+            )
+
+        await eventually(mid_emit, "an emit to heartbeat a delivered page", interval=0.02)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        await asyncio.sleep(1.0)
+        second = start_worker_process(config, tmp_path / "worker2.out")
+        final = await stack.wait_status(task_id, timeout=120)
+    finally:
+        await stack.fault("sink", delay_ms=0)
+        stop_processes(first, second)
+    assert final["status"] == "completed", final
+    assert final["stats"]["records_fetched"] == 60
+    assert _count(lake_db, "SELECT COUNT(*) FROM quotes") == 60
+    assert _count(lake_db, "SELECT COUNT(DISTINCT (symbol, date)) FROM quotes") == 60
+    assert _count(lake_db, "SELECT COUNT(*) FROM _artemis_sink_ledger") == 60
+    assert final["stats"]["sinks"]["sql"] == 60
+    history = await handle.fetch_history()
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert max(attempts) >= 2
+    # pages in the table whose HTTP delivery the killed worker never finished went again,
+    # and the table's ledger took each of them once
+    assert "sql_sink_page_already_loaded" in (tmp_path / "w.log").read_text()
+
