@@ -12,6 +12,12 @@ sink), an `artemis worker` and an `artemis api`, each in its own process. Then:
 Multi-source mode (``--symbols S``): S symbols of N pages each. Artemis fetches them as
 parallel units (``runs.fetch_concurrency``); the baseline runs S such loops at once.
 
+Sink mode (``--sink sql|files``): the same Artemis run lands its records in a table
+(PostgreSQL, started by the bench; ``--sql-url`` for another) or in Parquet files
+(``--file-format``) instead of the HTTP sink; each repeat also times the HTTP-sink run, and
+``sink_ratio`` is the one over the other. The records landed are counted in the table /
+files (every key once).
+
 Prints one JSON line: {"symbols", "pages", "records", "artemis_s", "baseline_s", "ratio", ...}.
 """
 
@@ -19,10 +25,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import shutil
 import statistics
 import sys
+import tempfile
 import time
+import uuid
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -95,18 +105,27 @@ async def _one_symbol(
 
 
 async def artemis_run(
-    api: str, samples: str, pages: int, page_size: int, symbols: int = 1
+    api: str,
+    samples: str,
+    pages: int,
+    page_size: int,
+    symbols: int = 1,
+    sink: str = "http",
+    task_id: str | None = None,
 ) -> tuple[float, dict]:
     end = START + timedelta(days=pages * page_size - 1)
-    body = {
+    body: dict = {
+        "output": {"sinks": [sink]},
         "params": {
             "symbols": [f"ARTM{n}" for n in range(symbols)],
             "start": START.isoformat(),
             "end": end.isoformat(),
             "page_size": page_size,
             "base_url": samples,
-        }
+        },
     }
+    if task_id:
+        body["meta"] = {"task_id": task_id}
     async with httpx.AsyncClient(timeout=600) as http:
         t0 = time.perf_counter()
         resp = await http.post(f"{api}/tasks/pull_stock_quotes/run?mode=sync", json=body)
@@ -127,13 +146,29 @@ async def main() -> None:
     ap.add_argument("--pages-per-fetch", type=int, default=50)
     ap.add_argument("--fetch-concurrency", type=int, default=4)
     ap.add_argument("--emit-concurrency", type=int, default=4)
+    ap.add_argument("--sink", choices=["http", "sql", "files"], default="http")
+    ap.add_argument("--sql-url", help="the sql sink's database (default: a PostgreSQL of its own)")
+    ap.add_argument("--file-format", choices=["parquet", "jsonl"], default="parquet")
     ap.add_argument(
         "--memory-only",
         action="store_true",
         help="one Artemis run, no baseline: report the worker's idle and peak RSS",
     )
     args = ap.parse_args()
+    with contextlib.ExitStack() as resources:
+        await _main(args, resources)
 
+
+async def _main(args: argparse.Namespace, resources: contextlib.ExitStack) -> None:
+    sql_url = args.sql_url
+    if args.sink == "sql" and not sql_url:
+        from infra.pgserver import PgServer
+
+        pg = PgServer().start()
+        resources.callback(pg.stop)
+        sql_url = pg.url
+    lake = Path(tempfile.mkdtemp(prefix="artemis-lake-"))
+    resources.callback(shutil.rmtree, lake, True)
     config = {
         "runs": {
             "pages_per_fetch": args.pages_per_fetch,
@@ -141,7 +176,12 @@ async def main() -> None:
             "emit_concurrency": args.emit_concurrency,
         },
         "output_defaults": {
-            "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/artemis"}
+            "pull_stock_quotes": {
+                "sinks": ["http"],
+                "http_endpoint": "{samples}/sink/artemis",
+                **({"sql": {"url": sql_url, "table": "bench_quotes"}} if sql_url else {}),
+                "files": {"url": str(lake), "format": args.file_format},
+            }
         },
     }
     with bench_stack(config, latency_ms=args.latency_ms) as stack:
@@ -164,25 +204,47 @@ async def main() -> None:
             )
             return
         await baseline(samples, 3, 10)
-        artemis_times, base_times = [], []
+        artemis_times, base_times, http_times = [], [], []
         stats: dict = {}
+        want = args.symbols * args.pages * args.page_size
         for _ in range(args.repeat):
             async with httpx.AsyncClient() as http:
                 await http.post(f"{samples}/_control/reset", json={})
-            t, stats = await artemis_run(api, samples, args.pages, args.page_size, args.symbols)
+            task_id = f"bench-{uuid.uuid4().hex[:12]}"
+            t, stats = await artemis_run(
+                api, samples, args.pages, args.page_size, args.symbols, args.sink, task_id
+            )
             artemis_times.append(t)
-            async with httpx.AsyncClient(timeout=60) as http:
-                got = sum(
-                    len(b["records"])
-                    for b in (await http.get(f"{samples}/_sink/batches")).json()
-                    if b["status"] == 200
-                )
-            want = args.symbols * args.pages * args.page_size
+            if args.sink == "http":
+                async with httpx.AsyncClient(timeout=60) as http:
+                    got = sum(
+                        len(b["records"])
+                        for b in (await http.get(f"{samples}/_sink/batches")).json()
+                        if b["status"] == 200
+                    )
+            else:
+                got = _landed(args.sink, sql_url, lake / "pull_stock_quotes" / task_id)
+                async with httpx.AsyncClient() as http:
+                    await http.post(f"{samples}/_control/reset", json={})
+                t, _ = await artemis_run(api, samples, args.pages, args.page_size, args.symbols)
+                http_times.append(t)
             if got != want:
-                raise SystemExit(f"sink received {got} records, expected {want}")
+                raise SystemExit(f"{args.sink} sink holds {got} records, expected {want}")
             t, sent = await baseline(samples, args.pages, args.page_size, args.symbols)
             base_times.append(t)
         a, b = statistics.median(artemis_times), statistics.median(base_times)
+        sink_fields: dict = {"sink": args.sink}
+        if http_times:
+            h = statistics.median(http_times)
+            sink_fields.update(
+                {
+                    "http_sink_s": round(h, 3),
+                    "sink_ratio": round(a / h, 3),
+                    "http_sink_runs_s": [round(x, 3) for x in http_times],
+                    **({"file_format": args.file_format} if args.sink == "files" else {}),
+                    **({"database": sql_url.split(":", 1)[0]} if args.sink == "sql" else {}),
+                }
+            )
         print(
             json.dumps(
                 {
@@ -198,9 +260,34 @@ async def main() -> None:
                     "batches": stats.get("stats", {}).get("batches"),
                     "artemis_runs_s": [round(x, 3) for x in artemis_times],
                     "baseline_runs_s": [round(x, 3) for x in base_times],
+                    **sink_fields,
                 }
             )
         )
+
+
+def _landed(sink: str, sql_url: str | None, run_dir: Path) -> int:
+    """Records the run left in the table (distinct keys) or in its files."""
+    if sink == "sql":
+        import sqlalchemy as sa
+
+        assert sql_url
+        with sa.create_engine(sql_url).connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text("SELECT COUNT(DISTINCT (symbol, date)) FROM bench_quotes")
+                    if sql_url.startswith("postgresql")
+                    else sa.text("SELECT COUNT(DISTINCT symbol || date) FROM bench_quotes")
+                ).scalar_one()
+            )
+    files = sorted(run_dir.glob("files-*"))
+    if not files:
+        return 0
+    if files[0].suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return sum(pq.read_metadata(f).num_rows for f in files)
+    return sum(len(f.read_bytes().splitlines()) for f in files)
 
 
 if __name__ == "__main__":
