@@ -79,6 +79,9 @@ class DevStack:
                 "pull_stock_quotes": {
                     **base.output_defaults.get("pull_stock_quotes", {}),
                     "http_endpoint": f"{samples_url}/sink/quotes",
+                    # the demo's quotes also land in a SQLite table and Parquet files
+                    "sql": {"url": f"sqlite:///{data_dir / 'lake.db'}", "table": "quotes"},
+                    "files": {"url": str(data_dir / "lake"), "format": "parquet"},
                 },
                 "literature_harvest": {
                     "sinks": ["http"],
@@ -290,6 +293,8 @@ class DevStack:
                 "page_size": 10,
             },
         }
+        if self.own_registry:
+            body["output"] = {"sinks": ["http", "sql", "files"]}
         console.rule("[bold]sample run: pull_stock_quotes")
         started = self._start_and_watch(http, "pull_stock_quotes", body)
         if started is None:
@@ -316,9 +321,40 @@ class DevStack:
         console.print(f"see the run in the Temporal UI: [link]{ui}[/link]")
         expected = (final.get("stats") or {}).get("records_fetched")
         quotes_ok = final["status"] == "completed" and received == expected
+        if self.own_registry:
+            quotes_ok = self._show_lake(task_id, expected) and quotes_ok
         literature_ok = self._run_literature(http) if self.own_registry else True
         crawl_ok = self._run_crawl(http) if self.own_registry else True
         return quotes_ok and literature_ok and crawl_ok
+
+    def _show_lake(self, task_id: str, expected: int | None) -> bool:
+        """What the run left in the SQLite table and the Parquet files, and how to look."""
+        import pyarrow.parquet as pq
+        import sqlalchemy as sa
+
+        db = self.data_dir / "lake.db"
+        with sa.create_engine(f"sqlite:///{db}").connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT COUNT(*) FROM quotes WHERE _artemis_task_id = :t"), {"t": task_id}
+            ).scalar_one()
+        run_dir = self.data_dir / "lake" / "pull_stock_quotes" / task_id
+        files = sorted(run_dir.glob("files-*.parquet"))
+        in_files = sum(pq.read_metadata(f).num_rows for f in files)
+        t = Table(title="the same quotes, landed")
+        t.add_column("where")
+        t.add_column("records", justify="right")
+        t.add_row(f"SQLite table quotes ({db})", str(rows))
+        t.add_row(f"{len(files)} Parquet files + _manifest.json ({run_dir})", str(in_files))
+        console.print(t)
+        console.print(
+            "query them:\n"
+            f'  sqlite3 {db} "SELECT symbol, COUNT(*), MIN(date), MAX(date) FROM quotes '
+            'GROUP BY symbol"\n'
+            f"  .venv/bin/python -c \"import pyarrow.parquet as pq; "
+            f"print(pq.read_table('{run_dir}').group_by('symbol').aggregate("
+            "[('close', 'mean')]))\""
+        )
+        return rows == expected == in_files
 
     def _run_crawl(self, http: httpx.Client) -> bool:
         """A small crawl of the sample platform with two pooled cookies (one of them

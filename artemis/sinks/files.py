@@ -196,7 +196,14 @@ class FileSink(Sink):
             "records": sum(f["records"] for f in files),
             "written_at": utcnow().isoformat(),
         }
-        path = f"{self.run_dir(end.task_code, end.task_id)}/{MANIFEST}"
+        run_dir = self.run_dir(end.task_code, end.task_id)
+        if self.local and os.path.isdir(run_dir):
+            # A worker killed mid-write leaves its temporary file (never a page file);
+            # the run has stopped writing now, so what is left is litter.
+            for name in os.listdir(run_dir):
+                if name.startswith(f".{self.name}-") and name.endswith(".tmp"):
+                    os.unlink(os.path.join(run_dir, name))
+        path = f"{run_dir}/{MANIFEST}"
         self._put(path, jsonio.dumps(manifest) + b"\n")
         log.info("files_manifest_written", path=self.location(path), files=len(files))
         return {

@@ -126,8 +126,9 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
             "pull_stock_quotes": {
                 # the table first, then a slow HTTP sink: pages in the table whose emit
                 # the worker never finished are written again on the retry
-                "sinks": ["sql", "http"],
+                "sinks": ["sql", "files", "http"],
                 "sql": {"url": lake_db, "table": "quotes"},
+                "files": {"url": str(tmp_path / "lake"), "format": "parquet"},
                 "http_endpoint": f"{samples.url}/sink/crash",
             }
         },
@@ -183,4 +184,15 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
     # pages in the table whose HTTP delivery the killed worker never finished went again,
     # and the table's ledger took each of them once
     assert "sql_sink_page_already_loaded" in (tmp_path / "w.log").read_text()
+    # every page's file whole (a rewritten page replaced its own file), each key once
+    run_dir = tmp_path / "lake" / "pull_stock_quotes" / task_id
+    files = sorted(run_dir.glob("files-*.parquet"))
+    keys = [
+        (r["symbol"], r["date"]) for f in files for r in pq.read_table(f).to_pylist()
+    ]
+    assert len(keys) == 60 == len(set(keys))
+    # a write the kill cut short left only its temporary file, removed at finalize
+    assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert manifest["records"] == 60 and manifest["file_count"] == len(files)
 

@@ -205,6 +205,8 @@ def test_file_sink_writes_one_whole_file_per_page_and_a_manifest(
     else:
         lines = second.read_bytes().splitlines()
         assert [jsonio.loads(x)["close"] for x in lines] == [77.0, 78.0, 79.0]
+    # what a write cut short by a kill leaves: its temporary file, gone at finalize
+    (run_dir / f".files-000003.{fmt}.0123.tmp").write_bytes(b"half")
     result = sink.write_manifest(
         RunEnd("pull_stock_quotes/t-1", "pull_stock_quotes", "t-1", "completed")
     )
@@ -213,6 +215,7 @@ def test_file_sink_writes_one_whole_file_per_page_and_a_manifest(
     assert [(f["page_seq"], f["records"]) for f in manifest["files"]] == [(1, 5), (2, 3)]
     assert manifest["records"] == 8 and result["files"] == 2
     assert all(Path(f["path"]).exists() for f in manifest["files"])
+    assert sorted(p.name for p in run_dir.iterdir()) == ["_manifest.json", *names]
 
 
 def test_file_sink_parquet_refuses_a_record_the_model_does_not_hold(
