@@ -224,6 +224,7 @@ class PlanTracker:
         self.pages = 0
         self.records_fetched = 0
         self.records_emitted = 0
+        self.sinks: dict[str, int] = {}  # records each sink took
         self.expected_total: int | None = None  # what the source states it holds
         # Pages and records of the fetch batch in flight, per run ("" = this run).
         self._batch: dict[str, tuple[int, int]] = {}
@@ -392,6 +393,8 @@ class PlanTracker:
                 self._processed_upto = max(self._processed_upto, int(res.get("last_seq", -1)))
         elif act == "emit_batch":
             self.records_emitted += int(res.get("records_emitted", 0))
+            for name, n in (res.get("sinks") or {}).items():
+                self.sinks[name] = self.sinks.get(name, 0) + int(n)
             if raw.task_id is None:
                 self._emitted_upto = max(self._emitted_upto, int(res.get("last_seq", -1)))
             counted = True
@@ -426,6 +429,7 @@ class PlanTracker:
             "records_fetched": self.records_fetched + in_flight_records,
             "expected_total": self.expected_total,
             "records_emitted": self.records_emitted,
+            "sinks": dict(self.sinks),
         }
 
     def _terminal(self, status: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:

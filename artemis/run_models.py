@@ -71,7 +71,7 @@ class RunCarry:
     total: int
     checkpoint: dict[str, Any] | None
     next_seq: int
-    stats: dict[str, int]
+    stats: dict[str, Any]
     steps: dict[str, str]
     progress_last_ms: float | None
     units_done: int

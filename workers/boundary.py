@@ -206,7 +206,11 @@ def _result_data(inp: Any, result: Any) -> dict[str, Any]:
             "last_seq": inp.last_seq,
         }
     if isinstance(result, EmitResult):
-        return {"records_emitted": result.records_emitted, "last_seq": inp.last_seq}
+        return {
+            "records_emitted": result.records_emitted,
+            "last_seq": inp.last_seq,
+            "sinks": dict(result.sinks),
+        }
     if isinstance(result, FinalizeResult):
         return {"callback": result.callback}
     if isinstance(result, SplitResult):

@@ -196,3 +196,43 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
     manifest = json.loads((run_dir / "_manifest.json").read_text())
     assert manifest["records"] == 60 and manifest["file_count"] == len(files)
 
+
+
+async def test_sinks_across_continue_as_new_count_in_stats_and_events(
+    make_stack, tmp_path: Path
+) -> None:
+    from tests.e2e.test_events import read_sse
+
+    lake_db = f"sqlite:///{tmp_path / 'lake.db'}"
+    lake = tmp_path / "lake"
+    stack = await make_stack(
+        runs={"pages_per_fetch": 1, "max_batches_per_run": 2},
+        output_defaults={
+            "pull_stock_quotes": {
+                "sinks": ["sql", "files"],
+                "sql": {"url": lake_db, "table": "quotes"},
+                "files": {"url": str(lake), "format": "jsonl"},
+            }
+        },
+    )
+    task_id = new_task_id()
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"symbols": ["NFLX"], "page_size": 5}}
+    )
+    data = resp.json()["data"]
+    assert data["status"] == "completed" and data["stats"]["pages"] == 6, data
+    runs = [e async for e in stack.client.list_workflows(f"WorkflowId = '{data['workflow_id']}'")]
+    assert len(runs) >= 3, "expected the run to continue as new at least twice"
+    # the counts of every execution of the run add up
+    assert data["stats"]["sinks"] == {"sql": 30, "files": 30}
+    assert _count(lake_db, "SELECT COUNT(*) FROM quotes") == 30
+    run_dir = lake / "pull_stock_quotes" / task_id
+    files = sorted(run_dir.glob("files-*.jsonl"))
+    assert [f.name for f in files] == [f"files-{n:06d}.jsonl" for n in range(6)]
+    manifest = json.loads((run_dir / "_manifest.json").read_text())
+    assert manifest["records"] == 30 and manifest["file_count"] == 6
+    events = await read_sse(stack.api_url, task_id)
+    assert events[-1]["event"] == "complete"
+    assert events[-1]["stats"]["sinks"] == {"sql": 30, "files": 30}
+    progress = [e["sinks"] for e in events if e["event"] == "progress"]
+    assert progress[-1] == {"sql": 30, "files": 30}, progress
