@@ -17,6 +17,7 @@ def rest_source(
     query: str | None,
     window: dict[str, Any],
     page_size: int | None,
+    parallel: int = 1,
 ) -> RestSource:
     """The contract's SEARCH endpoint paged by its pagination cfg; ``family`` (of
     ``api_family``) ``crossref`` adds the Crossref record shape and ``$.DOI`` as key."""
@@ -36,4 +37,9 @@ def rest_source(
         transform=transform,
         status_error=cc.status_error,
         send=lambda client, url, q: cc.send(client, "GET", url, q, f"{code} GET {url}"),
+        # Page-number/offset pages once the total is known: the run's fetch concurrency,
+        # bounded by the provenance's max_concurrency (the rate is its gate's).
+        parallel_pages=min(
+            [parallel, *[v for v in [(contract.rate_limit or {}).get("max_concurrency")] if v]]
+        ),
     )

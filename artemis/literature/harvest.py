@@ -137,10 +137,10 @@ class LiteratureHarvest(TaskUnit):
         family = api_family(contract)
         date_field = (contract.window_offset or {}).get("default_date_field_name")
         window = window_params(family, date_field, p.window_start, p.window_end)
+        parallel = self.fetch_concurrency(ctx)
         if family == "eutils":
-            parallel = self.fetch_concurrency(ctx)
             return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size, parallel)]
-        return [rest_source(cc, family, p.query, window, p.page_size)]
+        return [rest_source(cc, family, p.query, window, p.page_size, parallel)]
 
     def completeness_tolerance(self, ctx: TaskContext) -> float:
         """The run's own tolerance, else the provenance's (pagination cfg), else 0."""

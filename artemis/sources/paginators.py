@@ -20,7 +20,7 @@ JSON-serialisable, end paging only on positive evidence, and register it in ``_K
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 from typing import Any, ClassVar
 
@@ -154,6 +154,13 @@ class Paginator:
     def total_reached(self) -> bool:
         return self.total is not None and self.taken >= self.total
 
+    def ahead(self, n: int) -> list[Paginator]:
+        """Up to ``n`` pages after the current one, when this strategy can tell them
+        before the current one is answered (its position is arithmetic and the source
+        stated a total): their requests may go out together. None otherwise. A guess is
+        only ever a request: each answer is still read in order by the paginator."""
+        return []
+
     def checkpoint(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self)}
 
@@ -216,6 +223,16 @@ class PageNumberPaginator(Paginator):
             self.has_more = False
         if self.max_pages is not None and self.pages_seen >= self.max_pages:
             self.has_more = False
+
+    def ahead(self, n: int) -> list[Paginator]:
+        if self.next_page_path is not None or self.total is None or not self.page_size:
+            return []
+        # Full pages from here on: what is left after the current page, in pages.
+        left = max(0, self.total - self.taken - self.page_size)
+        count = min(n, -(-left // self.page_size))
+        if self.max_pages is not None:
+            count = min(count, self.max_pages - self.pages_seen - 1)
+        return [replace(self, page=self.page + k) for k in range(1, count + 1)]
 
 
 @dataclass
@@ -361,6 +378,17 @@ class OffsetPaginator(Paginator):
                 retryable=False,
                 details={"count": self.total, "cap": self.max_offset},
             )
+
+    def ahead(self, n: int) -> list[Paginator]:
+        if self.total is None:
+            return []
+        out: list[Paginator] = []
+        for k in range(1, n + 1):
+            offset = self.offset + k * self.limit
+            if offset >= self.total or (self.max_offset is not None and offset >= self.max_offset):
+                break
+            out.append(replace(self, offset=offset))
+        return out
 
 
 @dataclass

@@ -3,6 +3,7 @@ each JSON body, and classify failures into error codes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -44,6 +45,7 @@ class RestSource(Source):
         status_error: Callable[[str, httpx.Response], ArtemisError] | None = None,
         send: Callable[[httpx.AsyncClient, str, dict[str, Any]], Awaitable[httpx.Response]]
         | None = None,
+        parallel_pages: int = 1,
     ) -> None:
         self.url = url
         self.paginator = paginator
@@ -62,6 +64,9 @@ class RestSource(Source):
         # key rotation; the default is a plain GET with this source's headers.
         self.send = send
         # Classifies error answers (default: 408/425/429/5xx retryable, other 4xx final).
+        # Requests in flight at once for pages whose position is known in advance
+        # (page-number or offset paging once the source stated its total).
+        self.parallel_pages = max(1, parallel_pages)
         self.status_error = status_error or (
             lambda what, resp: status_error_default(ErrorCode.SOURCE_ERROR, what, resp)
         )
@@ -72,14 +77,36 @@ class RestSource(Source):
         paginator = paginator_from_checkpoint(checkpoint) if checkpoint else self.paginator
         if self.resumed and checkpoint and paginator.resume():
             log.warning("source_session_reopened", source=self.name, reason="resumed attempt")
+        # Requests sent ahead, by request: each answer is still read in order below, and
+        # one never asked for (a guess a short page made wrong) is dropped. On a retry the
+        # checkpoint holds the last page handed over: at most these are requested again.
+        ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]] = {}
+        try:
+            async for page in self._pages(client, paginator, ahead):
+                yield page
+        finally:
+            for task in ahead.values():
+                task.cancel()
+            await asyncio.gather(*ahead.values(), return_exceptions=True)
+
+    async def _pages(
+        self,
+        client: httpx.AsyncClient,
+        paginator: Paginator,
+        ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]],
+    ) -> AsyncIterator[Page]:
         while paginator.has_more:
             params = paginator.update_request(self.params)
             url = paginator.request_url(self.url)
             request = describe_request(url, params)
-            if self.before_request is not None:
-                await self.before_request()
+            if self.parallel_pages > 1:
+                self._send_ahead(client, paginator, ahead)
+            sent = ahead.pop(request, None)
             try:
-                data, headers = await self._get(client, url, params)
+                if sent is not None:
+                    data, headers = await sent
+                else:
+                    data, headers = await self._request(client, url, params)
             except ArtemisError as e:
                 # An expired server session (a cursor): re-open it from the last committed
                 # position instead of failing or starting over.
@@ -120,6 +147,36 @@ class RestSource(Source):
                     "digest": digest,
                 },
             )
+
+    def _send_ahead(
+        self,
+        client: httpx.AsyncClient,
+        paginator: Paginator,
+        ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]],
+    ) -> None:
+        """Keep the current page and the ones after it in flight (``parallel_pages`` in
+        all), once the paginator can tell them; the current page's request is popped by
+        the caller."""
+        guesses = paginator.ahead(self.parallel_pages - 1)
+        if not guesses:
+            return
+        wanted: dict[str, tuple[str, dict[str, Any]]] = {}
+        for guess in [paginator, *guesses]:
+            params = guess.update_request(self.params)
+            url = guess.request_url(self.url)
+            wanted[describe_request(url, params)] = (url, params)
+        for request in [r for r in ahead if r not in wanted]:
+            ahead.pop(request).cancel()
+        for request, (url, params) in wanted.items():
+            if request not in ahead:
+                ahead[request] = asyncio.create_task(self._request(client, url, params))
+
+    async def _request(
+        self, client: httpx.AsyncClient, url: str, params: dict[str, Any]
+    ) -> tuple[Any, httpx.Headers]:
+        if self.before_request is not None:
+            await self.before_request()
+        return await self._get(client, url, params)
 
     async def _get(
         self, client: httpx.AsyncClient, url: str, params: dict[str, Any]
