@@ -730,11 +730,13 @@ class TaskRunActivities:
         for sink in sinks:
             try:
                 result = await sink.finish(end)
-            except ArtemisError as e:
-                if e.retryable and activity.info().attempt < FINALIZE_MAX_ATTEMPTS:
+            except Exception as e:
+                retryable = not isinstance(e, ArtemisError) or e.retryable
+                if retryable and activity.info().attempt < FINALIZE_MAX_ATTEMPTS:
                     raise
-                log.error("sink_finish_failed", sink=sink.name, error=str(e))
-                result = {"error": str(e)}
+                # The callback still goes; the failure is in the run's stats and the log.
+                log.error("sink_finish_failed", sink=sink.name, error=f"{type(e).__name__}: {e}")
+                result = {"error": f"{type(e).__name__}: {e}"}
             if result is not None:
                 finished[sink.name] = result
         return finished

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from artemis.sinks.records import RecordSpec
 
 # Where records land is the operator's choice (config), never a request's: a request may
-# name sinks and formats, not a database URL or a path on the worker's disk.
-OPERATOR_ONLY = {"sql": ("url",), "files": ("url", "endpoint_url")}
+# pick among the configured sinks and a file format, not a database, table or key, a path
+# on the workers' disks or an object store.
+OPERATOR_ONLY = {"sql": ("url", "table", "key"), "files": ("url", "endpoint_url")}
 
 
 @dataclass

@@ -87,6 +87,12 @@ class FileSink(Sink):
 
     # -- naming ----------------------------------------------------------------------------
     def run_dir(self, task_code: str, task_id: str) -> str:
+        if task_id in ("", ".") or ".." in task_id or "/" in task_id:
+            raise ArtemisError(
+                ErrorCode.SINK_ERROR,
+                f"files sink: task id {task_id!r} cannot name a folder",
+                retryable=False,
+            )
         return f"{self.root}/{task_code}/{task_id}"
 
     def page_path(self, ctx: EmitContext) -> str:
@@ -175,6 +181,16 @@ class FileSink(Sink):
 
     def write_manifest(self, end: RunEnd) -> dict[str, Any]:
         """``_manifest.json`` beside the run's files: each file, its page and records."""
+        try:
+            return self._write_manifest(end)
+        except ArtemisError:
+            raise
+        except Exception as e:  # the database, the file system, the object store
+            raise ArtemisError(
+                ErrorCode.SINK_ERROR, f"files sink: manifest: {type(e).__name__}: {e}"
+            ) from None
+
+    def _write_manifest(self, end: RunEnd) -> dict[str, Any]:
         engine = get_engine(self.database_url)
         with engine.connect() as conn:
             rows = conn.execute(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from functools import cached_property
 from typing import Any, Union, get_args, get_origin
 
@@ -20,6 +20,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
+from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
 
 # The columns every table sink adds beside the record's own.
@@ -70,16 +71,16 @@ _SQL: dict[str, Callable[[], sa.types.TypeEngine[Any]]] = {
     "list_str": sa.JSON,
     "json": sa.JSON,
 }
-# The type affinity an existing table's column must have for the model's values.
-_AFFINITY = {
-    "bool": (sa.Boolean, sa.Integer),
+# The column types of an existing table that take the model's values as they are.
+_AFFINITY: dict[str, tuple[type[Any], ...]] = {
+    "bool": (sa.Boolean,),
     "int": (sa.Integer,),
     "float": (sa.Float, sa.Numeric),
     "str": (sa.String,),
     "datetime": (sa.DateTime,),
-    "date": (sa.Date, sa.DateTime),
-    "list_str": (sa.JSON, sa.String),
-    "json": (sa.JSON, sa.String),
+    "date": (sa.Date,),
+    "list_str": (sa.JSON,),
+    "json": (sa.JSON,),
 }
 _ARROW = {
     "bool": pa.bool_(),
@@ -111,14 +112,15 @@ class RecordSpec:
 
     @cached_property
     def _adapter(self) -> TypeAdapter[list[Any]]:
-        # One validator for a whole page, strict about unknown fields; values come back as
-        # Python types (a date string becomes a date), model instances never built.
+        # One validator for a whole page, strict about unknown fields and about types as
+        # JSON has them: "1.5" is not a float, 3.0 not an int, 1 not a bool; an ISO date
+        # string is a date. Values come back as Python types.
         fields: dict[str, Any] = {
             name: (f.annotation, f) for name, f in self.model.model_fields.items()
         }
         checked = create_model(  # type: ignore[call-overload]
             f"{self.model.__name__}Row",
-            __config__=ConfigDict(extra="forbid"),
+            __config__=ConfigDict(extra="forbid", strict=True),
             **fields,
         )
         return TypeAdapter(list[checked])
@@ -128,7 +130,8 @@ class RecordSpec:
 
         Raises ArtemisError(SINK_ERROR, not retryable) naming the record and column."""
         try:
-            models = self._adapter.validate_python(records)
+            # Checked as the JSON the records were staged as (dates are ISO strings there).
+            models = self._adapter.validate_json(jsonio.dumps(records))
         except ValidationError as e:
             err = e.errors()[0]
             loc = err.get("loc") or ()
@@ -140,7 +143,17 @@ class RecordSpec:
                 got = str(err.get("input"))[:60]
                 problem = f"column {column!r}: {err.get('msg')} (got {got!r})"
             raise schema_error(f"{where}: record {index} {problem}") from None
-        return [m.__dict__ for m in models]
+        rows = [m.__dict__ for m in models]
+        for name in self._datetimes:
+            for row in rows:
+                value = row.get(name)
+                if isinstance(value, datetime) and value.tzinfo is not None:
+                    row[name] = value.astimezone(UTC)  # stored as UTC, whatever the column
+        return rows
+
+    @cached_property
+    def _datetimes(self) -> list[str]:
+        return [n for n, k in self.kinds.items() if k == "datetime"]
 
     def sql_columns(self) -> list[sa.Column]:
         cols = []
@@ -187,10 +200,11 @@ class RecordSpec:
         for field in schema:
             values = [r.get(field.name) for r in rows]
             if self.kinds[field.name] == "json":
-                from artemis import jsonio
-
                 values = [None if v is None else jsonio.dumps(v).decode() for v in values]
-            columns.append(pa.array(values, type=field.type))
+            try:
+                columns.append(pa.array(values, type=field.type))
+            except (pa.ArrowException, OverflowError) as e:
+                raise schema_error(f"column {field.name!r}: {type(e).__name__}: {e}") from None
         return pa.Table.from_arrays(columns, schema=schema)
 
 

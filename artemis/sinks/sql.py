@@ -13,6 +13,7 @@ place by its key, so the table holds each key once.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from artemis import jsonio
 from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
@@ -33,8 +35,8 @@ log = get_logger(__name__)
 LEDGER = "_artemis_sink_ledger"
 _INSERTS: dict[str, Any] = {"postgresql": pg_insert, "sqlite": sqlite_insert}
 
-# Tables known to fit, per (url, table): created or checked once per process.
-_ready: dict[tuple[str, str], tuple[sa.Table, sa.Table]] = {}
+# Tables known to fit, per (url, table, model, key): created or checked once per process.
+_ready: dict[tuple[Any, ...], tuple[sa.Table, sa.Table]] = {}
 _ready_lock = threading.Lock()
 
 
@@ -45,6 +47,9 @@ def _ledger_table(metadata: sa.MetaData) -> sa.Table:
         sa.Column("idempotency_key", sa.String(400), primary_key=True),
         sa.Column("table_name", sa.String(200), nullable=False),
         sa.Column("records", sa.Integer, nullable=False),
+        # What the page held: the same key with other records is not a retry (a task id
+        # used again by a later run) and is written, never skipped.
+        sa.Column("digest", sa.String(64), nullable=False),
         sa.Column("loaded_at", sa.DateTime(timezone=True), nullable=False),
     )
 
@@ -63,6 +68,12 @@ class SqlSink(Sink):
                 ErrorCode.INVALID_INPUT,
                 f"output.sql.key: {unknown[0]!r} is not a field of {record.model.__name__}",
             )
+        if not set(record.key) <= set(self.key):
+            # A narrower key would fold distinct records into one row.
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"output.sql.key: must hold the record key ({', '.join(record.key)})",
+            )
         self.engine = get_engine(url)
         if self.engine.dialect.name not in _INSERTS:
             raise ArtemisError(
@@ -77,7 +88,7 @@ class SqlSink(Sink):
 
     def _tables(self) -> tuple[sa.Table, sa.Table]:
         """The target table and the ledger, created when absent, checked when present."""
-        slot = (self.url, self.table_name)
+        slot = (self.url, self.table_name, self.record.model, self.key)
         with _ready_lock:
             known = _ready.get(slot)
         if known is not None:
@@ -140,12 +151,22 @@ class SqlSink(Sink):
         await asyncio.to_thread(self.write, records, ctx)
 
     def write(self, records: list[dict[str, Any]], ctx: EmitContext) -> bool:
-        """Write one page; False when its ledger row says it was written before."""
+        """Write one page; False when its ledger row says this page was written before."""
         where = f"{self._where()}, page {ctx.seq}"
-        # One row per key (the last wins), in key order: a multi-row upsert may not touch a
-        # row twice, and concurrent pages lock rows in one order.
-        by_key = {tuple(r[k] for k in self.key): r for r in self.record.rows(records, where)}
+        # One row per key, in key order: a multi-row upsert may not touch a row twice, and
+        # concurrent pages lock rows in one order. The same key twice in a page is the
+        # same record twice, or the page contradicts itself (an error, never a choice).
+        by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for row in self.record.rows(records, where):
+            key = tuple(row[k] for k in self.key)
+            if key in by_key and by_key[key] != row:
+                raise schema_error(
+                    f"{where}: two different records with the key "
+                    f"({', '.join(f'{k}={v!r}' for k, v in zip(self.key, key, strict=True))})"
+                )
+            by_key[key] = row
         rows = [by_key[k] for k in sorted(by_key, key=_sortable)]
+        digest = hashlib.sha256(jsonio.dumps(rows)).hexdigest()
         now = utcnow()
         for row in rows:
             row["_artemis_task_id"] = ctx.task_id
@@ -158,6 +179,12 @@ class SqlSink(Sink):
             upsert = stmt.on_conflict_do_update(
                 index_elements=list(self.key),
                 set_={c: stmt.excluded[c] for c in update},
+                # Within a run a later page wins even when an earlier one is retried after
+                # it; a row from another run is replaced (the latest run's values).
+                where=sa.or_(
+                    table.c._artemis_task_id != stmt.excluded._artemis_task_id,
+                    table.c._artemis_page_seq <= stmt.excluded._artemis_page_seq,
+                ),
             )
             # RETURNING tells whether this transaction claimed the page (rowcount is not
             # reliable for ON CONFLICT DO NOTHING across drivers: psycopg reports -1).
@@ -166,19 +193,34 @@ class SqlSink(Sink):
                 .on_conflict_do_nothing(index_elements=["idempotency_key"])
                 .returning(ledger.c.idempotency_key)
             )
+            page_key = ctx.idempotency_key(self.name)
             with self.engine.begin() as conn:
                 claimed = conn.execute(
                     mark,
                     {
-                        "idempotency_key": ctx.idempotency_key(self.name),
+                        "idempotency_key": page_key,
                         "table_name": self.table_name,
                         "records": len(rows),
+                        "digest": digest,
                         "loaded_at": now,
                     },
                 ).first()
                 if claimed is None:
-                    log.info("sql_sink_page_already_loaded", seq=ctx.seq, table=self.table_name)
-                    return False
+                    before = conn.execute(
+                        sa.select(ledger.c.digest).where(ledger.c.idempotency_key == page_key)
+                    ).scalar_one()
+                    if before == digest:
+                        log.info(
+                            "sql_sink_page_already_loaded", seq=ctx.seq, table=self.table_name
+                        )
+                        return False
+                    # The same page key with other records: a later run under a task id
+                    # used before. Written (by key), and the ledger says so.
+                    conn.execute(
+                        ledger.update()
+                        .where(ledger.c.idempotency_key == page_key)
+                        .values(digest=digest, records=len(rows), loaded_at=now)
+                    )
                 if rows:
                     conn.execute(upsert, rows)
         except ArtemisError:
@@ -195,6 +237,9 @@ class SqlSink(Sink):
         """A statement the database refused (a type it cannot take, a constraint) is
         final; a lost connection is retried."""
         first = str(e.orig).splitlines()[0] if e.orig is not None else str(e).splitlines()[0]
+        if any(m in first for m in ("no such table", "has no column", "datatype mismatch")):
+            # SQLite says these as OperationalError; they are the schema, not the server.
+            return schema_error(f"{where}: the database refused the page: {first}")
         if e.connection_invalidated or isinstance(e, sa.exc.OperationalError):
             return ArtemisError(ErrorCode.SINK_ERROR, f"{where}: database unavailable: {first}")
         return schema_error(f"{where}: the database refused the page: {first}")

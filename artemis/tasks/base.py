@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.sinks import EmitContext, RecordSpec, Sink, build_sinks
-from artemis.sinks.base import merge_output
+from artemis.sinks.base import check_request_output, merge_output
 from artemis.sources import Page, Source
 from artemis.tasks.units import fetch_units
 from artemis.tracing import TraceContext
@@ -188,6 +188,7 @@ class TaskUnit:
         return RecordSpec(self.Record, self.record_key) if self.Record is not None else None
 
     def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
+        check_request_output(ctx.output or {})  # the API checked it; a direct start too
         spec = merge_output(ctx.settings.output_defaults.get(self.code, {}), ctx.output)
         return build_sinks(spec, self.record_spec(), ctx.settings.database.url)
 

@@ -85,6 +85,12 @@ async def test_a_request_naming_a_sink_destination_is_refused(make_stack, tmp_pa
     assert resp.status_code == 422, resp.text
     assert "output.sql.url" in resp.json()["error"]["message"]
     assert not (tmp_path / "other.db").exists()
+    # a task id names the run's folder of the files sink: never a path step
+    for task_id in ("..", ".", "a..b"):
+        resp = await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}}, mode="async"
+        )
+        assert resp.status_code == 422 and "meta.task_id" in resp.text, resp.text
 
 
 async def test_a_schema_mismatch_fails_the_run_with_sink_error_naming_the_column(

@@ -97,13 +97,31 @@ def test_a_page_written_again_under_its_key_changes_nothing(target_url: str) -> 
     sink = SqlSink(target_url, "quotes", QUOTES)
     assert sink.write(quotes("AAPL", 4), page(7)) is True
     before = rows(target_url, "quotes")
-    # the retry of page 7 (its worker died after the commit) carries other values
-    assert sink.write(quotes("AAPL", 4, close=99.0), page(7)) is False
-    assert rows(target_url, "quotes") == before
+    # the retry of page 7 (its worker died after the commit): not written again
+    assert sink.write(quotes("AAPL", 4), page(7)) is False
+    assert rows(target_url, "quotes") == before  # _artemis_loaded_at included
     ledger = rows(target_url, LEDGER)
     assert [(r["idempotency_key"], r["records"]) for r in ledger] == [
         ("pull_stock_quotes/t-1:sql:7", 4)
     ]
+    # the same page key with other records (a later run under a task id used before) is
+    # not a retry: written, never skipped in silence
+    assert sink.write(quotes("AAPL", 5, close=99.0), page(7)) is True
+    got = sorted(rows(target_url, "quotes"), key=lambda r: r["date"])
+    assert [r["close"] for r in got] == [99.0, 100.0, 101.0, 102.0, 103.0]
+    assert [r["records"] for r in rows(target_url, LEDGER)] == [5]
+
+
+def test_an_earlier_page_retried_after_a_later_one_does_not_undo_it(target_url: str) -> None:
+    sink = SqlSink(target_url, "quotes", QUOTES)
+    sink.write(quotes("AAPL", 2, close=50.0), page(9))  # the later page lands first
+    sink.write(quotes("AAPL", 2, close=10.0), page(3))  # then the earlier one's retry
+    got = sorted(rows(target_url, "quotes"), key=lambda r: r["date"])
+    assert [(r["close"], r["_artemis_page_seq"]) for r in got] == [(50.0, 9), (51.0, 9)]
+    # another run's page replaces the values, whatever its sequence number
+    sink.write(quotes("AAPL", 2, close=70.0), page(1, task_id="t-2"))
+    got = sorted(rows(target_url, "quotes"), key=lambda r: r["date"])
+    assert [(r["close"], r["_artemis_task_id"]) for r in got] == [(70.0, "t-2"), (71.0, "t-2")]
 
 
 def test_a_table_without_a_column_of_the_model_is_a_sink_error_naming_it(target_url: str) -> None:
@@ -146,6 +164,18 @@ def test_a_record_of_the_wrong_shape_is_a_sink_error_naming_the_field(tmp_path: 
         SqlSink(url, "quotes", QUOTES).write(bad, page(2))
     assert e.value.code is ErrorCode.SINK_ERROR and not e.value.retryable
     assert "record 1" in e.value.message and "'volume'" in e.value.message
+    # types as JSON has them, never cast: a string is not a float, 3.5 not an int
+    for field, value in (("close", "1.5"), ("volume", 3.5), ("symbol", 7)):
+        typed = quotes("AAPL", 1)
+        typed[0][field] = value
+        with pytest.raises(ArtemisError) as e:
+            SqlSink(url, "quotes", QUOTES).write(typed, page(4))
+        assert f"column {field!r}" in e.value.message
+    # one page holding two different records under one key contradicts itself
+    twice = quotes("AAPL", 1) + quotes("AAPL", 1, close=3.0)
+    with pytest.raises(ArtemisError) as e:
+        SqlSink(url, "quotes", QUOTES).write(twice, page(5))
+    assert "two different records with the key" in e.value.message
     extra = quotes("AAPL", 2)
     extra[0]["currency"] = "USD"
     with pytest.raises(ArtemisError) as e:
@@ -263,8 +293,17 @@ def test_a_request_may_not_say_where_records_land() -> None:
         ({"sql": {"url": "sqlite:////etc/x.db"}}, "output.sql.url"),
         ({"files": {"url": "/etc"}}, "output.files.url"),
         ({"files": {"endpoint_url": "http://169.254.169.254"}}, "output.files.endpoint_url"),
+        ({"sql": {"table": "users"}}, "output.sql.table"),
+        ({"sql": {"key": ["symbol"]}}, "output.sql.key"),
     ):
         with pytest.raises(ArtemisError) as e:
             check_request_output(output)
         assert e.value.code is ErrorCode.INVALID_INPUT and e.value.message.startswith(field)
-    check_request_output({"sinks": ["sql"], "sql": {"table": "mine"}, "files": {"format": "jsonl"}})
+    check_request_output({"sinks": ["sql", "files"], "files": {"format": "jsonl"}})
+
+
+def test_an_sql_key_narrower_than_the_record_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ArtemisError) as e:
+        SqlSink(f"sqlite:///{tmp_path / 'lake.db'}", "quotes", QUOTES, ("symbol",))
+    assert e.value.code is ErrorCode.INVALID_INPUT
+    assert "must hold the record key (symbol, date)" in e.value.message
