@@ -82,6 +82,7 @@ class SqlSink(Sink):
                 "(sqlite, postgresql)",
             )
         self._insert = _INSERTS[self.engine.dialect.name]
+        self._built: tuple[sa.Table, Any, Any] | None = None
 
     def _where(self) -> str:
         return f"sql sink (table {self.table_name!r})"
@@ -174,25 +175,7 @@ class SqlSink(Sink):
             row["_artemis_loaded_at"] = now
         try:
             table, ledger = self._tables()
-            stmt = self._insert(table)
-            update = [c for c in (*self.record.kinds, *LOAD_COLUMNS) if c not in self.key]
-            upsert = stmt.on_conflict_do_update(
-                index_elements=list(self.key),
-                set_={c: stmt.excluded[c] for c in update},
-                # Within a run a later page wins even when an earlier one is retried after
-                # it; a row from another run is replaced (the latest run's values).
-                where=sa.or_(
-                    table.c._artemis_task_id != stmt.excluded._artemis_task_id,
-                    table.c._artemis_page_seq <= stmt.excluded._artemis_page_seq,
-                ),
-            )
-            # RETURNING tells whether this transaction claimed the page (rowcount is not
-            # reliable for ON CONFLICT DO NOTHING across drivers: psycopg reports -1).
-            mark = (
-                self._insert(ledger)
-                .on_conflict_do_nothing(index_elements=["idempotency_key"])
-                .returning(ledger.c.idempotency_key)
-            )
+            upsert, mark = self._statements(table, ledger)
             page_key = ctx.idempotency_key(self.name)
             with self.engine.begin() as conn:
                 claimed = conn.execute(
@@ -232,6 +215,32 @@ class SqlSink(Sink):
                 ErrorCode.SINK_ERROR, f"{where}: {type(e).__name__}: {str(e).splitlines()[0]}"
             ) from None
         return True
+
+    def _statements(self, table: sa.Table, ledger: sa.Table) -> tuple[Any, Any]:
+        """The page's two statements, built once per table (rows come as parameters)."""
+        if self._built is not None and self._built[0] is table:
+            return self._built[1], self._built[2]
+        stmt = self._insert(table)
+        update = [c for c in (*self.record.kinds, *LOAD_COLUMNS) if c not in self.key]
+        upsert = stmt.on_conflict_do_update(
+            index_elements=list(self.key),
+            set_={c: stmt.excluded[c] for c in update},
+            # Within a run a later page wins even when an earlier one is retried after
+            # it; a row from another run is replaced (the latest run's values).
+            where=sa.or_(
+                table.c._artemis_task_id != stmt.excluded._artemis_task_id,
+                table.c._artemis_page_seq <= stmt.excluded._artemis_page_seq,
+            ),
+        )
+        # RETURNING tells whether this transaction claimed the page (rowcount is not
+        # reliable for ON CONFLICT DO NOTHING across drivers: psycopg reports -1).
+        mark = (
+            self._insert(ledger)
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
+            .returning(ledger.c.idempotency_key)
+        )
+        self._built = (table, upsert, mark)
+        return upsert, mark
 
     def _db_error(self, e: DBAPIError, where: str) -> ArtemisError:
         """A statement the database refused (a type it cannot take, a constraint) is
