@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
 from tests.helpers import eventually, stop_processes
+from tests.sinks.test_sinks import quotes_table
 
 
 def _count(url: str, sql: str) -> int:
@@ -97,14 +98,7 @@ async def test_a_schema_mismatch_fails_the_run_with_sink_error_naming_the_column
     make_stack, tmp_path: Path
 ) -> None:
     lake_db = f"sqlite:///{tmp_path / 'lake.db'}"
-    with sa.create_engine(lake_db).begin() as conn:
-        conn.execute(
-            sa.text(
-                "CREATE TABLE quotes (symbol TEXT, date DATE, open FLOAT, high FLOAT, "
-                "low FLOAT, close FLOAT, _artemis_task_id TEXT, _artemis_page_seq INTEGER, "
-                "_artemis_loaded_at TIMESTAMP, PRIMARY KEY (symbol, date))"
-            )
-        )
+    quotes_table(lake_db, "quotes", volume=None)
     stack = await make_stack(
         output_defaults={
             "pull_stock_quotes": {"sinks": ["sql"], "sql": {"url": lake_db, "table": "quotes"}}

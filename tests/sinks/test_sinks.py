@@ -72,6 +72,17 @@ def rows(url: str, table: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in conn.execute(sa.select(t))]
 
 
+def quotes_table(url: str, name: str, volume: str | None = "BIGINT", keyed: bool = True) -> None:
+    """A quotes table made by hand, as a user might: ``volume`` its type (None: no column),
+    ``keyed`` a primary key on (symbol, date)."""
+    cols = "symbol TEXT, date DATE, open FLOAT, high FLOAT, low FLOAT, close FLOAT, "
+    cols += f"volume {volume}, " if volume else ""
+    cols += "_artemis_task_id TEXT, _artemis_page_seq INTEGER, _artemis_loaded_at TIMESTAMP"
+    cols += ", PRIMARY KEY (symbol, date)" if keyed else ""
+    with sa.create_engine(url).begin() as conn:
+        conn.execute(sa.text(f'CREATE TABLE "{name}" ({cols})'))
+
+
 def test_sql_sink_creates_a_typed_table_and_upserts_by_the_record_key(target_url: str) -> None:
     sink = SqlSink(target_url, "quotes", QUOTES)
     assert sink.write(quotes("AAPL", 5), page(1)) is True
@@ -125,14 +136,7 @@ def test_an_earlier_page_retried_after_a_later_one_does_not_undo_it(target_url: 
 
 
 def test_a_table_without_a_column_of_the_model_is_a_sink_error_naming_it(target_url: str) -> None:
-    with sa.create_engine(target_url).begin() as conn:
-        conn.execute(
-            sa.text(
-                'CREATE TABLE "q2" (symbol TEXT, date DATE, open FLOAT, high FLOAT, low FLOAT, '
-                "close FLOAT, _artemis_task_id TEXT, _artemis_page_seq INTEGER, "
-                "_artemis_loaded_at TIMESTAMP, PRIMARY KEY (symbol, date))"
-            )
-        )
+    quotes_table(target_url, "q2", volume=None)
     with pytest.raises(ArtemisError) as e:
         SqlSink(target_url, "q2", QUOTES).write(quotes("AAPL", 2), page(1))
     assert e.value.code is ErrorCode.SINK_ERROR and not e.value.retryable
@@ -141,14 +145,7 @@ def test_a_table_without_a_column_of_the_model_is_a_sink_error_naming_it(target_
 
 
 def test_a_column_of_the_wrong_type_is_a_sink_error_naming_it(target_url: str) -> None:
-    with sa.create_engine(target_url).begin() as conn:
-        conn.execute(
-            sa.text(
-                'CREATE TABLE "q3" (symbol TEXT, date DATE, open FLOAT, high FLOAT, low FLOAT, '
-                "close FLOAT, volume DATE, _artemis_task_id TEXT, _artemis_page_seq INTEGER, "
-                "_artemis_loaded_at TIMESTAMP, PRIMARY KEY (symbol, date))"
-            )
-        )
+    quotes_table(target_url, "q3", volume="DATE")
     with pytest.raises(ArtemisError) as e:
         SqlSink(target_url, "q3", QUOTES).write(quotes("AAPL", 2), page(1))
     assert e.value.code is ErrorCode.SINK_ERROR
@@ -188,14 +185,7 @@ def test_a_record_of_the_wrong_shape_is_a_sink_error_naming_the_field(tmp_path: 
 
 def test_no_sql_sink_without_a_unique_key_on_an_existing_table(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'lake.db'}"
-    with sa.create_engine(url).begin() as conn:
-        conn.execute(
-            sa.text(
-                'CREATE TABLE "q4" (symbol TEXT, date DATE, open FLOAT, high FLOAT, low FLOAT, '
-                "close FLOAT, volume BIGINT, _artemis_task_id TEXT, _artemis_page_seq INTEGER, "
-                "_artemis_loaded_at TIMESTAMP)"
-            )
-        )
+    quotes_table(url, "q4", keyed=False)
     with pytest.raises(ArtemisError) as e:
         SqlSink(url, "q4", QUOTES).write(quotes("AAPL", 2), page(1))
     assert "no primary key or unique constraint on the record key" in e.value.message
