@@ -52,7 +52,7 @@ from artemis.run_models import (
 )
 from artemis.run_state import OPEN, TERMINAL, end_error
 from artemis.sinks import EmitContext, RunEnd
-from artemis.sinks.files import drop_file_records
+from artemis.sinks.files import drop_file_records, drop_file_records_older_than
 from artemis.staging import Staging
 from artemis.tasks import TaskContext, TaskUnit, get_task
 from artemis.tracing import TraceContext, current_trace
@@ -326,6 +326,9 @@ class TaskRunActivities:
         tasks = await asyncio.to_thread(self.task_store.delete_expired, before)
         pages = await asyncio.to_thread(self.staging.drop_older_than, before)
         events = await asyncio.to_thread(self.events.drop_older_than, before)
+        files = await asyncio.to_thread(
+            drop_file_records_older_than, self.settings.database.url, before
+        )
         log.info(
             "cleanup_done",
             hours=inp.hours,
@@ -333,12 +336,14 @@ class TaskRunActivities:
             tasks_removed=tasks,
             staged_pages_removed=pages,
             events_removed=events,
+            sink_files_forgotten=files,
         )
         return CleanupResult(
             tasks_removed=tasks,
             staged_pages_removed=pages,
             events_removed=events,
             runs_reconciled=reconciled,
+            sink_files_forgotten=files,
         )
 
     async def _reconcile_open_runs(self, quiet_since: Any) -> int:

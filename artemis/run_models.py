@@ -150,6 +150,8 @@ class CleanupResult:
     staged_pages_removed: int
     events_removed: int = 0
     runs_reconciled: int = 0
+    # The files sink's records of runs that never reached their finalize.
+    sink_files_forgotten: int = 0
 
 
 @dataclass

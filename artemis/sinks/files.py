@@ -20,6 +20,7 @@ import io
 import os
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import fsspec
@@ -233,3 +234,9 @@ def drop_file_records(database_url: str, run_key: str) -> int:
     """Forget what a run wrote (after its manifest is written)."""
     with get_engine(database_url).begin() as conn:
         return conn.execute(delete(_ledger).where(_ledger.c.run_key == run_key)).rowcount
+
+
+def drop_file_records_older_than(database_url: str, before: datetime) -> int:
+    """Records of runs that never reached their finalize (terminated in Temporal)."""
+    with get_engine(database_url).begin() as conn:
+        return conn.execute(delete(_ledger).where(_ledger.c.written_at < before)).rowcount

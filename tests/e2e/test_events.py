@@ -178,10 +178,30 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
     assert shown["status"] == "failed" and shown["task_store"] == "pending"
     assert store.load(task_id).status == "pending"
     # The clean-up schedule's workflow is the owner of that repair: it records the end.
+    # ... and forgets what the files sink wrote for runs that never reached a finalize
+    from datetime import UTC, datetime, timedelta
+
+    import sqlalchemy as sa
+
+    from artemis.db import SinkFile, get_engine
     from artemis.run_models import CleanupInput
     from workers.main import running_worker
     from workflows.cleanup import CleanupWorkflow
 
+    ledger = SinkFile.__table__  # type: ignore[attr-defined]
+    engine = get_engine(stack.settings.database.url)
+    with engine.begin() as conn:
+        conn.execute(
+            ledger.insert().values(
+                run_key=f"pull_stock_quotes/{task_id}",
+                sink="files",
+                seq=0,
+                path="/lake/files-000000.jsonl",
+                records=3,
+                bytes=99,
+                written_at=datetime.now(UTC) - timedelta(hours=48),
+            )
+        )
     async with running_worker(stack.settings, stack.client):
         done = await stack.client.execute_workflow(
             CleanupWorkflow.run,
@@ -190,6 +210,14 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
             task_queue=stack.settings.temporal.task_queue,
         )
     assert done.runs_reconciled == 1
+    assert done.sink_files_forgotten >= 1
+    with engine.connect() as conn:
+        left = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(ledger)
+            .where(ledger.c.run_key == f"pull_stock_quotes/{task_id}")
+        ).scalar_one()
+    assert left == 0
     healed = store.load(task_id)
     assert healed is not None and healed.status == "failed" and healed.completed_at
     assert healed.error["code"] == "INTERNAL"
