@@ -326,8 +326,11 @@ class TaskRunActivities:
         tasks = await asyncio.to_thread(self.task_store.delete_expired, before)
         pages = await asyncio.to_thread(self.staging.drop_older_than, before)
         events = await asyncio.to_thread(self.events.drop_older_than, before)
+        # A run may write files for up to 30 days (meta.timeout_s); its records go once it
+        # has been quiet longer than that and the clean-up's own age.
+        quiet = min(before, now - timedelta(days=30, hours=1))
         files = await asyncio.to_thread(
-            drop_file_records_older_than, self.settings.database.url, before
+            drop_file_records_older_than, self.settings.database.url, quiet
         )
         log.info(
             "cleanup_done",

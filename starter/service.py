@@ -91,9 +91,9 @@ class RunMeta(BaseModel):
     def _task_id(cls, v: str | None) -> str | None:
         if v is not None and not set(v) <= _TASK_ID_CHARS:
             raise ValueError("may only hold letters, digits and - _ . :")
-        if v is not None and (".." in v or v == "."):
+        if v in (".", ".."):
             # a task id names the run's folder of the files sink: never a path step
-            raise ValueError("may not be '.' or hold '..'")
+            raise ValueError("may not be '.' or '..'")
         return v
 
 

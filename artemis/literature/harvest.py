@@ -137,7 +137,9 @@ class LiteratureHarvest(TaskUnit):
         family = api_family(contract)
         date_field = (contract.window_offset or {}).get("default_date_field_name")
         window = window_params(family, date_field, p.window_start, p.window_end)
-        parallel = self.fetch_concurrency(ctx)
+        # A backfill's window runs already fetch `parallelism` at once: one request each,
+        # so the provenance's max_concurrency stays the bound of the whole.
+        parallel = 1 if p.parent else self.fetch_concurrency(ctx)
         if family == "eutils":
             return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size, parallel)]
         return [rest_source(cc, family, p.query, window, p.page_size, parallel)]

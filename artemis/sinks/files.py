@@ -25,7 +25,7 @@ from typing import Any
 
 import fsspec
 import httpx
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -88,7 +88,7 @@ class FileSink(Sink):
 
     # -- naming ----------------------------------------------------------------------------
     def run_dir(self, task_code: str, task_id: str) -> str:
-        if task_id in ("", ".") or ".." in task_id or "/" in task_id:
+        if task_id in ("", ".", "..") or "/" in task_id:
             raise ArtemisError(
                 ErrorCode.SINK_ERROR,
                 f"files sink: task id {task_id!r} cannot name a folder",
@@ -237,6 +237,13 @@ def drop_file_records(database_url: str, run_key: str) -> int:
 
 
 def drop_file_records_older_than(database_url: str, before: datetime) -> int:
-    """Records of runs that never reached their finalize (terminated in Temporal)."""
+    """Records of runs that never reached their finalize (terminated in Temporal): every
+    record of a run whose newest one is older than ``before`` — a run still writing keeps
+    all of its records, however long ago it began."""
+    quiet = (
+        select(_ledger.c.run_key)
+        .group_by(_ledger.c.run_key)
+        .having(func.max(_ledger.c.written_at) < before)
+    )
     with get_engine(database_url).begin() as conn:
-        return conn.execute(delete(_ledger).where(_ledger.c.written_at < before)).rowcount
+        return conn.execute(delete(_ledger).where(_ledger.c.run_key.in_(quiet))).rowcount

@@ -82,7 +82,7 @@ class SqlSink(Sink):
                 "(sqlite, postgresql)",
             )
         self._insert = _INSERTS[self.engine.dialect.name]
-        self._built: tuple[sa.Table, Any, Any] | None = None
+        self._built: tuple[sa.Table, Any, Any, Any] | None = None
 
     def _where(self) -> str:
         return f"sql sink (table {self.table_name!r})"
@@ -198,12 +198,14 @@ class SqlSink(Sink):
                         )
                         return False
                     # The same page key with other records: a later run under a task id
-                    # used before. Written (by key), and the ledger says so.
+                    # used before. Written (by key, over whatever page of the earlier run
+                    # the rows came from), and the ledger says so.
                     conn.execute(
                         ledger.update()
                         .where(ledger.c.idempotency_key == page_key)
                         .values(digest=digest, records=len(rows), loaded_at=now)
                     )
+                    upsert = self._statements(table, ledger, ordered=False)[0]
                 if rows:
                     conn.execute(upsert, rows)
         except ArtemisError:
@@ -216,22 +218,30 @@ class SqlSink(Sink):
             ) from None
         return True
 
-    def _statements(self, table: sa.Table, ledger: sa.Table) -> tuple[Any, Any]:
-        """The page's two statements, built once per table (rows come as parameters)."""
-        if self._built is not None and self._built[0] is table:
-            return self._built[1], self._built[2]
+    def _statements(
+        self, table: sa.Table, ledger: sa.Table, ordered: bool = True
+    ) -> tuple[Any, Any]:
+        """The page's two statements, built once per table (rows come as parameters).
+        ``ordered``: within a run a later page wins even when an earlier one is retried
+        after it; a row from another run (or without a page) is replaced. Unordered: the
+        page's rows replace what is there."""
+        built = self._built
+        if built is not None and built[0] is table:
+            return (built[1] if ordered else built[3]), built[2]
         stmt = self._insert(table)
         update = [c for c in (*self.record.kinds, *LOAD_COLUMNS) if c not in self.key]
+        values = {c: stmt.excluded[c] for c in update}
         upsert = stmt.on_conflict_do_update(
             index_elements=list(self.key),
-            set_={c: stmt.excluded[c] for c in update},
-            # Within a run a later page wins even when an earlier one is retried after
-            # it; a row from another run is replaced (the latest run's values).
+            set_=values,
             where=sa.or_(
+                table.c._artemis_task_id.is_(None),
+                table.c._artemis_page_seq.is_(None),
                 table.c._artemis_task_id != stmt.excluded._artemis_task_id,
                 table.c._artemis_page_seq <= stmt.excluded._artemis_page_seq,
             ),
         )
+        replace = stmt.on_conflict_do_update(index_elements=list(self.key), set_=values)
         # RETURNING tells whether this transaction claimed the page (rowcount is not
         # reliable for ON CONFLICT DO NOTHING across drivers: psycopg reports -1).
         mark = (
@@ -239,8 +249,8 @@ class SqlSink(Sink):
             .on_conflict_do_nothing(index_elements=["idempotency_key"])
             .returning(ledger.c.idempotency_key)
         )
-        self._built = (table, upsert, mark)
-        return upsert, mark
+        self._built = (table, upsert, mark, replace)
+        return (upsert if ordered else replace), mark
 
     def _db_error(self, e: DBAPIError, where: str) -> ArtemisError:
         """A statement the database refused (a type it cannot take, a constraint) is

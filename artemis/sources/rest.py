@@ -95,11 +95,20 @@ class RestSource(Source):
         paginator: Paginator,
         ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]],
     ) -> AsyncIterator[Page]:
+        guessing = self.parallel_pages > 1
         while paginator.has_more:
             params = paginator.update_request(self.params)
             url = paginator.request_url(self.url)
             request = describe_request(url, params)
-            if self.parallel_pages > 1:
+            if guessing and ahead and request not in ahead:
+                # The guesses missed (the source answers fewer records a page than asked,
+                # say): every further guess would be a wasted request and rate-limit slot.
+                guessing = False
+                for task in ahead.values():
+                    task.cancel()
+                ahead.clear()
+                log.info("source_pages_one_at_a_time", source=self.name, request=request)
+            if guessing:
                 self._send_ahead(client, paginator, ahead)
             sent = ahead.pop(request, None)
             try:
@@ -169,7 +178,11 @@ class RestSource(Source):
             ahead.pop(request).cancel()
         for request, (url, params) in wanted.items():
             if request not in ahead:
-                ahead[request] = asyncio.create_task(self._request(client, url, params))
+                task = asyncio.create_task(self._request(client, url, params))
+                # A guess dropped unused may have failed: its error is read here (the page
+                # that is needed still raises it when awaited).
+                task.add_done_callback(_read_error)
+                ahead[request] = task
 
     async def _request(
         self, client: httpx.AsyncClient, url: str, params: dict[str, Any]
@@ -205,6 +218,11 @@ class RestSource(Source):
                 f"{what}: the answer is not JSON (HTTP {resp.status_code}, "
                 f"{resp.headers.get('content-type', 'no content type')}): {resp.text[:200]!r}",
             ) from None
+
+
+def _read_error(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def describe_request(url: str, params: dict[str, Any]) -> str:

@@ -190,18 +190,25 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
 
     ledger = SinkFile.__table__  # type: ignore[attr-defined]
     engine = get_engine(stack.settings.database.url)
+    live = f"pull_stock_quotes/{task_id}-live"  # began 31 days ago, wrote a page today
     with engine.begin() as conn:
-        conn.execute(
-            ledger.insert().values(
-                run_key=f"pull_stock_quotes/{task_id}",
-                sink="files",
-                seq=0,
-                path="/lake/files-000000.jsonl",
-                records=3,
-                bytes=99,
-                written_at=datetime.now(UTC) - timedelta(hours=48),
+        for run_key, seq, age in (
+            # quiet for longer than a run may last (30 days)
+            (f"pull_stock_quotes/{task_id}", 0, timedelta(days=31)),
+            (live, 0, timedelta(days=31)),
+            (live, 1, timedelta(minutes=1)),
+        ):
+            conn.execute(
+                ledger.insert().values(
+                    run_key=run_key,
+                    sink="files",
+                    seq=seq,
+                    path=f"/lake/files-{seq:06d}.jsonl",
+                    records=3,
+                    bytes=99,
+                    written_at=datetime.now(UTC) - age,
+                )
             )
-        )
     async with running_worker(stack.settings, stack.client):
         done = await stack.client.execute_workflow(
             CleanupWorkflow.run,
@@ -218,6 +225,11 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
             .where(ledger.c.run_key == f"pull_stock_quotes/{task_id}")
         ).scalar_one()
     assert left == 0
+    with engine.connect() as conn:
+        kept = conn.execute(
+            sa.select(sa.func.count()).select_from(ledger).where(ledger.c.run_key == live)
+        ).scalar_one()
+    assert kept == 2  # a run still writing keeps every record, however old the first
     healed = store.load(task_id)
     assert healed is not None and healed.status == "failed" and healed.completed_at
     assert healed.error["code"] == "INTERNAL"

@@ -87,7 +87,7 @@ async def test_a_request_naming_a_sink_destination_is_refused(make_stack, tmp_pa
     assert "output.sql.url" in resp.json()["error"]["message"]
     assert not (tmp_path / "other.db").exists()
     # a task id names the run's folder of the files sink: never a path step
-    for task_id in ("..", ".", "a..b"):
+    for task_id in ("..", "."):
         resp = await stack.run(
             {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}}, mode="async"
         )

@@ -123,6 +123,17 @@ def test_a_page_written_again_under_its_key_changes_nothing(target_url: str) -> 
     assert [r["records"] for r in rows(target_url, LEDGER)] == [5]
 
 
+def test_a_task_id_used_again_overwrites_rows_of_a_later_page_of_the_earlier_run(
+    target_url: str,
+) -> None:
+    sink = SqlSink(target_url, "quotes", QUOTES)
+    sink.write(quotes("AAPL", 1, close=1.0), page(3))  # the earlier run's page 3 ...
+    sink.write(quotes("AAPL", 1, close=2.0), page(40))  # ... and its page 40, same key
+    # a later run under the same task id starts again at low pages, with other values
+    assert sink.write(quotes("AAPL", 1, close=9.0), page(3)) is True
+    assert [r["close"] for r in rows(target_url, "quotes")] == [9.0]
+
+
 def test_an_earlier_page_retried_after_a_later_one_does_not_undo_it(target_url: str) -> None:
     sink = SqlSink(target_url, "quotes", QUOTES)
     sink.write(quotes("AAPL", 2, close=50.0), page(9))  # the later page lands first

@@ -24,6 +24,7 @@ class Counting:
         self.most = 0
         self.requests: list[dict[str, str]] = []
         self.short_offset: int | None = None  # an offset answered with one record fewer
+        self.cap: int | None = None  # the most records the server gives a page
 
 
 def make_app(state: Counting) -> FastAPI:
@@ -39,6 +40,8 @@ def make_app(state: Counting) -> FastAPI:
             state.in_flight -= 1
         if state.short_offset is not None and start == state.short_offset:
             size -= 1
+        if state.cap is not None:
+            size = min(size, state.cap)
         items = [{"id": i} for i in range(start, min(TOTAL, start + size))]
         return {"items": items, "total": TOTAL}
 
@@ -132,3 +135,12 @@ async def test_a_short_page_makes_the_guesses_wrong_and_nothing_is_lost(server) 
     asked = [int(r["offset"]) for r in state.requests]
     # every offset the paginator needed was asked; the stale guesses were dropped unused
     assert {0, 5, 9, 14, 19}.issubset(asked)
+
+
+async def test_a_source_capping_its_pages_stops_the_guessing(server) -> None:
+    url, state = server
+    state.cap = 3  # asked for 5 a page, it gives 3: every offset guess would miss
+    ids, last = await collect(offset_source(url, 4))
+    assert ids == list(range(TOTAL)) and last is None
+    # the 8 pages it takes, plus one round of missed guesses (3), no more
+    assert 8 <= len(state.requests) <= 8 + 3
