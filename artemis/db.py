@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import DateTime, Index, Text, TypeDecorator, UniqueConstraint, event
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlmodel import Column, Field, SQLModel, create_engine
 
@@ -91,6 +93,20 @@ class RunSecret(SQLModel, table=True):
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
+
+
+_UPSERT_INSERTS: dict[str, Any] = {"postgresql": pg_insert, "sqlite": sqlite_insert}
+
+
+def upsert_insert(engine: Engine) -> Any:
+    """The dialect's ``insert`` with ``on_conflict_do_update/nothing`` (PostgreSQL or
+    SQLite, the two databases Artemis runs on); ValueError for any other."""
+    try:
+        return _UPSERT_INSERTS[engine.dialect.name]
+    except KeyError:
+        raise ValueError(
+            f"dialect {engine.dialect.name!r} is not supported (sqlite, postgresql)"
+        ) from None
 
 
 def get_engine(url: str) -> Engine:

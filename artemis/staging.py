@@ -7,11 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from artemis import jsonio
-from artemis.db import StagedPage, get_engine, utcnow
+from artemis.db import StagedPage, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 _table = StagedPage.__table__  # type: ignore[attr-defined]
@@ -20,7 +18,7 @@ _table = StagedPage.__table__  # type: ignore[attr-defined]
 class Staging:
     def __init__(self, database_url: str) -> None:
         self.engine = get_engine(database_url)
-        self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        self._insert = upsert_insert(self.engine)
         # Built once (``excluded`` is rebuilt on every access); rows come as parameters.
         upsert = self._insert(_table)
         self._upsert = upsert.on_conflict_do_update(

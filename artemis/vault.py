@@ -13,10 +13,8 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import delete, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from artemis.db import RunSecret, get_engine, utcnow
+from artemis.db import RunSecret, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 MASTER_KEY_ENV = "COOKIE_MASTER_KEY"
@@ -93,7 +91,7 @@ class RunSecrets:
     ) -> None:
         self.engine = get_engine(database_url)
         self.fernet = derive_multi(masters or master_keys(key_file), "run-secrets")
-        self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        self._insert = upsert_insert(self.engine)
 
     def rotate_all(self) -> int:
         """Re-encrypt every stored run secret under the first master key (a rotation)."""

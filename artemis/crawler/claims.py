@@ -20,11 +20,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, case, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 
 from artemis.crawler.models import Candidate, CrawlExecution, SourceNote
+from artemis.db import upsert_insert
 from artemis.errors import ErrorCode
 
 _c = Candidate.__table__  # type: ignore[attr-defined]
@@ -65,7 +64,7 @@ class Claims:
         self.engine = engine
         self.max_retry = max_retry
         self._pg = engine.dialect.name == "postgresql"
-        self._insert = pg_insert if self._pg else sqlite_insert
+        self._insert = upsert_insert(engine)
 
     # -- candidates ----------------------------------------------------------------------
     def add_candidates(

@@ -26,11 +26,9 @@ from typing import Any
 import fsspec
 import httpx
 from sqlalchemy import delete, func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from artemis import jsonio
-from artemis.db import SinkFile, get_engine, utcnow
+from artemis.db import SinkFile, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, RunEnd, Sink
@@ -159,7 +157,7 @@ class FileSink(Sink):
 
     def _record(self, ctx: EmitContext, written: Written) -> None:
         engine = get_engine(self.database_url)
-        insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+        insert = upsert_insert(engine)
         stmt = insert(_ledger).values(
             run_key=ctx.run_key,
             sink=self.name,

@@ -19,12 +19,10 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from artemis import jsonio
-from artemis.db import get_engine, utcnow
+from artemis.db import get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, Sink
@@ -33,7 +31,6 @@ from artemis.sinks.records import LOAD_COLUMNS, RecordSpec, schema_error
 log = get_logger(__name__)
 
 LEDGER = "_artemis_sink_ledger"
-_INSERTS: dict[str, Any] = {"postgresql": pg_insert, "sqlite": sqlite_insert}
 
 # Tables known to fit, per (url, table, model, key): created or checked once per process.
 _ready: dict[tuple[Any, ...], tuple[sa.Table, sa.Table]] = {}
@@ -75,13 +72,10 @@ class SqlSink(Sink):
                 f"output.sql.key: must hold the record key ({', '.join(record.key)})",
             )
         self.engine = get_engine(url)
-        if self.engine.dialect.name not in _INSERTS:
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                f"output.sql.url: dialect {self.engine.dialect.name!r} is not supported "
-                "(sqlite, postgresql)",
-            )
-        self._insert = _INSERTS[self.engine.dialect.name]
+        try:
+            self._insert = upsert_insert(self.engine)
+        except ValueError as e:
+            raise ArtemisError(ErrorCode.INVALID_INPUT, f"output.sql.url: {e}") from None
         self._built: tuple[sa.Table, Any, Any, Any] | None = None
 
     def _where(self) -> str:

@@ -8,12 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import JSON, Index, and_, delete, or_, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Field, SQLModel
 
-from artemis.db import UTCDateTime, get_engine, utcnow
+from artemis.db import UTCDateTime, get_engine, upsert_insert, utcnow
 from artemis.taskstore.base import (
     TERMINAL,
     ConcurrentModification,
@@ -59,7 +57,7 @@ class SqlTaskStorage(TaskStorage):
     def __init__(self, database_url: str, ttl_hours: int = 24) -> None:
         self.engine = get_engine(database_url)
         self.ttl = timedelta(hours=ttl_hours)
-        self._insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        self._insert = upsert_insert(self.engine)
         # Built once: SQLAlchemy builds ``excluded`` anew on every access (most of a save's
         # CPU when it was built per call); the values come as parameters.
         upsert = self._insert(_t)
