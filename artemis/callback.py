@@ -17,6 +17,7 @@ import httpx
 
 from artemis.config import CallbackSettings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient
 from artemis.logsetup import get_logger, register_secret
 from artemis.metrics import CALLBACKS
 from artemis.security import check_request_host, is_bare_host
@@ -85,7 +86,7 @@ class CallbackClient:
         self,
         target: CallbackTarget,
         settings: CallbackSettings,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         trace: TraceContext,
         token: str | None,
         request_id: str | None = None,

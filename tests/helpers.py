@@ -13,6 +13,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
+from artemis.config import HttpClientSettings
+from artemis.http import HttpClient, make_client
+
 
 async def eventually(
     check: Callable[[], Any], what: str, timeout: float = 60, interval: float = 0.05
@@ -63,3 +66,8 @@ def stop_processes(*procs: Any) -> None:
         if proc is not None and proc.poll() is None:
             proc.terminate()
             proc.wait(10)
+
+
+def http_client(**settings: Any) -> HttpClient:
+    """The workers' own HTTP client (what sources, sinks and callbacks are given)."""
+    return make_client(HttpClientSettings(**settings))

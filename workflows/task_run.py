@@ -437,8 +437,13 @@ class TaskRunWorkflow:
         self._state.steps["step_process"] = "IN_PROGRESS"
         options: dict[str, Any] = {
             "start_to_close_timeout": timedelta(seconds=120),
+            # Rides out a database outage of several seconds (1 + 2 + 4 + 8 s by default):
+            # three quick attempts failed a run whose staging store was down for 6 s.
             "retry_policy": RetryPolicy(
-                maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=30),
+                maximum_attempts=tuning.activity_max_attempts,
+                non_retryable_error_types=NON_RETRYABLE,
             ),
             "summary": f"Process pages #{first}-#{last}",
         }

@@ -22,7 +22,7 @@ import httpx
 
 from artemis.config import PlatformSettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import retry_after_seconds
+from artemis.http import HttpClient, retry_after_seconds
 from artemis.sources.paginators import as_count, contract_error, json_path_lookup
 
 
@@ -43,7 +43,7 @@ class HttpJsonPlatform:
 
     async def _get(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         what: str,
         url: str,
         params: dict[str, Any] | None,
@@ -91,7 +91,7 @@ class HttpJsonPlatform:
             ) from None
 
     async def search(
-        self, client: httpx.AsyncClient, keyword: str, page: int, cookie: str | None, timeout: float
+        self, client: HttpClient, keyword: str, page: int, cookie: str | None, timeout: float
     ) -> SearchPage:
         c = self.cfg
         data = await self._get(
@@ -142,7 +142,7 @@ class HttpJsonPlatform:
         return page + 1 if more else None
 
     async def detail(
-        self, client: httpx.AsyncClient, note_id: str, cookie: str, timeout: float
+        self, client: HttpClient, note_id: str, cookie: str, timeout: float
     ) -> dict[str, Any]:
         path = self.cfg.detail_path.format(note_id=quote(note_id, safe=""))
         data = await self._get(client, f"note {note_id}", self.base + path, None, cookie, timeout)

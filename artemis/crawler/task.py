@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from artemis.completeness import check_loop, page_digest
@@ -36,6 +35,7 @@ from artemis.crawler.cookies import CookiePool, PoolRules
 from artemis.crawler.platform import HttpJsonPlatform, platform_for
 from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient
 from artemis.logsetup import get_logger
 from artemis.sinks import EmitContext, Sink
 from artemis.sources import Page, Source
@@ -160,7 +160,7 @@ class _Crawl(CookieSession):
         self.claims = Claims(self.engine, self.cfg.max_retry)
         self.execution = ctx.task_id
 
-    async def detail(self, client: httpx.AsyncClient, c: Claimed) -> dict[str, Any] | None:
+    async def detail(self, client: HttpClient, c: Claimed) -> dict[str, Any] | None:
         from artemis.crawler.alerts import record_outcome
 
         try:
@@ -187,7 +187,7 @@ class _Crawl(CookieSession):
 
 async def _search(
     adapter: HttpJsonPlatform,
-    client: httpx.AsyncClient,
+    client: HttpClient,
     keyword: str,
     page: int,
     timeout: float,
@@ -206,7 +206,7 @@ class _KeywordSearch(Source):
         self.name = f"search {keyword}"
 
     async def pages(
-        self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+        self, client: HttpClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
         crawl, kw, p = self.crawl, self.keyword, self.crawl.params
         page_no, digest = 1, None
@@ -294,7 +294,7 @@ class CrawlNotes(TaskUnit):
         return {"ArtemisProvenance": ctx.params.platform}  # type: ignore[attr-defined]
 
     async def fetch(
-        self, ctx: TaskContext, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+        self, ctx: TaskContext, client: HttpClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
         """The search phase searches ``fetch_concurrency`` keywords at a time (each a unit
         with its own checkpoint, ``artemis/tasks/units.py``); then the detail phase claims
@@ -366,7 +366,7 @@ class CrawlNotes(TaskUnit):
 
     async def emit(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         sinks: list[Sink],
         records: list[dict[str, Any]],
         ctx: EmitContext,
@@ -396,7 +396,7 @@ class NoteStore(Sink):
         self.execution = ctx.task_id
 
     async def emit(
-        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+        self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
         await asyncio.to_thread(self.write, records, ctx.seq)
 

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import retry_after_seconds, status_error, transport_error
+from artemis.http import HttpClient, Response, retry_after_seconds, status_error, transport_error
 from artemis.logsetup import get_logger, register_secret
 from artemis.ratelimit import TokenBucket, gate_for
 from artemis.registry.models import RegProvCredential
@@ -164,7 +164,7 @@ class Credentials:
             raise ArtemisError(ErrorCode.CONFIG_ERROR, f"auth_type_code {kind!r} is unknown")
         return int(cred["id"])
 
-    def bench(self, cred_id: int, resp: httpx.Response) -> bool:
+    def bench(self, cred_id: int, resp: Response) -> bool:
         """Take a key out after 401/403/429; True when another key is healthy now."""
         if resp.status_code == 429:
             seconds = retry_after_seconds(resp) or 60.0
@@ -212,7 +212,7 @@ class ContractClient:
         self.run_bucket = TokenBucket(qps_override, 1) if qps_override else None
         self.credentials = Credentials(contract, settings)
 
-    def status_error(self, what: str, resp: httpx.Response) -> ArtemisError:
+    def status_error(self, what: str, resp: Response) -> ArtemisError:
         """An error answer classified by the contract's retry cfg: statuses in
         ``giveup_http_statuses_json`` are final, those in ``retry_http_statuses_json`` are
         retried; ``Retry-After`` becomes the next retry's delay when ``respect_retry_after``."""
@@ -236,8 +236,8 @@ class ContractClient:
             await self.gate.acquire()
 
     async def send(
-        self, client: httpx.AsyncClient, method: str, url: str, params: dict[str, Any], what: str
-    ) -> httpx.Response:
+        self, client: HttpClient, method: str, url: str, params: dict[str, Any], what: str
+    ) -> Response:
         """One request under the rate limit with the first healthy credential; on 401/403/429
         the key is benched and the request goes again with the next one."""
         for _ in range(len(self.credentials.rows) + 1):

@@ -8,10 +8,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-
 from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient, Response
 from artemis.literature.contract import ContractClient
 from artemis.literature.normalize import parse_pubmed_xml
 from artemis.logsetup import get_logger
@@ -82,11 +81,11 @@ class PubMedSource(Source):
 
     async def _call(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         ep: dict[str, Any],
         params: dict[str, Any],
         force_post: bool = False,
-    ) -> httpx.Response:
+    ) -> Response:
         what = f"pubmed {ep['endpoint_name']}"
         method = "POST" if force_post or ep.get("http_method_code") == "POST" else "GET"
         resp = await self.cc.send(
@@ -101,7 +100,7 @@ class PubMedSource(Source):
         return resp
 
     async def pages(
-        self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+        self, client: HttpClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
         st = {
             "retstart": 0,
@@ -144,7 +143,7 @@ class PubMedSource(Source):
                     job.cancel()
                 await asyncio.gather(*fetching, return_exceptions=True)
 
-    async def _efetch(self, client: httpx.AsyncClient, ids: list[str]) -> list[dict[str, Any]]:
+    async def _efetch(self, client: HttpClient, ids: list[str]) -> list[dict[str, Any]]:
         resp = await self._call(
             client,
             self.fetch_ep,
@@ -176,7 +175,7 @@ class PubMedSource(Source):
             },
         )
 
-    async def _esearch(self, client: httpx.AsyncClient, params: dict[str, Any]) -> dict[str, Any]:
+    async def _esearch(self, client: HttpClient, params: dict[str, Any]) -> dict[str, Any]:
         """One esearch answer's ``esearchresult``. The body is read the way NCBI writes it:
         an in-band ``ERROR`` may hold a raw newline inside its JSON string."""
         resp = await self._call(client, self.search_ep, params)
@@ -208,7 +207,7 @@ class PubMedSource(Source):
             details={"count": count, "cap": self.cap},
         )
 
-    async def _search(self, client: httpx.AsyncClient, st: dict[str, Any]) -> None:
+    async def _search(self, client: HttpClient, st: dict[str, Any]) -> None:
         """The next esearch page: its ids become the pending ones, the position advances."""
         # Never ask past the cap: E-utilities would clamp the page (or refuse in band).
         size = max(1, min(self.retmax, self.cap - st["retstart"]))
@@ -237,7 +236,7 @@ class PubMedSource(Source):
         )
 
     async def _esearch_in_session(
-        self, client: httpx.AsyncClient, params: dict[str, Any], st: dict[str, Any]
+        self, client: HttpClient, params: dict[str, Any], st: dict[str, Any]
     ) -> dict[str, Any]:
         """esearch within the checkpoint's history session, re-opened once if it expired."""
         result = await self._esearch(client, params)

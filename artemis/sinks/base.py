@@ -6,9 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient
 from artemis.tracing import TraceContext
 
 if TYPE_CHECKING:
@@ -46,7 +45,7 @@ class Sink(ABC):
 
     @abstractmethod
     async def emit(
-        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+        self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
         """Deliver ``records``; raise ArtemisError(SINK_ERROR) when not delivered."""
 

@@ -24,12 +24,12 @@ from datetime import datetime
 from typing import Any
 
 import fsspec
-import httpx
 from sqlalchemy import delete, func, select
 
 from artemis import jsonio
 from artemis.db import SinkFile, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, RunEnd, Sink
 from artemis.sinks.records import RecordSpec
@@ -104,7 +104,7 @@ class FileSink(Sink):
 
     # -- writing -----------------------------------------------------------------------------
     async def emit(
-        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+        self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
         await asyncio.to_thread(self.write, records, ctx)
 

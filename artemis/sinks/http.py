@@ -8,7 +8,7 @@ import httpx
 
 from artemis import jsonio
 from artemis.errors import ErrorCode
-from artemis.http import status_error, transport_error
+from artemis.http import HttpClient, status_error, transport_error
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, Sink
 
@@ -23,7 +23,7 @@ class HttpSink(Sink):
         self.headers = headers or {}
 
     async def emit(
-        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+        self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
         span = ctx.trace.child()
         headers = {
@@ -59,7 +59,7 @@ class LogSink(Sink):
     name = "log"
 
     async def emit(
-        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+        self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
         log.info(
             "log_sink_batch",

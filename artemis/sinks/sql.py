@@ -17,13 +17,13 @@ import hashlib
 import threading
 from typing import Any
 
-import httpx
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from artemis import jsonio
 from artemis.db import get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, Sink
 from artemis.sinks.records import LOAD_COLUMNS, RecordSpec, schema_error
@@ -141,7 +141,7 @@ class SqlSink(Sink):
         return table, ledger
 
     async def emit(
-        self, client: httpx.AsyncClient, records: list[dict[str, Any]], ctx: EmitContext
+        self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
         await asyncio.to_thread(self.write, records, ctx)
 
@@ -187,9 +187,7 @@ class SqlSink(Sink):
                         sa.select(ledger.c.digest).where(ledger.c.idempotency_key == page_key)
                     ).scalar_one()
                     if before == digest:
-                        log.info(
-                            "sql_sink_page_already_loaded", seq=ctx.seq, table=self.table_name
-                        )
+                        log.info("sql_sink_page_already_loaded", seq=ctx.seq, table=self.table_name)
                         return False
                     # The same page key with other records: a later run under a task id
                     # used before. Written (by key, over whatever page of the earlier run

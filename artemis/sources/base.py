@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+from artemis.http import HttpClient
 
 
 @dataclass
@@ -30,7 +30,5 @@ class Source(ABC):
     resumed: bool = False
 
     @abstractmethod
-    def pages(
-        self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
-    ) -> AsyncIterator[Page]:
+    def pages(self, client: HttpClient, checkpoint: dict[str, Any] | None) -> AsyncIterator[Page]:
         """Yield pages starting at ``checkpoint`` (None = from the beginning)."""

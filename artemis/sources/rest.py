@@ -9,13 +9,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-from httpx import USE_CLIENT_DEFAULT
 
 from artemis import jsonio
 from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient, Response, transport_error
 from artemis.http import status_error as status_error_default
-from artemis.http import transport_error
 from artemis.logsetup import get_logger
 from artemis.sources.base import Page, Source
 from artemis.sources.paginators import (
@@ -42,9 +41,8 @@ class RestSource(Source):
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         timeout: float | None = None,
         before_request: Callable[[], Awaitable[None]] | None = None,
-        status_error: Callable[[str, httpx.Response], ArtemisError] | None = None,
-        send: Callable[[httpx.AsyncClient, str, dict[str, Any]], Awaitable[httpx.Response]]
-        | None = None,
+        status_error: Callable[[str, Response], ArtemisError] | None = None,
+        send: Callable[[HttpClient, str, dict[str, Any]], Awaitable[Response]] | None = None,
         parallel_pages: int = 1,
     ) -> None:
         self.url = url
@@ -72,7 +70,7 @@ class RestSource(Source):
         )
 
     async def pages(
-        self, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+        self, client: HttpClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
         paginator = paginator_from_checkpoint(checkpoint) if checkpoint else self.paginator
         if self.resumed and checkpoint and paginator.resume():
@@ -91,7 +89,7 @@ class RestSource(Source):
 
     async def _pages(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         paginator: Paginator,
         ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]],
     ) -> AsyncIterator[Page]:
@@ -159,7 +157,7 @@ class RestSource(Source):
 
     def _send_ahead(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         paginator: Paginator,
         ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]],
     ) -> None:
@@ -185,14 +183,14 @@ class RestSource(Source):
                 ahead[request] = task
 
     async def _request(
-        self, client: httpx.AsyncClient, url: str, params: dict[str, Any]
+        self, client: HttpClient, url: str, params: dict[str, Any]
     ) -> tuple[Any, httpx.Headers]:
         if self.before_request is not None:
             await self.before_request()
         return await self._get(client, url, params)
 
     async def _get(
-        self, client: httpx.AsyncClient, url: str, params: dict[str, Any]
+        self, client: HttpClient, url: str, params: dict[str, Any]
     ) -> tuple[Any, httpx.Headers]:
         what = f"{self.name} GET {url}"
         try:
@@ -204,7 +202,7 @@ class RestSource(Source):
                     # An empty mapping would wipe the query of a next-page URL: send None.
                     params=params or None,
                     headers=self.headers,
-                    timeout=self.timeout or USE_CLIENT_DEFAULT,
+                    timeout=self.timeout,
                 )
         except httpx.HTTPError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None

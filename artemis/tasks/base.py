@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient
 from artemis.sinks import EmitContext, RecordSpec, Sink, build_sinks
 from artemis.sinks.base import check_request_output, merge_output
 from artemis.sources import Page, Source
@@ -124,7 +124,7 @@ class TaskUnit:
 
     # -- 3. fetch --------------------------------------------------------------------
     async def fetch(
-        self, ctx: TaskContext, client: httpx.AsyncClient, checkpoint: dict[str, Any] | None
+        self, ctx: TaskContext, client: HttpClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
         """Yield the pages of every source, ``fetch_concurrency`` sources at a time,
         resumable from ``checkpoint`` (per source; see ``artemis/tasks/units.py``). The
@@ -194,7 +194,7 @@ class TaskUnit:
 
     async def emit(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         sinks: list[Sink],
         records: list[dict[str, Any]],
         ctx: EmitContext,

@@ -29,9 +29,8 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import httpx
-
 from artemis.completeness import shortfall
+from artemis.http import HttpClient
 from artemis.sources import Page, Source
 
 
@@ -80,7 +79,7 @@ _END = object()
 
 async def fetch_units(
     sources: Sequence[Source],
-    client: httpx.AsyncClient,
+    client: HttpClient,
     checkpoint: dict[str, Any] | None,
     *,
     concurrency: int,

@@ -187,15 +187,12 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
     # every page's file whole (a rewritten page replaced its own file), each key once
     run_dir = tmp_path / "lake" / "pull_stock_quotes" / task_id
     files = sorted(run_dir.glob("files-*.parquet"))
-    keys = [
-        (r["symbol"], r["date"]) for f in files for r in pq.read_table(f).to_pylist()
-    ]
+    keys = [(r["symbol"], r["date"]) for f in files for r in pq.read_table(f).to_pylist()]
     assert len(keys) == 60 == len(set(keys))
     # a write the kill cut short left only its temporary file, removed at finalize
     assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
     manifest = json.loads((run_dir / "_manifest.json").read_text())
     assert manifest["records"] == 60 and manifest["file_count"] == len(files)
-
 
 
 async def test_sinks_across_continue_as_new_count_in_stats_and_events(

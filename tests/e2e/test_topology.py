@@ -135,7 +135,7 @@ async def _completed_once_each(c: Cluster, task_id: str, run_id: str, records: i
     await eventually(done, "the run to end", timeout=180)
     async with c.api(1) as b:
         final = (await b.get(f"/tasks/{task_id}")).json()["data"]
-    assert final["status"] == "completed", final
+    assert final["status"] == "completed", (final.get("error"), final.get("stats"))
     by_key: dict[str, list] = {}
     for batch in await c.stack.sink_batches(f"pull_stock_quotes/{task_id}:"):
         if batch["status"] == 200:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from artemis.callback import (
@@ -17,6 +16,7 @@ from artemis.errors import ArtemisError
 from artemis.samples.app import create_app
 from artemis.samples.server import ThreadedServer
 from artemis.tracing import extract_trace
+from tests.helpers import http_client
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_override_and_allow_list():
 
 
 async def test_progress_zero_total_is_not_sent_and_throttle_lets_the_last_through(cron):
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         await http.post(f"{cron.url}/_control/reset", json={})
         c = CallbackClient(
             CallbackTarget(run_id="r9", base_url=f"{cron.url}/cronjob/runs"),
@@ -85,7 +85,7 @@ async def test_progress_zero_total_is_not_sent_and_throttle_lets_the_last_throug
 
 
 async def test_progress_failure_never_raises():
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         c = CallbackClient(
             CallbackTarget(run_id="r", base_url="http://127.0.0.1:1/runs"),
             CallbackSettings(),
@@ -99,7 +99,7 @@ async def test_progress_failure_never_raises():
 
 
 async def test_no_run_id_means_no_callback(cron):
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         await http.post(f"{cron.url}/_control/reset", json={})
         c = CallbackClient(
             CallbackTarget(run_id=None, base_url=f"{cron.url}/cronjob/runs"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -12,6 +11,7 @@ from artemis.registry.resolve import Contract
 from artemis.samples.server import ThreadedServer
 from artemis.sources.paginators import paginator_from_checkpoint
 from artemis.sources.rest import RestSource
+from tests.helpers import http_client
 
 ITEMS = [{"n": i} for i in range(23)]
 
@@ -116,7 +116,7 @@ CASES = {
 
 @pytest.mark.parametrize("path", sorted(CASES))
 async def test_mode_reads_every_item_once_and_resumes_from_any_checkpoint(server, path):
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
 
         def source():
             return RestSource(

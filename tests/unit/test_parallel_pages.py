@@ -7,13 +7,13 @@ import asyncio
 from contextlib import aclosing
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 
 from artemis.samples.server import ThreadedServer
 from artemis.sources import PageNumberPaginator, RestSource
 from artemis.sources.paginators import OffsetPaginator
+from tests.helpers import http_client
 
 TOTAL = 23
 
@@ -85,7 +85,7 @@ def pages_source(url: str, parallel: int) -> RestSource:
 async def collect(source: RestSource, checkpoint=None, stop_after: int | None = None):
     ids: list[int] = []
     last = None
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         async with aclosing(source.pages(client, checkpoint)) as pages:
             n = 0
             async for page in pages:

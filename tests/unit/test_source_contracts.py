@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -21,6 +20,7 @@ from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from artemis.sources.paginators import CursorPaginator, PageNumberPaginator
 from artemis.sources.rest import RestSource
+from tests.helpers import http_client
 
 RAW_NEWLINE_ERROR = (
     '{"header":{"type":"esearch","version":"0.3"},"esearchresult":{"ERROR":"Search Backend '
@@ -100,7 +100,7 @@ def pubmed(base: str) -> PubMedSource:
 
 
 async def _drain(source, checkpoint=None) -> list[Any]:
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         return [p async for p in source.pages(client, checkpoint)]
 
 
@@ -160,7 +160,7 @@ async def test_a_stateful_cursor_resumed_after_a_lost_answer_reopens_and_skips_n
             )
 
         seen: list[str] = []
-        async with httpx.AsyncClient() as client:
+        async with http_client() as client:
             pages = source().pages(client, None)
             for _ in range(3):
                 page = await pages.__anext__()

@@ -9,6 +9,7 @@ import pytest
 
 from artemis.sources import PageNumberPaginator, RestSource
 from artemis.tasks.units import UnitsCheckpoint, fetch_units
+from tests.helpers import http_client
 
 SYMBOLS = ["AAA", "BBB", "CCC", "DDD", "EEE"]
 
@@ -29,7 +30,7 @@ def sources(base: str, page_size: int = 10) -> list[RestSource]:
 
 async def collect(base, checkpoint=None, concurrency=3, stop_after=None):
     pages = []
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         gen = fetch_units(sources(base), client, checkpoint, concurrency=concurrency, tolerance=0.0)
         try:
             async for page in gen:

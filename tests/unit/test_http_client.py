@@ -1,0 +1,141 @@
+"""The workers' HTTP client (aiohttp underneath) against a real server on loopback: it
+keeps httpx's query, header and error semantics, never follows a redirect and never keeps
+a cookie."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+
+from artemis.http import retry_after_seconds, with_params
+from artemis.samples.server import ThreadedServer
+from tests.helpers import http_client
+
+
+def make_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/echo")
+    async def echo(request: Request) -> dict[str, Any]:
+        return {
+            "query": list(request.query_params.multi_items()),
+            "raw_query": request.url.query,
+            "cookie": request.headers.get("cookie"),
+            "x": request.headers.get("x-test"),
+        }
+
+    @app.post("/form")
+    async def form(request: Request) -> dict[str, Any]:
+        body = await request.body()
+        return {"type": request.headers.get("content-type"), "body": body.decode()}
+
+    @app.get("/redirect")
+    async def redirect() -> Response:
+        return RedirectResponse("/echo", status_code=302)
+
+    @app.get("/cookie")
+    async def cookie() -> Response:
+        resp = JSONResponse({"ok": True})
+        resp.set_cookie("session", "s3cret")
+        return resp
+
+    @app.get("/links")
+    async def links() -> Response:
+        resp = Response("é".encode("latin-1"), media_type="text/plain; charset=latin-1")
+        resp.headers.append("Link", '<http://x/2>; rel="next"')
+        resp.headers.append("Link", '<http://x/9>; rel="last"')
+        resp.headers["Retry-After"] = "7"
+        return resp
+
+    @app.get("/slow")
+    async def slow() -> dict[str, bool]:
+        await asyncio.sleep(2)
+        return {"late": True}
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ThreadedServer(make_app()).start()
+    yield srv.url
+    srv.stop()
+
+
+def test_params_merge_into_the_query_as_httpx_merges_them():
+    assert with_params("http://h/p?a=b%2Fc", None) == "http://h/p?a=b%2Fc"
+    assert with_params("http://h/p?a=b%2Fc", {}) == "http://h/p?a=b%2Fc"
+    assert with_params("http://h/p", {"q": "x y", "n": 2}) == "http://h/p?q=x+y&n=2"
+    # A key the URL already has is replaced; others are kept, in order.
+    assert with_params("http://h/p?page=1&s=k", {"page": 2}) == "http://h/p?s=k&page=2"
+    assert with_params("http://h/p?s=k", {"t": [1, 2], "on": True, "off": False, "e": None}) == (
+        "http://h/p?s=k&t=1&t=2&on=true&off=false&e="
+    )
+    # The same query as httpx builds for these params.
+    params = {"q": "a&b=c", "t": ["1", "2"], "on": True}
+    assert (
+        httpx.URL(with_params("http://h/p?z=1", params)).params
+        == httpx.URL("http://h/p?z=1").copy_merge_params(params).params
+    )
+
+
+async def test_get_sends_params_and_headers(server):
+    async with http_client(headers={"X-Test": "default"}) as http:
+        resp = await http.get(f"{server}/echo?keep=1", params={"q": "a b", "t": [1, 2]})
+        assert resp.status_code == 200
+        assert resp.json()["query"] == [["keep", "1"], ["q", "a b"], ["t", "1"], ["t", "2"]]
+        assert resp.json()["x"] == "default"
+        resp = await http.get(f"{server}/echo", headers={"X-Test": "mine"})
+        assert resp.json()["x"] == "mine"
+
+
+async def test_form_post_and_json_post(server):
+    async with http_client() as http:
+        resp = await http.post(f"{server}/form", data={"id": [1, 2], "db": "pubmed"})
+        assert resp.json() == {
+            "type": "application/x-www-form-urlencoded",
+            "body": "id=1&id=2&db=pubmed",
+        }
+        resp = await http.post(f"{server}/form", json={"a": 1})
+        assert resp.json() == {"type": "application/json", "body": '{"a":1}'}
+
+
+async def test_a_redirect_is_an_answer_never_followed(server):
+    async with http_client() as http:
+        resp = await http.get(f"{server}/redirect")
+        assert resp.status_code == 302
+        assert resp.headers["location"] == "/echo"
+
+
+async def test_no_cookie_is_kept_between_requests(server):
+    async with http_client() as http:
+        first = await http.get(f"{server}/cookie")
+        assert "session=s3cret" in first.headers["set-cookie"]
+        again = await http.get(f"{server}/echo")
+        assert again.json()["cookie"] is None
+
+
+async def test_headers_text_and_retry_after_read_as_with_httpx(server):
+    async with http_client() as http:
+        resp = await http.get(f"{server}/links")
+        # Repeated headers join as httpx joins them; names are case-insensitive.
+        assert resp.headers.get("LINK") == '<http://x/2>; rel="next", <http://x/9>; rel="last"'
+        assert resp.text == "é"  # decoded by the answer's own charset (latin-1)
+        assert retry_after_seconds(resp) == 7.0
+
+
+async def test_transport_failures_are_httpx_errors(server):
+    async with http_client() as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.get("http://127.0.0.1:1/nothing-listens")
+        with pytest.raises(httpx.TimeoutException):
+            await http.get(f"{server}/slow", timeout=0.2)
+        # The client's own timeout applies when a request gives none.
+    async with http_client(timeout_seconds=0.2) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await http.get(f"{server}/slow")
