@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import compileall
 import signal
+import sys
 import time
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
@@ -207,6 +210,21 @@ async def ensure_alerts_schedule(client: Client, settings: Settings, task_queue:
         log.info("alerts_schedule_created", task_queue=task_queue)
 
 
+def cache_workflow_bytecode() -> bool:
+    """Compile the workflow modules' bytecode once, at start-up (best effort).
+
+    The sandbox imports each workflow's module afresh for every run (that is its
+    isolation). Without cached bytecode — PYTHONDONTWRITEBYTECODE, set in many container
+    images and on this project's machine — every run compiled workflows/task_run.py from
+    source: with it cached, 12.3-12.6 -> 14.0-14.1 small runs/s on bench/accept.py.
+    Returns False when the directory cannot be written (nothing else changes then)."""
+    folder = Path(sys.modules[TaskRunWorkflow.__module__].__file__ or ".")
+    ok = bool(compileall.compile_dir(folder.parent, quiet=2, force=False))
+    if not ok:
+        log.info("workflow_bytecode_not_cached", folder=str(folder.parent))
+    return ok
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -232,6 +250,7 @@ async def running_worker(
 ):
     """Run a worker for the duration of the ``async with`` block."""
     client = client or await connect(settings)
+    await asyncio.to_thread(cache_workflow_bytecode)
     activities = TaskRunActivities(settings)
     worker = build_worker(client, settings, activities, task_queue)
     provenances = ProvenanceWorkers(
