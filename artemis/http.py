@@ -123,7 +123,10 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> Answer:
-        full = with_params(url, params)
+        try:
+            full = with_params(url, params)
+        except ValueError as e:
+            raise _as_httpx_error(e, method, url) from e
         body: bytes | str | None = content
         send_headers = dict(headers or {})
         if data is not None:
@@ -201,8 +204,15 @@ def with_params(url: str, params: Params) -> str:
 
 def _as_httpx_error(e: BaseException, method: str, url: str) -> httpx.HTTPError:
     """aiohttp's transport failures as httpx's, under the same names callers report."""
-    request = httpx.Request(method, url)
+    try:
+        request: httpx.Request | None = httpx.Request(method, url)
+    except httpx.InvalidURL:
+        request = None
     text = str(e) or type(e).__name__
+    if isinstance(e, aiohttp.InvalidURL | ValueError):
+        # Their text may be the URL, query and all: a credential sent as a parameter (an
+        # API key) must not reach an error message or a log.
+        text = f"invalid URL {url.split('?', 1)[0]!r} ({type(e).__name__})"
     cls: type[httpx.TransportError]
     if isinstance(e, aiohttp.ConnectionTimeoutError):
         cls = httpx.ConnectTimeout

@@ -139,3 +139,10 @@ async def test_transport_failures_are_httpx_errors(server):
     async with http_client(timeout_seconds=0.2) as http:
         with pytest.raises(httpx.ReadTimeout):
             await http.get(f"{server}/slow")
+
+
+async def test_an_invalid_url_is_named_without_its_query():
+    async with http_client() as http:
+        with pytest.raises(httpx.HTTPError) as err:
+            await http.get("http://[::1/x", params={"api_key": "s3cret-key"})
+    assert "s3cret-key" not in str(err.value)
