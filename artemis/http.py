@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
-from urllib.request import getproxies
+from urllib.request import getproxies, proxy_bypass_environment  # type: ignore[attr-defined]
 
 import aiohttp
 import httpx
@@ -41,10 +44,19 @@ class Answer:
 
     @property
     def text(self) -> str:
-        return self.content.decode(self._charset or "utf-8", errors="replace")
+        charset = self._charset or "utf-8"
+        try:
+            codecs.lookup(charset)
+        except LookupError:  # a charset nobody knows (``utf8mb4``): UTF-8, as httpx reads it
+            charset = "utf-8"
+        return self.content.decode(charset, errors="replace")
 
     def json(self) -> Any:
-        return jsonio.loads(self.content)
+        try:
+            return jsonio.loads(self.content)
+        except ValueError:
+            # What orjson refuses and the stdlib reads (a BOM, UTF-16, NaN, huge integers).
+            return json.loads(self.content)  # bytes: the stdlib detects BOM and UTF-16/32
 
 
 class HttpClient:
@@ -53,16 +65,20 @@ class HttpClient:
     aiohttp underneath: on this project's bench (loopback, 100-record JSON pages) a GET or
     POST cost 0.15-0.20 ms of CPU against httpx's 0.69-0.83 ms, and a harvest's worker is
     CPU-bound on its requests (two per page). The surface is the part of httpx's the
-    callers use (``get``/``post`` with ``params``, ``headers``, ``content``/``data``,
-    ``timeout``), the answer keeps httpx's header semantics, and transport failures are
-    raised as httpx's exceptions, so error handling and messages stay one vocabulary.
+    callers use (``get``/``post`` with ``params``, ``headers``, ``content``/``data``/``json``,
+    ``timeout``); URLs go out as httpx encodes them, the answer keeps httpx's header
+    semantics, TLS trusts what httpx trusts, and transport failures are raised as httpx's
+    exceptions with messages that never carry a query (an API key may be a parameter).
     Redirects are never followed (a 3xx could lead a request-supplied URL past
     ``security.allowed_hosts``) and no cookie is kept between requests (a crawler's cookie
-    belongs to the one request that names it)."""
+    belongs to the one request that names it). A hung upload is bounded by the activity's
+    heartbeat timeout (aiohttp has no write timeout)."""
 
     def __init__(self, settings: HttpClientSettings) -> None:
         self._settings = settings
         self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._proxies: dict[str, str] = {}
         self._timeout = aiohttp.ClientTimeout(
             total=None,
             connect=settings.timeout_seconds,
@@ -70,20 +86,36 @@ class HttpClient:
         )
 
     def _open(self) -> aiohttp.ClientSession:
-        # Made on first use: a session belongs to the running event loop.
-        if self._session is None or self._session.closed:
+        # A session belongs to the event loop it was made in: made on first use, and again
+        # when the client is used from another loop.
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
             s = self._settings
+            self._loop = loop
+            # Proxies from the environment as httpx reads them (HTTP(S)_PROXY, ALL_PROXY,
+            # NO_PROXY), resolved here: aiohttp's own lookup would also read ~/.netrc on
+            # every request and send its passwords.
+            self._proxies = getproxies()
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=s.max_connections, ssl=s.verify_ssl),
+                connector=aiohttp.TCPConnector(
+                    limit=s.max_connections,
+                    ssl=httpx.create_ssl_context(verify=True) if s.verify_ssl else False,
+                ),
                 headers=dict(s.headers),
                 timeout=self._timeout,
                 cookie_jar=aiohttp.DummyCookieJar(),
-                # Proxies from the environment, as httpx reads them; only when some are set,
-                # since aiohttp's lookup reads ~/.netrc on every request.
-                trust_env=bool(getproxies()),
+                trust_env=False,
                 raise_for_status=False,
             )
         return self._session
+
+    def _proxy_for(self, url: httpx.URL) -> str | None:
+        if not self._proxies:
+            return None
+        proxy = self._proxies.get(url.scheme) or self._proxies.get("all")
+        if not proxy or proxy_bypass_environment(url.host, self._proxies):
+            return None
+        return proxy
 
     async def get(
         self,
@@ -125,11 +157,13 @@ class HttpClient:
     ) -> Answer:
         try:
             full = with_params(url, params)
-        except ValueError as e:
+            # Encoded as httpx encodes it, then sent as is (yarl would re-quote a query).
+            target = httpx.URL(full)
+        except (ValueError, httpx.InvalidURL) as e:
             raise _as_httpx_error(e, method, url) from e
         body: bytes | str | None = content
         send_headers = dict(headers or {})
-        if data is not None:
+        if data:
             body = urlencode(_pairs(data))
             if not any(k.lower() == "content-type" for k in send_headers):
                 send_headers["Content-Type"] = "application/x-www-form-urlencoded"
@@ -137,10 +171,11 @@ class HttpClient:
         try:
             async with session.request(
                 method,
-                yarl.URL(full),
+                yarl.URL(str(target), encoded=True),
                 data=body,
                 headers=send_headers,
                 allow_redirects=False,
+                proxy=self._proxy_for(target),
                 timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
                 if timeout is not None
                 else self._timeout,
@@ -153,7 +188,7 @@ class HttpClient:
                     full,
                     resp.charset,
                 )
-        except (TimeoutError, aiohttp.ClientError, ValueError) as e:
+        except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as e:
             raise _as_httpx_error(e, method, full) from e
 
     async def aclose(self) -> None:
@@ -184,8 +219,10 @@ def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def with_params(url: str, params: Params) -> str:
-    """``url`` with ``params`` merged into its query as httpx merges them: a key given in
-    ``params`` replaces the URL's own values of that key; no params keeps the URL as is."""
+    """``url`` with ``params`` merged into its query: a key given in ``params`` replaces
+    the URL's own values of that key, the URL's other parameters stay (httpx 0.28's client
+    dropped them all — a next-page URL lost its page to a credential parameter); no params
+    keeps the URL as is."""
     if not params:
         return url
     pairs = _pairs(params)
@@ -202,17 +239,21 @@ def with_params(url: str, params: Params) -> str:
     return parts._replace(query=query).geturl()
 
 
+_QUERY = re.compile(r"\?[^\s'\"]*")
+
+
 def _as_httpx_error(e: BaseException, method: str, url: str) -> httpx.HTTPError:
-    """aiohttp's transport failures as httpx's, under the same names callers report."""
+    """aiohttp's transport failures as httpx's, under the same names callers report. The
+    text never carries a query: aiohttp puts the whole URL into some of its messages."""
     try:
         request: httpx.Request | None = httpx.Request(method, url)
     except httpx.InvalidURL:
         request = None
-    text = str(e) or type(e).__name__
-    if isinstance(e, aiohttp.InvalidURL | ValueError):
-        # Their text may be the URL, query and all: a credential sent as a parameter (an
-        # API key) must not reach an error message or a log.
-        text = f"invalid URL {url.split('?', 1)[0]!r} ({type(e).__name__})"
+    if isinstance(e, aiohttp.ClientResponseError):
+        text = f"{type(e).__name__}: {e.status}, {e.message}"
+    else:
+        text = str(e) or type(e).__name__
+    text = _QUERY.sub("?…", text)
     cls: type[httpx.TransportError]
     if isinstance(e, aiohttp.ConnectionTimeoutError):
         cls = httpx.ConnectTimeout
@@ -220,10 +261,14 @@ def _as_httpx_error(e: BaseException, method: str, url: str) -> httpx.HTTPError:
         cls = httpx.ReadTimeout
     elif isinstance(e, aiohttp.ClientConnectorError):
         cls = httpx.ConnectError
-    elif isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+    elif isinstance(
+        e,
+        aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientResponseError,
+    ):
         cls = httpx.RemoteProtocolError
-    elif isinstance(e, aiohttp.InvalidURL | ValueError):
+    elif isinstance(e, aiohttp.InvalidURL | ValueError | httpx.InvalidURL):
         cls = httpx.UnsupportedProtocol
+        text = f"invalid request to {url.split('?', 1)[0]!r}: {text}"
     else:
         cls = httpx.NetworkError
     return cls(text, request=request)

@@ -1,6 +1,6 @@
-"""The workers' HTTP client (aiohttp underneath) against a real server on loopback: it
-keeps httpx's query, header and error semantics, never follows a redirect and never keeps
-a cookie."""
+"""The workers' HTTP client (aiohttp underneath) against real servers on loopback: it
+sends URLs as httpx encodes them, keeps httpx's header and error semantics, never follows a
+redirect, never keeps a cookie and never puts a query into an error message."""
 
 from __future__ import annotations
 
@@ -44,6 +44,10 @@ def make_app() -> FastAPI:
         resp.set_cookie("session", "s3cret")
         return resp
 
+    @app.get("/odd-charset")
+    async def odd_charset() -> Response:
+        return Response(b'\xef\xbb\xbf{"a": 1}', media_type="application/json; charset=utf8mb4")
+
     @app.get("/links")
     async def links() -> Response:
         resp = Response("é".encode("latin-1"), media_type="text/plain; charset=latin-1")
@@ -67,7 +71,7 @@ def server():
     srv.stop()
 
 
-def test_params_merge_into_the_query_as_httpx_merges_them():
+def test_params_merge_into_the_query():
     assert with_params("http://h/p?a=b%2Fc", None) == "http://h/p?a=b%2Fc"
     assert with_params("http://h/p?a=b%2Fc", {}) == "http://h/p?a=b%2Fc"
     assert with_params("http://h/p", {"q": "x y", "n": 2}) == "http://h/p?q=x+y&n=2"
@@ -76,7 +80,7 @@ def test_params_merge_into_the_query_as_httpx_merges_them():
     assert with_params("http://h/p?s=k", {"t": [1, 2], "on": True, "off": False, "e": None}) == (
         "http://h/p?s=k&t=1&t=2&on=true&off=false&e="
     )
-    # The same query as httpx builds for these params.
+    # The same query as httpx's URL merge builds for these params.
     params = {"q": "a&b=c", "t": ["1", "2"], "on": True}
     assert (
         httpx.URL(with_params("http://h/p?z=1", params)).params
@@ -146,3 +150,53 @@ async def test_an_invalid_url_is_named_without_its_query():
         with pytest.raises(httpx.HTTPError) as err:
             await http.get("http://[::1/x", params={"api_key": "s3cret-key"})
     assert "s3cret-key" not in str(err.value)
+
+
+async def test_an_encoded_next_url_goes_out_byte_for_byte_as_httpx_sends_it(server):
+    raw = "next=http%3A%2F%2Fh%2Fq%3Fa%3D1&sig=a%2Bb%2Fc&sp=x%20y"
+    async with http_client() as http:
+        resp = await http.get(f"{server}/echo?{raw}")
+        assert resp.json()["raw_query"] == raw
+        # Values given as params are encoded as httpx encodes them.
+        resp = await http.get(f"{server}/echo", params={"v": "a/b c+d&e"})
+        assert (
+            resp.json()["raw_query"]
+            == httpx.URL(f"{server}/echo", params={"v": "a/b c+d&e"}).query.decode()
+        )
+
+
+async def test_an_unknown_charset_reads_as_utf8_and_json_takes_a_bom(server):
+    async with http_client() as http:
+        resp = await http.get(f"{server}/odd-charset")
+        assert resp.text.endswith('{"a": 1}')
+        assert resp.json() == {"a": 1}
+
+
+async def test_a_malformed_answer_is_an_httpx_error_without_the_query():
+    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nBad Header Line\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_server(broken, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    try:
+        async with http_client() as http:
+            with pytest.raises(httpx.RemoteProtocolError) as err:
+                await http.get(f"http://127.0.0.1:{port}/p", params={"api_key": "s3cret-key"})
+        assert "s3cret-key" not in str(err.value)
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+def test_one_client_serves_one_event_loop_after_another(server):
+    client = http_client()
+
+    async def once() -> int:
+        return (await client.get(f"{server}/echo")).status_code
+
+    assert asyncio.run(once()) == 200
+    assert asyncio.run(once()) == 200  # a new loop: a new session, not "loop is closed"
+    asyncio.run(client.aclose())
