@@ -1,0 +1,108 @@
+"""Accept floor: what Temporal alone takes, under `bench/accept.py`'s two numbers.
+
+A dev server of its own (as the bench stack starts it) and plain Python code, no Artemis:
+
+- latency: one client, W concurrent `start_workflow` calls per wave, timed at the client;
+  nothing runs them (no worker polls their queue; they are terminated at the end);
+- throughput (``--shape``): the same waves of a workflow with a small run's Temporal shape
+  and no work in it — a local activity, five activities one after another (prepare, fetch,
+  emit, finalize, clean-up), two local activities (process, the final record) — run by
+  one in-process worker, timed until every run completed; and the same for the lightest
+  shape a run with I/O could take (fetch and emit as activities, the rest local).
+
+Prints one JSON line: {"wave", "waves", "start_p50_ms", "start_p99_ms", "start_max_ms",
+"client_cpu_ms_per_start"} and with ``--shape`` also {"shape_runs_per_s", "light_runs_per_s"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.floor_shape import FloorLight, FloorShape, floor_step  # noqa: E402
+from infra.devserver import DevServer, free_port  # noqa: E402
+
+
+async def shape_rate(client: Client, wave: int, waves: int, shape: Any) -> float:
+    queue = f"shape-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client, task_queue=queue, workflows=[FloorShape, FloorLight], activities=[floor_step]
+    ):
+
+        async def one() -> None:
+            await client.execute_workflow(
+                shape.run, 0, id=f"shape-{uuid.uuid4().hex}", task_queue=queue
+            )
+
+        await asyncio.gather(*(one() for _ in range(3)))  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(waves):
+            await asyncio.gather(*(one() for _ in range(wave)))
+        return wave * waves / (time.perf_counter() - t0)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--wave", type=int, default=50)
+    ap.add_argument("--waves", type=int, default=2)
+    ap.add_argument("--shape", action="store_true", help="also: runs/s of a small run's shape")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="artemis-floor-"))
+    server = DevServer(
+        port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log"
+    ).start()
+    try:
+        client = await Client.connect(server.address)
+        queue = f"floor-{uuid.uuid4().hex[:8]}"
+        started: list[str] = []
+
+        async def start() -> float:
+            wf_id = f"floor-{uuid.uuid4().hex}"
+            t0 = time.perf_counter()
+            await client.start_workflow("FloorWorkflow", {"n": 1}, id=wf_id, task_queue=queue)
+            started.append(wf_id)
+            return (time.perf_counter() - t0) * 1000
+
+        for _ in range(5):  # warm-up: connection, namespace caches
+            await start()
+        times: list[float] = []
+        cpu0 = time.process_time()
+        for _ in range(args.waves):
+            times += await asyncio.gather(*(start() for _ in range(args.wave)))
+        cpu_ms = (time.process_time() - cpu0) * 1000 / len(times)
+        for wf_id in started:
+            await client.get_workflow_handle(wf_id).terminate("accept floor bench")
+        times.sort()
+        out = {
+            "wave": args.wave,
+            "waves": args.waves,
+            "start_p50_ms": round(statistics.median(times), 1),
+            "start_p99_ms": round(times[int(len(times) * 0.99) - 1], 1),
+            "start_max_ms": round(times[-1], 1),
+            "client_cpu_ms_per_start": round(cpu_ms, 2),
+        }
+        if args.shape:
+            for name, shape in (("shape", FloorShape), ("light", FloorLight)):
+                rate = await shape_rate(client, args.wave, args.waves, shape)
+                out[f"{name}_runs_per_s"] = round(rate, 1)
+        print(json.dumps(out))
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
