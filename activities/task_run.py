@@ -29,7 +29,10 @@ from artemis.metrics import (
     RECORDS_FETCHED,
     RUNS_FINISHED,
     RUNS_STARTED,
+    WAITING,
 )
+from artemis.outage import outage_of
+from artemis.retained import Retained
 from artemis.run_models import (
     BatchInput,
     CircuitBreaker,
@@ -43,9 +46,12 @@ from artemis.run_models import (
     FinalizeInput,
     FinalizeResult,
     MirrorInput,
+    Outage,
+    OutageNote,
     PrepareInput,
     PrepareResult,
     ProcessResult,
+    RetainInput,
     RunRef,
     SplitInput,
     SplitResult,
@@ -60,6 +66,9 @@ from artemis.vault import RunSecrets
 from workers.runs import OPEN_STATUSES, closed_run_end
 
 log = get_logger("artemis.activities")
+
+# The plan step a waiting run is stuck in, by what it waits on.
+_OUTAGE_STEP = {"source": "step_fetch", "sink": "step_emit", "store": "step_process"}
 
 FINALIZE_MAX_ATTEMPTS = 4  # the first try and 3 retries (0.5 s, 1 s, 2 s)
 CALLBACK_TOKEN = "callback_token"
@@ -160,6 +169,7 @@ class TaskRunActivities:
         self.secrets = RunSecrets(
             settings.database.url, settings.vault.get("master_key_file", ".artemis/master.key")
         )
+        self.retained = Retained(settings.database.url)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -256,6 +266,7 @@ class TaskRunActivities:
             rate_key=rate_key,
             search=search,
             tolerance_pct=task.completeness_tolerance(ctx),
+            outage_tolerance_s=task.outage_tolerance(ctx),
         )
 
     @activity.defn(name="mirror_state")
@@ -324,7 +335,12 @@ class TaskRunActivities:
         reconciled = await self._reconcile_open_runs(now - timedelta(seconds=inp.reconcile_after_s))
         before = now - timedelta(hours=inp.hours)
         tasks = await asyncio.to_thread(self.task_store.delete_expired, before)
-        pages = await asyncio.to_thread(self.staging.drop_older_than, before)
+        # Runs kept for a retry keep their pages until their state expires, then go whole.
+        expired = await asyncio.to_thread(self.retained.expired, now)
+        for key in expired:
+            await asyncio.to_thread(self._drop_key, key)
+        keep = await asyncio.to_thread(self.retained.live_keys, now)
+        pages = await asyncio.to_thread(self.staging.drop_older_than, before, keep)
         events = await asyncio.to_thread(self.events.drop_older_than, before)
         # A run may write files for up to 30 days (meta.timeout_s); its records go once it
         # has been quiet longer than that and the clean-up's own age.
@@ -340,6 +356,7 @@ class TaskRunActivities:
             staged_pages_removed=pages,
             events_removed=events,
             sink_files_forgotten=files,
+            retained_expired=len(expired),
         )
         return CleanupResult(
             tasks_removed=tasks,
@@ -446,6 +463,7 @@ class TaskRunActivities:
         progress_every = self.settings.events.progress_min_interval_ms / 1000
         progress_at = started
         done = False
+        outage: Outage | None = None
         pages = task.fetch(ctx, self.client, state["checkpoint"])
         try:
             if state.get("done"):
@@ -498,8 +516,28 @@ class TaskRunActivities:
         except asyncio.CancelledError:
             log.info("fetch_cancelled", next_seq=state["next_seq"], pages=state["pages"])
             raise
+        except ArtemisError as e:
+            # The source (or staging) failing transiently: the pages so far count, and the
+            # workflow waits, then fetches on from their checkpoint (SPEC §4 "Outages").
+            outage = (
+                outage_of(e, "source", task.source_name(ctx))
+                if inp.report_outages and not task.error_budgets
+                else None
+            )
+            if outage is None:
+                raise
         finally:
             await pages.aclose()
+        if outage is not None:
+            done = False
+            log.warning(
+                "source_unavailable",
+                dependency=outage.dependency,
+                name=outage.name,
+                reason=outage.reason,
+                error=outage.message,
+                pages=state["pages"],
+            )
         log.info(
             "fetch_batch_done",
             first_seq=inp.first_seq,
@@ -521,6 +559,7 @@ class TaskRunActivities:
             progress_last_ms=last_ms,
             expected_total=state.get("expected_total"),
             incomplete=state.get("incomplete"),
+            outage=outage,
         )
 
     async def _stage_raw(self, key: str, seq: int, page: Any) -> None:
@@ -594,6 +633,12 @@ class TaskRunActivities:
         task = get_task(inp.run.task_code)
         ctx = self._context(task, inp.run, inp.params, trace, inp.output)
         sinks = task.decide_sinks(ctx)
+        key = run_key(inp.run)
+        if inp.prune_below is not None:
+            # The batches before this one were delivered (emits run in order): staging
+            # keeps only what is not, so a long sink outage stages no more than the
+            # batches the fetch side may be ahead (runs.max_batches_ahead).
+            await asyncio.to_thread(self.staging.prune_below, key, inp.prune_below)
         state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
         details = activity.info().heartbeat_details
         if details:
@@ -602,19 +647,22 @@ class TaskRunActivities:
         # Per sink, the records of the pages delivered without a gap (a page above the
         # heartbeat's next_seq may count again on a retry, as it may be sent again).
         state["sinks"] = dict(state.get("sinks") or {})
-        key = run_key(inp.run)
         pages = await asyncio.to_thread(
             self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
         )
         _require_every_page(pages, state["next_seq"], inp.last_seq, "processed")
+        skip = set(inp.skip_seqs)
         # Pages go out ``emit_concurrency`` at a time, each under its own key; the
         # heartbeat resumes after the pages delivered without a gap (one above it may go
         # again on a retry — under the same key, so the sink takes it once).
         # Pages delivered above the gap, with what they counted: counted into the
         # heartbeat's state only once the pages below them are delivered too (a retry
-        # sends them again, and must not count them twice).
+        # sends them again, and must not count them twice). Pages delivered by an earlier
+        # call (``skip_seqs``) count nothing here.
         delivered: dict[int, tuple[int, dict[str, int]]] = {}
         gate = asyncio.Semaphore(task.emit_concurrency(ctx))
+        # Set at a sink's first transient failure (report_outages): no new page starts.
+        halted: list[Outage] = []
 
         async def deliver(seq: int, records: list[dict[str, Any]]) -> None:
             page = EmitContext(
@@ -625,10 +673,21 @@ class TaskRunActivities:
                 task_code=inp.run.task_code,
                 task_id=inp.run.task_id,
             )
-            if records:
+            if records and seq not in skip:
                 async with gate:
-                    await task.emit(self.client, sinks, records, page)
-            delivered[seq] = (len(records), page.counts)
+                    if halted:
+                        return
+                    try:
+                        await task.emit(self.client, sinks, records, page)
+                    except ArtemisError as e:
+                        names = ",".join(s.name for s in sinks)
+                        outage = outage_of(e, "sink", names) if inp.report_outages else None
+                        if outage is None:
+                            raise
+                        halted.append(outage)
+                        return
+            n = 0 if seq in skip else len(records)
+            delivered[seq] = (n, page.counts)
             while state["next_seq"] in delivered:
                 n, counts = delivered.pop(state["next_seq"])
                 state["records"] += n
@@ -643,6 +702,8 @@ class TaskRunActivities:
         except asyncio.CancelledError:
             log.info("emit_cancelled", next_seq=state["next_seq"])
             raise
+        if halted:
+            return self._emit_halted(inp, state, delivered, halted[0], skip)
         log.info(
             "emit_batch_done",
             first_seq=inp.first_seq,
@@ -653,6 +714,54 @@ class TaskRunActivities:
         return EmitResult(
             records_emitted=state["records"], batches=state["batches"], sinks=state["sinks"]
         )
+
+    def _emit_halted(
+        self,
+        inp: BatchInput,
+        state: dict[str, Any],
+        above: dict[int, tuple[int, dict[str, int]]],
+        outage: Outage,
+        skip: set[int],
+    ) -> EmitResult:
+        """A sink is down: what this call delivered (every page of it, below the gap and
+        above), for the workflow to count once and skip when it sends the rest."""
+        records, batches, sinks = state["records"], state["batches"], dict(state["sinks"])
+        for n, counts in above.values():
+            records += n
+            batches += 1 if n else 0
+            for name, taken in counts.items():
+                sinks[name] = sinks.get(name, 0) + taken
+        seqs = [s for s in range(inp.first_seq, state["next_seq"]) if s not in skip]
+        seqs += [s for s in above if s not in skip]
+        log.warning(
+            "sink_unavailable",
+            name=outage.name,
+            reason=outage.reason,
+            error=outage.message,
+            delivered_pages=len(seqs),
+        )
+        RECORDS_EMITTED.labels(inp.run.task_code).inc(records)
+        return EmitResult(
+            records_emitted=records,
+            batches=batches,
+            sinks=sinks,
+            outage=outage,
+            delivered_seqs=sorted(seqs),
+        )
+
+    @activity.defn(name="note_outage")
+    async def note_outage(self, inp: OutageNote) -> None:
+        """A run started waiting on a dependency (each attempt), or it recovered: the
+        run's event stream, the waiting gauge and one log line."""
+        key = run_key(inp.run)
+        w = inp.waiting
+        if inp.kind == "waiting":
+            WAITING.wait(key, str(w.get("dependency")), float(w.get("next_in_s") or 60))
+            log.warning("run_waiting", **{k: v for k, v in w.items() if k != "message"})
+        else:
+            WAITING.done(key)
+            log.info("run_recovered", **w)
+        await self.record(inp.run, inp.kind, w, _OUTAGE_STEP.get(str(w.get("dependency"))))
 
     # -- 5. finalize ------------------------------------------------------------------------
     @activity.defn(name="finalize_run")
@@ -694,7 +803,8 @@ class TaskRunActivities:
         if callback is not None:
             attempt = activity.info().attempt
             body = finalize_body(inp.status, stats, inp.error_message)
-            outcome, detail = await callback.finalize(body, attempt)
+            suffix = f":retry{inp.retry_attempt}" if inp.retry_attempt else ""
+            outcome, detail = await callback.finalize(body, attempt, suffix)
             if outcome == FinalizeOutcome.RETRY:
                 if attempt < FINALIZE_MAX_ATTEMPTS:
                     CALLBACKS.labels("finalize", "retry").inc()
@@ -749,6 +859,31 @@ class TaskRunActivities:
                 finished[sink.name] = result
         return finished
 
+    @activity.defn(name="retain_run")
+    async def retain_run(self, inp: RetainInput) -> None:
+        """A run failed with a retryable code: keep its request and carry (references and
+        counts only) beside its staged pages and secret, for POST /tasks/{id}/retry."""
+        from dataclasses import asdict
+
+        await asyncio.to_thread(
+            self.retained.keep,
+            run_key(inp.run),
+            inp.run.task_code,
+            inp.run.task_id,
+            inp.run.workflow_id,
+            inp.error_code,
+            inp.error_message,
+            {"request": asdict(inp.request), "carry": asdict(inp.carry)},
+            inp.retain_s,
+        )
+        log.info(
+            "run_retained",
+            error_code=inp.error_code,
+            next_seq=inp.carry.next_seq,
+            undelivered=inp.carry.undelivered,
+            retain_s=inp.retain_s,
+        )
+
     @activity.defn(name="cleanup_run")
     async def cleanup_run(self, inp: CleanupRunInput) -> None:
         """After a finalize was sent: drop the run's staged pages and its secret."""
@@ -756,14 +891,20 @@ class TaskRunActivities:
 
     async def _drop_run_data(self, run: RunRef) -> None:
         key = run_key(run)
-        await asyncio.to_thread(self.staging.drop_run, key)
-        await asyncio.to_thread(self.secrets.drop, key)
-        await asyncio.to_thread(drop_file_records, self.settings.database.url, key)
+        await asyncio.to_thread(self._drop_key, key)
         log.info("run_data_dropped")
+
+    def _drop_key(self, key: str) -> None:
+        """A run's staged pages, secret, files-sink records and retained state."""
+        self.staging.drop_run(key)
+        self.secrets.drop(key)
+        drop_file_records(self.settings.database.url, key)
+        self.retained.drop(key)
 
     def all(self) -> list[Callable[..., Any]]:
         return [
             self.cleanup_run,
+            self.retain_run,
             self.prepare_params,
             self.split_run,
             self.mirror_state,
@@ -771,5 +912,6 @@ class TaskRunActivities:
             self.fetch_pages,
             self.process_batch,
             self.emit_batch,
+            self.note_outage,
             self.finalize_run,
         ]

@@ -186,8 +186,11 @@ class CallbackClient:
             log.warning("callback_progress", **fields, ok=False, error=f"{type(e).__name__}: {e}")
         return now_ms
 
-    async def finalize(self, body: dict[str, Any], attempt: int) -> tuple[str, str]:
-        """One finalize try. Returns (outcome, detail)."""
+    async def finalize(
+        self, body: dict[str, Any], attempt: int, key_suffix: str = ""
+    ) -> tuple[str, str]:
+        """One finalize try. Returns (outcome, detail). ``key_suffix`` tells a run finished
+        by POST /tasks/{id}/retry from the finalize its failed attempt already sent."""
         if not self.base:
             log.debug("callback_disabled", reason="no run_id or base_url")
             return FinalizeOutcome.SKIPPED, "no callback configured"
@@ -196,7 +199,7 @@ class CallbackClient:
             resp = await self.client.post(
                 url,
                 content=json.dumps(body),
-                headers=self._headers(f"{self.run_key}:finalize"),
+                headers=self._headers(f"{self.run_key}:finalize{key_suffix}"),
                 timeout=self.settings.timeout_seconds,
             )
         except httpx.HTTPError as e:

@@ -237,6 +237,19 @@ class RunTuning(_Section):
     rate_limit_headroom: float = Field(0.95, gt=0.5, le=1.0)
     # How often a worker looks for new or re-rated provenances to poll (their own queues).
     provenance_refresh_s: float = Field(30.0, gt=0)
+    # Outages (SPEC §4): a source or sink failing transiently (5xx, 408, 429, refused,
+    # reset, DNS, read timeout, database unreachable) is waited out on Temporal timers for
+    # this long from the first failure of the current outage (0: fail fast, as the
+    # activities' own retry policies decide); per task `task_defaults.<code>.
+    # outage_tolerance_s`, per provenance `retry_cfg.outage_tolerance_millis`.
+    outage_tolerance_s: float = Field(1800.0, ge=0)
+    # The longest wait between two attempts while a dependency is down.
+    retry_max_interval_s: float = Field(60.0, gt=0)
+    # How many batches the fetch side may be ahead of what was emitted (staged, not sent).
+    max_batches_ahead: int = Field(2, ge=1, le=16)
+    # A run that failed with a retryable code keeps its checkpoint, staged pages and
+    # delivery ledger this long, for POST /tasks/{id}/retry.
+    retain_failed_s: float = Field(72 * 3600.0, ge=0)
 
 
 class WorkerSettings(_Section):

@@ -63,6 +63,28 @@ class StagedPage(SQLModel, table=True):
     digest: str | None = Field(default=None, max_length=40)
 
 
+class RetainedRun(SQLModel, table=True):
+    """A run that failed with a retryable code (SPEC §4 "Outages"): what POST
+    /tasks/{id}/retry needs to finish it — the run's request and its carry (checkpoint,
+    next page, the pages staged but not delivered, stats; references and counts only, no
+    record and no secret). Its staged pages and secret stay with it until ``expires_at``
+    (``runs.retain_failed_s``), then the clean-up schedule drops them all."""
+
+    __tablename__ = "retained_run"
+
+    run_key: str = Field(primary_key=True, max_length=200)
+    task_code: str = Field(max_length=128)
+    task_id: str = Field(max_length=200)
+    workflow_id: str = Field(max_length=300)
+    error_code: str = Field(max_length=64)
+    error_message: str = Field(sa_column=Column(Text, nullable=False))
+    state: str = Field(sa_column=Column(Text, nullable=False))
+    retained_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    expires_at: datetime = Field(sa_type=UTCDateTime, index=True)
+    # Set when a retry took the state (a second retry of the same failure is refused).
+    taken_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
 class SinkFile(SQLModel, table=True):
     """A file the files sink wrote for a run (one per page and sink): what the run's
     ``_manifest.json`` lists at finalize. Dropped with the run's staged pages."""

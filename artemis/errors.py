@@ -31,6 +31,10 @@ class ErrorCode(StrEnum):
     SOURCE_LOOP = "SOURCE_LOOP"
     INCOMPLETE = "INCOMPLETE"
     SINK_ERROR = "SINK_ERROR"
+    # A source or a sink failed transiently for longer than the run's outage tolerance
+    # (SPEC §4 "Outages"): the run kept its state, POST /tasks/{id}/retry finishes it.
+    SOURCE_UNAVAILABLE = "SOURCE_UNAVAILABLE"
+    SINK_UNAVAILABLE = "SINK_UNAVAILABLE"
     CALLBACK_ERROR = "CALLBACK_ERROR"
     CONFIG_ERROR = "CONFIG_ERROR"
     CANCELLED = "CANCELLED"
@@ -40,6 +44,8 @@ class ErrorCode(StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     CONFLICT = "CONFLICT"
     NOT_FOUND = "NOT_FOUND"
+    # A run's kept state is gone (cleaned up after runs.retain_failed_s): no retry.
+    GONE = "GONE"
     # A query window whose hits exceed the source's result cap: the run splits it.
     RESULT_CAP_EXCEEDED = "RESULT_CAP_EXCEEDED"
     NOT_READY = "NOT_READY"
@@ -72,6 +78,8 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.SOURCE_LOOP: _CodeInfo(False, 0, 502),
     ErrorCode.INCOMPLETE: _CodeInfo(False, 0, 502),
     ErrorCode.SINK_ERROR: _CodeInfo(True, 4, 502),
+    ErrorCode.SOURCE_UNAVAILABLE: _CodeInfo(True, 0, 503),
+    ErrorCode.SINK_UNAVAILABLE: _CodeInfo(True, 0, 503),
     ErrorCode.CALLBACK_ERROR: _CodeInfo(True, 3, 502),
     ErrorCode.CONFIG_ERROR: _CodeInfo(False, 0, 500),
     ErrorCode.CANCELLED: _CodeInfo(False, 0, 409),
@@ -80,6 +88,7 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.PAYLOAD_TOO_LARGE: _CodeInfo(False, 0, 413),
     ErrorCode.CONFLICT: _CodeInfo(False, 0, 409),
     ErrorCode.NOT_FOUND: _CodeInfo(False, 0, 404),
+    ErrorCode.GONE: _CodeInfo(False, 0, 410),
     ErrorCode.RESULT_CAP_EXCEEDED: _CodeInfo(False, 0, 502),
     ErrorCode.NOT_READY: _CodeInfo(True, 0, 503),
 }

@@ -28,12 +28,15 @@ from sqlmodel import Column, Field, SQLModel
 
 from artemis import jsonio
 from artemis.db import UTCDateTime, get_engine, utcnow
+from artemis.outage import waiting_line
 from artemis.run_state import STEPS, TERMINAL, end_error
 
 # Which plan step each activity of the task-run workflow belongs to. Bookkeeping
 # activities (task-store mirroring, cleanup) are not part of the plan.
 # Operator controls recorded in a run's stream (POST /tasks/{id}/pause|resume|rate-limit).
 CONTROL_EVENTS = ("paused", "resumed", "rate_changed")
+# A run waiting out an outage, and its recovery (recorded by the workflow's note_outage).
+OUTAGE_EVENTS = ("waiting", "recovered")
 
 ACTIVITY_STEP = {
     "prepare_params": "step_prepare",
@@ -304,6 +307,15 @@ class PlanTracker:
             if first:
                 self._plan_if_changed(emit, force=True)
             emit(raw.kind, dict(raw.data), None)
+        elif raw.kind in OUTAGE_EVENTS:
+            # The run waits out an outage of a dependency (each attempt), or it recovered
+            # (SPEC §4 "Outages"); planId: the step it waits in.
+            if first:
+                self._plan_if_changed(emit, force=True)
+            payload = dict(raw.data)
+            if raw.kind == "waiting":
+                payload["line"] = waiting_line(payload)
+            emit(raw.kind, payload, raw.step)
         elif raw.kind == "run_status":
             status = str(raw.data.get("status"))
             if status not in TERMINAL:

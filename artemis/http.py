@@ -18,6 +18,7 @@ import yarl
 from artemis import jsonio
 from artemis.config import HttpClientSettings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.outage import status_reason
 
 Params = Mapping[str, Any] | None
 
@@ -286,12 +287,35 @@ Response = Answer | httpx.Response
 def transport_error(code: ErrorCode, what: str, exc: httpx.HTTPError) -> ArtemisError:
     """Turn a transport failure into a retryable error naming what was being done."""
     if isinstance(exc, httpx.TimeoutException):
+        reason = "connect timed out" if isinstance(exc, httpx.ConnectTimeout) else "read timed out"
         return ArtemisError(
             ErrorCode.TIMEOUT_ERROR if code is ErrorCode.TIMEOUT_ERROR else code,
             f"{what}: timed out ({type(exc).__name__})",
             retryable=True,
+            details={"reason": reason},
         )
-    return ArtemisError(code, f"{what}: {type(exc).__name__}: {exc}", retryable=True)
+    return ArtemisError(
+        code,
+        f"{what}: {type(exc).__name__}: {exc}",
+        retryable=True,
+        details={"reason": _transport_reason(exc)},
+    )
+
+
+def _transport_reason(exc: httpx.HTTPError) -> str:
+    """A few words for an operator: what the transport failure was."""
+    text = str(exc).lower()
+    if isinstance(exc, httpx.ConnectError):
+        if "refused" in text:
+            return "connection refused"
+        if "name" in text or "resolve" in text or "dns" in text:
+            return "name not resolved"
+        return "cannot connect"
+    if "reset" in text:
+        return "connection reset"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "connection closed mid-answer"
+    return type(exc).__name__
 
 
 RETRYABLE_STATUSES = (408, 425, 429)
@@ -304,7 +328,7 @@ def status_error(code: ErrorCode, what: str, response: Response) -> ArtemisError
         code,
         f"{what} answered {status}: {response.text[:300]}",
         retryable=status in RETRYABLE_STATUSES or status >= 500,
-        details={"status": status},
+        details={"status": status, "reason": status_reason(status)},
         retry_after_s=retry_after_seconds(response),
     )
 

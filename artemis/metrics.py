@@ -9,13 +9,18 @@ SDK's own worker metrics (task slots, poll latencies, …) come from its runtime
 
 from __future__ import annotations
 
+import threading
+import time
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    REGISTRY,
     Counter,
     Histogram,
     generate_latest,
     start_http_server,
 )
+from prometheus_client.core import GaugeMetricFamily
 
 RUNS_STARTED = Counter("artemis_runs_started", "Task runs that started running", ["task_code"])
 RUNS_FINISHED = Counter(
@@ -36,6 +41,50 @@ CALLBACKS = Counter(
 RUN_REQUESTS = Counter(
     "artemis_run_requests", "POST /tasks/{code}/run answers", ["task_code", "outcome"]
 )
+
+
+class _Waiting:
+    """``artemis_runs_waiting{dependency}``: runs waiting out an outage, by what they wait
+    on (source, sink, store). A run's workflow reports each attempt and its recovery
+    through this process's worker; an entry lapses two intervals after its next attempt
+    was due, so a run that moved to another worker (or ended) is not counted twice."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, tuple[str, float]] = {}
+
+    def wait(self, run_key: str, dependency: str, next_in_s: float) -> None:
+        with self._lock:
+            self._runs[run_key] = (dependency, time.monotonic() + 2 * next_in_s + 30)
+
+    def done(self, run_key: str) -> None:
+        with self._lock:
+            self._runs.pop(run_key, None)
+
+    def counts(self) -> dict[str, int]:
+        now = time.monotonic()
+        out = {"source": 0, "sink": 0, "store": 0}
+        with self._lock:
+            for key, (dependency, until) in list(self._runs.items()):
+                if until < now:
+                    del self._runs[key]
+                    continue
+                out[dependency] = out.get(dependency, 0) + 1
+        return out
+
+    def collect(self):  # noqa: ANN201 (prometheus_client's collector protocol)
+        family = GaugeMetricFamily(
+            "artemis_runs_waiting",
+            "Runs waiting out an outage of a dependency (source, sink, store)",
+            labels=["dependency"],
+        )
+        for dependency, n in sorted(self.counts().items()):
+            family.add_metric([dependency], n)
+        yield family
+
+
+WAITING = _Waiting()
+REGISTRY.register(WAITING)  # type: ignore[arg-type]
 
 
 def exposition() -> tuple[bytes, str]:

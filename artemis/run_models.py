@@ -47,6 +47,10 @@ class RunTuning:
     emit_start_to_close_s: float = 600.0
     max_batches_per_run: int = 200
     activity_max_attempts: int = 5
+    outage_tolerance_s: float = 1800.0
+    retry_max_interval_s: float = 60.0
+    max_batches_ahead: int = 2
+    retain_failed_s: float = 72 * 3600.0
 
 
 @dataclass
@@ -61,6 +65,19 @@ class RunRef:
     request_id: str | None = None
     # The task id of the run's top ancestor (a backfill's window runs stream into it).
     root_task_id: str | None = None
+
+
+@dataclass
+class Outage:
+    """A dependency failing transiently, as an activity saw it (SPEC §4 "Outages"): no
+    secret, no record — the words an operator reads in ``waiting: …``."""
+
+    dependency: str  # "source" | "sink" | "store"
+    name: str  # the sink ("http", "sql", "files"), the source or provenance, "staging"
+    reason: str  # short: "503 Service Unavailable", "read timed out", "connection refused"
+    message: str  # the error as the activity raised it (redacted)
+    code: str  # its error code (SOURCE_ERROR, SINK_ERROR, TIMEOUT_ERROR, ...)
+    retry_after_s: float | None = None
 
 
 @dataclass
@@ -84,6 +101,19 @@ class RunCarry:
     rate_key: str | None = None
     pages_per_fetch: int | None = None
     tolerance_pct: float = 0.0
+    # Outages are waited out (runs of this build); the run's tolerance (None: tuning's).
+    waits: bool = False
+    outage_tolerance_s: float | None = None
+    # Pages fetched and staged but not yet delivered ([first, last] ranges, and pages of
+    # them already delivered): a retried run emits these before it fetches on.
+    undelivered: list[list[int]] = field(default_factory=list)
+    delivered_above: list[int] = field(default_factory=list)
+    # The fetch side had reached the source's end (only emitting was left).
+    fetch_done: bool = False
+    # A run started again by POST /tasks/{id}/retry (how many times, from 1); set on the
+    # first generation of that start only.
+    retry_attempt: int = 0
+    retry_start: bool = False
 
 
 @dataclass
@@ -134,6 +164,8 @@ class PrepareResult:
     search: dict[str, str] = field(default_factory=dict)
     # The shortfall (percent of a stated total) the run accepts before INCOMPLETE.
     tolerance_pct: float = 0.0
+    # How long an outage of a dependency is waited out (None: runs.outage_tolerance_s).
+    outage_tolerance_s: float | None = None
 
 
 @dataclass
@@ -247,6 +279,9 @@ class FetchInput:
     # Fetched again after a failed attempt (e.g. after the circuit breaker's cool-down):
     # the source's last request may have been served, its answer lost.
     resumed: bool = False
+    # A transient failure of the source ends the batch with ``FetchResult.outage`` (the
+    # pages fetched so far counted) instead of failing the activity: the workflow waits.
+    report_outages: bool = False
 
 
 @dataclass
@@ -264,6 +299,8 @@ class FetchResult:
     # A source ended short of its stated total beyond the tolerance: {"message",
     # "expected_total", "records_fetched"}; the run fails INCOMPLETE after this batch.
     incomplete: dict[str, Any] | None = None
+    # The source failed transiently after these pages (report_outages): wait, go on.
+    outage: Outage | None = None
 
 
 @dataclass
@@ -273,6 +310,12 @@ class BatchInput:
     first_seq: int
     last_seq: int
     output: dict[str, Any] = field(default_factory=dict)
+    # Emit: pages of the range already delivered by an earlier call (not sent again), and
+    # whether a sink's transient failure ends the call with ``EmitResult.outage``.
+    skip_seqs: list[int] = field(default_factory=list)
+    report_outages: bool = False
+    # Emit: staged pages below this sequence were delivered; their payloads can go.
+    prune_below: int | None = None
 
 
 @dataclass
@@ -287,6 +330,10 @@ class EmitResult:
     batches: int
     # Records each sink took (name → count); empty from earlier builds.
     sinks: dict[str, int] = field(default_factory=dict)
+    # A sink failed transiently (report_outages): the counts above are of the pages in
+    # ``delivered_seqs`` only; the others of the range go again after the wait.
+    outage: Outage | None = None
+    delivered_seqs: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -305,11 +352,35 @@ class FinalizeInput:
     # run's children finish their own.
     output: dict[str, Any] | None = None
     finish_sinks: bool = True
+    # A run finished by POST /tasks/{id}/retry (from 1): its finalize is a new call.
+    retry_attempt: int = 0
 
 
 @dataclass
 class CleanupRunInput:
     run: RunRef
+
+
+@dataclass
+class OutageNote:
+    """A run started or stopped waiting on a dependency: recorded in its event stream,
+    the waiting gauge and the log (a local activity)."""
+
+    run: RunRef
+    kind: str  # "waiting" | "recovered"
+    waiting: dict[str, Any]
+
+
+@dataclass
+class RetainInput:
+    """A run that failed with a retryable code keeps what POST /tasks/{id}/retry needs."""
+
+    run: RunRef
+    request: RunRequest
+    carry: RunCarry
+    error_code: str
+    error_message: str
+    retain_s: float
 
 
 @dataclass

@@ -22,6 +22,9 @@ from typing import Any
 from artemis.errors import ErrorCode
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timeout"})
+# The failures POST /tasks/{id}/retry finishes from the run's kept state (SPEC §4
+# "Outages"): a dependency down past its tolerance, an internal failure, a timeout.
+RETRYABLE_ENDINGS = ("SOURCE_UNAVAILABLE", "SINK_UNAVAILABLE", "INTERNAL", "TIMEOUT_ERROR")
 OPEN = frozenset({"pending", "running"})
 STAT_KEYS = ("pages", "records_fetched", "records_processed", "records_emitted", "batches")
 STEPS = ("step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize")
@@ -112,6 +115,9 @@ class RunState:
     qps: float | None = None
     circuit: str | None = None
     task_store: str = "pending"
+    # Waiting out an outage (SPEC §4): {dependency, name, since, reason, error, attempt,
+    # next_attempt_at, next_in_s, tolerance_s}; None while nothing is down.
+    waiting: dict[str, Any] | None = None
 
     def progress(self) -> dict[str, Any]:
         return {
@@ -126,4 +132,5 @@ class RunState:
             "qps": self.qps,
             "circuit": self.circuit,
             "task_store": self.task_store,
+            "waiting": self.waiting,
         }

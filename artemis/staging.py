@@ -3,16 +3,41 @@ history carries only (run, sequence range, counts)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import and_, delete, select, update
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from artemis import jsonio
 from artemis.db import StagedPage, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 _table = StagedPage.__table__  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def store_outage(what: str) -> Iterator[None]:
+    """A staging database that cannot be reached is an outage of the run's own store
+    (SPEC §4 "Outages"): retryable, and named so the run waits it out."""
+    try:
+        yield
+    except DBAPIError as e:
+        if not (e.connection_invalidated or isinstance(e, OperationalError)):
+            raise
+        first = str(e.orig or e).splitlines()[0]
+        raise ArtemisError(
+            ErrorCode.INTERNAL,
+            f"staging store: {what}: database unavailable: {first}",
+            retryable=True,
+            details={
+                "dependency": "store",
+                "dependency_name": "staging",
+                "reason": "database unreachable",
+            },
+        ) from None
 
 
 class Staging:
@@ -56,7 +81,7 @@ class Staging:
             for seq, records in pages
         ]
 
-        with self.engine.begin() as conn:
+        with store_outage("stage pages"), self.engine.begin() as conn:
             if digest is not None:
                 (seq, _), *_ = pages
                 earlier = conn.execute(
@@ -93,23 +118,63 @@ class Staging:
             )
             .order_by(_table.c.seq)
         )
-        with self.engine.connect() as conn:
+        with store_outage("read pages"), self.engine.connect() as conn:
             return [(row.seq, jsonio.loads(row.payload)) for row in conn.execute(q)]
 
     def drop_from(self, run_key: str, kind: str, first_seq: int) -> int:
         """Pages from ``first_seq`` on: what an attempt that died staged after its last
         heartbeat (a retried fetch starts there again, its units in another order)."""
-        with self.engine.begin() as conn:
+        with store_outage("drop pages"), self.engine.begin() as conn:
             return conn.execute(
                 delete(_table).where(
                     _table.c.run_key == run_key, _table.c.kind == kind, _table.c.seq >= first_seq
                 )
             ).rowcount
 
-    def drop_older_than(self, before: datetime) -> int:
-        """Pages left behind by runs that never finalized (terminated ones)."""
+    def prune_below(self, run_key: str, seq: int) -> int:
+        """Pages below ``seq`` were delivered: their processed copies go and their raw
+        copies keep only their fingerprint (a later page serving the same records is
+        still a SOURCE_LOOP), so staging holds only what is not yet delivered."""
+        with store_outage("prune delivered pages"), self.engine.begin() as conn:
+            conn.execute(
+                delete(_table).where(
+                    _table.c.run_key == run_key, _table.c.kind == "processed", _table.c.seq < seq
+                )
+            )
+            return conn.execute(
+                update(_table)
+                .where(
+                    _table.c.run_key == run_key,
+                    _table.c.kind == "raw",
+                    _table.c.seq < seq,
+                    _table.c.payload != "",
+                )
+                .values(payload="")
+            ).rowcount
+
+    def undelivered(self, run_key: str) -> int:
+        """Staged pages still holding records (raw or processed): what is not delivered."""
+        from sqlalchemy import func
+
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(_table)
+                    .where(_table.c.run_key == run_key, _table.c.payload != "")
+                ).scalar_one()
+            )
+
+    def drop_older_than(
+        self, before: datetime, keep: set[str] | frozenset[str] = frozenset()
+    ) -> int:
+        """Pages left behind by runs that never finalized (terminated ones), but those of
+        the runs in ``keep`` (kept for a retry)."""
+        cond = [_table.c.created_at < before]
+        if keep:
+            cond.append(_table.c.run_key.not_in(sorted(keep)))
         with self.engine.begin() as conn:
-            return conn.execute(delete(_table).where(_table.c.created_at < before)).rowcount
+            return conn.execute(delete(_table).where(*cond)).rowcount
 
     def drop_run(self, run_key: str) -> int:
         with self.engine.begin() as conn:

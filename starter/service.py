@@ -7,9 +7,10 @@ statuses of SPEC §4.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -37,6 +38,7 @@ from artemis.callback import CallbackTarget, resolve_base_url
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger, register_secret
+from artemis.outage import waiting_line
 from artemis.run_models import (
     SA_TASK_CODE,
     SA_TASK_ID,
@@ -49,7 +51,7 @@ from artemis.run_models import (
     lock_workflow_id,
     workflow_id_for,
 )
-from artemis.run_state import TERMINAL, stats_view
+from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, stats_view
 from artemis.security import check_header_names, check_request_url
 from artemis.tasks import get_task, task_codes
 from artemis.tasks.base import describe_validation_error, invalid_input
@@ -484,6 +486,10 @@ class RunService:
                 # the operator's controls as the run holds them
                 paused=bool(progress.get("paused")),
                 qps=progress.get("qps"),
+                waiting=progress.get("waiting"),
+                waiting_line=waiting_line(progress["waiting"], datetime.now(UTC))
+                if progress.get("waiting")
+                else None,
             )
             return out
         out.update(await closed_run_end(handle, st))
@@ -528,6 +534,152 @@ class RunService:
 
             self._events = EventLog(self.settings.database.url)
         return self._events
+
+    async def retry(
+        self, task_id: str, trace: TraceContext, request_id: str | None
+    ) -> dict[str, Any]:
+        """Finish a run that failed with a retryable code from its kept state (SPEC §4
+        "Outages"): a new execution under the same workflow id that first delivers what
+        was staged and not delivered, then fetches on from the checkpoint. 404 unknown;
+        409 running, completed, cancelled or failed for good (naming why); 410 its state
+        was cleaned up."""
+        from temporalio.converter import value_to_type
+
+        from artemis.retained import Retained
+        from artemis.run_models import RunCarry
+
+        record = await self.record(task_id)
+        retained = Retained(self.settings.database.url)
+        kept_key = await asyncio.to_thread(retained.key_of, task_id)
+        workflow_id = record.workflow_id if record is not None else None
+        handle = await self.find(task_id, workflow_id)
+        if record is None and handle is None and kept_key is None:
+            raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
+        end: dict[str, Any] | None = None
+        if handle is not None:
+            desc = await handle.describe()
+            if desc.status in OPEN_STATUSES:
+                raise ArtemisError(
+                    ErrorCode.CONFLICT, f"task {task_id} is running: nothing to retry"
+                )
+            end = await closed_run_end(handle, desc.status)
+        elif record is not None and record.status in TERMINAL:
+            end = {"status": record.status, "error": record.error}
+        status = (end or {}).get("status") or "failed"
+        code = ((end or {}).get("error") or {}).get("code")
+        if status == "completed":
+            raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id} completed: nothing to retry")
+        if status == "cancelled":
+            raise ArtemisError(
+                ErrorCode.CONFLICT, f"task {task_id} was cancelled (CANCELLED is not retryable)"
+            )
+        if end is not None and (code or "INTERNAL") not in RETRYABLE_ENDINGS:
+            raise ArtemisError(
+                ErrorCode.CONFLICT,
+                f"task {task_id} failed with {code}, which no retry can fix (retryable: "
+                f"{', '.join(RETRYABLE_ENDINGS)})",
+                details={"error_code": code},
+            )
+        kept = await asyncio.to_thread(retained.load, kept_key) if kept_key else None
+        if kept is None:
+            raise ArtemisError(
+                ErrorCode.GONE,
+                f"task {task_id}: its kept state (checkpoint, staged pages, delivery "
+                f"ledger) was cleaned up after runs.retain_failed_s "
+                f"({self.settings.runs.retain_failed_s:g} s) or never kept",
+            )
+        assert kept_key is not None
+        if not await asyncio.to_thread(retained.take, kept_key):
+            raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id}: a retry is already starting")
+        state = kept["state"]
+        req: RunRequest = value_to_type(RunRequest, state["request"], [])
+        carry: RunCarry = value_to_type(RunCarry, state["carry"], [])
+        carry = dataclasses.replace(
+            carry, retry_start=True, retry_attempt=carry.retry_attempt + 1, waits=True
+        )
+        runs = self.settings.runs.model_dump()
+        req = dataclasses.replace(
+            req,
+            carry=carry,
+            trace_id=trace.trace_id,
+            parent_span_id=trace.span_id,
+            request_id=request_id or req.request_id,
+            # The operator's current outage settings (a longer tolerance, say).
+            tuning=RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__}),
+        )
+        wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
+        try:
+            new = await self.client.start_workflow(
+                WORKFLOW_NAME,
+                req,
+                id=wf_id,
+                task_queue=self.settings.temporal.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(KEY_TASK_CODE, req.task_code),
+                        SearchAttributePair(KEY_TASK_ID, task_id),
+                    ]
+                ),
+                static_summary=f"{req.task_code} · task {task_id} · retry {carry.retry_attempt}",
+                static_details=f"Retry {carry.retry_attempt} of task `{task_id}` (failed "
+                f"`{kept['error_code']}`), from page #{carry.next_seq}.",
+                execution_timeout=timedelta(seconds=req.timeout_s + 3600),
+            )
+        except WorkflowAlreadyStartedError:
+            await asyncio.to_thread(retained.release, kept_key)
+            raise ArtemisError(
+                ErrorCode.CONFLICT, f"task {task_id} is running: nothing to retry"
+            ) from None
+        except Exception:
+            await asyncio.to_thread(retained.release, kept_key)
+            raise
+        await self._reopen(task_id, req.task_code, wf_id, carry.stats)
+        log.info(
+            "run_retry_started",
+            task_id=task_id,
+            workflow_id=wf_id,
+            attempt=carry.retry_attempt,
+            next_seq=carry.next_seq,
+            undelivered=carry.undelivered,
+        )
+        return {
+            "task_code": req.task_code,
+            "task_id": task_id,
+            "workflow_id": wf_id,
+            "run_id": new.result_run_id,
+            "retry_attempt": carry.retry_attempt,
+            "retried_error": kept["error_code"],
+            "resume_from_seq": carry.next_seq,
+            "undelivered": carry.undelivered,
+            "links": {"self": f"/tasks/{task_id}", "events": f"/tasks/{task_id}/events"},
+        }
+
+    async def _reopen(self, task_id: str, code: str, workflow_id: str, stats: dict) -> None:
+        """The task store's record of a retried run: open again, its old error gone."""
+        from artemis.taskstore import TaskData
+
+        def write() -> None:
+            data = self.store.load(task_id) or TaskData(
+                task_id=task_id, task_code=code, workflow_id=workflow_id, status="pending"
+            )
+            self.store.save(
+                task_id,
+                data.model_copy(
+                    update={
+                        "status": "pending",
+                        "error": None,
+                        "completed_at": None,
+                        "result": stats,
+                    }
+                ),
+            )
+
+        try:
+            await asyncio.to_thread(write)
+        except Exception as e:  # the run records itself when it starts
+            log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
 
     async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:
         handle = await self._running(task_id)

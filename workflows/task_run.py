@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.completeness import is_short
     from artemis.errors import ErrorCode
+    from artemis.outage import UNAVAILABLE, next_delay, outage_from_details, waiting_line
     from artemis.run_models import (
         SA_PROVENANCE,
         SA_RUN_ID,
@@ -42,11 +43,14 @@ with workflow.unsafe.imports_passed_through():
         FinalizeInput,
         FinalizeResult,
         MirrorInput,
+        Outage,
+        OutageNote,
         PauseRequest,
         PrepareInput,
         PrepareResult,
         ProcessResult,
         RateLimitRequest,
+        RetainInput,
         RunCarry,
         RunRef,
         RunRequest,
@@ -56,7 +60,13 @@ with workflow.unsafe.imports_passed_through():
         provenance_queue,
         workflow_id_for,
     )
-    from artemis.run_state import RunState, add_sink_counts, add_stats, end_code
+    from artemis.run_state import (
+        RETRYABLE_ENDINGS,
+        RunState,
+        add_sink_counts,
+        add_stats,
+        end_code,
+    )
 
 # Error codes no retry can fix (SPEC §10/§11); the activities mark them non-retryable too.
 NON_RETRYABLE = [
@@ -77,6 +87,12 @@ PATCH_CLEANUP_STEP = "cleanup-after-finalize-v1"
 # A batch followed by more fetching is processed by a regular activity: a local activity
 # holds the workflow task open, and with it the next fetch's start.
 PATCH_PROCESS_ACTIVITY = "process-beside-fetch-v1"
+# Outages are waited out on timers (SPEC §4 "Outages"), the fetch side stays at most
+# runs.max_batches_ahead batches ahead of emitting, delivered pages leave staging, and a
+# run failing with a retryable code keeps its state for POST /tasks/{id}/retry. Asked
+# once, when a run (or a generation of it) starts: a run begun by an earlier build keeps
+# that build's behaviour to its end.
+PATCH_OUTAGE_WAIT = "outage-wait-v1"
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
@@ -112,6 +128,18 @@ class TaskRunWorkflow:
         # Set once the run must stop. Cancelling an activity whose result is already on its
         # way can still return that result, so the loop also checks this flag itself.
         self._stopping = False
+        # Outages being waited out, by dependency: {"since", "attempt", "waiting"}.
+        self._outages: dict[str, dict[str, Any]] = {}
+        self._waits = False
+        self._outage_tolerance_s: float | None = None
+        # Every page below this sequence was delivered; of those above, these were too.
+        self._delivered_below = 0
+        self._delivered_above: list[int] = []
+        self._fetch_done = False
+        self._retry_attempt = 0
+        self._undelivered: list[list[int]] = []
+        # Bookkeeping started beside the run (awaited before it ends).
+        self._beside: list[asyncio.Task[None]] = []
 
     # -- queries and signals ---------------------------------------------------------------
     @workflow.query
@@ -154,7 +182,17 @@ class TaskRunWorkflow:
         self._mark_step_errors(status)
         self._state.error = {"code": error_code, "message": error_message} if error_code else None
 
-        callback_outcome = await self._finalize(status, error_code, error_message)
+        retain = (
+            self._waits
+            and not self._parent
+            and self._params is not None
+            and status in ("failed", "timeout")
+            and (error_code or "INTERNAL") in RETRYABLE_ENDINGS
+        )
+        for task in self._beside:
+            await _quietly(task)
+        self._state.waiting = None
+        callback_outcome = await self._finalize(status, error_code, error_message, retain)
         if self._mirror_running is not None:
             await _quietly(self._mirror_running)  # the `running` record goes first
         await self._mirror(status, dict(self._state.stats), self._state.error)
@@ -203,6 +241,8 @@ class TaskRunWorkflow:
             "workflow_id": info.workflow_id,
         }
         carry = req.carry
+        # This build's handling of outages, for runs (and generations) it starts.
+        self._waits = bool(carry is not None and carry.waits) or workflow.patched(PATCH_OUTAGE_WAIT)
         if carry is None:
             self._started_ms = int(workflow.now().timestamp() * 1000)
             self._params: dict[str, Any] | None = None
@@ -219,9 +259,23 @@ class TaskRunWorkflow:
             )
         else:
             self._restore(carry)
+            if carry.retry_start:
+                # A new attempt: its own deadline, counted from now.
+                self._started_ms = int(workflow.now().timestamp() * 1000)
+                workflow.upsert_search_attributes(
+                    [KEY_RUN_ID.value_set(str((req.callback or {}).get("run_id") or ""))]
+                )
         self._generation = carry.generation if carry else 1
         self._state.status = "running"
-        if carry is None:
+        retry_start = carry is not None and carry.retry_start
+        if retry_start:
+            # Started again by POST /tasks/{id}/retry: the failed attempt's ERROR steps go
+            # on, and the run is `running` again in task storage.
+            for step, st in self._state.steps.items():
+                if st == "ERROR":
+                    self._state.steps[step] = "IN_PROGRESS"
+            self._log("run_retried", attempt=self._retry_attempt, next_seq=self._next_seq)
+        if carry is None or retry_start:
             # Recorded alongside, never in the way: a task-store outage is retried and shown
             # in the progress query, it neither fails nor blocks the run.
             self._mirror_running = asyncio.create_task(self._mirror("running"))
@@ -244,6 +298,12 @@ class TaskRunWorkflow:
         self._state.qps = carry.qps
         self._state.paused = carry.paused
         self._tolerance_pct = carry.tolerance_pct
+        self._outage_tolerance_s = carry.outage_tolerance_s
+        self._fetch_done = carry.fetch_done
+        self._retry_attempt = carry.retry_attempt
+        self._delivered_above = list(carry.delivered_above)
+        self._delivered_below = carry.undelivered[0][0] if carry.undelivered else carry.next_seq
+        self._undelivered = [list(r) for r in carry.undelivered]
 
     async def _run_until_end(
         self, req: RunRequest
@@ -305,6 +365,7 @@ class TaskRunWorkflow:
         self._rate_key = prepared.rate_key
         self._pages_per_fetch = prepared.pages_per_fetch
         self._tolerance_pct = prepared.tolerance_pct
+        self._outage_tolerance_s = prepared.outage_tolerance_s
         known = {SA_PROVENANCE: KEY_PROVENANCE, SA_TASK_TYPE: KEY_TASK_TYPE}
         updates = [known[k].value_set(v) for k, v in prepared.search.items() if k in known]
         if updates:
@@ -324,10 +385,32 @@ class TaskRunWorkflow:
                 await self._run_children(*children)
                 return
 
-        emitting: asyncio.Task[None] | None = None
+        # Batches being processed and emitted, in order (each waits for the one before it
+        # to be emitted). At most `ahead` batches are fetched but not emitted: a batch is
+        # handed over once at most ahead - 2 are still on their way, and the next fetch
+        # starts once at most ahead - 1 are (earlier builds: 2).
+        ahead = max(1, tuning.max_batches_ahead) if self._waits else 2
+        pending: list[asyncio.Task[None]] = []
+
+        def hand_over(first: int, last: int, beside_fetch: bool) -> None:
+            after = pending[-1] if pending else None
+            pending.append(
+                asyncio.create_task(self._process_and_emit(first, last, beside_fetch, after))
+            )
+
+        async def drain(keep: int) -> None:
+            while len(pending) > keep:
+                await pending.pop(0)
+
         batches_here = 0
-        done = False
+        done = self._fetch_done
         try:
+            # A run finished by POST /tasks/{id}/retry first delivers what its failed
+            # attempt had staged and not delivered (skipping the pages it had).
+            for first, last in self._undelivered:
+                await drain(max(ahead - 2, 0))
+                hand_over(first, last, beside_fetch=not done)
+            self._undelivered = []
             while not done:
                 if self._state.paused:
                     self._state.stage = "paused"
@@ -335,6 +418,7 @@ class TaskRunWorkflow:
                     # A durable wait: no worker is held while the run is paused.
                     await workflow.wait_condition(lambda: not self._state.paused or self._stopping)
                     self._stop_point()
+                await drain(ahead - 1)
                 self._enter("step_fetch")
                 try:
                     fetched: FetchResult = await workflow.execute_activity_method(
@@ -352,6 +436,7 @@ class TaskRunWorkflow:
                             progress_last_ms=self._progress_ms,
                             qps=self._state.qps,
                             resumed=self._resume_fetch,
+                            report_outages=self._reports_outages(),
                         ),
                         start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
                         heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
@@ -367,6 +452,11 @@ class TaskRunWorkflow:
                         # The window holds more hits than the source can list: split it.
                         await self._split(e)
                         return
+                    store = self._store_outage(e)
+                    if store is not None:
+                        await self._wait_out(store)
+                        self._resume_fetch = True
+                        continue
                     if await self._rest_after_failures(e):
                         self._resume_fetch = True
                         continue  # the same checkpoint, after the cool-down
@@ -384,48 +474,53 @@ class TaskRunWorkflow:
                 self._checkpoint, self._next_seq = fetched.checkpoint, fetched.next_seq
                 done = fetched.done
                 if done:
+                    self._fetch_done = True
                     self._state.steps["step_fetch"] = "COMPLETED"
+                if self._waits and (fetched.pages or fetched.outage is None):
+                    self._recovered("source")  # pages came: a new outage counts afresh
                 self._details()
-                # At most one batch is being emitted while the next is fetched.
-                if emitting is not None:
-                    await emitting
-                    emitting = None
+                await drain(max(ahead - 2, 0))
                 if last >= first:
-                    emitting = asyncio.create_task(
-                        self._process_and_emit(first, last, beside_fetch=not done)
-                    )
+                    hand_over(first, last, beside_fetch=not done)
                 if fetched.incomplete is not None:
                     # A source ended short of its own count: what it gave is delivered,
                     # then the run fails visibly (never `completed`).
-                    if emitting is not None:
-                        await emitting
-                        emitting = None
+                    await drain(0)
                     raise ApplicationError(
                         str(fetched.incomplete.get("message")),
                         fetched.incomplete,
                         type="INCOMPLETE",
                         non_retryable=True,
                     )
+                if fetched.outage is not None:
+                    # The source is down: what it gave goes on to the sinks meanwhile.
+                    await self._wait_out(fetched.outage)
+                    self._resume_fetch = True
+                    continue
                 batches_here += 1
                 if not done and (
                     batches_here >= tuning.max_batches_per_run
                     or workflow.info().is_continue_as_new_suggested()
                 ):
-                    await emitting if emitting else None
-                    emitting = None
+                    await drain(0)
                     self._continue_as_new()
-            if emitting is not None:
-                await emitting
-                emitting = None
+            await drain(0)
         finally:
-            if emitting is not None and not emitting.done():
-                emitting.cancel()
-                await _quietly(emitting)
+            for task in pending:
+                if not task.done():
+                    task.cancel()
+                    await _quietly(task)
         self._state.steps["step_fetch"] = "COMPLETED"
         self._state.steps["step_process"] = "COMPLETED"
         self._state.steps["step_emit"] = "COMPLETED"
 
-    async def _process_and_emit(self, first: int, last: int, beside_fetch: bool = False) -> None:
+    async def _process_and_emit(
+        self,
+        first: int,
+        last: int,
+        beside_fetch: bool = False,
+        after: asyncio.Task[None] | None = None,
+    ) -> None:
         req, tuning = self._req, self._req.tuning
         batch = BatchInput(
             run=self._run,
@@ -448,38 +543,72 @@ class TaskRunWorkflow:
             "summary": f"Process pages #{first}-#{last}",
         }
         processed: ProcessResult
-        if beside_fetch and workflow.patched(PATCH_PROCESS_ACTIVITY):
-            # A heartbeat timeout: a batch lost with its worker runs again in seconds.
-            processed = await workflow.execute_activity_method(
-                TaskRunActivities.process_batch,
-                batch,
-                heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-                **options,
-            )
-        else:
-            # The last batch (nothing to overlap): one round trip fewer as a local activity.
-            processed = await workflow.execute_local_activity_method(
-                TaskRunActivities.process_batch, batch, **options
-            )
+        while True:
+            try:
+                if beside_fetch and workflow.patched(PATCH_PROCESS_ACTIVITY):
+                    # A heartbeat timeout: a batch lost with its worker runs again in seconds.
+                    processed = await workflow.execute_activity_method(
+                        TaskRunActivities.process_batch,
+                        batch,
+                        heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+                        **options,
+                    )
+                else:
+                    # The last batch (nothing to overlap): one round trip fewer as a local
+                    # activity.
+                    processed = await workflow.execute_local_activity_method(
+                        TaskRunActivities.process_batch, batch, **options
+                    )
+                break
+            except ActivityError as e:
+                store = self._store_outage(e)
+                if store is None:
+                    raise
+                await self._wait_out(store)
+        if self._waits:
+            self._recovered("store")
         self._stop_point()
         self._state.stats["records_processed"] += processed.records_out
+        if after is not None:
+            await after  # emitted in order: the batch before this one first
         self._state.steps["step_emit"] = "IN_PROGRESS"
-        emitted: EmitResult = await workflow.execute_activity_method(
-            TaskRunActivities.emit_batch,
-            batch,
-            start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
-            heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=0.5),
-                maximum_interval=timedelta(seconds=30),
-                maximum_attempts=tuning.activity_max_attempts,
-                non_retryable_error_types=NON_RETRYABLE,
-            ),
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"Emit pages #{first}-#{last}",
-        )
-        self._state.stats["records_emitted"] += emitted.records_emitted
-        add_sink_counts(self._state.stats, emitted.sinks)
+        skip = [s for s in self._delivered_above if first <= s <= last]
+        while True:
+            emitted: EmitResult = await workflow.execute_activity_method(
+                TaskRunActivities.emit_batch,
+                dataclasses.replace(
+                    batch,
+                    skip_seqs=skip,
+                    report_outages=self._reports_outages(),
+                    prune_below=first if self._waits else None,
+                ),
+                start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
+                heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=0.5),
+                    maximum_interval=timedelta(seconds=30),
+                    maximum_attempts=tuning.activity_max_attempts,
+                    non_retryable_error_types=NON_RETRYABLE,
+                ),
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"Emit pages #{first}-#{last}"
+                + (f" (again, {len(skip)} delivered)" if skip else ""),
+            )
+            self._state.stats["records_emitted"] += emitted.records_emitted
+            add_sink_counts(self._state.stats, emitted.sinks)
+            if emitted.outage is None:
+                break
+            # A sink is down: the pages it took count now and are not sent again.
+            skip = sorted({*skip, *emitted.delivered_seqs})
+            self._delivered_above = skip
+            if emitted.delivered_seqs:
+                self._recovered("sink")  # pages went through: a new outage counts afresh
+            self._details()
+            await self._wait_out(emitted.outage)
+        if self._waits:
+            self._recovered("sink")
+        self._delivered_below = last + 1
+        self._delivered_above = []
         self._details()
 
     async def _mirror(
@@ -502,6 +631,142 @@ class TaskRunWorkflow:
         except ActivityError as e:
             self._state.task_store = "failed"
             self._log("task_store_unavailable", status=status, error=_message_of(e))
+
+    # -- outages (SPEC §4 "Outages") ---------------------------------------------------------
+    def _tolerance(self) -> float:
+        own = self._outage_tolerance_s
+        return float(own) if own is not None else float(self._req.tuning.outage_tolerance_s)
+
+    def _reports_outages(self) -> bool:
+        """Activities report a dependency's transient failure to the workflow (which
+        waits) instead of failing; with a tolerance of 0 their retry policies decide."""
+        return self._waits and self._tolerance() > 0
+
+    def _store_outage(self, e: ActivityError) -> Outage | None:
+        """The staging store unreachable, past the activity's own quick retries."""
+        if not self._reports_outages():
+            return None
+        app = _root_application_error(e)
+        if app is None or app.non_retryable:
+            return None
+        return outage_from_details(_details_of(e), app.message, app.type or "INTERNAL")
+
+    def _backoff(self, dependency: str) -> tuple[float, float, float]:
+        """(initial, coefficient, cap) of the waits between attempts: a source's own retry
+        cfg where it has one, always capped at runs.retry_max_interval_s."""
+        cap = float(self._req.tuning.retry_max_interval_s)
+        own = self._fetch_retry
+        if dependency == "source" and own is not None:
+            return own.initial_s, max(own.backoff, 1.0), min(own.maximum_s, cap)
+        if dependency == "sink":
+            return 0.5, 2.0, cap
+        return 1.0, 2.0, cap
+
+    async def _wait_out(self, outage: Outage) -> None:
+        """Wait before the next attempt on a durable timer (no worker is held), showing
+        the wait everywhere; past the tolerance, fail SOURCE_/SINK_UNAVAILABLE."""
+        dep = outage.dependency
+        now = workflow.now()
+        track = self._outages.setdefault(dep, {"since": now, "attempt": 0})
+        track["attempt"] += 1
+        attempt = track["attempt"]
+        since: datetime = track["since"]
+        waited = (now - since).total_seconds()
+        tolerance = self._tolerance()
+        if waited >= tolerance:
+            self._outages.pop(dep, None)
+            self._state.waiting = None
+            code = UNAVAILABLE.get(dep, UNAVAILABLE["store"]).value
+            raise ApplicationError(
+                f"{dep} {outage.name} unavailable for {waited:.0f} s since "
+                f"{since.isoformat(timespec='seconds')} ({attempt} attempts, tolerance "
+                f"{tolerance:g} s); last error: {outage.reason}: {outage.message}",
+                {
+                    "dependency": dep,
+                    "name": outage.name,
+                    "since": since.isoformat(),
+                    "waited_s": round(waited, 1),
+                    "attempts": attempt,
+                    "last_error": outage.reason,
+                },
+                type=code,
+                non_retryable=True,
+            )
+        initial, coefficient, cap = self._backoff(dep)
+        circuit = self._circuit if dep == "source" else None
+        opened = circuit is not None and attempt % max(circuit.threshold, 1) == 0
+        if opened and circuit is not None:
+            # The source's circuit breaker: after `threshold` failures in a row it rests.
+            delay = min(circuit.cool_down_s, max(tolerance - waited, 0.0) + 0.05)
+            self._state.circuit = "open"
+            self._circuit_opens += 1
+        else:
+            # The attempts within this round of the breaker back off from the start.
+            n = attempt % circuit.threshold if circuit is not None else attempt
+            delay = next_delay(
+                n, initial, coefficient, cap, outage.retry_after_s, tolerance - waited
+            )
+        waiting = {
+            "dependency": dep,
+            "name": outage.name,
+            "since": since.isoformat(),
+            "reason": outage.reason,
+            "error": outage.message,
+            "code": outage.code,
+            "attempt": attempt,
+            "next_in_s": round(delay, 3),
+            "next_attempt_at": (now + timedelta(seconds=delay)).isoformat(),
+            "tolerance_s": tolerance,
+        }
+        track["waiting"] = waiting
+        self._state.waiting = waiting
+        self._state.stage = "circuit_open" if opened else "waiting"
+        self._details()
+        self._log("waiting", **{k: v for k, v in waiting.items() if k != "error"})
+        await self._note_outage("waiting", waiting)
+        await workflow.sleep(
+            delay,
+            summary=f"Wait for {dep} {outage.name} ({outage.reason}), attempt {attempt}",
+        )
+        if opened:
+            self._state.circuit = "closed"
+        self._stop_point()
+
+    def _recovered(self, dependency: str) -> None:
+        """A dependency answered again: its outage ends (a later failure starts afresh)."""
+        track = self._outages.pop(dependency, None)
+        if track is None:
+            return
+        waited = (workflow.now() - track["since"]).total_seconds()
+        info = {
+            "dependency": dependency,
+            "name": (track.get("waiting") or {}).get("name", dependency),
+            "since": track["since"].isoformat(),
+            "waited_s": round(waited, 1),
+            "attempts": track["attempt"],
+        }
+        others = [t["waiting"] for t in self._outages.values() if t.get("waiting")]
+        self._state.waiting = others[-1] if others else None
+        if self._state.stage in ("waiting", "circuit_open") and not others:
+            self._state.stage = {"source": "step_fetch", "sink": "step_emit"}.get(
+                dependency, "step_process"
+            )
+        self._log("recovered", **info)
+        self._details()
+        # Recorded beside the run, never in its way.
+        self._beside.append(asyncio.create_task(self._note_outage("recovered", info)))
+
+    async def _note_outage(self, kind: str, data: dict[str, Any]) -> None:
+        try:
+            await workflow.execute_local_activity_method(
+                TaskRunActivities.note_outage,
+                OutageNote(run=self._run, kind=kind, waiting=data),
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=2),
+                summary=f"Record `{kind}` in the event stream",
+            )
+        except ActivityError as e:
+            self._log("outage_note_failed", kind=kind, error=_message_of(e))
 
     async def _rest_after_failures(self, e: ActivityError) -> bool:
         """The durable circuit breaker: once the fetch has failed `threshold` times in a row
@@ -627,7 +892,15 @@ class TaskRunWorkflow:
         )
 
     def _continue_as_new(self) -> None:
-        carry = RunCarry(
+        carry = self._carry()
+        self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
+        req = self._req
+        workflow.continue_as_new(dataclasses.replace(req, carry=carry))
+
+    def _carry(self, **more: Any) -> RunCarry:
+        """The run's state for its next generation (continue-as-new) or, kept in the
+        database, for POST /tasks/{id}/retry."""
+        return RunCarry(
             params=self._params or {},
             total=self._state.total,
             checkpoint=self._checkpoint,
@@ -645,10 +918,11 @@ class TaskRunWorkflow:
             rate_key=self._rate_key,
             pages_per_fetch=self._pages_per_fetch,
             tolerance_pct=self._tolerance_pct,
+            waits=self._waits,
+            outage_tolerance_s=self._outage_tolerance_s,
+            retry_attempt=self._retry_attempt,
+            **more,
         )
-        self._log("continue_as_new", next_seq=self._next_seq, generation=self._generation + 1)
-        req = self._req
-        workflow.continue_as_new(dataclasses.replace(req, carry=carry))
 
     async def _stop_when_asked(self, deadline_s: float) -> _Stop:
         try:
@@ -664,7 +938,11 @@ class TaskRunWorkflow:
 
     # -- finalize ----------------------------------------------------------------------------
     async def _finalize(
-        self, status: str, error_code: str | None, error_message: str | None
+        self,
+        status: str,
+        error_code: str | None,
+        error_message: str | None,
+        retain: bool = False,
     ) -> str:
         self._enter("step_finalize")
         # The clean-up after a delivered finalize is its own step: a failed clean-up can
@@ -683,7 +961,9 @@ class TaskRunWorkflow:
                     params=self._params,
                     cleanup=not separate_cleanup,
                     output=self._req.output,
-                    finish_sinks=not self._parent,
+                    # A run kept for a retry finishes its sinks when it really ends.
+                    finish_sinks=not self._parent and not retain,
+                    retry_attempt=self._retry_attempt,
                 ),
                 start_to_close_timeout=timedelta(seconds=30),
                 # The CronJob protocol: 3 retries after 0.5 s, 1 s and 2 s (network errors
@@ -707,6 +987,13 @@ class TaskRunWorkflow:
             self._state.steps["step_finalize"] = "ERROR"
             self._log("finalize_failed", error=_message_of(e))
             outcome = "error"
+        if retain:
+            try:
+                await self._retain(status, error_code or "INTERNAL", error_message or status)
+                return outcome
+            except ActivityError as e:
+                # Not kept: the run cannot be retried, its data goes as after any ending.
+                self._log("retain_failed", error=_message_of(e))
         if separate_cleanup:
             try:
                 await workflow.execute_activity_method(
@@ -724,6 +1011,39 @@ class TaskRunWorkflow:
                 # Left over, the data is dropped by the cleanup_old_tasks schedule.
                 self._log("cleanup_failed", error=_message_of(e))
         return outcome
+
+    async def _retain(self, status: str, error_code: str, error_message: str) -> None:
+        """Keep what POST /tasks/{id}/retry needs: the carry with the pages staged but not
+        delivered (``[lowest undelivered, next fetched)``, minus those delivered above)."""
+        undelivered = (
+            [[self._delivered_below, self._next_seq - 1]]
+            if self._next_seq > self._delivered_below
+            else []
+        )
+        carry = self._carry(
+            undelivered=undelivered,
+            delivered_above=list(self._delivered_above),
+            fetch_done=self._fetch_done,
+        )
+        await workflow.execute_activity_method(
+            TaskRunActivities.retain_run,
+            RetainInput(
+                run=self._run,
+                request=dataclasses.replace(self._req, carry=None),
+                carry=carry,
+                error_code=error_code,
+                error_message=error_message,
+                retain_s=self._req.tuning.retain_failed_s,
+            ),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=30),
+                maximum_attempts=10,
+            ),
+            summary=f"Keep the run's state for a retry ({status}, {error_code})",
+        )
+        self._log("run_retained", undelivered=undelivered, next_seq=self._next_seq)
 
     # -- helpers -------------------------------------------------------------------------------
     def _stop_point(self) -> None:
@@ -745,12 +1065,15 @@ class TaskRunWorkflow:
 
     def _details(self) -> None:
         s = self._state.stats
-        workflow.set_current_details(
+        line = (
             f"**{self._state.status}** · stage `{self._state.stage}` · "
             f"{self._state.current}/{self._state.total} units"
             f" · {s['pages']} pages · {s['records_fetched']} fetched · "
             f"{s['records_emitted']} emitted"
         )
+        if self._state.waiting:
+            line += f"\n\n**{waiting_line(self._state.waiting)}**"
+        workflow.set_current_details(line)
 
     def _log(self, event: str, **fields: Any) -> None:
         workflow.logger.info(event, extra={"artemis": {**self._log_fields, **fields}})

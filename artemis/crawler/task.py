@@ -54,6 +54,9 @@ class CrawlParams(BaseModel):
     keywords: list[str] = Field(min_length=1, max_length=100)
     max_pages: int | None = Field(None, ge=1, le=1000)
     workflow_name: str | None = Field(None, min_length=1, max_length=150)
+    # How long an outage of the source or a sink is waited out (SPEC §4 "Outages");
+    # default: runs.outage_tolerance_s. 0: fail fast.
+    outage_tolerance_s: float | None = Field(None, ge=0)
 
     @field_validator("keywords")
     @classmethod

@@ -162,6 +162,17 @@ class LiteratureHarvest(TaskUnit):
             return str(contract.provenance["provenance_code"])
         return None
 
+    def source_name(self, ctx: TaskContext) -> str:
+        p: LiteratureParams = ctx.params  # type: ignore[assignment]
+        return p.provenance
+
+    def outage_tolerance(self, ctx: TaskContext) -> float | None:
+        own = super().outage_tolerance(ctx)
+        if own is not None:
+            return own
+        millis = (self._contract(ctx).retry or {}).get("outage_tolerance_millis")
+        return millis / 1000 if millis is not None else None
+
     def circuit_breaker(self, ctx: TaskContext) -> dict[str, Any] | None:
         rt = self._contract(ctx).retry or {}
         if not rt.get("circuit_break_threshold"):

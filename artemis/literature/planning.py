@@ -33,6 +33,10 @@ class LiteratureParams(BaseModel):
     # The shortfall against the source's stated total this run accepts (percent); default:
     # the registry's pagination_cfg.completeness_tolerance_pct, else 0.
     completeness_tolerance_pct: float | None = Field(None, ge=0, le=100)
+    # How long an outage of the source or a sink is waited out (SPEC §4 "Outages");
+    # default: the registry's retry_cfg.outage_tolerance_millis, else
+    # runs.outage_tolerance_s. 0: fail fast.
+    outage_tolerance_s: float | None = Field(None, ge=0)
     # Filled by prepare_params: the frozen contract and the window actually harvested.
     contract: dict[str, Any] | None = None
     window_start: datetime | None = None
@@ -145,6 +149,7 @@ def child_params(p: LiteratureParams, start: date, end: date, parent: str) -> di
         "end": end.isoformat(),
         "contract": p.contract,
         "completeness_tolerance_pct": p.completeness_tolerance_pct,
+        "outage_tolerance_s": p.outage_tolerance_s,
         "window_start": None,
         "window_end": None,
         "parent": parent,

@@ -189,6 +189,9 @@ class RegProvRetryCfg(DimensionBase, table=True):
     respect_retry_after: bool | None = None
     circuit_break_threshold: int | None = None
     circuit_cool_down_millis: int | None = None
+    # How long an outage of this source is waited out before the run fails
+    # SOURCE_UNAVAILABLE (None: runs.outage_tolerance_s; 0: fail fast). SPEC §4.
+    outage_tolerance_millis: int | None = None
 
 
 class RegProvRateLimitCfg(DimensionBase, table=True):

@@ -153,7 +153,11 @@ class FileSink(Sink):
             # e.g. an S3 bucket that does not exist: configuration, not a passing fault.
             raise ArtemisError(ErrorCode.SINK_ERROR, f"{where}: {e}", retryable=False) from None
         except OSError as e:
-            raise ArtemisError(ErrorCode.SINK_ERROR, f"{where}: {type(e).__name__}: {e}") from None
+            raise ArtemisError(
+                ErrorCode.SINK_ERROR,
+                f"{where}: {type(e).__name__}: {e}",
+                details={"reason": f"storage unreachable ({type(e).__name__})"},
+            ) from None
 
     def _record(self, ctx: EmitContext, written: Written) -> None:
         engine = get_engine(self.database_url)

@@ -252,7 +252,11 @@ class SqlSink(Sink):
             # SQLite says these as OperationalError; they are the schema, not the server.
             return schema_error(f"{where}: the database refused the page: {first}")
         if e.connection_invalidated or isinstance(e, sa.exc.OperationalError):
-            return ArtemisError(ErrorCode.SINK_ERROR, f"{where}: database unavailable: {first}")
+            return ArtemisError(
+                ErrorCode.SINK_ERROR,
+                f"{where}: database unavailable: {first}",
+                details={"reason": "database unreachable"},
+            )
         return schema_error(f"{where}: the database refused the page: {first}")
 
 

@@ -118,6 +118,17 @@ class TaskUnit:
         initial_s, backoff, maximum_s, maximum_attempts); None keeps the defaults."""
         return None
 
+    def source_name(self, ctx: TaskContext) -> str:
+        """What an operator calls this run's source (``waiting: source <name> …``)."""
+        return self.code
+
+    def outage_tolerance(self, ctx: TaskContext) -> float | None:
+        """How long an outage of this run's source or sinks is waited out: the param
+        ``outage_tolerance_s`` (request or ``task_defaults.<code>``) when the task has it,
+        else None (the provenance's, else ``runs.outage_tolerance_s``)."""
+        value = getattr(ctx.params, "outage_tolerance_s", None)
+        return float(value) if value is not None else None
+
     def total_hint(self, ctx: TaskContext) -> int:
         """A unit count for progress (default: the number of sources)."""
         return len(self.build_sources(ctx))
@@ -200,7 +211,11 @@ class TaskUnit:
         ctx: EmitContext,
     ) -> None:
         for sink in sinks:
-            await sink.emit(client, records, ctx)
+            try:
+                await sink.emit(client, records, ctx)
+            except ArtemisError as e:
+                e.details.setdefault("sink", sink.name)  # which sink an outage is of
+                raise
             ctx.delivered(sink.name, len(records))
 
     # -- 7. finalize ---------------------------------------------------------------------

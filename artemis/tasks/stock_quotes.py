@@ -19,6 +19,9 @@ class QuoteParams(BaseModel):
     end: date | None = None
     page_size: int = Field(100, ge=1, le=1000)
     base_url: str = "http://127.0.0.1:8300"
+    # How long an outage of the source or a sink is waited out (SPEC §4 "Outages");
+    # default: runs.outage_tolerance_s. 0: fail fast.
+    outage_tolerance_s: float | None = Field(None, ge=0)
 
     @field_validator("symbols")
     @classmethod
@@ -60,6 +63,9 @@ class PullStockQuotes(TaskUnit):
     record_key = ("symbol", "date")
     summary = "Daily quotes per symbol from the quote API"
     request_url_params = ("base_url",)
+
+    def source_name(self, ctx: TaskContext) -> str:
+        return "quotes"
 
     def build_sources(self, ctx: TaskContext) -> list[Source]:
         p: QuoteParams = ctx.params  # type: ignore[assignment]

@@ -125,6 +125,22 @@ class TaskView(BaseModel):
     qps: float | None = None
 
 
+class RetryAnswer(BaseModel):
+    """POST /tasks/{task_id}/retry: the new execution of a failed run."""
+
+    task_code: str
+    task_id: str
+    workflow_id: str
+    run_id: str | None = None
+    retry_attempt: int = Field(description="How many times the run was retried (from 1)")
+    retried_error: str = Field(description="The error code the failed attempt ended with")
+    resume_from_seq: int = Field(description="The page sequence the fetch goes on from")
+    undelivered: list[list[int]] = Field(
+        description="Pages fetched before the failure and not delivered, delivered first"
+    )
+    links: dict[str, str] = Field(default_factory=dict)
+
+
 class TaskList(BaseModel):
     items: list[dict[str, Any]]
     next_cursor: str | None = None

@@ -24,6 +24,7 @@ from starter.api.schemas import (
     FeedbackBody,
     PauseBody,
     RateLimitBody,
+    RetryAnswer,
     RunAccepted,
     RunResult,
     TaskList,
@@ -193,6 +194,38 @@ def _store(request: Request):  # noqa: ANN202
 
         app.state.task_store = make_task_storage(app.state.settings)
     return app.state.task_store
+
+
+@router.post(
+    "/tasks/{task_id}/retry",
+    operation_id="retry_task",
+    status_code=202,
+    summary="Finish a run that failed with a retryable code",
+    responses={
+        **documented(RetryAnswer, 202),
+        404: CONTROL_ERRORS[404],
+        409: {
+            "model": Envelope[None],
+            "description": "CONFLICT: the run is running, completed, cancelled, or failed "
+            "with a code no retry can fix (named in the message)",
+        },
+        410: {
+            "model": Envelope[None],
+            "description": "GONE: the run's kept state was cleaned up (runs.retain_failed_s)",
+        },
+    },
+)
+async def retry_task(
+    task_id: str, request: Request, service: RunService = Depends(get_service)
+) -> JSONResponse:
+    """A run that failed SOURCE_UNAVAILABLE, SINK_UNAVAILABLE, INTERNAL or TIMEOUT_ERROR
+    starts again under the same task id from its last checkpoint: the pages it delivered
+    are neither fetched nor sent again, the rest go out under the idempotency keys they
+    would have had, its stats go on, and the CronJob gets one finalize for the finished
+    run."""
+    state = request.scope["state"]
+    answer = await service.retry(task_id, state["trace"], state["request_id"])
+    return envelope(request, answer, status=202)
 
 
 @router.post(

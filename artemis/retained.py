@@ -1,0 +1,111 @@
+"""Runs kept for a retry (SPEC §4 "Outages", §5 ``POST /tasks/{task_id}/retry``).
+
+A run that fails with a retryable code (SOURCE_UNAVAILABLE, SINK_UNAVAILABLE, INTERNAL,
+TIMEOUT_ERROR) keeps its request and its carry — checkpoint, next page, the pages staged
+and not delivered, stats — in ``retained_run``, and with them its staged pages, its run
+secret and its files-sink records, for ``runs.retain_failed_s``. A retry takes the state
+once (``taken_at``); the clean-up schedule drops what expired.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, update
+
+from artemis import jsonio
+from artemis.db import RetainedRun, get_engine, upsert_insert, utcnow
+
+_t = RetainedRun.__table__  # type: ignore[attr-defined]
+
+
+class Retained:
+    def __init__(self, database_url: str) -> None:
+        self.engine = get_engine(database_url)
+
+    def keep(
+        self,
+        run_key: str,
+        task_code: str,
+        task_id: str,
+        workflow_id: str,
+        error_code: str,
+        error_message: str,
+        state: dict[str, Any],
+        retain_s: float,
+    ) -> None:
+        now = utcnow()
+        row = {
+            "run_key": run_key,
+            "task_code": task_code,
+            "task_id": task_id,
+            "workflow_id": workflow_id,
+            "error_code": error_code,
+            "error_message": error_message[:2000],
+            "state": jsonio.dumps(state).decode(),
+            "retained_at": now,
+            "expires_at": now + timedelta(seconds=retain_s),
+            "taken_at": None,
+        }
+        stmt = upsert_insert(self.engine)(_t).values(row)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["run_key"], set_={k: stmt.excluded[k] for k in row if k != "run_key"}
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+
+    def load(self, run_key: str, now: datetime | None = None) -> dict[str, Any] | None:
+        """The kept state (with ``error_code``, ``taken_at``), None when absent or expired."""
+        now = now or utcnow()
+        with self.engine.connect() as conn:
+            row = conn.execute(select(_t).where(_t.c.run_key == run_key)).mappings().first()
+        if row is None or RetainedRun.model_validate(dict(row)).expires_at <= now:
+            return None
+        rec = RetainedRun.model_validate(dict(row))
+        return {
+            "error_code": rec.error_code,
+            "error_message": rec.error_message,
+            "taken_at": rec.taken_at,
+            "expires_at": rec.expires_at,
+            "state": jsonio.loads(rec.state),
+        }
+
+    def key_of(self, task_id: str) -> str | None:
+        """The run key kept for ``task_id`` (any task code), or None."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(_t.c.run_key).where(_t.c.task_id == task_id).limit(1)
+            ).scalar()
+
+    def take(self, run_key: str) -> bool:
+        """Mark the state taken by a retry; False when another retry took it first."""
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    update(_t)
+                    .where(_t.c.run_key == run_key, _t.c.taken_at.is_(None))
+                    .values(taken_at=utcnow())
+                ).rowcount
+                == 1
+            )
+
+    def release(self, run_key: str) -> None:
+        """A retry that could not start gives the state back."""
+        with self.engine.begin() as conn:
+            conn.execute(update(_t).where(_t.c.run_key == run_key).values(taken_at=None))
+
+    def drop(self, run_key: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(_t).where(_t.c.run_key == run_key))
+
+    def live_keys(self, now: datetime | None = None) -> set[str]:
+        """Run keys whose state is still kept (their staged pages must stay)."""
+        now = now or utcnow()
+        with self.engine.connect() as conn:
+            return set(conn.execute(select(_t.c.run_key).where(_t.c.expires_at > now)).scalars())
+
+    def expired(self, now: datetime | None = None) -> list[str]:
+        now = now or utcnow()
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(_t.c.run_key).where(_t.c.expires_at <= now)).scalars())
