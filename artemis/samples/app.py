@@ -9,39 +9,90 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
+from collections.abc import AsyncIterator
 from datetime import date, timedelta
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 
 class Faults:
-    """Answer ``status`` to the next ``times`` requests (optionally after ``delay_ms``)."""
+    """Injected failures of one endpoint, set by ``POST /_control/{target}``:
+
+    - ``{"status": 503, "times": N}``: the next N requests answer ``status`` (with
+      ``retry_after`` as a Retry-After header, after ``delay_ms`` when given);
+    - ``{"status": 503, "for_s": S}``: every request answers ``status`` for S seconds
+      from now (an outage: a deploy, a maintenance window); ``times`` is then ignored;
+    - ``{"hang": true, "for_s": S}``: a request is accepted and answered nothing until
+      the window ends (then answered normally): a client's read timeout must cut it;
+    - ``{"trickle_s": T, "for_s": S}``: the answer's headers come at once, its body one
+      byte every T seconds (a per-read timeout above T never fires);
+    - ``{}``: no fault. ``GET /_control/{target}`` tells what is set."""
 
     def __init__(self) -> None:
-        self.status: int | None = None
-        self.times = 0
-        self.delay_ms = 0
-        self.retry_after: str | None = None
+        self.set({})
 
     def set(self, spec: dict[str, Any]) -> None:
-        self.status = spec.get("status")
+        self.status: int | None = spec.get("status")
         self.times = int(spec.get("times", 1 if self.status else 0))
         self.delay_ms = int(spec.get("delay_ms", 0))
-        self.retry_after = spec.get("retry_after")
+        self.retry_after: str | None = spec.get("retry_after")
+        for_s = spec.get("for_s")
+        self.until: float | None = time.monotonic() + float(for_s) if for_s else None
+        self.hang = bool(spec.get("hang"))
+        self.trickle_s = float(spec.get("trickle_s") or 0)
+
+    def window_open(self) -> bool:
+        return self.until is not None and time.monotonic() < self.until
+
+    def describe(self) -> dict[str, Any]:
+        left = max(0.0, self.until - time.monotonic()) if self.until is not None else None
+        return {
+            "status": self.status,
+            "times": self.times,
+            "hang": self.hang,
+            "trickle_s": self.trickle_s,
+            "active": self.window_open() or bool(self.status and self.times > 0),
+            "seconds_left": left,
+        }
 
     async def maybe_fail(self) -> JSONResponse | None:
         if self.delay_ms:
             await asyncio.sleep(self.delay_ms / 1000)
+        if self.until is not None:
+            if self.hang and self.window_open():
+                await asyncio.sleep(max(0.0, self.until - time.monotonic()))
+                return None
+            if self.status and self.window_open():
+                return self._answer()
+            return None
         if self.status and self.times > 0:
             self.times -= 1
-            headers = {"Retry-After": self.retry_after} if self.retry_after else None
-            return JSONResponse(
-                {"error": "injected failure"}, status_code=self.status, headers=headers
-            )
+            return self._answer()
         return None
+
+    def _answer(self) -> JSONResponse:
+        headers = {"Retry-After": self.retry_after} if self.retry_after else None
+        return JSONResponse(
+            {"error": "injected failure"}, status_code=int(self.status or 500), headers=headers
+        )
+
+    def trickled(self, payload: dict[str, Any]) -> Response | None:
+        """The answer dribbled out a byte at a time, while a trickle window is open."""
+        if not (self.trickle_s and self.window_open()):
+            return None
+        body = json.dumps(payload).encode()
+        pause = self.trickle_s
+
+        async def drip() -> AsyncIterator[bytes]:
+            for i in range(len(body)):
+                yield body[i : i + 1]
+                await asyncio.sleep(pause)
+
+        return StreamingResponse(drip(), media_type="application/json")
 
 
 def quote_for(symbol: str, day: date) -> dict[str, Any]:
@@ -87,7 +138,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
 
     # -- control ---------------------------------------------------------------------
     @app.post("/_control/{target}")
-    async def control(target: str, request: Request) -> dict[str, Any]:
+    async def control(target: str, request: Request) -> Any:
         spec = await request.json()
         if target == "latency":
             state["latency_ms"] = float(spec.get("latency_ms", 0))
@@ -101,9 +152,17 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             state["quote_calls"].clear()
             for f in state["faults"].values():
                 f.set({})
-        else:
+        elif target in state["faults"]:
             state["faults"][target].set(spec)
+        else:
+            return JSONResponse({"error": f"unknown target {target!r}"}, status_code=404)
         return {"ok": True}
+
+    @app.get("/_control/{target}")
+    async def control_state(target: str) -> Any:
+        if target not in state["faults"]:
+            return JSONResponse({"error": f"unknown target {target!r}"}, status_code=404)
+        return state["faults"][target].describe()
 
     # -- quotes ------------------------------------------------------------------------
     @app.get("/quotes")
@@ -137,14 +196,13 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             for i in range(first, min(first + page_size, days))
         ]
         last = first + page_size >= days
-        return JSONResponse(
-            {
-                "symbol": symbol.upper(),
-                "items": items,
-                "page": page,
-                "next_page": None if last else page + 1,
-            }
-        )
+        answer = {
+            "symbol": symbol.upper(),
+            "items": items,
+            "page": page,
+            "next_page": None if last else page + 1,
+        }
+        return state["faults"]["quotes"].trickled(answer) or JSONResponse(answer)
 
     # -- sink receiver -----------------------------------------------------------------------
     @app.post("/sink")

@@ -123,6 +123,14 @@ def tasks_cancel(
     _control(task_id, "cancel", {"reason": reason}, api, config)
 
 
+@tasks_app.command("retry")
+def tasks_retry(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
+    """Finish a run that failed SOURCE_UNAVAILABLE, SINK_UNAVAILABLE, INTERNAL or
+    TIMEOUT_ERROR from its last checkpoint (what it delivered is not fetched or sent
+    again)."""
+    _control(task_id, "retry", {}, api, config)
+
+
 @tasks_app.command("pause")
 def tasks_pause(
     task_id: str,

@@ -111,6 +111,8 @@ class StepView:
         self.counters: dict[str, Any] = {}
         self.last = ""
         self.ended: dict[str, Any] | None = None
+        # What the run waits on while a dependency is down (a `waiting` event's line).
+        self.waiting = ""
 
     def apply(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
@@ -120,6 +122,14 @@ class StepView:
             self.counters = ev
         elif kind in ("activity_start", "activity_result"):
             self.last = _activity_text(ev)
+        elif kind == "waiting":
+            self.waiting = str(ev.get("line") or "waiting")
+        elif kind == "recovered":
+            self.waiting = ""
+            self.last = (
+                f"{ev.get('dependency')} {ev.get('name')} back after "
+                f"{ev.get('waited_s')} s ({ev.get('attempts')} attempts)"
+            )
         elif kind in TERMINAL_EVENTS:
             self.ended = ev
 
@@ -131,6 +141,8 @@ class StepView:
             table.add_row(t.get("content", t["id"]), _ICONS.get(t["status"], t["status"]))
         if self.counters:
             table.add_row("progress", _progress_text(self.counters))
+        if self.waiting:
+            table.add_row("waiting", f"[yellow]{self.waiting}[/yellow]")
         if self.last:
             table.add_row("latest", self.last)
         if self.ended:

@@ -762,7 +762,24 @@ async def test_qps_holds_across_two_worker_processes_and_fetches_use_the_provena
     config = write_config(tmp_path / "worker.yaml", stack.settings)
     second = start_worker_process(config, tmp_path / "worker2.out")
     try:
-        await asyncio.sleep(2.0)  # the second process is up and polls the queues
+        # Both processes poll the provenance's queue (a process starts in seconds).
+        from temporalio.api.enums.v1 import TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+        queue = f"{stack.settings.temporal.task_queue}.provenance.{code}"
+
+        async def two_pollers() -> bool:
+            desc = await stack.client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=stack.client.namespace,
+                    task_queue=TaskQueue(name=queue),
+                    task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+                )
+            )
+            return len({p.identity for p in desc.pollers}) >= 2
+
+        await eventually(two_pollers, "both workers to poll the provenance queue", timeout=60)
         runs = []
         for n in range(2):
             task_id = new_task_id()

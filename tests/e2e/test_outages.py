@@ -1,0 +1,302 @@
+"""Outages of sources and sinks are waited out, and a run that gave up can be finished
+(SPEC §4 "Outages", §5 POST /tasks/{id}/retry; issue 18). Real Temporal, real sample
+servers on loopback; the clock is scaled down (outages of seconds, waits capped at 1 s),
+the defaults (1800 s, 60 s) ride out the same shapes for longer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import text
+
+from artemis.db import get_engine
+from tests.conftest import new_task_id
+from tests.e2e.test_events import read_sse
+from tests.helpers import eventually
+
+# Waits between attempts capped at 1 s: an outage of a few seconds is many attempts.
+SCALED = {"retry_max_interval_s": 1.0, "pages_per_fetch": 2}
+NOV_DAYS = 30
+
+
+def delivered(batches: list[dict[str, Any]]) -> Counter:
+    """How many times each (symbol, date) reached the sink in an accepted POST."""
+    out: Counter = Counter()
+    for b in batches:
+        if b["status"] == 200:
+            for r in b["records"]:
+                out[(r["symbol"], r["date"])] += 1
+    return out
+
+
+def by_key(batches: list[dict[str, Any]]) -> dict[str, set[int]]:
+    """Statuses each Idempotency-Key was answered with."""
+    out: dict[str, set[int]] = {}
+    for b in batches:
+        out.setdefault(b["idempotency_key"], set()).add(b["status"])
+    return out
+
+
+async def _status(stack, task_id: str) -> dict[str, Any]:
+    return (await stack.http.get(f"/tasks/{task_id}")).json()["data"] or {}
+
+
+async def _start(stack, symbols: list[str], page_size: int = 5, **meta: Any) -> tuple[str, str]:
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    body = {
+        "meta": {
+            "task_id": task_id,
+            "run_id": run_id,
+            "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
+            **meta,
+        },
+        "params": {"symbols": symbols, "page_size": page_size},
+    }
+    resp = await stack.run(body, mode="async")
+    assert resp.status_code == 202, resp.text
+    return task_id, run_id
+
+
+async def _waiting_on(stack, task_id: str, dependency: str) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        data = await _status(stack, task_id)
+        w = data.get("waiting")
+        return data if w and w.get("dependency") == dependency else None
+
+    return await eventually(check, f"the run to say it waits on the {dependency}", timeout=60)
+
+
+async def _emitted_some(stack, task_id: str) -> None:
+    async def check() -> bool:
+        data = await _status(stack, task_id)
+        return (data.get("stats") or {}).get("records_emitted", 0) > 0
+
+    await eventually(check, "the run to deliver its first records", timeout=60)
+
+
+async def _clear(stack) -> None:
+    for target in ("sink", "quotes", "cronjob"):
+        await stack.fault(target)
+    await stack.fault("latency", latency_ms=0)
+
+
+async def test_sink_down_mid_run_is_waited_out_and_every_record_arrives_once(make_stack):
+    stack = await make_stack(runs=SCALED)
+    await stack.fault("latency", latency_ms=40)
+    try:
+        task_id, run_id = await _start(stack, ["AAPL", "MSFT"])
+        await _emitted_some(stack, task_id)
+        outage_began = time.monotonic()
+        await stack.fault("sink", status=503, for_s=8)
+        data = await _waiting_on(stack, task_id, "sink")
+        w = data["waiting"]
+        assert data["status"] == "running" and w["name"] == "http"
+        assert w["reason"] == "503 Service Unavailable" and w["attempt"] >= 1
+        assert data["waiting_line"].startswith("waiting: sink http unavailable since ")
+        assert "(503 Service Unavailable), attempt" in data["waiting_line"]
+        final = await stack.wait_status(task_id, timeout=120)
+    finally:
+        await _clear(stack)
+    assert final["status"] == "completed", final
+    assert time.monotonic() - outage_began >= 8  # it did wait the outage out
+    batches = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
+    counts = delivered(batches)
+    assert len(counts) == 2 * NOV_DAYS and set(counts.values()) == {1}
+    keys = by_key(batches)
+    # pages that met the outage went again, under the same key, until one was taken
+    assert any(503 in statuses for statuses in keys.values())
+    assert all(200 in statuses for statuses in keys.values())
+    assert final["stats"]["records_emitted"] == 2 * NOV_DAYS
+    assert len(await stack.finals(run_id)) == 1
+    events = await read_sse(stack.api_url, task_id)
+    waits = [e for e in events if e["event"] == "waiting"]
+    assert waits and waits[0]["dependency"] == "sink" and waits[0]["name"] == "http"
+    assert waits[0]["line"].startswith("waiting: sink http unavailable since ")
+    assert [e for e in events if e["event"] == "recovered"][-1]["dependency"] == "sink"
+    assert events[-1]["event"] == "complete"
+
+
+async def test_source_down_mid_run_is_waited_out(make_stack):
+    stack = await make_stack(runs=SCALED)
+    await stack.fault("latency", latency_ms=40)
+    try:
+        task_id, run_id = await _start(stack, ["AAPL", "MSFT"])
+        await _emitted_some(stack, task_id)
+        await stack.fault("quotes", status=503, for_s=6)
+        data = await _waiting_on(stack, task_id, "source")
+        assert data["waiting"]["name"] == "quotes"
+        assert data["waiting"]["reason"] == "503 Service Unavailable"
+        final = await stack.wait_status(task_id, timeout=120)
+    finally:
+        await _clear(stack)
+    assert final["status"] == "completed", final
+    counts = delivered(await stack.sink_batches(f"pull_stock_quotes/{task_id}:"))
+    assert len(counts) == 2 * NOV_DAYS and set(counts.values()) == {1}
+    assert len(await stack.finals(run_id)) == 1
+
+
+async def test_source_that_answers_nothing_is_cut_and_retried(make_stack):
+    stack = await make_stack(runs=SCALED, http_client={"timeout_seconds": 1.0})
+    await stack.fault("latency", latency_ms=40)
+    try:
+        task_id, run_id = await _start(stack, ["AAPL"])
+        await _emitted_some(stack, task_id)
+        await stack.fault("quotes", hang=True, for_s=6)
+        data = await _waiting_on(stack, task_id, "source")
+        assert data["waiting"]["reason"] == "read timed out"
+        final = await stack.wait_status(task_id, timeout=120)
+    finally:
+        await _clear(stack)
+    assert final["status"] == "completed", final
+    counts = delivered(await stack.sink_batches(f"pull_stock_quotes/{task_id}:"))
+    assert len(counts) == NOV_DAYS and set(counts.values()) == {1}
+
+
+async def test_past_the_tolerance_the_run_fails_and_a_retry_finishes_it(make_stack):
+    stack = await make_stack(runs={**SCALED, "outage_tolerance_s": 4})
+    # symbols of this test alone: the sample server's request log is shared
+    symbols = [f"R{new_task_id()[-5:]}".upper(), f"S{new_task_id()[-5:]}".upper()]
+    await stack.fault("latency", latency_ms=30)
+    try:
+        task_id, run_id = await _start(stack, symbols)
+        await _emitted_some(stack, task_id)
+        down = time.monotonic()
+        await stack.fault("sink", status=503, for_s=3600)
+        final = await stack.wait_status(task_id, timeout=120)
+        failed_after = time.monotonic() - down
+        calls_at_failure = await stack.samples_http.get("/_quotes/calls")
+    finally:
+        await stack.fault("latency", latency_ms=0)
+    assert final["status"] == "failed", final
+    assert final["error"]["code"] == "SINK_UNAVAILABLE", final
+    assert "sink http unavailable" in final["error"]["message"]
+    assert "503 Service Unavailable" in final["error"]["message"]
+    assert 4 <= failed_after < 60, failed_after
+    # its undelivered pages stay staged
+    engine = get_engine(stack.settings.database.url)
+    with engine.connect() as conn:
+        staged = conn.execute(
+            text(
+                "SELECT count(*) FROM staged_page WHERE run_key = :k AND kind = 'raw' "
+                "AND payload != ''"
+            ),
+            {"k": f"pull_stock_quotes/{task_id}"},
+        ).scalar_one()
+    assert staged > 0
+    assert [c["body"]["result"] for c in await stack.finals(run_id)] == ["failed"]
+    delivered_before = {
+        k
+        for k, statuses in by_key(await stack.sink_batches(f"pull_stock_quotes/{task_id}:")).items()
+        if 200 in statuses
+    }
+
+    await stack.fault("sink")  # the sink is back
+    resp = await stack.http.post(f"/tasks/{task_id}/retry")
+    assert resp.status_code == 202, resp.text
+    answer = resp.json()["data"]
+    assert answer["retry_attempt"] == 1 and answer["retried_error"] == "SINK_UNAVAILABLE"
+    done = await stack.wait_status(task_id, {"completed", "failed"}, timeout=120)
+    assert done["status"] == "completed", done
+    batches = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
+    counts = delivered(batches)
+    assert len(counts) == 2 * NOV_DAYS and set(counts.values()) == {1}
+    assert done["stats"]["records_emitted"] == 2 * NOV_DAYS
+    # pages delivered before the failure were not sent again
+    after = [b for b in batches if b["idempotency_key"] in delivered_before]
+    assert Counter(b["idempotency_key"] for b in after if b["status"] == 200) == Counter(
+        dict.fromkeys(delivered_before, 1)
+    )
+    # nothing fetched before the failure was fetched again
+    calls = (await stack.samples_http.get("/_quotes/calls")).json()
+    mine_before = [
+        (c["symbol"], c["page"]) for c in calls_at_failure.json() if c["symbol"] in symbols
+    ]
+    mine_after = [(c["symbol"], c["page"]) for c in calls if c["symbol"] in symbols]
+    assert len(mine_before) == len(set(mine_before))  # each page asked for once before
+    refetched = Counter(mine_after) - Counter(mine_before)
+    assert not set(refetched) & set(mine_before), refetched
+    assert sorted(set(mine_after)) == sorted((sym, page) for sym in symbols for page in range(1, 7))
+    results = [c["body"]["result"] for c in await stack.finals(run_id)]
+    assert results == ["failed", "success"], results
+
+
+async def test_fetch_side_stays_bounded_while_the_sink_is_down(make_stack):
+    stack = await make_stack(runs={**SCALED, "max_batches_ahead": 2, "outage_tolerance_s": 3600})
+    key = None
+    engine = get_engine(stack.settings.database.url)
+    try:
+        await stack.fault("sink", status=503, for_s=3600)
+        task_id, _ = await _start(stack, ["AAPL", "MSFT"], page_size=1)
+        key = f"pull_stock_quotes/{task_id}"
+        await _waiting_on(stack, task_id, "sink")
+        seen = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                seen.append(
+                    conn.execute(
+                        text(
+                            "SELECT count(*) FROM staged_page WHERE run_key = :k "
+                            "AND kind = 'raw' AND payload != ''"
+                        ),
+                        {"k": key},
+                    ).scalar_one()
+                )
+            await asyncio.sleep(0.2)
+        # two batches of two pages at most: the one waiting for the sink, the next one
+        assert max(seen) <= 2 * 2, seen
+        assert seen[-1] > 0
+        before = (await stack.samples_http.get("/_stats")).json()["quote_requests"]
+        await asyncio.sleep(2)
+        assert (await stack.samples_http.get("/_stats")).json()["quote_requests"] == before
+        await stack.fault("sink")
+        final = await stack.wait_status(task_id, timeout=180)
+    finally:
+        await _clear(stack)
+    assert final["status"] == "completed", final
+    counts = delivered(await stack.sink_batches(f"{key}:"))
+    assert len(counts) == 2 * NOV_DAYS and set(counts.values()) == {1}
+
+
+async def test_retry_refusals_name_why(make_stack):
+    stack = await make_stack(runs={**SCALED, "retain_failed_s": 1})
+    assert (await stack.http.post("/tasks/t-unknown-0000/retry")).status_code == 404
+
+    ok = await stack.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["AAPL"]}})
+    done_id = ok.json()["data"]["task_id"]
+    resp = await stack.http.post(f"/tasks/{done_id}/retry")
+    assert resp.status_code == 409 and "completed" in resp.json()["error"]["message"]
+
+    await stack.fault("sink", status=400, times=1)
+    bad = await stack.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["X"]}})
+    assert bad.json()["data"]["status"] == "failed"
+    resp = await stack.http.post(f"/tasks/{bad.json()['data']['task_id']}/retry")
+    assert resp.status_code == 409 and "SINK_ERROR" in resp.json()["error"]["message"]
+
+    await stack.fault("latency", latency_ms=100)
+    try:
+        task_id, _ = await _start(stack, ["AAPL"], page_size=1)
+        resp = await stack.http.post(f"/tasks/{task_id}/retry")
+        assert resp.status_code == 409 and "running" in resp.json()["error"]["message"]
+        await stack.http.post(f"/tasks/{task_id}/cancel")
+        await stack.wait_status(task_id)
+    finally:
+        await stack.fault("latency", latency_ms=0)
+
+    # a run that gave up, whose kept state expired (retain_failed_s: 1)
+    stack2 = await make_stack(runs={**SCALED, "outage_tolerance_s": 1, "retain_failed_s": 1})
+    try:
+        await stack2.fault("sink", status=503, for_s=3600)
+        gone = await stack2.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["Z"]}})
+    finally:
+        await stack2.fault("sink")
+    data = gone.json()["data"]
+    assert data["status"] == "failed" and data["error"]["code"] == "SINK_UNAVAILABLE", data
+    await asyncio.sleep(1.2)  # past retain_failed_s
+    resp = await stack2.http.post(f"/tasks/{data['task_id']}/retry")
+    assert resp.status_code == 410, resp.text
+    assert resp.json()["error"]["code"] == "GONE"
+    assert "cleaned up" in resp.json()["error"]["message"]
