@@ -300,3 +300,151 @@ async def test_retry_refusals_name_why(make_stack):
     assert resp.status_code == 410, resp.text
     assert resp.json()["error"]["code"] == "GONE"
     assert "cleaned up" in resp.json()["error"]["message"]
+
+
+async def test_sql_sink_database_down_is_waited_out(make_stack, tmp_path):
+    import sqlalchemy as sa
+
+    from infra.pgserver import PgServer, available
+    from tests.conftest import require
+
+    require(available(), "PostgreSQL", "postgresql")
+    # durable: a crash loses no committed transaction (as in production)
+    lake = PgServer(dbname="lake", durable=True).start()
+    try:
+        stack = await make_stack(
+            runs=SCALED,
+            output_defaults={
+                "pull_stock_quotes": {
+                    "sinks": ["sql"],
+                    "sql": {"url": lake.url, "table": "quotes"},
+                }
+            },
+        )
+        await stack.fault("latency", latency_ms=40)
+        try:
+            task_id, run_id = await _start(stack, ["PGX", "PGY"])
+            await _emitted_some(stack, task_id)
+            lake.crash()
+            try:
+                data = await _waiting_on(stack, task_id, "sink")
+                assert data["waiting"]["name"] == "sql"
+                assert data["waiting"]["reason"] == "database unreachable"
+                await eventually(
+                    lambda: _attempts_at_least(stack, task_id, 3), "three attempts", timeout=60
+                )
+            finally:
+                lake.restart()
+            final = await stack.wait_status(task_id, timeout=120)
+        finally:
+            await _clear(stack)
+        assert final["status"] == "completed", final
+        assert final["stats"]["sinks"]["sql"] == 2 * NOV_DAYS
+        with sa.create_engine(lake.url).connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT symbol, date, count(*) FROM quotes WHERE _artemis_task_id = :t "
+                    "GROUP BY symbol, date"
+                ),
+                {"t": task_id},
+            ).all()
+        assert len(rows) == 2 * NOV_DAYS and {r[2] for r in rows} == {1}
+        assert len(await stack.finals(run_id)) == 1
+    finally:
+        lake.stop()
+
+
+async def _attempts_at_least(stack, task_id: str, n: int) -> bool:
+    w = (await _status(stack, task_id)).get("waiting") or {}
+    return int(w.get("attempt") or 0) >= n
+
+
+async def test_a_waiting_run_survives_its_worker_killed_and_temporal_restarted(
+    make_stack, tmp_path
+):
+    """The wait is a Temporal timer: no worker holds it, the server keeps it."""
+    import signal
+
+    from infra.devserver import DevServer, free_port
+    from tests.conftest import serve_api, settings_with, start_worker_process, write_config
+    from tests.helpers import stop_processes
+    from workers.client import connect
+
+    temporal = DevServer(
+        port=free_port(),
+        ui_port=None,
+        db_file=tmp_path / "temporal.db",
+        log_file=tmp_path / "temporal.log",
+    ).start()
+    base = await make_stack(worker=False)
+    settings = settings_with(
+        base.settings,
+        temporal={**base.settings.temporal.model_dump(), "address": temporal.address},
+        runs={**base.settings.runs.model_dump(), **SCALED},
+        logging={"output": "file", "file": {"path": str(tmp_path / "worker.log")}},
+    )
+    config = write_config(tmp_path / "worker.yaml", settings)
+    client = await connect(settings)
+    server, serving, api_url = await serve_api(settings, client)
+    workers = [start_worker_process(config, tmp_path / "worker1.out")]
+    import httpx
+
+    api = httpx.AsyncClient(base_url=api_url, timeout=60)
+    try:
+        await base.fault("sink", status=503, for_s=3600)
+        task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+        resp = await api.post(
+            "/tasks/pull_stock_quotes/run",
+            params={"mode": "async"},
+            json={
+                "meta": {
+                    "task_id": task_id,
+                    "run_id": run_id,
+                    "callback": {"base_url": f"{base.samples_url}/cronjob/runs"},
+                },
+                "params": {"symbols": ["KILLW"], "page_size": 5},
+            },
+        )
+        assert resp.status_code == 202, resp.text
+
+        async def waiting_attempt() -> int:
+            data = (await api.get(f"/tasks/{task_id}")).json()["data"] or {}
+            w = data.get("waiting") or {}
+            return int(w.get("attempt") or 0) if w.get("dependency") == "sink" else 0
+
+        await eventually(waiting_attempt, "the run to wait on the sink", timeout=90)
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait(10)
+        workers.append(start_worker_process(config, tmp_path / "worker2.out"))
+        seen = await eventually(waiting_attempt, "the wait to go on", timeout=60)
+        # the server goes away for a while, then comes back with its database
+        temporal.stop()
+        await asyncio.sleep(3)
+        temporal.start()
+        await eventually(
+            lambda: _grew(waiting_attempt, seen), "attempts after the restart", timeout=90
+        )
+        await base.fault("sink")  # the sink is back
+        deadline = time.monotonic() + 120
+        while True:
+            data = (await api.get(f"/tasks/{task_id}")).json()["data"] or {}
+            if data.get("status") in ("completed", "failed", "cancelled", "timeout"):
+                break
+            assert time.monotonic() < deadline, data
+            await asyncio.sleep(0.2)
+    finally:
+        await base.fault("sink")
+        await api.aclose()
+        stop_processes(*workers)
+        server.should_exit = True
+        await serving
+        temporal.stop()
+    assert data["status"] == "completed", data
+    counts = delivered(await base.sink_batches(f"pull_stock_quotes/{task_id}:"))
+    assert len(counts) == NOV_DAYS and set(counts.values()) == {1}
+    finals = await base.finals(run_id)
+    assert [f["body"]["result"] for f in finals] == ["success"]
+
+
+async def _grew(probe, before: int) -> bool:
+    return await probe() > before
