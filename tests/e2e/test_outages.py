@@ -97,6 +97,13 @@ async def test_sink_down_mid_run_is_waited_out_and_every_record_arrives_once(mak
         assert w["reason"] == "503 Service Unavailable" and w["attempt"] >= 1
         assert data["waiting_line"].startswith("waiting: sink http unavailable since ")
         assert "(503 Service Unavailable), attempt" in data["waiting_line"]
+        # the Temporal UI's current details say the same, and the gauge counts the run
+        handle = stack.client.get_workflow_handle(data["workflow_id"])
+        meta = await handle.query("__temporal_workflow_metadata")
+        assert "waiting: sink http unavailable since" in meta.current_details
+        metrics = (await stack.http.get("/metrics")).text
+        assert 'artemis_runs_waiting{dependency="sink"} 0.0' not in metrics
+        assert 'artemis_runs_waiting{dependency="sink"}' in metrics
         final = await stack.wait_status(task_id, timeout=120)
     finally:
         await _clear(stack)
@@ -448,3 +455,43 @@ async def test_a_waiting_run_survives_its_worker_killed_and_temporal_restarted(
 
 async def _grew(probe, before: int) -> bool:
     return await probe() > before
+
+
+async def test_a_provenances_own_tolerance_and_a_per_task_one(make_stack):
+    from tests.e2e.test_literature import _literature, harvest, import_doc, variant
+
+    stack = await make_stack(runs=SCALED)
+    code = f"crossref_short_{new_task_id()[-6:]}"
+    doc = variant(stack, "crossref", code)
+    doc["retry_cfg"][0].update(
+        initial_delay_millis=100, circuit_break_threshold=None, outage_tolerance_millis=1500
+    )
+    import_doc(stack, doc)
+    await _literature(stack, fault={"api": "works", "status": 503, "times": 100000})
+    try:
+        began = time.monotonic()
+        resp = await harvest(
+            stack, new_task_id(), provenance=code, query="x", start="2025-01-01", end="2025-01-02"
+        )
+        took = time.monotonic() - began
+    finally:
+        await _literature(stack, fault={})
+    data = resp.json()["data"]
+    assert data["status"] == "failed", data
+    assert data["error"]["code"] == "SOURCE_UNAVAILABLE", data
+    assert f"source {code} unavailable" in data["error"]["message"]
+    assert took < 30, took
+
+    # a task's own: task_defaults / params outage_tolerance_s (0: fail fast, as before)
+    await stack.fault("quotes", status=503, times=100000)
+    try:
+        resp = await stack.run(
+            {
+                "meta": {"task_id": new_task_id()},
+                "params": {"symbols": ["FF"], "outage_tolerance_s": 0},
+            }
+        )
+    finally:
+        await stack.fault("quotes")
+    data = resp.json()["data"]
+    assert data["status"] == "failed" and data["error"]["code"] == "SOURCE_ERROR", data
