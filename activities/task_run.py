@@ -752,15 +752,13 @@ class TaskRunActivities:
     @activity.defn(name="note_outage")
     async def note_outage(self, inp: OutageNote) -> None:
         """A run started waiting on a dependency (each attempt), or it recovered: the
-        run's event stream, the waiting gauge and one log line."""
+        run's event stream and the waiting gauge (the workflow logs the line)."""
         key = run_key(inp.run)
         w = inp.waiting
         if inp.kind == "waiting":
             WAITING.wait(key, str(w.get("dependency")), float(w.get("next_in_s") or 60))
-            log.warning("run_waiting", **{k: v for k, v in w.items() if k != "message"})
         else:
             WAITING.done(key)
-            log.info("run_recovered", **w)
         await self.record(inp.run, inp.kind, w, _OUTAGE_STEP.get(str(w.get("dependency"))))
 
     # -- 5. finalize ------------------------------------------------------------------------

@@ -135,6 +135,32 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         )
         await d.wait(t)
         await d.control("latency", latency_ms=0)
+        # Outages (0.5.0): a sink down for a while, then a source; a run that gave up past
+        # its tolerance and was finished by POST /tasks/{id}/retry.
+        await d.control("sink", status=503, for_s=3)
+        await d.wait(
+            await d.start("sink-waited", "pull_stock_quotes", {**quotes, "symbols": ["W"]})
+        )
+        await d.control("quotes", status=503, for_s=3)
+        await d.wait(
+            await d.start("source-waited", "pull_stock_quotes", {**quotes, "symbols": ["V"]})
+        )
+        await d.control("sink", status=503, for_s=3600)
+        t = await d.start(
+            "gave-up",
+            "pull_stock_quotes",
+            {**quotes, "symbols": ["G"], "outage_tolerance_s": 2},
+            run_id="rec-run-2",
+            callback={"base_url": f"{stack.samples}/cronjob/runs"},
+        )
+        if await d.wait(t) != "failed":
+            raise SystemExit("gave-up: the run did not fail past its tolerance")
+        await d.control("sink")
+        resp = await http.post(f"{stack.api}/tasks/{t}/retry")
+        if resp.status_code != 202:
+            raise SystemExit(f"retry refused: {resp.text[:300]}")
+        if await d.wait(t) != "completed":
+            raise SystemExit("gave-up: the retried run did not complete")
         # Literature: each API family, a backfill with children, a window split over a cap.
         await d.control("literature", enforce_rate=False, reset=True)
         window = {"start": "2025-01-01", "end": "2025-01-02"}
@@ -219,7 +245,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "histories")
     args = ap.parse_args()
     config = {
-        "runs": {"pages_per_fetch": 2, "max_batches_per_run": 2},
+        "runs": {"pages_per_fetch": 2, "max_batches_per_run": 2, "retry_max_interval_s": 1},
         "output_defaults": {
             "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/quotes"},
             "literature_harvest": {"sinks": ["http"], "http_endpoint": "{samples}/sink/lit"},
