@@ -72,8 +72,14 @@ class HttpClient:
     exceptions with messages that never carry a query (an API key may be a parameter).
     Redirects are never followed (a 3xx could lead a request-supplied URL past
     ``security.allowed_hosts``) and no cookie is kept between requests (a crawler's cookie
-    belongs to the one request that names it). A hung upload is bounded by the activity's
-    heartbeat timeout (aiohttp has no write timeout)."""
+    belongs to the one request that names it).
+
+    Timeouts: a request's ``timeout=`` (a provenance's ``timeout_read_millis``), else
+    ``timeout_seconds``, is T. A connection must be had within T and no single read may
+    wait longer than T; besides, the answer's headers must arrive within 2T (connect plus
+    read) of the start, the upload included (aiohttp has no write timeout: a hung upload
+    is cut there), and its body must be read whole within T of the headers, so an answer
+    that trickles in a byte at a time is a ``httpx.ReadTimeout`` too."""
 
     def __init__(self, settings: HttpClientSettings) -> None:
         self._settings = settings
@@ -169,27 +175,46 @@ class HttpClient:
             if not any(k.lower() == "content-type" for k in send_headers):
                 send_headers["Content-Type"] = "application/x-www-form-urlencoded"
         session = self._open()
+        wait = self._settings.timeout_seconds if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        # aiohttp's connect and sock_read bound a connection and every single read; these
+        # deadlines bound the whole answer, so one that trickles in is a timeout too: its
+        # headers within connect + read timeout of the request, its body within the read
+        # timeout of the headers.
+        deadline = asyncio.timeout(wait + wait)  # connect + read (the same value)
+        headers_in = False
         try:
-            async with session.request(
-                method,
-                yarl.URL(str(target), encoded=True),
-                data=body,
-                headers=send_headers,
-                allow_redirects=False,
-                proxy=self._proxy_for(target),
-                timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
-                if timeout is not None
-                else self._timeout,
-            ) as resp:
-                payload = await resp.read()
-                return Answer(
-                    resp.status,
-                    httpx.Headers(list(resp.raw_headers)),
-                    payload,
-                    full,
-                    resp.charset,
-                )
-        except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as e:
+            async with deadline:
+                async with session.request(
+                    method,
+                    yarl.URL(str(target), encoded=True),
+                    data=body,
+                    headers=send_headers,
+                    allow_redirects=False,
+                    proxy=self._proxy_for(target),
+                    timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
+                    if timeout is not None
+                    else self._timeout,
+                ) as resp:
+                    headers_in = True
+                    deadline.reschedule(loop.time() + wait)
+                    payload = await resp.read()
+                    return Answer(
+                        resp.status,
+                        httpx.Headers(list(resp.raw_headers)),
+                        payload,
+                        full,
+                        resp.charset,
+                    )
+        except TimeoutError as e:
+            if deadline.expired():
+                what = "body not read whole" if headers_in else "no answer headers"
+                raise httpx.ReadTimeout(
+                    f"{what} within {wait:g} s (read timeout)",
+                    request=_request_of(method, full),
+                ) from e
+            raise _as_httpx_error(e, method, full) from e
+        except (aiohttp.ClientError, ValueError, OSError) as e:
             raise _as_httpx_error(e, method, full) from e
 
     async def aclose(self) -> None:
@@ -243,13 +268,17 @@ def with_params(url: str, params: Params) -> str:
 _QUERY = re.compile(r"\?[^\s'\"]*")
 
 
+def _request_of(method: str, url: str) -> httpx.Request | None:
+    try:
+        return httpx.Request(method, url)
+    except httpx.InvalidURL:
+        return None
+
+
 def _as_httpx_error(e: BaseException, method: str, url: str) -> httpx.HTTPError:
     """aiohttp's transport failures as httpx's, under the same names callers report. The
     text never carries a query: aiohttp puts the whole URL into some of its messages."""
-    try:
-        request: httpx.Request | None = httpx.Request(method, url)
-    except httpx.InvalidURL:
-        request = None
+    request = _request_of(method, url)
     if isinstance(e, aiohttp.ClientResponseError):
         text = f"{type(e).__name__}: {e.status}, {e.message}"
     else:

@@ -193,6 +193,7 @@ class ContractClient:
             k: v for k, v in merge_params(http.get("default_headers_json"), None).items()
         }
         read_ms = http.get("timeout_read_millis")
+        # None: the client's own read timeout (http_client.timeout_seconds)
         self.timeout = read_ms / 1000 if read_ms else None
         rl = contract.rate_limit or {}
         # The provenance's limit, held across every worker process (one database gate).
@@ -246,12 +247,10 @@ class ContractClient:
             await self.throttle()
             try:
                 if method == "POST":
-                    resp = await client.post(
-                        url, data=p, headers=headers, timeout=self.timeout or 30
-                    )
+                    resp = await client.post(url, data=p, headers=headers, timeout=self.timeout)
                 else:
                     resp = await client.get(
-                        url, params=p or None, headers=headers, timeout=self.timeout or 30
+                        url, params=p or None, headers=headers, timeout=self.timeout
                     )
             except httpx.HTTPError as e:
                 raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None

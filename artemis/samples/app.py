@@ -20,43 +20,78 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 
 class Faults:
-    """Injected failures of one endpoint, set by ``POST /_control/{target}``:
+    """Injected failures of one endpoint, set by ``POST /_control/{target}`` (each call
+    replaces what was set before; ``{}`` clears it, as ``POST /_control/reset`` does):
 
-    - ``{"status": 503, "times": N}``: the next N requests answer ``status`` (with
-      ``retry_after`` as a Retry-After header, after ``delay_ms`` when given);
-    - ``{"status": 503, "for_s": S}``: every request answers ``status`` for S seconds
-      from now (an outage: a deploy, a maintenance window); ``times`` is then ignored;
-    - ``{"hang": true, "for_s": S}``: a request is accepted and answered nothing until
-      the window ends (then answered normally): a client's read timeout must cut it;
-    - ``{"trickle_s": T, "for_s": S}``: the answer's headers come at once, its body one
-      byte every T seconds (a per-read timeout above T never fires);
-    - ``{}``: no fault. ``GET /_control/{target}`` tells what is set."""
+    - ``{"status": 503, "times": N}``: the next N requests answer ``status`` (N is 1 when
+      not given), with ``retry_after`` as a Retry-After header when given;
+    - ``{"delay_ms": D, ...}``: every request waits D ms before it is answered (failed or
+      not) until the fault is set again;
+    - ``{"status": 503, "for_s": S}``: every request answers ``status`` until S seconds after
+      the control call (an outage: a deploy, a maintenance window), then normally again;
+      with ``for_s`` set, ``times`` is ignored;
+    - ``{"hang": true, "for_s": S}``: a request is accepted and answered nothing until the
+      window ends, then it is answered normally (a client's read timeout must cut it);
+      setting the fault again (or a reset) ends a held request's wait at once;
+    - ``{"trickle_s": T, "for_s": S}``: an answer that would succeed has its headers sent
+      at once and its body one byte every T seconds (so a per-read socket timeout above T
+      never fires); the rest of a body goes at once when the window ends or the fault is
+      set again. Only a window makes ``hang`` and ``trickle_s`` take effect.
+
+    ``GET /_control/{target}`` tells what is set: ``active`` and ``seconds_left``."""
+
+    # How often a held (hung) request looks whether its window was closed early.
+    _HOLD_STEP_S = 0.05
 
     def __init__(self) -> None:
+        self.generation = 0
         self.set({})
 
     def set(self, spec: dict[str, Any]) -> None:
-        self.status: int | None = spec.get("status")
-        self.times = int(spec.get("times", 1 if self.status else 0))
-        self.delay_ms = int(spec.get("delay_ms", 0))
-        self.retry_after: str | None = spec.get("retry_after")
+        """Replace the fault by ``spec`` (ValueError/TypeError: a bad value, nothing set)."""
+        status = int(spec["status"]) if spec.get("status") is not None else None
+        times = int(spec.get("times", 1 if status else 0))
+        delay_ms = int(spec.get("delay_ms") or 0)
+        retry_after = spec.get("retry_after")
         for_s = spec.get("for_s")
-        self.until: float | None = time.monotonic() + float(for_s) if for_s else None
+        until = time.monotonic() + float(for_s) if for_s is not None else None
+        trickle_s = float(spec.get("trickle_s") or 0)
+        if trickle_s < 0 or delay_ms < 0 or (for_s is not None and float(for_s) < 0):
+            raise ValueError("for_s, trickle_s and delay_ms must not be negative")
+        self.status: int | None = status
+        self.times = times
+        self.delay_ms = delay_ms
+        self.retry_after: str | None = None if retry_after is None else str(retry_after)
+        self.until: float | None = until
         self.hang = bool(spec.get("hang"))
-        self.trickle_s = float(spec.get("trickle_s") or 0)
+        self.trickle_s = trickle_s
+        self.generation += 1
 
     def window_open(self) -> bool:
         return self.until is not None and time.monotonic() < self.until
 
+    def seconds_left(self) -> float:
+        return max(0.0, self.until - time.monotonic()) if self.until is not None else 0.0
+
     def describe(self) -> dict[str, Any]:
-        left = max(0.0, self.until - time.monotonic()) if self.until is not None else None
+        """What ``GET /_control/{target}`` answers."""
+        mode = None
+        if self.until is not None:
+            if self.window_open():
+                mode = "hang" if self.hang else "status" if self.status else None
+                mode = mode or ("trickle" if self.trickle_s else None)
+        elif self.status and self.times > 0:
+            mode = "times"
         return {
+            "active": mode is not None,
+            "mode": mode,
+            "seconds_left": round(self.seconds_left(), 3) if self.until is not None else None,
             "status": self.status,
             "times": self.times,
             "hang": self.hang,
             "trickle_s": self.trickle_s,
-            "active": self.window_open() or bool(self.status and self.times > 0),
-            "seconds_left": left,
+            "delay_ms": self.delay_ms,
+            "retry_after": self.retry_after,
         }
 
     async def maybe_fail(self) -> JSONResponse | None:
@@ -64,7 +99,7 @@ class Faults:
             await asyncio.sleep(self.delay_ms / 1000)
         if self.until is not None:
             if self.hang and self.window_open():
-                await asyncio.sleep(max(0.0, self.until - time.monotonic()))
+                await self._hold()
                 return None
             if self.status and self.window_open():
                 return self._answer()
@@ -74,25 +109,36 @@ class Faults:
             return self._answer()
         return None
 
+    async def _hold(self) -> None:
+        """Hold a request while the hang window is open (and this fault still set)."""
+        generation = self.generation
+        while self.generation == generation and self.hang and self.window_open():
+            await asyncio.sleep(min(self._HOLD_STEP_S, self.seconds_left()))
+
     def _answer(self) -> JSONResponse:
         headers = {"Retry-After": self.retry_after} if self.retry_after else None
         return JSONResponse(
             {"error": "injected failure"}, status_code=int(self.status or 500), headers=headers
         )
 
-    def trickled(self, payload: dict[str, Any]) -> Response | None:
-        """The answer dribbled out a byte at a time, while a trickle window is open."""
+    def respond(self, payload: Any, status_code: int = 200) -> Response:
+        """The answer ``payload``: dribbled out a byte at a time while a trickle window is
+        open, else at once."""
         if not (self.trickle_s and self.window_open()):
-            return None
-        body = json.dumps(payload).encode()
+            return JSONResponse(payload, status_code=status_code)
+        body = bytes(JSONResponse(payload).body)  # as JSONResponse renders it
         pause = self.trickle_s
+        generation = self.generation
 
         async def drip() -> AsyncIterator[bytes]:
             for i in range(len(body)):
+                if self.generation != generation or not self.window_open():
+                    yield body[i:]  # the window ended: the rest at once
+                    return
                 yield body[i : i + 1]
                 await asyncio.sleep(pause)
 
-        return StreamingResponse(drip(), media_type="application/json")
+        return StreamingResponse(drip(), status_code=status_code, media_type="application/json")
 
 
 def quote_for(symbol: str, day: date) -> dict[str, Any]:
@@ -153,7 +199,12 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             for f in state["faults"].values():
                 f.set({})
         elif target in state["faults"]:
-            state["faults"][target].set(spec)
+            if not isinstance(spec, dict):
+                return JSONResponse({"error": "a fault is a JSON object"}, status_code=422)
+            try:
+                state["faults"][target].set(spec)
+            except (TypeError, ValueError) as e:
+                return JSONResponse({"error": f"bad fault {spec!r}: {e}"}, status_code=422)
         else:
             return JSONResponse({"error": f"unknown target {target!r}"}, status_code=404)
         return {"ok": True}
@@ -168,7 +219,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
     @app.get("/quotes")
     async def quotes(
         symbol: str, start: str, end: str, page: int = 1, page_size: int = 50
-    ) -> JSONResponse:
+    ) -> Response:
         state["quote_requests"] += 1
         state["quote_calls"].append({"symbol": symbol, "page": page, "at": time.time()})
         if state["latency_ms"]:
@@ -202,14 +253,17 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             "page": page,
             "next_page": None if last else page + 1,
         }
-        return state["faults"]["quotes"].trickled(answer) or JSONResponse(answer)
+        return state["faults"]["quotes"].respond(answer)
 
     # -- sink receiver -----------------------------------------------------------------------
     @app.post("/sink")
     @app.post("/sink/{name}")
-    async def sink(request: Request, name: str = "default") -> JSONResponse:
-        failed = await state["faults"]["sink"].maybe_fail()
+    async def sink(request: Request, name: str = "default") -> Response:
+        """Records every POST, failed ones with ``records`` None. The body is read before
+        a fault holds the request: a batch held by ``hang`` (or ``delay_ms``) is taken when
+        the hold ends, even when its client has given up (an answer lost on the way)."""
         body = await request.body()
+        failed = await state["faults"]["sink"].maybe_fail()
         entry = {
             "name": name,
             "received_at": time.time(),
@@ -222,13 +276,13 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             state["sink"].append({**entry, "records": None})
             return failed
         try:
-            records = __import__("json").loads(body)
+            records = json.loads(body)
         except ValueError:
             return JSONResponse({"error": "body is not JSON"}, status_code=400)
         if not isinstance(records, list):
             return JSONResponse({"error": "body must be a JSON array"}, status_code=400)
         state["sink"].append({**entry, "records": records})
-        return JSONResponse({"accepted": len(records)})
+        return state["faults"]["sink"].respond({"accepted": len(records)})
 
     @app.get("/_sink/batches")
     async def sink_batches() -> list[dict[str, Any]]:
@@ -236,7 +290,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
 
     # -- CronJob receiver --------------------------------------------------------------------
     @app.post("/cronjob/runs/{run_id}/{kind}")
-    async def cronjob(run_id: str, kind: str, request: Request) -> JSONResponse:
+    async def cronjob(run_id: str, kind: str, request: Request) -> Response:
         body = await request.json()
         entry = {
             "run_id": run_id,
@@ -253,7 +307,9 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             failed = await state["faults"]["cronjob"].maybe_fail()
         entry["status"] = failed.status_code if failed else 200
         state["cronjob"].append(entry)
-        return failed or JSONResponse({"ok": True})
+        if failed:
+            return failed
+        return state["faults"]["cronjob"].respond({"ok": True})
 
     @app.post("/alerts/webhook")
     async def alert_webhook(request: Request) -> dict[str, Any]:

@@ -105,7 +105,14 @@ async def test_a_step_that_fails_then_recovers_goes_error_then_completed(stack):
     task_id = new_task_id()
     await stack.fault("sink", status=503, times=1)
     try:
-        resp = await stack.run({"meta": {"task_id": task_id}, "params": {"symbols": ["TSLA"]}})
+        # outage_tolerance_s 0: the emit activity's own retry policy takes the 503 (with a
+        # tolerance the run waits instead: tests/e2e/test_outages.py)
+        resp = await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {"symbols": ["TSLA"], "outage_tolerance_s": 0},
+            }
+        )
         assert resp.status_code == 200 and resp.json()["data"]["status"] == "completed"
     finally:
         await stack.fault("sink")

@@ -5,6 +5,7 @@ redirect, never keeps a cookie and never puts a query into an error message."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
@@ -200,3 +201,187 @@ def test_one_client_serves_one_event_loop_after_another(server):
     assert asyncio.run(once()) == 200
     assert asyncio.run(once()) == 200  # a new loop: a new session, not "loop is closed"
     asyncio.run(client.aclose())
+
+
+async def _raw_server(handler) -> tuple[asyncio.Server, str]:
+    srv = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return srv, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+
+
+async def test_an_answer_that_trickles_in_is_a_read_timeout():
+    """Every single read comes within 0.3 s, far inside the 1 s read timeout; the body
+    (50 bytes, 15 s at that pace) is still cut within the read timeout of its headers."""
+    body = b"x" * 50
+    served = asyncio.Event()
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        try:
+            for i in range(len(body)):
+                writer.write(body[i : i + 1])
+                await writer.drain()
+                await asyncio.sleep(0.3)
+        except ConnectionError:
+            pass
+        finally:
+            served.set()
+            writer.close()
+
+    srv, url = await _raw_server(trickle)
+    try:
+        async with http_client(timeout_seconds=30) as http:
+            t0 = time.monotonic()
+            with pytest.raises(httpx.ReadTimeout) as err:
+                await http.get(f"{url}/slow", params={"api_key": "s3cret-key"}, timeout=1.0)
+            took = time.monotonic() - t0
+        assert 0.9 <= took < 3, took
+        assert "s3cret-key" not in str(err.value)
+        # the client let go of the connection: the server's next write fails soon
+        await asyncio.wait_for(served.wait(), timeout=5)
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_the_clients_own_timeout_cuts_a_trickle_too():
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+        try:
+            for _ in range(100):
+                writer.write(b"y")
+                await writer.drain()
+                await asyncio.sleep(0.2)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    srv, url = await _raw_server(trickle)
+    try:
+        async with http_client(timeout_seconds=0.8) as http:
+            t0 = time.monotonic()
+            with pytest.raises(httpx.ReadTimeout):
+                await http.get(f"{url}/slow")
+            assert time.monotonic() - t0 < 3
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_server_that_accepts_and_never_answers_is_a_read_timeout():
+    released = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        try:
+            await released.wait()
+        finally:
+            writer.close()
+
+    srv, url = await _raw_server(silent)
+    try:
+        async with http_client() as http:
+            t0 = time.monotonic()
+            with pytest.raises(httpx.ReadTimeout) as err:
+                await http.post(f"{url}/sink?token=s3cret-key", json=[{"a": 1}], timeout=0.5)
+            assert time.monotonic() - t0 < 3
+        assert "s3cret-key" not in str(err.value)
+    finally:
+        released.set()
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_server_that_trickles_its_headers_is_a_read_timeout():
+    async def slow_headers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        try:
+            writer.write(b"HTTP/1.1 200 OK\r\n")
+            for i in range(100):
+                writer.write(b"X-%d: y\r\n" % i)
+                await writer.drain()
+                await asyncio.sleep(0.2)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    srv, url = await _raw_server(slow_headers)
+    try:
+        async with http_client() as http:
+            t0 = time.monotonic()
+            with pytest.raises(httpx.ReadTimeout) as err:
+                await http.get(f"{url}/h", timeout=0.6)
+            assert time.monotonic() - t0 < 3
+        assert "headers" in str(err.value)
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_a_slow_but_whole_answer_within_the_timeout_is_read(server):
+    """The deadlines cut only what is too slow: a 2 s answer under a 3 s read timeout, and a
+    normal answer under a short one, come back whole; the client stays usable."""
+    async with http_client(timeout_seconds=0.5) as http:
+        resp = await http.get(f"{server}/slow", timeout=3)
+        assert resp.json() == {"late": True}
+        for _ in range(3):
+            resp = await http.get(f"{server}/echo", params={"q": "1"})
+            assert resp.status_code == 200 and resp.json()["query"] == [["q", "1"]]
+
+
+@pytest.mark.parametrize(
+    ("http_cfg", "client_timeout"),
+    [({"timeout_read_millis": 400}, 30.0), (None, 0.4)],
+    ids=["provenance-timeout_read_millis", "http_client.timeout_seconds"],
+)
+async def test_a_sources_read_timeout_is_its_provenances_else_the_clients(http_cfg, client_timeout):
+    """A literature source's requests carry the contract's ``timeout_read_millis``; without
+    one the client's own ``timeout_seconds`` cuts them."""
+    from artemis.config import load_settings
+    from artemis.errors import ArtemisError
+    from artemis.literature.contract import ContractClient
+    from artemis.registry.resolve import Contract
+
+    released = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        try:
+            await released.wait()
+        finally:
+            writer.close()
+
+    srv, url = await _raw_server(silent)
+    endpoint = {"endpoint_name": "search", "path_template": "/search"}
+    contract = Contract(
+        provenance={"provenance_code": "pm", "base_url_default": url},
+        task_type="harvest",
+        at="",
+        usage="SEARCH",
+        endpoint=endpoint,
+        endpoints={"SEARCH": endpoint},
+        pagination={},
+        window_offset=None,
+        http=http_cfg,
+        batching=None,
+        retry=None,
+        rate_limit=None,
+    )
+    source = ContractClient(contract, load_settings(None))
+    try:
+        async with http_client(timeout_seconds=client_timeout) as http:
+            t0 = time.monotonic()
+            with pytest.raises(ArtemisError) as err:
+                await source.send(http, "GET", source.url(endpoint), {"q": "x"}, "search")
+            assert time.monotonic() - t0 < 3
+        assert err.value.details["reason"] == "read timed out"
+    finally:
+        released.set()
+        srv.close()
+        await srv.wait_closed()
