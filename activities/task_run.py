@@ -529,15 +529,7 @@ class TaskRunActivities:
         finally:
             await pages.aclose()
         if outage is not None:
-            done = False
-            log.warning(
-                "source_unavailable",
-                dependency=outage.dependency,
-                name=outage.name,
-                reason=outage.reason,
-                error=outage.message,
-                pages=state["pages"],
-            )
+            done = False  # the workflow logs the wait, one line per attempt
         log.info(
             "fetch_batch_done",
             first_seq=inp.first_seq,
@@ -733,13 +725,6 @@ class TaskRunActivities:
                 sinks[name] = sinks.get(name, 0) + taken
         seqs = [s for s in range(inp.first_seq, state["next_seq"]) if s not in skip]
         seqs += [s for s in above if s not in skip]
-        log.warning(
-            "sink_unavailable",
-            name=outage.name,
-            reason=outage.reason,
-            error=outage.message,
-            delivered_pages=len(seqs),
-        )
         RECORDS_EMITTED.labels(inp.run.task_code).inc(records)
         return EmitResult(
             records_emitted=records,
@@ -758,7 +743,7 @@ class TaskRunActivities:
         if inp.kind == "waiting":
             WAITING.wait(key, str(w.get("dependency")), float(w.get("next_in_s") or 60))
         else:
-            WAITING.done(key)
+            WAITING.done(key, str(w.get("dependency")))
         await self.record(inp.run, inp.kind, w, _OUTAGE_STEP.get(str(w.get("dependency"))))
 
     # -- 5. finalize ------------------------------------------------------------------------

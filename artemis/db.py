@@ -74,7 +74,7 @@ class RetainedRun(SQLModel, table=True):
 
     run_key: str = Field(primary_key=True, max_length=200)
     task_code: str = Field(max_length=128)
-    task_id: str = Field(max_length=200)
+    task_id: str = Field(max_length=200, index=True)
     workflow_id: str = Field(max_length=300)
     error_code: str = Field(max_length=64)
     error_message: str = Field(sa_column=Column(Text, nullable=False))
@@ -150,6 +150,16 @@ def _make_engine(url: str) -> Engine:
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     else:
         kwargs["pool_pre_ping"] = True
+        if url.startswith("postgresql"):
+            # A server that stops answering (not refusing) is cut, not waited on: a
+            # connection within 10 s, and TCP keepalives find a dead peer in about 30 s.
+            kwargs["connect_args"] = {
+                "connect_timeout": 10,
+                "keepalives": 1,
+                "keepalives_idle": 10,
+                "keepalives_interval": 5,
+                "keepalives_count": 4,
+            }
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
 

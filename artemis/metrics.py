@@ -51,23 +51,23 @@ class _Waiting:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[str, tuple[str, float]] = {}
+        self._runs: dict[tuple[str, str], float] = {}
 
     def wait(self, run_key: str, dependency: str, next_in_s: float) -> None:
         with self._lock:
-            self._runs[run_key] = (dependency, time.monotonic() + 2 * next_in_s + 30)
+            self._runs[(run_key, dependency)] = time.monotonic() + 2 * next_in_s + 30
 
-    def done(self, run_key: str) -> None:
+    def done(self, run_key: str, dependency: str) -> None:
         with self._lock:
-            self._runs.pop(run_key, None)
+            self._runs.pop((run_key, dependency), None)
 
     def counts(self) -> dict[str, int]:
         now = time.monotonic()
         out = {"source": 0, "sink": 0, "store": 0}
         with self._lock:
-            for key, (dependency, until) in list(self._runs.items()):
+            for (key, dependency), until in list(self._runs.items()):
                 if until < now:
-                    del self._runs[key]
+                    del self._runs[(key, dependency)]
                     continue
                 out[dependency] = out.get(dependency, 0) + 1
         return out

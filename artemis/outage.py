@@ -63,11 +63,13 @@ def outage_of(e: BaseException, dependency: str, name: str) -> Outage | None:
         return None  # a bug is not an outage
     if e.details.get("sink"):
         name = str(e.details["sink"])
+    from artemis.logsetup import redact_text  # activities only (structlog's world)
+
     return Outage(
         dependency=dependency,
         name=name,
         reason=str(e.details.get("reason") or e.code.value),
-        message=e.message,
+        message=redact_text(e.message),
         code=e.code.value,
         retry_after_s=e.retry_after_s,
     )
@@ -98,11 +100,11 @@ def next_delay(
     remaining_s: float,
 ) -> float:
     """The wait before attempt ``attempt + 1`` (``attempt`` failed, from 1): exponential
-    from ``initial_s``, capped at ``maximum_s``; a ``Retry-After`` is honoured; never past
-    the tolerance's end (one more attempt is made right there)."""
+    from ``initial_s``, capped at ``maximum_s``; a ``Retry-After`` is honoured up to that
+    cap; never past the tolerance's end (one more attempt is made right there)."""
     delay = min(initial_s * backoff ** max(attempt - 1, 0), maximum_s)
     if retry_after_s:
-        delay = max(delay, retry_after_s)
+        delay = max(delay, min(retry_after_s, maximum_s))
     return max(0.05, min(delay, max(remaining_s, 0.0) + 0.05))
 
 

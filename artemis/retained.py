@@ -12,12 +12,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import and_, delete, or_, select, update
 
 from artemis import jsonio
 from artemis.db import RetainedRun, get_engine, upsert_insert, utcnow
 
 _t = RetainedRun.__table__  # type: ignore[attr-defined]
+# A retried run may last this long (meta.timeout_s is at most 30 days).
+TAKEN_BACKSTOP = timedelta(days=30, hours=1)
 
 
 class Retained:
@@ -99,13 +101,22 @@ class Retained:
         with self.engine.begin() as conn:
             conn.execute(delete(_t).where(_t.c.run_key == run_key))
 
+    def _expired(self, now: datetime) -> Any:
+        """Kept state past its time — unless a retry took it (the retried run drops it
+        when it ends, or keeps it again when it fails again); a taken state is forgotten
+        only after the longest a run may last (30 days) besides."""
+        return or_(
+            and_(_t.c.taken_at.is_(None), _t.c.expires_at <= now),
+            _t.c.taken_at < now - TAKEN_BACKSTOP,
+        )
+
     def live_keys(self, now: datetime | None = None) -> set[str]:
         """Run keys whose state is still kept (their staged pages must stay)."""
         now = now or utcnow()
         with self.engine.connect() as conn:
-            return set(conn.execute(select(_t.c.run_key).where(_t.c.expires_at > now)).scalars())
+            return set(conn.execute(select(_t.c.run_key).where(~self._expired(now))).scalars())
 
     def expired(self, now: datetime | None = None) -> list[str]:
         now = now or utcnow()
         with self.engine.connect() as conn:
-            return list(conn.execute(select(_t.c.run_key).where(_t.c.expires_at <= now)).scalars())
+            return list(conn.execute(select(_t.c.run_key).where(self._expired(now))).scalars())

@@ -108,6 +108,8 @@ class RunCarry:
     # them already delivered): a retried run emits these before it fetches on.
     undelivered: list[list[int]] = field(default_factory=list)
     delivered_above: list[int] = field(default_factory=list)
+    # Pages up to this sequence were processed (and counted in records_processed).
+    processed_through: int = -1
     # The fetch side had reached the source's end (only emitting was left).
     fetch_done: bool = False
     # A run started again by POST /tasks/{id}/retry (how many times, from 1); set on the

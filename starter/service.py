@@ -608,6 +608,8 @@ class RunService:
             tuning=RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__}),
         )
         wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
+        # Open again before the run starts (it records `running` itself once it does).
+        before = await self._reopen(task_id, req.task_code, wf_id, carry.stats)
         try:
             new = await self.client.start_workflow(
                 WORKFLOW_NAME,
@@ -628,14 +630,15 @@ class RunService:
                 execution_timeout=timedelta(seconds=req.timeout_s + 3600),
             )
         except WorkflowAlreadyStartedError:
+            await self._restore(task_id, before)
             await asyncio.to_thread(retained.release, kept_key)
             raise ArtemisError(
                 ErrorCode.CONFLICT, f"task {task_id} is running: nothing to retry"
             ) from None
         except Exception:
+            await self._restore(task_id, before)
             await asyncio.to_thread(retained.release, kept_key)
             raise
-        await self._reopen(task_id, req.task_code, wf_id, carry.stats)
         log.info(
             "run_retry_started",
             task_id=task_id,
@@ -656,12 +659,14 @@ class RunService:
             "links": {"self": f"/tasks/{task_id}", "events": f"/tasks/{task_id}/events"},
         }
 
-    async def _reopen(self, task_id: str, code: str, workflow_id: str, stats: dict) -> None:
-        """The task store's record of a retried run: open again, its old error gone."""
+    async def _reopen(self, task_id: str, code: str, workflow_id: str, stats: dict) -> Any:
+        """The task store's record of a retried run: open again, its old error gone.
+        Returns the record as it was (None: none, or the store is unreachable)."""
         from artemis.taskstore import TaskData
 
-        def write() -> None:
-            data = self.store.load(task_id) or TaskData(
+        def write() -> Any:
+            before = self.store.load(task_id)
+            data = before or TaskData(
                 task_id=task_id, task_code=code, workflow_id=workflow_id, status="pending"
             )
             self.store.save(
@@ -675,10 +680,21 @@ class RunService:
                     }
                 ),
             )
+            return before
 
         try:
-            await asyncio.to_thread(write)
+            return await asyncio.to_thread(write)
         except Exception as e:  # the run records itself when it starts
+            log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
+            return None
+
+    async def _restore(self, task_id: str, before: Any) -> None:
+        """A retry that did not start: the record as it was."""
+        if before is None:
+            return
+        try:
+            await asyncio.to_thread(self.store.save, task_id, before)
+        except Exception as e:
             log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
 
     async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:

@@ -17,7 +17,12 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+)
 
 with workflow.unsafe.imports_passed_through():
     # Activities by reference: go-to-definition and the type checker see their arguments.
@@ -90,8 +95,8 @@ PATCH_PROCESS_ACTIVITY = "process-beside-fetch-v1"
 # Outages are waited out on timers (SPEC §4 "Outages"), the fetch side stays at most
 # runs.max_batches_ahead batches ahead of emitting, delivered pages leave staging, and a
 # run failing with a retryable code keeps its state for POST /tasks/{id}/retry. Asked
-# once, when a run (or a generation of it) starts: a run begun by an earlier build keeps
-# that build's behaviour to its end.
+# once, when a run (or a generation of it) starts: a generation begun by an earlier build
+# keeps that build's behaviour (its next generation takes this one's).
 PATCH_OUTAGE_WAIT = "outage-wait-v1"
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
@@ -138,6 +143,7 @@ class TaskRunWorkflow:
         self._fetch_done = False
         self._retry_attempt = 0
         self._undelivered: list[list[int]] = []
+        self._processed_through = -1
         # Bookkeeping started beside the run (awaited before it ends).
         self._beside: list[asyncio.Task[None]] = []
 
@@ -304,6 +310,7 @@ class TaskRunWorkflow:
         self._delivered_above = list(carry.delivered_above)
         self._delivered_below = carry.undelivered[0][0] if carry.undelivered else carry.next_seq
         self._undelivered = [list(r) for r in carry.undelivered]
+        self._processed_through = carry.processed_through
 
     async def _run_until_end(
         self, req: RunRequest
@@ -344,6 +351,13 @@ class TaskRunWorkflow:
             stopper.cancel()
         except ApplicationError as e:
             status, error_code, error_message = "failed", e.type or "INTERNAL", e.message
+            stopper.cancel()
+        except ChildWorkflowError as e:
+            if not self._waits:
+                raise  # earlier builds failed the workflow here, without a finalize
+            # A window (child run) failed: the run fails with its code, and finalizes.
+            status = "failed"
+            error_code, error_message = _code_of(e), _message_of(e)
             stopper.cancel()
         return status, error_code, error_message, temporal_cancel
 
@@ -392,10 +406,10 @@ class TaskRunWorkflow:
         ahead = max(1, tuning.max_batches_ahead) if self._waits else 2
         pending: list[asyncio.Task[None]] = []
 
-        def hand_over(first: int, last: int, beside_fetch: bool) -> None:
+        def hand_over(first: int, last: int, beside_fetch: bool, again: bool = False) -> None:
             after = pending[-1] if pending else None
             pending.append(
-                asyncio.create_task(self._process_and_emit(first, last, beside_fetch, after))
+                asyncio.create_task(self._process_and_emit(first, last, beside_fetch, after, again))
             )
 
         async def drain(keep: int) -> None:
@@ -407,9 +421,16 @@ class TaskRunWorkflow:
         try:
             # A run finished by POST /tasks/{id}/retry first delivers what its failed
             # attempt had staged and not delivered (skipping the pages it had).
+            done_to = self._processed_through
             for first, last in self._undelivered:
-                await drain(max(ahead - 2, 0))
-                hand_over(first, last, beside_fetch=not done)
+                # what was processed then is processed again, not counted again
+                for lo, hi, again in (
+                    (first, min(last, done_to), True),
+                    (max(first, done_to + 1), last, False),
+                ):
+                    if lo <= hi:
+                        await drain(max(ahead - 2, 0))
+                        hand_over(lo, hi, beside_fetch=not done, again=again)
             self._undelivered = []
             while not done:
                 if self._state.paused:
@@ -520,7 +541,11 @@ class TaskRunWorkflow:
         last: int,
         beside_fetch: bool = False,
         after: asyncio.Task[None] | None = None,
+        again: bool = False,
     ) -> None:
+        """Process a staged batch, then emit it once the batch before it is emitted.
+        ``again``: the batch of a failed attempt (a retried run), processed and counted
+        then; it is processed again, not counted again."""
         req, tuning = self._req, self._req.tuning
         batch = BatchInput(
             run=self._run,
@@ -568,32 +593,24 @@ class TaskRunWorkflow:
         if self._waits:
             self._recovered("store")
         self._stop_point()
-        self._state.stats["records_processed"] += processed.records_out
+        if not again:
+            self._state.stats["records_processed"] += processed.records_out
+            self._processed_through = max(self._processed_through, last)
         if after is not None:
             await after  # emitted in order: the batch before this one first
         self._state.steps["step_emit"] = "IN_PROGRESS"
         skip = [s for s in self._delivered_above if first <= s <= last]
         while True:
-            emitted: EmitResult = await workflow.execute_activity_method(
-                TaskRunActivities.emit_batch,
-                dataclasses.replace(
-                    batch,
-                    skip_seqs=skip,
-                    report_outages=self._reports_outages(),
-                    prune_below=first if self._waits else None,
-                ),
-                start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
-                heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=0.5),
-                    maximum_interval=timedelta(seconds=30),
-                    maximum_attempts=tuning.activity_max_attempts,
-                    non_retryable_error_types=NON_RETRYABLE,
-                ),
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=f"Emit pages #{first}-#{last}"
-                + (f" (again, {len(skip)} delivered)" if skip else ""),
-            )
+            try:
+                emitted = await self._emit(batch, first, last, skip)
+            except ActivityError as e:
+                store = self._store_outage(e)
+                if store is None:
+                    raise
+                await self._wait_out(store)
+                continue
+            if self._waits:
+                self._recovered("store")
             self._state.stats["records_emitted"] += emitted.records_emitted
             add_sink_counts(self._state.stats, emitted.sinks)
             if emitted.outage is None:
@@ -610,6 +627,30 @@ class TaskRunWorkflow:
         self._delivered_below = last + 1
         self._delivered_above = []
         self._details()
+
+    async def _emit(self, batch: BatchInput, first: int, last: int, skip: list[int]) -> EmitResult:
+        """One emit of the batch's pages (but ``skip``, delivered by an earlier one)."""
+        tuning = self._req.tuning
+        return await workflow.execute_activity_method(
+            TaskRunActivities.emit_batch,
+            dataclasses.replace(
+                batch,
+                skip_seqs=skip,
+                report_outages=self._reports_outages(),
+                prune_below=first if self._waits else None,
+            ),
+            start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
+            heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=0.5),
+                maximum_interval=timedelta(seconds=30),
+                maximum_attempts=tuning.activity_max_attempts,
+                non_retryable_error_types=NON_RETRYABLE,
+            ),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"Emit pages #{first}-#{last}"
+            + (f" (again, {len(skip)} delivered)" if skip else ""),
+        )
 
     async def _mirror(
         self, status: str, stats: dict[str, Any] | None = None, error: dict[str, Any] | None = None
@@ -1024,6 +1065,7 @@ class TaskRunWorkflow:
             undelivered=undelivered,
             delivered_above=list(self._delivered_above),
             fetch_done=self._fetch_done,
+            processed_through=self._processed_through,
         )
         await workflow.execute_activity_method(
             TaskRunActivities.retain_run,

@@ -93,8 +93,12 @@ def test_the_waiting_gauge_counts_runs_by_dependency_and_forgets_recovered_ones(
     WAITING.wait("unit/a", "sink", 10)  # the same run's next attempt counts once
     now = _gauge()
     assert now["sink"] - base["sink"] == 2 and now["source"] - base["source"] == 1
-    for key in ("unit/a", "unit/b", "unit/c"):
-        WAITING.done(key)
+    WAITING.wait("unit/a", "source", 5)  # one run waiting on two things counts in both
+    assert _gauge()["source"] - base["source"] == 2
+    WAITING.done("unit/a", "source")
+    assert _gauge()["sink"] - base["sink"] == 2
+    for key, dep in (("unit/a", "sink"), ("unit/b", "sink"), ("unit/c", "source")):
+        WAITING.done(key, dep)
     assert _gauge() == base
     WAITING.wait("unit/d", "store", -100)  # its next attempt is long past: lapsed
     assert _gauge() == base

@@ -33,9 +33,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("run_key"),
     )
     op.create_index("ix_retained_run_expires_at", "retained_run", ["expires_at"])
+    op.create_index("ix_retained_run_task_id", "retained_run", ["task_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_retained_run_task_id", table_name="retained_run")
     op.drop_index("ix_retained_run_expires_at", table_name="retained_run")
     op.drop_table("retained_run")
     with op.batch_alter_table("reg_prov_retry_cfg") as batch:
