@@ -213,6 +213,7 @@ def _store(request: Request):  # noqa: ANN202
             "model": Envelope[None],
             "description": "GONE: the run's kept state was cleaned up (runs.retain_failed_s)",
         },
+        **INVALID,
     },
 )
 async def retry_task(
