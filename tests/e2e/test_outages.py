@@ -163,7 +163,7 @@ async def test_source_that_answers_nothing_is_cut_and_retried(make_stack):
 
 
 async def test_past_the_tolerance_the_run_fails_and_a_retry_finishes_it(make_stack):
-    stack = await make_stack(runs={**SCALED, "outage_tolerance_s": 4})
+    stack = await make_stack(runs={**SCALED, "outage_tolerance_s": 10})
     # symbols of this test alone: the sample server's request log is shared
     symbols = [f"R{new_task_id()[-5:]}".upper(), f"S{new_task_id()[-5:]}".upper()]
     await stack.fault("latency", latency_ms=30)
@@ -181,7 +181,7 @@ async def test_past_the_tolerance_the_run_fails_and_a_retry_finishes_it(make_sta
     assert final["error"]["code"] == "SINK_UNAVAILABLE", final
     assert "sink http unavailable" in final["error"]["message"]
     assert "503 Service Unavailable" in final["error"]["message"]
-    assert 4 <= failed_after < 60, failed_after
+    assert 10 <= failed_after < 70, failed_after
     # its undelivered pages stay staged
     engine = get_engine(stack.settings.database.url)
     with engine.connect() as conn:
