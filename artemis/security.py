@@ -44,6 +44,35 @@ def check_request_host(host: str, allowed: list[str], what: str) -> None:
         )
 
 
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port made explicit for http(s)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def check_same_origin(url: str, base: str, who: str) -> None:
+    """A URL a source handed back (a ``Link`` header's next page, a next URL in a body)
+    is followed only on the origin of the contract's base URL, where its credentials
+    belong (SPEC §5): anything else is SOURCE_CONTRACT naming the host, never the query."""
+    if origin(url) == origin(base):
+        return
+    scheme, host, port = origin(url)
+    raise ArtemisError(
+        ErrorCode.SOURCE_CONTRACT,
+        f"{who}: the source's next page is on another origin ({scheme}://{host}:{port}), "
+        f"not the source's own ({'://'.join(origin(base)[:2])}:{origin(base)[2]}): "
+        "it is not followed and no credential is sent there",
+        details={"host": host},
+    )
+
+
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"

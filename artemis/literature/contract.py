@@ -23,6 +23,7 @@ from artemis.logsetup import get_logger, register_secret
 from artemis.ratelimit import TokenBucket, gate_for
 from artemis.registry.models import RegProvCredential
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
+from artemis.security import check_same_origin
 from artemis.sources.paginators import (
     CursorPaginator,
     LinkHeaderPaginator,
@@ -241,6 +242,9 @@ class ContractClient:
     ) -> Response:
         """One request under the rate limit with the first healthy credential; on 401/403/429
         the key is benched and the request goes again with the next one."""
+        # Credentials go only to the contract's own origin (SPEC §5): a URL elsewhere is
+        # never sent, with or without them.
+        check_same_origin(url, self.base, f"{self.code} {what}")
         for _ in range(len(self.credentials.rows) + 1):
             p, headers = dict(params), dict(self.headers)
             cred_id = self.credentials.apply(p, headers)

@@ -16,6 +16,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient, Response, transport_error
 from artemis.http import status_error as status_error_default
 from artemis.logsetup import get_logger
+from artemis.security import check_same_origin
 from artemis.sources.base import Page, Source
 from artemis.sources.paginators import (
     Paginator,
@@ -97,6 +98,8 @@ class RestSource(Source):
         while paginator.has_more:
             params = paginator.update_request(self.params)
             url = paginator.request_url(self.url)
+            if url != self.url:
+                check_same_origin(url, self.url, f"{self.name}: {type(paginator).__name__}")
             request = describe_request(url, params)
             if guessing and ahead and request not in ahead:
                 # The guesses missed (the source answers fewer records a page than asked,
@@ -171,6 +174,8 @@ class RestSource(Source):
         for guess in [paginator, *guesses]:
             params = guess.update_request(self.params)
             url = guess.request_url(self.url)
+            if url != self.url:
+                check_same_origin(url, self.url, f"{self.name}: {type(guess).__name__}")
             wanted[describe_request(url, params)] = (url, params)
         for request in [r for r in ahead if r not in wanted]:
             ahead.pop(request).cancel()
