@@ -48,6 +48,18 @@ class ServerSettings(_Section):
     run_timeout_s: float = Field(3600.0, gt=0)
     public_url: str | None = None
 
+    @field_validator("api_tokens")
+    @classmethod
+    def _tokens(cls, v: list[str]) -> list[str]:
+        # An unfilled template (`[""]`) must not read as "tokens configured": an empty
+        # token would let a request without Authorization through.
+        for n, token in enumerate(v):
+            if not token or not token.strip():
+                raise ValueError(f"token #{n + 1} is empty: remove it or give it a value")
+            if token != token.strip():
+                raise ValueError(f"token #{n + 1} has leading or trailing whitespace")
+        return v
+
 
 class LogFileSettings(_Section):
     path: str = "logs/artemis.log"

@@ -46,6 +46,10 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "NOT_FOUND"
     # A run's kept state is gone (cleaned up after runs.retain_failed_s): no retry.
     GONE = "GONE"
+    # A body that is not application/json, or a state change without it and without a
+    # token (CSRF); a Host header naming another site on a loopback API (DNS rebinding).
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    MISDIRECTED_REQUEST = "MISDIRECTED_REQUEST"
     # A query window whose hits exceed the source's result cap: the run splits it.
     RESULT_CAP_EXCEEDED = "RESULT_CAP_EXCEEDED"
     NOT_READY = "NOT_READY"
@@ -89,6 +93,8 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.CONFLICT: _CodeInfo(False, 0, 409),
     ErrorCode.NOT_FOUND: _CodeInfo(False, 0, 404),
     ErrorCode.GONE: _CodeInfo(False, 0, 410),
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: _CodeInfo(False, 0, 415),
+    ErrorCode.MISDIRECTED_REQUEST: _CodeInfo(False, 0, 421),
     ErrorCode.RESULT_CAP_EXCEEDED: _CodeInfo(False, 0, 502),
     ErrorCode.NOT_READY: _CodeInfo(True, 0, 503),
 }

@@ -156,7 +156,7 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         if await d.wait(t) != "failed":
             raise SystemExit("gave-up: the run did not fail past its tolerance")
         await d.control("sink")
-        resp = await http.post(f"{stack.api}/tasks/{t}/retry")
+        resp = await http.post(f"{stack.api}/tasks/{t}/retry", json={})
         if resp.status_code != 202:
             raise SystemExit(f"retry refused: {resp.text[:300]}")
         if await d.wait(t) != "completed":

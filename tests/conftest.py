@@ -208,7 +208,10 @@ class Stack:
         self.api_url = api_url
         self.samples_url = samples_url
         self.client = client
-        self.http = httpx.AsyncClient(base_url=api_url, timeout=60)
+        # A JSON API client: state changes carry Content-Type: application/json (SPEC §5)
+        self.http = httpx.AsyncClient(
+            base_url=api_url, timeout=60, headers={"Content-Type": "application/json"}
+        )
         self.samples_http = httpx.AsyncClient(base_url=samples_url, timeout=30)
 
     async def run(

@@ -39,6 +39,14 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.service = RunService(client, settings) if client is not None else None
+    short = [n + 1 for n, t in enumerate(settings.server.api_tokens) if len(t) < 16]
+    if short:
+        log.warning(
+            "api_token_short",
+            tokens=short,
+            advice="server.api_tokens: use 16 characters or more "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(32))')",
+        )
 
     def openapi() -> dict:
         # The run route reads its body itself (the params are the task's, validated by the
@@ -63,13 +71,19 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    from fastapi import Depends
+
+    from starter.api.auth import GUARDED_RESPONSES, require_token
+
+    guarded = {"dependencies": [Depends(require_token)], "responses": GUARDED_RESPONSES}
     app.include_router(health.router)
-    app.include_router(tasks.router)
-    app.include_router(task_types.router)
-    app.include_router(events.router)
-    app.include_router(notes.router)
+    app.include_router(health.guarded, **guarded)
+    app.include_router(tasks.router, **guarded)
+    app.include_router(task_types.router, **guarded)
+    app.include_router(events.router, **guarded)
+    app.include_router(notes.router, **guarded)
     if settings.temporal.payload_encryption:
-        app.include_router(codec.router)
+        app.include_router(codec.router, **guarded)
 
     @app.exception_handler(ArtemisError)
     async def _artemis_error(request: Request, exc: ArtemisError):

@@ -24,6 +24,19 @@ log = get_logger("artemis.api")
 # The probes answer without a token (a Kubernetes probe carries none); they never show a
 # secret or a config value.
 OPEN_PATHS = {"/health", "/ready"}
+LOOPBACK_BINDS = {"127.0.0.1", "localhost", "::1"}
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+# FastAPI's own pages (no route dependency reaches them): the middleware guards them.
+DOC_PATHS = {"/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"}
+
+
+def token_ok(authorization: str | None, tokens: list[str]) -> bool:
+    """A bearer token among ``tokens`` (compared as bytes in constant time: a non-ASCII
+    header is a wrong token, not a server error)."""
+    given = authorization or ""
+    token = given[7:].strip() if given[:7].lower() == "bearer " else ""
+    raw = token.encode("utf-8", "surrogateescape")
+    return bool(token) and any(hmac.compare_digest(raw, t.encode()) for t in tokens)
 
 
 def _meta(state: dict[str, Any]) -> dict[str, Any]:
@@ -94,16 +107,18 @@ class RequestContextMiddleware:
         try:
             path = scope["path"]
             tokens = self.settings.server.api_tokens
-            if tokens and path not in OPEN_PATHS:
-                given = headers.get("authorization", "")
-                token = given[7:].strip() if given.lower().startswith("bearer ") else ""
-                if not any(hmac.compare_digest(token, t) for t in tokens):
-                    err = ArtemisError(
-                        ErrorCode.UNAUTHORIZED,
-                        "missing or invalid bearer token (Authorization header)",
-                    )
-                    await error_response(None, err, state=state)(scope, receive, send_with_headers)
-                    return
+            refused = self._refused(scope, headers, bool(tokens))
+            if refused is not None:
+                await error_response(None, refused, state=state)(scope, receive, send_with_headers)
+                return
+            if tokens and path in DOC_PATHS and not token_ok(headers.get("authorization"), tokens):
+                # The API's routes check the token themselves (starter/api/auth.py).
+                err = ArtemisError(
+                    ErrorCode.UNAUTHORIZED,
+                    "missing or invalid bearer token (Authorization header)",
+                )
+                await error_response(None, err, state=state)(scope, receive, send_with_headers)
+                return
             limit = self.settings.server.max_body_bytes
             declared = headers.get("content-length")
             if declared and declared.isdigit() and int(declared) > limit:
@@ -135,6 +150,21 @@ class RequestContextMiddleware:
             )
             structlog.contextvars.clear_contextvars()
 
+    def _refused(self, scope: Scope, headers: dict[str, str], tokens: bool) -> ArtemisError | None:
+        """A browser's request another site made (SPEC §5): a body that is not JSON, a
+        state change without JSON and without a token (CSRF), or a Host header naming
+        another site on a loopback API without tokens (DNS rebinding)."""
+        if not tokens and self.settings.server.host in LOOPBACK_BINDS:
+            host = headers.get("host", "")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name.strip("[]").lower() not in LOOPBACK_NAMES:
+                return ArtemisError(
+                    ErrorCode.MISDIRECTED_REQUEST,
+                    f"Host {host!r} is not this API's (a loopback API without "
+                    "server.api_tokens answers only localhost, 127.0.0.1 and [::1])",
+                )
+        return None
+
     @staticmethod
     async def _too_large(
         scope: Scope, receive: Receive, send: Send, state: dict, limit: int
@@ -144,6 +174,29 @@ class RequestContextMiddleware:
             f"request body exceeds server.max_body_bytes ({limit} bytes)",
         )
         await error_response(None, err, state=state)(scope, receive, send)
+
+
+def json_only(method: str, headers: Any, tokens: bool) -> ArtemisError | None:
+    """What a route that changes state refuses (SPEC §5): a body that is not JSON, and,
+    without tokens, a request without ``Content-Type: application/json`` (a web page
+    cannot send that cross-site without a preflight this API never grants: CSRF)."""
+    if method not in ("POST", "PUT", "PATCH", "DELETE"):
+        return None
+    ctype = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    is_json = ctype == "application/json" or ctype.endswith("+json")
+    has_body = (headers.get("content-length") or "0") != "0" or "transfer-encoding" in headers
+    if has_body and not is_json:
+        return ArtemisError(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            f"request bodies are application/json (got {ctype or 'no Content-Type'})",
+        )
+    if not has_body and not is_json and not tokens:
+        return ArtemisError(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            "a request that changes state needs Content-Type: application/json (or a "
+            "bearer token): a web page cannot send that on its own",
+        )
+    return None
 
 
 class _BodyTooLarge(Exception):

@@ -38,6 +38,10 @@ def api(config: Path | None = ConfigOpt, host: str | None = None, port: int | No
     if host not in LOOPBACK and not settings.server.api_tokens:
         _fail(f"refusing to bind {host} with no server.api_tokens configured")
     configure_logging(settings.logging)
+    # The bind address decides the Host check of a loopback API without tokens.
+    settings = settings.model_copy(
+        update={"server": settings.server.model_copy(update={"host": host, "port": port})}
+    )
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
 
 

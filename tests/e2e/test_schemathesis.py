@@ -14,7 +14,13 @@ from artemis.crawler.vault import vault_for
 from tests.conftest import new_task_id
 
 
-async def test_the_api_holds_to_its_openapi_contract(stack):
+TOKEN = "schemathesis-token-0123456789abcdef"
+
+
+async def test_the_api_holds_to_its_openapi_contract(make_stack):
+    # With a token: the security scheme is declared, and its checks (ST401) prove that
+    # every guarded route refuses a request without it or with a wrong one.
+    stack = await make_stack(server={"api_tokens": [TOKEN]})
     # a pooled cookie, so that a generated POST /notes/details can succeed
     vault = vault_for(stack.settings)
     add_cookie(vault.engine, vault, "sample", f"st-{new_task_id()}", "web_session=sample-st", 1)
@@ -23,6 +29,8 @@ async def test_the_api_holds_to_its_openapi_contract(stack):
         str(st),
         "run",
         f"{stack.api_url}/openapi.json",
+        "--header",
+        f"Authorization: Bearer {TOKEN}",
         "--checks",
         "all",
         # An opaque cursor or an unknown platform is rejected although its *type* is

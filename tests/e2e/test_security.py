@@ -76,3 +76,78 @@ async def test_a_next_link_to_another_host_is_not_followed_and_gets_no_key(
     assert "127.0.0.2" in data["error"]["message"]
     assert "page=2" not in data["error"]["message"] and secret not in resp.text
     assert elsewhere.calls == []  # never asked, so never given the key
+
+
+def test_an_empty_api_token_is_refused_at_start(tmp_path):
+    import subprocess
+    import sys
+
+    from artemis.config import load_settings
+    from artemis.errors import ArtemisError
+    from tests.conftest import ROOT
+
+    for tokens in ([""], ["   "], ["good-token-0123456789", ""]):
+        with pytest.raises(ArtemisError) as e:
+            load_settings(None, server={"api_tokens": tokens})
+        assert e.value.code.value == "CONFIG_ERROR" and "server.api_tokens" in e.value.message
+    config = tmp_path / "c.yaml"
+    config.write_text('server:\n  api_tokens: [""]\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "starter.cli", "api", "--config", str(config), "--host", "0.0.0.0"],
+        env={"COOKIE_MASTER_KEY": "k" * 48, "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "server.api_tokens" in proc.stdout + proc.stderr
+
+
+async def test_a_web_page_cannot_start_cancel_or_read_through_the_dev_api(stack):
+    import httpx
+
+    # text/plain is what a page's form or fetch() sends without a preflight
+    resp = await stack.http.post(
+        "/tasks/pull_stock_quotes/run?mode=async",
+        content=b'{"params": {"symbols": ["CSRF"]}}',
+        headers={"Content-Type": "text/plain"},
+    )
+    assert resp.status_code == 415, resp.text
+    assert resp.json()["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+    async with httpx.AsyncClient(base_url=stack.api_url) as bare:
+        # a body-less state change without JSON and without a token
+        resp = await bare.post(f"/tasks/{new_task_id()}/cancel")
+        assert resp.status_code == 415, resp.text
+        resp = await bare.delete(f"/tasks/{new_task_id()}")
+        assert resp.status_code == 415, resp.text
+        # DNS rebinding: a page on evil.example resolved to 127.0.0.1
+        resp = await bare.get("/tasks", headers={"Host": "evil.example:8000"})
+        assert resp.status_code == 421, resp.text
+        assert resp.json()["error"]["code"] == "MISDIRECTED_REQUEST"
+        for host in ("localhost:8000", "127.0.0.1", "[::1]:8000"):
+            assert (await bare.get("/tasks", headers={"Host": host})).status_code == 200
+        # a JSON client is served as before
+        resp = await bare.post(f"/tasks/{new_task_id()}/cancel", json={})
+        assert resp.status_code == 404, resp.text
+
+
+async def test_tokens_a_security_scheme_and_a_non_ascii_bearer(make_stack):
+    import httpx
+
+    token = "t0ken-of-thirty-two-characters-xx"
+    stack = await make_stack(server={"api_tokens": [token]})
+    async with httpx.AsyncClient(base_url=stack.api_url) as bare:
+        for header in (b"", b"Bearer wrong", "Bearer \xe9".encode(), b"Basic x"):
+            resp = await bare.get("/tasks", headers={"Authorization": header} if header else {})
+            assert resp.status_code == 401, (header, resp.text)  # never 500
+        assert (await bare.get("/openapi.json")).status_code == 401
+        assert (await bare.get("/health")).status_code == 200
+        auth = {"Authorization": f"Bearer {token}"}
+        schema = (await bare.get("/openapi.json", headers=auth)).json()
+        assert schema["components"]["securitySchemes"]["bearerToken"]["scheme"] == "bearer"
+        assert {"bearerToken": []} in schema["paths"]["/tasks"]["get"]["security"]
+        assert "security" not in schema["paths"]["/health"]["get"]
+        # with a token, a body-less state change needs no JSON header, any Host is fine
+        resp = await bare.post(f"/tasks/{new_task_id()}/cancel", headers=auth)
+        assert resp.status_code == 404, resp.text

@@ -17,6 +17,8 @@ from starter.api.envelope import envelope, error_response
 from starter.api.schemas import Envelope, Health, Ready, documented
 
 router = APIRouter(tags=["health"])
+# Routes beside the probes that need the token when one is configured.
+guarded = APIRouter(tags=["health"])
 log = get_logger("artemis.api")
 
 
@@ -70,7 +72,7 @@ async def ready(request: Request) -> JSONResponse:
     )
 
 
-@router.get(
+@guarded.get(
     "/metrics",
     summary="Prometheus metrics (text exposition format)",
     response_class=Response,
