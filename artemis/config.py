@@ -123,6 +123,10 @@ class HttpClientSettings(_Section):
     verify_ssl: bool = True
     headers: dict[str, str] = Field(default_factory=dict)
     max_connections: int = Field(100, gt=0)
+    # The largest answer a worker reads (sources, sinks, callbacks), counted after
+    # decompression: past it the request fails for good, the worker's memory stays
+    # bounded (a provenance may set its own: http_cfg.max_body_bytes).
+    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
 
 
 class CallbackSettings(_Section):

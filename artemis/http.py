@@ -131,8 +131,11 @@ class HttpClient:
         params: Params = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> Answer:
-        return await self.request("GET", url, params=params, headers=headers, timeout=timeout)
+        return await self.request(
+            "GET", url, params=params, headers=headers, timeout=timeout, max_bytes=max_bytes
+        )
 
     async def post(
         self,
@@ -143,12 +146,19 @@ class HttpClient:
         json: Any = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> Answer:
         if json is not None:
             content = jsonio.dumps(json)
             headers = {"Content-Type": "application/json", **(headers or {})}
         return await self.request(
-            "POST", url, content=content, data=data, headers=headers, timeout=timeout
+            "POST",
+            url,
+            content=content,
+            data=data,
+            headers=headers,
+            timeout=timeout,
+            max_bytes=max_bytes,
         )
 
     async def request(
@@ -161,6 +171,7 @@ class HttpClient:
         data: Params = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> Answer:
         try:
             full = with_params(url, params)
@@ -198,7 +209,9 @@ class HttpClient:
                 ) as resp:
                     headers_in = True
                     deadline.reschedule(loop.time() + wait)
-                    payload = await resp.read()
+                    payload = await _read_bounded(
+                        resp, self._settings.max_body_bytes if max_bytes is None else max_bytes
+                    )
                     return Answer(
                         resp.status,
                         httpx.Headers(list(resp.raw_headers)),
@@ -227,6 +240,31 @@ class HttpClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class AnswerTooLarge(httpx.DecodingError):
+    """An answer larger than the reader's bound (after decompression): no retry helps."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"answer larger than {limit} bytes (http_client.max_body_bytes)")
+        self.limit = limit
+
+
+async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, decompressed, read as a stream and refused once it passes ``limit``:
+    a small gzip that inflates to gigabytes never reaches the worker's memory whole."""
+    declared = resp.content_length
+    encoded = (resp.headers.get("Content-Encoding") or "identity").lower() != "identity"
+    if declared is not None and declared > limit and not encoded:
+        raise AnswerTooLarge(limit)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(256 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise AnswerTooLarge(limit)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -314,7 +352,15 @@ Response = Answer | httpx.Response
 
 
 def transport_error(code: ErrorCode, what: str, exc: httpx.HTTPError) -> ArtemisError:
-    """Turn a transport failure into a retryable error naming what was being done."""
+    """Turn a transport failure into a retryable error naming what was being done; an
+    answer past its size bound is final (a source's: SOURCE_CONTRACT)."""
+    if isinstance(exc, AnswerTooLarge):
+        return ArtemisError(
+            ErrorCode.SOURCE_CONTRACT if code is ErrorCode.SOURCE_ERROR else code,
+            f"{what}: {exc}",
+            retryable=False,
+            details={"reason": "answer too large", "limit": exc.limit},
+        )
     if isinstance(exc, httpx.TimeoutException):
         reason = "connect timed out" if isinstance(exc, httpx.ConnectTimeout) else "read timed out"
         return ArtemisError(

@@ -193,6 +193,8 @@ class ContractClient:
         self.headers: dict[str, str] = {
             k: v for k, v in merge_params(http.get("default_headers_json"), None).items()
         }
+        # The largest answer read from this source (None: http_client.max_body_bytes).
+        self.max_bytes = http.get("max_body_bytes")
         read_ms = http.get("timeout_read_millis")
         # None: the client's own read timeout (http_client.timeout_seconds)
         self.timeout = read_ms / 1000 if read_ms else None
@@ -251,10 +253,16 @@ class ContractClient:
             await self.throttle()
             try:
                 if method == "POST":
-                    resp = await client.post(url, data=p, headers=headers, timeout=self.timeout)
+                    resp = await client.post(
+                        url, data=p, headers=headers, timeout=self.timeout, max_bytes=self.max_bytes
+                    )
                 else:
                     resp = await client.get(
-                        url, params=p or None, headers=headers, timeout=self.timeout
+                        url,
+                        params=p or None,
+                        headers=headers,
+                        timeout=self.timeout,
+                        max_bytes=self.max_bytes,
                     )
             except httpx.HTTPError as e:
                 raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None

@@ -158,6 +158,9 @@ class RegProvHttpCfg(DimensionBase, table=True):
     proxy_url: str | None = Field(default=None, max_length=500)
     accept_compress: bool | None = None
     prefer_http2: bool | None = None
+    # The largest answer read from this source, after decompression (None:
+    # http_client.max_body_bytes).
+    max_body_bytes: int | None = None
 
 
 class RegProvBatchingCfg(DimensionBase, table=True):

@@ -8,9 +8,11 @@ talk to a real server on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import time
+import zlib
 from collections.abc import AsyncIterator
 from datetime import date, timedelta
 from typing import Any
@@ -65,7 +67,22 @@ class Faults:
         self.until: float | None = until
         self.hang = bool(spec.get("hang"))
         self.trickle_s = trickle_s
+        # ``{"bomb_mb": M, "times": N}`` (quotes): the next N answers are a small gzip
+        # body (Content-Encoding: gzip) that inflates to M MB — a decompression bomb.
+        self.bomb_mb = float(spec.get("bomb_mb") or 0)
+        if self.bomb_mb and "times" not in spec:
+            self.times = 1
         self.generation += 1
+
+    def take_bomb(self) -> Response | None:
+        if not (self.bomb_mb and self.times > 0):
+            return None
+        self.times -= 1
+        return Response(
+            _gzip_bomb(int(self.bomb_mb)),
+            media_type="application/json",
+            headers={"Content-Encoding": "gzip"},
+        )
 
     def window_open(self) -> bool:
         return self.until is not None and time.monotonic() < self.until
@@ -139,6 +156,17 @@ class Faults:
                 await asyncio.sleep(pause)
 
         return StreamingResponse(drip(), status_code=status_code, media_type="application/json")
+
+
+@functools.lru_cache(maxsize=2)
+def _gzip_bomb(megabytes: int) -> bytes:
+    """``megabytes`` MB of JSON whitespace, gzip-compressed (about 1,000:1)."""
+    out = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip stream
+    block = b" " * (1024 * 1024)
+    parts = [out.compress(b"{")]
+    parts += [out.compress(block) for _ in range(megabytes)]
+    parts.append(out.compress(b"}") + out.flush())
+    return b"".join(parts)
 
 
 def quote_for(symbol: str, day: date) -> dict[str, Any]:
@@ -253,7 +281,8 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             "page": page,
             "next_page": None if last else page + 1,
         }
-        return state["faults"]["quotes"].respond(answer)
+        bomb = state["faults"]["quotes"].take_bomb()
+        return bomb or state["faults"]["quotes"].respond(answer)
 
     # -- sink receiver -----------------------------------------------------------------------
     @app.post("/sink")

@@ -151,3 +151,44 @@ async def test_tokens_a_security_scheme_and_a_non_ascii_bearer(make_stack):
         # with a token, a body-less state change needs no JSON header, any Host is fine
         resp = await bare.post(f"/tasks/{new_task_id()}/cancel", headers=auth)
         assert resp.status_code == 404, resp.text
+
+
+async def test_a_decompression_bomb_fails_the_run_and_the_worker_stays_small(
+    make_stack, tmp_path
+):
+    from pathlib import Path
+
+    from tests.conftest import settings_with, start_worker_process, write_config
+    from tests.helpers import eventually, stop_processes
+
+    stack = await make_stack(worker=False)
+    config = write_config(
+        tmp_path / "worker.yaml",
+        settings_with(
+            stack.settings, logging={"output": "file", "file": {"path": str(tmp_path / "w.log")}}
+        ),
+    )
+    worker = start_worker_process(config, tmp_path / "worker.out")
+
+    def peak_mb() -> float:
+        for line in Path(f"/proc/{worker.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmHWM")
+
+    try:
+        # 300 KB of gzip that inflates to 300 MB of JSON
+        await stack.fault("quotes", bomb_mb=300, times=1)
+        resp = await stack.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["GZ"]}})
+        data = resp.json()["data"]
+        assert data["status"] == "failed", data
+        assert data["error"]["code"] == "SOURCE_CONTRACT", data["error"]
+        assert "answer larger than 67108864 bytes" in data["error"]["message"]
+        print(f"BOMB_WORKER_PEAK_MB={peak_mb():.0f}")
+        assert peak_mb() < 400, peak_mb()
+        ok = await stack.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["GZ"]}})
+        assert ok.json()["data"]["status"] == "completed", ok.text
+        assert await eventually(lambda: worker.poll() is None, "the worker to be alive")
+    finally:
+        await stack.fault("quotes")
+        stop_processes(worker)

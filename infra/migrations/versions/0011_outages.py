@@ -18,6 +18,8 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("reg_prov_retry_cfg") as batch:
         batch.add_column(sa.Column("outage_tolerance_millis", sa.Integer(), nullable=True))
+    with op.batch_alter_table("reg_prov_http_cfg") as batch:
+        batch.add_column(sa.Column("max_body_bytes", sa.Integer(), nullable=True))
     op.create_table(
         "retained_run",
         sa.Column("run_key", sa.String(200), nullable=False),
@@ -40,5 +42,7 @@ def downgrade() -> None:
     op.drop_index("ix_retained_run_task_id", table_name="retained_run")
     op.drop_index("ix_retained_run_expires_at", table_name="retained_run")
     op.drop_table("retained_run")
+    with op.batch_alter_table("reg_prov_http_cfg") as batch:
+        batch.drop_column("max_body_bytes")
     with op.batch_alter_table("reg_prov_retry_cfg") as batch:
         batch.drop_column("outage_tolerance_millis")
