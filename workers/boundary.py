@@ -26,7 +26,7 @@ from temporalio.worker import (
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import ACTIVITY_STEP
-from artemis.logsetup import get_logger
+from artemis.logsetup import get_logger, redact_text
 from artemis.metrics import ACTIVITY_SECONDS
 from artemis.run_models import (
     BatchInput,
@@ -121,6 +121,9 @@ class _Boundary(ActivityInboundInterceptor):
                 )
             return result
         except ArtemisError as e:
+            # Redacted before it leaves the activity: failures are plain text in history
+            # (even with payload encryption), and reach events and the task store.
+            e.message = redact_text(e.message)
             if e.retryable and info.attempt > e.code.info.max_retries and _budgeted(run):
                 # The error table's max retries (SPEC §10), enforced by Temporal: this
                 # failure is final, so the retry policy stops here.
@@ -139,17 +142,24 @@ class _Boundary(ActivityInboundInterceptor):
             outcome = "error"
             error = {
                 "code": e.type or "INTERNAL",
-                "message": e.message,
+                "message": redact_text(e.message),
                 "retryable": not e.non_retryable,
             }
+            if error["message"] != e.message:
+                raise ApplicationError(
+                    error["message"],
+                    *e.details,
+                    type=e.type,
+                    non_retryable=e.non_retryable,
+                    next_retry_delay=e.next_retry_delay,
+                ) from None
             raise
         except Exception as e:
             log.exception("activity_crashed")
             outcome = "error"
-            error = {"code": ErrorCode.INTERNAL.value, "message": f"{type(e).__name__}: {e}"}
-            raise ApplicationError(
-                f"{type(e).__name__}: {e}", type=ErrorCode.INTERNAL.value
-            ) from None
+            text = redact_text(f"{type(e).__name__}: {e}")
+            error = {"code": ErrorCode.INTERNAL.value, "message": text}
+            raise ApplicationError(text, type=ErrorCode.INTERNAL.value) from None
         finally:
             ACTIVITY_SECONDS.labels(name, outcome).observe(time.perf_counter() - began)
             if error is not None and step is not None:

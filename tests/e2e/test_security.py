@@ -192,3 +192,54 @@ async def test_a_decompression_bomb_fails_the_run_and_the_worker_stays_small(
     finally:
         await stack.fault("quotes")
         stop_processes(worker)
+
+
+@pytest.fixture(scope="module")
+def echoing():
+    """A source that echoes the request's API key in its error answer."""
+    app = FastAPI()
+
+    @app.get("/items")
+    async def items(request: Request):
+        key = request.query_params.get("api_key", "")
+        return JSONResponse({"error": f"key {key} is not valid for this account"}, 400)
+
+    server = ThreadedServer(app).start()
+    yield server
+    server.stop()
+
+
+async def test_an_upstream_echoing_the_key_does_not_put_it_in_failures_events_or_store(
+    stack, echoing, monkeypatch
+):
+    from tests.e2e.test_events import read_sse
+
+    code = f"echo_{new_task_id()[-6:]}"
+    secret = f"ECHOED-{new_task_id()}"
+    monkeypatch.setenv("ECHO_KEY", secret)
+    doc = generic_doc(code, echoing.url)
+    doc["credential"] = [
+        {
+            "scope_code": "SOURCE",
+            "credential_name": "k",
+            "auth_type_code": "API_KEY_QUERY",
+            "param_or_header_name": "api_key",
+            "secret_env": "ECHO_KEY",
+            "effective_from": "2025-01-01T00:00:00Z",
+            "is_default_preferred": True,
+        }
+    ]
+    doc["endpoint_def"][0]["is_auth_required"] = True
+    import_doc(stack, doc)
+    task_id = new_task_id()
+    resp = await harvest(stack, task_id, provenance=code)
+    data = resp.json()["data"]
+    assert data["status"] == "failed" and data["error"]["code"] == "SOURCE_ERROR", data
+    assert "is not valid for this account" in data["error"]["message"]  # the text stays
+    assert secret not in resp.text
+    history = await stack.client.get_workflow_handle(data["workflow_id"]).fetch_history()
+    assert secret not in history.to_json()
+    events = await read_sse(stack.api_url, task_id)
+    assert events and all(secret not in str(e) for e in events)
+    stored = (await stack.http.get(f"/tasks/{task_id}")).text
+    assert secret not in stored and "is not valid" in stored
