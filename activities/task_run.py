@@ -16,7 +16,13 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from artemis.callback import CallbackClient, CallbackTarget, FinalizeOutcome, finalize_body
+from artemis.callback import (
+    CallbackClient,
+    CallbackTarget,
+    FinalizeOutcome,
+    finalize_body,
+    resolve_base_url,
+)
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog
@@ -57,6 +63,7 @@ from artemis.run_models import (
     SplitResult,
 )
 from artemis.run_state import OPEN, TERMINAL, end_error
+from artemis.security import origin
 from artemis.sinks import EmitContext, RunEnd
 from artemis.sinks.files import drop_file_records, drop_file_records_older_than
 from artemis.staging import Staging
@@ -212,9 +219,7 @@ class TaskRunActivities:
         tgt = CallbackTarget(**target)
         if not tgt.enabled:
             return None
-        token = (
-            self.secrets.get(run_key(run), CALLBACK_TOKEN) or self.settings.callback.default_token
-        )
+        token = self.secrets.get(run_key(run), CALLBACK_TOKEN) or self._default_token(tgt)
         return CallbackClient(
             tgt,
             self.settings.callback,
@@ -225,6 +230,15 @@ class TaskRunActivities:
             run_key(run),
             self.settings.security.allowed_hosts,
         )
+
+    def _default_token(self, target: CallbackTarget) -> str | None:
+        """``callback.default_token``, only for a callback to ``callback.base_url``'s
+        origin: a request naming another allowed host gets no token of ours (SPEC §5)."""
+        cfg = self.settings.callback
+        if not cfg.default_token or not cfg.base_url:
+            return None
+        url = resolve_base_url(target, cfg, self.settings.security.allowed_hosts)
+        return cfg.default_token if origin(url) == origin(cfg.base_url) else None
 
     # -- 1. prepare -------------------------------------------------------------------
     @activity.defn(name="prepare_params")

@@ -51,7 +51,13 @@ def resolve_base_url(
     """Apply override host/port (request first, then config) and check the allow-list
     (``security.allowed_hosts``: the callback URL comes from the request)."""
     assert target.base_url
-    parts = urlsplit(target.base_url)
+    try:
+        parts = urlsplit(target.base_url)
+        parts.port  # noqa: B018  (raises on a port out of range)
+    except ValueError as e:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"meta.callback.base_url: not a valid URL ({e})"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ArtemisError(
             ErrorCode.INVALID_INPUT,

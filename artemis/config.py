@@ -130,6 +130,9 @@ class HttpClientSettings(_Section):
 
 
 class CallbackSettings(_Section):
+    # The CronJob's own base URL: a request's run_id without a base URL calls it, and
+    # default_token is sent to its origin only (a request may name other allowed hosts).
+    base_url: str | None = None
     override_host: str | None = None
     override_port: int | None = Field(None, ge=1, le=65535)
     default_auth_header: str = "X-Callback-Token"

@@ -28,7 +28,11 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
 def check_request_url(url: str, allowed: list[str], what: str) -> str:
     """The URL's host when it may be reached, else INVALID_INPUT naming the host, the
     field and the setting."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a port out of range)
+    except ValueError as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"{what}: not a valid URL ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{what}: an http(s) URL, got {url!r}")
     check_request_host(parts.hostname, allowed, what)
@@ -71,6 +75,15 @@ def check_same_origin(url: str, base: str, who: str) -> None:
         "it is not followed and no credential is sent there",
         details={"host": host},
     )
+
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def is_safe_id(value: str) -> bool:
+    """An id that may become a URL path segment (a note id, a CronJob run id): letters,
+    digits and ``. _ : -``, never ``..`` (``/notes/..`` would collapse to ``/``)."""
+    return bool(_SAFE_ID.match(value)) and ".." not in value
 
 
 _HOSTNAME = re.compile(

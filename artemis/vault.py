@@ -107,15 +107,20 @@ class RunSecrets:
                 )
         return len(rows)
 
-    def put(self, run_key: str, name: str, value: str) -> None:
+    def put(self, run_key: str, name: str, value: str, replace: bool = True) -> None:
+        """Store a run's secret; ``replace=False`` keeps one already stored (a repeated
+        start of a running task must not swap the secret its run uses)."""
         table = RunSecret.__table__  # type: ignore[attr-defined]
         token = self.fernet.encrypt(value.encode()).decode()
         stmt = self._insert(table).values(
             run_key=run_key, name=name, ciphertext=token, created_at=utcnow()
         )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["run_key", "name"], set_={"ciphertext": stmt.excluded.ciphertext}
-        )
+        if replace:
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["run_key", "name"], set_={"ciphertext": stmt.excluded.ciphertext}
+            )
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=["run_key", "name"])
         with self.engine.begin() as conn:
             conn.execute(stmt)
 

@@ -80,6 +80,7 @@ class CallbackMeta(BaseModel):
 
 class RunMeta(BaseModel):
     model_config = ConfigDict(extra="allow")
+    # It becomes a path segment of the CronJob's URLs ({base}/{run_id}/progress).
     run_id: str | int | None = None
     task_id: str | None = Field(None, min_length=1, max_length=128)
     exec_type: str | None = None
@@ -96,6 +97,19 @@ class RunMeta(BaseModel):
         if v in (".", ".."):
             # a task id names the run's folder of the files sink: never a path step
             raise ValueError("may not be '.' or '..'")
+        return v
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str | int | None) -> str | int | None:
+        text = str(v) if v is not None else None
+        if text is not None and (
+            not text or len(text) > 128 or not set(text) <= _TASK_ID_CHARS or ".." in text
+        ):
+            raise ValueError(
+                "1-128 letters, digits and - _ . : (it is a path segment of the CronJob's "
+                "URLs), never '..'"
+            )
         return v
 
 
@@ -216,8 +230,14 @@ class RunService:
                 done = _from_record(record)
                 return Started(handle, task_id, workflow_id, None, "none", existing_result=done)
         if meta.callback is not None and meta.callback.auth_token:
+            # Insert-if-absent: a repeat of a running task id attaches to that run and
+            # must never swap the token it calls back with.
             await asyncio.to_thread(
-                self.secrets.put, f"{code}/{task_id}", "callback_token", meta.callback.auth_token
+                self.secrets.put,
+                f"{code}/{task_id}",
+                "callback_token",
+                meta.callback.auth_token,
+                False,
             )
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
         runs = self.settings.runs.model_dump()
@@ -288,7 +308,7 @@ class RunService:
         cb = meta.callback or CallbackMeta()
         target = CallbackTarget(
             run_id=str(meta.run_id) if meta.run_id is not None else None,
-            base_url=cb.base_url,
+            base_url=cb.base_url or self.settings.callback.base_url,
             override_host=cb.override_host,
             override_port=cb.override_port,
             auth_header=cb.auth_header,

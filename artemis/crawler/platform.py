@@ -23,6 +23,7 @@ import httpx
 from artemis.config import PlatformSettings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient, retry_after_seconds
+from artemis.security import is_safe_id
 from artemis.sources.paginators import as_count, contract_error, json_path_lookup
 
 
@@ -113,9 +114,12 @@ class HttpJsonPlatform:
         items = []
         for item in raw:
             note_id = item.get(c.note_id_field) if isinstance(item, dict) else None
-            if note_id in (None, ""):
+            if note_id in (None, "") or not is_safe_id(str(note_id)):
                 raise contract_error(
-                    f"{self.name} search", f"{c.items_path}[].{c.note_id_field}", "a note id", item
+                    f"{self.name} search",
+                    f"{c.items_path}[].{c.note_id_field}",
+                    "a note id (letters, digits and . _ : -, never '..')",
+                    item,
                 ).with_request(request)
             items.append({"note_id": str(note_id), "note_url": item.get(c.note_url_field)})
         # An empty page is the platform's own word that the keyword has no more notes.
@@ -144,6 +148,12 @@ class HttpJsonPlatform:
     async def detail(
         self, client: HttpClient, note_id: str, cookie: str, timeout: float
     ) -> dict[str, Any]:
+        if not is_safe_id(note_id):
+            # `..` would collapse the path (/notes/.. is /) on a cookie-carrying request
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"note id {note_id[:40]!r}: 1-128 letters, digits and . _ : -, never '..'",
+            )
         path = self.cfg.detail_path.format(note_id=quote(note_id, safe=""))
         data = await self._get(client, f"note {note_id}", self.base + path, None, cookie, timeout)
         if not isinstance(data, dict):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
@@ -69,8 +70,8 @@ class CrawlParams(BaseModel):
     @field_validator("workflow_name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and any(ch in v for ch in "/\n\r\t "):
-            raise ValueError("must not contain '/' or whitespace")
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9._:-]{1,100}", v):
+            raise ValueError("1-100 letters, digits and . _ : - (it names an execution lock)")
         return v
 
     @model_validator(mode="after")

@@ -14,7 +14,7 @@ from artemis.tasks.base import TaskContext, TaskUnit, register_task
 class QuoteParams(BaseModel):
     model_config = {"extra": "forbid"}
 
-    symbols: list[str] = Field(min_length=1)
+    symbols: list[str] = Field(min_length=1, max_length=500)
     start: date
     end: date | None = None
     page_size: int = Field(100, ge=1, le=1000)

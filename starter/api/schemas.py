@@ -67,9 +67,16 @@ class NotesBody(_Body):
     @field_validator("note_ids")
     @classmethod
     def _ids(cls, v: list[str]) -> list[str]:
+        from artemis.security import is_safe_id
+
         cleaned = [n.strip() for n in v]
         if any(not n for n in cleaned):
             raise ValueError("every note id must be a non-empty string")
+        bad = [n for n in cleaned if not is_safe_id(n)]
+        if bad:
+            raise ValueError(
+                f"note id {bad[0][:40]!r}: 1-128 letters, digits and . _ : -, never '..'"
+            )
         if len(set(cleaned)) != len(cleaned):
             raise ValueError("ids must be unique")
         return cleaned

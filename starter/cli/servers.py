@@ -68,4 +68,7 @@ def db_upgrade(config: Path | None = ConfigOpt) -> None:
 
     settings = _settings(config)
     upgrade(settings.database.url)
-    console.print(f"database at {settings.database.url} is up to date")
+    from sqlalchemy.engine import make_url
+
+    shown = make_url(settings.database.url).render_as_string(hide_password=True)
+    console.print(f"database at {shown} is up to date")

@@ -13,7 +13,6 @@ from artemis.crawler.cookies import add_cookie
 from artemis.crawler.vault import vault_for
 from tests.conftest import new_task_id
 
-
 TOKEN = "schemathesis-token-0123456789abcdef"
 
 

@@ -153,9 +153,7 @@ async def test_tokens_a_security_scheme_and_a_non_ascii_bearer(make_stack):
         assert resp.status_code == 404, resp.text
 
 
-async def test_a_decompression_bomb_fails_the_run_and_the_worker_stays_small(
-    make_stack, tmp_path
-):
+async def test_a_decompression_bomb_fails_the_run_and_the_worker_stays_small(make_stack, tmp_path):
     from pathlib import Path
 
     from tests.conftest import settings_with, start_worker_process, write_config
@@ -243,3 +241,123 @@ async def test_an_upstream_echoing_the_key_does_not_put_it_in_failures_events_or
     assert events and all(secret not in str(e) for e in events)
     stored = (await stack.http.get(f"/tasks/{task_id}")).text
     assert secret not in stored and "is not valid" in stored
+
+
+async def test_bad_ids_urls_and_sizes_are_422_naming_the_field(stack):
+    async def run(body: dict[str, Any], code: str = "pull_stock_quotes") -> Any:
+        return await stack.run(body, code=code, mode="async")
+
+    cb = {"base_url": f"{stack.samples_url}/cronjob/runs"}
+    # run_id becomes a path segment of the CronJob's URLs
+    resp = await run({"meta": {"run_id": "../../admin?x=", "callback": cb}, "params": {}})
+    assert resp.status_code == 422 and "meta.run_id" in resp.text, resp.text
+    # malformed URLs: 422, never 500
+    for url in ("http://[::1", "http://127.0.0.1:99999/x"):
+        resp = await run({"meta": {"run_id": "r1", "callback": {"base_url": url}}, "params": {}})
+        assert resp.status_code == 422, (url, resp.text)
+        resp = await run({"params": {"symbols": ["A"], "base_url": url}})
+        assert resp.status_code == 422, (url, resp.text)
+    resp = await run({"params": {"symbols": [f"S{i}" for i in range(501)]}})
+    assert resp.status_code == 422 and "params.symbols" in resp.text
+    resp = await stack.http.post("/notes/details", json={"platform": "sample", "note_ids": [".."]})
+    assert resp.status_code == 422 and "note id" in resp.text, resp.text
+    resp = await run(
+        {"params": {"platform": "sample", "keywords": ["k"], "workflow_name": "x" * 101}},
+        code="crawl_notes",
+    )
+    assert resp.status_code == 422 and "workflow_name" in resp.text
+    resp = await run(
+        {"params": {"platform": "sample", "keywords": ["k"], "workflow_name": "a/b c"}},
+        code="crawl_notes",
+    )
+    assert resp.status_code == 422 and "workflow_name" in resp.text
+
+
+def test_db_upgrade_prints_no_password(tmp_path, pg_server):
+    import os
+    import subprocess
+    import sys
+
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import ROOT
+
+    # trust authentication on the test server: the password is sent and ignored
+    url = make_url(pg_server.url).set(password="hunter2pw").render_as_string(hide_password=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "starter.cli", "db", "upgrade"],
+        env={**os.environ, "ARTEMIS__DATABASE__URL": url},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "up to" in proc.stdout, proc.stdout + proc.stderr  # (rich wraps the line)
+    assert "***" in proc.stdout and "hunter2pw" not in proc.stdout + proc.stderr
+
+
+async def test_ready_is_a_cached_probe(stack, monkeypatch):
+    from starter.api.routes import health
+
+    calls = 0
+    real = health._probe
+
+    async def counting(request):  # noqa: ANN001
+        nonlocal calls
+        calls += 1
+        return await real(request)
+
+    monkeypatch.setattr(health, "_probe", counting)
+    for _ in range(20):
+        assert (await stack.http.get("/ready")).status_code == 200
+    assert calls <= 2, calls  # twenty calls within a second or two: one or two probes
+
+
+async def test_a_repeated_task_id_never_swaps_the_running_runs_token(stack):
+    await stack.fault("latency", latency_ms=100)
+    try:
+        task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+        meta = {
+            "task_id": task_id,
+            "run_id": run_id,
+            "callback": {
+                "base_url": f"{stack.samples_url}/cronjob/runs",
+                "auth_token": "first-token",
+            },
+        }
+        body = {"meta": meta, "params": {"symbols": ["TOK"], "page_size": 2}}
+        assert (await stack.run(body, mode="async")).status_code == 202
+        again = {**body, "meta": {**meta, "callback": {**meta["callback"], "auth_token": "evil"}}}
+        assert (await stack.run(again, mode="async")).status_code == 202  # attached
+        await stack.wait_status(task_id, timeout=90)
+    finally:
+        await stack.fault("latency", latency_ms=0)
+    tokens = {c["token"] for c in await stack.cronjob_calls(run_id)}
+    assert tokens == {"first-token"}, tokens
+
+
+async def test_the_default_token_goes_only_to_the_configured_cronjob(make_stack, samples):
+    token = "default-cron-token-0123456789"
+    elsewhere = f"{samples.url}/cronjob/runs"
+    configured = f"http://localhost:{samples.port}/cronjob/runs"  # another origin (name)
+    stack = await make_stack(
+        callback={"default_token": token, "base_url": configured},
+        security={"allowed_hosts": ["127.0.0.1", "localhost"]},
+    )
+    calls = {}
+    for name, base in (("elsewhere", elsewhere), ("configured", configured)):
+        run_id = f"cron-{name}-{new_task_id()}"
+        resp = await stack.run(
+            {
+                "meta": {
+                    "task_id": new_task_id(),
+                    "run_id": run_id,
+                    "callback": {"base_url": base},
+                },
+                "params": {"symbols": ["DT"]},
+            }
+        )
+        assert resp.json()["data"]["status"] == "completed", resp.text
+        calls[name] = {c["token"] for c in await stack.cronjob_calls(run_id)}
+    assert calls["elsewhere"] == {None}  # an allowed host the request named: no token of ours
+    assert calls["configured"] == {token}

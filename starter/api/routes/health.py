@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -43,6 +44,33 @@ def _down(what: str, e: BaseException) -> str:
     },
 )
 async def ready(request: Request) -> JSONResponse:
+    """Answered from a probe at most one second old: an unauthenticated caller cannot
+    make the API reconnect to Temporal or open database threads faster than that."""
+    state = request.app.state
+    lock = getattr(state, "ready_lock", None)
+    if lock is None:
+        lock = state.ready_lock = asyncio.Lock()
+    async with lock:  # concurrent callers share one probe
+        cached = getattr(state, "ready_probe", None)
+        if cached is None or time.monotonic() - cached[0] >= READY_CACHE_S:
+            state.ready_probe = cached = (time.monotonic(), await _probe(request))
+    checks = dict(cached[1])
+    if all(v == "ok" for v in checks.values()):
+        return envelope(request, {"status": "ready", "checks": checks})
+    return error_response(
+        request,
+        ArtemisError(
+            ErrorCode.NOT_READY,
+            "not ready: " + ", ".join(f"{k} {v}" for k, v in checks.items() if v != "ok"),
+        ),
+        data={"checks": checks},
+    )
+
+
+READY_CACHE_S = 1.0
+
+
+async def _probe(request: Request) -> dict[str, str]:
     checks: dict[str, str] = {}
     try:
         service = await get_service(request)
@@ -60,16 +88,7 @@ async def ready(request: Request) -> JSONResponse:
         checks["database"] = "ok"
     except Exception as e:
         checks["database"] = _down("database", e)
-    if all(v == "ok" for v in checks.values()):
-        return envelope(request, {"status": "ready", "checks": checks})
-    return error_response(
-        request,
-        ArtemisError(
-            ErrorCode.NOT_READY,
-            "not ready: " + ", ".join(f"{k} {v}" for k, v in checks.items() if v != "ok"),
-        ),
-        data={"checks": checks},
-    )
+    return checks
 
 
 @guarded.get(
