@@ -65,6 +65,7 @@ from artemis.run_models import (
 from artemis.run_state import OPEN, TERMINAL, end_error
 from artemis.security import origin
 from artemis.sinks import EmitContext, RunEnd
+from artemis.sinks.base import unseal_output
 from artemis.sinks.files import drop_file_records, drop_file_records_older_than
 from artemis.staging import Staging
 from artemis.tasks import TaskContext, TaskUnit, get_task
@@ -201,6 +202,11 @@ class TaskRunActivities:
         trace: TraceContext,
         output: dict[str, Any] | None = None,
     ) -> TaskContext:
+        if output:
+            # A request's sink secrets, read back inside the activity (never in history).
+            # (stored under the top run's key: a backfill's windows use their parent's)
+            owner = f"{run.task_code}/{run.root_task_id or run.task_id}"
+            output = unseal_output(output, lambda name: self.secrets.get(owner, name))
         return TaskContext(
             task_code=run.task_code,
             task_id=run.task_id,

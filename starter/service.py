@@ -239,6 +239,17 @@ class RunService:
                 meta.callback.auth_token,
                 False,
             )
+        output = body.output or {}
+        if output:
+            # Sink header values and a credential-bearing endpoint are run secrets:
+            # history carries only their names (insert-if-absent, as the token above).
+            from artemis.sinks.base import seal_output
+
+            stored: dict[str, str] = {}
+            output = seal_output(output, stored.__setitem__)
+            for name, value in stored.items():
+                register_secret(value)
+                await asyncio.to_thread(self.secrets.put, f"{code}/{task_id}", name, value, False)
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
         runs = self.settings.runs.model_dump()
         tuning = RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__})
@@ -249,7 +260,7 @@ class RunService:
             trace_id=trace.trace_id,
             parent_span_id=trace.span_id,
             request_id=request_id or meta.request_id,
-            output=body.output or {},
+            output=output,
             callback=callback,
             timeout_s=meta.timeout_s or self.settings.server.run_timeout_s,
             tuning=tuning,

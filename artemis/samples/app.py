@@ -299,6 +299,9 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             "idempotency_key": request.headers.get("idempotency-key"),
             "traceparent": request.headers.get("traceparent"),
             "request_id": request.headers.get("x-request-id"),
+            # what a sink's owner would check (a run's own header, for the tests)
+            "authorization": request.headers.get("authorization"),
+            "query": str(request.url.query) or None,
             "status": failed.status_code if failed else 200,
         }
         if failed:

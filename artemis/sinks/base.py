@@ -165,3 +165,81 @@ def check_request_output(output: dict[str, Any]) -> None:
                     f"output.{name}.{key}: set by the operator in "
                     f"output_defaults.<code>.{name}, not by a request",
                 )
+
+
+# A request's sink secrets (SPEC §5): header values of ``output.http_headers`` and an
+# ``output.http_endpoint`` carrying a user, password or query are run secrets — encrypted
+# in ``run_secret``, resolved inside the activities — and workflow history carries this
+# marker in their place.
+SECRET_REF = "@run-secret"
+_HEADER_SECRET = "output.http_headers:"
+_ENDPOINT_SECRET = "output.http_endpoint"
+
+
+def seal_output(output: dict[str, Any], put: Any) -> dict[str, Any]:
+    """``output`` for history: each secret value stored by ``put(name, value)`` and
+    replaced by SECRET_REF."""
+    from urllib.parse import urlsplit
+
+    sealed = dict(output)
+    headers = output.get("http_headers")
+    if isinstance(headers, dict) and headers:
+        for name, value in headers.items():
+            put(f"{_HEADER_SECRET}{name}", str(value))
+        sealed["http_headers"] = dict.fromkeys(headers, SECRET_REF)
+    endpoint = output.get("http_endpoint")
+    if isinstance(endpoint, str):
+        parts = urlsplit(endpoint)
+        if parts.username or parts.password or parts.query:
+            put(_ENDPOINT_SECRET, endpoint)
+            sealed["http_endpoint"] = SECRET_REF
+    return sealed
+
+
+def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
+    """``output`` with its run secrets read back by ``get(name)`` (inside an activity);
+    each value is registered for redaction. A secret that is gone is INVALID_INPUT."""
+    from artemis.logsetup import register_secret
+
+    def read(name: str) -> str:
+        value = get(name)
+        if value is None:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{name.rstrip(':')}: the run's secret is gone (cleaned up)",
+                retryable=False,
+            )
+        register_secret(value)
+        return str(value)
+
+    if not output:
+        return output
+    opened = dict(output)
+    headers = output.get("http_headers")
+    if isinstance(headers, dict) and SECRET_REF in headers.values():
+        opened["http_headers"] = {
+            k: read(f"{_HEADER_SECRET}{k}") if v == SECRET_REF else v for k, v in headers.items()
+        }
+    if output.get("http_endpoint") == SECRET_REF:
+        endpoint = read(_ENDPOINT_SECRET)
+        opened["http_endpoint"] = endpoint
+        from urllib.parse import parse_qsl, urlsplit
+
+        parts = urlsplit(endpoint)
+        if parts.password:
+            register_secret(parts.password)
+        for _, v in parse_qsl(parts.query):
+            register_secret(v)
+    return opened
+
+
+def shown_url(url: str) -> str:
+    """A URL as errors and logs show it: no user, password or query."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -10,7 +10,7 @@ from artemis import jsonio
 from artemis.errors import ErrorCode
 from artemis.http import HttpClient, status_error, transport_error
 from artemis.logsetup import get_logger
-from artemis.sinks.base import EmitContext, Sink
+from artemis.sinks.base import EmitContext, Sink, shown_url
 
 log = get_logger(__name__)
 
@@ -35,7 +35,7 @@ class HttpSink(Sink):
         if ctx.request_id:
             headers["X-Request-ID"] = ctx.request_id
         body = jsonio.dumps(records)
-        what = f"http sink POST {self.endpoint} (batch {ctx.seq})"
+        what = f"http sink POST {shown_url(self.endpoint)} (batch {ctx.seq})"
         try:
             resp = await client.post(self.endpoint, content=body, headers=headers)
         except httpx.HTTPError as e:

@@ -3,6 +3,9 @@ servers on loopback."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from typing import Any
 
 import pytest
@@ -361,3 +364,73 @@ async def test_the_default_token_goes_only_to_the_configured_cronjob(make_stack,
         calls[name] = {c["token"] for c in await stack.cronjob_calls(run_id)}
     assert calls["elsewhere"] == {None}  # an allowed host the request named: no token of ours
     assert calls["configured"] == {token}
+
+
+async def test_a_sink_header_from_the_request_stays_out_of_history_store_and_logs(
+    stack, app_log
+):
+    import subprocess
+
+    from infra.devserver import temporal_binary
+
+    secret = f"Bearer sink-{new_task_id()}"
+    query_secret = f"q{new_task_id()}"
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {"symbols": ["HDR"]},
+            "output": {
+                "sinks": ["http"],
+                "http_endpoint": f"{stack.samples_url}/sink/hdr?sig={query_secret}",
+                "http_headers": {"Authorization": secret},
+            },
+        }
+    )
+    data = resp.json()["data"]
+    assert data["status"] == "completed", resp.text
+    batches = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
+    assert batches and {b["authorization"] for b in batches} == {secret}  # the sink got it
+    assert {b["query"] for b in batches} == {f"sig={query_secret}"}
+    shown = subprocess.run(
+        [
+            temporal_binary(),
+            "workflow",
+            "show",
+            "--workflow-id",
+            data["workflow_id"],
+            "--address",
+            stack.settings.temporal.address,
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    history = shown.stdout + "\n".join(_decoded_payloads(json.loads(shown.stdout)))
+    assert "http_headers" in history and "@run-secret" in history  # names only
+    assert secret.split()[1] not in history and query_secret not in history
+    stored = (await stack.http.get(f"/tasks/{task_id}")).text
+    assert secret.split()[1] not in stored and query_secret not in stored
+    log = app_log.read_text()
+    assert secret.split()[1] not in log and query_secret not in log
+
+
+def _decoded_payloads(node: Any) -> list[str]:
+    """Every payload's data in a history as JSON shows it (base64), decoded."""
+    out: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "data" and isinstance(v, str):
+                try:
+                    out.append(base64.b64decode(v).decode("utf-8", "replace"))
+                except (binascii.Error, ValueError):
+                    pass
+            else:
+                out += _decoded_payloads(v)
+    elif isinstance(node, list):
+        for v in node:
+            out += _decoded_payloads(v)
+    return out
