@@ -13,16 +13,39 @@ from artemis.errors import ArtemisError, ErrorCode
 SETTING = "security.allowed_hosts"
 
 
-def host_allowed(host: str, allowed: list[str]) -> bool:
-    """Exact names or IPs; ``*`` allows any host, ``*.example.com`` its subdomains."""
+def _entry(entry: str) -> tuple[str, int | None]:
+    """An allow-list entry as (host, pinned port or None): ``host``, ``host:port``,
+    ``[v6]:port``; a bare IPv6 address has no port."""
+    entry = entry.lower().strip()
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    if entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+        if port.isdigit():
+            return host, int(port)
+    return entry, None
+
+
+def _match(host: str, port: int | None, allowed: list[str]) -> str | None:
+    """How ``host`` (and ``port``) is allowed: "exact" (named), "wildcard", or None."""
     host = host.lower().strip("[]")
-    for entry in allowed:
-        entry = entry.lower().strip("[]")
-        if entry == "*" or entry == host:
-            return True
-        if entry.startswith("*.") and host.endswith(entry[1:]):
-            return True
-    return False
+    how = None
+    for raw in allowed:
+        name, pinned = _entry(raw)
+        if pinned is not None and port is not None and pinned != port:
+            continue
+        if name == host:
+            return "exact"
+        if name == "*" or (name.startswith("*.") and host.endswith(name[1:])):
+            how = "wildcard"
+    return how
+
+
+def host_allowed(host: str, allowed: list[str], port: int | None = None) -> bool:
+    """Exact names or IPs; ``*`` allows any host, ``*.example.com`` its subdomains; an
+    entry ``host:port`` (``[v6]:port``) allows that port only."""
+    return _match(host, port, allowed) is not None
 
 
 def check_request_url(url: str, allowed: list[str], what: str) -> str:
@@ -30,22 +53,66 @@ def check_request_url(url: str, allowed: list[str], what: str) -> str:
     field and the setting."""
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises on a port out of range)
+        port = parts.port
     except ValueError as e:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{what}: not a valid URL ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{what}: an http(s) URL, got {url!r}")
-    check_request_host(parts.hostname, allowed, what)
+    port = port or (443 if parts.scheme == "https" else 80)
+    check_request_host(parts.hostname, allowed, what, port)
     return parts.hostname
 
 
-def check_request_host(host: str, allowed: list[str], what: str) -> None:
-    if not host_allowed(host, allowed):
+def check_request_host(host: str, allowed: list[str], what: str, port: int | None = None) -> None:
+    if not host_allowed(host, allowed, port):
+        at = f" (port {port})" if port else ""
         raise ArtemisError(
             ErrorCode.INVALID_INPUT,
-            f"{what}: host {host!r} is not in {SETTING} (a request may only point a run at "
-            f"the hosts listed there)",
+            f"{what}: host {host!r}{at} is not in {SETTING} (a request may only point a run "
+            f"at the hosts listed there)",
         )
+
+
+def _internal(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return bool(
+        ip.is_loopback
+        or ip.is_private
+        or ip.is_link_local
+        or ip.is_reserved
+        or ip.is_multicast
+        or ip.is_unspecified
+    )
+
+
+async def check_resolved(host: str, allowed: list[str], what: str) -> None:
+    """A host allowed by a wildcard (``*``, ``*.example.com``) must not resolve to a
+    loopback, private or link-local address (169.254.169.254, 10.x, 127.x, ...) unless
+    the allow-list names that address: DNS cannot turn an allowed name into a way to
+    the machine's own ports or the cloud's metadata service. Named hosts are trusted."""
+    import asyncio
+    import socket
+
+    if _match(host, None, allowed) != "wildcard":
+        return
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return  # an IP literal: its own entry decided
+    except ValueError:
+        pass
+    try:
+        infos = await asyncio.wait_for(
+            asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM), 5
+        )
+    except (OSError, TimeoutError):
+        return  # unresolvable now: the request itself will fail (an outage), not reach in
+    for info in infos:
+        ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if _internal(ip) and _match(str(ip), None, allowed) != "exact":
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{what}: host {host!r} resolves to the internal address {ip} (loopback, "
+                f"private or link-local), which {SETTING} does not name",
+            )
 
 
 def origin(url: str) -> tuple[str, str, int | None]:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from opentelemetry import context as otel_context
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -52,7 +52,7 @@ from artemis.run_models import (
     workflow_id_for,
 )
 from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, stats_view
-from artemis.security import check_header_names, check_request_url
+from artemis.security import check_header_names, check_request_url, check_resolved
 from artemis.tasks import get_task, task_codes
 from artemis.tasks.base import describe_validation_error, invalid_input
 from artemis.tracing import TraceContext, otel_context_for
@@ -181,21 +181,34 @@ class RunService:
             )
         return self._secrets
 
-    def _check_request_urls(
-        self, task: Any, params: dict[str, Any], output: dict[str, Any] | None
+    async def _check_request_urls(
+        self,
+        task: Any,
+        params: dict[str, Any],
+        output: dict[str, Any] | None,
+        callback: dict[str, Any] | None,
     ) -> None:
-        """No SSRF through a request: URLs it names (not config's) go to allowed hosts."""
+        """No SSRF through a request: URLs it names (not config's) go to allowed hosts,
+        and a host allowed by a wildcard does not resolve to an internal address."""
         allowed = self.settings.security.allowed_hosts
+        hosts: list[tuple[str, str]] = []
         for name in task.request_url_params:
             if isinstance(params.get(name), str):
-                check_request_url(params[name], allowed, f"params.{name}")
+                hosts.append((check_request_url(params[name], allowed, f"params.{name}"), name))
+        if callback and callback.get("base_url"):
+            called = resolve_base_url(CallbackTarget(**callback), self.settings.callback, allowed)
+            hosts.append((urlsplit(called).hostname or "", "meta.callback"))
         if output:
             endpoint = output.get("http_endpoint")
             if endpoint is not None:
-                check_request_url(str(endpoint), allowed, "output.http_endpoint")
+                hosts.append(
+                    (check_request_url(str(endpoint), allowed, "output.http_endpoint"), "output")
+                )
             headers = output.get("http_headers") or {}
             if isinstance(headers, dict):
                 check_header_names(list(headers), "output.http_headers")
+        for host, what in hosts:
+            await check_resolved(host, allowed, what)
 
     async def start(
         self, code: str, body: RunBody, trace: TraceContext, request_id: str | None
@@ -207,7 +220,8 @@ class RunService:
         prepared = await asyncio.to_thread(task.prepare_params, params, self.settings)
         lock = task.lock_name(prepared)
         meta = body.meta
-        self._check_request_urls(task, params, body.output)
+        callback = self._callback_target(meta)
+        await self._check_request_urls(task, params, body.output, callback)
         if body.output is not None:
             from artemis.sinks import build_sinks
             from artemis.sinks.base import check_request_output, merge_output
@@ -218,7 +232,6 @@ class RunService:
                 task.record_spec(),
                 self.settings.database.url,
             )
-        callback = self._callback_target(meta)
         task_id = meta.task_id or uuid.uuid4().hex
         workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)
         if lock and meta.task_id:

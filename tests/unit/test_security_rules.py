@@ -1,0 +1,50 @@
+"""Where a request may point a run (artemis/security.py): pinned ports, wildcards that
+resolve inside, next-page origins."""
+
+from __future__ import annotations
+
+import pytest
+
+from artemis.errors import ArtemisError
+from artemis.security import (
+    check_request_url,
+    check_resolved,
+    check_same_origin,
+    host_allowed,
+)
+
+
+def test_entries_may_pin_a_port():
+    allowed = ["127.0.0.1:8300", "[::1]:8300", "api.example.com", "::1"]
+    assert host_allowed("127.0.0.1", allowed, 8300)
+    assert not host_allowed("127.0.0.1", allowed, 7233)  # Temporal's port is not allowed
+    assert host_allowed("::1", allowed, 6379)  # the bare IPv6 entry: any port
+    assert host_allowed("api.example.com", allowed, 443)
+    check_request_url("http://127.0.0.1:8300/quotes", allowed, "params.base_url")
+    with pytest.raises(ArtemisError) as e:
+        check_request_url("http://127.0.0.1:6379/", allowed, "params.base_url")
+    assert "'127.0.0.1' (port 6379)" in e.value.message
+    assert "security.allowed_hosts" in e.value.message
+
+
+async def test_a_wildcard_name_resolving_inside_is_refused_unless_the_address_is_named():
+    # "localhost" resolves to a loopback address: through a wildcard it is refused
+    with pytest.raises(ArtemisError) as e:
+        await check_resolved("localhost", ["*"], "output")
+    assert "internal address" in e.value.message
+    await check_resolved("localhost", ["*", "127.0.0.1", "::1"], "output")  # named: allowed
+    await check_resolved("localhost", ["localhost"], "output")  # the name itself: trusted
+
+
+def test_next_pages_stay_on_the_sources_origin():
+    check_same_origin("https://api.x.org/items?page=2", "https://api.x.org/items", "src")
+    check_same_origin("http://h:80/a", "http://h/b", "src")  # the default port is the same
+    for other in (
+        "http://169.254.169.254/latest/meta-data/iam/?page=2&api_key=K",
+        "http://api.x.org/items?page=2",  # http, not https
+        "https://api.x.org:8443/items",
+        "https://evil.org/items",
+    ):
+        with pytest.raises(ArtemisError) as e:
+            check_same_origin(other, "https://api.x.org/items", "src")
+        assert e.value.code.value == "SOURCE_CONTRACT" and "api_key" not in e.value.message
