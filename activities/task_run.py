@@ -234,7 +234,7 @@ class TaskRunActivities:
             token,
             run.request_id,
             run_key(run),
-            self.settings.security.allowed_hosts,
+            self.settings.callback_hosts(),
         )
 
     def _default_token(self, target: CallbackTarget) -> str | None:
@@ -243,7 +243,7 @@ class TaskRunActivities:
         cfg = self.settings.callback
         if not cfg.default_token or not cfg.base_url:
             return None
-        url = resolve_base_url(target, cfg, self.settings.security.allowed_hosts)
+        url = resolve_base_url(target, cfg, self.settings.callback_hosts())
         return cfg.default_token if origin(url) == origin(cfg.base_url) else None
 
     # -- 1. prepare -------------------------------------------------------------------

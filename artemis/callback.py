@@ -49,7 +49,7 @@ def resolve_base_url(
     target: CallbackTarget, settings: CallbackSettings, allowed_hosts: list[str]
 ) -> str:
     """Apply override host/port (request first, then config) and check the allow-list
-    (``security.allowed_hosts``: the callback URL comes from the request)."""
+    (``Settings.callback_hosts()``: the callback URL comes from the request)."""
     assert target.base_url
     try:
         parts = urlsplit(target.base_url)
@@ -70,14 +70,23 @@ def resolve_base_url(
         )
     host = target.override_host or settings.override_host or parts.hostname
     port = target.override_port or settings.override_port or parts.port
-    check_request_host(host, allowed_hosts, "meta.callback")
+    check_request_host(host, allowed_hosts, "meta.callback", port or _default_port(parts.scheme))
     netloc = f"[{host}]" if ":" in host else host
     if port:
         netloc = f"{netloc}:{port}"
     url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
     # What will actually be called is what was checked.
-    check_request_host(urlsplit(url).hostname or "", allowed_hosts, "meta.callback")
+    check_request_host(
+        urlsplit(url).hostname or "",
+        allowed_hosts,
+        "meta.callback",
+        port or _default_port(parts.scheme),
+    )
     return url
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
 
 
 class FinalizeOutcome:

@@ -137,8 +137,9 @@ class CallbackSettings(_Section):
     override_port: int | None = Field(None, ge=1, le=65535)
     default_auth_header: str = "X-Callback-Token"
     default_token: str | None = None
-    # Moved to security.allowed_hosts (one list for every URL a request names); still
-    # read, and merged into it, so an existing configuration keeps working.
+    # The hosts a request's callback URL may name (SPEC §5): its own list, so a host
+    # allowed for sources or sinks does not receive callbacks; default: the host of
+    # base_url, else security.allowed_hosts (as before).
     allowed_hosts: list[str] | None = None
     progress_min_interval_ms: int = Field(1000, ge=0)
     timeout_seconds: float = Field(2.0, gt=0)
@@ -332,14 +333,19 @@ class Settings(BaseSettings):
     crawler: CrawlerSettings = Field(default_factory=CrawlerSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
 
-    @model_validator(mode="after")
-    def _fold_callback_hosts(self) -> Settings:
-        extra = [
-            h for h in self.callback.allowed_hosts or [] if h not in self.security.allowed_hosts
-        ]
-        if extra:
-            self.security.allowed_hosts = [*self.security.allowed_hosts, *extra]
-        return self
+    def callback_hosts(self) -> list[str]:
+        """The hosts a request's callback URL may name: ``callback.allowed_hosts``, else
+        the host (and port) of ``callback.base_url``, else ``security.allowed_hosts``."""
+        if self.callback.allowed_hosts is not None:
+            return list(self.callback.allowed_hosts)
+        if self.callback.base_url:
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(self.callback.base_url)
+            if parts.hostname:
+                host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+                return [f"{host}:{parts.port}" if parts.port else parts.hostname]
+        return list(self.security.allowed_hosts)
 
     @classmethod
     def settings_customise_sources(

@@ -196,7 +196,9 @@ class RunService:
             if isinstance(params.get(name), str):
                 hosts.append((check_request_url(params[name], allowed, f"params.{name}"), name))
         if callback and callback.get("base_url"):
-            called = resolve_base_url(CallbackTarget(**callback), self.settings.callback, allowed)
+            called = resolve_base_url(
+                CallbackTarget(**callback), self.settings.callback, self.settings.callback_hosts()
+            )
             hosts.append((urlsplit(called).hostname or "", "meta.callback"))
         if output:
             endpoint = output.get("http_endpoint")
@@ -343,7 +345,7 @@ class RunService:
             register_secret(cb.auth_token)
         if not target.enabled:
             return None
-        resolve_base_url(target, self.settings.callback, self.settings.security.allowed_hosts)
+        resolve_base_url(target, self.settings.callback, self.settings.callback_hosts())
         return target.to_dict()
 
     async def _already_started(

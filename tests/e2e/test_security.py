@@ -344,8 +344,12 @@ async def test_the_default_token_goes_only_to_the_configured_cronjob(make_stack,
     elsewhere = f"{samples.url}/cronjob/runs"
     configured = f"http://localhost:{samples.port}/cronjob/runs"  # another origin (name)
     stack = await make_stack(
-        callback={"default_token": token, "base_url": configured},
-        security={"allowed_hosts": ["127.0.0.1", "localhost"]},
+        callback={
+            "default_token": token,
+            "base_url": configured,
+            # both may be called back (without it: the configured origin alone)
+            "allowed_hosts": ["127.0.0.1", "localhost"],
+        },
     )
     calls = {}
     for name, base in (("elsewhere", elsewhere), ("configured", configured)):
@@ -364,11 +368,22 @@ async def test_the_default_token_goes_only_to_the_configured_cronjob(make_stack,
         calls[name] = {c["token"] for c in await stack.cronjob_calls(run_id)}
     assert calls["elsewhere"] == {None}  # an allowed host the request named: no token of ours
     assert calls["configured"] == {token}
+    # by default a request may call back the configured CronJob's origin only
+    strict = await make_stack(callback={"default_token": token, "base_url": configured})
+    resp = await strict.run(
+        {
+            "meta": {
+                "task_id": new_task_id(),
+                "run_id": "r-x",
+                "callback": {"base_url": elsewhere},
+            },
+            "params": {"symbols": ["DT"]},
+        }
+    )
+    assert resp.status_code == 422 and "meta.callback" in resp.text, resp.text
 
 
-async def test_a_sink_header_from_the_request_stays_out_of_history_store_and_logs(
-    stack, app_log
-):
+async def test_a_sink_header_from_the_request_stays_out_of_history_store_and_logs(stack, app_log):
     import subprocess
 
     from infra.devserver import temporal_binary

@@ -116,8 +116,13 @@ def test_platform_search_ends_on_a_configured_marker_one_at_a_time():
         PlatformSettings(base_url="http://x", next_page_path=None)
 
 
-def test_callback_allowed_hosts_of_an_earlier_config_join_security_allowed_hosts(tmp_path):
+def test_callbacks_have_their_own_allow_list(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("callback:\n  allowed_hosts: [cron.internal]\n")
     s = load_settings(cfg)
-    assert s.security.allowed_hosts == ["127.0.0.1", "localhost", "::1", "cron.internal"]
+    # a callback host is not a host sources and sinks may reach (issue 19)
+    assert s.security.allowed_hosts == ["127.0.0.1", "localhost", "::1"]
+    assert s.callback_hosts() == ["cron.internal"]
+    s = load_settings(None, callback={"base_url": "https://cron.example:8443/runs"})
+    assert s.callback_hosts() == ["cron.example:8443"]  # the CronJob's origin only
+    assert load_settings(None).callback_hosts() == ["127.0.0.1", "localhost", "::1"]
