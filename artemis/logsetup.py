@@ -4,8 +4,10 @@ with the fixed field set of SPEC §6 on every line and secrets redacted."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
+import os
 import re
 import sys
 from collections.abc import MutableMapping
@@ -32,6 +34,47 @@ _PATTERNS = [
     ),
 ]
 REDACTED = "***REDACTED***"
+
+
+class QuietOnClosedPipe:
+    """A text stream that stops writing once its reader has gone (a closed pipe) instead
+    of raising: a long-running command (`artemis dev`, `worker`, `api`) keeps serving when
+    whatever read its output exits."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.closed_pipe = False
+
+    def write(self, text: str) -> int:
+        if not self.closed_pipe:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_pipe:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.closed_pipe = True
+        # Python flushes stdout at exit: point it at nothing, so that flush is quiet too.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+
+    def isatty(self) -> bool:
+        return bool(self._stream.isatty())
+
+    def fileno(self) -> int:
+        return int(self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def register_secret(value: str | None) -> None:
@@ -215,7 +258,9 @@ def configure_logging(settings: LoggingSettings, *, force: bool = False) -> None
             encoding="utf-8",
         )
     else:
-        handler = logging.StreamHandler(sys.stdout if settings.output == "stdout" else sys.stderr)
+        stream = sys.stdout if settings.output == "stdout" else sys.stderr
+        # A reader that went away (a closed pipe) silences the log, never the process.
+        handler = logging.StreamHandler(QuietOnClosedPipe(stream))
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for h in list(root.handlers):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +42,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _die_with(parent: int):  # noqa: ANN202
+    """A pre-exec hook: the child gets SIGTERM when ``parent`` dies (Linux prctl
+    PR_SET_PDEATHSIG; elsewhere nothing), and exits at once if it already has."""
+
+    def hook() -> None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return hook
+
+
 class DevServer:
     def __init__(
         self,
@@ -51,7 +78,15 @@ class DevServer:
         namespace: str = "default",
         log_file: str | os.PathLike[str] | None = None,
         extra_args: list[str] | None = None,
+        tied_to_parent: bool = False,
+        pid_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        # tied_to_parent: the server gets SIGTERM when the process that started it dies,
+        # SIGKILL included (Linux's parent-death signal); start it from the main thread.
+        # pid_file: where its pid is kept, so that a server left by an earlier crash is
+        # found and stopped at the next start.
+        self.tied_to_parent = tied_to_parent
+        self.pid_file = Path(pid_file) if pid_file else None
         self.port = port
         self.ui_port = ui_port
         self.db_file = db_file
@@ -94,6 +129,7 @@ class DevServer:
         return cmd + self.extra_args
 
     def start(self, timeout: float = 60.0) -> DevServer:
+        self.stop_stale()
         if port_open("127.0.0.1", self.port):
             raise ArtemisError(
                 ErrorCode.CONFIG_ERROR,
@@ -102,8 +138,14 @@ class DevServer:
             )
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with(os.getpid()) if self.tied_to_parent else None,
         )
+        if self.pid_file is not None:
+            self.pid_file.write_text(str(self.proc.pid))
         deadline = time.monotonic() + timeout
         while not port_open("127.0.0.1", self.port):
             if self.proc.poll() is not None:
@@ -118,7 +160,32 @@ class DevServer:
             time.sleep(0.1)
         return self
 
+    def stop_stale(self) -> int | None:
+        """Stop a dev server an earlier run left behind (its pid file names a live
+        `temporal server start-dev`); the pid stopped, or None."""
+        if self.pid_file is None or not self.pid_file.exists():
+            return None
+        try:
+            pid = int(self.pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (ValueError, OSError):
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        if b"start-dev" not in cmdline or not any(b"temporal" in c for c in cmdline[:1]):
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return pid
+
     def stop(self) -> None:
+        if self.pid_file is not None:
+            self.pid_file.unlink(missing_ok=True)
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from artemis.config import Settings, load_settings
-from artemis.logsetup import configure_logging
+from artemis.logsetup import QuietOnClosedPipe, configure_logging
 from artemis.migrate import upgrade
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
@@ -27,7 +28,21 @@ from starter.service import ui_url
 from workers.client import connect
 from workers.main import running_worker
 
-console = Console()
+console = Console(file=QuietOnClosedPipe(sys.stdout))  # type: ignore[arg-type]
+
+
+DEFAULT_SAMPLES = "http://127.0.0.1:8300"
+
+
+def _moved(value: Any, old: str, new: str) -> Any:
+    """``value`` with every string that starts with ``old`` starting with ``new``."""
+    if isinstance(value, str):
+        return new + value[len(old) :] if value.startswith(old) else value
+    if isinstance(value, dict):
+        return {k: _moved(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_moved(v, old, new) for v in value]
+    return value
 
 
 class DevStack:
@@ -62,13 +77,28 @@ class DevStack:
             "server": {"port": api_port},
             "vault": {"master_key_file": str(data_dir / "master.key"), **base.vault},
         }
-        if not config:
+        from artemis.config import DatabaseSettings, LogFileSettings
+
+        # --data-dir holds every file the stack keeps, unless the config names its own.
+        if not config or base.database.url == DatabaseSettings().url:
             overrides["database"] = {"url": f"sqlite:///{data_dir / 'artemis.db'}"}
-            if base.logging.output == "stderr":
-                overrides["logging"] = {
-                    "output": "file",
-                    "file": {"path": str(data_dir / "logs" / "artemis.log")},
-                }
+        if base.logging.output == "stderr" or (
+            base.logging.output == "file" and base.logging.file.path == LogFileSettings().path
+        ):
+            overrides["logging"] = {
+                **base.logging.model_dump(),
+                "output": "file",
+                "file": {
+                    **base.logging.file.model_dump(),
+                    "path": str(data_dir / "logs" / "artemis.log"),
+                },
+            }
+        if samples and config:
+            # --samples-port: every default that names the sample servers follows it.
+            for section in ("task_defaults", "output_defaults"):
+                overrides[section] = _moved(getattr(base, section), DEFAULT_SAMPLES, samples_url)
+            overrides["crawler"] = _moved(base.crawler.model_dump(), DEFAULT_SAMPLES, samples_url)
+        if not config:
             overrides["task_defaults"] = {
                 "pull_stock_quotes": {
                     **base.task_defaults.get("pull_stock_quotes", {}),
@@ -114,12 +144,21 @@ class DevStack:
             db_file=data_dir / "temporal.db",
             log_file=data_dir / "temporal.log",
             extra_args=codec,
+            tied_to_parent=True,
+            pid_file=data_dir / "temporal.pid",
         )
 
     async def _serve(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         configure_logging(self.settings.logging)
         console.print("starting Temporal dev server …")
-        await asyncio.to_thread(self.temporal.start)
+        # From the main thread: the server is tied to this process (a parent-death
+        # signal), so even a SIGKILL of `artemis dev` leaves no Temporal behind.
+        stale = self.temporal.stop_stale()
+        if stale is not None:
+            console.print(
+                f"[yellow]stopped a Temporal dev server left by an earlier run (pid {stale})[/]"
+            )
+        self.temporal.start()
         samples: ThreadedServer | None = None
         try:
             await asyncio.to_thread(upgrade, self.settings.database.url)
@@ -350,7 +389,7 @@ class DevStack:
             "query them:\n"
             f'  sqlite3 {db} "SELECT symbol, COUNT(*), MIN(date), MAX(date) FROM quotes '
             'GROUP BY symbol"\n'
-            f"  .venv/bin/python -c \"import pyarrow.parquet as pq; "
+            f'  .venv/bin/python -c "import pyarrow.parquet as pq; '
             f"print(pq.read_table('{run_dir}').group_by('symbol').aggregate("
             "[('close', 'mean')]))\""
         )

@@ -36,11 +36,18 @@ app.add_typer(registry_app, name="registry")
 app.add_typer(cookies_app, name="cookies")
 
 
+# Commands that serve until stopped: a closed output pipe must not end them.
+SERVING = {"dev", "demo", "worker", "api", "samples"}
+
+
 def main() -> None:
-    try:
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    except (AttributeError, ValueError):
-        pass
+    if not SERVING & set(sys.argv[1:2]):
+        # A command that prints and exits ends quietly when its reader has gone
+        # (`artemis tasks list | head`), as Unix tools do.
+        try:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        except (AttributeError, ValueError):
+            pass
     try:
         app()
     except ArtemisError as e:

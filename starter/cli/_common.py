@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,10 @@ import typer
 from rich.console import Console
 
 from artemis.config import Settings, load_settings
+from artemis.logsetup import QuietOnClosedPipe
 
-console = Console(stderr=False)
-err_console = Console(stderr=True)
+console = Console(stderr=False, file=QuietOnClosedPipe(sys.stdout))  # type: ignore[arg-type]
+err_console = Console(stderr=True, file=QuietOnClosedPipe(sys.stderr))  # type: ignore[arg-type]
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
 

@@ -1,0 +1,111 @@
+"""`artemis dev` as a user runs it (issue 20, item 1): its output on a pipe whose reader
+goes away, then a SIGKILL — the stack keeps serving through the first and leaves no
+Temporal server behind after the second; --data-dir and --samples-port reach everything
+they name."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from infra.devserver import free_port, port_open
+from tests.conftest import ROOT, new_task_id
+from tests.helpers import eventually
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def test_a_closed_pipe_does_not_stop_artemis_dev_and_sigkill_leaves_no_temporal(tmp_path):
+    ports = {name: free_port() for name in ("api", "temporal", "ui", "samples")}
+    data = tmp_path / "state"
+    config = tmp_path / "dev.yaml"
+    # logs on stderr (a pipe here), nothing else: the sample defaults follow --samples-port
+    config.write_text(yaml.safe_dump({"logging": {"output": "stderr", "format": "json"}}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "starter.cli", "dev", "--config", str(config)]
+        + ["--data-dir", str(data), "--api-port", str(ports["api"])]
+        + ["--temporal-port", str(ports["temporal"]), "--ui-port", str(ports["ui"])]
+        + ["--samples-port", str(ports["samples"])],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "COOKIE_MASTER_KEY"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    api = f"http://127.0.0.1:{ports['api']}"
+    try:
+        await eventually(
+            lambda: proc.poll() is None and port_open("127.0.0.1", ports["api"]),
+            "the dev stack's API",
+            timeout=120,
+            interval=0.2,
+        )
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader goes away (`artemis dev | head`, a closed terminal)
+        async with httpx.AsyncClient(base_url=api, timeout=120) as http:
+            resp = await http.post(
+                "/tasks/pull_stock_quotes/run",
+                json={"meta": {"task_id": new_task_id()}, "params": {"symbols": ["PIPE"]}},
+            )
+            # logged all along to the closed pipe, and it ran against --samples-port
+            assert resp.status_code == 200, resp.text
+            assert resp.json()["data"]["status"] == "completed", resp.text
+            assert proc.poll() is None, "artemis dev ended with its output pipe"
+            assert (await http.get("/health")).status_code == 200
+        # --data-dir holds the stack's database and the Temporal server's pid
+        assert (data / "artemis.db").exists() and (data / "temporal.pid").exists()
+        temporal_pid = int((data / "temporal.pid").read_text())
+        assert _alive(temporal_pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        await eventually(
+            lambda: not _alive(temporal_pid), "the Temporal server to follow its parent", 30
+        )
+        assert not port_open("127.0.0.1", ports["temporal"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        pid_file = data / "temporal.pid"
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0)
+
+
+def test_a_dev_server_left_by_an_earlier_crash_is_found_and_stopped(tmp_path):
+    from infra.devserver import DevServer
+
+    def server() -> DevServer:
+        return DevServer(
+            port=port,
+            ui_port=None,
+            db_file=tmp_path / "t.db",
+            log_file=tmp_path / "t.log",
+            pid_file=tmp_path / "temporal.pid",
+        )
+
+    port = free_port()
+    left = server().start()  # as if its `artemis dev` had been SIGKILLed
+    assert left.proc is not None
+    pid = left.proc.pid
+    again = server()
+    assert again.stop_stale() == pid
+    left.proc.wait(15)  # reaped (it is this test's child)
+    assert not _alive(pid) and not port_open("127.0.0.1", port)
+    assert not (tmp_path / "temporal.pid").exists()
+    again.start()  # the port is free again
+    again.stop()
