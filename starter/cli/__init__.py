@@ -25,10 +25,13 @@ app = typer.Typer(
     help="Artemis: durable multi-source data harvesting on Temporal.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # plain help, as `gh` and `kubectl` print it (no type tags beside every flag)
+    rich_markup_mode=None,
 )
 # The order here is the order `artemis --help` lists them in.
 for _command in (servers.worker, servers.api, audit.audit, dev.dev, dev.demo, tasks.run):
     app.command()(_command)
+app.command("task-types")(tasks.task_types)
 app.add_typer(tasks.tasks_app, name="tasks")
 app.add_typer(servers.samples_app, name="samples")
 app.add_typer(servers.db_app, name="db")

@@ -15,8 +15,10 @@ from rich.console import Console
 from artemis.config import Settings, load_settings
 from artemis.logsetup import QuietOnClosedPipe
 
-console = Console(stderr=False, file=QuietOnClosedPipe(sys.stdout))  # type: ignore[arg-type]
-err_console = Console(stderr=True, file=QuietOnClosedPipe(sys.stderr))  # type: ignore[arg-type]
+# Off a terminal (a pipe, a file) nothing is wrapped at 80 columns: a link stays whole.
+_WIDTH = None if sys.stdout.isatty() else 10_000
+console = Console(stderr=False, file=QuietOnClosedPipe(sys.stdout), width=_WIDTH)  # type: ignore[arg-type]
+err_console = Console(stderr=True, file=QuietOnClosedPipe(sys.stderr), width=_WIDTH)  # type: ignore[arg-type]
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
 
@@ -73,6 +75,15 @@ def _headers(settings: Settings) -> dict[str, str]:
     tokens = settings.server.api_tokens or []
     token = os.environ.get("ARTEMIS_API_TOKEN") or (tokens[0] if tokens else None)
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _call_status(method: str, url: str, settings: Settings, **kw: Any) -> int:
+    """Only the status an API call answers (connection errors fail as _call does)."""
+    try:
+        return httpx.request(method, url, headers=_headers(settings), timeout=30, **kw).status_code
+    except httpx.HTTPError as e:
+        _fail(f"cannot reach the Artemis API at {url.split('?')[0]}: {e}")
+        raise  # unreachable
 
 
 def _call(method: str, url: str, settings: Settings, **kw: Any) -> dict[str, Any]:

@@ -20,7 +20,9 @@ from starter.cli._common import (
     err_console,
 )
 
-cookies_app = typer.Typer(help="The crawler's cookie pool (SPEC §10).", no_args_is_help=True)
+cookies_app = typer.Typer(
+    help="The crawler's cookie pool.", no_args_is_help=True, rich_markup_mode=None
+)
 
 _COLUMNS = ("name", "platform", "status", "priority", "used today", "errors", "cooling until")
 

@@ -10,7 +10,9 @@ import typer
 from artemis.config import Settings
 from starter.cli._common import ConfigOpt, _fail, _parse_kv, _registry_engine, _settings, console
 
-registry_app = typer.Typer(help="The provenance registry (SPEC §8).", no_args_is_help=True)
+registry_app = typer.Typer(
+    help="The provenance registry.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def _key_file(settings: Settings) -> str:

@@ -9,8 +9,10 @@ import typer
 
 from starter.cli._common import ConfigOpt, _fail, _require_master_key, _settings, console
 
-samples_app = typer.Typer(help="The bundled sample servers.", no_args_is_help=True)
-db_app = typer.Typer(help="The Artemis database.", no_args_is_help=True)
+samples_app = typer.Typer(
+    help="The bundled sample servers.", no_args_is_help=True, rich_markup_mode=None
+)
+db_app = typer.Typer(help="The Artemis database.", no_args_is_help=True, rich_markup_mode=None)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _parse_kv, _settings, console
 from starter.cli.watch import iter_events, watch_task
 
-tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True, rich_markup_mode=None)
 
 _COLUMNS = ("task id", "code", "status", "records", "started", "completed", "error")
 
@@ -29,7 +29,13 @@ def _run_body(json_body: str | None, param: list[str]) -> dict[str, Any]:
 
 def run(
     code: str,
-    param: list[str] = typer.Option([], "-p", "--param", help="key=value"),
+    param: list[str] = typer.Option(
+        [],
+        "-p",
+        "--param",
+        help="key=value, repeatable; a list: key=a,b (one item for a list param: "
+        "key=a); JSON values as JSON: key='[\"a\"]'",
+    ),
     json_body: str | None = typer.Option(None, "--json", help="full request body"),
     async_: bool = typer.Option(False, "--async", help="return once accepted"),
     api: str | None = typer.Option(None, help="API base URL"),
@@ -39,6 +45,8 @@ def run(
     settings = _settings(config)
     base = _api_url(settings, api)
     body = _run_body(json_body, param)
+    if param and not json_body:
+        body["params"] = _as_schema(base, settings, code, body["params"])
     data = _call("POST", f"{base}/tasks/{code}/run?mode=async", settings, json=body)["data"]
     task_id = data["task_id"]
     console.print(f"started [bold]{code}[/bold] task {task_id} · workflow {data['workflow_id']}")
@@ -50,6 +58,71 @@ def run(
     console.print_json(data=final)
     if final.get("status") != "completed":
         raise typer.Exit(1)
+
+
+def _as_schema(base: str, settings: Any, code: str, params: dict[str, Any]) -> dict[str, Any]:
+    """-p values shaped as the task's params schema says: a single value for a list
+    param (``-p symbols=MSFT``) is a list of one."""
+    try:
+        schema = _call("GET", f"{base}/task-types/{code}", settings)["data"]["params_schema"]
+    except (SystemExit, KeyError, TypeError):
+        return params  # an unknown code: the run call says so
+    props = schema.get("properties") or {}
+    out = dict(params)
+    for key, value in params.items():
+        spec = props.get(key) or {}
+        kinds = {spec.get("type")} | {a.get("type") for a in spec.get("anyOf", [])}
+        if "array" in kinds and not isinstance(value, list):
+            out[key] = [value]
+    return out
+
+
+def task_types(
+    code: str | None = typer.Argument(None, help="one task code (else all)"),
+    output: str = typer.Option("table", "-o", "--output", help="table | json"),
+    api: str | None = typer.Option(None, help="API base URL"),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """The task codes a run can start, with their params."""
+    settings = _settings(config)
+    base = _api_url(settings, api)
+    path = f"/task-types/{code}" if code else "/task-types"
+    data = _call("GET", f"{base}{path}", settings)["data"]
+    items = [data] if code else list(data)
+    if output == "json":
+        console.print_json(data=data)
+        return
+    table = Table()
+    for col in ("code", "summary", "params (required*)"):
+        table.add_column(col)
+    for t in items:
+        schema = t.get("params_schema") or {}
+        required = set(schema.get("required") or [])
+        names = [f"{n}*" if n in required else n for n in (schema.get("properties") or {})]
+        table.add_row(t.get("code", ""), t.get("summary", ""), ", ".join(names))
+    console.print(table)
+
+
+def _resolve_id(base: str, settings: Any, task_id: str) -> str:
+    """A task id, or a unique prefix of one (as the list shows them cut)."""
+    from starter.cli._common import _call_status
+
+    if _call_status("GET", f"{base}/tasks/{task_id}", settings) != 404:
+        return task_id
+    matches: list[str] = []
+    cursor = None
+    for _ in range(10):  # the 2,000 newest runs
+        query = {"limit": 200, **({"cursor": cursor} if cursor else {})}
+        data = _call("GET", f"{base}/tasks", settings, params=query)["data"]
+        matches += [t["task_id"] for t in data["items"] if t["task_id"].startswith(task_id)]
+        cursor = data.get("next_cursor")
+        if not cursor:
+            break
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        _fail(f"{task_id!r} is the start of {len(matches)} task ids: " + ", ".join(matches[:5]))
+    return task_id  # the API's own TASK_NOT_FOUND
 
 
 def _task_row(t: dict[str, Any]) -> tuple[str, ...]:
@@ -69,6 +142,8 @@ def tasks_list(
     status: str | None = typer.Option(None, "--status", help="pending|running|completed|..."),
     code: str | None = typer.Option(None, "--code", help="task code"),
     limit: int = typer.Option(20, "--limit"),
+    cursor: str | None = typer.Option(None, "--cursor", help="the next page (printed below)"),
+    output: str = typer.Option("table", "-o", "--output", help="table | wide | json"),
     api: str | None = None,
     config: Path | None = ConfigOpt,
 ) -> None:
@@ -78,13 +153,20 @@ def tasks_list(
         "limit": limit,
         **({"status": status} if status else {}),
         **({"code": code} if code else {}),
+        **({"cursor": cursor} if cursor else {}),
     }
     data = _call("GET", f"{_api_url(settings, api)}/tasks", settings, params=query)["data"]
+    if output == "json":
+        console.print_json(data=data)
+        return
     table = Table(show_lines=False)
-    for col in _COLUMNS:
-        table.add_column(col)
+    columns = (*_COLUMNS, "workflow id") if output == "wide" else _COLUMNS
+    for col in columns:
+        # ids are never cut: `tasks show` takes a unique prefix besides
+        table.add_column(col, no_wrap=col in ("task id", "workflow id"))
     for t in data["items"]:
-        table.add_row(*_task_row(t))
+        row = _task_row(t)
+        table.add_row(*(row + (t.get("workflow_id", ""),) if output == "wide" else row))
     console.print(table)
     if data.get("next_cursor"):
         console.print(f"more: --cursor {data['next_cursor']}")
@@ -97,9 +179,11 @@ def tasks_show(
     api: str | None = None,
     config: Path | None = ConfigOpt,
 ) -> None:
-    """Status, progress, stats and error of a run (and with --events, its event stream)."""
+    """Status, progress, stats and error of a run (and with --events, its event stream).
+    ID may be a unique prefix of a task id."""
     settings = _settings(config)
     base = _api_url(settings, api)
+    task_id = _resolve_id(base, settings, task_id)
     console.print_json(data=_call("GET", f"{base}/tasks/{task_id}", settings)["data"])
     if events:
         for ev in iter_events(base, task_id, settings, follow=False):

@@ -34,6 +34,7 @@ _ICONS = {
     "IN_PROGRESS": "[yellow]◐ in progress[/yellow]",
     "COMPLETED": "[green]● completed[/green]",
     "ERROR": "[red]✖ error[/red]",
+    "SKIPPED": "[dim]– skipped[/dim]",
 }
 
 
@@ -138,7 +139,10 @@ class StepView:
         table.add_column("step")
         table.add_column("status")
         for t in self.todos:
-            table.add_row(t.get("content", t["id"]), _ICONS.get(t["status"], t["status"]))
+            status = t["status"]
+            if status == "PENDING" and self.ended and self.ended.get("event") != "complete":
+                status = "SKIPPED"  # the run ended before this step
+            table.add_row(t.get("content", t["id"]), _ICONS.get(status, status))
         if self.counters:
             table.add_row("progress", _progress_text(self.counters))
         if self.waiting:

@@ -167,3 +167,55 @@ def test_worker_and_api_refuse_to_start_without_the_master_key(tmp_path, command
     assert "secrets.token_urlsafe" in proc.stderr + proc.stdout  # how to make one
     assert not key_file.exists() and not (tmp_path / ".artemis").exists()
     assert time.monotonic() - started < 30  # generous for a loaded 2-core machine
+
+
+async def test_cli_conventions_prefix_ids_output_formats_cursor_task_types_and_lists(stack):
+    import asyncio
+
+    # -p symbols=ONE: one item for a list param (the params schema says it is a list)
+    out = await asyncio.to_thread(
+        _cli,
+        "run",
+        "pull_stock_quotes",
+        "-p",
+        "symbols=ONE",
+        "-p",
+        "end=2025-11-03",
+        api=stack.api_url,
+    )
+    assert out.returncode == 0, out.stderr
+    task_id = json.loads(out.stdout[out.stdout.index("{") :])["task_id"]
+    # a unique prefix of the id is enough
+    shown = await asyncio.to_thread(_cli, "tasks", "show", task_id[:10], api=stack.api_url)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["task_id"] == task_id
+    # -o json, --cursor
+    page = await asyncio.to_thread(
+        _cli, "tasks", "list", "--limit", "1", "-o", "json", api=stack.api_url
+    )
+    first = json.loads(page.stdout)
+    assert len(first["items"]) == 1 and first["next_cursor"]
+    more = await asyncio.to_thread(
+        _cli,
+        "tasks",
+        "list",
+        "--limit",
+        "1",
+        "-o",
+        "json",
+        "--cursor",
+        first["next_cursor"],
+        api=stack.api_url,
+    )
+    assert json.loads(more.stdout)["items"][0]["task_id"] != first["items"][0]["task_id"]
+    wide = await asyncio.to_thread(_cli, "tasks", "list", "-o", "wide", api=stack.api_url)
+    assert "workflow id" in wide.stdout and task_id in wide.stdout  # never cut
+    types = await asyncio.to_thread(_cli, "task-types", api=stack.api_url)
+    assert types.returncode == 0 and "pull_stock_quotes" in types.stdout
+    assert "symbols*" in types.stdout  # required params starred
+    # plain help: no type tags beside flags, no SPEC references
+    helped = await asyncio.to_thread(_cli, "tasks", "list", "--help", api=stack.api_url)
+    assert "<bool>" not in helped.stdout and "--cursor" in helped.stdout
+    for group in ("registry", "cookies"):
+        text = (await asyncio.to_thread(_cli, group, "--help", api=stack.api_url)).stdout
+        assert "SPEC" not in text, text
