@@ -17,11 +17,17 @@ def audit(
     histories: int = typer.Option(
         200, "--histories", help="how many recent Artemis workflow histories to scan (0: none)"
     ),
+    logs: list[Path] = typer.Option(
+        [], "--logs", help="a log file to scan besides the configured one (repeatable)"
+    ),
+    data_dir: Path = typer.Option(
+        Path(".artemis"), "--data-dir", help="the dev stack's folder (its logs are scanned)"
+    ),
     config: Path | None = ConfigOpt,
 ) -> None:
     """Scan the database, the log files and Temporal histories for secrets in clear; print
     JSON with `passed` and the findings (never the secrets); exit 1 when it fails."""
-    report = _audit(_settings(config), histories)
+    report = _audit(_settings(config), histories, logs, data_dir)
     console.print_json(data=report.to_dict())
     if histories > 0:
         # The Temporal SDK's core runtime can abort (SIGABRT) while the interpreter tears
@@ -33,8 +39,14 @@ def audit(
     raise typer.Exit(0 if report.passed else 1)
 
 
-def _audit(settings: Settings, histories: int):
-    """The audit's report: the database, the log file, then up to `histories` histories."""
+def _audit(
+    settings: Settings, histories: int, logs: list[Path] | None = None, data_dir: Path | None = None
+):
+    """The audit's report: the database, the log files, then up to `histories` histories.
+    The log files: the configured one (``logging.output: file``), the dev stack's
+    (``<data-dir>/logs/artemis.log``, where `artemis dev` writes), any given; one that
+    should be there and is not is a finding — an audit that scanned nothing does not
+    pass."""
     from artemis.audit import Auditor, Finding
     from artemis.crawler.vault import vault_for
 
@@ -42,8 +54,26 @@ def _audit(settings: Settings, histories: int):
     vault = vault_for(settings)
     auditor.learn_database_secrets(vault.engine, vault)
     auditor.scan_database(vault.engine)
+    wanted: list[Path] = list(logs or [])
     if settings.logging.output == "file":
-        auditor.scan_logs(settings.logging.file.path)
+        wanted.append(Path(settings.logging.file.path))
+    dev_log = (data_dir or Path(".artemis")) / "logs" / "artemis.log"
+    if dev_log.exists():
+        wanted.append(dev_log)
+    seen: set[Path] = set()
+    for path in wanted:
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        if not path.is_file():
+            auditor.report.findings.append(
+                Finding("logs", f"{path}: a log file to scan is missing: nothing scanned there")
+            )
+            continue
+        auditor.scan_logs(path)
+    # how many log files were read (0 when the log goes to stdout/stderr and no dev
+    # stack's log is here: nothing that should be scanned was missed)
+    auditor.report.checked["log_files"] = len(seen)
     if histories > 0:
         try:
             auditor.scan_histories(asyncio.run(_histories(settings, histories)))

@@ -109,3 +109,40 @@ def test_a_dev_server_left_by_an_earlier_crash_is_found_and_stopped(tmp_path):
     assert not (tmp_path / "temporal.pid").exists()
     again.start()  # the port is free again
     again.stop()
+
+
+async def test_audit_reads_the_dev_stacks_log_and_fails_on_a_missing_configured_one(
+    make_stack, tmp_path
+):
+    import asyncio
+    import json
+
+    from tests.conftest import settings_with, write_config
+
+    def audit(config_path: Path, *extra: str) -> tuple[int, dict]:
+        out = subprocess.run(
+            [sys.executable, "-m", "starter.cli", "audit", "--config", str(config_path)]
+            + ["--histories", "0", *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200"},
+            cwd=ROOT,
+        )
+        return out.returncode, json.loads(out.stdout)
+
+    base = (await make_stack(worker=False)).settings
+    dev = tmp_path / "dev"
+    (dev / "logs").mkdir(parents=True)
+    (dev / "logs" / "artemis.log").write_text('{"event": "a"}\n{"event": "b"}\n{"event": "c"}\n')
+    config = write_config(tmp_path / "a.yaml", base)
+    code, report = await asyncio.to_thread(audit, config, "--data-dir", str(dev))
+    assert code == 0, report
+    # the configured log and the dev stack's (`artemis dev` writes there)
+    assert report["checked"]["log_files"] == 2 and report["checked"]["log_lines"] >= 3
+    missing = write_config(
+        tmp_path / "b.yaml",
+        settings_with(base, logging={"output": "file", "file": {"path": str(tmp_path / "no.log")}}),
+    )
+    code, report = await asyncio.to_thread(audit, missing, "--data-dir", str(tmp_path / "none"))
+    assert code == 1 and any("missing" in f["what"] for f in report["findings"]), report
