@@ -17,7 +17,7 @@ import httpx
 
 from artemis.config import CallbackSettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import HttpClient
+from artemis.http import AnswerTooLarge, HttpClient
 from artemis.logsetup import get_logger, register_secret
 from artemis.metrics import CALLBACKS
 from artemis.security import check_request_host, is_bare_host
@@ -225,6 +225,8 @@ class CallbackClient:
                 error=detail,
                 attempt=attempt,
             )
+            if isinstance(e, AnswerTooLarge):
+                return FinalizeOutcome.REJECTED, detail  # a retry reads it again
             return FinalizeOutcome.RETRY, detail
         if 200 <= resp.status_code < 300:
             log.info(

@@ -18,6 +18,7 @@ import yarl
 from artemis import jsonio
 from artemis.config import HttpClientSettings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import redact_text
 from artemis.outage import status_reason
 
 Params = Mapping[str, Any] | None
@@ -401,7 +402,8 @@ def status_error(code: ErrorCode, what: str, response: Response) -> ArtemisError
     status = response.status_code
     return ArtemisError(
         code,
-        f"{what} answered {status}: {response.text[:300]}",
+        # redacted before it is cut: a secret across the cut would leave its start
+        f"{what} answered {status}: {redact_text(response.text)[:300]}",
         retryable=status in RETRYABLE_STATUSES or status >= 500,
         details={"status": status, "reason": status_reason(status)},
         retry_after_s=retry_after_seconds(response),

@@ -74,14 +74,9 @@ def check_request_host(host: str, allowed: list[str], what: str, port: int | Non
 
 
 def _internal(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    return bool(
-        ip.is_loopback
-        or ip.is_private
-        or ip.is_link_local
-        or ip.is_reserved
-        or ip.is_multicast
-        or ip.is_unspecified
-    )
+    """Not a public address: loopback, private, link-local, shared (100.64/10, where
+    some clouds keep their metadata service), reserved, multicast, unspecified."""
+    return not ip.is_global or ip.is_multicast
 
 
 async def check_resolved(host: str, allowed: list[str], what: str) -> None:
@@ -95,10 +90,18 @@ async def check_resolved(host: str, allowed: list[str], what: str) -> None:
     if _match(host, None, allowed) != "wildcard":
         return
     try:
-        ipaddress.ip_address(host.strip("[]"))
-        return  # an IP literal: its own entry decided
+        literal = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        pass
+        literal = None
+    if literal is not None:
+        # an internal address matched only by a wildcard: not unless it is named
+        if _internal(literal):
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{what}: {literal} is an internal address (loopback, private or "
+                f"link-local), which {SETTING} does not name",
+            )
+        return
     try:
         infos = await asyncio.wait_for(
             asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM), 5
@@ -149,8 +152,8 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 def is_safe_id(value: str) -> bool:
     """An id that may become a URL path segment (a note id, a CronJob run id): letters,
-    digits and ``. _ : -``, never ``..`` (``/notes/..`` would collapse to ``/``)."""
-    return bool(_SAFE_ID.match(value)) and ".." not in value
+    digits and ``. _ : -``, never ``.`` or ``..`` (``/notes/..`` would collapse to ``/``)."""
+    return bool(_SAFE_ID.match(value)) and ".." not in value and value != "."
 
 
 _HOSTNAME = re.compile(
@@ -185,6 +188,11 @@ RESERVED_HEADERS = frozenset(
 
 def check_header_names(names: list[str], what: str) -> None:
     for name in names:
+        if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,40}", str(name)):
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{what}: {str(name)[:60]!r} is not a header name (1-40 token characters)",
+            )
         if str(name).strip().lower() in RESERVED_HEADERS:
             raise ArtemisError(
                 ErrorCode.INVALID_INPUT, f"{what}: a request may not set the {name!r} header"

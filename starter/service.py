@@ -104,11 +104,15 @@ class RunMeta(BaseModel):
     def _run_id(cls, v: str | int | None) -> str | int | None:
         text = str(v) if v is not None else None
         if text is not None and (
-            not text or len(text) > 128 or not set(text) <= _TASK_ID_CHARS or ".." in text
+            not text
+            or len(text) > 128
+            or not set(text) <= _TASK_ID_CHARS
+            or ".." in text
+            or text == "."
         ):
             raise ValueError(
                 "1-128 letters, digits and - _ . : (it is a path segment of the CronJob's "
-                "URLs), never '..'"
+                "URLs), never '.' or '..'"
             )
         return v
 
@@ -191,26 +195,25 @@ class RunService:
         """No SSRF through a request: URLs it names (not config's) go to allowed hosts,
         and a host allowed by a wildcard does not resolve to an internal address."""
         allowed = self.settings.security.allowed_hosts
-        hosts: list[tuple[str, str]] = []
+        hosts: list[tuple[str, str, list[str]]] = []
         for name in task.request_url_params:
             if isinstance(params.get(name), str):
-                hosts.append((check_request_url(params[name], allowed, f"params.{name}"), name))
+                host = check_request_url(params[name], allowed, f"params.{name}")
+                hosts.append((host, f"params.{name}", allowed))
         if callback and callback.get("base_url"):
-            called = resolve_base_url(
-                CallbackTarget(**callback), self.settings.callback, self.settings.callback_hosts()
-            )
-            hosts.append((urlsplit(called).hostname or "", "meta.callback"))
+            own = self.settings.callback_hosts()
+            called = resolve_base_url(CallbackTarget(**callback), self.settings.callback, own)
+            hosts.append((urlsplit(called).hostname or "", "meta.callback", own))
         if output:
             endpoint = output.get("http_endpoint")
             if endpoint is not None:
-                hosts.append(
-                    (check_request_url(str(endpoint), allowed, "output.http_endpoint"), "output")
-                )
+                host = check_request_url(str(endpoint), allowed, "output.http_endpoint")
+                hosts.append((host, "output.http_endpoint", allowed))
             headers = output.get("http_headers") or {}
             if isinstance(headers, dict):
                 check_header_names(list(headers), "output.http_headers")
-        for host, what in hosts:
-            await check_resolved(host, allowed, what)
+        for host, what, listed in hosts:
+            await check_resolved(host, listed, what)
 
     async def start(
         self, code: str, body: RunBody, trace: TraceContext, request_id: str | None

@@ -22,7 +22,7 @@ import httpx
 
 from artemis.config import PlatformSettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import HttpClient, retry_after_seconds
+from artemis.http import AnswerTooLarge, HttpClient, retry_after_seconds
 from artemis.security import is_safe_id
 from artemis.sources.paginators import as_count, contract_error, json_path_lookup
 
@@ -58,6 +58,10 @@ class HttpJsonPlatform:
         except httpx.TimeoutException:
             raise ArtemisError(
                 ErrorCode.TIMEOUT_ERROR, f"{self.name} {what}: no answer within {timeout:g} s"
+            ) from None
+        except AnswerTooLarge as e:
+            raise ArtemisError(
+                ErrorCode.PLATFORM_ERROR, f"{self.name} {what}: {e}", retryable=False
             ) from None
         except httpx.HTTPError as e:
             raise ArtemisError(

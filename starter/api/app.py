@@ -39,6 +39,12 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.service = RunService(client, settings) if client is not None else None
+    if settings.callback.default_token and not settings.callback.base_url:
+        log.warning(
+            "callback_default_token_unused",
+            advice="callback.default_token is sent only to callback.base_url's origin: "
+            "set callback.base_url (the CronJob) or give a token in each request",
+        )
     short = [n + 1 for n, t in enumerate(settings.server.api_tokens) if len(t) < 16]
     if short:
         log.warning(

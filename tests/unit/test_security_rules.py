@@ -48,3 +48,11 @@ def test_next_pages_stay_on_the_sources_origin():
         with pytest.raises(ArtemisError) as e:
             check_same_origin(other, "https://api.x.org/items", "src")
         assert e.value.code.value == "SOURCE_CONTRACT" and "api_key" not in e.value.message
+
+
+async def test_an_internal_ip_literal_needs_its_own_entry_not_a_wildcard():
+    for ip in ("169.254.169.254", "10.0.0.5", "::1", "100.100.100.200"):
+        with pytest.raises(ArtemisError):
+            await check_resolved(ip, ["*"], "params.base_url")
+        await check_resolved(ip, ["*", ip], "params.base_url")  # named: allowed
+    await check_resolved("8.8.8.8", ["*"], "params.base_url")  # public: a wildcard will do

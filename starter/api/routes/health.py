@@ -53,7 +53,9 @@ async def ready(request: Request) -> JSONResponse:
     async with lock:  # concurrent callers share one probe
         cached = getattr(state, "ready_probe", None)
         if cached is None or time.monotonic() - cached[0] >= READY_CACHE_S:
-            state.ready_probe = cached = (time.monotonic(), await _probe(request))
+            checks = await _probe(request)
+            # stamped when the probe ends: a slow probe (a dependency down) is not stale
+            state.ready_probe = cached = (time.monotonic(), checks)
     checks = dict(cached[1])
     if all(v == "ok" for v in checks.values()):
         return envelope(request, {"status": "ready", "checks": checks})
