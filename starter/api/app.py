@@ -28,6 +28,9 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             await app.state.service.drain()
 
     app = FastAPI(
+        # /docs is served below from local files (no CDN); ReDoc would need one
+        docs_url=None,
+        redoc_url=None,
         title="Artemis",
         version="0.1.0",
         lifespan=lifespan,
@@ -77,6 +80,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    _local_docs(app)
     from fastapi import Depends
 
     from starter.api.auth import GUARDED_RESPONSES, require_token
@@ -159,3 +163,33 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             allow_credentials=True,
         )
     return app
+
+
+def _local_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs from the files of the `swagger-ui-bundle` wheel (mounted at
+    /docs/static), so the page works with no internet."""
+    import swagger_ui_bundle
+    from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount(
+        "/docs/static",
+        StaticFiles(directory=swagger_ui_bundle.swagger_ui_path),
+        name="swagger-ui",
+    )
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="Artemis API",
+            swagger_js_url="/docs/static/swagger-ui-bundle.js",
+            swagger_css_url="/docs/static/swagger-ui.css",
+            swagger_favicon_url="/docs/static/favicon-32x32.png",
+            oauth2_redirect_url="/docs/oauth2-redirect",
+        )
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    async def redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()

@@ -50,3 +50,13 @@ async def test_task_types_list_each_code_with_its_params_schema(stack):
     assert one["code"] == "crawl_notes" and "keywords" in one["params_schema"]["properties"]
     missing = await stack.http.get("/task-types/nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "TASK_NOT_FOUND"
+
+
+async def test_docs_are_served_from_local_files(stack):
+    page = await stack.http.get("/docs")
+    assert page.status_code == 200
+    assert "cdn" not in page.text.lower() and "https://" not in page.text
+    assert "/docs/static/swagger-ui-bundle.js" in page.text
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+        resp = await stack.http.get(f"/docs/static/{asset}")
+        assert resp.status_code == 200 and len(resp.content) > 10_000, asset
