@@ -130,7 +130,7 @@ def _section(spec: dict[str, Any], name: str, required: tuple[str, ...]) -> dict
     if not isinstance(cfg, dict):
         raise ArtemisError(
             ErrorCode.INVALID_INPUT,
-            f"output: sink {name!r} needs 'output_defaults.<code>.{name}' "
+            f"output: sink {name!r} needs its section '{name}' (in output_defaults.<code>) "
             f"with {', '.join(required)}",
         )
     for key in required:

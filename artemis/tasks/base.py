@@ -201,7 +201,17 @@ class TaskUnit:
     def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
         check_request_output(ctx.output or {})  # the API checked it; a direct start too
         spec = merge_output(ctx.settings.output_defaults.get(self.code, {}), ctx.output)
-        return build_sinks(spec, self.record_spec(), ctx.settings.database.url)
+        try:
+            return build_sinks(spec, self.record_spec(), ctx.settings.database.url)
+        except ArtemisError as e:
+            if ctx.output or e.code is not ErrorCode.INVALID_INPUT:
+                raise
+            # Nothing came from the request: the configuration is what is wrong.
+            where = f"output_defaults.{self.code}"
+            message = e.message.replace("output_defaults.<code>", where)
+            if message.startswith("output"):
+                message = where + message[len("output") :]
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, message, retryable=False) from None
 
     async def emit(
         self,

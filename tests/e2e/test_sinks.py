@@ -233,3 +233,17 @@ async def test_sinks_across_continue_as_new_count_in_stats_and_events(
     assert events[-1]["stats"]["sinks"] == {"sql": 30, "files": 30}
     progress = [e["sinks"] for e in events if e["event"] == "progress"]
     assert progress[-1] == {"sql": 30, "files": 30}, progress
+
+
+async def test_a_sink_configuration_problem_is_a_config_error_naming_the_key(make_stack):
+    from tests.conftest import new_task_id as _id
+
+    stack = await make_stack(output_defaults={"pull_stock_quotes": {"sinks": ["files"]}})
+    resp = await stack.run({"meta": {"task_id": _id()}, "params": {"symbols": ["CFG"]}})
+    err = resp.json()["error"]
+    assert err["code"] == "CONFIG_ERROR", err  # not the request's fault
+    assert "output_defaults.pull_stock_quotes" in err["message"] and "<code>" not in err["message"]
+    empty = await make_stack(output_defaults={"pull_stock_quotes": {"sinks": []}})
+    resp = await empty.run({"meta": {"task_id": _id()}, "params": {"symbols": ["CFG"]}})
+    err = resp.json()["error"]
+    assert err["code"] == "CONFIG_ERROR" and "no sinks configured" in err["message"], err
