@@ -300,12 +300,7 @@ class RunService:
                 if lock
                 else WorkflowIDConflictPolicy.USE_EXISTING,
                 # Set at start, so that a competing start can tell who holds a lock.
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(KEY_TASK_CODE, code),
-                        SearchAttributePair(KEY_TASK_ID, task_id),
-                    ]
-                ),
+                search_attributes=_run_attributes(code, task_id),
                 static_summary=f"{code} · task {task_id}",
                 static_details=f"Task `{code}` started by request `{req.request_id}`; "
                 f"trace `{trace.trace_id}`.",
@@ -667,12 +662,7 @@ class RunService:
                 task_queue=self.settings.temporal.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(KEY_TASK_CODE, req.task_code),
-                        SearchAttributePair(KEY_TASK_ID, task_id),
-                    ]
-                ),
+                search_attributes=_run_attributes(req.task_code, task_id),
                 static_summary=f"{req.task_code} · task {task_id} · retry {carry.retry_attempt}",
                 static_details=f"Retry {carry.retry_attempt} of task `{task_id}` (failed "
                 f"`{kept['error_code']}`), from page #{carry.next_seq}.",
@@ -756,6 +746,13 @@ class RunService:
             "cancel_requested": True,
             "reason": reason,
         }
+
+
+def _run_attributes(code: str, task_id: str) -> TypedSearchAttributes:
+    """The search attributes a run starts with (the UI's filters; a lock's holder)."""
+    return TypedSearchAttributes(
+        [SearchAttributePair(KEY_TASK_CODE, code), SearchAttributePair(KEY_TASK_ID, task_id)]
+    )
 
 
 def _from_record(record: Any) -> dict[str, Any]:
