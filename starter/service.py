@@ -301,7 +301,10 @@ class RunService:
                 else WorkflowIDConflictPolicy.USE_EXISTING,
                 # Set at start, so that a competing start can tell who holds a lock.
                 search_attributes=_run_attributes(code, task_id),
-                static_summary=f"{code} · task {task_id}",
+                # what it harvests, and its task id (a crawl's lock id is shared)
+                static_summary=" · ".join(
+                    x for x in (code, task.describe(prepared), f"task {task_id}") if x
+                ),
                 static_details=f"Task `{code}` started by request `{req.request_id}`; "
                 f"trace `{trace.trace_id}`.",
                 # Runs end by themselves at their deadline; this is only a backstop.

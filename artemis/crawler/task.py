@@ -384,6 +384,13 @@ class CrawlNotes(TaskUnit):
                 await sink.emit(client, deliver, ctx)
                 ctx.delivered(sink.name, len(deliver))
 
+    def describe(self, params: BaseModel) -> str:
+        p: CrawlParams = params  # type: ignore[assignment]
+        shown = ", ".join(p.keywords[:5]) + (
+            f" +{len(p.keywords) - 5}" if len(p.keywords) > 5 else ""
+        )
+        return f"{p.platform}: {shown}"
+
     def run_ended(self, ctx: TaskContext, status: str, error_code: str | None) -> None:
         Claims(get_engine(ctx.settings.database.url)).finish_execution(
             ctx.task_id, status, utcnow(), error_code

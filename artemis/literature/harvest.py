@@ -162,6 +162,14 @@ class LiteratureHarvest(TaskUnit):
             return str(contract.provenance["provenance_code"])
         return None
 
+    def describe(self, params: BaseModel) -> str:
+        p: LiteratureParams = params  # type: ignore[assignment]
+        start = p.window_start or p.start
+        end = p.window_end or p.end
+        window = f" {str(start)[:10]}..{str(end)[:10]}" if start or end else ""
+        query = f" {p.query!r}" if p.query else ""
+        return f"{p.provenance} {p.task_type}{window}{query}"
+
     def source_name(self, ctx: TaskContext) -> str:
         p: LiteratureParams = ctx.params  # type: ignore[assignment]
         return p.provenance

@@ -118,6 +118,11 @@ class TaskUnit:
         initial_s, backoff, maximum_s, maximum_attempts); None keeps the defaults."""
         return None
 
+    def describe(self, params: BaseModel) -> str:
+        """What a run of these params harvests, in a few words (the Temporal UI's summary
+        of the run: symbols, provenance and window, platform and keywords)."""
+        return ""
+
     def source_name(self, ctx: TaskContext) -> str:
         """What an operator calls this run's source (``waiting: source <name> …``)."""
         return self.code

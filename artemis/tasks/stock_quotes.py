@@ -67,6 +67,11 @@ class PullStockQuotes(TaskUnit):
     def source_name(self, ctx: TaskContext) -> str:
         return "quotes"
 
+    def describe(self, params: BaseModel) -> str:
+        p: QuoteParams = params  # type: ignore[assignment]
+        shown = ", ".join(p.symbols[:5]) + (f" +{len(p.symbols) - 5}" if len(p.symbols) > 5 else "")
+        return f"{shown} {p.start}..{p.end}"
+
     def build_sources(self, ctx: TaskContext) -> list[Source]:
         p: QuoteParams = ctx.params  # type: ignore[assignment]
         end = p.end or p.start  # always set by validation; keeps the type checker honest

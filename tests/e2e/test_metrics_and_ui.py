@@ -177,3 +177,18 @@ async def test_task_status_merges_live_progress_and_outlives_temporal(make_stack
     assert gone["success"] and gone["data"]["status"] == "completed"
     assert gone["data"]["stats"]["records_emitted"] == 30
     assert unknown.status_code in (404, 503)  # Temporal cannot say either
+
+
+async def test_a_runs_summary_in_the_ui_says_what_it_harvests(stack):
+    from tests.conftest import new_task_id
+
+    task_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id},
+            "params": {"symbols": ["AAPL", "MSFT"], "start": "2025-11-01", "end": "2025-11-05"},
+        }
+    )
+    desc = await stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"]).describe()
+    summary = await desc.static_summary()
+    assert summary == f"pull_stock_quotes · AAPL, MSFT 2025-11-01..2025-11-05 · task {task_id}"
