@@ -550,9 +550,11 @@ class RunService:
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
         desc = await handle.describe()
         if desc.status not in (WfStatus.RUNNING,):
+            # the run's own ending (a cancelled run's workflow completes)
+            end = await closed_run_end(handle, desc.status)
             raise ArtemisError(
                 ErrorCode.CONFLICT,
-                f"task {task_id} has already finished ({desc.status.name.lower()})",
+                f"task {task_id} has already finished ({end.get('status') or 'closed'})",
             )
         return handle
 

@@ -123,6 +123,12 @@ class StepView:
             self.counters = ev
         elif kind in ("activity_start", "activity_result"):
             self.last = _activity_text(ev)
+        elif kind == "paused":
+            self.waiting = (
+                f"paused: {ev.get('reason') or 'by request'} (resume: artemis tasks resume)"
+            )
+        elif kind == "resumed":
+            self.waiting = ""
         elif kind == "waiting":
             self.waiting = str(ev.get("line") or "waiting")
         elif kind == "recovered":

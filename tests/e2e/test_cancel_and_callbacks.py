@@ -63,6 +63,7 @@ async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(
     ]
     again = await stack.http.post(f"/tasks/{task_id}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "CONFLICT"
+    assert "already finished (cancelled)" in again.json()["error"]["message"]  # its own word
     # the in-flight fetch activity saw the cancellation and the staged pages were dropped
     lines = [json.loads(line) for line in app_log.read_text().splitlines() if task_id in line]
     assert any(line["event"] == "fetch_cancelled" for line in lines)

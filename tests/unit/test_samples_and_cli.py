@@ -219,3 +219,28 @@ async def test_cli_conventions_prefix_ids_output_formats_cursor_task_types_and_l
     for group in ("registry", "cookies"):
         text = (await asyncio.to_thread(_cli, group, "--help", api=stack.api_url)).stdout
         assert "SPEC" not in text, text
+
+
+def test_watch_shows_a_pause_a_wait_and_skipped_steps():
+    from rich.console import Console
+
+    from starter.cli.watch import StepView
+
+    view = StepView("t-1")
+    todos = [{"id": "step_fetch", "content": "Fetch pages", "status": "IN_PROGRESS"}]
+    view.apply(
+        {
+            "event": "plan_update",
+            "todos": [*todos, {"id": "step_emit", "content": "Emit to sinks", "status": "PENDING"}],
+        }
+    )
+    view.apply({"event": "paused", "reason": "maintenance"})
+    assert view.waiting.startswith("paused: maintenance")
+    view.apply({"event": "resumed"})
+    assert view.waiting == ""
+    view.apply({"event": "waiting", "line": "waiting: sink http unavailable since 12:03:04"})
+    assert "sink http" in view.waiting
+    view.apply({"event": "error", "error": {"code": "SINK_UNAVAILABLE"}})
+    out = Console(width=120, record=True)
+    out.print(view)
+    assert "skipped" in out.export_text()  # the emit step the run never reached
