@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -83,7 +82,6 @@ async def test_a_closed_pipe_does_not_stop_artemis_dev_and_sigkill_leaves_no_tem
             pid = int(pid_file.read_text())
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0)
 
 
 def test_a_dev_server_left_by_an_earlier_crash_is_found_and_stopped(tmp_path):

@@ -259,7 +259,11 @@ async def test_fetch_side_stays_bounded_while_the_sink_is_down(make_stack):
         assert max(seen) <= 2 * 2, seen
         assert seen[-1] > 0
         before = (await stack.samples_http.get("/_stats")).json()["quote_requests"]
-        await asyncio.sleep(2)
+        attempt = int((await _status(stack, task_id))["waiting"]["attempt"])
+        # two more attempts at the sink go by: the source is asked nothing meanwhile
+        await eventually(
+            lambda: _attempts_at_least(stack, task_id, attempt + 2), "two more attempts", 60
+        )
         assert (await stack.samples_http.get("/_stats")).json()["quote_requests"] == before
         await stack.fault("sink")
         final = await stack.wait_status(task_id, timeout=180)
@@ -304,7 +308,11 @@ async def test_retry_refusals_name_why(make_stack):
         await stack2.fault("sink")
     data = gone.json()["data"]
     assert data["status"] == "failed" and data["error"]["code"] == "SINK_UNAVAILABLE", data
-    await asyncio.sleep(1.2)  # past retain_failed_s
+    from artemis.retained import Retained
+
+    kept = Retained(stack2.settings.database.url)
+    key = f"pull_stock_quotes/{data['task_id']}"
+    await eventually(lambda: kept.load(key) is None, "the kept state to expire", timeout=30)
     resp = await stack2.http.post(f"/tasks/{data['task_id']}/retry")
     assert resp.status_code == 410, resp.text
     assert resp.json()["error"]["code"] == "GONE"
@@ -428,7 +436,7 @@ async def test_a_waiting_run_survives_its_worker_killed_and_temporal_restarted(
         seen = await eventually(waiting_attempt, "the wait to go on", timeout=60)
         # the server goes away for a while, then comes back with its database
         temporal.stop()
-        await asyncio.sleep(3)
+        await asyncio.sleep(3)  # deliberate: the server stays away this long (the outage)
         temporal.start()
         await eventually(
             lambda: _grew(waiting_attempt, seen), "attempts after the restart", timeout=90
