@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -43,6 +44,29 @@ def _moved(value: Any, old: str, new: str) -> Any:
     if isinstance(value, list):
         return [_moved(v, old, new) for v in value]
     return value
+
+
+def _deep_merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on ``base`` key by key (mappings merged, anything else replaced)."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _default(section: str) -> dict[str, Any]:
+    """A settings section's built-in default, as a mapping."""
+    value = Settings.model_fields[section].get_default(call_default_factory=True)
+    return value.model_dump() if hasattr(value, "model_dump") else dict(value)
+
+
+def _config_mapping(path: Path) -> dict[str, Any]:
+    """The config file as written (load_settings has already refused a broken one)."""
+    loaded = yaml.safe_load(path.read_text()) or {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 class DevStack:
@@ -93,41 +117,18 @@ class DevStack:
                     "path": str(data_dir / "logs" / "artemis.log"),
                 },
             }
-        if samples and config:
-            # --samples-port: every default that names the sample servers follows it.
-            for section in ("task_defaults", "output_defaults"):
-                overrides[section] = _moved(getattr(base, section), DEFAULT_SAMPLES, samples_url)
-            overrides["crawler"] = _moved(base.crawler.model_dump(), DEFAULT_SAMPLES, samples_url)
-        if not config:
-            overrides["task_defaults"] = {
-                "pull_stock_quotes": {
-                    **base.task_defaults.get("pull_stock_quotes", {}),
-                    "base_url": samples_url,
-                }
-            }
-            overrides["output_defaults"] = {
-                "pull_stock_quotes": {
-                    **base.output_defaults.get("pull_stock_quotes", {}),
-                    "http_endpoint": f"{samples_url}/sink/quotes",
-                    # the demo's quotes also land in a SQLite table and Parquet files
-                    "sql": {"url": f"sqlite:///{data_dir / 'lake.db'}", "table": "quotes"},
-                    "files": {"url": str(data_dir / "lake"), "format": "parquet"},
-                },
-                "literature_harvest": {
-                    "sinks": ["http"],
-                    "http_endpoint": f"{samples_url}/sink/literature",
-                },
-                "crawl_notes": {"sinks": ["http"], "http_endpoint": f"{samples_url}/sink/notes"},
-            }
-            overrides["crawler"] = {
-                **base.crawler.model_dump(),
-                "platforms": {"sample": {"base_url": f"{samples_url}/platform"}},
-            }
-            overrides["alerts"] = {
-                **base.alerts.model_dump(),
-                "webhook_url": base.alerts.webhook_url or f"{samples_url}/alerts/webhook",
-            }
-        self.own_registry = not config
+        if samples or not config:
+            # The demo's own defaults (its sample servers, a SQLite table and Parquet
+            # files for the quotes), under the config file's values key by key: a config
+            # that adds its own task keeps the demo's tasks working.
+            demo = self._demo_defaults(samples_url, data_dir)
+            raw = _config_mapping(config) if config else {}
+            for section, values in demo.items():
+                mine = _moved(raw.get(section) or {}, DEFAULT_SAMPLES, samples_url)
+                overrides[section] = _deep_merged(_deep_merged(_default(section), values), mine)
+        # The stack's own database (no config, or one that names none): the demo imports its
+        # sample registry there and runs every sample.
+        self.own_registry = "database" in overrides
         self.settings: Settings = load_settings(config, **overrides)
         self.samples_url = samples_url
         self.samples_port = samples_port
@@ -147,6 +148,30 @@ class DevStack:
             tied_to_parent=True,
             pid_file=data_dir / "temporal.pid",
         )
+
+    @staticmethod
+    def _demo_defaults(samples_url: str, data_dir: Path) -> dict[str, Any]:
+        """What the demo sets beneath a config file: every sample task reaches the sample
+        servers on ``--samples-port`` and lands somewhere under ``--data-dir``."""
+        return {
+            "task_defaults": {"pull_stock_quotes": {"base_url": samples_url}},
+            "output_defaults": {
+                "pull_stock_quotes": {
+                    "sinks": ["http"],
+                    "http_endpoint": f"{samples_url}/sink/quotes",
+                    # the demo's quotes also land in a SQLite table and Parquet files
+                    "sql": {"url": f"sqlite:///{data_dir / 'lake.db'}", "table": "quotes"},
+                    "files": {"url": str(data_dir / "lake"), "format": "parquet"},
+                },
+                "literature_harvest": {
+                    "sinks": ["http"],
+                    "http_endpoint": f"{samples_url}/sink/literature",
+                },
+                "crawl_notes": {"sinks": ["http"], "http_endpoint": f"{samples_url}/sink/notes"},
+            },
+            "crawler": {"platforms": {"sample": {"base_url": f"{samples_url}/platform"}}},
+            "alerts": {"webhook_url": f"{samples_url}/alerts/webhook"},
+        }
 
     async def _serve(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         configure_logging(self.settings.logging)
@@ -371,23 +396,26 @@ class DevStack:
         import pyarrow.parquet as pq
         import sqlalchemy as sa
 
-        db = self.data_dir / "lake.db"
-        with sa.create_engine(f"sqlite:///{db}").connect() as conn:
+        out = self.settings.output_defaults["pull_stock_quotes"]
+        url, table = out["sql"]["url"], out["sql"]["table"]
+        db = sa.engine.make_url(url).database or url
+        with sa.create_engine(url).connect() as conn:
             rows = conn.execute(
-                sa.text("SELECT COUNT(*) FROM quotes WHERE _artemis_task_id = :t"), {"t": task_id}
+                sa.text(f'SELECT COUNT(*) FROM "{table}" WHERE _artemis_task_id = :t'),
+                {"t": task_id},
             ).scalar_one()
-        run_dir = self.data_dir / "lake" / "pull_stock_quotes" / task_id
+        run_dir = Path(out["files"]["url"]) / "pull_stock_quotes" / task_id
         files = sorted(run_dir.glob("files-*.parquet"))
         in_files = sum(pq.read_metadata(f).num_rows for f in files)
         t = Table(title="the same quotes, landed")
         t.add_column("where")
         t.add_column("records", justify="right")
-        t.add_row(f"SQLite table quotes ({db})", str(rows))
+        t.add_row(f"table {table} ({db})", str(rows))
         t.add_row(f"{len(files)} Parquet files + _manifest.json ({run_dir})", str(in_files))
         console.print(t)
         console.print(
             "query them:\n"
-            f'  sqlite3 {db} "SELECT symbol, COUNT(*), MIN(date), MAX(date) FROM quotes '
+            f'  sqlite3 {db} "SELECT symbol, COUNT(*), MIN(date), MAX(date) FROM {table} '
             'GROUP BY symbol"\n'
             f'  .venv/bin/python -c "import pyarrow.parquet as pq; '
             f"print(pq.read_table('{run_dir}').group_by('symbol').aggregate("

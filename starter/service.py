@@ -53,6 +53,7 @@ from artemis.run_models import (
 )
 from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, stats_view
 from artemis.security import check_header_names, check_request_url, check_resolved
+from artemis.sinks.base import resolve_output, seal_output
 from artemis.tasks import get_task, task_codes
 from artemis.tasks.base import describe_validation_error, invalid_input
 from artemis.tracing import TraceContext, otel_context_for
@@ -227,16 +228,15 @@ class RunService:
         meta = body.meta
         callback = self._callback_target(meta)
         await self._check_request_urls(task, params, body.output, callback)
-        if body.output is not None:
-            from artemis.sinks import build_sinks
-            from artemis.sinks.base import check_request_output, merge_output
-
-            check_request_output(body.output)
-            build_sinks(
-                merge_output(self.settings.output_defaults.get(code, {}), body.output),
-                task.record_spec(),
-                self.settings.database.url,
-            )
+        # The run's sinks, resolved once now and carried by the run (like its contract):
+        # a worker with another configuration sends this run's records to the same places.
+        output = resolve_output(
+            code,
+            self.settings.output_defaults.get(code, {}),
+            body.output,
+            task.record_spec(),
+            self.settings.database.url,
+        )
         task_id = meta.task_id or uuid.uuid4().hex
         workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)
         if lock and meta.task_id:
@@ -257,17 +257,13 @@ class RunService:
                 meta.callback.auth_token,
                 False,
             )
-        output = body.output or {}
-        if output:
-            # Sink header values and a credential-bearing endpoint are run secrets:
-            # history carries only their names (insert-if-absent, as the token above).
-            from artemis.sinks.base import seal_output
-
-            stored: dict[str, str] = {}
-            output = seal_output(output, stored.__setitem__)
-            for name, value in stored.items():
-                register_secret(value)
-                await asyncio.to_thread(self.secrets.put, f"{code}/{task_id}", name, value, False)
+        # Sink header values and credential-bearing URLs are run secrets: history carries
+        # only their names (insert-if-absent, as the token above).
+        stored: dict[str, str] = {}
+        output = seal_output(output, stored.__setitem__)
+        for name, value in stored.items():
+            register_secret(value)
+            await asyncio.to_thread(self.secrets.put, f"{code}/{task_id}", name, value, False)
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
         runs = self.settings.runs.model_dump()
         tuning = RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__})

@@ -149,9 +149,56 @@ def merge_output(defaults: dict[str, Any], request: dict[str, Any] | None) -> di
     return merged
 
 
+# Marks a run's output as resolved when it started (request over ``output_defaults``):
+# the run's sinks come from it, whatever the configuration of the worker that emits.
+RESOLVED = "resolved"
+
+
+def resolve_output(
+    code: str,
+    defaults: dict[str, Any],
+    request: dict[str, Any] | None,
+    record: RecordSpec | None,
+    database_url: str,
+) -> dict[str, Any]:
+    """A run's output, resolved once when it starts: the request's ``output`` over
+    ``output_defaults.<code>``, checked by building its sinks, marked RESOLVED.
+
+    A problem of the request is INVALID_INPUT naming ``output.…``; one of the
+    configuration alone (the request said nothing) is CONFIG_ERROR naming
+    ``output_defaults.<code>``."""
+    if request:
+        check_request_output(request)
+    spec = merge_output(defaults, request)
+    try:
+        build_sinks(spec, record, database_url)
+    except ArtemisError as e:
+        if request or e.code is not ErrorCode.INVALID_INPUT:
+            raise
+        where = f"output_defaults.{code}"
+        message = e.message.replace("output_defaults.<code>", where)
+        if message.startswith("output"):
+            message = where + message[len("output") :]
+        raise ArtemisError(ErrorCode.CONFIG_ERROR, message, retryable=False) from None
+    return {**spec, RESOLVED: True}
+
+
+def resolved_spec(output: dict[str, Any]) -> dict[str, Any] | None:
+    """The sinks' mapping of a run's resolved output (None: a run of an earlier build,
+    whose output was the request's alone)."""
+    if output.get(RESOLVED) is not True:
+        return None
+    return {k: v for k, v in output.items() if k != RESOLVED}
+
+
 def check_request_output(output: dict[str, Any]) -> None:
     """A request may not say where records land on the workers' side (a database URL, a
     path or an object store): that is config. Raises INVALID_INPUT naming the field."""
+    if RESOLVED in output:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output.{RESOLVED}: set by Artemis when the run starts, not by a request",
+        )
     for name, keys in OPERATOR_ONLY.items():
         section = output.get(name)
         if section is None:
@@ -193,7 +240,28 @@ def seal_output(output: dict[str, Any], put: Any) -> dict[str, Any]:
         if parts.username or parts.password or parts.query:
             put(_ENDPOINT_SECRET, endpoint)
             sealed["http_endpoint"] = SECRET_REF
+    # The operator's URLs of a resolved output (a database or object store) may carry a
+    # user and password: those are run secrets too.
+    for section, keys in OPERATOR_ONLY.items():
+        cfg = output.get(section)
+        if not isinstance(cfg, dict):
+            continue
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, str) and _has_credentials(value):
+                put(f"output.{section}.{key}", value)
+                sealed[section] = {**sealed[section], key: SECRET_REF}
     return sealed
+
+
+def _has_credentials(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return bool(parts.password or parts.query)
+    except ValueError:
+        return False
 
 
 def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
@@ -220,17 +288,30 @@ def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
         opened["http_headers"] = {
             k: read(f"{_HEADER_SECRET}{k}") if v == SECRET_REF else v for k, v in headers.items()
         }
+    for section in OPERATOR_ONLY:
+        cfg = output.get(section)
+        if isinstance(cfg, dict) and SECRET_REF in cfg.values():
+            opened[section] = {
+                k: _url_secret(read(f"output.{section}.{k}")) if v == SECRET_REF else v
+                for k, v in cfg.items()
+            }
     if output.get("http_endpoint") == SECRET_REF:
-        endpoint = read(_ENDPOINT_SECRET)
-        opened["http_endpoint"] = endpoint
-        from urllib.parse import parse_qsl, urlsplit
-
-        parts = urlsplit(endpoint)
-        if parts.password:
-            register_secret(parts.password)
-        for _, v in parse_qsl(parts.query):
-            register_secret(v)
+        opened["http_endpoint"] = _url_secret(read(_ENDPOINT_SECRET))
     return opened
+
+
+def _url_secret(url: str) -> str:
+    """``url`` with its password and query values registered for redaction."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from artemis.logsetup import register_secret
+
+    parts = urlsplit(url)
+    if parts.password:
+        register_secret(parts.password)
+    for _, v in parse_qsl(parts.query):
+        register_secret(v)
+    return url
 
 
 def shown_url(url: str) -> str:

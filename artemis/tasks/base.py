@@ -19,7 +19,7 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.sinks import EmitContext, RecordSpec, Sink, build_sinks
-from artemis.sinks.base import check_request_output, merge_output
+from artemis.sinks.base import resolve_output, resolved_spec
 from artemis.sources import Page, Source
 from artemis.tasks.units import fetch_units
 from artemis.tracing import TraceContext
@@ -204,19 +204,17 @@ class TaskUnit:
         return RecordSpec(self.Record, self.record_key) if self.Record is not None else None
 
     def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
-        check_request_output(ctx.output or {})  # the API checked it; a direct start too
-        spec = merge_output(ctx.settings.output_defaults.get(self.code, {}), ctx.output)
-        try:
-            return build_sinks(spec, self.record_spec(), ctx.settings.database.url)
-        except ArtemisError as e:
-            if ctx.output or e.code is not ErrorCode.INVALID_INPUT:
-                raise
-            # Nothing came from the request: the configuration is what is wrong.
-            where = f"output_defaults.{self.code}"
-            message = e.message.replace("output_defaults.<code>", where)
-            if message.startswith("output"):
-                message = where + message[len("output") :]
-            raise ArtemisError(ErrorCode.CONFIG_ERROR, message, retryable=False) from None
+        """The run's sinks, from the output it resolved when it started (request over
+        ``output_defaults``): a worker with another configuration sends its records to
+        the same places. A run of an earlier build carried only its request's output:
+        resolved here, against this worker's configuration."""
+        record, database_url = self.record_spec(), ctx.settings.database.url
+        spec = resolved_spec(ctx.output or {})
+        if spec is None:
+            defaults = ctx.settings.output_defaults.get(self.code, {})
+            resolved = resolve_output(self.code, defaults, ctx.output, record, database_url)
+            spec = resolved_spec(resolved) or {}
+        return build_sinks(spec, record, database_url)
 
     async def emit(
         self,

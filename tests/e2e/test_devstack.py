@@ -144,3 +144,37 @@ async def test_audit_reads_the_dev_stacks_log_and_fails_on_a_missing_configured_
     )
     code, report = await asyncio.to_thread(audit, missing, "--data-dir", str(tmp_path / "none"))
     assert code == 1 and any("missing" in f["what"] for f in report["findings"]), report
+
+
+def test_demo_with_a_config_of_its_own_keeps_the_demos_defaults(tmp_path):
+    """`artemis demo --config F` where F adds an output for a task of its own and changes
+    one quotes default: F merges with the demo's defaults key by key, so every sample
+    still runs and lands where the demo puts it (issue 20, item 3)."""
+    ports = {name: free_port() for name in ("api", "temporal", "ui", "samples")}
+    config = tmp_path / "mine.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "output_defaults": {"my_api": {"sinks": ["log"]}},
+                "task_defaults": {"pull_stock_quotes": {"page_size": 5}},
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "starter.cli", "demo", "--exit", "--config", str(config)]
+        + ["--data-dir", str(tmp_path / "state"), "--api-port", str(ports["api"])]
+        + ["--temporal-port", str(ports["temporal"]), "--ui-port", str(ports["ui"])]
+        + ["--samples-port", str(ports["samples"])],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "COOKIE_MASTER_KEY"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    for sample in ("pull_stock_quotes", "literature_harvest · pubmed", "crawl_notes"):
+        assert f"sample run: {sample}" in out, out[-3000:]
+    assert "Traceback" not in out and "no sinks configured" not in out, out[-3000:]
+    # the quotes landed in the demo's own SQLite table, under --data-dir
+    assert (tmp_path / "state" / "lake.db").exists()

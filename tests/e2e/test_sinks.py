@@ -247,3 +247,47 @@ async def test_a_sink_configuration_problem_is_a_config_error_naming_the_key(mak
     resp = await empty.run({"meta": {"task_id": _id()}, "params": {"symbols": ["CFG"]}})
     err = resp.json()["error"]
     assert err["code"] == "CONFIG_ERROR" and "no sinks configured" in err["message"], err
+
+
+async def test_a_run_keeps_the_sinks_it_started_with_whatever_the_workers_config(
+    make_stack, tmp_path: Path
+) -> None:
+    """A run's output is resolved when it starts and carried by the run: a worker with
+    another configuration (a restart with a new config file) sends it to the same places."""
+    from workers.main import running_worker
+
+    started_db = f"sqlite:///{tmp_path / 'started.db'}"
+    stack = await make_stack(
+        worker=False,
+        output_defaults={
+            "pull_stock_quotes": {
+                "sinks": ["sql", "files"],
+                "sql": {"url": started_db, "table": "quotes"},
+                "files": {"url": str(tmp_path / "started"), "format": "jsonl"},
+            }
+        },
+    )
+    task_id = new_task_id()
+    body = {"meta": {"task_id": task_id}, "params": {"symbols": ["KEEP"], "page_size": 5}}
+    resp = await stack.run(body, mode="async")
+    assert resp.status_code == 202, resp.text
+    other = settings_with(
+        stack.settings,
+        output_defaults={
+            "pull_stock_quotes": {
+                "sinks": ["files"],
+                "files": {"url": str(tmp_path / "other"), "format": "jsonl"},
+            }
+        },
+    )
+    async with running_worker(other, stack.client):
+        data = await stack.wait_status(task_id)
+    assert data["status"] == "completed", data
+    assert data["stats"]["sinks"] == {"sql": 30, "files": 30}, data["stats"]
+    assert _count(started_db, "SELECT COUNT(*) FROM quotes") == 30
+    assert len(list((tmp_path / "started" / "pull_stock_quotes" / task_id).glob("*.jsonl"))) == 6
+    assert not (tmp_path / "other").exists()
+    # The resolved output in history names no secret and says it was resolved.
+    history = await stack.client.get_workflow_handle(data["workflow_id"]).fetch_history()
+    first = history.events[0].workflow_execution_started_event_attributes
+    assert b'"resolved"' in first.input.payloads[0].data

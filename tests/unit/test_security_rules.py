@@ -56,3 +56,32 @@ async def test_an_internal_ip_literal_needs_its_own_entry_not_a_wildcard():
             await check_resolved(ip, ["*"], "params.base_url")
         await check_resolved(ip, ["*", ip], "params.base_url")  # named: allowed
     await check_resolved("8.8.8.8", ["*"], "params.base_url")  # public: a wildcard will do
+
+
+def test_a_resolved_outputs_credential_urls_are_run_secrets_not_history():
+    """The operator's database and object-store URLs travel with the run's resolved
+    output: one with a password (or a query) is stored as a run secret, history keeps
+    the marker, and the activity reads the same URL back."""
+    from artemis.sinks.base import SECRET_REF, resolve_output, seal_output, unseal_output
+
+    resolved = resolve_output(
+        "pull_stock_quotes",
+        {
+            "sinks": ["log"],
+            "sql": {"url": "postgresql://artemis:s3cret@db.internal/lake", "table": "q"},
+            "files": {"url": "/var/lake", "format": "jsonl"},
+        },
+        {"sinks": ["log"]},
+        None,
+        "",
+    )
+    stored: dict[str, str] = {}
+    sealed = seal_output(resolved, stored.__setitem__)
+    assert sealed["sql"] == {"url": SECRET_REF, "table": "q"}
+    assert sealed["files"] == {"url": "/var/lake", "format": "jsonl"}  # no credentials
+    assert "s3cret" not in repr(sealed) and sealed["resolved"] is True
+    assert unseal_output(sealed, stored.get) == resolved
+    # A request cannot claim its output was resolved (and so skip output_defaults).
+    with pytest.raises(ArtemisError) as e:
+        resolve_output("pull_stock_quotes", {}, {"resolved": True, "sinks": ["log"]}, None, "")
+    assert e.value.code.value == "INVALID_INPUT" and "output.resolved" in e.value.message
