@@ -147,7 +147,8 @@ class PubMedSource(Source):
         resp = await self._call(
             client,
             self.fetch_ep,
-            {self.id_param: self.joiner.join(ids)},
+            # PubmedArticleSet XML (efetch's default for PubMed), which is what is parsed.
+            {self.id_param: self.joiner.join(ids), "retmode": "xml"},
             force_post=len(ids) > self.post_over,
         )
         records = parse_pubmed_xml(resp.content, self.cc.code)
@@ -213,6 +214,9 @@ class PubMedSource(Source):
         size = max(1, min(self.retmax, self.cap - st["retstart"]))
         params = {
             "term": self.query,
+            # E-utilities answer esearch in XML unless asked for JSON, which is read here
+            # (whatever the registry's default query parameters say).
+            "retmode": "json",
             self.offset_param: st["retstart"],
             self.size_param: size,
             "usehistory": "y",

@@ -1,12 +1,16 @@
 """Sample PubMed E-utilities and Crossref REST servers (SPEC §13): synthetic, deterministic
 corpora served with the real APIs' parameter names, limits and error shapes.
 
-PubMed: ``esearch.fcgi`` (JSON; usehistory → WebEnv + query_key; only the first 9,999
-ids of a query are listed: a page crossing that line comes back clamped with a
-``warninglist`` "Restrictions achieved" notice, and a ``retstart`` past 9,998 is refused in
-band, HTTP 200 with an ``ERROR`` holding a raw newline, as the live service does;
-mindate/maxdate together with datetype), ``efetch.fcgi`` (XML, GET or POST, by id list or
-by WebEnv), 3 requests/s without ``api_key`` and 10 with (429 above).
+PubMed: ``esearch.fcgi`` (XML ``eSearchResult`` by default, JSON with ``retmode=json``, as
+E-utilities answer; usehistory → WebEnv + QueryKey, a query added to a WebEnv sent back
+gets the next key; only the first 9,999 ids of a query are listed: a page crossing that
+line comes back clamped with a WarningList "Restrictions achieved" notice, and a
+``retstart`` past 9,998 is refused in band, HTTP 200 with an ``ERROR`` (in JSON a string
+holding a raw newline, as the live service writes it); mindate/maxdate together with
+datetype), ``efetch.fcgi`` (``PubmedArticleSet`` XML with the live DOCTYPE, GET or POST, by
+id list or from the history server by WebEnv + query_key with retstart/retmax; errors as
+``eFetchResult``/``ERROR``), parameter names read case-insensitively (``webenv`` as
+Biopython sends it), 3 requests/s without ``api_key`` and 10 with (429 above).
 Crossref: ``/works`` with ``rows`` <= 1000, ``cursor=*`` then ``message.next-cursor`` (one
 value for the whole session: the server keeps the position, as the live API does; the
 last page is shorter than ``rows``), ``message.total-results``, ``offset`` refused with
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import time
 from collections import deque
 from datetime import date, timedelta
@@ -33,6 +38,37 @@ CORPUS_START = date(2025, 1, 1)
 PMID_BASE = 30_000_000
 # PubMed's esearch lists the first 9,999 ids of a query at most (retstart <= 9998).
 PUBMED_CAP = 9_999
+# efetch from the history server: at most 10,000 records a request.
+EFETCH_MAX = 10_000
+
+# The prologs E-utilities write, word for word (../shared/fixtures/pubmed/): clients such as
+# Biopython's Bio.Entrez read the DTD a document names to parse it (both are among the DTDs
+# Biopython ships, so nothing is downloaded).
+ESEARCH_PROLOG = (
+    '<?xml version="1.0" encoding="UTF-8" ?>\n'
+    '<!DOCTYPE eSearchResult PUBLIC "-//NLM//DTD esearch 20060628//EN" '
+    '"https://eutils.ncbi.nlm.nih.gov/eutils/dtd/20060628/esearch.dtd">\n'
+)
+PUBMED_PROLOG = (
+    '<?xml version="1.0" ?>\n'
+    '<!DOCTYPE PubmedArticleSet PUBLIC "-//NLM//DTD PubMedArticle, 1st January 2025//EN" '
+    '"https://dtd.nlm.nih.gov/ncbi/pubmed/out/pubmed_250101.dtd">\n'
+)
+EFETCH_ERROR_PROLOG = (
+    '<?xml version="1.0" encoding="UTF-8" ?>\n'
+    '<!DOCTYPE eEfetchResult PUBLIC "-//NLM//DTD efetch 20131226//EN" '
+    '"https://eutils.ncbi.nlm.nih.gov/eutils/dtd/20131226/efetch.dtd">\n'
+)
+# esearch's JSON is its XML mapped by the DTD's rules (lower-cased names), under a header.
+ESEARCH_HEADER = {"type": "esearch", "version": "0.3"}
+# The datetype values and the field each names in a QueryTranslation.
+_DATE_FIELDS = {"edat": "Date - Entry", "pdat": "Date - Publication", "mdat": "Date - Modification"}
+# The cap refusal, as the live service words it (a raw newline after "Exception:").
+CAP_REFUSAL = (
+    "Search Backend failed: Exception:\n'retstart' cannot be larger than 9998. For PubMed, "
+    "ESearch can only retrieve the first 9,999 records matching the query. To obtain more "
+    "than 9,999 PubMed records, consider using EDirect."
+)
 
 
 def _refusal(kind: str, message: str, headers: dict[str, str], **extra: Any) -> JSONResponse:
@@ -48,9 +84,82 @@ def _refusal(kind: str, message: str, headers: dict[str, str], **extra: Any) -> 
     )
 
 
-def _raw_json(body: str) -> Response:
-    """A body sent as written (E-utilities' in-band errors are not always valid JSON)."""
-    return Response(body, media_type="application/json; charset=UTF-8")
+def _named(params: dict[str, str]) -> dict[str, str]:
+    """The parameters by lower-cased name: E-utilities read ``WebEnv`` and ``webenv``
+    (Biopython's spelling) alike (``calls`` keep them as they were sent)."""
+    return {k.lower(): v for k, v in params.items()}
+
+
+def _wants_json(params: dict[str, str]) -> bool:
+    """E-utilities answer XML unless ``retmode=json`` is asked for."""
+    return params.get("retmode", "").lower() == "json"
+
+
+def _esearch_answer(result: dict[str, Any], as_json: bool) -> Response:
+    """One esearch answer, in XML (the default) or JSON; ``result`` holds the JSON names."""
+    if as_json:
+        return Response(
+            json.dumps({"header": ESEARCH_HEADER, "esearchresult": result}, separators=(",", ":")),
+            media_type="application/json; charset=UTF-8",
+        )
+    ids = result.get("idlist", [])
+    id_list = (
+        "<IdList>\n" + "".join(f"<Id>{i}</Id>\n" for i in ids) + "</IdList>" if ids else "<IdList/>"
+    )
+    parts = [
+        f"<Count>{result['count']}</Count><RetMax>{result['retmax']}</RetMax>"
+        f"<RetStart>{result['retstart']}</RetStart>",
+    ]
+    if "querykey" in result:
+        parts.append(
+            f"<QueryKey>{result['querykey']}</QueryKey><WebEnv>{escape(result['webenv'])}</WebEnv>"
+        )
+    parts.append(id_list)
+    parts.append(
+        "<TranslationSet/>"
+        f"<QueryTranslation>{escape(result['querytranslation'])}</QueryTranslation>"
+    )
+    notes = (result.get("warninglist") or {}).get("outputmessages") or []
+    if notes:
+        messages = "".join(f"<OutputMessage>{escape(m)}</OutputMessage>" for m in notes)
+        parts.append(f"<WarningList>{messages}</WarningList>")
+    return _xml(ESEARCH_PROLOG + f"<eSearchResult>{''.join(parts)}</eSearchResult>\n")
+
+
+def _esearch_error(message: str, as_json: bool) -> Response:
+    """esearch refusing in band (HTTP 200): ``ERROR`` in place of the result. In JSON the
+    live service leaves a newline in the message raw, so the body is not strict JSON."""
+    if as_json:
+        text = json.dumps(message).replace("\\n", "\n")
+        return Response(
+            f'{{"header":{json.dumps(ESEARCH_HEADER, separators=(",", ":"))},'
+            f'"esearchresult":{{"ERROR":{text}}}}}',
+            media_type="application/json; charset=UTF-8",
+        )
+    return _xml(
+        ESEARCH_PROLOG + f"<eSearchResult><ERROR>{escape(message)}</ERROR></eSearchResult>\n"
+    )
+
+
+def _efetch_error(message: str, status: int = 200) -> Response:
+    return _xml(
+        EFETCH_ERROR_PROLOG
+        + f"<eFetchResult>\n\t<ERROR>{escape(message)}</ERROR>\n</eFetchResult>\n",
+        status,
+    )
+
+
+def _xml(body: str, status: int = 200) -> Response:
+    return Response(body, status_code=status, media_type="text/xml; charset=UTF-8")
+
+
+def _query_translation(term: str, p: dict[str, str]) -> str:
+    out = f'"{term}"[All Fields]' if term else ""
+    if "mindate" in p:
+        field = _DATE_FIELDS.get(p.get("datetype", "pdat"), "Date - Publication")
+        dates = f"{p['mindate']}:{p['maxdate']}[{field}]"
+        out = f"{out} AND {dates}" if out else dates
+    return out
 
 
 class LiteratureState:
@@ -229,19 +338,21 @@ def build_router(state: LiteratureState) -> APIRouter:
 
     @router.api_route("/entrez/eutils/esearch.fcgi", methods=["GET", "POST"])
     async def esearch(request: Request) -> Response:
-        p = await params_of(request)
+        raw = await params_of(request)
         injected = await state.delay_or_fault("esearch")
-        entry = {"api": "esearch", "params": p, "at": time.time(), "status": 200}
+        entry = {"api": "esearch", "params": raw, "at": time.time(), "status": 200}
         state.calls.append(entry)
+        p = _named(raw)
         refused = injected or pubmed_rate(p)
         if refused:
             entry["status"] = refused.status_code
             return refused
+        as_json = _wants_json(p)
         retstart, retmax = int(p.get("retstart", 0)), int(p.get("retmax", 20))
         if ("mindate" in p) != ("maxdate" in p):
-            return JSONResponse({"esearchresult": {"ERROR": "mindate and maxdate go together"}})
-        if "mindate" in p and p.get("datetype", "pdat") not in ("edat", "pdat", "mdat"):
-            return JSONResponse({"esearchresult": {"ERROR": "datetype must be edat|pdat|mdat"}})
+            return _esearch_error("mindate and maxdate go together", as_json)
+        if "mindate" in p and p.get("datetype", "pdat") not in _DATE_FIELDS:
+            return _esearch_error("datetype must be edat|pdat|mdat", as_json)
         term = p.get("term", "")
         start = _pubmed_date(p["mindate"]) if "mindate" in p else None
         end = _pubmed_date(p["maxdate"]) if "maxdate" in p else None
@@ -251,24 +362,33 @@ def build_router(state: LiteratureState) -> APIRouter:
             else _window(state.pubmed_total, state.pubmed_per_day, start, end)
         )
         if retstart > PUBMED_CAP - 1 and len(hits) > PUBMED_CAP:
-            # As the live service does: refused in band (HTTP 200), with a raw newline
-            # inside the JSON string.
-            return _raw_json(
-                '{"header":{"type":"esearch","version":"0.3"},"esearchresult":{"ERROR":'
-                "\"Search Backend failed: Exception:\n'retstart' cannot be larger than 9998. "
-                "For PubMed, ESearch can only retrieve the first 9,999 records matching the "
-                'query. To obtain more than 9,999 PubMed records, consider using EDirect."}}'
-            )
+            # As the live service does: refused in band (HTTP 200).
+            return _esearch_error(CAP_REFUSAL, as_json)
         # Only the first 9,999 ids of a query are listed: a page crossing that line (or a
         # retmax over it) comes back clamped, with a WarningList notice.
         reach = min(len(hits), PUBMED_CAP)
         ids = [str(PMID_BASE + i) for i in hits[retstart : min(retstart + retmax, reach)]]
+        webenv = p.get("webenv")
+        if webenv and webenv not in state.sessions:
+            # An expired history server session.
+            return _esearch_error(
+                f"Unable to find WebEnv {webenv}: the session has expired", as_json
+            )
+        # In the live answer's order: count, retmax, retstart, querykey, webenv, idlist,
+        # translationset, querytranslation, warninglist.
         result: dict[str, Any] = {
             "count": str(len(hits)),
             "retmax": str(len(ids)),
             "retstart": str(retstart),
-            "idlist": ids,
         }
+        if p.get("usehistory") == "y":
+            # The query joins the WebEnv sent (under the next query key) or a new one.
+            webenv = webenv or f"MCID_{_h(term, start, end, time.time()):x}"
+            queries = state.sessions.setdefault(webenv, {"queries": {}})["queries"]
+            key = str(len(queries) + 1)
+            queries[key] = (hits.start, hits.stop)
+            result.update(querykey=key, webenv=webenv)
+        result.update(idlist=ids, translationset=[], querytranslation=_query_translation(term, p))
         if retstart + retmax > reach and len(hits) > reach:
             result["warninglist"] = {
                 "phrasesignored": [],
@@ -277,34 +397,20 @@ def build_router(state: LiteratureState) -> APIRouter:
                     f"Restrictions achieved. start and count adjusted to {retstart}, {len(ids)}"
                 ],
             }
-        if p.get("WebEnv") and p["WebEnv"] not in state.sessions:
-            # An expired history server session, as NCBI reports it.
-            return JSONResponse(
-                {
-                    "esearchresult": {
-                        "ERROR": f"Unable to find WebEnv {p['WebEnv']}: the session has expired"
-                    }
-                }
-            )
-        if p.get("usehistory") == "y":
-            webenv = p.get("WebEnv") or f"MCID_{_h(term, start, end, time.time()):x}"
-            state.sessions[webenv] = {"hits": (hits.start, hits.stop)}
-            result.update(webenv=webenv, querykey="1")
-        return JSONResponse(
-            {"header": {"type": "esearch", "version": "0.3"}, "esearchresult": result}
-        )
+        return _esearch_answer(result, as_json)
 
     @router.api_route("/entrez/eutils/efetch.fcgi", methods=["GET", "POST"])
     async def efetch(request: Request) -> Response:
-        p = await params_of(request)
+        raw = await params_of(request)
         entry = {
             "api": "efetch",
             "method": request.method,
-            "params": p,
+            "params": raw,
             "at": time.time(),
             "status": 200,
         }
         state.calls.append(entry)
+        p = _named(raw)
         limited = pubmed_rate(p)
         if limited:
             entry["status"] = limited.status_code
@@ -312,37 +418,29 @@ def build_router(state: LiteratureState) -> APIRouter:
         if "id" in p:
             ids = [int(x) - PMID_BASE for x in p["id"].split(",") if x.strip()]
             if request.method == "GET" and len(ids) > 200:
-                return Response(
-                    "<eFetchResult><ERROR>Request-URI Too Long: send more than "
-                    "200 ids by POST</ERROR></eFetchResult>",
-                    status_code=414,
-                    media_type="text/xml",
+                return _efetch_error(
+                    "Request-URI Too Long: send more than 200 ids by POST", status=414
                 )
-        elif "WebEnv" in p:
-            session = state.sessions.get(p["WebEnv"])
-            if session is None:
-                return Response(
-                    "<eFetchResult><ERROR>Unable to obtain query #1</ERROR></eFetchResult>",
-                    media_type="text/xml",
+        elif "webenv" in p:
+            # From the history server: the query ``query_key`` of the session ``WebEnv``.
+            start = int(p.get("retstart", 0))
+            n = min(int(p.get("retmax", 20)), EFETCH_MAX)
+            session = state.sessions.get(p["webenv"])
+            query = (session or {}).get("queries", {}).get(p.get("query_key", ""))
+            if query is None:
+                return _efetch_error(
+                    f"Cannot retrieve history data. query_key: {p.get('query_key', '')}, "
+                    f"WebEnv: {p['webenv']}, retstart: {start}, retmax: {n}"
                 )
-            lo, hi = session["hits"]
-            start, n = int(p.get("retstart", 0)), int(p.get("retmax", 20))
-            ids = list(range(lo, hi))[start : start + n]
+            ids = list(range(*query))[start : start + n]
         else:
-            return Response(
-                "<eFetchResult><ERROR>Empty id list - nothing todo</ERROR></eFetchResult>",
-                status_code=400,
-                media_type="text/xml",
-            )
+            return _efetch_error("Empty id list - nothing todo", status=400)
         body = "".join(
             _article_xml(pubmed_article(i, state.pubmed_per_day))
             for i in ids
             if 0 <= i < state.pubmed_total
         )
-        return Response(
-            f'<?xml version="1.0" ?>\n<PubmedArticleSet>{body}</PubmedArticleSet>',
-            media_type="text/xml",
-        )
+        return _xml(f"{PUBMED_PROLOG}<PubmedArticleSet>\n{body}</PubmedArticleSet>")
 
     @router.get("/works")
     async def works(request: Request) -> JSONResponse:

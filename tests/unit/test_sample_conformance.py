@@ -5,12 +5,15 @@ the client must not be able to drift into agreeing with the client's mistakes.""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from Bio import Entrez
 
 from artemis.literature.normalize import parse_pubmed_xml
 from artemis.samples.app import create_app
@@ -38,6 +41,11 @@ def http(server):
 
 def _recorded(name: str) -> Any:
     return json.loads((FIXTURES / name).read_text())
+
+
+def _prolog(body: bytes) -> list[bytes]:
+    """The XML declaration and the DOCTYPE: the first two lines, as E-utilities write them."""
+    return body.split(b"\n")[:2]
 
 
 def _paths(elem: ET.Element, prefix: str = "") -> set[str]:
@@ -173,3 +181,165 @@ def test_pubmed_esearch_and_efetch_have_the_live_shape(http):
     real_records = parse_pubmed_xml(recorded[0].read_bytes())
     assert [r["id"] for r in sample_records] == ids
     assert {k for r in sample_records for k, v in r.items() if v} <= set(real_records[0])
+
+
+@needs_recordings
+def test_pubmed_esearch_answers_xml_unless_json_is_asked_for_in_the_live_shape(http):
+    """E-utilities answer esearch in XML by default; the sample's XML has the recorded
+    prolog, the elements in the recorded order and the ids one a line, as recorded."""
+    window = {"mindate": "2025/01/01", "maxdate": "2025/01/02", "datetype": "edat"}
+    plain_file = FIXTURES / "pubmed/esearch_biopython_term-biopython.xml"
+    history_file = FIXTURES / "pubmed/esearch_biopython_term-cancer_reldate60_usehistory.xml"
+    for recorded, extra in ((plain_file, {}), (history_file, {"usehistory": "y"})):
+        resp = http.get(
+            "/entrez/eutils/esearch.fcgi",
+            params={"db": "pubmed", "term": "shape", "retmax": 3, **window, **extra},
+        )
+        assert resp.headers["content-type"].startswith("text/xml")
+        real = recorded.read_bytes()
+        assert _prolog(resp.content) == _prolog(real)
+        root, real_root = ET.fromstring(resp.content), ET.fromstring(real)
+        assert root.tag == real_root.tag == "eSearchResult"
+        assert [e.tag for e in root] == [e.tag for e in real_root]
+        assert _paths(root) <= _paths(real_root)
+        assert b"<IdList>\n<Id>" in resp.content and b"</Id>\n</IdList>" in real
+        assert root.findtext("Count") == "60" and root.findtext("RetMax") == "3"
+    # the same search with retmode=json: JSON, its keys in the recorded answer's order
+    real_json = _recorded("pubmed/esearch_eutils-mcp-server_science-breast-cancer_usehistory.json")
+    resp = http.get(
+        "/entrez/eutils/esearch.fcgi",
+        params={"db": "pubmed", "term": "shape", "retmax": 3, "retmode": "json", **window},
+    )
+    assert resp.headers["content-type"].startswith("application/json")
+    result = resp.json()["esearchresult"]
+    assert list(result) == [k for k in real_json["esearchresult"] if k in result]
+    assert [e.text for e in root.iter("Id")] == result["idlist"]
+    # an in-band refusal is an ERROR in place of the result, in either format
+    half = {"db": "pubmed", "term": "shape", "mindate": "2025/01/01"}
+    refused = ET.fromstring(http.get("/entrez/eutils/esearch.fcgi", params=half).content)
+    assert [e.tag for e in refused] == ["ERROR"]
+    as_json = http.get("/entrez/eutils/esearch.fcgi", params={**half, "retmode": "json"})
+    assert set(as_json.json()["esearchresult"]) == {"ERROR"}
+
+
+@needs_recordings
+def test_pubmed_efetch_carries_the_live_doctype(http):
+    real = (FIXTURES / "pubmed/efetch_biopython_pmid-11748933-11700088.xml").read_bytes()
+    resp = http.get("/entrez/eutils/efetch.fcgi", params={"db": "pubmed", "id": "30000001"})
+    assert resp.headers["content-type"].startswith("text/xml")
+    assert _prolog(resp.content) == _prolog(real)
+    lines, real_lines = resp.content.split(b"\n"), real.split(b"\n")
+    assert lines[2] == real_lines[2] == b"<PubmedArticleSet>"
+    assert lines[3].startswith(b"<PubmedArticle>") and real_lines[3].startswith(b"<PubmedArticle>")
+    # a history fetch from an unknown session: eFetchResult/ERROR, as the live service says
+    gone = http.get(
+        "/entrez/eutils/efetch.fcgi",
+        params={"db": "pubmed", "WebEnv": "MCID_gone", "query_key": "1"},
+    )
+    assert gone.status_code == 200
+    error = ET.fromstring(gone.content)
+    assert error.tag == "eFetchResult" and [e.tag for e in error] == ["ERROR"]
+    assert "Cannot retrieve history data" in (error.findtext("ERROR") or "")
+
+
+# -- PubMed through a real client: Biopython's Bio.Entrez ---------------------------------
+
+NCBI_HOST = "eutils.ncbi.nlm.nih.gov"
+
+
+class _ToSample(urllib.request.BaseHandler):
+    """Bio.Entrez has E-utilities' address written into each call: its requests to that
+    host go to the sample instead, and any other request (a DTD Biopython would download
+    because it does not ship it) is refused, so the test never leaves the machine."""
+
+    handler_order = 100  # before the HTTP(S) handlers' own preparation of the request
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+    def https_request(self, request: urllib.request.Request) -> urllib.request.Request:
+        if request.host != NCBI_HOST:
+            raise urllib.error.URLError(f"offline test: no request to {request.full_url}")
+        request.full_url = self.base_url + request.selector
+        return request
+
+    http_request = https_request
+
+
+@pytest.fixture
+def entrez(server, http, monkeypatch):
+    monkeypatch.setattr(Entrez, "email", "conformance@example.org")
+    monkeypatch.setattr(Entrez, "max_tries", 1)  # a failure is the sample's: no retry
+    urllib.request.install_opener(
+        urllib.request.build_opener(urllib.request.ProxyHandler({}), _ToSample(server.url))
+    )
+    try:
+        yield Entrez
+    finally:
+        urllib.request.install_opener(None)
+
+
+def _pmids(articles: dict[str, Any]) -> list[str]:
+    return [str(a["MedlineCitation"]["PMID"]) for a in articles["PubmedArticle"]]
+
+
+def test_biopython_entrez_searches_and_fetches_from_the_sample_pubmed(entrez, http):
+    """The calls of Biopython's tutorial, unchanged, against the sample: esearch without
+    retmode (XML), efetch by ids (GET, and POST above 200 ids), a history session
+    (usehistory=y, then efetch by WebEnv + query_key); Entrez.read parses each answer
+    with the DTD its DOCTYPE names, from the DTDs Biopython ships."""
+    window = {"mindate": "2025/01/01", "maxdate": "2025/01/10", "datetype": "edat"}
+    with entrez.esearch(db="pubmed", term="biopython", retmax=250, **window) as handle:
+        found = entrez.read(handle)
+    assert (found["Count"], found["RetMax"], found["RetStart"]) == ("300", "250", "0")
+    ids = list(found["IdList"])
+    assert len(ids) == len(set(ids)) == 250
+    assert found["QueryTranslation"].endswith("2025/01/01:2025/01/10[Date - Entry]")
+
+    with entrez.efetch(db="pubmed", id=ids[:5], retmode="xml") as handle:
+        articles = entrez.read(handle)
+    assert _pmids(articles) == ids[:5]
+    article = articles["PubmedArticle"][0]["MedlineCitation"]["Article"]
+    assert article["ArticleTitle"] and article["Journal"]["Title"]
+    assert article["AuthorList"][0]["LastName"]
+    with entrez.efetch(db="pubmed", id=",".join(ids), rettype="abstract") as handle:
+        assert _pmids(entrez.read(handle)) == ids  # 250 ids: Biopython sends them by POST
+
+    with entrez.esearch(
+        db="pubmed", term="biopython", usehistory="y", retmax=0, **window
+    ) as handle:
+        session = entrez.read(handle)
+    assert session["Count"] == "300" and session["IdList"] == []
+    assert session["WebEnv"] and session["QueryKey"] == "1"
+    fetched: list[str] = []
+    for start in range(0, 300, 120):  # the tutorial's batch loop over the history server
+        with entrez.efetch(
+            db="pubmed",
+            retmode="xml",
+            retstart=start,
+            retmax=120,
+            webenv=session["WebEnv"],
+            query_key=session["QueryKey"],
+        ) as handle:
+            fetched += _pmids(entrez.read(handle))
+    assert fetched[:250] == ids and len(fetched) == len(set(fetched)) == 300
+
+    # an in-band refusal is read as Biopython reads E-utilities' own: a RuntimeError
+    with entrez.esearch(db="pubmed", term="biopython", mindate="2025/01/01") as handle:
+        with pytest.raises(RuntimeError, match="mindate and maxdate go together"):
+            entrez.read(handle)
+
+    # retmode=json still answers JSON
+    with entrez.esearch(
+        db="pubmed", term="biopython", retmode="json", retmax=3, **window
+    ) as handle:
+        assert json.load(handle)["esearchresult"]["idlist"] == ids[:3]
+
+    calls = http.get("/_literature/calls").json()
+    assert [c["api"] for c in calls] == ["esearch", "efetch", "efetch", "esearch"] + [
+        "efetch"
+    ] * 3 + ["esearch", "esearch"]
+    assert all(c["params"]["tool"] == "biopython" for c in calls)
+    assert "retmode" not in calls[0]["params"]  # XML without asking for it
+    assert [c["method"] for c in calls if c["api"] == "efetch"] == ["GET", "POST"] + ["GET"] * 3
+    assert calls[4]["params"]["webenv"] == session["WebEnv"]  # as Biopython spells it
