@@ -482,57 +482,84 @@ class TaskRunActivities:
         started = time.monotonic()
         progress_every = self.settings.events.progress_min_interval_ms / 1000
         progress_at = started
-        done = False
         outage: Outage | None = None
         pages = task.fetch(ctx, self.client, state["checkpoint"])
+        # Set when Temporal cancels the fetch (a pause, a stop; learnt with the answer to
+        # a heartbeat): no new request, the page in flight is taken, then the batch ends
+        # at that page boundary with its checkpoint.
+        stop = asyncio.Event()
+
+        async def pump() -> bool:
+            """Fetch and stage pages until the batch is full; True when the source is done."""
+            nonlocal last_ms, progress_at
+            async for page in pages:
+                seq = state["next_seq"]
+                await self._stage_raw(key, seq, page)
+                state.update(
+                    checkpoint=page.checkpoint,
+                    next_seq=seq + 1,
+                    pages=state["pages"] + 1,
+                    records=state["records"] + len(page.records),
+                    units_done=page.info.get("units_done", state["units_done"]),
+                    done=page.checkpoint is None,
+                    expected_total=page.info.get("expected_total"),
+                    incomplete=page.info.get("incomplete"),
+                )
+                activity.heartbeat(state)
+                now = time.monotonic()
+                if page.checkpoint is None or now - progress_at >= progress_every:
+                    progress_at = now
+                    await self._record_progress(inp, state)
+                if callback is not None:
+                    last_ms = await callback.progress(
+                        state["units_done"],
+                        inp.total,
+                        f"{page.info.get('source', 'fetch')}: {state['records']} records",
+                        last_ms,
+                        seq,
+                    )
+                if page.checkpoint is None:
+                    return True
+                if (
+                    stop.is_set()
+                    or state["pages"] >= inp.max_pages
+                    or time.monotonic() - started >= inp.max_seconds
+                    # A worker shutting down (SIGTERM): return what is fetched, with
+                    # its checkpoint; the next fetch goes on elsewhere, nothing twice.
+                    or activity.is_worker_shutdown()
+                ):
+                    if not task.fetch_winds_down:
+                        return False
+                    # No new request; the pages in flight are taken into this batch.
+                    wind_down.set()
+            # A fetch that winds down ends early with a checkpoint: it says "done" only
+            # by a last page without one (handled above).
+            return not task.fetch_winds_down and not stop.is_set()
+
+        cancelled = False
         try:
             if state.get("done"):
                 done = True
             else:
-                async for page in pages:
-                    seq = state["next_seq"]
-                    await self._stage_raw(key, seq, page)
-                    state.update(
-                        checkpoint=page.checkpoint,
-                        next_seq=seq + 1,
-                        pages=state["pages"] + 1,
-                        records=state["records"] + len(page.records),
-                        units_done=page.info.get("units_done", state["units_done"]),
-                        done=page.checkpoint is None,
-                        expected_total=page.info.get("expected_total"),
-                        incomplete=page.info.get("incomplete"),
-                    )
-                    activity.heartbeat(state)
-                    now = time.monotonic()
-                    if page.checkpoint is None or now - progress_at >= progress_every:
-                        progress_at = now
-                        await self._record_progress(inp, state)
-                    if callback is not None:
-                        last_ms = await callback.progress(
-                            state["units_done"],
-                            inp.total,
-                            f"{page.info.get('source', 'fetch')}: {state['records']} records",
-                            last_ms,
-                            seq,
-                        )
-                    if page.checkpoint is None:
-                        done = True
+                pumping = asyncio.create_task(pump())
+                while True:
+                    try:
+                        # Shielded: Temporal's cancel stops the batch at a page boundary.
+                        done = await asyncio.shield(pumping)
                         break
-                    if (
-                        state["pages"] >= inp.max_pages
-                        or time.monotonic() - started >= inp.max_seconds
-                        # A worker shutting down (SIGTERM): return what is fetched, with
-                        # its checkpoint; the next fetch goes on elsewhere, nothing twice.
-                        or activity.is_worker_shutdown()
-                    ):
-                        if not task.fetch_winds_down:
-                            break
-                        # No new request; the pages in flight are taken into this batch.
+                    except asyncio.CancelledError:
+                        if cancelled or not activity.is_cancelled():
+                            # Cancelled twice, or not by Temporal (the event loop ends).
+                            pumping.cancel()
+                            with contextlib.suppress(BaseException):
+                                await pumping
+                            raise
+                        cancelled = True
+                        log.info(
+                            "fetch_cancelled", next_seq=state["next_seq"], stops="at its next page"
+                        )
+                        stop.set()
                         wind_down.set()
-                else:
-                    # A fetch that winds down ends early with a checkpoint: it says "done"
-                    # only by a last page without one (handled above).
-                    done = not task.fetch_winds_down
         except asyncio.CancelledError:
             log.info("fetch_cancelled", next_seq=state["next_seq"], pages=state["pages"])
             raise

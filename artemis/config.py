@@ -116,6 +116,8 @@ class TaskStoreSettings(_Section):
     backend: Literal["sql", "redis"] = "sql"
     redis_url: str = "redis://127.0.0.1:6379/0"
     ttl_hours: int = Field(24, gt=0)
+    # How often the worker's clean-up loop removes terminal tasks older than ttl_hours.
+    cleanup_interval_minutes: float = Field(60, gt=0)
 
 
 class HttpClientSettings(_Section):
@@ -225,7 +227,8 @@ class CrawlerSettings(_Section):
 
 
 class AlertSettings(_Section):
-    """The three alerts of seed 004 §6, evaluated every ``interval_s`` by a schedule."""
+    """The three alerts of seed 004 §6, evaluated every ``interval_s`` by the workers'
+    alerts loop (workflows/alerts.py); ``enabled: false`` stops the loop at the next start."""
 
     enabled: bool = True
     webhook_url: str | None = None
@@ -276,6 +279,10 @@ class WorkerSettings(_Section):
     # On SIGTERM/SIGINT a worker stops polling, lets in-flight activities finish (a fetch
     # returns at its next page with its checkpoint) for this long, then exits 0.
     graceful_shutdown_s: float = Field(30.0, ge=0)
+    # How often at most a running activity's heartbeat reaches Temporal. A pause (or a
+    # cancel) reaches a fetch in flight with the answer to its next heartbeat, so this
+    # bounds how long it goes on fetching: one heartbeat RPC a second per running fetch.
+    heartbeat_throttle_s: float = Field(1.0, gt=0)
 
 
 class SecuritySettings(_Section):

@@ -68,7 +68,7 @@ class RetainedRun(SQLModel, table=True):
     /tasks/{id}/retry needs to finish it — the run's request and its carry (checkpoint,
     next page, the pages staged but not delivered, stats; references and counts only, no
     record and no secret). Its staged pages and secret stay with it until ``expires_at``
-    (``runs.retain_failed_s``), then the clean-up schedule drops them all."""
+    (``runs.retain_failed_s``), then the clean-up loop drops them all."""
 
     __tablename__ = "retained_run"
 

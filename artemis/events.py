@@ -3,7 +3,7 @@
 Activities append *raw* events to the ``run_event`` table as they happen: an activity
 started, an activity ended (with counts or an error), fetch progress, the run's terminal
 status. The table is keyed by task id, so one stream spans continue-as-new and outlives
-Temporal's retention until the cleanup schedule removes it.
+Temporal's retention until the clean-up loop removes it.
 
 :class:`PlanTracker` turns raw events into the events a front end consumes — the seed's
 event converter: a ``plan_update`` first, then ``activity_start`` / ``activity_result`` /

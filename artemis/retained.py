@@ -4,7 +4,7 @@ A run that fails with a retryable code (SOURCE_UNAVAILABLE, SINK_UNAVAILABLE, IN
 TIMEOUT_ERROR) keeps its request and its carry — checkpoint, next page, the pages staged
 and not delivered, stats — in ``retained_run``, and with them its staged pages, its run
 secret and its files-sink records, for ``runs.retain_failed_s``. A retry takes the state
-once (``taken_at``); the clean-up schedule drops what expired.
+once (``taken_at``); the clean-up loop drops what expired.
 """
 
 from __future__ import annotations

@@ -104,6 +104,8 @@ class RunCarry:
     # Outages are waited out (runs of this build); the run's tolerance (None: tuning's).
     waits: bool = False
     outage_tolerance_s: float | None = None
+    # A pause reaches the fetch in flight (runs of this build).
+    pause_at_page: bool = False
     # Pages fetched and staged but not yet delivered ([first, last] ranges, and pages of
     # them already delivered): a retried run emits these before it fetches on.
     undelivered: list[list[int]] = field(default_factory=list)
@@ -170,12 +172,25 @@ class PrepareResult:
     outage_tolerance_s: float | None = None
 
 
+# The housekeeping workflows (CleanupOldTasks, ReclaimStaleLocks, EvaluateAlerts) take
+# two more fields, with defaults so that the inputs of earlier builds still decode:
+#   every_s    None: one pass, then the workflow completes (the shape earlier builds'
+#              schedules started every tick); set: the workflow loops, one pass every
+#              every_s seconds on a Temporal timer (workers/main.py starts one per job).
+#              A `configure` signal with None stops a loop.
+#   run_for_s  a loop continues as new after running this long (or when Temporal
+#              suggests it), so the UI's list gets about one row per job per day.
+HOUSEKEEPING_RUN_FOR_S = 86400.0
+
+
 @dataclass
 class CleanupInput:
     hours: float = 24.0
     # A run still open in the task store this long after its last write is checked
     # against Temporal, and its ending recorded when its workflow has closed.
     reconcile_after_s: float = 60.0
+    every_s: float | None = None
+    run_for_s: float = HOUSEKEEPING_RUN_FOR_S
 
 
 @dataclass
@@ -192,6 +207,8 @@ class CleanupResult:
 class ReclaimInput:
     lock_timeout_minutes: float = 30.0
     now: str | None = None  # ISO time from the workflow's clock (None: the activity's)
+    every_s: float | None = None
+    run_for_s: float = HOUSEKEEPING_RUN_FOR_S
 
 
 @dataclass
@@ -204,6 +221,8 @@ class ReclaimResult:
 @dataclass
 class AlertsInput:
     now: str | None = None  # the workflow's clock
+    every_s: float | None = None
+    run_for_s: float = HOUSEKEEPING_RUN_FOR_S
 
 
 @dataclass

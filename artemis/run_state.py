@@ -119,9 +119,16 @@ class RunState:
     # next_attempt_at, next_in_s, tolerance_s}; None while nothing is down.
     waiting: dict[str, Any] | None = None
 
+    def shown_status(self) -> str:
+        """The status as a person reads it: a running run the operator paused is
+        ``pausing`` until its fetch in flight has stopped, then ``paused``."""
+        if self.status == "running" and self.paused:
+            return "paused" if self.stage == "paused" else "pausing"
+        return self.status
+
     def progress(self) -> dict[str, Any]:
         return {
-            "status": self.status,
+            "status": self.shown_status(),
             "stage": self.stage,
             "current": self.current,
             "total": self.total,

@@ -114,8 +114,7 @@ def main() -> None:
     args = ap.parse_args()
     run_once(args.samples, args.symbols, 3, 10)  # warm-up
     runs = [
-        run_once(args.samples, args.symbols, args.pages, args.page_size)
-        for _ in range(args.repeat)
+        run_once(args.samples, args.symbols, args.pages, args.page_size) for _ in range(args.repeat)
     ]
     print(
         json.dumps(

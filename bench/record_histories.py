@@ -4,10 +4,12 @@ Starts the whole stack (dev server, sample servers, one worker, one API; separat
 processes), drives every workflow type through the ways a run ends — completed (with
 continue-as-new), failed, cancelled by signal and by Temporal, timed out, a literature
 harvest per API family, a backfill with children, a window split over a result cap, a
-crawl, note details and the scheduled workflows — then writes each closed execution's
-history to ``tests/histories/<label>/<workflow type>-<scenario>[-<n>].json``.
+crawl, note details and the housekeeping loops (each continued as new once, then
+stopped) — then writes each closed execution's history to
+``tests/histories/<label>/<workflow type>-<scenario>-<status>[-<n>].json``.
 
     python bench/record_histories.py --label 0.2.0     # or: make histories LABEL=0.2.0
+    python bench/record_histories.py --label 0.6.0 --housekeeping-only
 
 ``make test`` replays every stored history against the current code; a release adds its
 own set. Prints one JSON line: {"label", "histories", "by_type"}.
@@ -134,6 +136,19 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
             "timeout", "pull_stock_quotes", {**quotes, "symbols": ["T"]}, timeout_s=1.5
         )
         await d.wait(t)
+        # Paused mid-fetch (0.6.0): the fetch in flight is cancelled and returns at its
+        # next page; the run waits paused, then resumes.
+        await d.control("latency", latency_ms=400)
+        t = await d.start("paused", "pull_stock_quotes", {**quotes, "symbols": ["P"]})
+        await asyncio.sleep(1.0)
+        await http.post(f"{stack.api}/tasks/{t}/pause", json={"reason": "recorder"})
+        deadline = time.monotonic() + 60
+        while (await http.get(f"{stack.api}/tasks/{t}")).json()["data"]["status"] != "paused":
+            if time.monotonic() > deadline:
+                raise SystemExit("paused: the run did not pause")
+            await asyncio.sleep(0.1)
+        await http.post(f"{stack.api}/tasks/{t}/resume", json={})
+        await d.wait(t)
         await d.control("latency", latency_ms=0)
         # Outages (0.5.0): a sink down for a while, then a source; a run that gave up past
         # its tolerance and was finished by POST /tasks/{id}/retry.
@@ -200,19 +215,68 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         )
         if resp.status_code not in (200, 207):
             raise SystemExit(f"note details: {resp.text[:300]}")
-        # The scheduled workflows, triggered now.
-        async for sched in await client.list_schedules():
-            await client.get_schedule_handle(sched.id).trigger()
-        await asyncio.sleep(3)
         return d.scenarios
 
 
-async def record(stack: BenchStack, out: Path) -> dict[str, Any]:
+async def finish_housekeeping(stack: BenchStack, client: Any) -> dict[str, str]:
+    """The housekeeping loops the worker started (one per job, workflows/housekeeping.py)
+    closed in the shapes a cluster sees. Each is re-configured (as a worker restarted with
+    new settings does) to tick every second and to continue as new after 2.5 s: its run
+    re-plans its wait (a timer cancelled), makes a pass and continues as new; the next
+    run ticks three times on its timer and continues as new; the third is stopped after
+    its first pass (every_s None, as alerts.enabled false does). Per job: two
+    ``loop-continued_as_new`` histories and one ``loop-completed``."""
+    from dataclasses import replace
+
+    from temporalio.service import RPCError
+
+    from artemis.config import load_settings
+    from workers.main import housekeeping_jobs
+
+    settings = load_settings(stack.tmp / "config.yaml")
+    queue = settings.temporal.task_queue
+    scenarios: dict[str, str] = {}
+    for job in housekeeping_jobs(settings):
+        wf_id = job.workflow_id(queue)
+        scenarios[wf_id] = "loop"
+        handle = client.get_workflow_handle(wf_id)
+        deadline = time.monotonic() + 60
+        while True:  # started by the worker at its start-up
+            try:
+                first = (await handle.describe()).run_id
+                break
+            except RPCError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{wf_id}: no housekeeping loop") from None
+                await asyncio.sleep(0.2)
+        await handle.signal("configure", replace(job.inp, every_s=1.0, run_for_s=2.5))
+        runs = [first]
+        while len(runs) < 3:  # the first run and the next have continued as new
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{wf_id}: did not continue as new twice")
+            await asyncio.sleep(0.1)
+            current = (await handle.describe()).run_id
+            if current != runs[-1]:
+                runs.append(current)
+        while not any(  # the third run's first pass done, its second a second away
+            e.HasField("activity_task_completed_event_attributes")
+            for e in (await handle.fetch_history()).events
+        ):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{wf_id}: no pass in its third run")
+            await asyncio.sleep(0.1)
+        await handle.signal("configure", replace(job.inp, every_s=None))
+        await asyncio.wait_for(handle.result(), 60)
+    return scenarios
+
+
+async def record(stack: BenchStack, out: Path, housekeeping_only: bool = False) -> dict[str, Any]:
     from temporalio.client import Client
 
     cfg = yaml.safe_load((stack.tmp / "config.yaml").read_text())
     client = await Client.connect(cfg["temporal"]["address"])
-    scenarios = await drive(stack, client)
+    scenarios = {} if housekeeping_only else await drive(stack, client)
+    scenarios.update(await finish_housekeeping(stack, client))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         running = [w async for w in client.list_workflows("ExecutionStatus = 'Running'")]
@@ -243,6 +307,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--label", required=True, help="the release these histories come from")
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "histories")
+    ap.add_argument(
+        "--housekeeping-only",
+        action="store_true",
+        help="record the housekeeping loops alone (no task runs)",
+    )
     args = ap.parse_args()
     config = {
         "runs": {"pages_per_fetch": 2, "max_batches_per_run": 2, "retry_max_interval_s": 1},
@@ -255,7 +324,7 @@ def main() -> None:
         "crawler": {"platforms": {"sample": {"base_url": "{samples}/platform"}}},
     }
     with bench_stack(config, before_start=prepare) as stack:
-        result = asyncio.run(record(stack, args.out / args.label))
+        result = asyncio.run(record(stack, args.out / args.label, args.housekeeping_only))
     print(json.dumps({"label": args.label, **result}))
 
 

@@ -25,7 +25,7 @@ from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from infra.devserver import DevServer
 from starter.api.app import create_app
-from starter.service import ui_url
+from starter.service import ui_list_url, ui_url
 from workers.client import connect
 from workers.main import running_worker
 
@@ -226,6 +226,9 @@ class DevStack:
         t = Table(show_header=False, box=None)
         t.add_row("Temporal", self.temporal.address)
         t.add_row("Temporal UI", self.temporal.ui_url or "-")
+        if self.temporal.ui_url:
+            # the list filtered to the task runs (the housekeeping loops have rows too)
+            t.add_row("Runs in the UI", ui_list_url(self.settings))
         t.add_row("Artemis API", f"{self.api_url}  (docs: {self.api_url}/docs)")
         if self.with_samples:
             t.add_row("Sample servers", self.samples_url)
@@ -383,6 +386,8 @@ class DevStack:
         console.print(t)
         ui = ui_url(self.settings, final["workflow_id"])
         console.print(f"see the run in the Temporal UI: [link]{ui}[/link]")
+        runs = ui_list_url(self.settings)
+        console.print(f"every run (the list filtered to task runs): [link]{runs}[/link]")
         expected = (final.get("stats") or {}).get("records_fetched")
         quotes_ok = final["status"] == "completed" and received == expected
         if self.own_registry:

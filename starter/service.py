@@ -234,7 +234,7 @@ class RunService:
             code,
             self.settings.output_defaults.get(code, {}),
             body.output,
-            task.record_spec(),
+            task.record_spec(prepared),
             self.settings.database.url,
         )
         task_id = meta.task_id or uuid.uuid4().hex
@@ -459,7 +459,7 @@ class RunService:
         started or finished). Otherwise the task store first — a finished run is answered
         from it, also after Temporal's retention — merged with the live progress query
         while the run is open. A read never writes: a run that closed without recording
-        its end is answered from Temporal here and recorded by the clean-up schedule."""
+        its end is answered from Temporal here and recorded by the clean-up loop."""
         if handle is not None:
             return await self._temporal_status(task_id, handle)
         record = await self.record(task_id)
@@ -782,6 +782,19 @@ def ui_url(settings: Settings, workflow_id: str) -> str:
     return (
         f"{settings.temporal.ui_url}/namespaces/{quote(settings.temporal.namespace, safe='')}"
         f"/workflows/{quote(workflow_id, safe='')}"
+    )
+
+
+# The Temporal UI's list filtered to the task runs alone (the housekeeping loops and the
+# note-details batches have workflow types of their own).
+RUNS_QUERY = f'WorkflowType = "{WORKFLOW_NAME}"'
+
+
+def ui_list_url(settings: Settings, query: str = RUNS_QUERY) -> str:
+    """The Temporal UI's workflow list with ``query`` (a visibility query) as its filter."""
+    return (
+        f"{settings.temporal.ui_url}/namespaces/{quote(settings.temporal.namespace, safe='')}"
+        f"/workflows?query={quote(query, safe='')}"
     )
 
 

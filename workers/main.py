@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,7 @@ class ProvenanceWorkers:
                 graceful_shutdown_timeout=timedelta(
                     seconds=self.settings.worker.graceful_shutdown_s
                 ),
+                max_heartbeat_throttle_interval=heartbeat_throttle(self.settings),
             )
             self.running[code] = (rate, worker, asyncio.create_task(worker.run()))
             log.info("provenance_queue_polled", provenance=code, task_queue=queue, **rate)
@@ -126,88 +128,125 @@ class ProvenanceWorkers:
 WORKFLOWS = (TaskRunWorkflow, CleanupWorkflow, ReclaimWorkflow, NoteDetailsWorkflow, AlertsWorkflow)
 
 
-def cleanup_schedule_id(task_queue: str) -> str:
-    return f"artemis/cleanup-old-tasks/{task_queue}"
+# The schedules earlier builds created at start-up, each starting one workflow execution
+# per tick (a row in the UI's list per tick): removed at start-up, so that an upgraded
+# cluster stops adding them. The housekeeping loops replaced them.
+OLD_SCHEDULES = ("cleanup-old-tasks", "reclaim-stale-locks", "evaluate-alerts")
 
 
-async def _ensure_schedule(
-    client: Client, schedule_id: str, workflow: Any, arg: Any, wf_id: str, tq: str, every: Any
-) -> bool:
-    """Create the schedule unless it exists (idempotent at every worker start-up)."""
-    from temporalio.client import (
-        Schedule,
-        ScheduleActionStartWorkflow,
-        ScheduleAlreadyRunningError,
-        ScheduleIntervalSpec,
-        ScheduleSpec,
+def old_schedule_id(name: str, task_queue: str) -> str:
+    return f"artemis/{name}/{task_queue}"
+
+
+def housekeeping_workflow_id(job: str, task_queue: str) -> str:
+    """The fixed id of a housekeeping job's one execution per task queue."""
+    return f"artemis/{job}/{task_queue}"
+
+
+@dataclass
+class HousekeepingJob:
+    """One housekeeping job (workflows/housekeeping.py): its workflow, and the input its
+    loop runs with under these settings (``enabled`` False: its loop is told to stop)."""
+
+    name: str  # cleanup | reclaim | alerts
+    workflow: Any  # the workflow's run method
+    inp: Any  # CleanupInput | ReclaimInput | AlertsInput, every_s set
+    enabled: bool = True
+
+    def workflow_id(self, task_queue: str) -> str:
+        return housekeeping_workflow_id(self.name, task_queue)
+
+
+def housekeeping_jobs(settings: Settings) -> list[HousekeepingJob]:
+    c = settings.crawler
+    return [
+        HousekeepingJob(
+            "cleanup",
+            CleanupWorkflow.run,
+            CleanupInput(
+                hours=float(settings.task_store.ttl_hours),
+                every_s=settings.task_store.cleanup_interval_minutes * 60,
+            ),
+        ),
+        HousekeepingJob(
+            "reclaim",
+            ReclaimWorkflow.run,
+            ReclaimInput(
+                lock_timeout_minutes=c.lock_timeout_minutes,
+                every_s=c.recovery_interval_minutes * 60,
+            ),
+        ),
+        HousekeepingJob(
+            "alerts",
+            AlertsWorkflow.run,
+            AlertsInput(every_s=settings.alerts.interval_s),
+            enabled=settings.alerts.enabled,
+        ),
+    ]
+
+
+async def start_housekeeping_loop(client: Client, job: HousekeepingJob, task_queue: str) -> Any:
+    """Start the job's loop, or signal the one already running with this input
+    (signal-with-start: atomic, so workers starting together still leave one execution;
+    the running loop takes the new settings). Returns the handle."""
+    return await client.start_workflow(
+        job.workflow,
+        job.inp,
+        id=job.workflow_id(task_queue),
+        task_queue=task_queue,
+        start_signal="configure",
+        start_signal_args=[job.inp],
     )
 
+
+async def stop_housekeeping_loop(client: Client, job: HousekeepingJob, task_queue: str) -> bool:
+    """Tell the job's loop to end (its input with every_s None); False when none runs."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    handle = client.get_workflow_handle(job.workflow_id(task_queue))
     try:
-        await client.create_schedule(
-            schedule_id,
-            Schedule(
-                action=ScheduleActionStartWorkflow(workflow, arg, id=wf_id, task_queue=tq),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
-            ),
-        )
-        return True
-    except ScheduleAlreadyRunningError:
+        await handle.signal("configure", replace(job.inp, every_s=None))
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:  # not found: none runs
+            raise
         return False
+    return True
 
 
-async def ensure_cleanup_schedule(client: Client, settings: Settings, task_queue: str) -> None:
-    """Create, once, the schedule that runs cleanup_old_tasks(hours) every hour."""
-    hours = float(settings.task_store.ttl_hours)
-    if await _ensure_schedule(
-        client,
-        cleanup_schedule_id(task_queue),
-        CleanupWorkflow.run,
-        CleanupInput(hours=hours),
-        f"artemis/cleanup/{task_queue}",
-        task_queue,
-        timedelta(hours=1),
-    ):
-        log.info("cleanup_schedule_created", task_queue=task_queue, hours=hours)
+async def remove_old_schedules(client: Client, task_queue: str) -> list[str]:
+    """Delete the schedules an earlier build created (absent ones are fine)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    removed = []
+    for name in OLD_SCHEDULES:
+        schedule_id = old_schedule_id(name, task_queue)
+        try:
+            await client.get_schedule_handle(schedule_id).delete()
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            continue
+        removed.append(schedule_id)
+        log.info("old_schedule_removed", schedule_id=schedule_id)
+    return removed
 
 
-def reclaim_schedule_id(task_queue: str) -> str:
-    return f"artemis/reclaim-stale-locks/{task_queue}"
-
-
-async def ensure_reclaim_schedule(client: Client, settings: Settings, task_queue: str) -> None:
-    """Create, once, the schedule of seed 004 §4.4: every recovery_interval_minutes,
-    release record locks and executions older than lock_timeout_minutes."""
-    c = settings.crawler
-    if await _ensure_schedule(
-        client,
-        reclaim_schedule_id(task_queue),
-        ReclaimWorkflow.run,
-        ReclaimInput(lock_timeout_minutes=c.lock_timeout_minutes),
-        f"artemis/reclaim/{task_queue}",
-        task_queue,
-        timedelta(minutes=c.recovery_interval_minutes),
-    ):
-        log.info("reclaim_schedule_created", task_queue=task_queue)
-
-
-def alerts_schedule_id(task_queue: str) -> str:
-    return f"artemis/evaluate-alerts/{task_queue}"
-
-
-async def ensure_alerts_schedule(client: Client, settings: Settings, task_queue: str) -> None:
-    """Create, once, the schedule that evaluates the crawler alerts every interval_s."""
-    if not settings.alerts.enabled:
-        return
-    if await _ensure_schedule(
-        client,
-        alerts_schedule_id(task_queue),
-        AlertsWorkflow.run,
-        AlertsInput(),
-        f"artemis/alerts/{task_queue}",
-        task_queue,
-        timedelta(seconds=settings.alerts.interval_s),
-    ):
-        log.info("alerts_schedule_created", task_queue=task_queue)
+async def ensure_housekeeping(client: Client, settings: Settings, task_queue: str) -> None:
+    """At every worker start: the earlier builds' schedules go, and each housekeeping job
+    has its one loop running with this worker's settings (a turned-off job's loop ends)."""
+    await remove_old_schedules(client, task_queue)
+    for job in housekeeping_jobs(settings):
+        if not job.enabled:
+            if await stop_housekeeping_loop(client, job, task_queue):
+                log.info("housekeeping_loop_stopped", job=job.name, task_queue=task_queue)
+            continue
+        await start_housekeeping_loop(client, job, task_queue)
+        log.info(
+            "housekeeping_loop_running",
+            job=job.name,
+            workflow_id=job.workflow_id(task_queue),
+            every_s=job.inp.every_s,
+        )
 
 
 def cache_workflow_bytecode() -> bool:
@@ -241,7 +280,14 @@ def build_worker(
         interceptors=[RunActivityBoundary(activities.record)],
         max_concurrent_activities=100,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker.graceful_shutdown_s),
+        max_heartbeat_throttle_interval=heartbeat_throttle(settings),
     )
+
+
+def heartbeat_throttle(settings: Settings) -> timedelta:
+    """How often at most an activity's heartbeat is sent (the SDK's default is 80% of the
+    heartbeat timeout: a fetch would learn of a pause up to 24 s late)."""
+    return timedelta(seconds=settings.worker.heartbeat_throttle_s)
 
 
 @asynccontextmanager
@@ -261,15 +307,7 @@ async def running_worker(
     try:
         async with worker:
             await provenances.start()
-            await ensure_cleanup_schedule(
-                client, settings, task_queue or settings.temporal.task_queue
-            )
-            await ensure_reclaim_schedule(
-                client, settings, task_queue or settings.temporal.task_queue
-            )
-            await ensure_alerts_schedule(
-                client, settings, task_queue or settings.temporal.task_queue
-            )
+            await ensure_housekeeping(client, settings, task_queue or settings.temporal.task_queue)
             log.info(
                 "worker_started",
                 task_queue=task_queue or settings.temporal.task_queue,

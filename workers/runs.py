@@ -1,6 +1,6 @@
 """How a closed run ended, read from Temporal: its result, or its failure turned into the
 run's status, stats and error (the same shape the run's own result has). Used by the API
-(GET /tasks/{id}, the event stream) and by the clean-up schedule, which records in the
+(GET /tasks/{id}, the event stream) and by the clean-up loop, which records in the
 task store the ending of a run that could not record it itself (terminated, say)."""
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The scheduled evaluation of the crawler's alerts (seed 004 §6): every
-``alerts.interval_s`` a Temporal schedule starts this workflow; the activity moves each
-alert along its episode and delivers firing/resolved messages once."""
+"""The evaluation of the crawler's alerts (seed 004 §6): each worker start keeps one
+execution per task queue looping every ``alerts.interval_s`` (workflows/housekeeping.py;
+``alerts.enabled: false`` ends it); the activity moves each alert along its episode and
+delivers firing/resolved messages once. An input without ``every_s`` runs one pass (the
+shape earlier builds' schedules started, one execution a minute)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,27 @@ with workflow.unsafe.imports_passed_through():
     from activities.crawl import CrawlActivities
     from artemis.run_models import AlertsInput, AlertsResult
 
+from workflows.housekeeping import HousekeepingLoop
+
 
 @workflow.defn(name="EvaluateAlerts")
 class AlertsWorkflow:
+    def __init__(self) -> None:
+        self.loop: HousekeepingLoop[AlertsInput, AlertsResult] = HousekeepingLoop(
+            "alerts evaluation"
+        )
+
+    @workflow.signal(name="configure")
+    def configure(self, inp: AlertsInput) -> None:
+        self.loop.configure(inp)
+
     @workflow.run
     async def run(self, inp: AlertsInput) -> AlertsResult:
+        if not self.loop.wanted(inp):
+            return await self.once(inp)
+        return await self.loop.run(inp, self.once, _describe, AlertsResult())
+
+    async def once(self, inp: AlertsInput) -> AlertsResult:
         return await workflow.execute_activity_method(
             CrawlActivities.evaluate_alerts,
             AlertsInput(now=workflow.now().isoformat()),
@@ -25,3 +43,7 @@ class AlertsWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=2),
             summary="Evaluate the crawler alerts",
         )
+
+
+def _describe(r: AlertsResult) -> str:
+    return ", ".join(r.sent) if r.sent else "nothing to send"

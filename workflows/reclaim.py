@@ -1,9 +1,10 @@
-"""The scheduled timeout reclaim of seed 004 §4.4: records locked longer than
+"""The timeout reclaim of seed 004 §4.4: records locked longer than
 ``crawler.lock_timeout_minutes`` go back to pending (or to failed after ``max_retry``),
-executions whose heartbeat is that old become ``timeout``. Started every
-``crawler.recovery_interval_minutes`` by a Temporal schedule created at worker start-up.
-The workflow's own clock is the activity's "now", so time-skipping tests see 30 minutes
-pass in an instant."""
+executions whose heartbeat is that old become ``timeout``. Each worker start keeps one
+execution per task queue looping every ``crawler.recovery_interval_minutes``
+(workflows/housekeeping.py); an input without ``every_s`` runs one pass (the shape
+earlier builds' schedules started). The workflow's own clock is the activity's "now",
+so time-skipping tests see 30 minutes pass in an instant."""
 
 from __future__ import annotations
 
@@ -16,11 +17,25 @@ with workflow.unsafe.imports_passed_through():
     from activities.crawl import CrawlActivities
     from artemis.run_models import ReclaimInput, ReclaimResult
 
+from workflows.housekeeping import HousekeepingLoop
+
 
 @workflow.defn(name="ReclaimStaleLocks")
 class ReclaimWorkflow:
+    def __init__(self) -> None:
+        self.loop: HousekeepingLoop[ReclaimInput, ReclaimResult] = HousekeepingLoop("reclaim")
+
+    @workflow.signal(name="configure")
+    def configure(self, inp: ReclaimInput) -> None:
+        self.loop.configure(inp)
+
     @workflow.run
     async def run(self, inp: ReclaimInput) -> ReclaimResult:
+        if not self.loop.wanted(inp):
+            return await self.once(inp)
+        return await self.loop.run(inp, self.once, _describe, ReclaimResult(0, 0, 0))
+
+    async def once(self, inp: ReclaimInput) -> ReclaimResult:
         now = workflow.now().isoformat()
         return await workflow.execute_activity_method(
             CrawlActivities.reclaim_stale_locks,
@@ -29,3 +44,10 @@ class ReclaimWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=3),
             summary=f"Release locks older than {inp.lock_timeout_minutes:g} min",
         )
+
+
+def _describe(r: ReclaimResult) -> str:
+    return (
+        f"{r.records_pending} records back to pending, {r.records_failed} failed, "
+        f"{r.executions_timed_out} executions timed out"
+    )

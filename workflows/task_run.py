@@ -20,6 +20,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
     FailureError,
 )
@@ -98,6 +99,10 @@ PATCH_PROCESS_ACTIVITY = "process-beside-fetch-v1"
 # once, when a run (or a generation of it) starts: a generation begun by an earlier build
 # keeps that build's behaviour (its next generation takes this one's).
 PATCH_OUTAGE_WAIT = "outage-wait-v1"
+# A pause reaches the fetch in flight: the workflow cancels it, the activity learns of it
+# with its next heartbeat's answer and returns the pages it has staged, checkpointed.
+# Asked once per run (or generation), as PATCH_OUTAGE_WAIT.
+PATCH_PAUSE_AT_PAGE = "pause-at-page-v1"
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
@@ -154,7 +159,8 @@ class TaskRunWorkflow:
 
     @workflow.signal
     def pause(self, request: PauseRequest) -> None:
-        """Stop before the next batch (the batch in flight finishes); no worker is held."""
+        """Stop fetching: a fetch in flight stops at its next page (runs of this build;
+        earlier ones finish the batch in flight); no worker is held while paused."""
         self._state.paused = True
         workflow.logger.info("paused", extra={"artemis": {"reason": request.reason}})
 
@@ -249,6 +255,9 @@ class TaskRunWorkflow:
         carry = req.carry
         # This build's handling of outages, for runs (and generations) it starts.
         self._waits = bool(carry is not None and carry.waits) or workflow.patched(PATCH_OUTAGE_WAIT)
+        self._pause_at_page = bool(carry is not None and carry.pause_at_page) or workflow.patched(
+            PATCH_PAUSE_AT_PAGE
+        )
         if carry is None:
             self._started_ms = int(workflow.now().timestamp() * 1000)
             self._params: dict[str, Any] | None = None
@@ -442,7 +451,7 @@ class TaskRunWorkflow:
                 await drain(ahead - 1)
                 self._enter("step_fetch")
                 try:
-                    fetched: FetchResult = await workflow.execute_activity_method(
+                    fetch = workflow.start_activity_method(
                         TaskRunActivities.fetch_pages,
                         FetchInput(
                             run=self._run,
@@ -468,7 +477,12 @@ class TaskRunWorkflow:
                         cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                         summary=f"Fetch pages from #{self._next_seq}",
                     )
+                    fetched: FetchResult = await self._fetched(fetch)
                 except ActivityError as e:
+                    if self._pause_at_page and self._state.paused and _was_cancelled(e):
+                        # Paused before it staged a page it could report: fetch afresh.
+                        self._resume_fetch = True
+                        continue
                     if _code_of(e) == "RESULT_CAP_EXCEEDED" and not self._state.stats["pages"]:
                         # The window holds more hits than the source can list: split it.
                         await self._split(e)
@@ -534,6 +548,24 @@ class TaskRunWorkflow:
         self._state.steps["step_fetch"] = "COMPLETED"
         self._state.steps["step_process"] = "COMPLETED"
         self._state.steps["step_emit"] = "COMPLETED"
+
+    async def _fetched(self, fetch: workflow.ActivityHandle[FetchResult]) -> FetchResult:
+        """The fetch's result; a pause meanwhile cancels it, and the fetch (learning of
+        it through its heartbeat) returns the pages it has staged so far."""
+        if not self._pause_at_page:
+            return await fetch
+
+        async def pause_it() -> None:
+            await workflow.wait_condition(lambda: self._state.paused)
+            self._state.stage = "pausing"
+            self._details()
+            fetch.cancel()
+
+        watcher = asyncio.create_task(pause_it())
+        try:
+            return await fetch
+        finally:
+            watcher.cancel()
 
     async def _process_and_emit(
         self,
@@ -960,6 +992,7 @@ class TaskRunWorkflow:
             pages_per_fetch=self._pages_per_fetch,
             tolerance_pct=self._tolerance_pct,
             waits=self._waits,
+            pause_at_page=self._pause_at_page,
             outage_tolerance_s=self._outage_tolerance_s,
             retry_attempt=self._retry_attempt,
             **more,
@@ -1108,7 +1141,7 @@ class TaskRunWorkflow:
     def _details(self) -> None:
         s = self._state.stats
         line = (
-            f"**{self._state.status}** · stage `{self._state.stage}` · "
+            f"**{self._state.shown_status()}** · stage `{self._state.stage}` · "
             f"{self._state.current}/{self._state.total} units"
             f" · {s['pages']} pages · {s['records_fetched']} fetched · "
             f"{s['records_emitted']} emitted"
@@ -1141,6 +1174,11 @@ def _details_of(e: BaseException) -> dict[str, Any]:
     app = _root_application_error(e)
     details = app.details[0] if app is not None and app.details else None
     return details if isinstance(details, dict) else {}
+
+
+def _was_cancelled(e: ActivityError) -> bool:
+    """The activity ended acknowledging its cancellation (no result)."""
+    return isinstance(e.cause, CancelledError)
 
 
 def _code_of(e: BaseException) -> str:

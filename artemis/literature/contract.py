@@ -21,7 +21,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient, Response, retry_after_seconds, status_error, transport_error
 from artemis.logsetup import get_logger, register_secret
 from artemis.ratelimit import TokenBucket, gate_for
-from artemis.registry.models import RegProvCredential
+from artemis.registry.models import PAGINATION_MODES, RegProvCredential
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
 from artemis.security import check_same_origin
 from artemis.sources.paginators import (
@@ -45,13 +45,16 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
         size = min(size, pg["max_page_size_value"])
     total_path = pg.get("total_count_jsonpath")
     short_ends = bool(pg.get("short_page_is_last"))
+    # The source's own end marker (PAGE_NUMBER / OFFSET), when it has one.
+    next_path, more_path = pg.get("next_page_jsonpath"), pg.get("has_more_jsonpath")
     if mode == "PAGE_NUMBER":
         return PageNumberPaginator(
             page=pg.get("start_page_number") or 1,
             page_param=param_name("page", ep, pg, "page_number_param_name", "page"),
             page_size=size,
             page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
-            next_page_path=None,
+            next_page_path=next_path,
+            has_more_path=more_path,
             total_path=total_path,
             short_page_ends=short_ends,
         )
@@ -63,6 +66,8 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
             total_path=total_path,
             max_offset=pg.get("max_result_window"),
             short_page_ends=short_ends,
+            next_offset_path=next_path,
+            has_more_path=more_path,
         )
     if mode == "CURSOR":
         return CursorPaginator(
@@ -86,8 +91,7 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
         return LinkHeaderPaginator(total_path=total_path)
     raise ArtemisError(
         ErrorCode.CONFIG_ERROR,
-        f"pagination_mode_code {mode!r} is not one of "
-        "PAGE_NUMBER, OFFSET, CURSOR, TOKEN, LINK_HEADER",
+        f"pagination_mode_code {mode!r} is not one of {', '.join(PAGINATION_MODES)}",
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from artemis.config import Settings
 from artemis.db import get_engine
@@ -31,8 +31,9 @@ from artemis.literature.planning import (
 from artemis.literature.pubmed import PubMedSource
 from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.watermark import advance_watermark, read_watermark
+from artemis.sinks.records import RecordSpec, declared_spec, record_model_name
 from artemis.sources import Source
-from artemis.tasks.base import TaskContext, TaskUnit, register_task
+from artemis.tasks.base import TaskContext, TaskUnit, describe_validation_error, register_task
 
 
 class LiteratureRecord(BaseModel):
@@ -47,6 +48,12 @@ class LiteratureRecord(BaseModel):
     published: str | None = None
     authors: list[str] = []
     abstract: str | None = None
+
+
+def _declared_model(params: BaseModel | None) -> dict[str, Any] | None:
+    """The record model a run's frozen contract declares for its provenance, or None."""
+    contract = getattr(params, "contract", None) or {}
+    return (contract.get("provenance") or {}).get("record_model")
 
 
 @register_task
@@ -128,6 +135,38 @@ class LiteratureHarvest(TaskUnit):
 
     def _contract(self, ctx: TaskContext) -> Contract:
         return Contract(**ctx.params.contract)  # type: ignore[attr-defined]
+
+    def record_spec(self, params: BaseModel | None = None) -> RecordSpec | None:
+        """The provenance's own record model when its registry entry declares one
+        (``provenance.record_model``, frozen in the run's contract), else the paper model."""
+        declared = _declared_model(params)
+        if declared is None:
+            return super().record_spec(params)
+        code = str(getattr(params, "provenance", "") or "")
+        try:
+            return declared_spec(declared, record_model_name(code))
+        except ValidationError as e:  # checked at import: a row edited by hand
+            why = describe_validation_error(e, "record_model")
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR, f"provenance {code!r}: {why}", retryable=False
+            ) from None
+
+    def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
+        """A provenance with its own record model keeps the fields the model names (as the
+        built-in normalisers keep the paper fields): a field the model allows to be null
+        and the record lacks is null; one it requires and the record lacks stays absent,
+        for the sinks to refuse by name."""
+        declared = _declared_model(ctx.params)
+        if declared is None:
+            return records
+        spec = self.record_spec(ctx.params)
+        assert spec is not None
+        optional = {n for n, f in spec.model.model_fields.items() if not f.is_required()}
+        names = list(spec.model.model_fields)
+        return [
+            {n: r.get(n) for n in names if n in r or n in optional} if isinstance(r, dict) else r
+            for r in records
+        ]
 
     def build_sources(self, ctx: TaskContext) -> list[Source]:
         """PubMed's E-utilities source, else the generic REST source, over the run's window."""

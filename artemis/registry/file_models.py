@@ -5,13 +5,17 @@ database, and the values that do reach it are typed (datetimes, ints, booleans, 
 
 The models are derived from the SQLModel tables (one source of truth for the columns):
 the file carries each table's columns except the ones the import sets itself, plus
-``secret_env`` / ``endpoint_name`` for a credential.
+``secret_env`` / ``endpoint_name`` for a credential. Code columns with a closed set of
+values are checked against it; each field's meaning is in ``field_docs.py``, and
+``reference()`` prints them all (``artemis registry schema``, the README's reference).
+A refused file lists every problem, each with the closest valid name or value.
 """
 
 from __future__ import annotations
 
+import types
 from functools import cache
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin
 
 import jsonpath
 from pydantic import (
@@ -25,7 +29,16 @@ from pydantic import (
 )
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.registry.models import DIMENSIONS, DimensionBase, RegProvenance
+from artemis.registry import field_docs
+from artemis.registry.models import (
+    DIMENSIONS,
+    PAGINATION_MODES,
+    SCOPES,
+    TASK_TYPES,
+    DimensionBase,
+    RegProvenance,
+)
+from artemis.sinks.records import RecordModelDecl, did_you_mean
 
 # Columns the import sets (ids, audit times, sealed secrets): never read from a file.
 HIDDEN = frozenset(
@@ -48,8 +61,25 @@ PROVENANCE_COLUMNS = (
     "timezone_default",
     "docs_url",
     "lifecycle_status_code",
+    "record_model",
 )
 _STRICT = ConfigDict(extra="forbid")
+_UNITS = ("MINUTE", "HOUR", "DAY", "WEEK", "MONTH")
+# Code columns whose values Artemis acts on: any other value is refused, naming these.
+CODES: dict[str, tuple[str, ...]] = {
+    "scope_code": SCOPES,
+    "task_type": TASK_TYPES,
+    "pagination_mode_code": PAGINATION_MODES,
+    "http_method_code": ("GET", "POST"),
+    "window_mode_code": ("SLIDING", "CALENDAR"),
+    "window_size_unit_code": _UNITS,
+    "overlap_unit_code": _UNITS,
+    "lookback_unit_code": _UNITS,
+    "backoff_policy_code": ("FIXED", "EXPONENTIAL"),
+    "auth_type_code": ("API_KEY_QUERY", "API_KEY_HEADER", "BEARER"),
+}
+# The marker paths only page-number and offset paging read.
+_MARKERS = ("next_page_jsonpath", "has_more_jsonpath")
 
 
 def _jsonpath_ok(value: str | None) -> str | None:
@@ -61,13 +91,20 @@ def _jsonpath_ok(value: str | None) -> str | None:
     return value
 
 
-def _fields(model: type[BaseModel], skip: frozenset[str]) -> dict[str, Any]:
+def _fields(model: type[BaseModel], skip: frozenset[str], section: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, info in model.model_fields.items():
         if name in skip:
             continue
         default = ... if info.is_required() else None
-        out[name] = (info.annotation, Field(default, **_limits(info)))
+        annotation = info.annotation
+        if name in CODES:
+            values = Literal[CODES[name]]  # type: ignore[valid-type]
+            annotation = values if info.is_required() else values | None
+        out[name] = (
+            annotation,
+            Field(default, description=field_docs.description(section, name), **_limits(info)),
+        )
     return out
 
 
@@ -84,23 +121,45 @@ def _no_inline_secret(cls: Any, data: Any) -> Any:
     return data
 
 
+def _markers_ok(self: Any) -> Any:
+    """``next_page_jsonpath`` / ``has_more_jsonpath``: page-number and offset paging only,
+    one of the two."""
+    given = [m for m in _MARKERS if getattr(self, m) is not None]
+    if given and self.pagination_mode_code not in ("PAGE_NUMBER", "OFFSET"):
+        own = {"CURSOR": "next_cursor_jsonpath", "TOKEN": "next_token_jsonpath"}
+        other = own.get(self.pagination_mode_code)
+        raise ValueError(
+            f"{given[0]} is for PAGE_NUMBER and OFFSET paging, not "
+            f"{self.pagination_mode_code}" + (f" (which has {other})" if other else "")
+        )
+    if len(given) == 2:
+        raise ValueError("set one of next_page_jsonpath and has_more_jsonpath, not both")
+    return self
+
+
 @cache
 def row_model(dim: str) -> type[BaseModel]:
     """One row of a dimension section as the file writes it."""
     table = DIMENSIONS[dim]
-    fields = _fields(table, HIDDEN)
+    fields = _fields(table, HIDDEN, dim)
     if dim == "credential":
         # Secrets are named by environment variable, endpoints by name.
-        fields["secret_env"] = (str | None, None)
-        fields["endpoint_name"] = (str | None, None)
+        for name in ("secret_env", "endpoint_name"):
+            fields[name] = (str | None, Field(None, description=field_docs.FIELDS[dim][name]))
     paths = tuple(n for n in fields if n.endswith("_jsonpath"))
     validators: dict[str, Any] = {}
     if paths:
         validators["jsonpaths"] = field_validator(*paths)(_jsonpath_ok)
     if dim == "credential":
         validators["no_inline_secret"] = model_validator(mode="before")(_no_inline_secret)
+    if dim == "pagination_cfg":
+        validators["markers"] = model_validator(mode="after")(_markers_ok)
     return create_model(  # type: ignore[call-overload, no-any-return]
-        f"{table.__name__}Row", __config__=_STRICT, __validators__=validators, **fields
+        f"{table.__name__}Row",
+        __config__=_STRICT,
+        __doc__=field_docs.SECTIONS[dim],
+        __validators__=validators,
+        **fields,
     )
 
 
@@ -108,52 +167,208 @@ def row_model(dim: str) -> type[BaseModel]:
 def file_model() -> type[BaseModel]:
     """The whole file: ``provenance`` plus one list per dimension."""
     prov_fields = {
-        k: v for k, v in _fields(RegProvenance, HIDDEN).items() if k in PROVENANCE_COLUMNS
+        k: v
+        for k, v in _fields(RegProvenance, HIDDEN, "provenance").items()
+        if k in PROVENANCE_COLUMNS
     }
+    docs = field_docs.FIELDS["provenance"]
     # The name defaults to the code.
-    prov_fields["provenance_name"] = (str | None, Field(None, max_length=200))
-    provenance = create_model("ProvenanceSection", __config__=_STRICT, **prov_fields)
+    prov_fields["provenance_name"] = (
+        str | None,
+        Field(None, max_length=200, description=docs["provenance_name"]),
+    )
+    prov_fields["record_model"] = (
+        RecordModelDecl | None,
+        Field(None, description=docs["record_model"]),
+    )
+    provenance = create_model(
+        "ProvenanceSection",
+        __config__=_STRICT,
+        __doc__=field_docs.SECTIONS["provenance"],
+        **prov_fields,
+    )
     sections: dict[str, Any] = {
-        dim: (list[row_model(dim)], Field(default_factory=list))  # type: ignore[misc]
+        dim: (
+            list[row_model(dim)],  # type: ignore[misc]
+            Field(default_factory=list, description=field_docs.SECTIONS[dim]),
+        )
         for dim in DIMENSIONS
     }
     return create_model(  # type: ignore[call-overload, no-any-return]
-        "RegistryFile", __config__=_STRICT, provenance=(provenance, ...), **sections
+        "RegistryFile",
+        __config__=_STRICT,
+        provenance=(provenance, Field(..., description=field_docs.SECTIONS["provenance"])),
+        **sections,
     )
 
 
 def parse_file(data: Any, source: str) -> dict[str, Any]:
     """The file's document, checked and typed: ``{"provenance": {...}, dim: [{...}]}``
     holding only what the file sets (a column left out stays out, so an import can tell
-    "set to null" from "not given")."""
+    "set to null" from "not given"). A refused file is one INVALID_INPUT listing every
+    problem by its path, with "did you mean" where a valid name or value is close."""
     try:
         doc = file_model().model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in first["loc"]).replace(
-            ".[", "["
-        )
-        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        problems = [f"{_where(err['loc']) or 'file'}: {_why(err, data)}" for err in e.errors()]
+        count = f"{len(problems)} problems: " if len(problems) > 1 else ""
         raise ArtemisError(
             ErrorCode.INVALID_INPUT,
-            f"{source}: {where or 'file'}: {_why(first)}{more}",
+            f"{source}: {count}{'; '.join(problems)}",
             details={"errors": [_short(err) for err in e.errors()]},
         ) from None
     return doc.model_dump(exclude_unset=True)
 
 
-def _why(err: Any) -> str:
+def _where(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in loc).replace(".[", "[")
+
+
+def _why(err: Any, data: Any) -> str:
+    loc = tuple(err["loc"])
     if err["type"] == "extra_forbidden":
-        return "unknown field"
+        name = str(loc[-1])
+        # The names this mapping does not set yet: a misspelt field is not one it has.
+        given = _value_at(data, loc[:-1])
+        valid = [n for n in _names_at(loc[:-1]) if not isinstance(given, dict) or n not in given]
+        hint = did_you_mean(name, valid) if valid else ""
+        elsewhere = [s for s, names in _section_fields().items() if name in names]
+        if elsewhere and (not loc[:1] or elsewhere != [loc[0]]):
+            hint += f" ({name} is a field of {' and '.join(elsewhere)})"
+        return f"unknown field{hint}"
     if err["type"] == "missing":
         return "is required"
+    if err["type"] == "literal_error":
+        allowed = CODES.get(str(loc[-1])) or ()
+        got = err.get("input")
+        hint = did_you_mean(str(got), allowed) if isinstance(got, str) else ""
+        return f"must be one of {', '.join(allowed)} (got {got!r}){hint}"
     if err["type"] == "value_error":
         return str(err["msg"]).removeprefix("Value error, ")
     return f"{err['msg']} (got {err.get('input')!r})"
+
+
+def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _names_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names valid at ``loc`` (a path into the file model), for "did you mean"."""
+    model: Any = file_model()
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        inside = _model_of(model)
+        info = inside.model_fields.get(str(part)) if inside is not None else None
+        if info is None:
+            return []
+        model = info.annotation
+    found = _model_of(model)
+    return list(found.model_fields) if found is not None else []
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model inside ``X``, ``X | None`` or ``list[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (list, Union, types.UnionType):
+        for arg in get_args(annotation):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+@cache
+def _section_fields() -> dict[str, frozenset[str]]:
+    out = {"provenance": frozenset(_names_at(("provenance",)))}
+    out.update({dim: frozenset(row_model(dim).model_fields) for dim in DIMENSIONS})
+    return out
 
 
 def _short(err: Any) -> dict[str, Any]:
     return {"loc": list(err["loc"]), "type": err["type"], "msg": err["msg"]}
 
 
-__all__ = ["HIDDEN", "PROVENANCE_COLUMNS", "DimensionBase", "file_model", "parse_file", "row_model"]
+# -- the field reference ---------------------------------------------------------------------
+def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) is Literal:
+        return " | ".join(str(a) for a in get_args(annotation))
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return " | ".join(_type_name(a) for a in args)
+    if annotation is RecordModelDecl:
+        return "record model (below)"
+    names = {str: "text", int: "integer", float: "number", bool: "true/false"}
+    if annotation in names:
+        return names[annotation]
+    if getattr(annotation, "__name__", "") == "datetime":
+        return "timestamp"
+    origin = get_origin(annotation)
+    if origin is dict:
+        return "mapping"
+    if origin is list:
+        return "list"
+    return str(annotation)
+
+
+def _table(rows: list[tuple[str, Any, bool]]) -> list[str]:
+    out = ["| field | type | meaning |", "| --- | --- | --- |"]
+    for name, field, required in rows:
+        cells = [
+            f"`{name}`" + (" (required)" if required else ""),
+            _type_name(field.annotation),
+            field.description or "",
+        ]
+        # A "|" in a cell would end it: Markdown's escape.
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return out
+
+
+def reference() -> str:
+    """Every section and field of the registry YAML, as Markdown tables (generated from
+    the file models: the README's reference is this text)."""
+    common = row_model("http_cfg").model_fields
+    out = [
+        "Every row of a dimension section (all but `provenance`) has:",
+        "",
+        *_table([(n, common[n], common[n].is_required()) for n in field_docs.COMMON]),
+    ]
+    for section, info in file_model().model_fields.items():
+        model = _model_of(info.annotation)
+        assert model is not None
+        shape = "a list of rows" if get_origin(info.annotation) is list else "a mapping"
+        fields = [
+            (n, f, f.is_required())
+            for n, f in model.model_fields.items()
+            if section == "provenance" or n not in field_docs.COMMON
+        ]
+        out += ["", f"`{section}` ({shape}): {field_docs.SECTIONS[section]}", ""]
+        out += _table(fields)
+    decl = RecordModelDecl.model_fields
+    out += ["", f"`provenance.record_model`: {field_docs.SECTIONS['record_model']}", ""]
+    out += _table([(n, decl[n], True) for n in decl])
+    return "\n".join(out) + "\n"
+
+
+def json_schema() -> dict[str, Any]:
+    """The registry YAML's JSON Schema (for an editor's YAML language server)."""
+    return file_model().model_json_schema()
+
+
+__all__ = [
+    "CODES",
+    "HIDDEN",
+    "PROVENANCE_COLUMNS",
+    "DimensionBase",
+    "file_model",
+    "json_schema",
+    "parse_file",
+    "reference",
+    "row_model",
+]

@@ -17,6 +17,7 @@ from artemis.db import UTCDateTime, utcnow
 
 SCOPES = ("SOURCE", "TASK")
 TASK_TYPES = ("harvest", "update", "backfill")
+PAGINATION_MODES = ("PAGE_NUMBER", "OFFSET", "CURSOR", "TOKEN", "LINK_HEADER")
 
 
 def _task_type_key() -> Column:
@@ -34,6 +35,10 @@ class RegProvenance(SQLModel, table=True):
     timezone_default: str = Field(default="UTC", max_length=64)
     docs_url: str | None = Field(default=None, max_length=500)
     lifecycle_status_code: str = Field(default="ACTIVE", max_length=16)
+    # The shape of the provenance's records (artemis.sinks.records.RecordModelDecl:
+    # ``{key: [...], fields: {name: type}}``) for the sql and files sinks; None: the
+    # harvest's built-in paper model.
+    record_model: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
@@ -142,6 +147,10 @@ class RegProvPaginationCfg(DimensionBase, table=True):
     # The server keeps a cursor session's position (Crossref: one cursor value for the
     # whole walk), so a resumed attempt re-opens the session instead of re-sending it.
     stateful_cursor: bool | None = None
+    # PAGE_NUMBER / OFFSET: the source's own end marker, present on every page — the next
+    # page number (offset) or null/false on the last page, or a true/false "has more".
+    next_page_jsonpath: str | None = Field(default=None, max_length=200)
+    has_more_jsonpath: str | None = Field(default=None, max_length=200)
 
 
 class RegProvHttpCfg(DimensionBase, table=True):

@@ -2,7 +2,8 @@
 
 Failures can be injected over HTTP (``POST /_control/{quotes|sink|cronjob}``) and what was
 received read back (``GET /_sink/batches``, ``GET /_cronjob/calls``), so tests and the demo
-talk to a real server on 127.0.0.1.
+talk to a real server on 127.0.0.1. PubMed and Crossref are in ``literature.py``, the notes
+platform in ``platform.py``, the README walk-through's product catalogue in ``catalog.py``.
 """
 
 from __future__ import annotations
@@ -209,6 +210,11 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
     notes = platform.PlatformState()
     app.state.platform = notes
     app.include_router(platform.build_router(notes))
+    from artemis.samples import catalog
+
+    products = catalog.CatalogState()
+    app.state.catalog = products
+    app.include_router(catalog.build_router(products))
 
     # -- control ---------------------------------------------------------------------
     @app.post("/_control/{target}")
@@ -219,6 +225,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
         elif target == "reset":
             literature.configure({"reset": True})
             notes.reset()
+            products.reset()
             state["sink"].clear()
             state["cronjob"].clear()
             state["alerts"].clear()

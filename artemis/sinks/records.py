@@ -5,20 +5,36 @@ their key (``record_key``). From that one declaration come the SQL table's typed
 the Parquet schema, and the check of every record before it is written: a field the
 model lacks or a value of the wrong type is a ``SINK_ERROR`` naming the column — never a
 silent drop or a silent cast.
+
+A record model may also be declared as data (``RecordModelDecl``: a registry provenance's
+``record_model``, fields with their type names and a key); ``declared_spec`` turns it into
+the same ``RecordSpec``.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, Union, get_args, get_origin
 
 import pyarrow as pa
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
@@ -211,3 +227,158 @@ class RecordSpec:
 def schema_error(message: str) -> ArtemisError:
     """The records and the destination disagree: no retry can fix that."""
     return ArtemisError(ErrorCode.SINK_ERROR, message, retryable=False)
+
+
+# -- record models declared as data ------------------------------------------------------------
+# The type names a declared field may have (``X | None`` for a field that may be null or
+# absent): the kinds a RecordSpec supports, written as Python writes them.
+FIELD_TYPES: dict[str, Any] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "date": date,
+    "datetime": datetime,
+    "list[str]": list[str],
+    "list": list[Any],
+    "dict": dict[str, Any],
+}
+# Names other schema languages use, offered as "did you mean" (never accepted as such).
+_TYPE_HINTS = {
+    "string": "str",
+    "text": "str",
+    "integer": "int",
+    "long": "int",
+    "bigint": "int",
+    "number": "float",
+    "double": "float",
+    "decimal": "float",
+    "boolean": "bool",
+    "timestamp": "datetime",
+    "array": "list",
+    "object": "dict",
+    "json": "dict",
+}
+_FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """``, did you mean 'x'?`` (or 'x' or 'y') for the closest of ``choices``; '' when none
+    is close."""
+    by_lower = {c.lower(): c for c in choices}
+    low = word.lower()
+    if low in by_lower:  # only the case differs
+        close = [by_lower[low]]
+    else:
+        close = [c for c in choices if low and c.lower().startswith(low)][:2]
+        if not close:
+            found = difflib.get_close_matches(low, list(by_lower), n=3, cutoff=0.6)
+            # Names that start with the same word first (page_… for page_param_name).
+            head = low.split("_")[0]
+            found = [c for c in found if c.split("_")[0] == head] or found
+            score = [difflib.SequenceMatcher(None, low, c).ratio() for c in found]
+            # A second name only when it is about as close as the first.
+            near = [c for c, r in zip(found, score, strict=True) if r >= score[0] - 0.1]
+            close = [by_lower[c] for c in near[:2]]
+    if not close:
+        return ""
+    return ", did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def parse_field_type(text: str) -> tuple[str, bool]:
+    """``"float | None"`` → ``("float", True)``; ValueError naming the types otherwise."""
+    parts = [p.strip() for p in str(text).split("|")]
+    nullable = len(parts) == 2 and "None" in parts
+    base = [p for p in parts if p != "None"]
+    if len(base) == 1 and (len(parts) == 1 or nullable) and base[0] in FIELD_TYPES:
+        return base[0], nullable
+    name = base[0] if len(base) == 1 else str(text)
+    hint = (
+        f", did you mean {_TYPE_HINTS[name.lower()]!r}?"
+        if name.lower() in _TYPE_HINTS
+        else did_you_mean(name, list(FIELD_TYPES))
+    )
+    raise ValueError(
+        f"{text!r} is not a field type{hint} (types: {', '.join(FIELD_TYPES)}, "
+        "each optionally '| None')"
+    )
+
+
+class RecordModelDecl(BaseModel):
+    """A record model written as data, e.g. ``{key: [id], fields: {id: int, name: str,
+    price: float | None}}``: the SQL table's columns and the Parquet schema, checked as
+    strictly as a TaskUnit's own model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: list[str] = Field(
+        min_length=1,
+        description="the fields that identify a record (the SQL table's primary key); never null",
+    )
+    fields: dict[str, str] = Field(
+        min_length=1,
+        description="field name → type, in column order; types: "
+        + ", ".join(FIELD_TYPES)
+        + ", each optionally '| None' (may be null or absent). A record keeps only these "
+        "fields",
+    )
+
+    @field_validator("fields")
+    @classmethod
+    def _fields_ok(cls, value: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for name, text in value.items():
+            if not _FIELD_NAME.match(name):
+                raise ValueError(
+                    f"field {name!r}: a name starts with a letter and holds letters, digits, "
+                    "'_' or '-' (at most 63)"
+                )
+            if hasattr(BaseModel, name):
+                raise ValueError(f"field {name!r}: the name is taken by Pydantic's BaseModel")
+            try:
+                kind, nullable = parse_field_type(text)
+            except ValueError as e:
+                raise ValueError(f"field {name!r}: {e}") from None
+            out[name] = f"{kind} | None" if nullable else kind
+        return out
+
+    @model_validator(mode="after")
+    def _key_ok(self) -> RecordModelDecl:
+        for name in self.key:
+            if name not in self.fields:
+                raise ValueError(
+                    f"key {name!r} is not one of the fields{did_you_mean(name, list(self.fields))}"
+                )
+            if parse_field_type(self.fields[name])[1]:
+                raise ValueError(f"key {name!r} may not be null: declare it without '| None'")
+        if len(set(self.key)) != len(self.key):
+            raise ValueError(f"key {self.key} names a field twice")
+        return self
+
+
+def declared_spec(decl: dict[str, Any], name: str) -> RecordSpec:
+    """The RecordSpec of a declared record model (validated again here: it may come from a
+    run's history). One model class per declaration and name, so a sink that prepared
+    its table for it once knows it again."""
+    checked = RecordModelDecl.model_validate(decl)
+    return _declared(json.dumps(checked.model_dump()), name)
+
+
+@cache
+def _declared(decl_json: str, name: str) -> RecordSpec:
+    decl = json.loads(decl_json)
+    fields: dict[str, Any] = {}
+    for field, text in decl["fields"].items():
+        kind, nullable = parse_field_type(text)
+        annotation = FIELD_TYPES[kind]
+        fields[field] = (annotation | None, None) if nullable else (annotation, ...)
+    model = create_model(  # type: ignore[call-overload]
+        name, __config__=ConfigDict(protected_namespaces=()), **fields
+    )
+    return RecordSpec(model, tuple(decl["key"]))
+
+
+def record_model_name(code: str) -> str:
+    """``my-shop`` → ``MyShopRecord`` (the model's name in sink errors)."""
+    words = re.split(r"[^A-Za-z0-9]+", code)
+    return "".join(w[:1].upper() + w[1:] for w in words if w) + "Record"

@@ -103,6 +103,14 @@ def required_count(data: Any, path: str, who: str) -> int:
     return count
 
 
+def required_flag(data: Any, path: str, who: str) -> bool:
+    """A "has more" flag: present on every page, true or false (nothing else ends)."""
+    value = json_path_lookup(data, path)
+    if not isinstance(value, bool):
+        raise contract_error(who, path, "true or false (are there more pages)", value)
+    return value
+
+
 @dataclass
 class Paginator:
     kind: ClassVar[str] = "base"
@@ -173,9 +181,11 @@ class PageNumberPaginator(Paginator):
         {"items": [...], "page": 2, "next_page": 3}     # next_page null on the last page
 
     With ``next_page_path`` the field must be present on every page: a number goes on, null
-    or false ends. Without it, paging ends on an empty page, on the stated total
-    (``total_path``), or on a short page when ``short_page_ends`` (the source documents
-    that a page shorter than ``page_size`` is the last).
+    or false ends. With ``has_more_path`` (``{"items": [...], "has_more": false}``) a flag
+    must be: true goes on to the next page, false ends. Without either, paging ends on an
+    empty page, on the stated total (``total_path``), or on a short page when
+    ``short_page_ends`` (the source documents that a page shorter than ``page_size`` is
+    the last).
     """
 
     kind: ClassVar[str] = "page_number"
@@ -184,6 +194,7 @@ class PageNumberPaginator(Paginator):
     page_size: int | None = None
     page_size_param: str | None = "page_size"
     next_page_path: str | None = "next_page"
+    has_more_path: str | None = None
     max_pages: int | None = None
     short_page_ends: bool = False
 
@@ -213,6 +224,10 @@ class PageNumberPaginator(Paginator):
                         nxt,
                     )
                 self.page = number
+        elif self.has_more_path is not None:
+            self.page += 1
+            if not required_flag(data, self.has_more_path, "PageNumberPaginator"):
+                self.has_more = False
         else:
             self.page += 1
             if not records or (
@@ -225,7 +240,12 @@ class PageNumberPaginator(Paginator):
             self.has_more = False
 
     def ahead(self, n: int) -> list[Paginator]:
-        if self.next_page_path is not None or self.total is None or not self.page_size:
+        if (
+            self.next_page_path is not None
+            or self.has_more_path is not None
+            or self.total is None
+            or not self.page_size
+        ):
             return []
         # Full pages from here on: what is left after the current page, in pages.
         left = max(0, self.total - self.taken - self.page_size)
@@ -338,8 +358,11 @@ class OffsetPaginator(Paginator):
         {"items": [...], "total": 1234}
 
     Ends on an empty page, at the stated total (``total_path``), or on a short page when
-    ``short_page_ends``. A source that lists only the first ``max_offset`` records of a
-    query (Crossref's 10,000) holding more is ``RESULT_CAP_EXCEEDED`` (the run splits its
+    ``short_page_ends``. A source with its own end marker names it, and the marker must be
+    on every page: ``next_offset_path`` (``{"items": [...], "next_offset": 200}``, null or
+    false on the last page; the next request starts there) or ``has_more_path`` (true or
+    false). A source that lists only the first ``max_offset`` records of a query
+    (Crossref's 10,000) holding more is ``RESULT_CAP_EXCEEDED`` (the run splits its
     window), never a silent stop at the cap.
     """
 
@@ -350,6 +373,8 @@ class OffsetPaginator(Paginator):
     limit_param: str = "limit"
     max_offset: int | None = None
     short_page_ends: bool = False
+    next_offset_path: str | None = None
+    has_more_path: str | None = None
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
         return {**params, self.offset_param: self.offset, self.limit_param: self.limit}
@@ -360,7 +385,12 @@ class OffsetPaginator(Paginator):
         self.pages_seen += 1
         self.read_total(data)
         self.offset += len(records)
-        if (
+        if self.next_offset_path is not None or self.has_more_path is not None:
+            self._follow_marker(data)
+            if not self.has_more or self.total_reached():
+                self.has_more = False
+                return
+        elif (
             not records
             or (self.short_page_ends and len(records) < self.limit)
             or self.total_reached()
@@ -379,8 +409,28 @@ class OffsetPaginator(Paginator):
                 details={"count": self.total, "cap": self.max_offset},
             )
 
+    def _follow_marker(self, data: Any) -> None:
+        """The source's own word on the next page (its marker decides, not the count)."""
+        if self.has_more_path is not None:
+            self.has_more = required_flag(data, self.has_more_path, "OffsetPaginator")
+            return
+        assert self.next_offset_path is not None
+        nxt = json_path_lookup(data, self.next_offset_path)
+        if nxt is None or nxt is False:
+            self.has_more = False
+            return
+        offset = as_count(nxt)
+        if offset is None:
+            raise contract_error(
+                "OffsetPaginator",
+                self.next_offset_path,
+                "the next offset, or null on the last page",
+                nxt,
+            )
+        self.offset = offset
+
     def ahead(self, n: int) -> list[Paginator]:
-        if self.total is None:
+        if self.total is None or self.next_offset_path or self.has_more_path:
             return []
         out: list[Paginator] = []
         for k in range(1, n + 1):

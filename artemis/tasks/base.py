@@ -200,7 +200,10 @@ class TaskUnit:
     Record: ClassVar[type[BaseModel] | None] = None
     record_key: ClassVar[tuple[str, ...]] = ()
 
-    def record_spec(self) -> RecordSpec | None:
+    def record_spec(self, params: BaseModel | None = None) -> RecordSpec | None:
+        """The record model and key of a run with ``params`` (None: the task's own); a
+        task whose records depend on the run (a registry provenance may declare its own
+        model) overrides this."""
         return RecordSpec(self.Record, self.record_key) if self.Record is not None else None
 
     def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
@@ -208,7 +211,7 @@ class TaskUnit:
         ``output_defaults``): a worker with another configuration sends its records to
         the same places. A run of an earlier build carried only its request's output:
         resolved here, against this worker's configuration."""
-        record, database_url = self.record_spec(), ctx.settings.database.url
+        record, database_url = self.record_spec(ctx.params), ctx.settings.database.url
         spec = resolved_spec(ctx.output or {})
         if spec is None:
             defaults = ctx.settings.output_defaults.get(self.code, {})

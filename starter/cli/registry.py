@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -132,3 +133,19 @@ def registry_rollback(
     console.print_json(
         data={"rolled_back": {"table": table, "closed": new_id, "in_force": in_force}}
     )
+
+
+@registry_app.command("schema")
+def registry_schema(
+    json_schema: bool = typer.Option(
+        False, "--json", help="the JSON Schema (for an editor's YAML language server)"
+    ),
+) -> None:
+    """Every section and field of a registry YAML file, with its type and meaning."""
+    from artemis.registry.file_models import json_schema as schema
+    from artemis.registry.file_models import reference
+
+    if json_schema:
+        sys.stdout.write(json.dumps(schema(), indent=2) + "\n")
+    else:
+        sys.stdout.write(reference())

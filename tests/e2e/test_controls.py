@@ -32,22 +32,28 @@ def _cli(stack, *args: str) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+async def _fetching_run(stack, prefix: str, requests: int) -> tuple[str, str]:
+    """(task id, symbol) of a run of 30 one-record pages, started and seen fetching."""
+    symbol = f"{prefix}{new_task_id()[-6:].upper()}"
+    task_id = new_task_id()
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"symbols": [symbol], "page_size": 1}},
+        mode="async",
+    )
+    assert resp.status_code == 202, resp.text
+
+    async def fetching() -> bool:
+        return await _requests(stack, symbol) >= requests
+
+    await eventually(fetching, "the run to fetch")
+    return task_id, symbol
+
+
 async def test_pause_rate_and_resume_through_the_api_and_the_cli(make_stack):
     stack = await make_stack(runs={"pages_per_fetch": 2})
     await stack.fault("latency", latency_ms=50)
-    symbol = f"C{new_task_id()[-6:].upper()}"
-    task_id = new_task_id()
     try:
-        resp = await stack.run(
-            {"meta": {"task_id": task_id}, "params": {"symbols": [symbol], "page_size": 1}},
-            mode="async",
-        )
-        assert resp.status_code == 202, resp.text
-
-        async def fetching() -> bool:
-            return await _requests(stack, symbol) >= 3
-
-        await eventually(fetching, "the run to fetch")
+        task_id, symbol = await _fetching_run(stack, "C", requests=3)
         paused = await stack.http.post(f"/tasks/{task_id}/pause", json={"reason": "maintenance"})
         assert paused.status_code == 202, paused.text
         assert paused.json()["data"]["action"] == "paused"
@@ -96,3 +102,44 @@ async def test_control_bodies_are_checked(stack):
         resp = await stack.http.post(f"/tasks/{task_id}/{path}", json=body)
         assert resp.status_code == 422, (path, body)
         assert field in resp.json()["error"]["message"]
+
+
+async def test_a_pause_stops_the_fetch_in_flight_at_its_next_page(make_stack):
+    """Against a slow source (400 ms a page, batches of 20 pages) a pause reaches the
+    fetch in flight through its heartbeat: the run shows `pausing`, the fetch stops at its
+    next page boundary with its checkpoint, then `paused` — and from then on the source
+    is asked nothing; after the resume every page is asked once (issue 20, item 9)."""
+    stack = await make_stack(runs={"pages_per_fetch": 20})
+    await stack.fault("latency", latency_ms=400)
+    try:
+        task_id, symbol = await _fetching_run(stack, "P", requests=2)
+        at_pause = await _requests(stack, symbol)
+        paused = await stack.http.post(f"/tasks/{task_id}/pause", json={"reason": "slow"})
+        assert paused.status_code == 202, paused.text
+        seen: list[str] = []
+
+        async def shows_paused() -> bool:
+            data = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+            seen.append(data["status"])
+            return data["status"] == "paused"
+
+        await eventually(shows_paused, "the run to pause", timeout=60, interval=0.05)
+        at_paused = await _requests(stack, symbol)
+        # the batch in flight did not run on to its 20 pages: the page in flight and
+        # those asked before the heartbeat's answer (at most a second: 2-3 pages)
+        assert at_paused - at_pause <= 5, (at_pause, at_paused)
+        assert "pausing" in seen and set(seen) <= {"running", "pausing", "paused"}, seen
+        # paused: no fetch is running any more, so the source is asked nothing now
+        desc = await stack.client.get_workflow_handle(
+            paused.json()["data"]["workflow_id"]
+        ).describe()
+        running = [a.activity_type.name for a in desc.raw_description.pending_activities]
+        assert "fetch_pages" not in running, running
+        assert await _requests(stack, symbol) == at_paused
+        resumed = await stack.http.post(f"/tasks/{task_id}/resume")
+        assert resumed.status_code == 202, resumed.text
+        final = await stack.wait_status(task_id, timeout=120)
+    finally:
+        await stack.fault("latency", latency_ms=0)
+    assert final["status"] == "completed" and final["stats"]["records_emitted"] == 30, final
+    assert await _requests(stack, symbol) == 30  # the page in flight was kept, not asked again

@@ -225,10 +225,9 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
     from temporalio.worker import Worker
 
     from activities.crawl import CrawlActivities
-    from artemis.run_models import ReclaimInput, ReclaimResult
     from artemis.samples.platform import note_ids
     from tests.conftest import start_worker_process, write_config
-    from workers.main import running_worker
+    from workers.main import housekeeping_jobs, running_worker, start_housekeeping_loop
     from workflows.reclaim import ReclaimWorkflow
 
     stack, platform = await crawl_stack(make_stack, {"sample-k": 1})
@@ -278,23 +277,31 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
             workflows=[ReclaimWorkflow],
             activities=crawl.all(),
         ):
+            # The reclaim loop as a worker starts it: every 15 min, locks older than 30.
+            (job,) = [j for j in housekeeping_jobs(stack.settings) if j.name == "reclaim"]
+            assert job.inp.every_s == 15 * 60 and job.inp.lock_timeout_minutes == 30
+            handle = await start_housekeeping_loop(env.client, job, "reclaim")
+            again = await start_housekeeping_loop(env.client, job, "reclaim")  # a restart
+            assert again.result_run_id == handle.result_run_id  # the same execution
+            assert await _loop_results(env.client, handle.id) == []  # a tick away
+            await env.sleep(timedelta(minutes=16))
+            first = await eventually(
+                partial(_loop_results, env.client, handle.id), "the pass at 15 minutes"
+            )
+            assert [r.records_pending for r in first] == [0]  # not stale yet
+            await env.sleep(timedelta(minutes=30))  # passes at 30 and 45 minutes
 
-            async def reclaim() -> ReclaimResult:
-                return await env.client.execute_workflow(
-                    ReclaimWorkflow.run,
-                    ReclaimInput(lock_timeout_minutes=30),
-                    id=f"reclaim-{uuid.uuid4().hex}",
-                    task_queue="reclaim",
-                    result_type=ReclaimResult,
-                )
+            async def three() -> list | None:
+                done = await _loop_results(env.client, handle.id)
+                return done if len(done) >= 3 else None
 
-            assert (await reclaim()).records_pending == 0  # not stale yet
-            await env.sleep(timedelta(minutes=31))
-            late = await reclaim()
+            passes = await eventually(three, "the passes at 30 and 45 minutes")
+            assert (await handle.describe()).run_id == handle.result_run_id  # one execution
         await crawl.client.aclose()
     finally:
         await env.shutdown()
-    assert late.records_pending == 10 and late.executions_timed_out >= 1
+    assert sum(r.records_pending for r in passes) == 10
+    assert sum(r.executions_timed_out for r in passes) >= 1
     assert {c.retry_count for c in rows(stack, Candidate, platform=platform)} <= {0, 1}
 
     # A worker again: the run resumes from its last heartbeat and collects everything.
@@ -311,58 +318,157 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
     assert sorted(sent) == sorted(ids) and set(sent.values()) == {1}
 
 
-async def test_reclaim_and_alert_schedules_are_created_once_and_their_runs_replay(stack):
+async def _loop_results(client, workflow_id: str, result_type=None) -> list:
+    """The results of the passes a housekeeping loop's current run has completed."""
+    from artemis.run_models import ReclaimResult
+
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    out = []
+    for e in history.events:
+        if e.HasField("activity_task_completed_event_attributes"):
+            payloads = e.activity_task_completed_event_attributes.result.payloads
+            out += await client.data_converter.decode(payloads, [result_type or ReclaimResult])
+    return out
+
+
+async def _pass_times(client, workflow_id: str) -> tuple[list, list]:
+    """When (the workflow's time: its workflow task's start) a housekeeping loop's current
+    run began each pass, and when it was signalled."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    by_id = {e.event_id: e for e in history.events}
+
+    def workflow_time(scheduled):  # the start of the workflow task that scheduled it
+        task = by_id[
+            scheduled.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
+        ]
+        started = task.workflow_task_completed_event_attributes.started_event_id
+        return by_id[started].event_time.ToDatetime()
+
+    passes = [
+        workflow_time(e)
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    signals = [
+        e.event_time.ToDatetime()
+        for e in history.events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+    return passes, signals
+
+
+async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules(make_stack):
+    """Housekeeping adds no row per tick to the UI's list: at worker start the schedules
+    of an earlier build go, and each job (clean-up, reclaim, alerts) has one execution
+    per task queue that loops on a timer; a second worker, a restart, many intervals do
+    not add another; the interval follows the config of the worker last started; alerts
+    turned off end their loop; the loops' histories replay."""
+    from temporalio.client import (
+        Schedule,
+        ScheduleActionStartWorkflow,
+        ScheduleIntervalSpec,
+        ScheduleSpec,
+        WorkflowExecutionStatus,
+    )
+    from temporalio.service import RPCError, RPCStatusCode
     from temporalio.worker import Replayer
 
+    from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput
+    from tests.conftest import settings_with
+    from workers.client import connect
     from workers.main import (
-        alerts_schedule_id,
-        ensure_alerts_schedule,
-        ensure_reclaim_schedule,
-        reclaim_schedule_id,
+        WORKFLOWS,
+        housekeeping_workflow_id,
+        old_schedule_id,
+        running_worker,
     )
-    from workflows.alerts import AlertsWorkflow
-    from workflows.reclaim import ReclaimWorkflow
 
-    queue = stack.settings.temporal.task_queue
-    for schedule_id, ensure, every, wf_type, wf in (
-        (
-            reclaim_schedule_id,
-            ensure_reclaim_schedule,
-            timedelta(minutes=15),
-            "ReclaimStaleLocks",
-            ReclaimWorkflow,
-        ),
-        (
-            alerts_schedule_id,
-            ensure_alerts_schedule,
-            timedelta(seconds=60),
-            "EvaluateAlerts",
-            AlertsWorkflow,
-        ),
+    # reclaim every 1.2 s and alerts every second: many intervals within the test
+    stack = await make_stack(
+        worker=False, alerts={"interval_s": 1}, crawler={"recovery_interval_minutes": 0.02}
+    )
+    client, queue = stack.client, stack.settings.temporal.task_queue
+    # The schedules an earlier build created at its start-up (same ids, types, inputs).
+    for name, wf_type, arg, every in (
+        ("cleanup-old-tasks", "CleanupOldTasks", CleanupInput(hours=24), timedelta(hours=1)),
+        ("reclaim-stale-locks", "ReclaimStaleLocks", ReclaimInput(), timedelta(minutes=15)),
+        ("evaluate-alerts", "EvaluateAlerts", AlertsInput(), timedelta(seconds=60)),
     ):
-        handle = stack.client.get_schedule_handle(schedule_id(queue))
-        desc = await handle.describe()  # created by the worker at start-up
-        assert desc.schedule.spec.intervals[0].every == every
-        await ensure(stack.client, stack.settings, queue)  # again: no error, no second one
-        await handle.trigger()
-        run = await eventually(
-            partial(
-                _newest_completed,
-                stack.client,
-                f"WorkflowType = '{wf_type}' AND TaskQueue = '{queue}'",
+        await client.create_schedule(
+            old_schedule_id(name, queue),
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    wf_type, arg, id=f"artemis/{name}/{queue}", task_queue=queue
+                ),
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
             ),
-            f"a completed {wf_type} run",
-            interval=0.1,
         )
-        history = await stack.client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
-        assert ending(history) == "WORKFLOW_EXECUTION_COMPLETED", wf_type
-        await Replayer(workflows=[wf]).replay_workflow(history)
+    ids = {job: housekeeping_workflow_id(job, queue) for job in ("cleanup", "reclaim", "alerts")}
+    alerts = client.get_workflow_handle(ids["alerts"])
 
+    # two workers on the queue (two processes in production: a client each)
+    other = await connect(stack.settings)
+    async with running_worker(stack.settings, client), running_worker(stack.settings, other):
+        for name in ("cleanup-old-tasks", "reclaim-stale-locks", "evaluate-alerts"):
+            try:
+                await client.get_schedule_handle(old_schedule_id(name, queue)).describe()
+            except RPCError as e:
+                assert e.status == RPCStatusCode.NOT_FOUND
+            else:
+                raise AssertionError(f"the old schedule {name} is still there")
 
-async def _newest_completed(client, query: str):
-    """The newest workflow that ``query`` lists, once it has completed (else None)."""
-    runs = [w async for w in client.list_workflows(query)]
-    return runs[0] if runs and runs[0].status and runs[0].status.name == "COMPLETED" else None
+        async def passes(workflow_id: str, n: int) -> bool:
+            return len((await _pass_times(client, workflow_id))[0]) >= n
+
+        await eventually(partial(passes, ids["alerts"], 4), "4 alert passes", timeout=60)
+        await eventually(partial(passes, ids["reclaim"], 3), "3 reclaim passes", timeout=60)
+        first_run = (await alerts.describe()).run_id
+
+    # Over those intervals and two worker starts: one execution per job, still running
+    # (the workers are gone: each loop waits on its timer for the next worker).
+    async def listed() -> list:
+        rows = [w async for w in client.list_workflows(f"TaskQueue = '{queue}'")]
+        return rows if len(rows) >= 3 else []
+
+    rows = await eventually(listed, "the three loops in the list", interval=0.2)
+    assert sorted(w.workflow_type for w in rows) == [
+        "CleanupOldTasks",
+        "EvaluateAlerts",
+        "ReclaimStaleLocks",
+    ], [(w.id, w.workflow_type) for w in rows]
+    assert {w.id for w in rows} == set(ids.values())
+    assert {w.status for w in rows} == {WorkflowExecutionStatus.RUNNING}
+
+    # A restart with another interval: the same execution, re-planned to every 2 s.
+    slower = settings_with(stack.settings, alerts={"interval_s": 2})
+    async with running_worker(slower, client):
+
+        async def two_slow_passes() -> list | None:
+            times, signals = await _pass_times(client, ids["alerts"])
+            after = [t for t in times if t > signals[-1]]
+            return times if len(after) >= 3 else None
+
+        times = await eventually(two_slow_passes, "two passes 2 s apart", timeout=60)
+        assert (await alerts.describe()).run_id == first_run
+    signalled = (await _pass_times(client, ids["alerts"]))[1][-1]
+    pairs = list(zip(times, times[1:], strict=False))
+    before = [(b - a).total_seconds() for a, b in pairs if b < signalled]
+    after = [(b - a).total_seconds() for a, b in pairs if a > signalled]
+    assert before and min(before) < 1.5, before  # every second before the restart
+    assert len(after) >= 2 and min(after) >= 2.0, after  # every 2 s after it
+
+    # Alerts turned off: the next worker start ends their loop; the others keep theirs.
+    off = settings_with(stack.settings, alerts={"enabled": False})
+    async with running_worker(off, client):
+        await asyncio.wait_for(alerts.result(), 30)
+        assert (await client.get_workflow_handle(ids["reclaim"]).describe()).status == (
+            WorkflowExecutionStatus.RUNNING
+        )
+    history = await alerts.fetch_history()
+    assert ending(history) == "WORKFLOW_EXECUTION_COMPLETED"
+    replayer = Replayer(workflows=list(WORKFLOWS))
+    await replayer.replay_workflow(history)
+    await replayer.replay_workflow(await client.get_workflow_handle(ids["reclaim"]).fetch_history())
 
 
 def _audit(config, histories: int = 40):

@@ -3,6 +3,7 @@ run (search attributes, current details) and GET /tasks/{id} beyond Temporal's m
 
 from __future__ import annotations
 
+import json
 import socket
 import uuid
 
@@ -192,3 +193,153 @@ async def test_a_runs_summary_in_the_ui_says_what_it_harvests(stack):
     desc = await stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"]).describe()
     summary = await desc.static_summary()
     assert summary == f"pull_stock_quotes · AAPL, MSFT 2025-11-01..2025-11-05 · task {task_id}"
+
+
+async def test_the_runs_link_lists_task_runs_and_no_housekeeping(stack):
+    """The link `artemis dev`/`demo` prints for the UI's list carries the runs-only
+    filter; given to `temporal workflow list`, that filter lists the task runs and none
+    of the housekeeping loops (which the unfiltered list shows)."""
+    import asyncio
+    import json
+    import subprocess
+    from urllib.parse import parse_qs, urlsplit
+
+    from infra.devserver import temporal_binary
+    from starter.service import RUNS_QUERY, ui_list_url
+
+    url = ui_list_url(stack.settings)
+    parts = urlsplit(url)
+    assert f"{parts.scheme}://{parts.netloc}" == stack.settings.temporal.ui_url
+    assert parts.path == f"/namespaces/{stack.settings.temporal.namespace}/workflows"
+    assert parse_qs(parts.query)["query"] == [RUNS_QUERY] == ['WorkflowType = "TaskRunWorkflow"']
+    task_id = new_task_id()
+    resp = await stack.run({"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}})
+    assert resp.json()["data"]["status"] == "completed", resp.text
+    queue = stack.settings.temporal.task_queue
+
+    def listed(query: str) -> list[tuple[str, str]]:
+        out = subprocess.run(
+            [temporal_binary(), "workflow", "list", "-o", "json", "--query", query]
+            + ["--address", stack.settings.temporal.address],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.strip()
+        items = (
+            json.loads(out) if out.startswith("[") else [json.loads(x) for x in out.splitlines()]
+        )
+        return sorted((w["type"]["name"], w["execution"]["workflowId"]) for w in items)
+
+    async def both() -> tuple | None:
+        runs = await asyncio.to_thread(listed, f"({RUNS_QUERY}) AND TaskQueue = '{queue}'")
+        every = await asyncio.to_thread(listed, f"TaskQueue = '{queue}'")
+        return (runs, every) if runs and len(every) >= 4 else None
+
+    runs, every = await eventually(both, "the run and the loops in the list", interval=0.2)
+    assert runs == [("TaskRunWorkflow", f"artemis/pull_stock_quotes/{task_id}")]
+    assert {t for t, _ in every} == {
+        "TaskRunWorkflow",
+        "CleanupOldTasks",
+        "ReclaimStaleLocks",
+        "EvaluateAlerts",
+    }
+    assert len(every) == 4  # one row per housekeeping job, not one per tick
+
+
+def _temporal_json(settings, *args: str):
+    """``temporal <args> -o json`` against the test's server, as an operator runs it."""
+    import json
+    import subprocess
+
+    from infra.devserver import temporal_binary
+
+    out = subprocess.run(
+        [temporal_binary(), *args, "--address", settings.temporal.address, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.strip()
+    if args[:2] == ("workflow", "list"):  # one JSON object a line, or a JSON array
+        return (
+            json.loads(text)
+            if text.startswith("[")
+            else [json.loads(x) for x in text.splitlines() if x.strip()]
+        )
+    return json.loads(text)
+
+
+def _payload_value(payload):
+    """A search attribute's value as `temporal -o json` prints it (a JSON payload, its
+    data base64-encoded, or already decoded by the CLI)."""
+    import base64
+
+    data = payload.get("data", payload) if isinstance(payload, dict) else payload
+    if isinstance(data, str):
+        try:
+            return json.loads(base64.b64decode(data))
+        except ValueError:
+            return data
+    return data
+
+
+async def test_the_ui_pieces_seen_through_the_temporal_cli(make_stack):
+    """What the UI shows, read with `temporal workflow describe/list` (no screenshot):
+    a run's summary names what it harvests and its task id; its search attributes; the
+    runs-only list filter the demo prints; two crawls of one lock told apart by their
+    task ids (issue 20, item 7)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from starter.service import ui_list_url
+    from tests.e2e.test_crawl import crawl_stack
+
+    stack, platform = await crawl_stack(make_stack, {"sample-a": 5})
+    await stack.samples_http.post("/_control/platform", json={"notes_per_keyword": 3})
+    crawls = []
+    for n in range(2):
+        task_id = new_task_id()
+        resp = await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {"platform": platform, "keywords": [f"ui{n}"]},
+            },
+            code="crawl_notes",
+        )
+        assert resp.json()["data"]["status"] == "completed", resp.text
+        crawls.append((task_id, resp.json()["data"]["workflow_id"]))
+    quotes_id = new_task_id()
+    resp = await stack.run(
+        {
+            "meta": {"task_id": quotes_id},
+            "params": {"symbols": ["IBM"], "start": "2025-11-03", "end": "2025-11-04"},
+        }
+    )
+    quotes_wf = resp.json()["data"]["workflow_id"]
+    s = stack.settings
+
+    desc = _temporal_json(s, "workflow", "describe", "-w", quotes_wf)
+    summary = desc["executionConfig"]["userMetadata"]["summary"]
+    assert summary == f"pull_stock_quotes · IBM 2025-11-03..2025-11-04 · task {quotes_id}"
+    fields = desc["workflowExecutionInfo"]["searchAttributes"]["indexedFields"]
+    attrs = {k: _payload_value(v) for k, v in fields.items()}
+    assert attrs["ArtemisTaskCode"] == "pull_stock_quotes", attrs
+    assert attrs["ArtemisTaskId"] == quotes_id, attrs
+
+    # the list filter the demo prints, run as the UI runs it: task runs only
+    query = parse_qs(urlsplit(ui_list_url(s)).query)["query"][0]
+    listed = _temporal_json(
+        s, "workflow", "list", "-q", f"{query} AND ArtemisTaskId = '{quotes_id}'"
+    )
+    assert len(listed) == 1 and listed[0]["execution"]["workflowId"] == quotes_wf, listed
+    types = {w["type"]["name"] for w in _temporal_json(s, "workflow", "list", "-q", query)}
+    assert types == {"TaskRunWorkflow"}, types
+
+    # two crawls share the lock's workflow id; their task ids tell them apart
+    (a, wf_a), (b, wf_b) = crawls
+    assert wf_a == wf_b
+    for task_id in (a, b):
+        (row,) = _temporal_json(s, "workflow", "list", "-q", f"ArtemisTaskId = '{task_id}'")
+        run = _temporal_json(s, "workflow", "describe", "-w", wf_a, "-r", row["execution"]["runId"])
+        assert run["executionConfig"]["userMetadata"]["summary"].endswith(f"task {task_id}")

@@ -65,17 +65,25 @@ async def test_get_tasks_lists_runs_by_status_and_code_and_feedback_is_stored(st
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "TASK_NOT_FOUND"
 
 
-async def test_cleanup_schedule_removes_old_terminal_tasks_only(stack):
+async def test_cleanup_loop_removes_old_terminal_tasks_only(make_stack):
+    """The clean-up runs as one looping workflow per task queue (started by the worker):
+    its next pass, one interval later, removes the old terminal task and its events and
+    keeps the rest; stopped, its history replays."""
     from datetime import UTC, datetime, timedelta
 
     from sqlalchemy import update
+    from temporalio.client import WorkflowExecutionStatus
     from temporalio.worker import Replayer
 
     from artemis.events import EventLog, RunEvent
     from artemis.taskstore import TaskData
-    from workers.main import cleanup_schedule_id
+    from workers.main import housekeeping_jobs, stop_housekeeping_loop
     from workflows.cleanup import CleanupWorkflow
 
+    stack = await make_stack(task_store={"cleanup_interval_minutes": 0.02})  # every 1.2 s
+    queue = stack.settings.temporal.task_queue
+    (job,) = [j for j in housekeeping_jobs(stack.settings) if j.name == "cleanup"]
+    assert job.inp.every_s == 1.2 and job.inp.hours == 24
     store = SqlTaskStorage(stack.settings.database.url)
     old = datetime.now(UTC) - timedelta(hours=30)
     old_done, old_running, recent = new_task_id(), new_task_id(), new_task_id()
@@ -94,26 +102,27 @@ async def test_cleanup_schedule_removes_old_terminal_tasks_only(stack):
         conn.execute(
             update(RunEvent.__table__).where(RunEvent.seq == old_event).values(created_at=old)
         )
-    schedule = stack.client.get_schedule_handle(
-        cleanup_schedule_id(stack.settings.temporal.task_queue)
-    )
-    desc = await schedule.describe()  # created idempotently by the worker at start-up
-    assert desc.schedule.spec.intervals[0].every == timedelta(hours=1)
-    await schedule.trigger()
     await eventually(lambda: store.load(old_done) is None, "the clean-up to remove the old task")
     assert store.load(old_running) is not None and store.load(recent) is not None
     assert events.since(old_done) == [] and len(events.since(recent)) == 1
-    # the clean-up workflow's history replays
-    queue = stack.settings.temporal.task_queue
-    ids = [
-        w
-        async for w in stack.client.list_workflows(
-            f"WorkflowType = 'CleanupOldTasks' AND TaskQueue = '{queue}'"
-        )
-    ]
-    assert ids
-    handle = stack.client.get_workflow_handle(ids[0].id, run_id=ids[0].run_id)
-    await asyncio.wait_for(handle.result(), 60)  # closed: an open history replays vacuously
+
+    handle = stack.client.get_workflow_handle(job.workflow_id(queue))
+
+    async def two_passes() -> bool:
+        history = await handle.fetch_history()
+        done = [e for e in history.events if e.HasField("activity_task_completed_event_attributes")]
+        return len(done) >= 2
+
+    await eventually(two_passes, "a second pass of the same execution")
+
+    async def listed() -> list:  # one execution, still running: one clean-up row
+        query = f"WorkflowType = 'CleanupOldTasks' AND TaskQueue = '{queue}'"
+        return [(w.id, w.status) async for w in stack.client.list_workflows(query)]
+
+    rows = await eventually(listed, "the clean-up loop in the list")
+    assert rows == [(job.workflow_id(queue), WorkflowExecutionStatus.RUNNING)]
+    assert await stop_housekeeping_loop(stack.client, job, queue)
+    await asyncio.wait_for(handle.result(), 60)
     history = await handle.fetch_history()
     assert ending(history) == "WORKFLOW_EXECUTION_COMPLETED"
     await Replayer(workflows=[CleanupWorkflow]).replay_workflow(history)

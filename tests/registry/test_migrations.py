@@ -39,3 +39,20 @@ def test_migrated_schema_matches_the_models(reg_engine):
         "effective_from",
     ]
     assert indexes["uq_reg_prov_endpoint_def_interval"]["unique"]
+
+
+def test_the_own_api_columns_go_down_and_up_again(reg_engine):
+    # 0012: a provenance's record model and the page-number/offset end markers.
+    cfg = alembic_config(str(reg_engine.url.render_as_string(hide_password=False)))
+
+    def columns(table: str) -> set[str]:
+        return {c["name"] for c in inspect(reg_engine).get_columns(table)}
+
+    try:
+        command.downgrade(cfg, "0011_outages")
+        assert "record_model" not in columns("reg_provenance")
+        assert not {"next_page_jsonpath", "has_more_jsonpath"} & columns("reg_prov_pagination_cfg")
+    finally:
+        command.upgrade(cfg, "head")
+    assert "record_model" in columns("reg_provenance")
+    command.check(cfg)

@@ -102,3 +102,167 @@ def test_values_reach_the_database_typed(reg, key_file):
         row = conn.execute(select(t)).one()._mapping
     # Coerced by the model, not stored as the strings the file held.
     assert row["page_size_value"] == 500 and row["short_page_is_last"] is True
+
+
+def refused(reg, key_file, doc: dict) -> str:
+    with pytest.raises(ArtemisError) as e:
+        import_yaml(reg, yaml.safe_dump(doc), key_file, source="my.yaml")
+    assert e.value.code is ErrorCode.INVALID_INPUT
+    return e.value.message
+
+
+def test_every_problem_is_listed_with_the_closest_valid_name(reg, key_file):
+    doc = edit(crossref(), "pagination_cfg", page_param_name="page", next_page="$.next")
+    doc["http_cfg"][0]["max_body_byte"] = 100
+    message = refused(reg, key_file, doc)
+    assert message.startswith("my.yaml: 3 problems: ")
+    # the field is page_number_param_name here, page_param_name in endpoint_def
+    # (not page_size_param_name: the row sets that one already)
+    assert (
+        "pagination_cfg[0].page_param_name: unknown field, did you mean "
+        "'page_number_param_name'? (page_param_name is a field of endpoint_def)"
+    ) in message
+    assert "pagination_cfg[0].next_page: unknown field, did you mean 'next_page_jsonpath'?" in (
+        message
+    )
+    assert "http_cfg[0].max_body_byte: unknown field, did you mean 'max_body_bytes'?" in message
+
+
+@pytest.mark.parametrize(
+    "section, column, value, expected",
+    [
+        (
+            "pagination_cfg",
+            "pagination_mode_code",
+            "PAGE",
+            "must be one of PAGE_NUMBER, OFFSET, CURSOR, TOKEN, LINK_HEADER (got 'PAGE'), "
+            "did you mean 'PAGE_NUMBER'?",
+        ),
+        ("http_cfg", "scope_code", "source", "did you mean 'SOURCE'?"),
+        ("retry_cfg", "backoff_policy_code", "EXPONENTAL", "did you mean 'EXPONENTIAL'?"),
+        ("window_offset_cfg", "window_size_unit_code", "DAYS", "did you mean 'DAY'"),
+    ],
+)
+def test_a_code_outside_its_values_is_refused_naming_them(
+    reg, key_file, section, column, value, expected
+):
+    message = refused(reg, key_file, edit(crossref(), section, **{column: value}))
+    assert f"{section}[0].{column}: " in message and expected in message
+
+
+@pytest.mark.parametrize(
+    "cols, needle",
+    [
+        (
+            {"next_page_jsonpath": "$.next"},
+            "next_page_jsonpath is for PAGE_NUMBER and OFFSET paging, not CURSOR "
+            "(which has next_cursor_jsonpath)",
+        ),
+        (
+            {
+                "pagination_mode_code": "OFFSET",
+                "next_page_jsonpath": "$.n",
+                "has_more_jsonpath": "$.m",
+            },
+            "set one of next_page_jsonpath and has_more_jsonpath, not both",
+        ),
+        ({"pagination_mode_code": "OFFSET", "has_more_jsonpath": "$.[["}, "not a JSONPath"),
+    ],
+)
+def test_end_markers_belong_to_page_number_and_offset_paging(reg, key_file, cols, needle):
+    message = refused(reg, key_file, edit(crossref(), "pagination_cfg", **cols))
+    assert "pagination_cfg[0]" in message and needle in message
+
+
+MODEL = {
+    "key": ["id"],
+    "fields": {"id": "int", "name": "str", "price": "float|None", "tags": "list[str] | None"},
+}
+
+
+def test_a_record_model_is_stored_resolved_into_the_contract_and_exported(reg, key_file):
+    from artemis.registry.resolve import resolve_contract
+    from artemis.registry.yaml_io import export_yaml
+
+    doc = crossref()
+    doc["provenance"]["record_model"] = MODEL
+    import_yaml(reg, yaml.safe_dump(doc), key_file)
+    canonical = {**MODEL, "fields": {**MODEL["fields"], "price": "float | None"}}
+    with reg.connect() as conn:
+        contract = resolve_contract(conn, "crossref", "harvest")
+    assert contract.provenance["record_model"] == canonical
+    exported = yaml.safe_load(export_yaml(reg, "crossref"))
+    assert exported["provenance"]["record_model"] == canonical
+    # the exported file imports again unchanged
+    again = import_yaml(reg, yaml.safe_dump(exported), key_file)
+    assert again.updated == [] and again.created == []
+
+
+@pytest.mark.parametrize(
+    "model, needle",
+    [
+        (
+            {"key": ["id"], "fields": {"id": "integer"}},
+            "'integer' is not a field type, did you mean 'int'?",
+        ),
+        ({"key": ["id"], "fields": {"id": "int", "p": "number"}}, "did you mean 'float'?"),
+        (
+            {"key": ["ID"], "fields": {"id": "int"}},
+            "key 'ID' is not one of the fields, did you mean 'id'?",
+        ),
+        ({"key": ["id"], "fields": {"id": "int | None"}}, "key 'id' may not be null"),
+        ({"key": [], "fields": {"id": "int"}}, "record_model.key: List should have at least 1"),
+        ({"key": ["id"], "fields": {"id": "int", "_artemis_x": "str"}}, "field '_artemis_x'"),
+        ({"key": ["id"], "fields": {"id": "int", "json": "str"}}, "taken by Pydantic"),
+        (
+            {"key": ["id"], "fields": {"id": "int"}, "table": "x"},
+            "record_model.table: unknown field",
+        ),
+    ],
+)
+def test_a_bad_record_model_is_refused_naming_what_is_wrong(reg, key_file, model, needle):
+    doc = crossref()
+    doc["provenance"]["record_model"] = model
+    message = refused(reg, key_file, doc)
+    assert "provenance.record_model" in message and needle in message
+
+
+def test_every_field_of_the_file_is_described():
+    from artemis.registry.file_models import file_model, row_model
+    from artemis.registry.models import DIMENSIONS
+
+    models = [file_model().model_fields["provenance"].annotation, *map(row_model, DIMENSIONS)]
+    for model in models:
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description (field_docs)"
+
+
+def test_registry_schema_prints_the_reference_and_the_json_schema():
+    import json
+    import subprocess
+    import sys
+
+    from artemis.registry.file_models import reference
+
+    def cli(*args):
+        out = subprocess.run(
+            [sys.executable, "-m", "starter.cli", "registry", "schema", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert cli() == reference()
+    schema = json.loads(cli("--json"))
+    pagination = schema["$defs"]["RegProvPaginationCfgRow"]["properties"]
+    assert "next_page_jsonpath" in pagination and "has_more_jsonpath" in pagination
+    assert pagination["pagination_mode_code"]["enum"] == [
+        "PAGE_NUMBER",
+        "OFFSET",
+        "CURSOR",
+        "TOKEN",
+        "LINK_HEADER",
+    ]

@@ -20,3 +20,13 @@ def test_readme_error_table_lists_every_code_with_its_retryability_and_status():
         for c in ErrorCode
     }
     assert rows == expected
+
+
+def test_readme_registry_field_reference_is_the_generated_one():
+    from artemis.registry.file_models import reference
+
+    shown = README.split("<!-- registry-reference:start -->\n")[1].split(
+        "<!-- registry-reference:end -->"
+    )[0]
+    # When a column is added: paste `artemis registry schema` between the markers.
+    assert shown == reference()

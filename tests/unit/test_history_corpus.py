@@ -62,6 +62,13 @@ def test_corpus_covers_every_workflow_type_and_every_ending():
         ("gave-up", "COMPLETED"),
     ):
         assert (scenario, f"WORKFLOW_EXECUTION_{end}") in runs, (scenario, end)
+    # The housekeeping workflows: one pass (started by a schedule, up to 0.5.0) and, from
+    # 0.6.0, the loop that continues as new and the loop a `configure` signal stopped.
+    for kind in ("CleanupOldTasks", "ReclaimStaleLocks", "EvaluateAlerts"):
+        shapes = {(s, e) for t, s, e in names if t == kind}
+        assert any(s != "loop" for s, _ in shapes), f"no one-pass history of {kind}"
+        for end in ("CONTINUED_AS_NEW", "COMPLETED"):
+            assert ("loop", f"WORKFLOW_EXECUTION_{end}") in shapes, (kind, end)
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -104,3 +111,21 @@ async def test_removing_a_patch_that_a_kept_history_needs_fails_replay(monkeypat
     replayer = Replayer(workflows=list(WORKFLOWS))
     result = await replayer.replay_workflow(_history(new[0]), raise_on_replay_failure=False)
     assert result.replay_failure is not None
+
+
+async def test_the_housekeeping_loop_is_behind_its_patch(monkeypatch):
+    """A loop history (0.6.0) breaks when its patch answers False (the one-pass path of
+    earlier builds taken instead), and the one-pass histories of earlier builds never ask
+    for it: both shapes replay on the current code (above)."""
+    from temporalio import workflow
+
+    loops = [p for p in FILES if p.name == "ReclaimStaleLocks-loop-continued_as_new.json"]
+    assert loops and loops[0].parent.name == "0.6.0"
+    monkeypatch.setattr(workflow, "patched", lambda patch_id: False)
+    replayer = Replayer(workflows=list(WORKFLOWS))
+    result = await replayer.replay_workflow(_history(loops[0]), raise_on_replay_failure=False)
+    assert result.replay_failure is not None
+    old = [p for p in FILES if p.name == "ReclaimStaleLocks-reclaimstalelocks-completed.json"]
+    assert old and old[0].parent.name == "0.1.0"
+    result = await replayer.replay_workflow(_history(old[0]), raise_on_replay_failure=False)
+    assert result.replay_failure is None

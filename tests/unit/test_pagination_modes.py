@@ -28,6 +28,24 @@ def make_app() -> FastAPI:
     async def offset(start: int = 0, count: int = 5):
         return {"data": ITEMS[start : start + count], "meta": {"total": len(ITEMS)}}
 
+    # An API with its own end marker that answers 404 past the last page (states no
+    # total): a paginator that does not heed the marker fails here.
+    @app.get("/page_marked")
+    async def page_marked(p: int = 1, size: int = 5):
+        last = -(-len(ITEMS) // size)
+        if p > last:
+            return JSONResponse({"error": f"no page {p}"}, status_code=404)
+        chunk = ITEMS[(p - 1) * size : p * size]
+        return {"data": chunk, "next": p + 1 if p < last else None, "more": p < last}
+
+    @app.get("/offset_marked")
+    async def offset_marked(start: int = 0, count: int = 5):
+        if start >= len(ITEMS):
+            return JSONResponse({"error": f"no offset {start}"}, status_code=404)
+        end = start + count
+        more = end < len(ITEMS)
+        return {"data": ITEMS[start:end], "next": end if more else None, "more": more}
+
     @app.get("/cursor")
     async def cursor(c: str = "", rows: int = 5):
         pos = 0 if c in ("", "*") else int(c)
@@ -111,6 +129,34 @@ CASES = {
         "next_token_jsonpath": "$.nextToken",
     },
     "link": {"pagination_mode_code": "LINK_HEADER"},
+    "page_marked?next": {
+        "pagination_mode_code": "PAGE_NUMBER",
+        "page_size_value": 5,
+        "page_number_param_name": "p",
+        "page_size_param_name": "size",
+        "next_page_jsonpath": "$.next",
+    },
+    "page_marked?more": {
+        "pagination_mode_code": "PAGE_NUMBER",
+        "page_size_value": 5,
+        "page_number_param_name": "p",
+        "page_size_param_name": "size",
+        "has_more_jsonpath": "$.more",
+    },
+    "offset_marked?next": {
+        "pagination_mode_code": "OFFSET",
+        "page_size_value": 5,
+        "offset_param_name": "start",
+        "limit_param_name": "count",
+        "next_page_jsonpath": "$.next",
+    },
+    "offset_marked?more": {
+        "pagination_mode_code": "OFFSET",
+        "page_size_value": 5,
+        "offset_param_name": "start",
+        "limit_param_name": "count",
+        "has_more_jsonpath": "$.more",
+    },
 }
 
 
@@ -120,7 +166,7 @@ async def test_mode_reads_every_item_once_and_resumes_from_any_checkpoint(server
 
         def source():
             return RestSource(
-                f"{server.url}/{path}",
+                f"{server.url}/{path.split('?')[0]}",
                 paginator_for(contract(CASES[path])),
                 records_path="$.data",
                 name=path,
@@ -144,3 +190,38 @@ def test_unknown_mode_is_a_config_error():
 
     with pytest.raises(ArtemisError, match="SCROLL"):
         paginator_for(contract({"pagination_mode_code": "SCROLL"}))
+
+
+@pytest.mark.parametrize(
+    "mode, marker, found",
+    [
+        ("PAGE_NUMBER", {"next_page_jsonpath": "$.next_page"}, "no such key"),
+        ("PAGE_NUMBER", {"has_more_jsonpath": "$.has_more"}, "no such key"),
+        ("OFFSET", {"next_page_jsonpath": "$.next_offset"}, "no such key"),
+        ("OFFSET", {"has_more_jsonpath": "$.next"}, "int 5"),
+        ("PAGE_NUMBER", {"has_more_jsonpath": "$.data"}, "list"),
+    ],
+)
+async def test_a_missing_or_mistyped_end_marker_is_a_source_contract_error(
+    server, mode, marker, found
+):
+    from artemis.errors import ArtemisError, ErrorCode
+
+    path = "page_marked" if mode == "PAGE_NUMBER" else "offset_marked"
+    cfg = {
+        "pagination_mode_code": mode,
+        "page_size_value": 5,
+        "page_number_param_name": "p",
+        "page_size_param_name": "size",
+        "offset_param_name": "start",
+        "limit_param_name": "count",
+        **marker,
+    }
+    source = RestSource(
+        f"{server.url}/{path}", paginator_for(contract(cfg)), records_path="$.data", name=path
+    )
+    async with http_client() as client:
+        with pytest.raises(ArtemisError) as e:
+            _ = [p async for p in source.pages(client, None)]
+    assert e.value.code is ErrorCode.SOURCE_CONTRACT
+    assert repr(next(iter(marker.values()))) in e.value.message and found in e.value.message

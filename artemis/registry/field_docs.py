@@ -1,0 +1,178 @@
+"""What each field of the registry YAML means: the descriptions of the file models
+(``file_models.py``), so ``artemis registry schema``, its JSON Schema and the README's field
+reference say the same thing. A column with no entry here fails the test suite.
+
+``NOT_READ`` marks columns of the seed's tables that are stored and exported but that no
+part of Artemis reads yet.
+"""
+
+from __future__ import annotations
+
+NOT_READ = " (stored; not read by Artemis yet)"
+
+SECTIONS = {
+    "provenance": "the source itself (`reg_provenance`); one per file",
+    "endpoint_def": "the requests: one row per endpoint (`SEARCH` lists records, "
+    "`DETAIL` fetches them by id)",
+    "window_offset_cfg": "time windows of `update` and `backfill` runs",
+    "pagination_cfg": "how the SEARCH endpoint pages, where its records are and how paging ends",
+    "http_cfg": "base URL override, headers, timeouts",
+    "batching_cfg": "detail requests by id batch (E-utilities efetch)",
+    "retry_cfg": "which statuses are retried, back-off, circuit breaker, outage tolerance",
+    "rate_limit_cfg": "the provenance's request rate, held across every worker",
+    "credential": "API keys and tokens; the secret is named by environment variable",
+    "record_model": "the records' own model, for an API whose records are not papers; "
+    "the `sql` sink's table columns (the key its primary key) and the Parquet schema. "
+    'Records are checked strictly (`"1.5"` is not a float, `1` not a bool; an ISO '
+    "string is a date): a mismatch is a `SINK_ERROR` naming the record and the field",
+}
+
+# Every dimension row has these (scope and effective interval, seed 002).
+COMMON = {
+    "scope_code": "`SOURCE`: for every task type; `TASK`: for `task_type` only (wins over SOURCE)",
+    "task_type": "with scope `TASK`: the task type the row is for",
+    "effective_from": "the row is in force from this instant (UTC, ISO 8601) ...",
+    "effective_to": "... up to this one, excluded (null: open-ended)",
+}
+
+FIELDS: dict[str, dict[str, str]] = {
+    "provenance": {
+        "provenance_code": "the provenance's code: `literature_harvest -p provenance=CODE`",
+        "provenance_name": "a display name (default: the code)",
+        "base_url_default": "the base URL requests go to (`http_cfg.base_url_override` wins)",
+        "timezone_default": "the source's time zone" + NOT_READ,
+        "docs_url": "where the source's API is documented",
+        "lifecycle_status_code": "e.g. `ACTIVE`" + NOT_READ,
+        "record_model": "the records' own model, e.g. `{key: [id], fields: {id: int, name: "
+        "str, price: float | None}}`: records keep these fields, and the `sql` and `files` "
+        "sinks type them by it (null: the built-in paper model)",
+    },
+    "endpoint_def": {
+        "endpoint_name": "a name, unique within the provenance (a credential may name it)",
+        "endpoint_usage_code": "what the endpoint is for: `SEARCH` (the one a harvest pages "
+        "through), `DETAIL` (records by id, E-utilities efetch)",
+        "http_method_code": "a DETAIL endpoint's method (a JSON SEARCH endpoint is always "
+        "read by GET)",
+        "path_template": "the path after the base URL, e.g. `/products`",
+        "default_query_params": "query parameters sent on every request "
+        "(`{format: json}`; a run's own values override them, a null removes one)",
+        "default_body_payload": "a request body" + NOT_READ,
+        "request_content_type": "the request body's content type" + NOT_READ,
+        "response_format_code": "`JSON` or `XML`" + NOT_READ,
+        "is_auth_required": "whether a credential is needed" + NOT_READ,
+        "page_param_name": "the page-number parameter for this endpoint "
+        "(wins over `pagination_cfg.page_number_param_name`)",
+        "page_size_param_name": "the page-size parameter (wins over `pagination_cfg`'s)",
+        "cursor_param_name": "the cursor parameter (wins over `pagination_cfg`'s)",
+        "offset_param_name": "the offset parameter (wins over `pagination_cfg`'s)",
+        "limit_param_name": "the limit parameter (wins over `pagination_cfg`'s)",
+        "token_param_name": "the page-token parameter (wins over `pagination_cfg`'s)",
+        "id_param_name": "the id-list parameter of a DETAIL endpoint (wins over `batching_cfg`'s)",
+    },
+    "window_offset_cfg": {
+        "window_mode_code": "`SLIDING`: fixed-size windows; `CALENDAR`: calendar months "
+        "(with unit `MONTH`)",
+        "window_size_value": "a backfill's window size, in `window_size_unit_code` units",
+        "window_size_unit_code": "unit of `window_size_value`",
+        "overlap_value": "an update starts this far before the watermark",
+        "overlap_unit_code": "unit of `overlap_value`",
+        "lookback_value": "how far back a first update looks" + NOT_READ,
+        "lookback_unit_code": "unit of `lookback_value`" + NOT_READ,
+        "watermark_lag_seconds": "an update ends this long before now (records the source "
+        "has not indexed yet)",
+        "offset_type_code": "`DATE`, `ID` or `COMPOSITE`" + NOT_READ,
+        "default_date_field_name": "the source's date field a window filters on (PubMed "
+        "`EDAT`, Crossref `index-date`)",
+    },
+    "pagination_cfg": {
+        "pagination_mode_code": 'how the source pages (`LINK_HEADER`: RFC 8288 `rel="next"`)',
+        "page_size_value": "records per page asked for (a run's `page_size` wins)",
+        "max_page_size_value": "the largest page size the source allows",
+        "page_number_param_name": "PAGE_NUMBER: the page parameter (default `page`)",
+        "page_size_param_name": "the page-size parameter (default `page_size`; CURSOR `rows`)",
+        "start_page_number": "PAGE_NUMBER: the first page's number (default 1)",
+        "offset_param_name": "OFFSET: the offset parameter (default `offset`)",
+        "limit_param_name": "OFFSET: the limit parameter (default `limit`)",
+        "cursor_param_name": "CURSOR: the cursor parameter (default `cursor`)",
+        "next_cursor_jsonpath": "CURSOR: where the next cursor is (null ends; default "
+        "`$.next_cursor`)",
+        "initial_cursor_value": "CURSOR: what the first request sends (Crossref `*`)",
+        "token_param_name": "TOKEN: the token parameter (default `page_token`)",
+        "next_token_jsonpath": "TOKEN: where the next token is (null ends; default "
+        "`$.next_page_token`)",
+        "total_count_jsonpath": "where the source states how many records there are "
+        "(checked at the end: a shortfall fails `INCOMPLETE`)",
+        "records_jsonpath": "where a page's records are (default `$.items`)",
+        "max_result_window": "the most records the source lists for one query (a bigger "
+        "window is split in halves)",
+        "short_page_is_last": "the source documents that a page shorter than the page size "
+        "is the last",
+        "absent_token_is_last": "TOKEN: the source leaves the token out on the last page",
+        "record_key_jsonpath": "what identifies a raw record (a page repeating the last "
+        "one's keys is `SOURCE_LOOP`; default the whole record)",
+        "completeness_tolerance_pct": "the shortfall against the stated total a run "
+        "accepts, in percent (default 0)",
+        "stateful_cursor": "CURSOR: the server keeps the walk's position (a retry re-opens "
+        "the session)",
+        "next_page_jsonpath": "PAGE_NUMBER/OFFSET: where the source's next page number (or "
+        "next offset) is, on every page; null or false ends paging",
+        "has_more_jsonpath": "PAGE_NUMBER/OFFSET: where the source's true/false \"more "
+        'pages" flag is, on every page; false ends paging',
+    },
+    "http_cfg": {
+        "base_url_override": "replaces `provenance.base_url_default`",
+        "default_headers_json": "headers sent on every request (`{User-Agent: ...}`)",
+        "timeout_connect_millis": "connect timeout" + NOT_READ,
+        "timeout_read_millis": "read timeout (default `http_client.timeout_seconds`)",
+        "tls_verify_enabled": "verify TLS certificates" + NOT_READ,
+        "proxy_url": "an HTTP proxy" + NOT_READ,
+        "accept_compress": "ask for compressed answers" + NOT_READ,
+        "prefer_http2": "use HTTP/2" + NOT_READ,
+        "max_body_bytes": "the largest answer read, after decompression (default "
+        "`http_client.max_body_bytes`)",
+    },
+    "batching_cfg": {
+        "detail_batch_size": "ids per DETAIL request (default 200)",
+        "id_param_name": "the id-list parameter (default `id`)",
+        "id_joiner": "what joins the ids (default `,`)",
+        "max_parallel_requests": "DETAIL requests in flight at once",
+        "post_threshold_ids": "id lists longer than this go by POST (default 200)",
+        "request_template_json": "a request template" + NOT_READ,
+    },
+    "retry_cfg": {
+        "max_retries": "retries of a failed fetch (default 4)",
+        "backoff_policy_code": "`EXPONENTIAL` doubles the delay, `FIXED` keeps it",
+        "initial_delay_millis": "the first retry's delay (default 1000)",
+        "max_delay_millis": "the longest delay between retries (default 30000)",
+        "retry_http_statuses_json": "statuses always retried, e.g. `[429, 503]`",
+        "giveup_http_statuses_json": "statuses never retried, e.g. `[400, 404]`",
+        "respect_retry_after": "a `Retry-After` header sets the next retry's delay",
+        "circuit_break_threshold": "failed attempts in a row before the run rests",
+        "circuit_cool_down_millis": "how long it rests (a durable timer; default 60000)",
+        "outage_tolerance_millis": "how long an outage is waited out before "
+        "`SOURCE_UNAVAILABLE` (default `runs.outage_tolerance_s`; 0 fails fast)",
+    },
+    "rate_limit_cfg": {
+        "qps_limit": "requests per second, across every worker process",
+        "burst_capacity": "requests allowed ahead of the rate (1: evenly spaced)",
+        "max_concurrency": "requests in flight at once per worker",
+        "bucket_granularity_code": "e.g. `GLOBAL`" + NOT_READ,
+    },
+    "credential": {
+        "credential_name": "a name, unique within the provenance",
+        "auth_type_code": "how the secret is sent: a query parameter, a header, or "
+        "`Authorization: Bearer`",
+        "param_or_header_name": "the query parameter or header it goes in (defaults "
+        "`api_key`, `X-API-Key`, `Authorization`)",
+        "is_default_preferred": "tried before the other keys",
+        "lifecycle_status_code": "`ACTIVE` keys are used; any other value sets one aside",
+        "deleted": "a deleted key is never used",
+        "secret_env": "the environment variable holding the secret at import (stored "
+        "encrypted; never written in the file)",
+        "endpoint_name": "binds the key to one endpoint (tried first there)",
+    },
+}
+
+
+def description(section: str, field: str) -> str | None:
+    return FIELDS.get(section, {}).get(field) or COMMON.get(field)

@@ -1,0 +1,306 @@
+"""Your own JSON API in YAML alone: the README's walk-through "Add your own API in YAML"
+run as written, and the end markers and record models it relies on, against the sample
+catalogue (``artemis/samples/catalog.py``) on a real server, through real API and worker
+processes, into SQLite and Parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from artemis.errors import ArtemisError
+from infra.devserver import free_port
+from tests.conftest import ROOT, new_task_id, settings_with, write_config
+from tests.helpers import eventually, stop_processes
+
+README = ROOT / "README.md"
+CATALOG = ROOT / "infra" / "registry" / "catalog.yaml"
+CONFIG = ROOT / "infra" / "catalog.config.yaml"
+# The dev stack's sample server, as the walk-through names it (the test's runs elsewhere).
+DEV_SAMPLES = "http://127.0.0.1:8300"
+
+
+def walkthrough() -> str:
+    text = README.read_text()
+    start = text.index("## Add your own API in YAML\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```$", text, re.S | re.M)
+
+
+def test_the_walkthroughs_yaml_is_the_bundled_files():
+    # the README shows the files the test (and a user) imports and runs with, verbatim
+    assert blocks(walkthrough(), "yaml") == [CATALOG.read_text(), CONFIG.read_text()]
+
+
+def test_the_walkthroughs_refusal_is_what_the_import_says():
+    from artemis.registry.yaml_io import import_yaml
+
+    # refused before the database is touched: an empty one does
+    engine = sa.create_engine("sqlite://")
+    doc = yaml.safe_load(CATALOG.read_text())
+    doc["provenance"]["record_model"]["fields"]["price"] = "number"
+    row = doc["pagination_cfg"][0]
+    row["page_param_name"] = row.pop("page_number_param_name")
+    row["pagination_mode_code"] = "PAGE"
+    with pytest.raises(ArtemisError) as e:
+        import_yaml(engine, yaml.safe_dump(doc), "unused.key", source="catalog.yaml")
+    assert e.value.message == blocks(walkthrough(), "text")[0].strip()
+
+
+def _console(block: str) -> list[tuple[str, str]]:
+    """``$ command`` lines of a console block, each with the output shown after it."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+    return [(cmd, "\n".join(out)) for cmd, out in steps]
+
+
+def _run_shown(command: str, cwd: Path) -> str:
+    """A shown command's output: ``.venv/bin/python`` is this interpreter; ``sqlite3``
+    the real one where installed, else the same query through Python's sqlite3."""
+    argv = shlex.split(command)
+    if argv[0] == ".venv/bin/python":
+        argv[0] = sys.executable
+    elif argv[0] == "sqlite3" and shutil.which("sqlite3") is None:
+        with sqlite3.connect(cwd / argv[1]) as conn:
+            rows = conn.execute(argv[2]).fetchall()
+        return "\n".join("|".join(str(v) for v in row) for row in rows)
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{command}: {done.stderr}"
+    return done.stdout.strip()
+
+
+async def test_the_readme_walkthrough_runs_as_written(
+    base_settings, samples, tmp_path: Path
+) -> None:
+    """The walk-through's commands, in a fresh folder, against real API and worker
+    processes started with its configuration (standing in for `artemis dev --config`: the
+    suite's Temporal and sample server, so the one substitution is the sample server's
+    address in the catalogue's base URL)."""
+    section = walkthrough()
+    bash = blocks(section, "bash")
+    # the API as shown
+    curl = shlex.split(bash[0].strip())
+    assert curl[0] == "curl"
+    async with httpx.AsyncClient() as http:
+        answer = (await http.get(curl[1].replace(DEV_SAMPLES, samples.url))).json()
+        await http.post(f"{samples.url}/_control/catalog", json={"reset": True})
+    assert answer == json.loads(blocks(section, "json")[0])
+
+    # the folder a user runs the walk-through in: the two files, the suite's stack
+    (tmp_path / "infra" / "registry").mkdir(parents=True)
+    (tmp_path / "infra" / "registry" / "catalog.yaml").write_text(
+        CATALOG.read_text().replace(DEV_SAMPLES, samples.url)
+    )
+    shutil.copy(CONFIG, tmp_path / "infra" / "catalog.config.yaml")
+    commands = [line for line in bash[1].splitlines() if line.strip()]
+    assert commands[0] == "artemis dev --config infra/catalog.config.yaml"
+    own = yaml.safe_load(CONFIG.read_text())
+    port = free_port()
+    settings = settings_with(
+        base_settings,
+        temporal={"task_queue": f"tq-{uuid.uuid4().hex[:10]}"},
+        server={"port": port},
+        output_defaults=own["output_defaults"],
+    )
+    config = write_config(tmp_path / "suite.yaml", settings)
+    env = {
+        **os.environ,
+        "ARTEMIS_CONFIG": str(config),
+        "ARTEMIS_API": f"http://127.0.0.1:{port}",
+        "COOKIE_MASTER_KEY": Path(settings.vault["master_key_file"]).read_text().strip(),
+    }
+
+    def artemis(args: list[str], log: str) -> subprocess.Popen:
+        out = open(tmp_path / log, "ab")  # noqa: SIM115 (the process holds it)
+        return subprocess.Popen(
+            [sys.executable, "-m", "starter.cli", *args],
+            env=env,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    api = worker = None
+    try:
+        api = artemis(["api", "--port", str(port)], "api.log")
+        worker = artemis(["worker"], "worker.log")
+
+        async def api_up() -> bool:
+            assert api.poll() is None, (tmp_path / "api.log").read_text()
+            try:
+                async with httpx.AsyncClient() as http:
+                    return (await http.get(f"{env['ARTEMIS_API']}/health")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await eventually(api_up, "the API process to answer", timeout=90, interval=0.2)
+
+        outputs = []
+        for line in commands[1:]:
+            argv = shlex.split(line)
+            assert argv[0] == "artemis", line
+            done = subprocess.run(
+                [sys.executable, "-m", "starter.cli", *argv[1:]],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+            outputs.append(done.stdout)
+        ran = re.sub(r"\s+", " ", outputs[-1])
+        assert '"status": "completed"' in ran and '"records_emitted": 23' in ran, outputs[-1]
+
+        # every record once, as the README shows it
+        for command, shown in _console(blocks(section, "console")[0]):
+            assert _run_shown(command, tmp_path) == shown, command
+    finally:
+        stop_processes(worker, api)
+
+    # the source's own end marker ended paging: page 6 (a 404) was never asked for
+    async with httpx.AsyncClient() as http:
+        calls = (await http.get(f"{samples.url}/_catalog/calls")).json()
+    assert sorted(int(c["params"]["page"]) for c in calls) == [1, 2, 3, 4, 5]
+
+
+def catalog_doc(code: str, base: str, **pagination: Any) -> dict[str, Any]:
+    """The walk-through's catalogue file under another code, its paging changed."""
+    doc = yaml.safe_load(CATALOG.read_text())
+    doc["provenance"].update(provenance_code=code, base_url_default=base)
+    doc["pagination_cfg"][0].update(pagination)
+    return doc
+
+
+def import_doc(settings, doc: dict[str, Any]) -> None:
+    from artemis.db import get_engine
+    from artemis.registry.yaml_io import import_yaml
+
+    import_yaml(
+        get_engine(settings.database.url), yaml.safe_dump(doc), settings.vault["master_key_file"]
+    )
+
+
+async def calls_of(stack, path: str, before: int) -> list[dict[str, Any]]:
+    calls = (await stack.samples_http.get("/_catalog/calls")).json()[before:]
+    return [c for c in calls if c["path"] == path]
+
+
+async def test_page_number_paging_ends_on_the_sources_next_page_marker(stack) -> None:
+    # No stated total and no short-page rule: only next_page (null on page 5) ends it.
+    code = f"catalog-{uuid.uuid4().hex[:6]}"
+    doc = catalog_doc(code, f"{stack.samples_url}/catalog", total_count_jsonpath=None)
+    import_doc(stack.settings, doc)
+    before = len((await stack.samples_http.get("/_catalog/calls")).json())
+    task_id = new_task_id()
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"provenance": code}}, code="literature_harvest"
+    )
+    data = resp.json()["data"]
+    assert resp.status_code == 200 and data["status"] == "completed", resp.text
+    calls = await calls_of(stack, "/catalog/products", before)
+    assert [int(c["params"]["page"]) for c in calls] == [1, 2, 3, 4, 5]
+    batches = await stack.sink_batches(f"literature_harvest/{task_id}:")
+    records = [r for b in batches if b["status"] == 200 for r in b["records"]]
+    assert sorted(r["id"] for r in records) == list(range(1, 24))
+    # the records carry the fields of the declared model, nothing else
+    assert {frozenset(r) for r in records} == {
+        frozenset({"id", "name", "price", "in_stock", "added", "tags"})
+    }
+
+
+async def test_offset_paging_ends_on_has_more_into_sqlite_and_parquet(
+    make_stack, tmp_path: Path
+) -> None:
+    lake_db = f"sqlite:///{tmp_path / 'lake.db'}"
+    stack = await make_stack(
+        output_defaults={
+            "literature_harvest": {
+                "sinks": ["sql", "files"],
+                "sql": {"url": lake_db, "table": "stock"},
+                "files": {"url": str(tmp_path / "lake"), "format": "parquet"},
+            }
+        }
+    )
+    code = f"stock-{uuid.uuid4().hex[:6]}"
+    doc = {
+        "provenance": {
+            "provenance_code": code,
+            "base_url_default": f"{stack.samples_url}/catalog",
+            "record_model": {
+                "key": ["sku"],
+                "fields": {
+                    "sku": "str",
+                    "product_id": "int",
+                    "quantity": "int",
+                    "warehouse": "str",
+                    "counted_at": "datetime",
+                },
+            },
+        },
+        "endpoint_def": [
+            {
+                "scope_code": "SOURCE",
+                "effective_from": "2025-01-01T00:00:00Z",
+                "endpoint_name": "stock",
+                "endpoint_usage_code": "SEARCH",
+                "path_template": "/stock",
+            }
+        ],
+        "pagination_cfg": [
+            {
+                "scope_code": "SOURCE",
+                "effective_from": "2025-01-01T00:00:00Z",
+                "pagination_mode_code": "OFFSET",
+                "page_size_value": 10,
+                "records_jsonpath": "$.items",
+                "has_more_jsonpath": "$.has_more",
+                "record_key_jsonpath": "$.sku",
+            }
+        ],
+    }
+    import_doc(stack.settings, doc)
+    before = len((await stack.samples_http.get("/_catalog/calls")).json())
+    task_id = new_task_id()
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": {"provenance": code}}, code="literature_harvest"
+    )
+    data = resp.json()["data"]
+    assert resp.status_code == 200 and data["status"] == "completed", resp.text
+    assert data["stats"]["sinks"] == {"sql": 31, "files": 31}
+    calls = await calls_of(stack, "/catalog/stock", before)
+    assert [int(c["params"]["offset"]) for c in calls] == [0, 10, 20, 30]
+    with sa.create_engine(lake_db).connect() as conn:
+        count, distinct = conn.execute(
+            sa.text("SELECT COUNT(*), COUNT(DISTINCT sku) FROM stock")
+        ).one()
+        table = sa.Table("stock", sa.MetaData(), autoload_with=conn)
+    assert (count, distinct) == (31, 31)
+    assert [c.name for c in table.primary_key.columns] == ["sku"]
+    parquet = pq.read_table(tmp_path / "lake" / "literature_harvest" / task_id)
+    assert parquet.num_rows == 31 and len(set(parquet["sku"].to_pylist())) == 31
+    assert parquet.schema.field("counted_at").type == pa.timestamp("us", tz="UTC")
+    assert parquet.schema.field("quantity").type == pa.int64()

@@ -1,0 +1,143 @@
+"""A record model declared as data (a registry provenance's ``record_model``) types the sql
+and files sinks exactly as a TaskUnit's own model does, on SQLite and the local disk."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.literature.harvest import LiteratureHarvest, LiteratureRecord
+from artemis.literature.planning import LiteratureParams
+from artemis.migrate import upgrade
+from artemis.sinks import EmitContext
+from artemis.sinks.files import FileSink
+from artemis.sinks.records import declared_spec
+from artemis.sinks.sql import SqlSink
+from artemis.tracing import TraceContext, new_span_id, new_trace_id
+
+STOCK = {
+    "key": ["sku"],
+    "fields": {
+        "sku": "str",
+        "quantity": "int",
+        "counted_at": "datetime",
+        "note": "str | None",
+        "tags": "list[str] | None",
+    },
+}
+
+
+def page(seq: int) -> EmitContext:
+    return EmitContext(
+        run_key="literature_harvest/t-1",
+        seq=seq,
+        trace=TraceContext(new_trace_id(), new_span_id()),
+        request_id=None,
+        task_code="literature_harvest",
+        task_id="t-1",
+    )
+
+
+def items(n: int) -> list[dict[str, Any]]:
+    return [
+        {"sku": f"S{i}", "quantity": i, "counted_at": f"2025-03-01T0{i}:00:00Z", "note": None}
+        for i in range(n)
+    ]
+
+
+def test_a_declared_model_makes_a_typed_table_and_a_typed_parquet_file(tmp_path: Path):
+    spec = declared_spec(STOCK, "StockRecord")
+    url = f"sqlite:///{tmp_path / 'lake.db'}"
+    assert SqlSink(url, "stock", spec).write(items(3), page(1)) is True
+    with sa.create_engine(url).connect() as conn:
+        table = sa.Table("stock", sa.MetaData(), autoload_with=conn)
+        got = [dict(r._mapping) for r in conn.execute(sa.select(table))]
+    assert [c.name for c in table.primary_key.columns] == ["sku"]
+    assert isinstance(table.c.quantity.type, sa.BigInteger)
+    assert got[1]["counted_at"].replace(tzinfo=UTC) == datetime(2025, 3, 1, 1, tzinfo=UTC)
+
+    db = f"sqlite:///{tmp_path / 'artemis.db'}"
+    upgrade(db)
+    sink = FileSink(str(tmp_path / "lake"), "parquet", spec, db)
+    written = sink.write(items(3), page(1))
+    schema = pq.read_table(written.path).schema
+    assert schema.field("quantity").type == pa.int64()
+    assert schema.field("counted_at").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("tags").type == pa.list_(pa.string())
+    assert not schema.field("sku").nullable and schema.field("note").nullable
+
+
+@pytest.mark.parametrize(
+    "record, needle",
+    [
+        ({"sku": "S1", "quantity": "3", "counted_at": "2025-03-01T00:00:00Z"}, "'quantity'"),
+        ({"sku": "S1", "counted_at": "2025-03-01T00:00:00Z"}, "'quantity': Field required"),
+        ({"sku": "S1", "quantity": 1, "counted_at": "yesterday"}, "'counted_at'"),
+        (
+            {"sku": "S1", "quantity": 1, "counted_at": "2025-03-01T00:00:00Z", "shelf": "B"},
+            "a field 'shelf' that StockRecord has no column for",
+        ),
+    ],
+)
+def test_a_record_the_declared_model_does_not_fit_is_a_sink_error_naming_it(
+    tmp_path: Path, record, needle
+):
+    spec = declared_spec(STOCK, "StockRecord")
+    sink = SqlSink(f"sqlite:///{tmp_path / 'lake.db'}", "stock", spec)
+    with pytest.raises(ArtemisError) as e:
+        sink.write([record], page(1))
+    assert e.value.code is ErrorCode.SINK_ERROR and not e.value.retryable
+    assert needle in e.value.message
+
+
+def params(record_model: dict[str, Any] | None) -> LiteratureParams:
+    provenance = {"provenance_code": "my-shop", "record_model": record_model}
+    return LiteratureParams(provenance="my-shop", contract={"provenance": provenance})
+
+
+def test_the_harvest_takes_its_record_model_from_the_runs_contract():
+    task = LiteratureHarvest()
+    assert task.record_spec().model is LiteratureRecord  # type: ignore[union-attr]
+    assert task.record_spec(params(None)).model is LiteratureRecord  # type: ignore[union-attr]
+    own = task.record_spec(params(STOCK))
+    assert own is not None and own.key == ("sku",) and own.model.__name__ == "MyShopRecord"
+    # the same declaration is the same model (a sink prepares its table once per model)
+    assert task.record_spec(params(STOCK)).model is own.model  # type: ignore[union-attr]
+
+
+def test_the_harvest_keeps_the_fields_its_record_model_names():
+    from artemis.config import Settings
+    from artemis.tasks.base import TaskContext
+
+    ctx = TaskContext(
+        "literature_harvest", "t-1", params(STOCK), Settings(), TraceContext(new_trace_id(), "")
+    )
+    raw = [{"sku": "S1", "quantity": 2, "counted_at": "2025-03-01T00:00:00Z", "shelf": "B4"}]
+    # not named: left out; nullable and absent: null; required and absent: left absent
+    assert LiteratureHarvest().process(raw, ctx) == [
+        {
+            "sku": "S1",
+            "quantity": 2,
+            "counted_at": "2025-03-01T00:00:00Z",
+            "note": None,
+            "tags": None,
+        }
+    ]
+    assert LiteratureHarvest().process([{"sku": "S2"}], ctx) == [
+        {"sku": "S2", "note": None, "tags": None}
+    ]
+
+
+def test_a_record_model_edited_by_hand_into_nonsense_is_a_config_error():
+    bad = {"key": ["id"], "fields": {"id": "integer"}}
+    with pytest.raises(ArtemisError) as e:
+        LiteratureHarvest().record_spec(params(bad))
+    assert e.value.code is ErrorCode.CONFIG_ERROR
+    assert "provenance 'my-shop': record_model.fields" in e.value.message
