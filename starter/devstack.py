@@ -29,7 +29,17 @@ from starter.service import ui_list_url, ui_url
 from workers.client import connect
 from workers.main import running_worker
 
-console = Console(file=QuietOnClosedPipe(sys.stdout))  # type: ignore[arg-type]
+# Off a terminal nothing is wrapped or cut (a link stays whole for the reader of a log).
+_TTY = sys.stdout.isatty()
+console = Console(file=QuietOnClosedPipe(sys.stdout), width=None if _TTY else 10_000)  # type: ignore[arg-type]
+
+
+def _rule(title: str) -> None:
+    """A titled rule: the terminal's width, or a short one off a terminal."""
+    if _TTY:
+        console.rule(title)
+    else:
+        console.print(f"── {title} ──")
 
 
 DEFAULT_SAMPLES = "http://127.0.0.1:8300"
@@ -311,7 +321,7 @@ class DevStack:
         for col in ("provenance", "status", "records", "delivered once", "pages", "ms"):
             t.add_column(col)
         for provenance, query in (("pubmed", "neoplasms"), ("crossref", "ecology")):
-            console.rule(f"[bold]sample run: literature_harvest · {provenance}")
+            _rule(f"[bold]sample run: literature_harvest · {provenance}")
             body = {
                 "params": {
                     "provenance": provenance,
@@ -362,7 +372,7 @@ class DevStack:
         }
         if self.own_registry:
             body["output"] = {"sinks": ["http", "sql", "files"]}
-        console.rule("[bold]sample run: pull_stock_quotes")
+        _rule("[bold]sample run: pull_stock_quotes")
         started = self._start_and_watch(http, "pull_stock_quotes", body)
         if started is None:
             return False
@@ -437,7 +447,7 @@ class DevStack:
         from artemis.crawler.models import SourceNote
         from artemis.crawler.vault import vault_for
 
-        console.rule("[bold]sample run: crawl_notes · sample platform")
+        _rule("[bold]sample run: crawl_notes · sample platform")
         vault = vault_for(self.settings)
         for name, session, priority in (
             ("demo-1", "sample-demo-1", 2),
