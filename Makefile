@@ -35,7 +35,7 @@ demo: install
 
 test: install-dev
 	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
-	$(VENV)/bin/mypy artemis
+	$(VENV)/bin/mypy artemis activities workflows workers starter infra bench
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: install-dev

@@ -190,12 +190,12 @@ async def _main(args: argparse.Namespace, resources: contextlib.ExitStack) -> No
         if args.memory_only:
             pid = stack.worker_pids[0]
             idle = stack.rss_mb(pid)
-            t, stats = await artemis_run(api, samples, args.pages, args.page_size, args.symbols)
+            t, one = await artemis_run(api, samples, args.pages, args.page_size, args.symbols)
             print(
                 json.dumps(
                     {
                         "symbols": args.symbols,
-                        "records": stats["stats"]["records_emitted"],
+                        "records": one["stats"]["records_emitted"],
                         "seconds": round(t, 1),
                         "worker_idle_rss_mb": round(idle, 1),
                         "worker_peak_rss_mb": round(stack.rss_mb(pid, peak=True), 1),

@@ -39,7 +39,12 @@ async def harvest(
     """One harvest per query, all at once; the server's view of their requests."""
 
     async def one(http: httpx.AsyncClient, query: str) -> dict:
-        params = {"provenance": provenance, "query": query, "start": start, "end": end}
+        params: dict[str, object] = {
+            "provenance": provenance,
+            "query": query,
+            "start": start,
+            "end": end,
+        }
         if page_size:
             params["page_size"] = page_size
         resp = await http.post(

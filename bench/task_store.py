@@ -21,6 +21,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -95,8 +96,9 @@ def main() -> None:
             if url is None:
                 redis_proc = RedisServer(tmp).start()
                 url = redis_proc.url
-            store = RedisTaskStorage(url)
-            store.client.flushdb()
+            redis_store = RedisTaskStorage(url)
+            redis_store.client.flushdb()
+            store: Any = redis_store
         else:
             from artemis.migrate import upgrade
             from artemis.taskstore.sql import SqlTaskStorage

@@ -213,7 +213,7 @@ class DevStack:
                     access_log=False,
                 )
             )
-            api.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            api.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
             async with running_worker(self.settings, client):
                 api_task = asyncio.create_task(api.serve())
                 while not api.started:
@@ -442,6 +442,7 @@ class DevStack:
         """A small crawl of the sample platform with two pooled cookies (one of them
         revoked by the platform, so the pool's error handling shows)."""
         from sqlalchemy import func, select
+        from sqlmodel import col
 
         from artemis.crawler.cookies import add_cookie
         from artemis.crawler.models import SourceNote
@@ -476,11 +477,13 @@ class DevStack:
             stored = conn.execute(
                 select(func.count())
                 .select_from(SourceNote)
-                .where(SourceNote.platform == "sample", SourceNote.note_id.in_(list(sent)))
+                .where(
+                    col(SourceNote.platform) == "sample", col(SourceNote.note_id).in_(list(sent))
+                )
             ).scalar_one()
         t = Table(title="crawl (cookie pool, execution lock, tbl_source once)")
-        for col in ("status", "notes stored in tbl_source", "sent to the sink", "each once"):
-            t.add_column(col)
+        for heading in ("status", "notes stored in tbl_source", "sent to the sink", "each once"):
+            t.add_column(heading)
         once = bool(sent) and set(sent.values()) == {1}
         t.add_row(final["status"], str(stored), str(len(sent)), str(once))
         console.print(t)

@@ -559,6 +559,7 @@ class RunService:
         ``resume`` or ``rate`` (value: requests per second). Signalled to the workflow
         (it acts at its next safe point) and recorded in the run's event stream."""
         handle = await self._running(task_id)
+        data: dict[str, Any]
         if action == "pause":
             await handle.signal("pause", PauseRequest(reason=str(value)))
             kind, data = "paused", {"reason": str(value)}

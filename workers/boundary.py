@@ -147,7 +147,7 @@ class _Boundary(ActivityInboundInterceptor):
             }
             if error["message"] != e.message:
                 raise ApplicationError(
-                    error["message"],
+                    str(error["message"]),
                     *e.details,
                     type=e.type,
                     non_retryable=e.non_retryable,

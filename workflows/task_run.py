@@ -455,7 +455,7 @@ class TaskRunWorkflow:
                         TaskRunActivities.fetch_pages,
                         FetchInput(
                             run=self._run,
-                            params=self._params,
+                            params=self._params or {},
                             checkpoint=self._checkpoint,
                             first_seq=self._next_seq,
                             max_pages=self._pages_per_fetch or tuning.pages_per_fetch,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
@@ -299,7 +299,7 @@ class CrawlNotes(TaskUnit):
 
     async def fetch(
         self, ctx: TaskContext, client: HttpClient, checkpoint: dict[str, Any] | None
-    ) -> AsyncIterator[Page]:
+    ) -> AsyncGenerator[Page, None]:
         """The search phase searches ``fetch_concurrency`` keywords at a time (each a unit
         with its own checkpoint, ``artemis/tasks/units.py``); then the detail phase claims
         and fetches batches of candidates. At a batch's end (``wind_down``) no new request

@@ -9,7 +9,7 @@ yields pages with checkpoints so that a batch can resume after a crash; ``proces
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -141,7 +141,7 @@ class TaskUnit:
     # -- 3. fetch --------------------------------------------------------------------
     async def fetch(
         self, ctx: TaskContext, client: HttpClient, checkpoint: dict[str, Any] | None
-    ) -> AsyncIterator[Page]:
+    ) -> AsyncGenerator[Page, None]:
         """Yield the pages of every source, ``fetch_concurrency`` sources at a time,
         resumable from ``checkpoint`` (per source; see ``artemis/tasks/units.py``). The
         page's ``info["units_done"]`` counts the sources finished so far (for progress)

@@ -23,6 +23,7 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
+    assert url, "sqlalchemy.url is not set"
     engine = get_engine(url)
     with engine.connect() as connection:
         context.configure(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -85,7 +86,10 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
 
     from starter.api.auth import GUARDED_RESPONSES, require_token
 
-    guarded = {"dependencies": [Depends(require_token)], "responses": GUARDED_RESPONSES}
+    guarded: dict[str, Any] = {
+        "dependencies": [Depends(require_token)],
+        "responses": GUARDED_RESPONSES,
+    }
     app.include_router(health.router)
     app.include_router(health.guarded, **guarded)
     app.include_router(tasks.router, **guarded)

@@ -29,7 +29,9 @@ class CodecPayloads(BaseModel):
     )
 
 
-ANSWER = {200: {"model": CodecPayloads, "description": "the payloads, decoded or encoded"}}
+ANSWER: dict[int | str, dict[str, Any]] = {
+    200: {"model": CodecPayloads, "description": "the payloads, decoded or encoded"}
+}
 
 
 async def _apply(request: Request, body: CodecPayloads, direction: str) -> JSONResponse:

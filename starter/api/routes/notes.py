@@ -99,7 +99,7 @@ async def note_details(
             "retryable": code.retryable,
         }
         status = code.http_status
-    body = {
+    answer = {
         "success": not failed,
         "items": items,
         "summary": {
@@ -110,4 +110,4 @@ async def note_details(
         "error": error,
         "meta": _meta(state),
     }
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(answer, status_code=status)
