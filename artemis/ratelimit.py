@@ -112,12 +112,22 @@ class TokenBucket:
                     return
                 await asyncio.sleep((1 - self.tokens) / self.qps)
 
+    def idle_full(self, now: float) -> bool:
+        """Unused long enough to be full again: a new bucket would behave the same."""
+        return not self._lock.locked() and now - self.updated >= self.capacity / self.qps
+
 
 _buckets: dict[str, TokenBucket] = {}
 
 
 def bucket_for(key: str, qps: float, burst: int | None = None) -> TokenBucket:
-    """The process-wide bucket for ``key`` (its rate follows the latest contract)."""
+    """The process-wide bucket for ``key`` (its rate follows the latest contract).
+
+    Buckets of runs that ended are dropped here: one unused long enough to have filled
+    up again is the same as a new one, so dropping it loses nothing."""
+    now = time.monotonic()
+    for name in [k for k, b in _buckets.items() if k != key and b.idle_full(now)]:
+        del _buckets[name]
     bucket = _buckets.get(key)
     if bucket is None:
         bucket = _buckets[key] = TokenBucket(qps, burst)
