@@ -25,7 +25,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from artemis.errors import ArtemisError, ErrorCode
+from artemis.errors import ArtemisError, ErrorCode, describe_fields, validation_fields
 
 # The YAML file of the settings being loaded (pydantic-settings' own YAML source reads it).
 _YAML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
@@ -372,11 +372,7 @@ class Settings(BaseSettings):
 
 
 def _format_validation_error(exc: ValidationError, source: str) -> str:
-    parts = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{key}: {err['msg']}")
-    return f"invalid configuration ({source}): " + "; ".join(parts)
+    return f"invalid configuration ({source}): " + describe_fields(validation_fields(exc.errors()))
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:

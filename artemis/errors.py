@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -139,3 +141,31 @@ class ArtemisError(Exception):
             "message": self.message,
             "retryable": self.retryable,
         }
+
+
+# -- validation errors: the one formatter (request bodies, task params, configuration) --
+def validation_fields(
+    errors: Iterable[Mapping[str, Any]], prefix: str = ""
+) -> list[dict[str, str]]:
+    """Each error of a Pydantic validation (``ValidationError.errors()``, or FastAPI's
+    ``RequestValidationError.errors()``) as ``{field, message}``, the field a dotted path
+    under ``prefix``."""
+    out = []
+    for err in errors:
+        loc = ".".join(str(p) for p in err["loc"])
+        field = f"{prefix}.{loc}" if prefix and loc else (loc or prefix)
+        out.append({"field": field, "message": str(err["msg"])})
+    return out
+
+
+def describe_fields(fields: Iterable[Mapping[str, str]]) -> str:
+    """``field: message; field: message`` (what an error message says)."""
+    return "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+
+
+def invalid_fields(errors: Iterable[Mapping[str, Any]], prefix: str = "") -> ArtemisError:
+    """A 422 INVALID_INPUT naming each bad field under ``prefix``."""
+    fields = validation_fields(errors, prefix)
+    return ArtemisError(
+        ErrorCode.INVALID_INPUT, describe_fields(fields), details={"fields": fields}
+    )

@@ -16,7 +16,13 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 
 from artemis.config import Settings
-from artemis.errors import ArtemisError, ErrorCode
+from artemis.errors import (
+    ArtemisError,
+    ErrorCode,
+    describe_fields,
+    invalid_fields,
+    validation_fields,
+)
 from artemis.http import HttpClient
 from artemis.sinks import EmitContext, RecordSpec, Sink, build_sinks
 from artemis.sinks.base import resolve_output, resolved_spec
@@ -251,25 +257,13 @@ class TaskUnit:
         return None
 
 
-def validation_fields(e: ValidationError, prefix: str) -> list[dict[str, str]]:
-    out = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        out.append({"field": f"{prefix}.{loc}" if loc else prefix, "message": err["msg"]})
-    return out
-
-
 def describe_validation_error(e: ValidationError, prefix: str) -> str:
-    return "; ".join(f"{f['field']}: {f['message']}" for f in validation_fields(e, prefix))
+    return describe_fields(validation_fields(e.errors(), prefix))
 
 
 def invalid_input(e: ValidationError, prefix: str) -> ArtemisError:
     """A 422 INVALID_INPUT naming each bad field under ``prefix`` (``params``, ``body``)."""
-    return ArtemisError(
-        ErrorCode.INVALID_INPUT,
-        describe_validation_error(e, prefix),
-        details={"fields": validation_fields(e, prefix)},
-    )
+    return invalid_fields(e.errors(), prefix)
 
 
 _REGISTRY: dict[str, type[TaskUnit]] = {}

@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.client import Client
 
 from artemis.config import Settings
-from artemis.errors import ArtemisError, ErrorCode
+from artemis.errors import ArtemisError, ErrorCode, invalid_fields
 from artemis.logsetup import get_logger
 from starter.api.envelope import RequestContextMiddleware, error_response
 from starter.api.routes import codec, events, health, notes, task_types, tasks
@@ -107,13 +107,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        fields = [
-            {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()
-        ]
-        msg = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        return error_response(
-            request, ArtemisError(ErrorCode.INVALID_INPUT, msg, details={"fields": fields})
-        )
+        return error_response(request, invalid_fields(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
