@@ -163,17 +163,29 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     return app
 
 
+def swagger_ui_dir() -> str:
+    """The folder of Swagger UI's files in the `swagger-ui-py` wheel (5.x: it renders
+    OpenAPI 3.1, which FastAPI writes). Found without importing the package, which would
+    load its web-framework adapters."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("swagger-ui-py is not installed")
+    return os.path.join(list(spec.submodule_search_locations)[0], "static")
+
+
 def _local_docs(app: FastAPI) -> None:
-    """Swagger UI at /docs from the files of the `swagger-ui-bundle` wheel (mounted at
+    """Swagger UI at /docs from the files of the `swagger-ui-py` wheel (mounted at
     /docs/static), so the page works with no internet."""
-    import swagger_ui_bundle
     from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
     from fastapi.responses import HTMLResponse
     from fastapi.staticfiles import StaticFiles
 
     app.mount(
         "/docs/static",
-        StaticFiles(directory=swagger_ui_bundle.swagger_ui_path),
+        StaticFiles(directory=swagger_ui_dir()),
         name="swagger-ui",
     )
 

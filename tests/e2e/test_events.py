@@ -17,9 +17,14 @@ STEPS = ["step_prepare", "step_fetch", "step_process", "step_emit", "step_finali
 
 
 async def read_sse(
-    base_url: str, task_id: str, last_event_id: str | None = None, **params: Any
+    base_url: str,
+    task_id: str,
+    last_event_id: str | None = None,
+    opened: asyncio.Event | None = None,
+    **params: Any,
 ) -> list[dict[str, Any]]:
-    """Every event until the server closes the stream (each with its SSE id as ``_sse``)."""
+    """Every event until the server closes the stream (each with its SSE id as ``_sse``);
+    ``opened`` is set once the server has answered (the stream is open)."""
     headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
     events: list[dict[str, Any]] = []
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
@@ -29,6 +34,8 @@ async def read_sse(
             resp = source.response
             assert resp.status_code == 200, await resp.aread()
             assert resp.headers["content-type"].startswith("text/event-stream")
+            if opened is not None:
+                opened.set()
             async for sse in source.aiter_sse():
                 events.append({"_sse": sse.id, **json.loads(sse.data)})
     return events
@@ -170,9 +177,12 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
         return task_id in [t["task_id"] for t in page["data"]["items"]]
 
     await eventually(listed, "the pending record", timeout=10)
-    reader = asyncio.create_task(read_sse(stack.api_url, task_id))
-    await asyncio.sleep(0.5)
-    assert not reader.done()  # open, waiting for the run
+    opened = asyncio.Event()
+    reader = asyncio.create_task(read_sse(stack.api_url, task_id, opened=opened))
+    await asyncio.wait_for(opened.wait(), 30)
+    # open, and it stays open while the run has not started (a window, not a wait)
+    done, _ = await asyncio.wait({reader}, timeout=0.5)
+    assert not done
     await stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"]).terminate("test")
     events = await asyncio.wait_for(reader, 30)
     assert [e["event"] for e in events] == ["plan_update", "error"]

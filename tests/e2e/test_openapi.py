@@ -60,3 +60,12 @@ async def test_docs_are_served_from_local_files(stack):
     for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
         resp = await stack.http.get(f"/docs/static/{asset}")
         assert resp.status_code == 200 and len(resp.content) > 10_000, asset
+    # Swagger UI renders OpenAPI 3.1 (what FastAPI writes) from its 5.x on; 4.x shows
+    # "Unable to render this definition"
+    import re
+
+    spec = (await stack.http.get("/openapi.json")).json()
+    bundle = (await stack.http.get("/docs/static/swagger-ui-bundle.js")).text
+    (version,) = set(re.findall(r'PACKAGE_VERSION:"([0-9.]+)"', bundle))
+    if spec["openapi"].startswith("3.1"):
+        assert int(version.split(".")[0]) >= 5, version
