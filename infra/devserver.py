@@ -145,7 +145,9 @@ class DevServer:
             preexec_fn=_die_with(os.getpid()) if self.tied_to_parent else None,
         )
         if self.pid_file is not None:
-            self.pid_file.write_text(str(self.proc.pid))
+            # The server's pid and its owner's (this process): a server whose owner is
+            # alive is another stack's, never stale.
+            self.pid_file.write_text(f"{self.proc.pid} {os.getpid()}")
         deadline = time.monotonic() + timeout
         while not port_open("127.0.0.1", self.port):
             if self.proc.poll() is not None:
@@ -162,11 +164,13 @@ class DevServer:
 
     def stop_stale(self) -> int | None:
         """Stop a dev server an earlier run left behind (its pid file names a live
-        `temporal server start-dev`); the pid stopped, or None."""
+        `temporal server start-dev` whose owner is gone); the pid stopped, or None.
+        One whose owner still runs (another `artemis dev` on the same data folder) is
+        left alone: CONFIG_ERROR saying so."""
         if self.pid_file is None or not self.pid_file.exists():
             return None
         try:
-            pid = int(self.pid_file.read_text().strip())
+            pid, *owner = (int(x) for x in self.pid_file.read_text().split())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (ValueError, OSError):
             self.pid_file.unlink(missing_ok=True)
@@ -174,6 +178,13 @@ class DevServer:
         if b"start-dev" not in cmdline or not any(b"temporal" in c for c in cmdline[:1]):
             self.pid_file.unlink(missing_ok=True)
             return None
+        if owner and _running(owner[0]):
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"a Temporal dev server (pid {pid}) for {self.pid_file.parent} is still run "
+                f"by a live process (pid {owner[0]}, another `artemis dev`?): stop it, or use "
+                "another --data-dir",
+            )
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
         while _running(pid) and time.monotonic() < deadline:

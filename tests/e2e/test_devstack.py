@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from infra.devserver import free_port, port_open
@@ -31,8 +32,9 @@ async def test_a_closed_pipe_does_not_stop_artemis_dev_and_sigkill_leaves_no_tem
     ports = {name: free_port() for name in ("api", "temporal", "ui", "samples")}
     data = tmp_path / "state"
     config = tmp_path / "dev.yaml"
-    # logs on stderr (a pipe here), nothing else: the sample defaults follow --samples-port
-    config.write_text(yaml.safe_dump({"logging": {"output": "stderr", "format": "json"}}))
+    # logs on stdout (the pipe that closes: every run logs to it after), nothing else: the
+    # sample defaults follow --samples-port
+    config.write_text(yaml.safe_dump({"logging": {"output": "stdout", "format": "json"}}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "starter.cli", "dev", "--config", str(config)]
         + ["--data-dir", str(data), "--api-port", str(ports["api"])]
@@ -65,7 +67,7 @@ async def test_a_closed_pipe_does_not_stop_artemis_dev_and_sigkill_leaves_no_tem
             assert (await http.get("/health")).status_code == 200
         # --data-dir holds the stack's database and the Temporal server's pid
         assert (data / "artemis.db").exists() and (data / "temporal.pid").exists()
-        temporal_pid = int((data / "temporal.pid").read_text())
+        temporal_pid = int((data / "temporal.pid").read_text().split()[0])
         assert _alive(temporal_pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -79,12 +81,13 @@ async def test_a_closed_pipe_does_not_stop_artemis_dev_and_sigkill_leaves_no_tem
             proc.wait(10)
         pid_file = data / "temporal.pid"
         if pid_file.exists():
-            pid = int(pid_file.read_text())
+            pid = int(pid_file.read_text().split()[0])
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
 def test_a_dev_server_left_by_an_earlier_crash_is_found_and_stopped(tmp_path):
+    from artemis.errors import ArtemisError
     from infra.devserver import DevServer
 
     def server() -> DevServer:
@@ -97,9 +100,17 @@ def test_a_dev_server_left_by_an_earlier_crash_is_found_and_stopped(tmp_path):
         )
 
     port = free_port()
-    left = server().start()  # as if its `artemis dev` had been SIGKILLed
+    left = server().start()
     assert left.proc is not None
     pid = left.proc.pid
+    # its owner (this process) is alive: another stack's server, left alone
+    with pytest.raises(ArtemisError) as refused:
+        server().stop_stale()
+    assert f"pid {pid}" in refused.value.message and _alive(pid)
+    # as if its `artemis dev` had been SIGKILLed: the owner named in the pid file is gone
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / "temporal.pid").write_text(f"{pid} {gone.pid}")
     again = server()
     assert again.stop_stale() == pid
     left.proc.wait(15)  # reaped (it is this test's child)
