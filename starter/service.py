@@ -53,7 +53,7 @@ from artemis.run_models import (
 )
 from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, stats_view
 from artemis.security import check_header_names, check_request_url, check_resolved
-from artemis.sinks.base import resolve_output, seal_output
+from artemis.sinks.base import register_sink_secret, resolve_output, seal_output
 from artemis.tasks import get_task, task_codes
 from artemis.tasks.base import describe_validation_error, invalid_input
 from artemis.tracing import TraceContext, otel_context_for
@@ -262,7 +262,7 @@ class RunService:
         stored: dict[str, str] = {}
         output = seal_output(output, stored.__setitem__)
         for name, value in stored.items():
-            register_secret(value)
+            register_sink_secret(name, value)
             await asyncio.to_thread(self.secrets.put, f"{code}/{task_id}", name, value, False)
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
         runs = self.settings.runs.model_dump()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -266,8 +267,7 @@ def _has_credentials(url: str) -> bool:
 
 def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
     """``output`` with its run secrets read back by ``get(name)`` (inside an activity);
-    each value is registered for redaction. A secret that is gone is INVALID_INPUT."""
-    from artemis.logsetup import register_secret
+    its credentials are registered for redaction. A secret that is gone is INVALID_INPUT."""
 
     def read(name: str) -> str:
         value = get(name)
@@ -277,7 +277,7 @@ def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
                 f"{name.rstrip(':')}: the run's secret is gone (cleaned up)",
                 retryable=False,
             )
-        register_secret(value)
+        register_sink_secret(name, str(value))
         return str(value)
 
     if not output:
@@ -292,26 +292,41 @@ def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
         cfg = output.get(section)
         if isinstance(cfg, dict) and SECRET_REF in cfg.values():
             opened[section] = {
-                k: _url_secret(read(f"output.{section}.{k}")) if v == SECRET_REF else v
-                for k, v in cfg.items()
+                k: read(f"output.{section}.{k}") if v == SECRET_REF else v for k, v in cfg.items()
             }
     if output.get("http_endpoint") == SECRET_REF:
-        opened["http_endpoint"] = _url_secret(read(_ENDPOINT_SECRET))
+        opened["http_endpoint"] = read(_ENDPOINT_SECRET)
     return opened
 
 
-def _url_secret(url: str) -> str:
-    """``url`` with its password and query values registered for redaction."""
+# What in a sink secret is redacted from logs and error texts: a header's value when its
+# name says it is a credential, a URL's password and the values of its credential-named
+# query keys. Redaction replaces substrings everywhere, so a plain value ("data", a
+# "require" of sslmode) is not registered: it would garble every line it appears in.
+_SECRET_NAME = re.compile(r"auth|token|key|secret|pass|cookie|session|sig|cred", re.I)
+
+
+def register_sink_secret(name: str, value: str) -> None:
+    """Register for redaction what in the run secret ``name`` (``output.http_headers:H``,
+    ``output.http_endpoint``, ``output.sql.url`` …) is a credential."""
     from urllib.parse import parse_qsl, urlsplit
 
     from artemis.logsetup import register_secret
 
-    parts = urlsplit(url)
+    if name.startswith(_HEADER_SECRET):
+        if _SECRET_NAME.search(name[len(_HEADER_SECRET) :]):
+            register_secret(value)
+        return
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        register_secret(value)
+        return
     if parts.password:
         register_secret(parts.password)
-    for _, v in parse_qsl(parts.query):
-        register_secret(v)
-    return url
+    for key, v in parse_qsl(parts.query):
+        if _SECRET_NAME.search(key):
+            register_secret(v)
 
 
 def shown_url(url: str) -> str:

@@ -12,6 +12,7 @@ from artemis.security import (
     check_same_origin,
     host_allowed,
 )
+from tests.conftest import new_task_id
 
 
 def test_entries_may_pin_a_port():
@@ -85,3 +86,29 @@ def test_a_resolved_outputs_credential_urls_are_run_secrets_not_history():
     with pytest.raises(ArtemisError) as e:
         resolve_output("pull_stock_quotes", {}, {"resolved": True, "sinks": ["log"]}, None, "")
     assert e.value.code.value == "INVALID_INPUT" and "output.resolved" in e.value.message
+
+
+def test_only_the_credentials_of_sink_secrets_are_redacted():
+    """Redaction replaces a registered value everywhere: a plain header value or an
+    sslmode would garble every log line, so only credentials are registered."""
+    from artemis.logsetup import redact_text
+    from artemis.sinks.base import SECRET_REF, seal_output, unseal_output
+
+    team = f"team{new_task_id()}"
+    password = f"pw{new_task_id()}"
+    token = f"tok{new_task_id()}"
+    output = {
+        "sinks": ["http", "sql"],
+        "http_endpoint": f"http://127.0.0.1/sink?api_key={token}&region=eu",
+        "http_headers": {"X-Team": team, "Authorization": f"Bearer {token}"},
+        "sql": {"url": f"postgresql://artemis:{password}@db/lake?sslmode=require", "table": "t"},
+        "resolved": True,
+    }
+    stored: dict[str, str] = {}
+    sealed = seal_output(output, stored.__setitem__)
+    assert sealed["http_headers"] == {"X-Team": SECRET_REF, "Authorization": SECRET_REF}
+    assert unseal_output(sealed, stored.get) == output
+    line = f"sent to {team} region=eu sslmode=require with {password} and {token}"
+    shown = redact_text(line)
+    assert team in shown and "region=eu" in shown and "sslmode=require" in shown
+    assert password not in shown and token not in shown
