@@ -168,16 +168,16 @@ def resolve_output(
     A problem of the request is INVALID_INPUT naming ``output.…``; one of the
     configuration alone (the request said nothing) is CONFIG_ERROR naming
     ``output_defaults.<code>``."""
-    if request:
-        check_request_output(request)
+    where = f"output_defaults.{code}"
     spec = merge_output(defaults, request)
     try:
+        if request:
+            check_request_output(request)
         build_sinks(spec, record, database_url)
     except ArtemisError as e:
-        if request or e.code is not ErrorCode.INVALID_INPUT:
-            raise
-        where = f"output_defaults.{code}"
         message = e.message.replace("output_defaults.<code>", where)
+        if request or e.code is not ErrorCode.INVALID_INPUT:
+            raise ArtemisError(e.code, message, retryable=e.retryable, details=e.details) from None
         if message.startswith("output"):
             message = where + message[len("output") :]
         raise ArtemisError(ErrorCode.CONFIG_ERROR, message, retryable=False) from None

@@ -112,3 +112,17 @@ def test_only_the_credentials_of_sink_secrets_are_redacted():
     shown = redact_text(line)
     assert team in shown and "region=eu" in shown and "sslmode=require" in shown
     assert password not in shown and token not in shown
+
+
+def test_a_requests_output_problem_names_the_tasks_own_config_key():
+    from artemis.sinks.base import resolve_output
+
+    for request in (
+        {"sinks": ["sql"], "sql": {"url": "sqlite:////tmp/x.db"}},  # operator-only
+        {"sinks": ["sql"]},  # no section in the config either
+    ):
+        with pytest.raises(ArtemisError) as e:
+            resolve_output("pull_stock_quotes", {}, request, None, "")
+        assert e.value.code.value == "INVALID_INPUT", e.value
+        assert "<code>" not in e.value.message, e.value.message
+        assert "output_defaults.pull_stock_quotes" in e.value.message, e.value.message
