@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,39 @@ from starter.cli.watch import iter_events, watch_task
 
 tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True, rich_markup_mode=None)
 
-_COLUMNS = ("task id", "code", "status", "records", "started", "completed", "error")
+# kubectl-style: the default columns fit a terminal; -o wide adds the rest.
+_COLUMNS = ("task id", "code", "status", "records", "age")
+_WIDE = (*_COLUMNS, "started", "completed", "error", "workflow id")
+
+
+class Output(StrEnum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+
+
+class TypesOutput(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def _age(started: str | None) -> str:
+    """``5s``, ``3m``, ``2h``, ``4d`` since ``started`` (ISO), as kubectl shows an age."""
+    if not started:
+        return ""
+    from datetime import UTC, datetime
+
+    try:
+        then = datetime.fromisoformat(started)
+    except ValueError:
+        return ""
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    s = max(0, int((datetime.now(UTC) - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
 
 
 def _run_body(json_body: str | None, param: list[str]) -> dict[str, Any]:
@@ -79,7 +112,7 @@ def _as_schema(base: str, settings: Any, code: str, params: dict[str, Any]) -> d
 
 def task_types(
     code: str | None = typer.Argument(None, help="one task code (else all)"),
-    output: str = typer.Option("table", "-o", "--output", help="table | json"),
+    output: TypesOutput = typer.Option(TypesOutput.table, "-o", "--output"),
     api: str | None = typer.Option(None, help="API base URL"),
     config: Path | None = ConfigOpt,
 ) -> None:
@@ -125,15 +158,22 @@ def _resolve_id(base: str, settings: Any, task_id: str) -> str:
     return task_id  # the API's own TASK_NOT_FOUND
 
 
-def _task_row(t: dict[str, Any]) -> tuple[str, ...]:
-    return (
+def _task_row(t: dict[str, Any], wide: bool) -> tuple[str, ...]:
+    row = (
         t["task_id"],
         t["task_code"],
         t["status"],
         str((t.get("result") or {}).get("records_emitted", "")),
+        _age(t.get("started_at") or t.get("created_at")),
+    )
+    if not wide:
+        return row
+    return (
+        *row,
         (t.get("started_at") or "")[:19],
         (t.get("completed_at") or "")[:19],
         (t.get("error") or {}).get("code", ""),
+        t.get("workflow_id", ""),
     )
 
 
@@ -143,7 +183,7 @@ def tasks_list(
     code: str | None = typer.Option(None, "--code", help="task code"),
     limit: int = typer.Option(20, "--limit"),
     cursor: str | None = typer.Option(None, "--cursor", help="the next page (printed below)"),
-    output: str = typer.Option("table", "-o", "--output", help="table | wide | json"),
+    output: Output = typer.Option(Output.table, "-o", "--output"),
     api: str | None = None,
     config: Path | None = ConfigOpt,
 ) -> None:
@@ -160,13 +200,12 @@ def tasks_list(
         console.print_json(data=data)
         return
     table = Table(show_lines=False)
-    columns = (*_COLUMNS, "workflow id") if output == "wide" else _COLUMNS
-    for col in columns:
-        # ids are never cut: `tasks show` takes a unique prefix besides
+    wide = output == Output.wide
+    for col in _WIDE if wide else _COLUMNS:
+        # ids are never cut: every command takes a unique prefix besides
         table.add_column(col, no_wrap=col in ("task id", "workflow id"))
     for t in data["items"]:
-        row = _task_row(t)
-        table.add_row(*(row + (t.get("workflow_id", ""),) if output == "wide" else row))
+        table.add_row(*_task_row(t, wide))
     console.print(table)
     if data.get("next_cursor"):
         console.print(f"more: --cursor {data['next_cursor']}")
@@ -192,7 +231,8 @@ def tasks_show(
 
 def _control(task_id: str, path: str, body: dict, api: str | None, config: Path | None) -> None:
     settings = _settings(config)
-    url = f"{_api_url(settings, api)}/tasks/{task_id}/{path}"
+    base = _api_url(settings, api)
+    url = f"{base}/tasks/{_resolve_id(base, settings, task_id)}/{path}"
     console.print_json(data=_call("POST", url, settings, json=body)["data"])
 
 
@@ -222,8 +262,8 @@ def tasks_pause(
     api: str | None = None,
     config: Path | None = ConfigOpt,
 ) -> None:
-    """Pause a running task: nothing is fetched until it is resumed (the batch in flight
-    finishes first)."""
+    """Pause a running task: the fetch in flight stops at its next page (`pausing`), then
+    nothing is fetched until it is resumed (`paused`)."""
     _control(task_id, "pause", {"reason": reason}, api, config)
 
 
@@ -248,5 +288,6 @@ def tasks_rate(
 def tasks_watch(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
     """Follow a run live (its steps, counters and latest activity) until it ends."""
     settings = _settings(config)
-    final = watch_task(_api_url(settings, api), task_id, settings)
+    base = _api_url(settings, api)
+    final = watch_task(base, _resolve_id(base, settings, task_id), settings)
     console.print_json(data=final)

@@ -189,6 +189,14 @@ async def test_cli_conventions_prefix_ids_output_formats_cursor_task_types_and_l
     shown = await asyncio.to_thread(_cli, "tasks", "show", task_id[:10], api=stack.api_url)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["task_id"] == task_id
+    # ... in every command that takes an id
+    watched = await asyncio.to_thread(_cli, "tasks", "watch", task_id[:10], api=stack.api_url)
+    assert watched.returncode == 0 and task_id in watched.stdout, watched.stderr
+    resumed = await asyncio.to_thread(_cli, "tasks", "resume", task_id[:10], api=stack.api_url)
+    assert resumed.returncode == 1 and f"task {task_id} has already finished" in resumed.stderr
+    # an output format it does not know is refused, naming the choices
+    yaml_out = await asyncio.to_thread(_cli, "tasks", "list", "-o", "yaml", api=stack.api_url)
+    assert yaml_out.returncode == 2 and "table" in yaml_out.stderr and "wide" in yaml_out.stderr
     # -o json, --cursor
     page = await asyncio.to_thread(
         _cli, "tasks", "list", "--limit", "1", "-o", "json", api=stack.api_url
@@ -210,6 +218,9 @@ async def test_cli_conventions_prefix_ids_output_formats_cursor_task_types_and_l
     assert json.loads(more.stdout)["items"][0]["task_id"] != first["items"][0]["task_id"]
     wide = await asyncio.to_thread(_cli, "tasks", "list", "-o", "wide", api=stack.api_url)
     assert "workflow id" in wide.stdout and task_id in wide.stdout  # never cut
+    # the default columns are kubectl's few (id, code, status, records, age)
+    narrow = await asyncio.to_thread(_cli, "tasks", "list", "--limit", "3", api=stack.api_url)
+    assert "age" in narrow.stdout and "workflow id" not in narrow.stdout
     types = await asyncio.to_thread(_cli, "task-types", api=stack.api_url)
     assert types.returncode == 0 and "pull_stock_quotes" in types.stdout
     assert "symbols*" in types.stdout  # required params starred
