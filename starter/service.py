@@ -654,6 +654,7 @@ class RunService:
             tuning=RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__}),
         )
         wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
+        what = await asyncio.to_thread(_what, req.task_code, req.params, self.settings)
         # Open again before the run starts (it records `running` itself once it does).
         before = await self._reopen(task_id, req.task_code, wf_id, carry.stats)
         try:
@@ -665,7 +666,16 @@ class RunService:
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 search_attributes=_run_attributes(req.task_code, task_id),
-                static_summary=f"{req.task_code} · task {task_id} · retry {carry.retry_attempt}",
+                static_summary=" · ".join(
+                    x
+                    for x in (
+                        req.task_code,
+                        what,
+                        f"task {task_id}",
+                        f"retry {carry.retry_attempt}",
+                    )
+                    if x
+                ),
                 static_details=f"Retry {carry.retry_attempt} of task `{task_id}` (failed "
                 f"`{kept['error_code']}`), from page #{carry.next_seq}.",
                 execution_timeout=timedelta(seconds=req.timeout_s + 3600),
@@ -789,6 +799,15 @@ def ui_url(settings: Settings, workflow_id: str) -> str:
 # The Temporal UI's list filtered to the task runs alone (the housekeeping loops and the
 # note-details batches have workflow types of their own).
 RUNS_QUERY = f'WorkflowType = "{WORKFLOW_NAME}"'
+
+
+def _what(code: str, params: dict[str, Any], settings: Settings) -> str:
+    """What a run of ``params`` harvests (its UI summary), or "" when they do not read."""
+    task = get_task(code)
+    try:
+        return task.describe(task.prepare_params(params, settings))
+    except (ValidationError, ArtemisError, TypeError, ValueError):
+        return ""
 
 
 def ui_list_url(settings: Settings, query: str = RUNS_QUERY) -> str:

@@ -929,7 +929,17 @@ class TaskRunWorkflow:
                     ),
                     id=workflow_id_for(req.task_code, child_id),
                     result_type=RunResult,
-                    static_summary=f"{req.task_code} · {params.get('start')}..{params.get('end')}",
+                    # what the window harvests, and its own task id
+                    static_summary=" · ".join(
+                        str(x)
+                        for x in (
+                            req.task_code,
+                            params.get("provenance"),
+                            f"{params.get('start')}..{params.get('end')}",
+                            f"task {child_id}",
+                        )
+                        if x
+                    ),
                 )
             add_stats(self._state.stats, result.stats)
             self._state.current += 1

@@ -207,6 +207,11 @@ async def test_past_the_tolerance_the_run_fails_and_a_retry_finishes_it(make_sta
     assert answer["retry_attempt"] == 1 and answer["retried_error"] == "SINK_UNAVAILABLE"
     done = await stack.wait_status(task_id, {"completed", "failed"}, timeout=120)
     assert done["status"] == "completed", done
+    # the retry's row in the UI says what it harvests, like the first attempt's
+    desc = await stack.client.get_workflow_handle(done["workflow_id"]).describe()
+    summary = await desc.static_summary()
+    assert summary is not None and summary.startswith("pull_stock_quotes · ")
+    assert ", ".join(symbols) in summary and summary.endswith(f"task {task_id} · retry 1")
     batches = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
     counts = delivered(batches)
     assert len(counts) == 2 * NOV_DAYS and set(counts.values()) == {1}
