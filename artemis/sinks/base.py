@@ -64,31 +64,24 @@ class RunEnd:
     status: str
 
 
-def build_sinks(
-    spec: dict[str, Any], record: RecordSpec | None = None, database_url: str = ""
-) -> list[Sink]:
-    """Build sinks from an ``output_defaults.<code>`` mapping (request overrides merged in).
+def check_sinks(spec: dict[str, Any], record: RecordSpec | None = None) -> list[str]:
+    """The sink names of an ``output_defaults.<code>`` mapping (request merged in), each
+    checked without building it — no engine, no file system, nothing created: what the
+    API does with a run's output before it starts. Raises INVALID_INPUT naming the field."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    ``record``: the task's record model and key (the sql and files sinks need it);
-    ``database_url``: the Artemis database (the files sink records what it wrote there)."""
-    from artemis.sinks.files import FileSink
-    from artemis.sinks.http import HttpSink, LogSink
-    from artemis.sinks.sql import SqlSink
+    from artemis.sinks.files import FORMATS
 
     names = spec.get("sinks") or []
     if isinstance(names, str):
         names = [names]
-    sinks: list[Sink] = []
     for name in names:
         if name == "http":
-            endpoint = spec.get("http_endpoint")
-            if not endpoint:
+            if not spec.get("http_endpoint"):
                 raise ArtemisError(
                     ErrorCode.INVALID_INPUT, "output: sink 'http' needs 'http_endpoint'"
                 )
-            sinks.append(HttpSink(endpoint, headers=spec.get("http_headers") or {}))
-        elif name == "log":
-            sinks.append(LogSink())
         elif name == "sql":
             cfg = _section(spec, "sql", ("url", "table"))
             if record is None:
@@ -96,17 +89,84 @@ def build_sinks(
                     ErrorCode.INVALID_INPUT,
                     "output: sink 'sql' needs the task's record model; this task has none",
                 )
-            key = cfg.get("key") or ()
-            sinks.append(
-                SqlSink(
-                    str(cfg["url"]),
-                    str(cfg["table"]),
-                    record,
-                    tuple([key] if isinstance(key, str) else key),
+            sql_key(cfg, record)
+            try:
+                backend = make_url(str(cfg["url"])).get_backend_name()
+            except ArgumentError as e:
+                raise ArtemisError(ErrorCode.INVALID_INPUT, f"output.sql.url: {e}") from None
+            if backend not in ("sqlite", "postgresql"):
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    f"output.sql.url: dialect {backend!r} is not supported (sqlite, postgresql)",
                 )
-            )
         elif name == "files":
             cfg = _section(spec, "files", ("url",))
+            fmt = str(cfg.get("format") or "jsonl")
+            if fmt not in FORMATS:
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    f"output.files.format: {fmt!r} is not one of {', '.join(FORMATS)}",
+                )
+            if fmt == "parquet" and record is None:
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    "output.files.format: parquet needs the task's record model; "
+                    "this task has none",
+                )
+        elif name != "log":
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"output: unknown sink {name!r} (known: http, log, sql, files)",
+            )
+    if not names:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "output: no sinks configured")
+    return list(names)
+
+
+def sql_key(cfg: dict[str, Any], record: RecordSpec) -> tuple[str, ...]:
+    """The sql sink's upsert key (``output.sql.key``, else the record key), checked
+    against the record model."""
+    key = cfg.get("key") or ()
+    key = tuple([key] if isinstance(key, str) else key) or record.key
+    unknown = [k for k in key if k not in record.model.model_fields]
+    if unknown:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output.sql.key: {unknown[0]!r} is not a field of {record.model.__name__}",
+        )
+    if not set(record.key) <= set(key):
+        # A narrower key would fold distinct records into one row.
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output.sql.key: must hold the record key ({', '.join(record.key)})",
+        )
+    return key
+
+
+def build_sinks(
+    spec: dict[str, Any], record: RecordSpec | None = None, database_url: str = ""
+) -> list[Sink]:
+    """Build sinks from an ``output_defaults.<code>`` mapping (request overrides merged in),
+    checked first by ``check_sinks``.
+
+    ``record``: the task's record model and key (the sql and files sinks need it);
+    ``database_url``: the Artemis database (the files sink records what it wrote there)."""
+    from artemis.sinks.files import FileSink
+    from artemis.sinks.http import HttpSink, LogSink
+    from artemis.sinks.sql import SqlSink
+
+    sinks: list[Sink] = []
+    for name in check_sinks(spec, record):
+        if name == "http":
+            sinks.append(HttpSink(spec["http_endpoint"], headers=spec.get("http_headers") or {}))
+        elif name == "log":
+            sinks.append(LogSink())
+        elif name == "sql":
+            assert record is not None  # checked
+            cfg = spec["sql"]
+            sinks.append(SqlSink(str(cfg["url"]), str(cfg["table"]), record, sql_key(cfg, record)))
+        else:
+            cfg = spec["files"]
             sinks.append(
                 FileSink(
                     str(cfg["url"]),
@@ -116,13 +176,6 @@ def build_sinks(
                     endpoint_url=cfg.get("endpoint_url"),
                 )
             )
-        else:
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                f"output: unknown sink {name!r} (known: http, log, sql, files)",
-            )
-    if not sinks:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, "output: no sinks configured")
     return sinks
 
 
@@ -173,7 +226,7 @@ def resolve_output(
     try:
         if request:
             check_request_output(request)
-        build_sinks(spec, record, database_url)
+        check_sinks(spec, record)
     except ArtemisError as e:
         message = e.message.replace("output_defaults.<code>", where)
         if request or e.code is not ErrorCode.INVALID_INPUT:

@@ -25,7 +25,7 @@ from artemis.db import get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.logsetup import get_logger
-from artemis.sinks.base import EmitContext, Sink
+from artemis.sinks.base import EmitContext, Sink, sql_key
 from artemis.sinks.records import LOAD_COLUMNS, RecordSpec, schema_error
 
 log = get_logger(__name__)
@@ -58,19 +58,7 @@ class SqlSink(Sink):
         self.url = url
         self.table_name = table
         self.record = record
-        self.key = key or record.key
-        unknown = [k for k in self.key if k not in record.model.model_fields]
-        if unknown:
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                f"output.sql.key: {unknown[0]!r} is not a field of {record.model.__name__}",
-            )
-        if not set(record.key) <= set(self.key):
-            # A narrower key would fold distinct records into one row.
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                f"output.sql.key: must hold the record key ({', '.join(record.key)})",
-            )
+        self.key = sql_key({"key": key}, record)
         self.engine = get_engine(url)
         try:
             self._insert = upsert_insert(self.engine)

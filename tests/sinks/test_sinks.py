@@ -308,3 +308,37 @@ def test_an_sql_key_narrower_than_the_record_key_is_refused(tmp_path: Path) -> N
         SqlSink(f"sqlite:///{tmp_path / 'lake.db'}", "quotes", QUOTES, ("symbol",))
     assert e.value.code is ErrorCode.INVALID_INPUT
     assert "must hold the record key (symbol, date)" in e.value.message
+
+
+def test_a_runs_output_is_checked_without_building_anything(tmp_path):
+    """The API checks a run's output before it starts: no engine, no folder, no file
+    system touched on the API's host (the worker builds the sinks); a bad one is still
+    refused naming the field."""
+    import pytest
+
+    from artemis.errors import ArtemisError
+    from artemis.sinks.base import resolve_output
+    from artemis.tasks import get_task
+
+    record = get_task("pull_stock_quotes").record_spec()
+    where = tmp_path / "not-here"
+    config = {
+        "sinks": ["sql", "files"],
+        "sql": {"url": f"sqlite:///{where / 'lake.db'}", "table": "quotes"},
+        "files": {"url": str(where / "lake"), "format": "parquet"},
+    }
+    resolved = resolve_output("pull_stock_quotes", config, None, record, "")
+    assert resolved["resolved"] is True and not where.exists()
+    for bad, field in (
+        (
+            {"sql": {**config["sql"], "url": "mysql://db/x"}},
+            "output_defaults.pull_stock_quotes.sql.url",
+        ),
+        (
+            {"files": {**config["files"], "format": "csv"}},
+            "output_defaults.pull_stock_quotes.files.format",
+        ),
+    ):
+        with pytest.raises(ArtemisError) as e:
+            resolve_output("pull_stock_quotes", {**config, **bad}, None, record, "")
+        assert e.value.code.value == "CONFIG_ERROR" and field in e.value.message, e.value
