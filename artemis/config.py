@@ -283,6 +283,10 @@ class WorkerSettings(_Section):
     # cancel) reaches a fetch in flight with the answer to its next heartbeat, so this
     # bounds how long it goes on fetching: one heartbeat RPC a second per running fetch.
     heartbeat_throttle_s: float = Field(1.0, gt=0)
+    # How often a worker checks that each housekeeping loop still runs (one an earlier
+    # build's worker ended during a rolling upgrade is started again; a schedule an
+    # earlier build re-created is deleted again).
+    housekeeping_check_s: float = Field(300.0, gt=0)
 
 
 class SecuritySettings(_Section):

@@ -231,6 +231,35 @@ async def remove_old_schedules(client: Client, task_queue: str) -> list[str]:
     return removed
 
 
+async def keep_housekeeping(client: Client, settings: Settings, task_queue: str) -> None:
+    """Every ``worker.housekeeping_check_s``: the earlier builds' schedules stay gone
+    (an earlier build's worker re-creates them at its start) and each enabled job's loop
+    runs — one that an earlier build's worker ended (it runs a loop's input as one pass)
+    is started again. A running loop is not signalled (its history stays short)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    while True:
+        await asyncio.sleep(settings.worker.housekeeping_check_s)
+        try:
+            await remove_old_schedules(client, task_queue)
+            for job in housekeeping_jobs(settings):
+                if not job.enabled:
+                    continue
+                handle = client.get_workflow_handle(job.workflow_id(task_queue))
+                try:
+                    status = (await handle.describe()).status
+                except RPCError as e:
+                    if e.status != RPCStatusCode.NOT_FOUND:
+                        raise
+                    status = None
+                if status != WorkflowExecutionStatus.RUNNING:
+                    await start_housekeeping_loop(client, job, task_queue)
+                    log.info("housekeeping_loop_restarted", job=job.name, task_queue=task_queue)
+        except Exception as e:  # Temporal away: the next check tries again
+            log.warning("housekeeping_check_failed", error=f"{type(e).__name__}: {e}")
+
+
 async def ensure_housekeeping(client: Client, settings: Settings, task_queue: str) -> None:
     """At every worker start: the earlier builds' schedules go, and each housekeeping job
     has its one loop running with this worker's settings (a turned-off job's loop ends)."""
@@ -307,7 +336,9 @@ async def running_worker(
     try:
         async with worker:
             await provenances.start()
-            await ensure_housekeeping(client, settings, task_queue or settings.temporal.task_queue)
+            queue = task_queue or settings.temporal.task_queue
+            await ensure_housekeeping(client, settings, queue)
+            keeper = asyncio.create_task(keep_housekeeping(client, settings, queue))
             log.info(
                 "worker_started",
                 task_queue=task_queue or settings.temporal.task_queue,
@@ -316,6 +347,7 @@ async def running_worker(
             try:
                 yield worker
             finally:
+                keeper.cancel()
                 await provenances.stop()
     finally:
         await activities.aclose()

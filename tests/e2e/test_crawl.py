@@ -581,3 +581,55 @@ async def test_rate_limits_wait_for_retry_after_and_error_budgets_end_retries(ma
     assert body["data"]["status"] == "failed" and body["error"]["code"] == "PLATFORM_ERROR"
     stats = (await stack.samples_http.get("/_platform/stats")).json()
     assert stats["search_calls"] == 3
+
+
+async def test_a_housekeeping_loop_ended_meanwhile_is_started_again(make_stack):
+    """During a rolling upgrade an earlier build's worker may end a loop (it runs the
+    loop's input as one pass) and re-create its old schedule: each worker checks every
+    worker.housekeeping_check_s and puts both right."""
+    from temporalio.client import (
+        Schedule,
+        ScheduleActionStartWorkflow,
+        ScheduleIntervalSpec,
+        ScheduleSpec,
+        WorkflowExecutionStatus,
+    )
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from artemis.run_models import ReclaimInput
+    from tests.conftest import settings_with
+    from workers.main import housekeeping_workflow_id, old_schedule_id, running_worker
+
+    stack = await make_stack(worker=False)
+    checking = settings_with(stack.settings, worker={"housekeeping_check_s": 0.5})
+    client, queue = stack.client, stack.settings.temporal.task_queue
+    handle = client.get_workflow_handle(housekeeping_workflow_id("reclaim", queue))
+    async with running_worker(checking, client):
+        first = (await handle.describe()).run_id
+        await handle.terminate("as an earlier build's worker would end it")
+        await client.create_schedule(
+            old_schedule_id("reclaim-stale-locks", queue),
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    "ReclaimStaleLocks", ReclaimInput(), id=f"old/{queue}", task_queue=queue
+                ),
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
+            ),
+        )
+
+        async def restarted() -> bool:
+            desc = await client.get_workflow_handle(handle.id).describe()
+            return desc.run_id != first and desc.status == WorkflowExecutionStatus.RUNNING
+
+        await eventually(restarted, "the loop to run again", timeout=30)
+
+        async def schedule_gone() -> bool:
+            try:
+                await client.get_schedule_handle(
+                    old_schedule_id("reclaim-stale-locks", queue)
+                ).describe()
+            except RPCError as e:
+                return e.status == RPCStatusCode.NOT_FOUND
+            return False
+
+        await eventually(schedule_gone, "the old schedule to be deleted again", timeout=30)
