@@ -60,6 +60,8 @@ def test_corpus_covers_every_workflow_type_and_every_ending():
         ("source-waited", "COMPLETED"),
         ("gave-up", "FAILED"),
         ("gave-up", "COMPLETED"),
+        # 0.6.0: paused mid-fetch (the fetch in flight cancelled at its next page), resumed
+        ("paused", "COMPLETED"),
     ):
         assert (scenario, f"WORKFLOW_EXECUTION_{end}") in runs, (scenario, end)
     # The housekeeping workflows: one pass (started by a schedule, up to 0.5.0) and, from
