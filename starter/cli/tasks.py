@@ -107,6 +107,8 @@ def _as_schema(base: str, settings: Any, code: str, params: dict[str, Any]) -> d
         kinds = {spec.get("type")} | {a.get("type") for a in spec.get("anyOf", [])}
         if "array" in kinds and not isinstance(value, list):
             out[key] = [value]
+        elif isinstance(value, list) and kinds & {"string"} and "array" not in kinds:
+            out[key] = ",".join(str(v) for v in value)  # a string param keeps its commas
     return out
 
 
