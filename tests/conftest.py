@@ -195,7 +195,7 @@ def app_log(base_settings: Settings) -> Path:
 
 @pytest.fixture(scope="session")
 async def client(base_settings: Settings):
-    from workers.client import connect
+    from artemis.temporal.client import connect
 
     return await connect(base_settings)
 

@@ -21,8 +21,8 @@ from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.logsetup import configure_logging, get_logger
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
+from artemis.temporal.client import connect
 from workers.boundary import RunActivityBoundary
-from workers.client import connect
 from workflows.alerts import AlertsWorkflow
 from workflows.cleanup import CleanupWorkflow
 from workflows.note_details import NoteDetailsWorkflow
