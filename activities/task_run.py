@@ -68,7 +68,8 @@ from artemis.sinks import EmitContext, RunEnd
 from artemis.sinks.base import unseal_output
 from artemis.sinks.files import drop_file_records, drop_file_records_older_than
 from artemis.staging import Staging
-from artemis.tasks import TaskContext, TaskUnit, get_task
+from artemis.tasks import TaskContext, TaskUnit
+from artemis.tasks.registry import get_task
 from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
 from artemis.tracing import TraceContext, current_trace
 from artemis.vault import RunSecrets

@@ -40,7 +40,7 @@ from artemis.run_models import (
     RunRef,
     SplitResult,
 )
-from artemis.tasks import get_task
+from artemis.tasks.registry import get_task
 from artemis.tracing import TraceContext, new_span_id, use_trace
 
 log = get_logger("artemis.activities")

@@ -40,7 +40,7 @@ from artemis.http import HttpClient
 from artemis.logsetup import get_logger
 from artemis.sinks import EmitContext, Sink
 from artemis.sources import Page, Source
-from artemis.tasks.base import TaskContext, TaskUnit, register_task
+from artemis.tasks.base import TaskContext, TaskUnit
 from artemis.tasks.units import fetch_units
 
 log = get_logger("artemis.crawler")
@@ -269,7 +269,6 @@ class NoteRecord(BaseModel):
     published_at: str | None = None
 
 
-@register_task
 class CrawlNotes(TaskUnit):
     code = "crawl_notes"
     Params = CrawlParams

@@ -33,7 +33,7 @@ from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.watermark import advance_watermark, read_watermark
 from artemis.sinks.records import RecordSpec, declared_spec, record_model_name
 from artemis.sources import Source
-from artemis.tasks.base import TaskContext, TaskUnit, describe_validation_error, register_task
+from artemis.tasks.base import TaskContext, TaskUnit, describe_validation_error
 
 
 class LiteratureRecord(BaseModel):
@@ -56,7 +56,6 @@ def _declared_model(params: BaseModel | None) -> dict[str, Any] | None:
     return (contract.get("provenance") or {}).get("record_model")
 
 
-@register_task
 class LiteratureHarvest(TaskUnit):
     code = "literature_harvest"
     Params = LiteratureParams

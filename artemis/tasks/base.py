@@ -264,25 +264,3 @@ def describe_validation_error(e: ValidationError, prefix: str) -> str:
 def invalid_input(e: ValidationError, prefix: str) -> ArtemisError:
     """A 422 INVALID_INPUT naming each bad field under ``prefix`` (``params``, ``body``)."""
     return invalid_fields(e.errors(), prefix)
-
-
-_REGISTRY: dict[str, type[TaskUnit]] = {}
-
-
-def register_task(cls: type[TaskUnit]) -> type[TaskUnit]:
-    _REGISTRY[cls.code] = cls
-    return cls
-
-
-def get_task(code: str) -> TaskUnit:
-    cls = _REGISTRY.get(code)
-    if cls is None:
-        raise ArtemisError(
-            ErrorCode.TASK_NOT_FOUND,
-            f"unknown task code {code!r} (known: {', '.join(sorted(_REGISTRY))})",
-        )
-    return cls()
-
-
-def task_codes() -> list[str]:
-    return sorted(_REGISTRY)

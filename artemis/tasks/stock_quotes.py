@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from artemis.sources import PageNumberPaginator, RestSource, Source
-from artemis.tasks.base import TaskContext, TaskUnit, register_task
+from artemis.tasks.base import TaskContext, TaskUnit
 
 
 class QuoteParams(BaseModel):
@@ -55,7 +55,6 @@ class QuoteRecord(BaseModel):
     volume: int
 
 
-@register_task
 class PullStockQuotes(TaskUnit):
     code = "pull_stock_quotes"
     Params = QuoteParams

@@ -20,7 +20,7 @@ from artemis.migrate import upgrade
 from artemis.sinks import EmitContext, RunEnd
 from artemis.sinks.files import FileSink
 from artemis.sinks.sql import LEDGER, SqlSink
-from artemis.tasks import get_task
+from artemis.tasks.registry import get_task
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
 
 QUOTES = get_task("pull_stock_quotes").record_spec()
@@ -318,7 +318,7 @@ def test_a_runs_output_is_checked_without_building_anything(tmp_path):
 
     from artemis.errors import ArtemisError
     from artemis.sinks.base import resolve_output
-    from artemis.tasks import get_task
+    from artemis.tasks.registry import get_task
 
     record = get_task("pull_stock_quotes").record_spec()
     where = tmp_path / "not-here"

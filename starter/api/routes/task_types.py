@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from artemis.tasks import get_task, task_codes
+from artemis.tasks.registry import get_task, task_codes
 from starter.api.envelope import envelope
 from starter.api.schemas import INVALID, Envelope, TaskType, documented
 
