@@ -193,6 +193,21 @@ def app_log(base_settings: Settings) -> Path:
     return Path(base_settings.logging.file.path)
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def db_engine(request, tmp_path_factory):
+    """A migrated Artemis database per test module: a SQLite file, and a real PostgreSQL
+    (``pg_server``; skipped where none can run). The registry and crawler tests use it."""
+    from artemis.db import get_engine
+    from artemis.migrate import upgrade
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'artemis.db'}"
+    else:
+        url = request.getfixturevalue("pg_server").url
+    upgrade(url)
+    return get_engine(url)
+
+
 @pytest.fixture(scope="session")
 async def client(base_settings: Settings):
     from artemis.temporal.client import connect

@@ -14,24 +14,12 @@ from artemis.crawler.models import (
     SourceNote,
     VaultKey,
 )
-from artemis.db import get_engine
-from artemis.migrate import upgrade
 from artemis.registry.models import RegProvCredential
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def crawl_engine(request, tmp_path_factory):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('crawler') / 'crawl.db'}"
-    else:
-        url = request.getfixturevalue("pg_server").url
-    upgrade(url)
-    return get_engine(url)
-
-
 @pytest.fixture
-def crawl_db(crawl_engine):
-    with crawl_engine.begin() as conn:
+def crawl_db(db_engine):
+    with db_engine.begin() as conn:
         for model in (
             SourceNote,
             Candidate,
@@ -43,4 +31,4 @@ def crawl_db(crawl_engine):
             RegProvCredential,  # sealed under other tests' master keys
         ):
             conn.execute(delete(model.__table__))
-    return crawl_engine
+    return db_engine

@@ -6,20 +6,7 @@ import pytest
 from sqlalchemy import delete
 
 from artemis.crawler.models import CookieRow, VaultKey
-from artemis.db import get_engine
-from artemis.migrate import upgrade
 from artemis.registry.models import DIMENSIONS, RegProvenance, RegProvWatermark
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def reg_engine(request, tmp_path_factory):
-    """The registry's tests run on SQLite and on a real PostgreSQL alike."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('registry') / 'reg.db'}"
-    else:
-        url = request.getfixturevalue("pg_server").url
-    upgrade(url)
-    return get_engine(url)
 
 
 def wipe(conn) -> None:
@@ -36,10 +23,10 @@ def wipe(conn) -> None:
 
 
 @pytest.fixture
-def reg(reg_engine):
-    with reg_engine.begin() as conn:
+def reg(db_engine):
+    with db_engine.begin() as conn:
         wipe(conn)
-    return reg_engine
+    return db_engine
 
 
 @pytest.fixture

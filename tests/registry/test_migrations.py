@@ -8,10 +8,10 @@ from sqlalchemy import inspect
 from artemis.migrate import alembic_config
 
 
-def test_migrated_schema_matches_the_models(reg_engine):
+def test_migrated_schema_matches_the_models(db_engine):
     # `alembic check` fails when autogenerate would produce any operation.
-    command.check(alembic_config(str(reg_engine.url.render_as_string(hide_password=False))))
-    insp = inspect(reg_engine)
+    command.check(alembic_config(str(db_engine.url.render_as_string(hide_password=False))))
+    insp = inspect(db_engine)
     tables = set(insp.get_table_names())
     for name in (
         "reg_provenance",
@@ -41,12 +41,12 @@ def test_migrated_schema_matches_the_models(reg_engine):
     assert indexes["uq_reg_prov_endpoint_def_interval"]["unique"]
 
 
-def test_the_own_api_columns_go_down_and_up_again(reg_engine):
+def test_the_own_api_columns_go_down_and_up_again(db_engine):
     # 0012: a provenance's record model and the page-number/offset end markers.
-    cfg = alembic_config(str(reg_engine.url.render_as_string(hide_password=False)))
+    cfg = alembic_config(str(db_engine.url.render_as_string(hide_password=False)))
 
     def columns(table: str) -> set[str]:
-        return {c["name"] for c in inspect(reg_engine).get_columns(table)}
+        return {c["name"] for c in inspect(db_engine).get_columns(table)}
 
     try:
         command.downgrade(cfg, "0011_outages")

@@ -240,8 +240,8 @@ row_spec = st.fixed_dictionaries(
     task_type=st.sampled_from([None, "harvest", "update", "backfill"]),
     at=st.floats(-1, 9),
 )
-def test_single_row_selection_matches_the_seed_sql(reg_engine, specs, task_type, at):
-    with reg_engine.begin() as conn:
+def test_single_row_selection_matches_the_seed_sql(db_engine, specs, task_type, at):
+    with db_engine.begin() as conn:
         wipe(conn)
         pid = add_provenance(conn)
         rows, seen = [], set()
@@ -290,8 +290,8 @@ cred_spec = st.fixed_dictionaries(
     at=st.floats(1, 5),
     with_endpoint=st.booleans(),
 )
-def test_credential_order_matches_the_rules(reg_engine, specs, task_type, at, with_endpoint):
-    with reg_engine.begin() as conn:
+def test_credential_order_matches_the_rules(db_engine, specs, task_type, at, with_endpoint):
+    with db_engine.begin() as conn:
         wipe(conn)
         pid = add_provenance(conn)
         ep = add(conn, RegProvEndpointDef, pid, endpoint_name="main")
