@@ -71,7 +71,7 @@ def check_sinks(spec: dict[str, Any], record: RecordSpec | None = None) -> list[
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from artemis.sinks.files import FORMATS
+    from artemis.sinks.files import check_format
 
     names = spec.get("sinks") or []
     if isinstance(names, str):
@@ -101,18 +101,7 @@ def check_sinks(spec: dict[str, Any], record: RecordSpec | None = None) -> list[
                 )
         elif name == "files":
             cfg = _section(spec, "files", ("url",))
-            fmt = str(cfg.get("format") or "jsonl")
-            if fmt not in FORMATS:
-                raise ArtemisError(
-                    ErrorCode.INVALID_INPUT,
-                    f"output.files.format: {fmt!r} is not one of {', '.join(FORMATS)}",
-                )
-            if fmt == "parquet" and record is None:
-                raise ArtemisError(
-                    ErrorCode.INVALID_INPUT,
-                    "output.files.format: parquet needs the task's record model; "
-                    "this task has none",
-                )
+            check_format(str(cfg.get("format") or "jsonl"), record)
         elif name != "log":
             raise ArtemisError(
                 ErrorCode.INVALID_INPUT,

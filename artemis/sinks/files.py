@@ -38,6 +38,22 @@ log = get_logger(__name__)
 
 FORMATS = {"jsonl": "jsonl", "parquet": "parquet"}
 MANIFEST = "_manifest.json"
+
+
+def check_format(fmt: str, record: RecordSpec | None) -> None:
+    """``output.files.format`` is one the sink writes (parquet needs a record model)."""
+    if fmt not in FORMATS:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output.files.format: {fmt!r} is not one of {', '.join(FORMATS)}",
+        )
+    if fmt == "parquet" and record is None:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            "output.files.format: parquet needs the task's record model; this task has none",
+        )
+
+
 _ledger = SinkFile.__table__  # type: ignore[attr-defined]
 
 
@@ -59,16 +75,7 @@ class FileSink(Sink):
         database_url: str,
         endpoint_url: str | None = None,
     ) -> None:
-        if fmt not in FORMATS:
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                f"output.files.format: {fmt!r} is not one of {', '.join(FORMATS)}",
-            )
-        if fmt == "parquet" and record is None:
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                "output.files.format: parquet needs the task's record model; this task has none",
-            )
+        check_format(fmt, record)
         self.url = url.rstrip("/")
         self.format = fmt
         self.record = record

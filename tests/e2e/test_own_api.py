@@ -209,18 +209,26 @@ async def calls_of(stack, path: str, before: int) -> list[dict[str, Any]]:
     return [c for c in calls if c["path"] == path]
 
 
+async def _harvest(stack, code: str, doc: dict) -> tuple[dict, int]:
+    """Import ``doc``, harvest provenance ``code`` once (completed): the run's answer and
+    how many catalogue requests the sample had logged before it."""
+    import_doc(stack.settings, doc)
+    before = len((await stack.samples_http.get("/_catalog/calls")).json())
+    resp = await stack.run(
+        {"meta": {"task_id": new_task_id()}, "params": {"provenance": code}},
+        code="literature_harvest",
+    )
+    data = resp.json()["data"]
+    assert resp.status_code == 200 and data["status"] == "completed", resp.text
+    return data, before
+
+
 async def test_page_number_paging_ends_on_the_sources_next_page_marker(stack) -> None:
     # No stated total and no short-page rule: only next_page (null on page 5) ends it.
     code = f"catalog-{uuid.uuid4().hex[:6]}"
     doc = catalog_doc(code, f"{stack.samples_url}/catalog", total_count_jsonpath=None)
-    import_doc(stack.settings, doc)
-    before = len((await stack.samples_http.get("/_catalog/calls")).json())
-    task_id = new_task_id()
-    resp = await stack.run(
-        {"meta": {"task_id": task_id}, "params": {"provenance": code}}, code="literature_harvest"
-    )
-    data = resp.json()["data"]
-    assert resp.status_code == 200 and data["status"] == "completed", resp.text
+    data, before = await _harvest(stack, code, doc)
+    task_id = data["task_id"]
     calls = await calls_of(stack, "/catalog/products", before)
     assert [int(c["params"]["page"]) for c in calls] == [1, 2, 3, 4, 5]
     batches = await stack.sink_batches(f"literature_harvest/{task_id}:")
@@ -282,14 +290,8 @@ async def test_offset_paging_ends_on_has_more_into_sqlite_and_parquet(
             }
         ],
     }
-    import_doc(stack.settings, doc)
-    before = len((await stack.samples_http.get("/_catalog/calls")).json())
-    task_id = new_task_id()
-    resp = await stack.run(
-        {"meta": {"task_id": task_id}, "params": {"provenance": code}}, code="literature_harvest"
-    )
-    data = resp.json()["data"]
-    assert resp.status_code == 200 and data["status"] == "completed", resp.text
+    data, before = await _harvest(stack, code, doc)
+    task_id = data["task_id"]
     assert data["stats"]["sinks"] == {"sql": 31, "files": 31}
     calls = await calls_of(stack, "/catalog/stock", before)
     assert [int(c["params"]["offset"]) for c in calls] == [0, 10, 20, 30]
