@@ -70,9 +70,9 @@ from artemis.sinks.files import drop_file_records, drop_file_records_older_than
 from artemis.staging import Staging
 from artemis.tasks import TaskContext, TaskUnit
 from artemis.tasks.registry import get_task
-from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
 from artemis.tracing import TraceContext, current_trace
 from artemis.vault import RunSecrets
+from temporal_shared.runs import OPEN_STATUSES, closed_run_end
 
 log = get_logger("artemis.activities")
 

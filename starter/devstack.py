@@ -23,10 +23,10 @@ from artemis.logsetup import QuietOnClosedPipe, configure_logging
 from artemis.migrate import upgrade
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
-from artemis.temporal.client import connect
 from infra.devserver import DevServer
 from starter.api.app import create_app
 from starter.service import ui_list_url, ui_url
+from temporal_shared.client import connect
 from workers.main import running_worker
 
 # Off a terminal nothing is wrapped or cut (a link stays whole for the reader of a log).

@@ -56,9 +56,9 @@ from artemis.security import check_header_names, check_request_url, check_resolv
 from artemis.sinks.base import register_sink_secret, resolve_output, seal_output
 from artemis.tasks.base import describe_validation_error, invalid_input
 from artemis.tasks.registry import get_task, task_codes
-from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
 from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
+from temporal_shared.runs import OPEN_STATUSES, closed_run_end
 
 log = get_logger("artemis.starter")
 

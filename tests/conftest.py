@@ -210,7 +210,7 @@ def db_engine(request, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 async def client(base_settings: Settings):
-    from artemis.temporal.client import connect
+    from temporal_shared.client import connect
 
     return await connect(base_settings)
 

@@ -21,7 +21,7 @@ from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.logsetup import configure_logging, get_logger
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
-from artemis.temporal.client import connect
+from temporal_shared.client import connect
 from workers.boundary import RunActivityBoundary
 from workflows.alerts import AlertsWorkflow
 from workflows.cleanup import CleanupWorkflow

@@ -16,7 +16,7 @@ def get_settings(request: Request) -> Settings:
 async def get_service(request: Request) -> RunService:
     app = request.app
     if app.state.service is None:
-        from artemis.temporal.client import connect
+        from temporal_shared.client import connect
 
         try:
             client = await connect(app.state.settings)

@@ -85,7 +85,7 @@ def _audit(
 
 
 async def _histories(settings: Settings, limit: int) -> list[tuple[str, str]]:
-    from artemis.temporal.client import connect
+    from temporal_shared.client import connect
 
     client = await connect(settings)
     out: list[tuple[str, str]] = []

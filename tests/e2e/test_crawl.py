@@ -374,7 +374,7 @@ async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules
     from temporalio.worker import Replayer
 
     from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput
-    from artemis.temporal.client import connect
+    from temporal_shared.client import connect
     from tests.conftest import settings_with
     from workers.main import (
         WORKFLOWS,

@@ -387,8 +387,8 @@ async def test_a_waiting_run_survives_its_worker_killed_and_temporal_restarted(
     """The wait is a Temporal timer: no worker holds it, the server keeps it."""
     import signal
 
-    from artemis.temporal.client import connect
     from infra.devserver import DevServer, free_port
+    from temporal_shared.client import connect
     from tests.conftest import serve_api, settings_with, start_worker_process, write_config
     from tests.helpers import stop_processes
 

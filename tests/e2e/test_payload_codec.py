@@ -14,7 +14,7 @@ from tests.conftest import new_task_id, serve_api, settings_with
 async def test_histories_hold_only_encrypted_payloads_and_the_codec_endpoint_decodes(
     base_settings,
 ):
-    from artemis.temporal.client import connect
+    from temporal_shared.client import connect
     from workers.main import running_worker
 
     settings = settings_with(
