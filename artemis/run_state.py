@@ -8,29 +8,137 @@ terminal events and the API.
 - ``end_code`` / ``end_error`` / ``error_code_of``: how a status maps to its error code,
   and through ``ErrorCode`` to its HTTP status — the one mapping of the codebase.
 - ``RunState``: status, stage, steps, stats, error and the operator's controls, as the
-  progress query answers them.
+  progress query answers them; the workflow changes it through its methods only, and
+  the mirror, the API and the CronJob's finalize body read its snapshot.
+- ``RunStatus`` / ``StepStatus`` / ``CallbackResult`` / ``CandidateStatus``: every
+  status vocabulary of the codebase, here once (no status string literal elsewhere).
+- ``status_of_closed``: Temporal's status of a closed workflow → the run's status.
 
-Stdlib and ``artemis.errors`` only: the workflow sandbox imports it.
+Stdlib, ``artemis.errors`` and ``artemis.run_models`` only: the workflow sandbox
+imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from artemis.errors import ErrorCode
 
-TERMINAL = frozenset({"completed", "failed", "cancelled", "timeout"})
+if TYPE_CHECKING:
+    from artemis.run_models import FetchResult, RunCarry
+
+
+class RunStatus(StrEnum):
+    """A run's status. ``pausing``/``paused`` are shown (GET, progress), never stored: a
+    paused run is ``running`` in task storage."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+
+
+class StoredStatus(StrEnum):
+    """The statuses task storage holds (``pausing``/``paused`` are views of running)."""
+
+    PENDING = RunStatus.PENDING.value
+    RUNNING = RunStatus.RUNNING.value
+    COMPLETED = RunStatus.COMPLETED.value
+    FAILED = RunStatus.FAILED.value
+    CANCELLED = RunStatus.CANCELLED.value
+    TIMEOUT = RunStatus.TIMEOUT.value
+
+
+class StepStatus(StrEnum):
+    """A plan step's status (seed 001's todo list)."""
+
+    PENDING = "PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+
+
+class CallbackResult(StrEnum):
+    """The CronJob protocol's verdict on a run (the finalize body's ``result``)."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    # finalize only: the run hit its deadline
+    FAILED_TIMEOUT = "failed_timeout"
+
+
+class Verdict(StrEnum):
+    """A user's verdict on a run (POST /tasks/{id}/feedback)."""
+
+    SUCCESS = CallbackResult.SUCCESS.value
+    FAILED = CallbackResult.FAILED.value
+
+
+class MirrorHealth(StrEnum):
+    """How the run's last write to task storage went (the progress query's
+    ``task_store``)."""
+
+    PENDING = "pending"
+    OK = "ok"
+    FAILED = "failed"
+
+
+class CandidateStatus(StrEnum):
+    """A crawl candidate record's status (SPEC §9 record locks)."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    COLLECTED = "collected"
+    FAILED = "failed"
+
+
+TERMINAL = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMEOUT}
+)
+OPEN = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
+STORED = tuple(StoredStatus)
 # The failures POST /tasks/{id}/retry finishes from the run's kept state (SPEC §4
 # "Outages"): a dependency down past its tolerance, an internal failure, a timeout.
 RETRYABLE_ENDINGS = ("SOURCE_UNAVAILABLE", "SINK_UNAVAILABLE", "INTERNAL", "TIMEOUT_ERROR")
-OPEN = frozenset({"pending", "running"})
 STAT_KEYS = ("pages", "records_fetched", "records_processed", "records_emitted", "batches")
 STEPS = ("step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize")
+# The steps of the batch loop, done together when it ends.
+LOOP_STEPS = ("step_fetch", "step_process", "step_emit")
+# The stages a run shows besides its steps.
+STAGE_PAUSED = "paused"
+STAGE_PAUSING = "pausing"
+STAGE_WAITING = "waiting"
+STAGE_CIRCUIT_OPEN = "circuit_open"
 
 # A status that is its own reason carries its own code; "failed" carries the failure's.
-_STATUS_CODES = {"cancelled": ErrorCode.CANCELLED, "timeout": ErrorCode.TIMEOUT_ERROR}
+_STATUS_CODES = {
+    RunStatus.CANCELLED: ErrorCode.CANCELLED,
+    RunStatus.TIMEOUT: ErrorCode.TIMEOUT_ERROR,
+}
+# Temporal's status of a closed workflow (its enum's name) → the run's status, when the
+# run could not say itself (terminated, timed out, cancelled before it answered).
+_CLOSED = {
+    "COMPLETED": RunStatus.COMPLETED,
+    "CANCELED": RunStatus.CANCELLED,
+    "TIMED_OUT": RunStatus.TIMEOUT,
+}
+
+
+def status_of_closed(temporal_status_name: str | None) -> RunStatus:
+    """The run status of a workflow Temporal closed as ``temporal_status_name``
+    (``WorkflowExecutionStatus.name``): failed unless cancelled, timed out or completed."""
+    return _CLOSED.get(temporal_status_name or "", RunStatus.FAILED)
+
+
+def is_terminal(status: str | None) -> bool:
+    return status in TERMINAL
 
 
 def new_stats() -> dict[str, int]:
@@ -86,9 +194,9 @@ def error_code_of(code: str | None) -> ErrorCode:
 def end_code(status: str, code: str | None = None) -> ErrorCode | None:
     """The code a run's ending carries: none when it completed, CANCELLED / TIMEOUT_ERROR
     for those endings, otherwise the failure's own code (INTERNAL when unknown)."""
-    if status == "completed":
+    if status == RunStatus.COMPLETED:
         return None
-    return _STATUS_CODES.get(status) or error_code_of(code)
+    return _STATUS_CODES.get(status) or error_code_of(code)  # type: ignore[call-overload]
 
 
 def end_error(status: str, code: str | None, message: str | None) -> dict[str, Any] | None:
@@ -102,11 +210,14 @@ def end_error(status: str, code: str | None, message: str | None) -> dict[str, A
 @dataclass
 class RunState:
     """What a run is doing, as its ``progress`` query answers (and GET /tasks/{id}
-    shows while it runs)."""
+    shows while it runs). The workflow changes it through these methods only; the
+    mirror, the event stream's end, the API and the CronJob's finalize body read it."""
 
-    status: str = "pending"
-    stage: str = "pending"
-    steps: dict[str, str] = field(default_factory=lambda: dict.fromkeys(STEPS, "PENDING"))
+    status: RunStatus = RunStatus.PENDING
+    stage: str = RunStatus.PENDING.value
+    steps: dict[str, str] = field(
+        default_factory=lambda: dict.fromkeys(STEPS, StepStatus.PENDING.value)
+    )
     stats: dict[str, Any] = field(default_factory=new_stats)
     current: int = 0
     total: int = 0
@@ -114,21 +225,121 @@ class RunState:
     paused: bool = False
     qps: float | None = None
     circuit: str | None = None
-    task_store: str = "pending"
+    task_store: str = MirrorHealth.PENDING.value
     # Waiting out an outage (SPEC §4): {dependency, name, since, reason, error, attempt,
     # next_attempt_at, next_in_s, tolerance_s}; None while nothing is down.
     waiting: dict[str, Any] | None = None
 
-    def shown_status(self) -> str:
+    # -- carried across continue-as-new (and kept for a retry) ------------------------------
+    @classmethod
+    def from_carry(cls, carry: RunCarry) -> RunState:
+        return cls(
+            status=RunStatus.RUNNING,
+            steps=dict(carry.steps),
+            stats=dict(carry.stats),
+            current=carry.units_done,
+            total=carry.total,
+            paused=carry.paused,
+            qps=carry.qps,
+            circuit="closed",
+        )
+
+    def carried(self) -> dict[str, Any]:
+        """The fields of a ``RunCarry`` this state owns."""
+        return {
+            "steps": dict(self.steps),
+            "stats": dict(self.stats),
+            "units_done": self.current,
+            "total": self.total,
+            "paused": self.paused,
+            "qps": self.qps,
+        }
+
+    # -- steps -----------------------------------------------------------------------------
+    def enter(self, step: str) -> None:
+        """The run works in ``step`` now."""
+        self.stage = step
+        if self.steps[step] == StepStatus.PENDING:
+            self.steps[step] = StepStatus.IN_PROGRESS.value
+
+    def working(self, step: str) -> None:
+        """``step`` has work in flight (the stage stays where it is)."""
+        if self.steps[step] != StepStatus.COMPLETED:
+            self.steps[step] = StepStatus.IN_PROGRESS.value
+
+    def complete(self, *steps: str) -> None:
+        for step in steps:
+            self.steps[step] = StepStatus.COMPLETED.value
+
+    def failed_step(self, step: str) -> None:
+        self.steps[step] = StepStatus.ERROR.value
+
+    def reopen_failed_steps(self) -> None:
+        """Started again by POST /tasks/{id}/retry: the failed attempt's steps go on."""
+        for step, st in self.steps.items():
+            if st == StepStatus.ERROR:
+                self.steps[step] = StepStatus.IN_PROGRESS.value
+
+    def step_done(self, step: str) -> bool:
+        return self.steps[step] == StepStatus.COMPLETED
+
+    # -- counters ----------------------------------------------------------------------------
+    def fetched(self, result: FetchResult) -> None:
+        """A fetch batch came back: its pages and records, the units done, the total the
+        sources state."""
+        self.stats["pages"] += result.pages
+        self.stats["records_fetched"] += result.records
+        self.stats["batches"] += 1
+        if result.expected_total is not None:
+            self.stats["expected_total"] = result.expected_total
+        self.current = result.units_done
+        if result.done:
+            self.complete("step_fetch")
+
+    def processed(self, records: int) -> None:
+        self.stats["records_processed"] += records
+
+    def emitted(self, records: int, sinks: Mapping[str, int]) -> None:
+        self.stats["records_emitted"] += records
+        add_sink_counts(self.stats, sinks)
+
+    def child_ended(self, stats: Mapping[str, Any]) -> None:
+        """A child run (a window, a piece of a split) ended: its counts add up here."""
+        add_stats(self.stats, stats)
+        self.current += 1
+
+    def finalized(self, stats: Mapping[str, Any]) -> None:
+        """The finalize's own counts (a task's finalize may correct them) and what the
+        sinks reported when they finished."""
+        for k, v in stats.items():
+            if isinstance(v, int) and k in self.stats:
+                self.stats[k] = v
+        if isinstance(stats.get("sinks_finished"), dict):
+            self.stats["sinks_finished"] = stats["sinks_finished"]
+
+    # -- status ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.status = RunStatus.RUNNING
+
+    def end(self, status: RunStatus, code: str | None, message: str | None) -> None:
+        """The run ended: steps still in progress broke off (unless it completed), and its
+        error is the ending's."""
+        if status != RunStatus.COMPLETED:
+            for step, st in self.steps.items():
+                if st == StepStatus.IN_PROGRESS:
+                    self.steps[step] = StepStatus.ERROR.value
+        self.error = {"code": code, "message": message} if code else None
+
+    def shown_status(self) -> RunStatus:
         """The status as a person reads it: a running run the operator paused is
         ``pausing`` until its fetch in flight has stopped, then ``paused``."""
-        if self.status == "running" and self.paused:
-            return "paused" if self.stage == "paused" else "pausing"
+        if self.status == RunStatus.RUNNING and self.paused:
+            return RunStatus.PAUSED if self.stage == STAGE_PAUSED else RunStatus.PAUSING
         return self.status
 
     def progress(self) -> dict[str, Any]:
         return {
-            "status": self.shown_status(),
+            "status": self.shown_status().value,
             "stage": self.stage,
             "current": self.current,
             "total": self.total,
@@ -141,3 +352,16 @@ class RunState:
             "task_store": self.task_store,
             "waiting": self.waiting,
         }
+
+    def details_line(self, waiting_text: str | None) -> str:
+        """The run's line in the Temporal UI (current details)."""
+        s = self.stats
+        line = (
+            f"**{self.shown_status().value}** · stage `{self.stage}` · "
+            f"{self.current}/{self.total} units"
+            f" · {s['pages']} pages · {s['records_fetched']} fetched · "
+            f"{s['records_emitted']} emitted"
+        )
+        if waiting_text:
+            line += f"\n\n**{waiting_text}**"
+        return line

@@ -11,7 +11,8 @@ from temporalio.client import WorkflowExecutionStatus as WfStatus
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 
-from artemis.run_state import end_error
+from artemis.run_state import RunStatus, end_error, stats_view, status_of_closed
+from temporal_shared.failures import code_of, details_of, message_of
 
 OPEN_STATUSES = (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW)
 
@@ -31,20 +32,25 @@ async def closed_run_end(handle: WorkflowHandle, status: WfStatus | None) -> dic
     except WorkflowFailureError as e:
         cause = e.cause
         if isinstance(cause, CancelledError) or status == WfStatus.CANCELED:
+            # Cancelled in Temporal before the run could answer: no counts of its own.
             return {
-                "status": "cancelled",
-                "stats": {},
-                "error": end_error("cancelled", None, "workflow cancelled"),
+                "status": RunStatus.CANCELLED.value,
+                "stats": stats_view(None),
+                "error": end_error(RunStatus.CANCELLED, None, "workflow cancelled"),
             }
         if isinstance(cause, ApplicationError):
-            details = cause.details[0] if cause.details else {}
-            details = details if isinstance(details, dict) else {}
+            # The run's own failure: its result rides in the failure's details.
+            details = details_of(cause)
             return {
-                "status": details.get("status", "failed"),
-                "stats": details.get("stats", {}),
+                "status": details.get("status", RunStatus.FAILED.value),
+                "stats": details.get("stats", stats_view(None)),
                 "duration_ms": details.get("duration_ms"),
                 "callback": details.get("callback"),
-                "error": end_error("failed", cause.type, cause.message),
+                "error": end_error(RunStatus.FAILED, code_of(cause), message_of(cause)),
             }
-        ended = "timeout" if status == WfStatus.TIMED_OUT else "failed"
-        return {"status": ended, "stats": {}, "error": end_error(ended, None, str(cause or e))}
+        ended = status_of_closed(status.name if status is not None else None)
+        return {
+            "status": ended.value,
+            "stats": stats_view(None),
+            "error": end_error(ended, code_of(cause or e), message_of(cause or e)),
+        }

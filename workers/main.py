@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.crawl import CrawlActivities
+from activities.housekeeping import HousekeepingActivities
 from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.logsetup import configure_logging, get_logger
@@ -305,7 +306,7 @@ def build_worker(
         client,
         task_queue=task_queue or settings.temporal.task_queue,
         workflows=list(WORKFLOWS),
-        activities=[*activities.all(), *crawl.all()],
+        activities=[*activities.all(), *HousekeepingActivities(settings).all(), *crawl.all()],
         interceptors=[RunActivityBoundary(activities.record)],
         max_concurrent_activities=100,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker.graceful_shutdown_s),

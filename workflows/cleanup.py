@@ -11,7 +11,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.task_run import TaskRunActivities
+    from activities.housekeeping import HousekeepingActivities
     from artemis.run_models import CleanupInput, CleanupResult
 
 from workflows.housekeeping import HousekeepingLoop
@@ -34,7 +34,7 @@ class CleanupWorkflow:
 
     async def once(self, inp: CleanupInput) -> CleanupResult:
         return await workflow.execute_activity_method(
-            TaskRunActivities.cleanup_old_tasks,
+            HousekeepingActivities.cleanup_old_tasks,
             inp,
             start_to_close_timeout=timedelta(minutes=10),
             retry_policy=RetryPolicy(maximum_attempts=3),

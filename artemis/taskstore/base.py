@@ -12,10 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from artemis.run_state import OPEN, TERMINAL
+from artemis.run_state import STORED, TERMINAL, RunStatus
 
-STATUSES = ("pending", "running", *sorted(TERMINAL))
-assert set(STATUSES) == OPEN | TERMINAL
+STATUSES = tuple(s.value for s in STORED)
 
 
 class StorageUnavailable(Exception):
@@ -44,7 +43,7 @@ class TaskData(BaseModel):
     task_id: str = Field(min_length=1, max_length=200)
     task_code: str = ""
     workflow_id: str | None = None
-    status: str = "pending"
+    status: str = RunStatus.PENDING.value
     payload: dict[str, Any] = Field(default_factory=dict)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -61,9 +60,9 @@ class TaskData(BaseModel):
             raise TaskValidationError(
                 f"status must be one of {', '.join(STATUSES)}, got {self.status!r}"
             )
-        if self.status == "completed" and self.result is None:
+        if self.status == RunStatus.COMPLETED and self.result is None:
             raise TaskValidationError("a completed task needs a result")
-        if self.status in ("failed", "timeout") and self.error is None:
+        if self.status in (RunStatus.FAILED, RunStatus.TIMEOUT) and self.error is None:
             raise TaskValidationError(f"a {self.status} task needs an error")
         for name in ("created_at", "started_at", "completed_at", "updated_at"):
             setattr(self, name, utc(getattr(self, name)))
@@ -102,8 +101,13 @@ class TaskStorage(ABC):
         expected_version: int | None = None,
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+        at: datetime | None = None,
     ) -> TaskData:
         """Change the status under an optimistic lock; stamps started_at / completed_at.
+
+        ``started_at`` / ``at``: the run's start and the change's time on the workflow's
+        clock (one duration for the run); the store's own clock when absent.
 
         Raises ConcurrentModification when the version moved (``expected_version``, or the
         one read just before writing), TaskNotFound when there is no such task."""
@@ -148,9 +152,13 @@ class TaskStorage(ABC):
         result: dict[str, Any] | None,
         error: dict[str, Any] | None,
         version: int,
+        started_at: datetime | None = None,
+        at: datetime | None = None,
     ) -> tuple[dict[str, Any], TaskData]:
         """The changed fields of a status change and the task after it (validated)."""
-        changes = cls.stamped(current, status, datetime.now(UTC))
+        changes = cls.stamped(current, status, utc(at) or datetime.now(UTC))
+        if started_at is not None:
+            changes["started_at"] = utc(started_at)
         if result is not None:
             changes["result"] = result
         if error is not None:
@@ -164,7 +172,7 @@ class TaskStorage(ABC):
     def stamped(data: TaskData, status: str, now: datetime) -> dict[str, Any]:
         """The fields a status change sets."""
         changes: dict[str, Any] = {"status": status, "updated_at": now}
-        if status == "running" and data.started_at is None:
+        if status == RunStatus.RUNNING and data.started_at is None:
             changes["started_at"] = now
         if status in TERMINAL:
             changes["completed_at"] = now

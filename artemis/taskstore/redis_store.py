@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from artemis.run_state import Verdict
 from artemis.taskstore.base import (
     TERMINAL,
     ConcurrentModification,
@@ -135,13 +136,17 @@ class RedisTaskStorage(TaskStorage):
         expected_version: int | None = None,
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+        at: datetime | None = None,
     ) -> TaskData:
         def change(current: TaskData) -> TaskData:
             if expected_version is not None and current.version != expected_version:
                 raise ConcurrentModification(
                     f"task {task_id} is at version {current.version}, not {expected_version}"
                 )
-            return self.transition(current, status, result, error, current.version)[1]
+            return self.transition(current, status, result, error, current.version, started_at, at)[
+                1
+            ]
 
         return self._compare_and_set(task_id, change)
 
@@ -270,7 +275,7 @@ class RedisTaskStorage(TaskStorage):
         return page, nxt
 
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
-        if status not in ("success", "failed"):
+        if status not in tuple(Verdict):
             raise TaskValidationError("feedback status must be success or failed")
 
         def change(current: TaskData) -> TaskData:

@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Field, SQLModel
 
 from artemis.db import UTCDateTime, get_engine, upsert_insert, utcnow
+from artemis.run_state import Verdict
 from artemis.taskstore.base import (
     TERMINAL,
     ConcurrentModification,
@@ -119,6 +120,8 @@ class SqlTaskStorage(TaskStorage):
         expected_version: int | None = None,
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+        at: datetime | None = None,
     ) -> TaskData:
         with self.engine.begin() as conn:
             current = self._get(conn, task_id)
@@ -126,7 +129,9 @@ class SqlTaskStorage(TaskStorage):
                 raise TaskNotFound(task_id)
             version = current.version if expected_version is None else expected_version
             now = datetime.now(UTC)
-            changes, updated = self.transition(current, status, result, error, version)
+            changes, updated = self.transition(
+                current, status, result, error, version, started_at, at
+            )
             values = {k: getattr(updated, k) for k in changes}
             done = conn.execute(
                 update(_t)
@@ -195,7 +200,7 @@ class SqlTaskStorage(TaskStorage):
         return items, nxt
 
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:
-        if status not in ("success", "failed"):
+        if status not in tuple(Verdict):
             raise TaskValidationError("feedback status must be success or failed")
         with self.engine.begin() as conn:
             current = self._get(conn, task_id)

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import RUN_REQUESTS
-from artemis.run_state import TERMINAL, end_code
+from artemis.run_state import TERMINAL, RunStatus, StoredStatus, end_code
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope, error_response, read_json
 from starter.api.schemas import (
@@ -67,7 +67,7 @@ def _final_response(request: Request, status: dict) -> JSONResponse:
         )
     }
     data["error"] = status.get("error")
-    if status.get("status") == "completed":
+    if status.get("status") == RunStatus.COMPLETED:
         return envelope(request, data)
     err = status.get("error") or {}
     code = end_code(status["status"], err.get("code")) or ErrorCode.INTERNAL
@@ -141,8 +141,8 @@ async def _run(
         return envelope(request, accepted, status=202), "accepted"
     final = await service.wait(started, settings.server.sync_timeout_s)
     if final is None or final.get("status") not in TERMINAL:
-        accepted["status"] = "running"
-        return envelope(request, accepted, status=202), "running"
+        accepted["status"] = RunStatus.RUNNING.value
+        return envelope(request, accepted, status=202), RunStatus.RUNNING.value
     return _final_response(request, final), str(final["status"])
 
 
@@ -288,8 +288,7 @@ async def rate_limit_task(
 )
 async def list_tasks(
     request: Request,
-    status: Literal["pending", "running", "completed", "failed", "cancelled", "timeout"]
-    | None = Query(None),
+    status: StoredStatus | None = Query(None),
     code: str | None = Query(None, max_length=100),
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(None, max_length=500),

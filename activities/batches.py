@@ -1,0 +1,180 @@
+"""Steps 3 and 4 of a run: process a staged batch (the task's record shaping) and emit
+it to the run's sinks, pages ``emit_concurrency`` at a time, each under its own
+idempotency key; the heartbeat resumes after the pages delivered without a gap, and a
+sink's transient failure ends the call with what it delivered (``EmitResult.outage``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import activity
+
+from activities.run_base import (
+    RunActivityBase,
+    all_or_first_error,
+    heartbeating,
+    log,
+    off_loop,
+    require_every_page,
+    run_key,
+)
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.metrics import RECORDS_EMITTED
+from artemis.outage import outage_of
+from artemis.run_models import BatchInput, EmitResult, Outage, ProcessResult
+from artemis.sinks import EmitContext
+from artemis.tasks.registry import get_task
+from artemis.tracing import current_trace
+
+
+class BatchActivities(RunActivityBase):
+    @activity.defn(name="process_batch")
+    async def process_batch(self, inp: BatchInput) -> ProcessResult:
+        async with heartbeating():
+            return await self._process_batch(inp)
+
+    async def _process_batch(self, inp: BatchInput) -> ProcessResult:
+        trace = current_trace()
+        task = get_task(inp.run.task_code)
+        ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
+        key = run_key(inp.run)
+        raw = await off_loop(self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq)
+        require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
+        out: list[tuple[int, list[dict[str, Any]]]] = []
+        n_in = n_out = 0
+        for seq, records in raw:
+            try:
+                processed = task.process(records, ctx)
+            except ArtemisError:
+                raise
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                # A record without a field its task needs, or of the wrong type: the source
+                # broke its contract (SPEC §4), not a failure a retry can fix.
+                raise ArtemisError(
+                    ErrorCode.SOURCE_CONTRACT,
+                    f"process: a record of page {seq} does not have the shape "
+                    f"{inp.run.task_code} expects: {type(e).__name__}: {e}",
+                ) from None
+            n_in += len(records)
+            n_out += len(processed)
+            out.append((seq, processed))
+        await off_loop(self.staging.put_pages, key, "processed", out)
+        if n_out != n_in:
+            log.info("process_dropped_records", dropped=n_in - n_out)
+        return ProcessResult(records_in=n_in, records_out=n_out)
+
+    @activity.defn(name="emit_batch")
+    async def emit_batch(self, inp: BatchInput) -> EmitResult:
+        trace = current_trace()
+        task = get_task(inp.run.task_code)
+        ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
+        sinks = task.decide_sinks(ctx)
+        key = run_key(inp.run)
+        if inp.prune_below is not None:
+            # The batches before this one were delivered (emits run in order): staging
+            # keeps only what is not, so a long sink outage stages no more than the
+            # batches the fetch side may be ahead (runs.max_batches_ahead).
+            await off_loop(self.staging.prune_below, key, inp.prune_below)
+        state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
+        details = activity.info().heartbeat_details
+        if details:
+            state.update(details[0])
+            log.info("emit_resumed", next_seq=state["next_seq"])
+        # Per sink, the records of the pages delivered without a gap (a page above the
+        # heartbeat's next_seq may count again on a retry, as it may be sent again).
+        state["sinks"] = dict(state.get("sinks") or {})
+        pages = await off_loop(
+            self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
+        )
+        require_every_page(pages, state["next_seq"], inp.last_seq, "processed")
+        skip = set(inp.skip_seqs)
+        # Pages go out ``emit_concurrency`` at a time, each under its own key; the
+        # heartbeat resumes after the pages delivered without a gap (one above it may go
+        # again on a retry — under the same key, so the sink takes it once).
+        # Pages delivered above the gap, with what they counted: counted into the
+        # heartbeat's state only once the pages below them are delivered too (a retry
+        # sends them again, and must not count them twice). Pages delivered by an earlier
+        # call (``skip_seqs``) count nothing here.
+        delivered: dict[int, tuple[int, dict[str, int]]] = {}
+        gate = asyncio.Semaphore(task.emit_concurrency(ctx))
+        # Set at a sink's first transient failure (report_outages): no new page starts.
+        halted: list[Outage] = []
+
+        async def deliver(seq: int, records: list[dict[str, Any]]) -> None:
+            page = EmitContext(
+                run_key=key,
+                seq=seq,
+                trace=trace,
+                request_id=inp.run.request_id,
+                task_code=inp.run.task_code,
+                task_id=inp.run.task_id,
+            )
+            if records and seq not in skip:
+                async with gate:
+                    if halted:
+                        return
+                    try:
+                        await task.emit(self.client, sinks, records, page)
+                    except ArtemisError as e:
+                        names = ",".join(s.name for s in sinks)
+                        outage = outage_of(e, "sink", names) if inp.report_outages else None
+                        if outage is None:
+                            raise
+                        halted.append(outage)
+                        return
+            n = 0 if seq in skip else len(records)
+            delivered[seq] = (n, page.counts)
+            while state["next_seq"] in delivered:
+                n, counts = delivered.pop(state["next_seq"])
+                state["records"] += n
+                state["batches"] += 1 if n else 0
+                for name, taken in counts.items():
+                    state["sinks"][name] = state["sinks"].get(name, 0) + taken
+                state["next_seq"] += 1
+            activity.heartbeat(state)
+
+        try:
+            await all_or_first_error(deliver(seq, records) for seq, records in pages)
+        except asyncio.CancelledError:
+            log.info("emit_cancelled", next_seq=state["next_seq"])
+            raise
+        if halted:
+            return self._emit_halted(inp, state, delivered, halted[0], skip)
+        log.info(
+            "emit_batch_done",
+            first_seq=inp.first_seq,
+            last_seq=inp.last_seq,
+            records=state["records"],
+        )
+        RECORDS_EMITTED.labels(inp.run.task_code).inc(state["records"])
+        return EmitResult(
+            records_emitted=state["records"], batches=state["batches"], sinks=state["sinks"]
+        )
+
+    def _emit_halted(
+        self,
+        inp: BatchInput,
+        state: dict[str, Any],
+        above: dict[int, tuple[int, dict[str, int]]],
+        outage: Outage,
+        skip: set[int],
+    ) -> EmitResult:
+        """A sink is down: what this call delivered (every page of it, below the gap and
+        above), for the workflow to count once and skip when it sends the rest."""
+        records, batches, sinks = state["records"], state["batches"], dict(state["sinks"])
+        for n, counts in above.values():
+            records += n
+            batches += 1 if n else 0
+            for name, taken in counts.items():
+                sinks[name] = sinks.get(name, 0) + taken
+        seqs = [s for s in range(inp.first_seq, state["next_seq"]) if s not in skip]
+        seqs += [s for s in above if s not in skip]
+        RECORDS_EMITTED.labels(inp.run.task_code).inc(records)
+        return EmitResult(
+            records_emitted=records,
+            batches=batches,
+            sinks=sinks,
+            outage=outage,
+            delivered_seqs=sorted(seqs),
+        )

@@ -1,0 +1,228 @@
+"""Step 5 of a run and its bookkeeping: finalize (the task's hook, the sinks' finish, the
+CronJob's callback), keep a run that failed with a retryable code for a retry, drop its
+data, note the outages it waits out, and mirror its state into task storage."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.run_base import RunActivityBase, log, off_loop, run_key
+from artemis.callback import FINALIZE_MAX_ATTEMPTS, FinalizeOutcome, finalize_body
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.metrics import CALLBACKS, RUNS_FINISHED, RUNS_STARTED, WAITING
+from artemis.run_models import (
+    CleanupRunInput,
+    FinalizeInput,
+    FinalizeResult,
+    MirrorInput,
+    OutageNote,
+    RetainInput,
+    RunRef,
+)
+from artemis.run_state import RunStatus, is_terminal
+from artemis.sinks import RunEnd
+from artemis.tasks.registry import get_task
+from artemis.taskstore import ConcurrentModification, StorageUnavailable, TaskData, TaskNotFound
+from artemis.tracing import TraceContext, current_trace
+
+# The plan step a waiting run is stuck in, by what it waits on.
+_OUTAGE_STEP = {"source": "step_fetch", "sink": "step_emit", "store": "step_process"}
+
+
+class EndingActivities(RunActivityBase):
+    @activity.defn(name="note_outage")
+    async def note_outage(self, inp: OutageNote) -> None:
+        """A run started waiting on a dependency (each attempt), or it recovered: the
+        run's event stream and the waiting gauge (the workflow logs the line)."""
+        key = run_key(inp.run)
+        w = inp.waiting
+        if inp.kind == "waiting":
+            WAITING.wait(key, str(w.get("dependency")), float(w.get("next_in_s") or 60))
+        else:
+            WAITING.done(key, str(w.get("dependency")))
+        await self.record(inp.run, inp.kind, w, _OUTAGE_STEP.get(str(w.get("dependency"))))
+
+    @activity.defn(name="finalize_run")
+    async def finalize_run(self, inp: FinalizeInput) -> FinalizeResult:
+        trace = current_trace()
+        stats = dict(inp.stats)
+        if inp.params is not None and inp.status == RunStatus.COMPLETED:
+            task = get_task(inp.run.task_code)
+            try:
+                ctx = await self._context(task, inp.run, inp.params, trace)
+                stats = await off_loop(task.finalize, ctx, stats)
+            except Exception as e:  # finalize must not fail the run (seed 000 §7)
+                log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
+        if inp.params is not None:
+            task = get_task(inp.run.task_code)
+            try:
+                ended = await self._context(task, inp.run, inp.params, trace)
+                await off_loop(task.run_ended, ended, inp.status, inp.error_code)
+            except Exception as e:  # an execution record is bookkeeping: never fail here
+                log.warning("task_run_ended_hook_failed", error=f"{type(e).__name__}: {e}")
+        if inp.params is not None and inp.finish_sinks:
+            finished = await self._finish_sinks(inp, trace)
+            if finished:
+                stats["sinks_finished"] = finished
+        outcome, detail = FinalizeOutcome.SKIPPED, ""
+        callback = None
+        try:
+            callback = await self._callback(inp.run, inp.callback, trace)
+        except ArtemisError as e:
+            if e.code != ErrorCode.INVALID_INPUT:
+                # e.g. a run secret that this master key cannot read (a rotation half done):
+                # retried, and if it never reads, a visible finalize failure, never dropped.
+                e.retryable = True
+                raise
+            # A refused callback target (not allowed host) is reported, never retried.
+            log.warning(
+                "callback_finalize_failure", error=str(e), run_id=(inp.callback or {}).get("run_id")
+            )
+            outcome, detail = FinalizeOutcome.REJECTED, str(e)
+        if callback is not None:
+            attempt = activity.info().attempt
+            body = finalize_body(inp.status, stats, inp.error_message)
+            suffix = f":retry{inp.retry_attempt}" if inp.retry_attempt else ""
+            outcome, detail = await callback.finalize(body, attempt, suffix)
+            if outcome == FinalizeOutcome.RETRY:
+                if attempt < FINALIZE_MAX_ATTEMPTS:
+                    CALLBACKS.labels("finalize", "retry").inc()
+                    raise ApplicationError(
+                        f"finalize callback failed: {detail}", type=ErrorCode.CALLBACK_ERROR.value
+                    )
+                log.error(
+                    "callback_finalize_gave_up",
+                    run_id=callback.target.run_id,
+                    attempts=attempt,
+                    error=detail,
+                )
+                outcome = "gave_up"
+        CALLBACKS.labels("finalize", str(outcome)).inc()
+        if inp.cleanup:
+            # Histories of earlier builds clean up here; new runs do it in cleanup_run, so a
+            # failed clean-up can never send the finalize again.
+            await self._drop_run_data(inp.run)
+        log.info(
+            "run_finalized",
+            status=inp.status,
+            callback=outcome,
+            **{k: v for k, v in stats.items() if isinstance(v, int)},
+        )
+        return FinalizeResult(callback=outcome, detail=detail, stats=stats)
+
+    async def _finish_sinks(self, inp: FinalizeInput, trace: TraceContext) -> dict[str, Any]:
+        """Each sink's last word on the run (the files sink's manifest), before the
+        callback says the run is done. A failure is retried with the finalize; after the
+        last attempt it is reported in the stats, never dropped in silence."""
+        assert inp.params is not None
+        task = get_task(inp.run.task_code)
+        ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
+        end = RunEnd(run_key(inp.run), inp.run.task_code, inp.run.task_id, inp.status)
+        finished: dict[str, Any] = {}
+        try:
+            sinks = task.decide_sinks(ctx)
+        except ArtemisError as e:
+            log.error("sinks_unavailable_at_finalize", error=str(e))
+            return {"error": str(e)}
+        for sink in sinks:
+            try:
+                result = await sink.finish(end)
+            except Exception as e:
+                retryable = not isinstance(e, ArtemisError) or e.retryable
+                if retryable and activity.info().attempt < FINALIZE_MAX_ATTEMPTS:
+                    raise
+                # The callback still goes; the failure is in the run's stats and the log.
+                log.error("sink_finish_failed", sink=sink.name, error=f"{type(e).__name__}: {e}")
+                result = {"error": f"{type(e).__name__}: {e}"}
+            if result is not None:
+                finished[sink.name] = result
+        return finished
+
+    @activity.defn(name="retain_run")
+    async def retain_run(self, inp: RetainInput) -> None:
+        """A run failed with a retryable code: keep its request and carry (references and
+        counts only) beside its staged pages and secret, for POST /tasks/{id}/retry."""
+        await off_loop(
+            self.retained.keep,
+            run_key(inp.run),
+            inp.run.task_code,
+            inp.run.task_id,
+            inp.run.workflow_id,
+            inp.error_code,
+            inp.error_message,
+            {"request": asdict(inp.request), "carry": asdict(inp.carry)},
+            inp.retain_s,
+        )
+        log.info(
+            "run_retained",
+            error_code=inp.error_code,
+            next_seq=inp.carry.next_seq,
+            undelivered=inp.carry.undelivered,
+            retain_s=inp.retain_s,
+        )
+
+    @activity.defn(name="cleanup_run")
+    async def cleanup_run(self, inp: CleanupRunInput) -> None:
+        """After a finalize was sent: drop the run's staged pages and its secret."""
+        await self._drop_run_data(inp.run)
+
+    async def _drop_run_data(self, run: RunRef) -> None:
+        key = run_key(run)
+        await off_loop(self.data.drop, key)
+        log.info("run_data_dropped")
+
+    @activity.defn(name="mirror_state")
+    async def mirror_state(self, inp: MirrorInput) -> str:
+        """Record the run's state in task storage in one write under its optimistic lock:
+        the status, the snapshot of its stats and error the workflow holds, and its start
+        and end on the workflow's clock."""
+
+        def write() -> str:
+            store = self.task_store
+            run = inp.run
+            try:
+                # The API writes `pending` beside its answer; whichever comes first
+                # creates the record, the other finds it (insert-if-absent).
+                store.create(
+                    run.task_id,
+                    TaskData(
+                        task_id=run.task_id, task_code=run.task_code, workflow_id=run.workflow_id
+                    ),
+                )
+                store.update_status(
+                    run.task_id,
+                    inp.status,
+                    result=inp.stats or None,
+                    error=inp.error,
+                    started_at=_at(inp.started_ms),
+                    at=_at(inp.ended_ms),
+                )
+            except (StorageUnavailable, TaskNotFound, ConcurrentModification) as e:
+                raise ArtemisError(
+                    ErrorCode.INTERNAL, f"task store: {type(e).__name__}: {e}", retryable=True
+                ) from None
+            return inp.status
+
+        if is_terminal(inp.status):
+            # The stream's end goes first: it must not wait on a task-store outage.
+            await self.record(
+                inp.run,
+                "run_status",
+                {"status": inp.status, "stats": inp.stats, "error": inp.error},
+            )
+        status = await off_loop(write)
+        if inp.status == RunStatus.RUNNING:
+            RUNS_STARTED.labels(inp.run.task_code).inc()
+        elif is_terminal(inp.status):
+            RUNS_FINISHED.labels(inp.run.task_code, inp.status).inc()
+        log.info("task_state_recorded", status=status)
+        return status
+
+
+def _at(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)

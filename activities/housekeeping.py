@@ -1,0 +1,134 @@
+"""The clean-up loop's activity (workflows/cleanup.py): record the ending of runs that
+could not record it themselves (terminated in Temporal, say), then drop what has aged
+out — terminal tasks, staged pages, events, kept runs, files-sink records. Not a run's
+activity: it works across runs, with the same stores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.run_base import RunData, log, off_loop
+from artemis.config import Settings
+from artemis.errors import ErrorCode
+from artemis.events import EventLog
+from artemis.run_models import CleanupInput, CleanupResult, workflow_id_for
+from artemis.run_state import OPEN, RunStatus, end_error
+from artemis.sinks.files import drop_file_records_older_than
+from artemis.taskstore import ConcurrentModification, TaskNotFound, TaskStorage, make_task_storage
+from temporal_shared.runs import OPEN_STATUSES, closed_run_end
+
+
+class HousekeepingActivities:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data = RunData(settings)
+        self.staging = self.data.staging
+        self.retained = self.data.retained
+        self.events = EventLog(settings.database.url)
+        self._task_store: TaskStorage | None = None
+
+    @property
+    def task_store(self) -> TaskStorage:
+        if self._task_store is None:
+            self._task_store = make_task_storage(self.settings)
+        return self._task_store
+
+    @activity.defn(name="cleanup_old_tasks")
+    async def cleanup_old_tasks(self, inp: CleanupInput) -> CleanupResult:
+        """The clean-up schedule (seed 001's cleanup_old_tasks(hours=24)): record the
+        ending of runs that could not record it themselves, then drop terminal tasks,
+        stale staged pages and old events."""
+        now = datetime.now(UTC)
+        reconciled = await self._reconcile_open_runs(now - timedelta(seconds=inp.reconcile_after_s))
+        before = now - timedelta(hours=inp.hours)
+        tasks = await off_loop(self.task_store.delete_expired, before)
+        # Runs kept for a retry keep their pages until their state expires, then go whole.
+        expired = await off_loop(self.retained.expired, now)
+        for key in expired:
+            await off_loop(self.data.drop, key)
+        keep = await off_loop(self.retained.live_keys, now)
+        pages = await off_loop(self.staging.drop_older_than, before, keep)
+        events = await off_loop(self.events.drop_older_than, before)
+        # A run may write files for up to 30 days (meta.timeout_s); its records go once it
+        # has been quiet longer than that and the clean-up's own age.
+        quiet = min(before, now - timedelta(days=30, hours=1))
+        files = await off_loop(drop_file_records_older_than, self.settings.database.url, quiet)
+        log.info(
+            "cleanup_done",
+            hours=inp.hours,
+            runs_reconciled=reconciled,
+            tasks_removed=tasks,
+            staged_pages_removed=pages,
+            events_removed=events,
+            sink_files_forgotten=files,
+            retained_expired=len(expired),
+        )
+        return CleanupResult(
+            tasks_removed=tasks,
+            staged_pages_removed=pages,
+            events_removed=events,
+            runs_reconciled=reconciled,
+            sink_files_forgotten=files,
+        )
+
+    async def _reconcile_open_runs(self, quiet_since: Any) -> int:
+        """Runs the task store holds open (pending/running), untouched since
+        ``quiet_since``, whose workflow has closed — terminated in Temporal, or its last
+        task-store write failed — get their ending from Temporal, recorded once. This
+        schedule is that repair's one owner: an API read never writes."""
+        client = activity.client()
+        done = 0
+        for status in sorted(OPEN):
+            cursor = None
+            while True:
+                items, cursor = await off_loop(
+                    self.task_store.list, status=status, limit=200, cursor=cursor
+                )
+                for rec in items:
+                    if (rec.updated_at or rec.created_at) > quiet_since:
+                        continue
+                    handle = client.get_workflow_handle(
+                        rec.workflow_id or workflow_id_for(rec.task_code, rec.task_id)
+                    )
+                    try:
+                        desc = await handle.describe()
+                    except RPCError as e:
+                        if e.status != RPCStatusCode.NOT_FOUND:
+                            raise
+                        end: dict[str, Any] = {
+                            "status": RunStatus.FAILED,
+                            "error": end_error(
+                                RunStatus.FAILED,
+                                ErrorCode.INTERNAL.value,
+                                "the run's workflow is not in Temporal "
+                                "(never started, or past its retention)",
+                            ),
+                        }
+                    else:
+                        if desc.status in OPEN_STATUSES:
+                            continue
+                        end = await closed_run_end(handle, desc.status)
+                    try:
+                        await off_loop(
+                            self.task_store.update_status,
+                            rec.task_id,
+                            end["status"],
+                            expected_version=rec.version,
+                            result=end.get("stats") or {},
+                            error=end.get("error"),
+                        )
+                    except (ConcurrentModification, TaskNotFound):
+                        continue  # the run (or another clean-up) wrote first
+                    log.info("task_store_reconciled", task_id=rec.task_id, status=end["status"])
+                    done += 1
+                if not cursor:
+                    break
+        return done
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.cleanup_old_tasks]

@@ -1,0 +1,83 @@
+"""Step 1 of a run: its params validated and prepared by its task (a registry lookup,
+say), its size, its source's retry, circuit-breaker and rate settings; or the child runs
+it fans out into (a backfill's windows, a window split over the source's result cap)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import activity
+
+from activities.run_base import RunActivityBase, log, off_loop
+from artemis.run_models import (
+    CircuitBreaker,
+    FetchRetry,
+    PrepareInput,
+    PrepareResult,
+    SplitInput,
+    SplitResult,
+)
+from artemis.tasks import TaskContext, TaskUnit
+from artemis.tasks.registry import get_task
+from artemis.tracing import current_trace
+
+
+class PrepareActivities(RunActivityBase):
+    @activity.defn(name="prepare_params")
+    async def prepare_params(self, inp: PrepareInput) -> PrepareResult:
+        trace = current_trace()
+        task = get_task(inp.run.task_code)
+        params = await off_loop(task.prepare_params, inp.params, self.settings, trusted=True)
+        ctx = await self._context(task, inp.run, params.model_dump(mode="json"), trace)
+        # The task's hooks read its registry (a database): all of them in one thread.
+        prepared = await off_loop(_prepared, task, ctx, params.model_dump(mode="json"))
+        if prepared.rate_key and self.on_rate_key is not None:
+            try:
+                await self.on_rate_key(prepared.rate_key)
+            except Exception as e:  # the periodic refresh still comes
+                log.warning("provenance_queue_not_ensured", error=f"{type(e).__name__}: {e}")
+        return prepared
+
+    @activity.defn(name="split_run")
+    async def split_run(self, inp: SplitInput) -> SplitResult:
+        trace = current_trace()
+        task = get_task(inp.run.task_code)
+        ctx = await self._context(task, inp.run, inp.params, trace)
+        children = await off_loop(task.split, ctx, inp.details)
+        parallelism = await off_loop(task.split_parallelism, ctx)
+        log.info(
+            "run_split", pieces=len(children or []), parallelism=parallelism, details=inp.details
+        )
+        return SplitResult(children=children, parallelism=parallelism)
+
+
+def _prepared(task: TaskUnit, ctx: TaskContext, params: dict[str, Any]) -> PrepareResult:
+    """What the task's hooks say of the run (synchronous: they may query the registry)."""
+    plan = task.plan_children(ctx)
+    search = {k: str(v) for k, v in task.search_attributes(ctx).items() if v}
+    if plan is not None:
+        children, parallelism = plan
+        log.info("params_prepared", children=len(children), parallelism=parallelism)
+        return PrepareResult(
+            params=params,
+            total=len(children),
+            children=children,
+            parallelism=parallelism,
+            search=search,
+            tolerance_pct=task.completeness_tolerance(ctx),
+        )
+    total = task.total_hint(ctx)
+    retry = task.fetch_retry(ctx)
+    circuit = task.circuit_breaker(ctx)
+    rate_key = task.rate_key(ctx)
+    log.info("params_prepared", total=total, fetch_retry=retry, circuit=circuit, rate_key=rate_key)
+    return PrepareResult(
+        params=params,
+        total=total,
+        fetch_retry=FetchRetry(**retry) if retry else None,
+        circuit=CircuitBreaker(**circuit) if circuit else None,
+        rate_key=rate_key,
+        search=search,
+        tolerance_pct=task.completeness_tolerance(ctx),
+        outage_tolerance_s=task.outage_tolerance(ctx),
+    )

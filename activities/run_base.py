@@ -1,0 +1,220 @@
+"""What the activities of a task run share: the worker's clients (HTTP, staging,
+events, run secrets, kept runs, task storage), the run's context for its task's hooks,
+and small helpers (the run's key, heartbeating, all-or-first-error, off-loop calls).
+
+Activities are thin adapters from Temporal to the TaskUnit API: all I/O of a run happens
+in them; what returns to the workflow is counts, sequence numbers and checkpoints. A
+task's hooks are synchronous (database queries among them): they run in a thread
+(``off_loop``), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
+
+from temporalio import activity
+
+from artemis.callback import CallbackClient, CallbackTarget, resolve_base_url
+from artemis.config import Settings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.events import EventLog
+from artemis.http import make_client
+from artemis.logsetup import get_logger
+from artemis.retained import Retained
+from artemis.run_models import RunRef
+from artemis.security import origin
+from artemis.sinks.base import unseal_output
+from artemis.sinks.files import drop_file_records
+from artemis.staging import Staging
+from artemis.tasks import TaskContext, TaskUnit
+from artemis.taskstore import TaskStorage, make_task_storage
+from artemis.tracing import TraceContext
+from artemis.vault import RunSecrets
+
+log = get_logger("artemis.activities")
+
+CALLBACK_TOKEN = "callback_token"
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def off_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """A synchronous call (a task's hook, a database read) in a worker thread: the event
+    loop keeps heartbeating and serving the other activities meanwhile."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def run_key(run: RunRef) -> str:
+    return f"{run.task_code}/{run.task_id}"
+
+
+def require_every_page(pages: list[tuple[int, Any]], first: int, last: int, what: str) -> None:
+    """The staged pages of a batch are all there: a missing one is never skipped in
+    silence (a staging store that lost a commit, say) — the run fails visibly."""
+    missing = sorted(set(range(first, last + 1)) - {seq for seq, _ in pages})
+    if missing:
+        raise ArtemisError(
+            ErrorCode.INTERNAL,
+            f"staged {what} page(s) {missing[:10]} of #{first}-#{last} are missing from the "
+            "staging table: they cannot be skipped in silence",
+            retryable=False,
+        )
+
+
+async def all_or_first_error(coros: Any) -> None:
+    """Run the coroutines together; the first failure cancels the rest and is raised
+    (as itself, not inside an ExceptionGroup: the activity boundary reads its code)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    if not tasks:
+        return
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
+@contextlib.asynccontextmanager
+async def heartbeating() -> AsyncIterator[None]:
+    """Heartbeat in the background while a short activity works.
+
+    The activity's heartbeat timeout is how Temporal learns that its worker died: without
+    one, a batch lost with a killed worker waits out its whole start-to-close timeout
+    before it runs again elsewhere. Local activities have no heartbeat, so nothing runs.
+    """
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    if info.is_local or not timeout:
+        yield
+        return
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(max(timeout.total_seconds() / 3, 0.05))
+
+    beating = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
+
+
+class RunData:
+    """A run's data outside Temporal: staged pages, its secret, the files sink's records
+    and its kept state (for a retry) — dropped together."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.database_url = settings.database.url
+        self.staging = Staging(settings.database.url)
+        self.secrets = RunSecrets(settings.database.url, settings.vault.master_key_file)
+        self.retained = Retained(settings.database.url)
+
+    def drop(self, key: str) -> None:
+        self.staging.drop_run(key)
+        self.secrets.drop(key)
+        drop_file_records(self.database_url, key)
+        self.retained.drop(key)
+
+
+class RunActivityBase:
+    """The clients every run activity uses (one set per worker)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.client = make_client(settings.http_client)
+        self.data = RunData(settings)
+        self.staging = self.data.staging
+        self.secrets = self.data.secrets
+        self.retained = self.data.retained
+        self.events = EventLog(settings.database.url)
+        self._task_store: TaskStorage | None = None
+        # Set by the worker: poll a provenance's queue now (a run is about to fetch from it).
+        self.on_rate_key: Callable[[str], Awaitable[None]] | None = None
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    @property
+    def task_store(self) -> TaskStorage:
+        if self._task_store is None:
+            self._task_store = make_task_storage(self.settings)
+        return self._task_store
+
+    async def record(
+        self, run: RunRef, kind: str, data: dict[str, Any], step: str | None = None
+    ) -> None:
+        """Append to the run's event stream. Best effort: an event-log outage is logged and
+        never fails the activity (the run's state lives in Temporal, not in its events)."""
+        try:
+            await off_loop(
+                self.events.append, run.task_id, kind, data, step, None, run.root_task_id
+            )
+        except Exception as e:
+            log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
+
+    async def _context(
+        self,
+        task: TaskUnit,
+        run: RunRef,
+        params: dict[str, Any],
+        trace: TraceContext,
+        output: dict[str, Any] | None = None,
+    ) -> TaskContext:
+        if output:
+            # A request's sink secrets, read back inside the activity (never in history).
+            # (stored under the top run's key: a backfill's windows use their parent's)
+            owner = f"{run.task_code}/{run.root_task_id or run.task_id}"
+            output = await off_loop(
+                unseal_output, output, lambda name: self.secrets.get(owner, name)
+            )
+        return TaskContext(
+            task_code=run.task_code,
+            task_id=run.task_id,
+            params=task.Params.model_validate(params),
+            settings=self.settings,
+            trace=trace,
+            request_id=run.request_id,
+            output=output or {},
+        )
+
+    async def _callback(
+        self, run: RunRef, target: dict[str, Any] | None, trace: TraceContext
+    ) -> CallbackClient | None:
+        if not target:
+            return None
+        tgt = CallbackTarget(**target)
+        if not tgt.enabled:
+            return None
+        token = await off_loop(self.secrets.get, run_key(run), CALLBACK_TOKEN)
+        token = token or self._default_token(tgt)
+        return CallbackClient(
+            tgt,
+            self.settings.callback,
+            self.client,
+            trace,
+            token,
+            run.request_id,
+            run_key(run),
+            self.settings.callback_hosts(),
+        )
+
+    def _default_token(self, target: CallbackTarget) -> str | None:
+        """``callback.default_token``, only for a callback to ``callback.base_url``'s
+        origin: a request naming another allowed host gets no token of ours (SPEC §5)."""
+        cfg = self.settings.callback
+        if not cfg.default_token or not cfg.base_url:
+            return None
+        url = resolve_base_url(target, cfg, self.settings.callback_hosts())
+        return cfg.default_token if origin(url) == origin(cfg.base_url) else None

@@ -1,0 +1,140 @@
+"""How a task run ends: finalize (the task's hook, the sinks' finish, the CronJob's
+callback), keep a run that failed with a retryable code for POST /tasks/{id}/retry, drop
+its staged data, and mirror its state into task storage."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from workflows import retry_policies
+from workflows.run_core import RunCore
+
+with workflow.unsafe.imports_passed_through():
+    from activities.task_run import TaskRunActivities
+    from artemis.run_models import (
+        CleanupRunInput,
+        FinalizeInput,
+        FinalizeResult,
+        MirrorInput,
+        RetainInput,
+    )
+    from artemis.run_state import MirrorHealth, RunStatus
+    from temporal_shared.failures import message_of
+
+# The clean-up after a delivered finalize is its own step: a failed clean-up can never
+# send the finalize again (histories of earlier builds keep the old path).
+PATCH_CLEANUP_STEP = "cleanup-after-finalize-v1"
+
+
+class Ending(RunCore):
+    async def _finalize(
+        self,
+        status: RunStatus,
+        error_code: str | None,
+        error_message: str | None,
+        retain: bool = False,
+    ) -> str:
+        self._enter("step_finalize")
+        separate_cleanup = workflow.patched(PATCH_CLEANUP_STEP)
+        try:
+            fin: FinalizeResult = await workflow.execute_activity_method(
+                TaskRunActivities.finalize_run,
+                FinalizeInput(
+                    run=self._run,
+                    status=status,
+                    stats=dict(self._state.stats),
+                    error_code=error_code,
+                    error_message=error_message,
+                    callback=self._req.callback,
+                    params=self._params,
+                    cleanup=not separate_cleanup,
+                    output=self._req.output,
+                    # A run kept for a retry finishes its sinks when it really ends.
+                    finish_sinks=not self._parent and not retain,
+                    retry_attempt=self._live.retry_attempt,
+                ),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=retry_policies.FINALIZE,
+                summary=f"Finalize ({status}) and call the CronJob back",
+            )
+            self._state.complete("step_finalize")
+            self._state.finalized(fin.stats)
+            outcome = fin.callback
+        except ActivityError as e:
+            self._state.failed_step("step_finalize")
+            self._log("finalize_failed", error=message_of(e))
+            outcome = "error"
+        if retain:
+            try:
+                await self._retain(status, error_code or "INTERNAL", error_message or status)
+                return outcome
+            except ActivityError as e:
+                # Not kept: the run cannot be retried, its data goes as after any ending.
+                self._log("retain_failed", error=message_of(e))
+        if separate_cleanup:
+            try:
+                await workflow.execute_activity_method(
+                    TaskRunActivities.cleanup_run,
+                    CleanupRunInput(run=self._run),
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=retry_policies.HOUSEKEEPING,
+                    summary="Drop the run's staged pages and secret",
+                )
+            except ActivityError as e:
+                # Left over, the data is dropped by the clean-up loop.
+                self._log("cleanup_failed", error=message_of(e))
+        return outcome
+
+    async def _retain(self, status: RunStatus, error_code: str, error_message: str) -> None:
+        """Keep what POST /tasks/{id}/retry needs: the carry with the pages staged but not
+        delivered (``[lowest undelivered, next fetched)``, minus those delivered above)."""
+        live = self._live
+        undelivered = (
+            [[self._delivered_below, live.next_seq - 1]]
+            if live.next_seq > self._delivered_below
+            else []
+        )
+        carry = self._carry(undelivered=undelivered)
+        await workflow.execute_activity_method(
+            TaskRunActivities.retain_run,
+            RetainInput(
+                run=self._run,
+                request=dataclasses.replace(self._req, carry=None),
+                carry=carry,
+                error_code=error_code,
+                error_message=error_message,
+                retain_s=self._req.tuning.retain_failed_s,
+            ),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=retry_policies.HOUSEKEEPING,
+            summary=f"Keep the run's state for a retry ({status}, {error_code})",
+        )
+        self._log("run_retained", undelivered=undelivered, next_seq=live.next_seq)
+
+    async def _mirror(self, status: RunStatus, ended_ms: int | None = None) -> None:
+        """Record the run's state in task storage: its status, the snapshot of its stats
+        and error, and its start and end on the workflow's clock (one duration)."""
+        try:
+            # A local activity: a few small writes, so no task-queue round trip per record.
+            await workflow.execute_local_activity_method(
+                TaskRunActivities.mirror_state,
+                MirrorInput(
+                    run=self._run,
+                    status=status,
+                    stats=dict(self._state.stats) if ended_ms is not None else {},
+                    error=self._state.error,
+                    started_ms=self._live.started_ms,
+                    ended_ms=ended_ms,
+                ),
+                start_to_close_timeout=timedelta(seconds=15),
+                retry_policy=retry_policies.MIRROR,
+                summary=f"Record `{status}` in task storage",
+            )
+            self._state.task_store = MirrorHealth.OK.value
+        except ActivityError as e:
+            self._state.task_store = MirrorHealth.FAILED.value
+            self._log("task_store_unavailable", status=status, error=message_of(e))

@@ -1,0 +1,114 @@
+"""Fan-out: a run whose window is cut into child runs (a backfill's windows; a window
+over the source's result cap split into pieces). The children fetch, emit and finish
+their own sinks; their counts add up in the parent, and a split's pieces must add up to
+the count the source gave for the whole window."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows.run_core import RunCore
+
+with workflow.unsafe.imports_passed_through():
+    from activities.task_run import TaskRunActivities
+    from artemis.completeness import is_short
+    from artemis.run_models import (
+        WORKFLOW_NAME,
+        RunRequest,
+        RunResult,
+        SplitInput,
+        SplitResult,
+        workflow_id_for,
+    )
+    from artemis.run_state import LOOP_STEPS
+    from temporal_shared.failures import details_of
+
+# A split's pieces are reconciled with the source's count of the whole window (SPEC §4
+# "Versioning": histories of earlier builds keep the old path).
+PATCH_SPLIT_RECONCILE = "split-window-reconciled-v1"
+
+
+class FanOut(RunCore):
+    async def _split(self, e: ActivityError) -> None:
+        details = details_of(e)
+        split: SplitResult = await workflow.execute_local_activity_method(
+            TaskRunActivities.split_run,
+            SplitInput(run=self._run, params=self._params or {}, details=details),
+            start_to_close_timeout=timedelta(seconds=30),
+            summary="Split the window over the result cap",
+        )
+        if not split.children:
+            raise e
+        self._log("run_split", pieces=len(split.children), count=details.get("count"))
+        self._state.total = len(split.children)
+        self._state.current = 0
+        await self._run_children(split.children, split.parallelism, prefix="s")
+        count = details.get("count")
+        if workflow.patched(PATCH_SPLIT_RECONCILE) and isinstance(count, int):
+            # The pieces must add up to the window the source counted: a gap between
+            # them would lose records while every piece looks complete.
+            self._state.stats["expected_total"] = count
+            got = self._state.stats["records_fetched"]
+            tolerance_pct = self._live.tolerance_pct
+            if is_short(count, got, tolerance_pct):
+                raise ApplicationError(
+                    f"the split window: expected {count} records (the source's count of the "
+                    f"whole window), got {got} from its {len(split.children)} pieces, beyond "
+                    f"the tolerance of {tolerance_pct:g} %",
+                    {"expected_total": count, "records_fetched": got},
+                    type="INCOMPLETE",
+                    non_retryable=True,
+                )
+
+    async def _run_children(
+        self, children: list[dict[str, Any]], parallelism: int, prefix: str = "w"
+    ) -> None:
+        """Run child task runs (windows), ``parallelism`` at a time; their records go to the
+        sinks from the children, their counts add up here."""
+        req = self._req
+        self._enter("step_fetch")
+        gate = asyncio.Semaphore(max(1, parallelism))
+
+        async def one(n: int, params: dict[str, Any]) -> None:
+            async with gate:
+                self._stop_point()
+                child_id = f"{req.task_id}.{prefix}{n}"
+                result: RunResult = await workflow.execute_child_workflow(
+                    WORKFLOW_NAME,
+                    RunRequest(
+                        task_code=req.task_code,
+                        task_id=child_id,
+                        params=params,
+                        trace_id=req.trace_id,
+                        parent_span_id=req.parent_span_id,
+                        request_id=req.request_id,
+                        output=req.output,
+                        callback=None,
+                        timeout_s=req.timeout_s,
+                        tuning=req.tuning,
+                        root_task_id=self._run.root_task_id,
+                    ),
+                    id=workflow_id_for(req.task_code, child_id),
+                    result_type=RunResult,
+                    # what the window harvests, and its own task id
+                    static_summary=" · ".join(
+                        str(x)
+                        for x in (
+                            req.task_code,
+                            params.get("provenance"),
+                            f"{params.get('start')}..{params.get('end')}",
+                            f"task {child_id}",
+                        )
+                        if x
+                    ),
+                )
+            self._state.child_ended(result.stats)
+            self._details()
+
+        await asyncio.gather(*(one(n, p) for n, p in enumerate(children)))
+        self._state.complete(*LOOP_STEPS)

@@ -1,0 +1,358 @@
+"""The batch loop of a task run: prepare, then (fetch a batch of pages → process → emit)*.
+
+The next fetch runs while the previous batch is processed and emitted, so Temporal's
+per-activity cost hides behind network time; at most ``runs.max_batches_ahead`` batches
+are fetched but not emitted. Records never enter history (claim check): activities stage
+pages by sequence number and hand back counts, sequence numbers and checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows import retry_policies
+from workflows.run_core import quietly
+from workflows.run_fanout import FanOut
+from workflows.run_outages import OutageWaits
+
+with workflow.unsafe.imports_passed_through():
+    from activities.task_run import TaskRunActivities
+    from artemis.run_models import (
+        SA_PROVENANCE,
+        SA_TASK_TYPE,
+        BatchInput,
+        EmitResult,
+        FetchInput,
+        FetchResult,
+        PrepareInput,
+        PrepareResult,
+        ProcessResult,
+        provenance_queue,
+    )
+    from artemis.run_state import LOOP_STEPS, STAGE_PAUSED, STAGE_PAUSING
+    from temporal_shared.failures import code_of, was_cancelled
+
+# A batch followed by more fetching is processed by a regular activity: a local activity
+# holds the workflow task open, and with it the next fetch's start.
+PATCH_PROCESS_ACTIVITY = "process-beside-fetch-v1"
+
+KEY_PROVENANCE = SearchAttributeKey.for_keyword(SA_PROVENANCE)
+KEY_TASK_TYPE = SearchAttributeKey.for_keyword(SA_TASK_TYPE)
+
+
+class BatchLoop(FanOut, OutageWaits):
+    async def _prepare(self) -> tuple[list[dict[str, Any]], int] | None:
+        """Step 1: validated params, the run's size and its source's settings; the child
+        runs (and how many at a time) when the run fans out."""
+        req = self._req
+        self._enter("step_prepare")
+        prepared: PrepareResult = await workflow.execute_activity_method(
+            TaskRunActivities.prepare_params,
+            PrepareInput(run=self._run, params=req.params),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=retry_policies.PREPARE,
+            summary=f"Validate params of {req.task_code}",
+        )
+        self._prepared = True
+        self._state.total = prepared.total
+        self._live = dataclasses.replace(
+            self._live,
+            params=prepared.params,
+            fetch_retry=prepared.fetch_retry,
+            circuit=prepared.circuit,
+            rate_key=prepared.rate_key,
+            pages_per_fetch=prepared.pages_per_fetch,
+            tolerance_pct=prepared.tolerance_pct,
+            outage_tolerance_s=prepared.outage_tolerance_s,
+        )
+        known = {SA_PROVENANCE: KEY_PROVENANCE, SA_TASK_TYPE: KEY_TASK_TYPE}
+        updates = [known[k].value_set(v) for k, v in prepared.search.items() if k in known]
+        if updates:
+            workflow.upsert_search_attributes(updates)
+        self._state.complete("step_prepare")
+        if prepared.children is None:
+            return None
+        return prepared.children, prepared.parallelism
+
+    async def _main(self) -> None:
+        if self._params is None:
+            children = await self._prepare()
+            if children is not None:
+                self._parent = True
+                await self._run_children(*children)
+                return
+
+        # Batches being processed and emitted, in order (each waits for the one before it
+        # to be emitted). At most `ahead` batches are fetched but not emitted: a batch is
+        # handed over once at most ahead - 2 are still on their way, and the next fetch
+        # starts once at most ahead - 1 are (earlier builds: 2).
+        ahead = max(1, self._req.tuning.max_batches_ahead) if self._waits else 2
+        pending: list[asyncio.Task[None]] = []
+
+        def hand_over(first: int, last: int, beside_fetch: bool, again: bool = False) -> None:
+            after = pending[-1] if pending else None
+            pending.append(
+                asyncio.create_task(self._process_and_emit(first, last, beside_fetch, after, again))
+            )
+
+        async def drain(keep: int) -> None:
+            while len(pending) > keep:
+                await pending.pop(0)
+
+        live = self._live
+        batches_here = 0
+        done = live.fetch_done
+        try:
+            # A run finished by POST /tasks/{id}/retry first delivers what its failed
+            # attempt had staged and not delivered (skipping the pages it had).
+            done_to = live.processed_through
+            for first, last in live.undelivered:
+                # what was processed then is processed again, not counted again
+                for lo, hi, again in (
+                    (first, min(last, done_to), True),
+                    (max(first, done_to + 1), last, False),
+                ):
+                    if lo <= hi:
+                        await drain(max(ahead - 2, 0))
+                        hand_over(lo, hi, beside_fetch=not done, again=again)
+            live.undelivered = []
+            while not done:
+                if self._state.paused:
+                    self._state.stage = STAGE_PAUSED
+                    self._details()
+                    # A durable wait: no worker is held while the run is paused.
+                    await workflow.wait_condition(lambda: not self._state.paused or self._stopping)
+                    self._stop_point()
+                await drain(ahead - 1)
+                self._enter("step_fetch")
+                try:
+                    fetched = await self._fetched(self._start_fetch())
+                except ActivityError as e:
+                    if live.pause_at_page and self._state.paused and was_cancelled(e):
+                        # Paused before it staged a page it could report: fetch afresh.
+                        self._resume_fetch = True
+                        continue
+                    if code_of(e) == "RESULT_CAP_EXCEEDED" and not self._state.stats["pages"]:
+                        # The window holds more hits than the source can list: split it.
+                        await self._split(e)
+                        return
+                    store = self._store_outage(e)
+                    if store is not None:
+                        await self._wait_out(store)
+                        self._resume_fetch = True
+                        continue
+                    if await self._rest_after_failures(e):
+                        self._resume_fetch = True
+                        continue  # the same checkpoint, after the cool-down
+                    raise
+                self._state.fetched(fetched)
+                self._resume_fetch = False
+                self._stop_point()
+                live.progress_last_ms = fetched.progress_last_ms
+                first, last = fetched.first_seq, fetched.next_seq - 1
+                live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
+                done = fetched.done
+                if done:
+                    live.fetch_done = True
+                if self._waits and (fetched.pages or fetched.outage is None):
+                    self._recovered("source")  # pages came: a new outage counts afresh
+                self._details()
+                await drain(max(ahead - 2, 0))
+                if last >= first:
+                    hand_over(first, last, beside_fetch=not done)
+                if fetched.incomplete is not None:
+                    # A source ended short of its own count: what it gave is delivered,
+                    # then the run fails visibly (never `completed`).
+                    await drain(0)
+                    raise ApplicationError(
+                        str(fetched.incomplete.get("message")),
+                        fetched.incomplete,
+                        type="INCOMPLETE",
+                        non_retryable=True,
+                    )
+                if fetched.outage is not None:
+                    # The source is down: what it gave goes on to the sinks meanwhile.
+                    await self._wait_out(fetched.outage)
+                    self._resume_fetch = True
+                    continue
+                batches_here += 1
+                if not done and (
+                    batches_here >= self._req.tuning.max_batches_per_run
+                    or workflow.info().is_continue_as_new_suggested()
+                ):
+                    await drain(0)
+                    self._continue_as_new()
+            await drain(0)
+        finally:
+            for task in pending:
+                if not task.done():
+                    task.cancel()
+                    await quietly(task)
+        self._state.complete(*LOOP_STEPS)
+
+    def _continue_as_new(self) -> None:
+        """The next generation of the run, from where this one stands (long runs keep
+        their histories short)."""
+        self._log(
+            "continue_as_new", next_seq=self._live.next_seq, generation=self._live.generation + 1
+        )
+        workflow.continue_as_new(dataclasses.replace(self._req, carry=self._carry()))
+
+    def _start_fetch(self) -> workflow.ActivityHandle[FetchResult]:
+        """The next batch's fetch, from the checkpoint (on the provenance's own queue)."""
+        req, tuning, live = self._req, self._req.tuning, self._live
+        return workflow.start_activity_method(
+            TaskRunActivities.fetch_pages,
+            FetchInput(
+                run=self._run,
+                params=self._params or {},
+                checkpoint=live.checkpoint,
+                first_seq=live.next_seq,
+                max_pages=live.pages_per_fetch or tuning.pages_per_fetch,
+                max_seconds=tuning.fetch_max_seconds,
+                total=self._state.total,
+                units_done=self._state.current,
+                callback=req.callback,
+                progress_last_ms=live.progress_last_ms,
+                qps=self._state.qps,
+                resumed=self._resume_fetch,
+                report_outages=self._reports_outages(),
+            ),
+            start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
+            heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+            retry_policy=retry_policies.fetch(live.fetch_retry, live.circuit, tuning),
+            task_queue=provenance_queue(workflow.info().task_queue, live.rate_key)
+            if live.rate_key
+            else None,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"Fetch pages from #{live.next_seq}",
+        )
+
+    async def _fetched(self, fetch: workflow.ActivityHandle[FetchResult]) -> FetchResult:
+        """The fetch's result; a pause meanwhile cancels it, and the fetch (learning of
+        it through its heartbeat) returns the pages it has staged so far."""
+        if not self._live.pause_at_page:
+            return await fetch
+
+        async def pause_it() -> None:
+            await workflow.wait_condition(lambda: self._state.paused)
+            self._state.stage = STAGE_PAUSING
+            self._details()
+            fetch.cancel()
+
+        watcher = asyncio.create_task(pause_it())
+        try:
+            return await fetch
+        finally:
+            watcher.cancel()
+
+    async def _process_and_emit(
+        self,
+        first: int,
+        last: int,
+        beside_fetch: bool = False,
+        after: asyncio.Task[None] | None = None,
+        again: bool = False,
+    ) -> None:
+        """Process a staged batch, then emit it once the batch before it is emitted.
+        ``again``: the batch of a failed attempt (a retried run), processed and counted
+        then; it is processed again, not counted again."""
+        req, tuning, live = self._req, self._req.tuning, self._live
+        batch = BatchInput(
+            run=self._run,
+            params=self._params or {},
+            first_seq=first,
+            last_seq=last,
+            output=req.output,
+        )
+        self._state.working("step_process")
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=120),
+            "retry_policy": retry_policies.process(tuning),
+            "summary": f"Process pages #{first}-#{last}",
+        }
+        processed: ProcessResult
+        while True:
+            try:
+                if beside_fetch and workflow.patched(PATCH_PROCESS_ACTIVITY):
+                    # A heartbeat timeout: a batch lost with its worker runs again in seconds.
+                    processed = await workflow.execute_activity_method(
+                        TaskRunActivities.process_batch,
+                        batch,
+                        heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+                        **options,
+                    )
+                else:
+                    # The last batch (nothing to overlap): one round trip fewer as a local
+                    # activity.
+                    processed = await workflow.execute_local_activity_method(
+                        TaskRunActivities.process_batch, batch, **options
+                    )
+                break
+            except ActivityError as e:
+                store = self._store_outage(e)
+                if store is None:
+                    raise
+                await self._wait_out(store)
+        if self._waits:
+            self._recovered("store")
+        self._stop_point()
+        if not again:
+            self._state.processed(processed.records_out)
+            live.processed_through = max(live.processed_through, last)
+        if after is not None:
+            await after  # emitted in order: the batch before this one first
+        self._state.working("step_emit")
+        skip = [s for s in live.delivered_above if first <= s <= last]
+        while True:
+            try:
+                emitted = await self._emit(batch, first, last, skip)
+            except ActivityError as e:
+                store = self._store_outage(e)
+                if store is None:
+                    raise
+                await self._wait_out(store)
+                continue
+            if self._waits:
+                self._recovered("store")
+            self._state.emitted(emitted.records_emitted, emitted.sinks)
+            if emitted.outage is None:
+                break
+            # A sink is down: the pages it took count now and are not sent again.
+            skip = sorted({*skip, *emitted.delivered_seqs})
+            live.delivered_above = skip
+            if emitted.delivered_seqs:
+                self._recovered("sink")  # pages went through: a new outage counts afresh
+            self._details()
+            await self._wait_out(emitted.outage)
+        if self._waits:
+            self._recovered("sink")
+        self._delivered_below = last + 1
+        live.delivered_above = []
+        self._details()
+
+    async def _emit(self, batch: BatchInput, first: int, last: int, skip: list[int]) -> EmitResult:
+        """One emit of the batch's pages (but ``skip``, delivered by an earlier one)."""
+        tuning = self._req.tuning
+        return await workflow.execute_activity_method(
+            TaskRunActivities.emit_batch,
+            dataclasses.replace(
+                batch,
+                skip_seqs=skip,
+                report_outages=self._reports_outages(),
+                prune_below=first if self._waits else None,
+            ),
+            start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
+            heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+            retry_policy=retry_policies.emit(tuning),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"Emit pages #{first}-#{last}"
+            + (f" (again, {len(skip)} delivered)" if skip else ""),
+        )

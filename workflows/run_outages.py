@@ -1,0 +1,188 @@
+"""Outages (SPEC §4 "Outages") and the durable circuit breaker: a dependency failing
+transiently is waited out on Temporal timers (no worker held) while it has been failing
+less than the run's tolerance; past it the run fails SOURCE_/SINK_UNAVAILABLE."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows import retry_policies
+from workflows.run_core import RunCore
+
+with workflow.unsafe.imports_passed_through():
+    from activities.task_run import TaskRunActivities
+    from artemis.outage import UNAVAILABLE, next_delay, outage_from_details
+    from artemis.run_models import Outage, OutageNote
+    from artemis.run_state import STAGE_CIRCUIT_OPEN, STAGE_WAITING
+    from temporal_shared.failures import details_of, message_of, root_application_error
+
+# The plan step a run waits in, by what it waits on.
+_STEP_OF = {"source": "step_fetch", "sink": "step_emit"}
+
+
+class OutageWaits(RunCore):
+    def _tolerance(self) -> float:
+        own = self._live.outage_tolerance_s
+        return float(own) if own is not None else float(self._req.tuning.outage_tolerance_s)
+
+    def _reports_outages(self) -> bool:
+        """Activities report a dependency's transient failure to the workflow (which
+        waits) instead of failing; with a tolerance of 0 their retry policies decide."""
+        return self._waits and self._tolerance() > 0
+
+    def _store_outage(self, e: ActivityError) -> Outage | None:
+        """The staging store unreachable, past the activity's own quick retries."""
+        if not self._reports_outages():
+            return None
+        app = root_application_error(e)
+        if app is None or app.non_retryable:
+            return None
+        return outage_from_details(details_of(e), app.message, app.type or "INTERNAL")
+
+    def _backoff(self, dependency: str) -> tuple[float, float, float]:
+        """(initial, coefficient, cap) of the waits between attempts: a source's own retry
+        cfg where it has one, always capped at runs.retry_max_interval_s."""
+        cap = float(self._req.tuning.retry_max_interval_s)
+        own = self._live.fetch_retry
+        if dependency == "source" and own is not None:
+            return own.initial_s, max(own.backoff, 1.0), min(own.maximum_s, cap)
+        if dependency == "sink":
+            return 0.5, 2.0, cap
+        return 1.0, 2.0, cap
+
+    async def _wait_out(self, outage: Outage) -> None:
+        """Wait before the next attempt on a durable timer (no worker is held), showing
+        the wait everywhere; past the tolerance, fail SOURCE_/SINK_UNAVAILABLE."""
+        dep = outage.dependency
+        now = workflow.now()
+        track = self._outages.setdefault(dep, {"since": now, "attempt": 0})
+        track["attempt"] += 1
+        attempt = track["attempt"]
+        since: datetime = track["since"]
+        waited = (now - since).total_seconds()
+        tolerance = self._tolerance()
+        if waited >= tolerance:
+            self._outages.pop(dep, None)
+            self._state.waiting = None
+            code = UNAVAILABLE.get(dep, UNAVAILABLE["store"]).value
+            raise ApplicationError(
+                f"{dep} {outage.name} unavailable for {waited:.0f} s since "
+                f"{since.isoformat(timespec='seconds')} ({attempt} attempts, tolerance "
+                f"{tolerance:g} s); last error: {outage.reason}: {outage.message}",
+                {
+                    "dependency": dep,
+                    "name": outage.name,
+                    "since": since.isoformat(),
+                    "waited_s": round(waited, 1),
+                    "attempts": attempt,
+                    "last_error": outage.reason,
+                },
+                type=code,
+                non_retryable=True,
+            )
+        initial, coefficient, cap = self._backoff(dep)
+        circuit = self._live.circuit if dep == "source" else None
+        opened = circuit is not None and attempt % max(circuit.threshold, 1) == 0
+        if opened and circuit is not None:
+            # The source's circuit breaker: after `threshold` failures in a row it rests.
+            delay = min(circuit.cool_down_s, max(tolerance - waited, 0.0) + 0.05)
+            self._state.circuit = "open"
+            self._circuit_opens += 1
+        else:
+            # The attempts within this round of the breaker back off from the start.
+            n = attempt % circuit.threshold if circuit is not None else attempt
+            delay = next_delay(
+                n, initial, coefficient, cap, outage.retry_after_s, tolerance - waited
+            )
+        waiting = {
+            "dependency": dep,
+            "name": outage.name,
+            "since": since.isoformat(),
+            "reason": outage.reason,
+            "error": outage.message,
+            "code": outage.code,
+            "attempt": attempt,
+            "next_in_s": round(delay, 3),
+            "next_attempt_at": (now + timedelta(seconds=delay)).isoformat(),
+            "tolerance_s": tolerance,
+        }
+        track["waiting"] = waiting
+        self._state.waiting = waiting
+        self._state.stage = STAGE_CIRCUIT_OPEN if opened else STAGE_WAITING
+        self._details()
+        self._log("waiting", **{k: v for k, v in waiting.items() if k != "error"})
+        await self._note_outage("waiting", waiting)
+        await workflow.sleep(
+            delay,
+            summary=f"Wait for {dep} {outage.name} ({outage.reason}), attempt {attempt}",
+        )
+        if opened:
+            self._state.circuit = "closed"
+        self._stop_point()
+
+    def _recovered(self, dependency: str) -> None:
+        """A dependency answered again: its outage ends (a later failure starts afresh)."""
+        track = self._outages.pop(dependency, None)
+        if track is None:
+            return
+        waited = (workflow.now() - track["since"]).total_seconds()
+        info = {
+            "dependency": dependency,
+            "name": (track.get("waiting") or {}).get("name", dependency),
+            "since": track["since"].isoformat(),
+            "waited_s": round(waited, 1),
+            "attempts": track["attempt"],
+        }
+        others = [t["waiting"] for t in self._outages.values() if t.get("waiting")]
+        self._state.waiting = others[-1] if others else None
+        if self._state.stage in (STAGE_WAITING, STAGE_CIRCUIT_OPEN) and not others:
+            self._state.stage = _STEP_OF.get(dependency, "step_process")
+        self._log("recovered", **info)
+        self._details()
+        # Recorded beside the run, never in its way.
+        self._beside.append(asyncio.create_task(self._note_outage("recovered", info)))
+
+    async def _note_outage(self, kind: str, data: dict[str, Any]) -> None:
+        try:
+            await workflow.execute_local_activity_method(
+                TaskRunActivities.note_outage,
+                OutageNote(run=self._run, kind=kind, waiting=data),
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=retry_policies.OUTAGE_NOTE,
+                summary=f"Record `{kind}` in the event stream",
+            )
+        except ActivityError as e:
+            self._log("outage_note_failed", kind=kind, error=message_of(e))
+
+    async def _rest_after_failures(self, e: ActivityError) -> bool:
+        """The durable circuit breaker: once the fetch has failed `threshold` times in a row
+        (its retry policy's attempts) with a retryable error, wait the cool-down on a
+        Temporal timer instead of burning retries, then go on. False: not this case."""
+        circuit = self._live.circuit
+        app = root_application_error(e)
+        if circuit is None or app is None or app.non_retryable:
+            return False
+        if self._circuit_opens >= circuit.max_opens:
+            return False
+        self._circuit_opens += 1
+        self._state.circuit = "open"
+        self._state.stage = STAGE_CIRCUIT_OPEN
+        self._details()
+        self._log(
+            "circuit_open",
+            cool_down_s=circuit.cool_down_s,
+            opens=self._circuit_opens,
+            error=app.message,
+        )
+        # A durable timer (the same StartTimer command as asyncio.sleep, with a summary).
+        await workflow.sleep(
+            circuit.cool_down_s, summary=f"Circuit breaker cool-down ({circuit.cool_down_s:g} s)"
+        )
+        self._state.circuit = "closed"
+        self._log("circuit_closed", opens=self._circuit_opens)
+        return True
