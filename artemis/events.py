@@ -29,7 +29,15 @@ from sqlmodel import Column, Field, SQLModel
 from artemis import jsonio
 from artemis.db import UTCDateTime, get_engine, utcnow
 from artemis.outage import waiting_line
-from artemis.run_state import STEPS, TERMINAL, end_error
+from artemis.run_state import (
+    STEPS,
+    RunState,
+    RunStatus,
+    StepStatus,
+    end_error,
+    is_terminal,
+    stats_view,
+)
 
 # Which plan step each activity of the task-run workflow belongs to. Bookkeeping
 # activities (task-store mirroring, cleanup) are not part of the plan.
@@ -196,20 +204,19 @@ class OutEvent:
 
 @dataclass
 class _Step:
-    status: str = "PENDING"
     started: bool = False
     completed: bool = False
     failed: set[str] = field(default_factory=set)
     open: set[str] = field(default_factory=set)
 
-    def resolve(self) -> str:
+    def resolve(self) -> StepStatus:
         if self.failed:
-            return "ERROR"
+            return StepStatus.ERROR
         if self.completed:
-            return "COMPLETED"
+            return StepStatus.COMPLETED
         if self.started:
-            return "IN_PROGRESS"
-        return "PENDING"
+            return StepStatus.IN_PROGRESS
+        return StepStatus.PENDING
 
 
 class PlanTracker:
@@ -222,13 +229,9 @@ class PlanTracker:
         self.last_plan: tuple[str, ...] | None = None
         self.finished: str | None = None
         self.last_seq = 0
-        self.total = 0
-        self.units_done = 0
-        self.pages = 0
-        self.records_fetched = 0
-        self.records_emitted = 0
-        self.sinks: dict[str, int] = {}  # records each sink took
-        self.expected_total: int | None = None  # what the source states it holds
+        # The run's counters, kept by RunState's own methods (the workflow's) and shown
+        # through its view: the stream's progress has GET /tasks/{id}'s keys and rules.
+        self.state = RunState()
         # Pages and records of the fetch batch in flight, per run ("" = this run).
         self._batch: dict[str, tuple[int, int]] = {}
         self._fetch_done = False
@@ -267,9 +270,9 @@ class PlanTracker:
             # A descendant run (a backfill window): its batches count towards this run's
             # steps and progress; its own prepare/finalize/end are not this run's.
             if raw.kind == "run_status":
-                if raw.data.get("status") != "completed":
+                if raw.data.get("status") != RunStatus.COMPLETED:
                     return out
-                self.units_done += 1
+                self.state.current += 1
                 if first:
                     self._plan_if_changed(emit, force=True)
                 emit("progress", self._progress(), "step_fetch")
@@ -296,10 +299,10 @@ class PlanTracker:
                 int(raw.data.get("records", 0)),
             )
             if raw.task_id is None:
-                self.units_done = int(raw.data.get("units_done", self.units_done))
-                self.total = int(raw.data.get("total", self.total))
+                self.state.current = int(raw.data.get("units_done", self.state.current))
+                self.state.total = int(raw.data.get("total", self.state.total))
                 if raw.data.get("expected_total") is not None:
-                    self.expected_total = int(raw.data["expected_total"])
+                    self.state.stats["expected_total"] = int(raw.data["expected_total"])
             emit("progress", self._progress(), raw.step)
         elif raw.kind in CONTROL_EVENTS:
             # An operator's control of the run (pause, resume, a new rate), as the API
@@ -318,7 +321,7 @@ class PlanTracker:
             emit(raw.kind, payload, raw.step)
         elif raw.kind == "run_status":
             status = str(raw.data.get("status"))
-            if status not in TERMINAL:
+            if not is_terminal(status):
                 return out
             self._finish(status)
             self._plan_if_changed(emit, force=first)
@@ -361,7 +364,7 @@ class PlanTracker:
         if raw.data.get("activity") == "finalize_run":
             # The workflow leaves its batch loop before it finalizes: with a completed run
             # every earlier step is done; otherwise the ones still running broke off.
-            ok = raw.data.get("status") == "completed"
+            ok = raw.data.get("status") == RunStatus.COMPLETED
             for name in STEPS[:-1]:
                 st = self.steps[name]
                 if ok:
@@ -385,28 +388,35 @@ class PlanTracker:
         counted = False
         if act == "prepare_params":
             step.completed = True
-            self.total = int(res.get("total", self.total) or 0)
+            self.state.total = int(res.get("total", self.state.total) or 0)
         elif act == "fetch_pages":
-            self.pages += int(res.get("pages", 0))
-            self.records_fetched += int(res.get("records", 0))
             self._batch.pop(raw.task_id or "", None)
             counted = True
             if raw.task_id is not None:
-                return counted  # a window's batch: its completion is not this run's
-            self.units_done = int(res.get("units_done", self.units_done))
-            if res.get("expected_total") is not None:
-                self.expected_total = int(res["expected_total"])
+                # a window's batch: its counts are this run's, its completion is not
+                self.state.add_fetch(
+                    int(res.get("pages", 0)), int(res.get("records", 0)), None, None, False
+                )
+                return counted
+            expected = res.get("expected_total")
+            self.state.add_fetch(
+                int(res.get("pages", 0)),
+                int(res.get("records", 0)),
+                int(res.get("units_done", self.state.current)),
+                int(expected) if expected is not None else None,
+                False,
+            )
             self._fetched_upto = max(self._fetched_upto, int(res.get("next_seq", 0)) - 1)
             if res.get("done"):
                 self._fetch_done = True
                 step.completed = True
         elif act == "process_batch":
+            self.state.processed(int(res.get("records_out", 0)))
+            counted = True
             if raw.task_id is None:
                 self._processed_upto = max(self._processed_upto, int(res.get("last_seq", -1)))
         elif act == "emit_batch":
-            self.records_emitted += int(res.get("records_emitted", 0))
-            for name, n in (res.get("sinks") or {}).items():
-                self.sinks[name] = self.sinks.get(name, 0) + int(n)
+            self.state.emitted(int(res.get("records_emitted", 0)), res.get("sinks") or {})
             if raw.task_id is None:
                 self._emitted_upto = max(self._emitted_upto, int(res.get("last_seq", -1)))
             counted = True
@@ -425,32 +435,34 @@ class PlanTracker:
         for st in self.steps.values():
             if st.open:
                 st.open.clear()
-                if status != "completed":
+                if status != RunStatus.COMPLETED:
                     st.failed.add("interrupted")
-            if status == "completed":
+            if status == RunStatus.COMPLETED:
                 st.completed, st.failed = True, set()
 
     def _progress(self) -> dict[str, Any]:
-        in_flight_pages = sum(p for p, _ in self._batch.values())
-        in_flight_records = sum(r for _, r in self._batch.values())
+        """GET /tasks/{id}'s counters (batches delivered by their activities), and apart
+        from them the pages of the fetch in flight (not counted until it returns)."""
+        state = self.state
         return {
-            "current": self.units_done,
-            "total": self.total,
-            "progress": round(self.units_done / self.total, 4) if self.total else None,
-            "pages": self.pages + in_flight_pages,
-            "records_fetched": self.records_fetched + in_flight_records,
-            "expected_total": self.expected_total,
-            "records_emitted": self.records_emitted,
-            "sinks": dict(self.sinks),
+            "current": state.current,
+            "total": state.total,
+            "progress": round(state.current / state.total, 4) if state.total else None,
+            **stats_view(state.stats),
+            "sinks": dict(state.stats.get("sinks") or {}),
+            "in_flight": {
+                "pages": sum(p for p, _ in self._batch.values()),
+                "records": sum(r for _, r in self._batch.values()),
+            },
         }
 
     def _terminal(self, status: str, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         stats = data.get("stats") or {}
         error = data.get("error") or None
-        if status == "completed":
+        if status == RunStatus.COMPLETED:
             return "complete", {"status": status, "stats": stats}
-        if status == "cancelled":
-            reason = (error or {}).get("message") or "cancelled"
+        if status == RunStatus.CANCELLED:
+            reason = (error or {}).get("message") or RunStatus.CANCELLED.value
             return "cancelled", {
                 "status": status,
                 "cancelled": True,

@@ -81,6 +81,15 @@ class Verdict(StrEnum):
     FAILED = CallbackResult.FAILED.value
 
 
+class AlertStatus(StrEnum):
+    """A crawl alert's state (Prometheus's: ok → pending for its hold → firing)."""
+
+    OK = "ok"
+    PENDING = "pending"
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
 class MirrorHealth(StrEnum):
     """How the run's last write to task storage went (the progress query's
     ``task_store``)."""
@@ -287,13 +296,26 @@ class RunState:
     def fetched(self, result: FetchResult) -> None:
         """A fetch batch came back: its pages and records, the units done, the total the
         sources state."""
-        self.stats["pages"] += result.pages
-        self.stats["records_fetched"] += result.records
+        self.add_fetch(
+            result.pages, result.records, result.units_done, result.expected_total, result.done
+        )
+
+    def add_fetch(
+        self,
+        pages: int,
+        records: int,
+        units_done: int | None,
+        expected_total: int | None,
+        done: bool,
+    ) -> None:
+        self.stats["pages"] += pages
+        self.stats["records_fetched"] += records
         self.stats["batches"] += 1
-        if result.expected_total is not None:
-            self.stats["expected_total"] = result.expected_total
-        self.current = result.units_done
-        if result.done:
+        if expected_total is not None:
+            self.stats["expected_total"] = expected_total
+        if units_done is not None:
+            self.current = units_done
+        if done:
             self.complete("step_fetch")
 
     def processed(self, records: int) -> None:

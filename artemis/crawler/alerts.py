@@ -15,6 +15,7 @@ message also goes to the log (``alert_firing`` / ``alert_resolved``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,9 +24,12 @@ from typing import Any
 from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.engine import Engine
 
+from artemis.config import HttpClientSettings
 from artemis.crawler.cookies import CookiePool
 from artemis.crawler.models import AlertState, Candidate, FetchOutcome
+from artemis.http import HttpClient
 from artemis.logsetup import get_logger
+from artemis.run_state import AlertStatus, CandidateStatus
 
 log = get_logger("artemis.alerts")
 
@@ -91,7 +95,9 @@ def checks(engine: Engine, settings: Any, now: datetime) -> list[Check]:
                 )
             )
             pending = conn.execute(
-                select(func.count()).where(_c.c.platform == platform, _c.c.status == "pending")
+                select(func.count()).where(
+                    _c.c.platform == platform, _c.c.status == CandidateStatus.PENDING
+                )
             ).scalar_one()
             out.append(
                 Check(
@@ -119,26 +125,26 @@ def evaluate(
         with engine.begin() as conn:
             row = conn.execute(select(_a).where(_a.c.key == chk.key)).first()
             if row is None:
-                conn.execute(insert(_a).values(key=chk.key, status="ok", updated_at=now))
+                conn.execute(insert(_a).values(key=chk.key, status=AlertStatus.OK, updated_at=now))
                 row = conn.execute(select(_a).where(_a.c.key == chk.key)).one()
         status, since = row.status, row.since
         values: dict[str, Any] = {"value": chk.value, "updated_at": now}
         if chk.condition:
-            if status == "ok":
-                status, since = "pending", now
+            if status == AlertStatus.OK:
+                status, since = AlertStatus.PENDING, now
                 values.update(status=status, since=since)
-            if status == "pending" and now - since >= chk.hold:
-                message = _message(chk, "firing", since, now)
+            if status == AlertStatus.PENDING and now - since >= chk.hold:
+                message = _message(chk, AlertStatus.FIRING, since, now)
                 if _deliver(send, message):
                     sent.append(message)
-                    values.update(status="firing", fired_at=now)
-        elif status == "firing":
-            message = _message(chk, "resolved", since, now)
+                    values.update(status=AlertStatus.FIRING, fired_at=now)
+        elif status == AlertStatus.FIRING:
+            message = _message(chk, AlertStatus.RESOLVED, since, now)
             if _deliver(send, message):
                 sent.append(message)
-                values.update(status="ok", since=None, resolved_at=now)
-        elif status == "pending":
-            values.update(status="ok", since=None)
+                values.update(status=AlertStatus.OK, since=None, resolved_at=now)
+        elif status == AlertStatus.PENDING:
+            values.update(status=AlertStatus.OK, since=None)
         with engine.begin() as conn:
             conn.execute(update(_a).where(_a.c.key == chk.key).values(**values))
     return sent
@@ -154,7 +160,7 @@ def _message(chk: Check, status: str, since: datetime | None, now: datetime) -> 
         "threshold": chk.threshold,
         "since": since.isoformat() if since else None,
         "at": now.isoformat(),
-        "message": chk.message if status == "firing" else f"resolved: {chk.message}",
+        "message": chk.message if status == AlertStatus.FIRING else f"resolved: {chk.message}",
     }
 
 
@@ -164,21 +170,28 @@ def _deliver(send: Callable[[dict[str, Any]], bool], message: dict[str, Any]) ->
         ok = send(message)
     except Exception as e:
         log.error("alert_delivery_failed", key=message["key"], error=f"{type(e).__name__}: {e}")
-    level = log.error if message["status"] == "firing" else log.info
+    level = log.error if message["status"] == AlertStatus.FIRING else log.info
     level(f"alert_{message['status']}", delivered=ok, **{k: v for k, v in message.items()})
     return ok
 
 
 def webhook_sender(url: str | None, timeout_s: float = 5.0) -> Callable[[dict[str, Any]], bool]:
-    """POST each message to ``alerts.webhook_url`` (no URL: the log alone delivers it)."""
-    import httpx
+    """POST each message to ``alerts.webhook_url`` (no URL: the log alone delivers it).
+
+    ``send`` is synchronous: ``evaluate`` calls it between database transactions, in a
+    thread of its own. Each message goes out through the workers' HTTP client, on an event
+    loop of the call's own (an alert is rare; a client lives for the one message)."""
+
+    async def post(message: dict[str, Any]) -> int:
+        async with HttpClient(HttpClientSettings(timeout_seconds=timeout_s)) as client:
+            return (await client.post(str(url), json=message)).status_code
 
     def send(message: dict[str, Any]) -> bool:
         if not url:
             return True
-        resp = httpx.post(url, json=message, timeout=timeout_s)
-        if resp.status_code >= 300:
-            raise RuntimeError(f"webhook answered HTTP {resp.status_code}")
+        status = asyncio.run(post(message))
+        if status >= 300:
+            raise RuntimeError(f"webhook answered HTTP {status}")
         return True
 
     return send

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine
 from artemis.crawler.models import Candidate, CrawlExecution, SourceNote
 from artemis.db import upsert_insert
 from artemis.errors import ErrorCode
+from artemis.run_state import CandidateStatus, RunStatus
 
 _c = Candidate.__table__  # type: ignore[attr-defined]
 _x = CrawlExecution.__table__  # type: ignore[attr-defined]
@@ -78,7 +79,7 @@ class Claims:
                 "note_id": str(n["note_id"]),
                 "platform": platform,
                 "note_url": n.get("note_url"),
-                "status": "pending",
+                "status": CandidateStatus.PENDING,
                 "retry_count": 0,
                 "source_keyword": keyword,
             }
@@ -96,7 +97,7 @@ class Claims:
     def claim(self, execution_id: str, platform: str, n: int, now: datetime) -> list[Claimed]:
         pick = (
             select(_c.c.id)
-            .where(_c.c.platform == platform, _c.c.status == "pending")
+            .where(_c.c.platform == platform, _c.c.status == CandidateStatus.PENDING)
             .order_by(_c.c.id)
             .limit(n)
         )
@@ -193,7 +194,10 @@ class Claims:
                 update(_c)
                 .where(self._fenced(candidate_id, execution_id))
                 .values(
-                    status=case((new_count >= limit, "failed"), else_="pending"),
+                    status=case(
+                        (new_count >= limit, CandidateStatus.FAILED.value),
+                        else_=CandidateStatus.PENDING.value,
+                    ),
                     retry_count=new_count,
                     processing_lock=None,
                     locked_at=None,
@@ -212,7 +216,12 @@ class Claims:
             conn.execute(
                 update(_c)
                 .where(self._fenced(candidate_id, execution_id))
-                .values(status="pending", processing_lock=None, locked_at=None, updated_at=now)
+                .values(
+                    status=CandidateStatus.PENDING,
+                    processing_lock=None,
+                    locked_at=None,
+                    updated_at=now,
+                )
             )
 
     # -- reclaim ----------------------------------------------------------------------------
@@ -224,7 +233,10 @@ class Claims:
                 update(_c)
                 .where(_c.c.status == "processing", _c.c.locked_at < threshold)
                 .values(
-                    status=case((new_count >= self.max_retry, "failed"), else_="pending"),
+                    status=case(
+                        (new_count >= self.max_retry, CandidateStatus.FAILED.value),
+                        else_=CandidateStatus.PENDING.value,
+                    ),
                     retry_count=new_count,
                     processing_lock=None,
                     locked_at=None,
@@ -235,10 +247,10 @@ class Claims:
             ).all()
             timed_out = conn.execute(
                 update(_x)
-                .where(_x.c.status == "running", _x.c.heartbeat_at < threshold)
-                .values(status="timeout", completed_at=now, error_code=_TIMEOUT)
+                .where(_x.c.status == RunStatus.RUNNING, _x.c.heartbeat_at < threshold)
+                .values(status=RunStatus.TIMEOUT, completed_at=now, error_code=_TIMEOUT)
             ).rowcount
-        failed = sum(1 for r in statuses if r.status == "failed")
+        failed = sum(1 for r in statuses if r.status == CandidateStatus.FAILED)
         return Reclaimed(len(statuses) - failed, failed, timed_out or 0)
 
     # -- executions -------------------------------------------------------------------------
@@ -249,7 +261,7 @@ class Claims:
             .values(
                 workflow_name=workflow_name,
                 execution_id=execution_id,
-                status="running",
+                status=RunStatus.RUNNING,
                 started_at=now,
                 heartbeat_at=now,
             )
@@ -262,10 +274,10 @@ class Claims:
                 update(_x)
                 .where(
                     _x.c.workflow_name == workflow_name,
-                    _x.c.status == "running",
+                    _x.c.status == RunStatus.RUNNING,
                     _x.c.execution_id != execution_id,
                 )
-                .values(status="timeout", completed_at=now, error_code=_TIMEOUT)
+                .values(status=RunStatus.TIMEOUT, completed_at=now, error_code=_TIMEOUT)
             )
             conn.execute(stmt)
 

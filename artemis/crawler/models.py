@@ -10,10 +10,12 @@ from sqlalchemy import JSON, Index, Text, UniqueConstraint, text
 from sqlmodel import Column, Field, SQLModel
 
 from artemis.db import UTCDateTime, utcnow
+from artemis.run_state import TERMINAL, CandidateStatus, RunStatus
 
 COOKIE_STATUSES = ("active", "cooling", "invalid", "banned", "disabled")
-CANDIDATE_STATUSES = ("pending", "processing", "collected", "failed")
-EXECUTION_STATUSES = ("running", "completed", "failed", "cancelled", "timeout")
+CANDIDATE_STATUSES = tuple(CandidateStatus)
+# An execution record has a run's statuses (it is written by the run).
+EXECUTION_STATUSES = (RunStatus.RUNNING, *sorted(TERMINAL))
 
 
 class VaultKey(SQLModel, table=True):
@@ -65,7 +67,7 @@ class Candidate(SQLModel, table=True):
     note_id: str = Field(max_length=100)
     platform: str = Field(max_length=50)
     note_url: str | None = Field(default=None, max_length=1000)
-    status: str = Field(default="pending", max_length=16)
+    status: str = Field(default=CandidateStatus.PENDING.value, max_length=16)
     processing_lock: str | None = Field(default=None, max_length=100)
     locked_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     retry_count: int = 0
@@ -85,8 +87,8 @@ class CrawlExecution(SQLModel, table=True):
             "uq_tbl_crawl_execution_running",
             "workflow_name",
             unique=True,
-            sqlite_where=text("status = 'running'"),
-            postgresql_where=text("status = 'running'"),
+            sqlite_where=text(f"status = '{RunStatus.RUNNING}'"),
+            postgresql_where=text(f"status = '{RunStatus.RUNNING}'"),
         ),
         Index("ix_tbl_crawl_execution_heartbeat", "status", "heartbeat_at"),
     )
@@ -94,7 +96,7 @@ class CrawlExecution(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     workflow_name: str = Field(max_length=200)
     execution_id: str = Field(max_length=100, unique=True)
-    status: str = Field(default="running", max_length=16)
+    status: str = Field(default=RunStatus.RUNNING.value, max_length=16)
     started_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     heartbeat_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     completed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)

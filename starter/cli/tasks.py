@@ -10,6 +10,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from artemis.run_state import RunStatus
 from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _parse_kv, _settings, console
 from starter.cli.watch import iter_events, watch_task
 
@@ -89,7 +90,7 @@ def run(
         return
     final = watch_task(base, task_id, settings)
     console.print_json(data=final)
-    if final.get("status") != "completed":
+    if final.get("status") != RunStatus.COMPLETED:
         raise typer.Exit(1)
 
 

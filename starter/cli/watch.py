@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from artemis.config import Settings
-from artemis.run_state import TERMINAL
+from artemis.run_state import TERMINAL, StepStatus
 from starter.cli._common import _call, _call_error, _fail, _headers, console
 
 TERMINAL_EVENTS = ("complete", "error", "cancelled")
@@ -30,10 +30,10 @@ STREAM_TIMEOUT = httpx.Timeout(30, read=None)  # a quiet run sends nothing for a
 CLOSE_WAIT_S = 30
 
 _ICONS = {
-    "PENDING": "[dim]○ pending[/dim]",
-    "IN_PROGRESS": "[yellow]◐ in progress[/yellow]",
-    "COMPLETED": "[green]● completed[/green]",
-    "ERROR": "[red]✖ error[/red]",
+    StepStatus.PENDING: "[dim]○ pending[/dim]",
+    StepStatus.IN_PROGRESS: "[yellow]◐ in progress[/yellow]",
+    StepStatus.COMPLETED: "[green]● completed[/green]",
+    StepStatus.ERROR: "[red]✖ error[/red]",
     "SKIPPED": "[dim]– skipped[/dim]",
 }
 
@@ -97,8 +97,10 @@ def _activity_text(ev: dict[str, Any]) -> str:
 def _progress_text(c: dict[str, Any]) -> str:
     total = c.get("total") or 0
     units = f"{c.get('current', 0)}/{total} units · " if total else ""
+    flight = c.get("in_flight") or {}
+    fetching = f" (+{flight['pages']} fetching)" if flight.get("pages") else ""
     return (
-        f"{units}{c.get('pages', 0)} pages · "
+        f"{units}{c.get('pages', 0)} pages{fetching} · "
         f"{c.get('records_fetched', 0)} fetched · {c.get('records_emitted', 0)} emitted"
     )
 
@@ -146,7 +148,8 @@ class StepView:
         table.add_column("status")
         for t in self.todos:
             status = t["status"]
-            if status == "PENDING" and self.ended and self.ended.get("event") != "complete":
+            ended = self.ended and self.ended.get("event") != "complete"
+            if status == StepStatus.PENDING and ended:
                 status = "SKIPPED"  # the run ended before this step
             table.add_row(t.get("content", t["id"]), _ICONS.get(status, status))
         if self.counters:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from artemis.events import PlanTracker, RawEvent, cursor_of, plan_id_for
+from artemis.run_state import STAT_KEYS
 
 
 class Raw:
@@ -111,8 +112,14 @@ def test_plan_update_first_then_steps_in_order_and_one_terminal_event():
         if e["event"] == "activity_start" and e["activity"] == "emit_batch":
             assert e["planId"] == "step_emit"
     progress = [e for e in events if e["event"] == "progress"]
-    assert [p["records_fetched"] for p in progress] == [10, 20, 20]
+    # The counters are GET /tasks/{id}'s (a batch counts once its activity returned); the
+    # fetch in flight shows apart.
+    assert [p["records_fetched"] for p in progress] == [0, 20, 20, 20]
+    assert [p["in_flight"]["records"] for p in progress] == [10, 0, 0, 0]
+    assert [p["records_processed"] for p in progress] == [0, 0, 20, 20]
+    assert progress[-1]["batches"] == 1 and progress[-1]["pages"] == 2
     assert progress[-1]["records_emitted"] == 20 and progress[-1]["progress"] == 1.0
+    assert set(progress[-1]) >= {*STAT_KEYS, "expected_total", "current", "total"}
     # SSE ids unique and increasing; payload ids unique except the plan's stable one.
     cursors = [cursor_of(e["sse"]) for e in events]
     assert cursors == sorted(set(cursors))
@@ -206,7 +213,8 @@ def test_a_backfill_stream_counts_its_windows_but_ends_only_with_itself():
     assert [e["event"] for e in events].count("complete") == 0  # a window's end is not ours
     progress = [e for e in events if e["event"] == "progress"]
     assert progress[-1]["current"] == 1 and progress[-1]["total"] == 2
-    assert progress[-1]["records_fetched"] == 14 + 5  # w0 done, w1 in flight
+    assert progress[-1]["records_fetched"] == 14  # w0's batch returned
+    assert progress[-1]["in_flight"]["records"] == 5  # w1's in flight
     assert progress[-1]["records_emitted"] == 14
     last = plans(events)[-1]
     assert last["step_fetch"] == "IN_PROGRESS" and last["step_finalize"] == "PENDING"

@@ -1,0 +1,98 @@
+"""Blocking work stays off the event loop (issue 21): a task's synchronous hooks (the
+literature task's registry queries in prepare, its finalize's database writes), run
+secrets and the stores run in threads. With asyncio's debug mode on, a callback that
+holds the loop longer than ``slow_callback_duration`` is logged by asyncio itself; an
+end-to-end harvest (API, worker and activities in this process's loop) logs none."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+
+from tests.conftest import new_task_id
+
+SLOW_S = 0.1
+
+
+class _SlowCallbacks(logging.Handler):
+    """asyncio's own report of a slow callback: "Executing <Handle ...> took 0.123
+    seconds" (logged at WARNING by the ``asyncio`` logger in debug mode)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Executing ") and " took " in message:
+            self.seen.append(message)
+
+
+async def _harvest(stack, task_id: str, **params) -> dict:
+    resp = await stack.run(
+        {"meta": {"task_id": task_id}, "params": params}, code="literature_harvest", mode="sync"
+    )
+    assert resp.status_code == 200, resp.text
+    data = resp.json()["data"]
+    assert data["status"] == "completed", data
+    return data
+
+
+async def test_a_harvest_holds_the_event_loop_no_longer_than_100_ms(stack):
+    params = {
+        "provenance": "pubmed",
+        "task_type": "harvest",
+        "query": "cancer",
+        "start": "2025-01-01",
+        "end": "2025-01-05",
+    }
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        await http.post("/_control/literature", json={"reset": True})
+    # A first run imports and builds what a worker builds once (modules, models, engines):
+    # one-time costs, not blocking I/O.
+    await _harvest(stack, new_task_id(), **params)
+
+    loop = asyncio.get_running_loop()
+    handler = _SlowCallbacks()
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.addHandler(handler)
+    was_debug, was_slow = loop.get_debug(), loop.slow_callback_duration
+    loop.set_debug(True)
+    loop.slow_callback_duration = SLOW_S
+    try:
+        data = await _harvest(stack, new_task_id(), **params)
+    finally:
+        loop.set_debug(was_debug)
+        loop.slow_callback_duration = was_slow
+        asyncio_log.removeHandler(handler)
+    assert data["stats"]["records_emitted"] == 150  # 5 days x 30 a day
+    assert handler.seen == [], "\n".join(handler.seen)
+
+
+async def test_the_check_sees_a_blocking_callback() -> None:
+    """The check can fail: a callback that blocks the loop for 0.2 s is reported."""
+    loop = asyncio.get_running_loop()
+    handler = _SlowCallbacks()
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.addHandler(handler)
+    was_debug, was_slow = loop.get_debug(), loop.slow_callback_duration
+    loop.set_debug(True)
+    loop.slow_callback_duration = SLOW_S
+    done = asyncio.Event()
+
+    def block() -> None:
+        time.sleep(2 * SLOW_S)  # the kind of call the activities must not make
+        done.set()
+
+    try:
+        loop.call_soon(block)
+        await done.wait()
+        await asyncio.sleep(0)  # the loop logs the slow handle once it has run it
+    finally:
+        loop.set_debug(was_debug)
+        loop.slow_callback_duration = was_slow
+        asyncio_log.removeHandler(handler)
+    assert any("block" in m for m in handler.seen), handler.seen
