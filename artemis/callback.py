@@ -13,17 +13,20 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from artemis.config import CallbackSettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import AnswerTooLarge, HttpClient
+from artemis.http import AnswerTooLarge, HttpClient, TransportError
 from artemis.logsetup import get_logger, register_secret
 from artemis.metrics import CALLBACKS
+from artemis.run_state import CallbackResult, RunStatus
 from artemis.security import check_request_host, is_bare_host
 from artemis.tracing import TraceContext
 
 log = get_logger(__name__)
+
+# The CronJob protocol's finalize: the first try and 3 retries (0.5 s, 1 s, 2 s), as the
+# workflow's retry policy runs them; the activity reads its attempt against this.
+FINALIZE_MAX_ATTEMPTS = 4
 
 
 @dataclass
@@ -188,7 +191,7 @@ class CallbackClient:
                 timeout=self.settings.timeout_seconds,
             )
             ok = 200 <= resp.status_code < 300
-            CALLBACKS.labels("progress", "ok" if ok else "failed").inc()
+            CALLBACKS.labels("progress", "ok" if ok else CallbackResult.FAILED.value).inc()
             log.info(
                 "callback_progress",
                 **fields,
@@ -196,8 +199,8 @@ class CallbackClient:
                 status=resp.status_code,
                 ok=ok,
             )
-        except httpx.HTTPError as e:
-            CALLBACKS.labels("progress", "failed").inc()
+        except TransportError as e:
+            CALLBACKS.labels("progress", CallbackResult.FAILED.value).inc()
             log.warning("callback_progress", **fields, ok=False, error=f"{type(e).__name__}: {e}")
         return now_ms
 
@@ -217,7 +220,7 @@ class CallbackClient:
                 headers=self._headers(f"{self.run_key}:finalize{key_suffix}"),
                 timeout=self.settings.timeout_seconds,
             )
-        except httpx.HTTPError as e:
+        except TransportError as e:
             detail = f"{type(e).__name__}: {e}"
             log.warning(
                 "callback_finalize_failure",
@@ -252,12 +255,15 @@ class CallbackClient:
 
 def finalize_body(status: str, stats: dict[str, Any], error_message: str | None) -> dict[str, Any]:
     """The exact finalize bodies of the protocol."""
-    if status == "completed":
+    if status == RunStatus.COMPLETED:
         return {
-            "result": "success",
+            "result": CallbackResult.SUCCESS.value,
             "code": 200,
             "body": json.dumps(stats, separators=(",", ":"), sort_keys=True),
         }
-    if status == "timeout":
-        return {"result": "failed_timeout", "error_message": "callback_deadline_exceeded"}
-    return {"result": "failed", "error_message": error_message or status}
+    if status == RunStatus.TIMEOUT:
+        return {
+            "result": CallbackResult.FAILED_TIMEOUT.value,
+            "error_message": "callback_deadline_exceeded",
+        }
+    return {"result": CallbackResult.FAILED.value, "error_message": error_message or status}

@@ -1,42 +1,84 @@
-"""The one HTTP client factory, and the mapping of transport failures onto error codes."""
+"""The workers' one HTTP client, and the types its callers see.
+
+aiohttp does the work underneath; nothing of it leaves this module. Callers get an
+:class:`Answer` (with :class:`Headers`) or one of the :class:`TransportError` family, into
+which every aiohttp, OS and TLS failure is mapped here, once (``_mapped``). The last part
+turns both into error codes (``transport_error``, ``status_error``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import functools
 import json
+import os
 import re
-from collections.abc import Mapping
+import socket
+import ssl
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 from urllib.request import getproxies, proxy_bypass_environment  # type: ignore[attr-defined]
 
 import aiohttp
-import httpx
+import certifi
 import yarl
 
 from artemis import jsonio
 from artemis.config import HttpClientSettings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import redact_text
-from artemis.outage import status_reason
+from artemis.outage import is_transient_status, status_reason
 
 Params = Mapping[str, Any] | None
 
 
+class Headers(Mapping[str, str]):
+    """An answer's headers: names case-insensitive (iterated lower-case), the values of a
+    repeated header joined with ", " (RFC 9110 §5.3), so ``Link`` or ``Set-Cookie`` sent
+    twice reads as one value."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, items: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+        values: dict[str, str] = {}
+        for name, value in items.items() if isinstance(items, Mapping) else items:
+            key = name.lower()
+            values[key] = f"{values[key]}, {value}" if key in values else value
+        self._values = values
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._values!r})"
+
+
 class Answer:
     """One HTTP answer, read whole: what the sources, sinks and the callback look at
-    (``status_code``, ``headers`` with httpx's semantics, ``content``, ``text``, ``json()``)."""
+    (``status_code``, ``headers``, ``content``, ``text``, ``json()``, ``url``)."""
 
     __slots__ = ("status_code", "headers", "content", "url", "_charset")
 
     def __init__(
         self,
         status_code: int,
-        headers: httpx.Headers,
-        content: bytes,
-        url: str,
-        charset: str | None,
+        headers: Headers,
+        content: bytes = b"",
+        url: str = "",
+        charset: str | None = None,
     ) -> None:
         self.status_code = status_code
         self.headers = headers
@@ -49,7 +91,7 @@ class Answer:
         charset = self._charset or "utf-8"
         try:
             codecs.lookup(charset)
-        except LookupError:  # a charset nobody knows (``utf8mb4``): UTF-8, as httpx reads it
+        except LookupError:  # a charset nobody knows (``utf8mb4``): read as UTF-8
             charset = "utf-8"
         return self.content.decode(charset, errors="replace")
 
@@ -61,16 +103,73 @@ class Answer:
             return json.loads(self.content)  # bytes: the stdlib detects BOM and UTF-16/32
 
 
+class TransportError(Exception):
+    """No usable answer: the request could not be sent or its answer not read whole.
+
+    Retrying may help (except :class:`AnswerTooLarge`). The message never carries the URL's
+    query (an API key may be a parameter); ``reason`` is a few words for an operator, the
+    ones an outage shows ("connection refused", "read timed out", ...)."""
+
+    reason = "network error"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+
+class ConnectError(TransportError):
+    """No connection: refused, a name that does not resolve, a failed TLS handshake."""
+
+    reason = "cannot connect"
+
+
+class TransportTimeout(TransportError):
+    reason = "timed out"
+
+
+class ConnectTimeout(TransportTimeout):
+    reason = "connect timed out"
+
+
+class ReadTimeout(TransportTimeout):
+    """No answer, or not all of it, in time (an answer that trickles in included)."""
+
+    reason = "read timed out"
+
+
+class ProtocolError(TransportError):
+    """The server broke HTTP: closed the connection mid-answer, or answered garbage."""
+
+    reason = "connection closed mid-answer"
+
+
+class InvalidURL(TransportError):
+    """A URL no request can be sent to (not http(s), a broken host or port)."""
+
+    reason = "invalid URL"
+
+
+class AnswerTooLarge(TransportError):
+    """An answer larger than the reader's bound (after decompression): no retry helps."""
+
+    reason = "answer too large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"answer larger than {limit} bytes (http_client.max_body_bytes)")
+        self.limit = limit
+
+
 class HttpClient:
     """The workers' HTTP client for sources, sinks and callbacks.
 
     aiohttp underneath: on this project's bench (loopback, 100-record JSON pages) a GET or
     POST cost 0.15-0.20 ms of CPU against httpx's 0.69-0.83 ms, and a harvest's worker is
-    CPU-bound on its requests (two per page). The surface is the part of httpx's the
-    callers use (``get``/``post`` with ``params``, ``headers``, ``content``/``data``/``json``,
-    ``timeout``); URLs go out as httpx encodes them, the answer keeps httpx's header
-    semantics, TLS trusts what httpx trusts, and transport failures are raised as httpx's
-    exceptions with messages that never carry a query (an API key may be a parameter).
+    CPU-bound on its requests (two per page). The surface is what the callers use
+    (``get``/``post`` with ``params``, ``headers``, ``content``/``data``/``json``,
+    ``timeout``, ``max_bytes``). URLs go out percent-encoded by the WHATWG URL standard's
+    sets (``encode_url``); TLS trusts certifi's bundle (or ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR``); proxies come from ``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY``.
     Redirects are never followed (a 3xx could lead a request-supplied URL past
     ``security.allowed_hosts``) and no cookie is kept between requests (a crawler's cookie
     belongs to the one request that names it).
@@ -80,7 +179,7 @@ class HttpClient:
     wait longer than T; besides, the answer's headers must arrive within 2T (connect plus
     read) of the start, the upload included (aiohttp has no write timeout: a hung upload
     is cut there), and its body must be read whole within T of the headers, so an answer
-    that trickles in a byte at a time is a ``httpx.ReadTimeout`` too."""
+    that trickles in a byte at a time is a :class:`ReadTimeout` too."""
 
     def __init__(self, settings: HttpClientSettings) -> None:
         self._settings = settings
@@ -100,14 +199,13 @@ class HttpClient:
         if self._session is None or self._session.closed or self._loop is not loop:
             s = self._settings
             self._loop = loop
-            # Proxies from the environment as httpx reads them (HTTP(S)_PROXY, ALL_PROXY,
-            # NO_PROXY), resolved here: aiohttp's own lookup would also read ~/.netrc on
-            # every request and send its passwords.
+            # Proxies from the environment, resolved here: aiohttp's own lookup
+            # (trust_env) would also read ~/.netrc on every request and send its passwords.
             self._proxies = getproxies()
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=s.max_connections,
-                    ssl=httpx.create_ssl_context(verify=True) if s.verify_ssl else False,
+                    ssl=_ssl_context() if s.verify_ssl else False,
                 ),
                 headers=dict(s.headers),
                 timeout=self._timeout,
@@ -117,11 +215,11 @@ class HttpClient:
             )
         return self._session
 
-    def _proxy_for(self, url: httpx.URL) -> str | None:
+    def _proxy_for(self, url: yarl.URL) -> str | None:
         if not self._proxies:
             return None
         proxy = self._proxies.get(url.scheme) or self._proxies.get("all")
-        if not proxy or proxy_bypass_environment(url.host, self._proxies):
+        if not proxy or proxy_bypass_environment(url.raw_host, self._proxies):
             return None
         return proxy
 
@@ -174,12 +272,12 @@ class HttpClient:
         timeout: float | None = None,
         max_bytes: int | None = None,
     ) -> Answer:
+        """One request, its answer read whole; raises only :class:`TransportError`s."""
         try:
             full = with_params(url, params)
-            # Encoded as httpx encodes it, then sent as is (yarl would re-quote a query).
-            target = httpx.URL(full)
-        except (ValueError, httpx.InvalidURL) as e:
-            raise _as_httpx_error(e, method, url) from e
+            target = encode_url(full)
+        except ValueError as e:
+            raise _mapped(e, url) from e
         body: bytes | str | None = content
         send_headers = dict(headers or {})
         if data:
@@ -199,7 +297,7 @@ class HttpClient:
             async with deadline:
                 async with session.request(
                     method,
-                    yarl.URL(str(target), encoded=True),
+                    target,
                     data=body,
                     headers=send_headers,
                     allow_redirects=False,
@@ -215,7 +313,9 @@ class HttpClient:
                     )
                     return Answer(
                         resp.status,
-                        httpx.Headers(list(resp.raw_headers)),
+                        Headers(
+                            (k.decode("latin-1"), _header_value(v)) for k, v in resp.raw_headers
+                        ),
                         payload,
                         full,
                         resp.charset,
@@ -223,13 +323,10 @@ class HttpClient:
         except TimeoutError as e:
             if deadline.expired():
                 what = "body not read whole" if headers_in else "no answer headers"
-                raise httpx.ReadTimeout(
-                    f"{what} within {wait:g} s (read timeout)",
-                    request=_request_of(method, full),
-                ) from e
-            raise _as_httpx_error(e, method, full) from e
+                raise ReadTimeout(f"{what} within {wait:g} s (read timeout)") from e
+            raise _mapped(e, full) from e
         except (aiohttp.ClientError, ValueError, OSError) as e:
-            raise _as_httpx_error(e, method, full) from e
+            raise _mapped(e, full) from e
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -243,12 +340,25 @@ class HttpClient:
         await self.aclose()
 
 
-class AnswerTooLarge(httpx.DecodingError):
-    """An answer larger than the reader's bound (after decompression): no retry helps."""
+def make_client(settings: HttpClientSettings) -> HttpClient:
+    return HttpClient(settings)
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"answer larger than {limit} bytes (http_client.max_body_bytes)")
-        self.limit = limit
+
+def _ssl_context() -> ssl.SSLContext:
+    """What TLS trusts: the operator's bundle (``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), else
+    certifi's (a slim image may have no system store at all)."""
+    if os.environ.get("SSL_CERT_FILE"):
+        return ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+    if os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context(capath=os.environ["SSL_CERT_DIR"])
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def _header_value(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:  # RFC 9110's historical charset for field values
+        return raw.decode("latin-1")
 
 
 async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -268,8 +378,61 @@ async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(parts)
 
 
+# --- URLs -----------------------------------------------------------------------------
+
+# The WHATWG URL standard's percent-encode sets (what browsers and httpx send): a byte
+# outside them is encoded, an escape already there ("%2F") is kept as it is — a signed or
+# next-page URL goes out byte for byte.
+_QUERY_SAFE = "".join(chr(i) for i in range(0x21, 0x7F) if chr(i) not in '"#<>')
+_PATH_SAFE = "".join(c for c in _QUERY_SAFE if c not in "?`{}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def encode_url(url: str) -> yarl.URL:
+    """``url`` as it goes on the wire: host IDNA-encoded and lower-cased, a default port
+    dropped, dot segments removed from the path, path and query percent-encoded by the
+    WHATWG sets, the fragment dropped. ValueError: not an http(s) URL one can send to."""
+    if _CONTROL.search(url):
+        # urlsplit would drop a tab or a CR LF silently; such a URL is a mistake or an
+        # attempt at a header of one's own, and is refused.
+        raise ValueError("a control character in the URL")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not an http(s) URL: {url.split('?', 1)[0]!r}")
+    path = quote(_without_dot_segments(parts.path) or "/", safe=_PATH_SAFE)
+    query = quote(parts.query, safe=_QUERY_SAFE)
+    # encoded=True: yarl would otherwise re-quote the query ("%2F" sent as "/").
+    return yarl.URL(
+        f"{_origin(scheme, parts.netloc)}{path}{'?' if query else ''}{query}", encoded=True
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _origin(scheme: str, netloc: str) -> str:
+    # yarl checks the port and encodes the host (IDNA) and user info.
+    return str(yarl.URL.build(scheme=scheme, authority=netloc))
+
+
+def _without_dot_segments(path: str) -> str:
+    """``/a/./b/../c`` as ``/a/c`` (RFC 3986 §5.2.4; a trailing ``..`` leaves no slash)."""
+    if "." not in path:
+        return path
+    segments = path.split("/")
+    if "." not in segments and ".." not in segments:
+        return path
+    out: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            if out and out != [""]:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    return "/".join(out)
+
+
 def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """httpx's query encoding of a mapping: a list value repeats its key, True/False are
+    """A mapping as query pairs: a list value repeats its key, True/False are
     ``true``/``false``, None is empty."""
     out: list[tuple[str, str]] = []
     for k, v in params.items():
@@ -304,124 +467,109 @@ def with_params(url: str, params: Params) -> str:
     return parts._replace(query=query).geturl()
 
 
+def header_links(value: str) -> dict[str, dict[str, str]]:
+    """The links of a ``Link`` header (RFC 8288) by ``rel`` (a link without one: by its
+    URL), each a dict of its ``url``, as given, and its parameters; ``{}`` when the value
+    holds none."""
+    links: dict[str, dict[str, str]] = {}
+    value = value.strip(" '\"")
+    if not value:
+        return links
+    for item in re.split(", *<", value):
+        url, _, params = item.partition(";")
+        link = {"url": url.strip("<> '\"")}
+        for param in params.split(";") if params else ():
+            key, eq, val = param.partition("=")
+            if not eq or "=" in val:
+                break
+            link[key.strip(" '\"")] = val.strip(" '\"")
+        links[link.get("rel") or link["url"]] = link
+    return links
+
+
+# --- transport failures -----------------------------------------------------------------
+
 _QUERY = re.compile(r"\?[^\s'\"]*")
 
 
-def _request_of(method: str, url: str) -> httpx.Request | None:
-    try:
-        return httpx.Request(method, url)
-    except httpx.InvalidURL:
-        return None
-
-
-def _as_httpx_error(e: BaseException, method: str, url: str) -> httpx.HTTPError:
-    """aiohttp's transport failures as httpx's, under the same names callers report. The
-    text never carries a query: aiohttp puts the whole URL into some of its messages."""
-    request = _request_of(method, url)
+def _mapped(e: BaseException, url: str) -> TransportError:
+    """An aiohttp, OS, TLS or URL failure as ours: the one place that knows aiohttp's
+    exceptions. The text never carries a query: aiohttp puts the whole URL into some of
+    its messages."""
     if isinstance(e, aiohttp.ClientResponseError):
         text = f"{type(e).__name__}: {e.status}, {e.message}"
     else:
         text = str(e) or type(e).__name__
     text = _QUERY.sub("?…", text)
-    cls: type[httpx.TransportError]
     if isinstance(e, aiohttp.ConnectionTimeoutError):
-        cls = httpx.ConnectTimeout
-    elif isinstance(e, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        cls = httpx.ReadTimeout
-    elif isinstance(e, aiohttp.ClientConnectorError):
-        cls = httpx.ConnectError
-    elif isinstance(
-        e,
-        aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientResponseError,
-    ):
-        cls = httpx.RemoteProtocolError
-    elif isinstance(e, aiohttp.InvalidURL | ValueError | httpx.InvalidURL):
-        cls = httpx.UnsupportedProtocol
-        text = f"invalid request to {url.split('?', 1)[0]!r}: {text}"
-    else:
-        cls = httpx.NetworkError
-    return cls(text, request=request)
+        return ConnectTimeout(text)
+    if isinstance(e, TimeoutError):  # aiohttp's ServerTimeoutError (a read) is one
+        return ReadTimeout(text)
+    if isinstance(getattr(e, "os_error", None), socket.gaierror):
+        return ConnectError(text, reason="name not resolved")
+    if isinstance(e, aiohttp.ClientSSLError):
+        return ConnectError(text, reason="TLS handshake failed")
+    if isinstance(e, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):
+        return ConnectError(text, reason="proxy unreachable")
+    if isinstance(e, aiohttp.ClientConnectorError):
+        refused = isinstance(e.os_error, ConnectionRefusedError)
+        return ConnectError(text, reason="connection refused" if refused else None)
+    if isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return ProtocolError(text)
+    if isinstance(e, aiohttp.ClientResponseError):
+        return ProtocolError(text, reason="malformed answer")
+    if isinstance(e, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError | ValueError):
+        return InvalidURL(f"invalid request to {url.split('?', 1)[0]!r}: {text}")
+    reset = isinstance(e, ConnectionResetError) or "reset" in text.lower()
+    return TransportError(text, reason="connection reset" if reset else None)
 
 
-def make_client(settings: HttpClientSettings) -> HttpClient:
-    return HttpClient(settings)
+# --- onto error codes -------------------------------------------------------------------
 
 
-# What error classification reads: an answer of ours, or httpx's own (a source's custom
-# sender may still use httpx).
-Response = Answer | httpx.Response
-
-
-def transport_error(code: ErrorCode, what: str, exc: httpx.HTTPError) -> ArtemisError:
-    """Turn a transport failure into a retryable error naming what was being done; an
-    answer past its size bound is final (a source's: SOURCE_CONTRACT)."""
+def transport_error(code: ErrorCode, what: str, exc: TransportError) -> ArtemisError:
+    """A transport failure as a retryable error naming what was being done; an answer past
+    its size bound is final (a source's: SOURCE_CONTRACT)."""
     if isinstance(exc, AnswerTooLarge):
         return ArtemisError(
             ErrorCode.SOURCE_CONTRACT if code is ErrorCode.SOURCE_ERROR else code,
             f"{what}: {exc}",
             retryable=False,
-            details={"reason": "answer too large", "limit": exc.limit},
+            details={"reason": exc.reason, "limit": exc.limit},
         )
-    if isinstance(exc, httpx.TimeoutException):
-        reason = "connect timed out" if isinstance(exc, httpx.ConnectTimeout) else "read timed out"
-        return ArtemisError(
-            ErrorCode.TIMEOUT_ERROR if code is ErrorCode.TIMEOUT_ERROR else code,
-            f"{what}: timed out ({type(exc).__name__})",
-            retryable=True,
-            details={"reason": reason},
-        )
-    return ArtemisError(
-        code,
-        f"{what}: {type(exc).__name__}: {exc}",
-        retryable=True,
-        details={"reason": _transport_reason(exc)},
-    )
+    if isinstance(exc, TransportTimeout):
+        message = f"{what}: timed out ({type(exc).__name__})"
+    else:
+        message = f"{what}: {type(exc).__name__}: {exc}"
+    return ArtemisError(code, message, retryable=True, details={"reason": exc.reason})
 
 
-def _transport_reason(exc: httpx.HTTPError) -> str:
-    """A few words for an operator: what the transport failure was."""
-    text = str(exc).lower()
-    if isinstance(exc, httpx.ConnectError):
-        if "refused" in text:
-            return "connection refused"
-        if "name" in text or "resolve" in text or "dns" in text:
-            return "name not resolved"
-        return "cannot connect"
-    if "reset" in text:
-        return "connection reset"
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return "connection closed mid-answer"
-    return type(exc).__name__
-
-
-RETRYABLE_STATUSES = (408, 425, 429)
-
-
-def status_error(code: ErrorCode, what: str, response: Response) -> ArtemisError:
+def status_error(code: ErrorCode, what: str, response: Answer) -> ArtemisError:
     """An error answer: 408/425/429 and 5xx may pass on retry; any other 4xx cannot."""
     status = response.status_code
     return ArtemisError(
         code,
         # redacted before it is cut: a secret across the cut would leave its start
         f"{what} answered {status}: {redact_text(response.text)[:300]}",
-        retryable=status in RETRYABLE_STATUSES or status >= 500,
+        retryable=is_transient_status(status),
         details={"status": status, "reason": status_reason(status)},
         retry_after_s=retry_after_seconds(response),
     )
 
 
-def retry_after_seconds(response: Response) -> float | None:
+def retry_after_seconds(response: Answer) -> float | None:
+    """``Retry-After`` in seconds (a number of seconds or an HTTP date); None: absent."""
     value = response.headers.get("Retry-After")
     if not value:
         return None
     try:
         return max(0.0, float(value))
     except ValueError:
-        from datetime import UTC, datetime
-        from email.utils import parsedate_to_datetime
-
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, (when - datetime.now(UTC)).total_seconds())
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": a date in UTC with no zone said
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

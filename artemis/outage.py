@@ -41,6 +41,15 @@ UNAVAILABLE = {
     "store": ErrorCode.INTERNAL,
 }
 
+# The 4xx answers that may pass on retry (Request Timeout, Too Early, Too Many Requests);
+# every 5xx may too.
+TRANSIENT_4XX = frozenset({408, 425, 429})
+
+
+def is_transient_status(status: int) -> bool:
+    """An error answer a later attempt may not get: 408, 425, 429 or any 5xx."""
+    return status in TRANSIENT_4XX or status >= 500
+
 
 def status_reason(status: int) -> str:
     """``503 Service Unavailable``: a status with its phrase."""

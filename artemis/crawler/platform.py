@@ -18,11 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from artemis.config import PlatformSettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import AnswerTooLarge, HttpClient, retry_after_seconds
+from artemis.http import (
+    AnswerTooLarge,
+    HttpClient,
+    TransportError,
+    TransportTimeout,
+    retry_after_seconds,
+)
 from artemis.security import is_safe_id
 from artemis.sources.paginators import as_count, contract_error, json_path_lookup
 
@@ -55,7 +59,7 @@ class HttpJsonPlatform:
             resp = await client.get(
                 url, params=params, headers=self._headers(cookie), timeout=timeout
             )
-        except httpx.TimeoutException:
+        except TransportTimeout:
             raise ArtemisError(
                 ErrorCode.TIMEOUT_ERROR, f"{self.name} {what}: no answer within {timeout:g} s"
             ) from None
@@ -63,7 +67,7 @@ class HttpJsonPlatform:
             raise ArtemisError(
                 ErrorCode.PLATFORM_ERROR, f"{self.name} {what}: {e}", retryable=False
             ) from None
-        except httpx.HTTPError as e:
+        except TransportError as e:
             raise ArtemisError(
                 ErrorCode.NETWORK_ERROR, f"{self.name} {what}: {type(e).__name__}"
             ) from None

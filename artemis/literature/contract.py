@@ -12,13 +12,19 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
-import httpx
 from sqlalchemy import select
 
 from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import HttpClient, Response, retry_after_seconds, status_error, transport_error
+from artemis.http import (
+    Answer,
+    HttpClient,
+    TransportError,
+    retry_after_seconds,
+    status_error,
+    transport_error,
+)
 from artemis.logsetup import get_logger, register_secret
 from artemis.ratelimit import TokenBucket, gate_for
 from artemis.registry.models import PAGINATION_MODES, RegProvCredential
@@ -169,7 +175,7 @@ class Credentials:
             raise ArtemisError(ErrorCode.CONFIG_ERROR, f"auth_type_code {kind!r} is unknown")
         return int(cred["id"])
 
-    def bench(self, cred_id: int, resp: Response) -> bool:
+    def bench(self, cred_id: int, resp: Answer) -> bool:
         """Take a key out after 401/403/429; True when another key is healthy now."""
         if resp.status_code == 429:
             seconds = retry_after_seconds(resp) or 60.0
@@ -220,7 +226,7 @@ class ContractClient:
         self.run_bucket = TokenBucket(qps_override, 1) if qps_override else None
         self.credentials = Credentials(contract, settings)
 
-    def status_error(self, what: str, resp: Response) -> ArtemisError:
+    def status_error(self, what: str, resp: Answer) -> ArtemisError:
         """An error answer classified by the contract's retry cfg: statuses in
         ``giveup_http_statuses_json`` are final, those in ``retry_http_statuses_json`` are
         retried; ``Retry-After`` becomes the next retry's delay when ``respect_retry_after``."""
@@ -245,7 +251,7 @@ class ContractClient:
 
     async def send(
         self, client: HttpClient, method: str, url: str, params: dict[str, Any], what: str
-    ) -> Response:
+    ) -> Answer:
         """One request under the rate limit with the first healthy credential; on 401/403/429
         the key is benched and the request goes again with the next one."""
         # Credentials go only to the contract's own origin (SPEC §5): a URL elsewhere is
@@ -268,7 +274,7 @@ class ContractClient:
                         timeout=self.timeout,
                         max_bytes=self.max_bytes,
                     )
-            except httpx.HTTPError as e:
+            except TransportError as e:
                 raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
             if (
                 cred_id is not None

@@ -10,12 +10,12 @@ from typing import Any
 
 from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import HttpClient, Response
+from artemis.http import Answer, HttpClient
 from artemis.literature.contract import ContractClient
 from artemis.literature.normalize import parse_pubmed_xml
 from artemis.logsetup import get_logger
 from artemis.registry.resolve import merge_params, param_name
-from artemis.sources import Page, Source
+from artemis.sources import Page, PageInfo, Source
 from artemis.sources.paginators import MISSING, as_count, describe, json_path_lookup
 from artemis.sources.rest import describe_request
 
@@ -85,7 +85,7 @@ class PubMedSource(Source):
         ep: dict[str, Any],
         params: dict[str, Any],
         force_post: bool = False,
-    ) -> Response:
+    ) -> Answer:
         what = f"pubmed {ep['endpoint_name']}"
         method = "POST" if force_post or ep.get("http_method_code") == "POST" else "GET"
         resp = await self.cc.send(
@@ -120,7 +120,7 @@ class PubMedSource(Source):
                 if not st["pending"]:
                     # The count is reached, or esearch answered an empty page: the end, on
                     # the source's word (what was delivered is reconciled against the count).
-                    yield self._page([], None, st, 0)
+                    yield self._page([], None, st)
                     return
             # Up to ``parallel`` efetch batches at once, delivered in order: each page's
             # checkpoint holds the ids after it (those in flight are asked again on resume).
@@ -135,7 +135,7 @@ class PubMedSource(Source):
                     st["pending"] = st["pending"][len(ids) :]
                     st["taken"] += len(records)
                     done = not st["pending"] and st["retstart"] >= (st["count"] or 0)
-                    yield self._page(records, None if done else dict(st), st, len(ids))
+                    yield self._page(records, None if done else dict(st), st)
                     if done:
                         return
             finally:
@@ -161,19 +161,17 @@ class PubMedSource(Source):
         records: list[dict[str, Any]],
         checkpoint: dict[str, Any] | None,
         st: dict[str, Any],
-        ids: int,
     ) -> Page:
         return Page(
             records=records,
             checkpoint=checkpoint,
-            info={
-                "source": "pubmed",
-                "ids": ids,
-                "expected_total": st["count"],
-                "taken": st["taken"],
-                "request": f"esearch retstart={st['retstart']} of count={st['count']}",
-                "digest": page_digest([r["id"] for r in records]),
-            },
+            info=PageInfo(
+                source="pubmed",
+                expected_total=st["count"],
+                taken=st["taken"],
+                request=f"esearch retstart={st['retstart']} of count={st['count']}",
+                digest=page_digest([r["id"] for r in records]),
+            ),
         )
 
     async def _esearch(self, client: HttpClient, params: dict[str, Any]) -> dict[str, Any]:

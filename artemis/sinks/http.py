@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from artemis import jsonio
 from artemis.errors import ErrorCode
-from artemis.http import HttpClient, status_error, transport_error
+from artemis.http import HttpClient, TransportError, status_error, transport_error
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, Sink, shown_url
 
@@ -38,7 +36,7 @@ class HttpSink(Sink):
         what = f"http sink POST {shown_url(self.endpoint)} (batch {ctx.seq})"
         try:
             resp = await client.post(self.endpoint, content=body, headers=headers)
-        except httpx.HTTPError as e:
+        except TransportError as e:
             raise transport_error(ErrorCode.SINK_ERROR, what, e) from None
         if resp.status_code >= 300:
             # A 4xx means the sink refuses this batch: no retry can help (SINK_ERROR, final).

@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 from typing import Any, ClassVar
 
-import httpx
 import jsonpath
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import Headers, header_links
 
 
 class _Missing:
@@ -509,7 +509,7 @@ class LinkHeaderPaginator(Paginator):
     ) -> None:
         self.pages_seen += 1
         self.read_total(data)
-        raw = httpx.Headers(dict(headers or {})).get("link")
+        raw = Headers(headers or {}).get("link")
         if raw is None:
             if self.pages_seen > 1:
                 raise contract_error(
@@ -520,7 +520,7 @@ class LinkHeaderPaginator(Paginator):
                 )
             self.next_url, self.has_more = None, False
             return
-        links = httpx.Response(200, headers={"link": raw}).links
+        links = header_links(raw)
         if not links:
             raise contract_error(
                 "LinkHeaderPaginator", "Link header", "RFC 8288 links (<url>; rel=...)", raw

@@ -8,16 +8,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
-
 from artemis import jsonio
 from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import HttpClient, Response, transport_error
+from artemis.http import Answer, Headers, HttpClient, TransportError, transport_error
 from artemis.http import status_error as status_error_default
 from artemis.logsetup import get_logger
 from artemis.security import check_same_origin
-from artemis.sources.base import Page, Source
+from artemis.sources.base import Page, PageInfo, Source
 from artemis.sources.paginators import (
     Paginator,
     contract_error,
@@ -42,8 +40,8 @@ class RestSource(Source):
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         timeout: float | None = None,
         before_request: Callable[[], Awaitable[None]] | None = None,
-        status_error: Callable[[str, Response], ArtemisError] | None = None,
-        send: Callable[[HttpClient, str, dict[str, Any]], Awaitable[Response]] | None = None,
+        status_error: Callable[[str, Answer], ArtemisError] | None = None,
+        send: Callable[[HttpClient, str, dict[str, Any]], Awaitable[Answer]] | None = None,
         parallel_pages: int = 1,
     ) -> None:
         self.url = url
@@ -79,7 +77,7 @@ class RestSource(Source):
         # Requests sent ahead, by request: each answer is still read in order below, and
         # one never asked for (a guess a short page made wrong) is dropped. On a retry the
         # checkpoint holds the last page handed over: at most these are requested again.
-        ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]] = {}
+        ahead: dict[str, asyncio.Task[tuple[Any, Headers]]] = {}
         try:
             async for page in self._pages(client, paginator, ahead):
                 yield page
@@ -92,7 +90,7 @@ class RestSource(Source):
         self,
         client: HttpClient,
         paginator: Paginator,
-        ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]],
+        ahead: dict[str, asyncio.Task[tuple[Any, Headers]]],
     ) -> AsyncIterator[Page]:
         guessing = self.parallel_pages > 1
         while paginator.has_more:
@@ -149,20 +147,19 @@ class RestSource(Source):
             yield Page(
                 records=new,
                 checkpoint=paginator.checkpoint() if paginator.has_more else None,
-                info={
-                    "params": params,
-                    "request": request,
-                    "expected_total": paginator.total,
-                    "taken": paginator.taken,
-                    "digest": digest,
-                },
+                info=PageInfo(
+                    request=request,
+                    expected_total=paginator.total,
+                    taken=paginator.taken,
+                    digest=digest,
+                ),
             )
 
     def _send_ahead(
         self,
         client: HttpClient,
         paginator: Paginator,
-        ahead: dict[str, asyncio.Task[tuple[Any, httpx.Headers]]],
+        ahead: dict[str, asyncio.Task[tuple[Any, Headers]]],
     ) -> None:
         """Keep the current page and the ones after it in flight (``parallel_pages`` in
         all), once the paginator can tell them; the current page's request is popped by
@@ -189,14 +186,14 @@ class RestSource(Source):
 
     async def _request(
         self, client: HttpClient, url: str, params: dict[str, Any]
-    ) -> tuple[Any, httpx.Headers]:
+    ) -> tuple[Any, Headers]:
         if self.before_request is not None:
             await self.before_request()
         return await self._get(client, url, params)
 
     async def _get(
         self, client: HttpClient, url: str, params: dict[str, Any]
-    ) -> tuple[Any, httpx.Headers]:
+    ) -> tuple[Any, Headers]:
         what = f"{self.name} GET {url}"
         try:
             if self.send is not None:
@@ -209,7 +206,7 @@ class RestSource(Source):
                     headers=self.headers,
                     timeout=self.timeout,
                 )
-        except httpx.HTTPError as e:
+        except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         if resp.status_code >= 400:
             raise self.status_error(what, resp)

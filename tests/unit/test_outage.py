@@ -5,20 +5,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import httpx
-
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import Answer, status_error, transport_error
+from artemis.http import Answer, ConnectError, Headers, ReadTimeout, status_error, transport_error
 from artemis.metrics import WAITING, exposition
 from artemis.outage import next_delay, outage_of, waiting_line
 
 
 def _answer(status: int) -> Answer:
-    return Answer(status, httpx.Headers({"Retry-After": "7"}), b"busy", "http://x/y", None)
+    return Answer(status, Headers({"Retry-After": "7"}), b"busy", "http://x/y")
 
 
 def test_transient_answers_and_transport_failures_are_outages():
-    for status in (500, 502, 503, 504, 408, 429):
+    for status in (500, 502, 503, 504, 408, 425, 429):
         o = outage_of(status_error(ErrorCode.SINK_ERROR, "post", _answer(status)), "sink", "http")
         assert o is not None and o.dependency == "sink" and o.name == "http"
         assert o.reason.startswith(str(status)) and o.retry_after_s == 7
@@ -26,10 +24,12 @@ def test_transient_answers_and_transport_failures_are_outages():
         status_error(ErrorCode.SINK_ERROR, "post", _answer(503)), "sink", "http"
     ).reason == ("503 Service Unavailable")
     refused = transport_error(
-        ErrorCode.SOURCE_ERROR, "get", httpx.ConnectError("Connection refused")
+        ErrorCode.SOURCE_ERROR,
+        "get",
+        ConnectError("Connection refused", reason="connection refused"),
     )
     assert outage_of(refused, "source", "quotes").reason == "connection refused"
-    timed_out = transport_error(ErrorCode.SOURCE_ERROR, "get", httpx.ReadTimeout("slow"))
+    timed_out = transport_error(ErrorCode.SOURCE_ERROR, "get", ReadTimeout("slow"))
     assert outage_of(timed_out, "source", "quotes").reason == "read timed out"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from artemis.http import ReadTimeout
 from artemis.samples.app import create_app
 from artemis.samples.server import ThreadedServer
 from tests.helpers import eventually, http_client
@@ -150,7 +151,7 @@ async def test_the_workers_client_cuts_a_trickling_answer(http, server):
     await fault(http, "quotes", trickle_s=0.3, for_s=30)
     async with http_client(timeout_seconds=1.0) as client:
         began = time.monotonic()
-        with pytest.raises(httpx.ReadTimeout):
+        with pytest.raises(ReadTimeout):
             await client.get(f"{server}{QUOTE}")
         assert time.monotonic() - began < 3
 
@@ -187,7 +188,7 @@ async def test_the_sink_honours_the_windows_and_records_every_post(http, server)
     # a trickling sink: the batch is taken, its answer dribbles out
     await fault(http, "sink", trickle_s=0.3, for_s=30)
     async with http_client(timeout_seconds=0.8) as client:
-        with pytest.raises(httpx.ReadTimeout):
+        with pytest.raises(ReadTimeout):
             await client.post(f"{server}/sink/slow", json=batch)
     slow = [b for b in (await http.get("/_sink/batches")).json() if b["name"] == "slow"]
     assert slow and slow[0]["status"] == 200
@@ -216,7 +217,7 @@ async def test_the_cronjob_callback_honours_the_windows(http, server):
 
     await fault(http, "cronjob", trickle_s=0.3, for_s=30)
     async with http_client(timeout_seconds=0.8) as client:
-        with pytest.raises(httpx.ReadTimeout):
+        with pytest.raises(ReadTimeout):
             await client.post(f"{server}/cronjob/runs/r3/callback", json=body)
 
 

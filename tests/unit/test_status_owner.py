@@ -10,9 +10,17 @@ from pathlib import Path
 from artemis.run_state import RunStatus, StepStatus
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("artemis", "temporal_shared", "activities", "workflows", "workers", "starter", "devstack")
+PACKAGES = (
+    "artemis",
+    "temporal_shared",
+    "activities",
+    "workflows",
+    "workers",
+    "starter",
+    "devstack",
+)
 WORDS = sorted({*(s.value for s in RunStatus), *(s.value for s in StepStatus), "success"})
-LITERAL = re.compile(r"""(?<![\w.])(["'])(%s)\1""" % "|".join(map(re.escape, WORDS)))
+LITERAL = re.compile(r"""(?<![\w.])(["'])(""" + "|".join(map(re.escape, WORDS)) + r")\1")
 
 # (path, the line's text contains, why it is not a status)
 NOT_STATUSES = [
