@@ -47,11 +47,10 @@ from artemis.run_models import (
     PauseRequest,
     RateLimitRequest,
     RunRequest,
-    RunTuning,
     lock_workflow_id,
     workflow_id_for,
 )
-from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, stats_view
+from artemis.run_state import OPEN, RETRYABLE_ENDINGS, TERMINAL, RunStatus, stats_view
 from artemis.security import check_header_names, check_request_url, check_resolved
 from artemis.sinks.base import register_sink_secret, resolve_output, seal_output
 from artemis.tasks.base import describe_validation_error, invalid_input
@@ -182,7 +181,7 @@ class RunService:
         if self._secrets is None:
             self._secrets = RunSecrets(
                 self.settings.database.url,
-                self.settings.vault.get("master_key_file", ".artemis/master.key"),
+                self.settings.vault.master_key_file,
             )
         return self._secrets
 
@@ -265,8 +264,7 @@ class RunService:
             register_sink_secret(name, value)
             await asyncio.to_thread(self.secrets.put, f"{code}/{task_id}", name, value, False)
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
-        runs = self.settings.runs.model_dump()
-        tuning = RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__})
+        tuning = self.settings.runs.run_tuning()
         req = RunRequest(
             task_code=code,
             task_id=task_id,
@@ -411,7 +409,7 @@ class RunService:
             task_id=task_id,
             task_code=code,
             workflow_id=workflow_id,
-            status="pending",
+            status=RunStatus.PENDING.value,
             payload={"params": params},
         )
         try:
@@ -470,7 +468,7 @@ class RunService:
             if record is not None:
                 return _from_record(record)
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
-        out = await self._temporal_status(task_id, handle)
+        out = await self._temporal_status(task_id, handle, record)
         if record is not None:
             out["created_at"] = record.created_at.isoformat()
             out["feedback"] = record.feedback
@@ -484,7 +482,7 @@ class RunService:
         if record is not None and record.status in TERMINAL:
             return {
                 "status": record.status,
-                "stats": record.result or {},
+                "stats": stats_view(record.result),
                 "error": record.error,
             }
         handle = await self.find(task_id, record.workflow_id if record is not None else None)
@@ -494,9 +492,15 @@ class RunService:
         if desc.status in OPEN_STATUSES:
             return None
         end = await closed_run_end(handle, desc.status)
-        return {"status": end["status"], "stats": end.get("stats") or {}, "error": end.get("error")}
+        return {
+            "status": end["status"],
+            "stats": stats_view(end.get("stats")),
+            "error": end.get("error"),
+        }
 
-    async def _temporal_status(self, task_id: str, handle: WorkflowHandle) -> dict[str, Any]:
+    async def _temporal_status(
+        self, task_id: str, handle: WorkflowHandle, record: Any = None
+    ) -> dict[str, Any]:
         desc = await handle.describe()
         code = desc.typed_search_attributes.get(KEY_TASK_CODE) or handle.id.split("/")[1]
         out: dict[str, Any] = {
@@ -513,16 +517,16 @@ class RunService:
                 # A query needs a live worker; answer from Temporal alone when none responds.
                 progress = await asyncio.wait_for(handle.query("progress"), QUERY_TIMEOUT_S)
             except (TimeoutError, RPCError, WorkflowQueryFailedError) as e:
-                pending = desc.raw_description.pending_workflow_task is not None or (
-                    desc.history_length is not None and desc.history_length <= 2
-                )
+                # No worker answers: the run's own last word is its mirrored record
+                # (`running` once it started; `pending` before).
+                stored = record.status if record is not None else None
                 progress = {
-                    "status": "pending" if pending else "running",
+                    "status": stored if stored in OPEN else RunStatus.PENDING.value,
                     "stage": "unknown",
                     "note": f"progress query unanswered: {type(e).__name__}",
                 }
             out.update(
-                status=progress.get("status") or "running",
+                status=progress.get("status") or RunStatus.RUNNING.value,
                 progress=progress,
                 stats=stats_view(progress),
                 error=progress.get("error"),
@@ -611,11 +615,11 @@ class RunService:
             end = await closed_run_end(handle, desc.status)
         elif record is not None and record.status in TERMINAL:
             end = {"status": record.status, "error": record.error}
-        status = (end or {}).get("status") or "failed"
+        status = (end or {}).get("status") or RunStatus.FAILED
         code = ((end or {}).get("error") or {}).get("code")
-        if status == "completed":
+        if status == RunStatus.COMPLETED:
             raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id} completed: nothing to retry")
-        if status == "cancelled":
+        if status == RunStatus.CANCELLED:
             raise ArtemisError(
                 ErrorCode.CONFLICT, f"task {task_id} was cancelled (CANCELLED is not retryable)"
             )
@@ -643,7 +647,6 @@ class RunService:
         carry = dataclasses.replace(
             carry, retry_start=True, retry_attempt=carry.retry_attempt + 1, waits=True
         )
-        runs = self.settings.runs.model_dump()
         req = dataclasses.replace(
             req,
             carry=carry,
@@ -651,7 +654,7 @@ class RunService:
             parent_span_id=trace.span_id,
             request_id=request_id or req.request_id,
             # The operator's current outage settings (a longer tolerance, say).
-            tuning=RunTuning(**{k: runs[k] for k in RunTuning.__dataclass_fields__}),
+            tuning=self.settings.runs.run_tuning(),
         )
         wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
         what = await asyncio.to_thread(_what, req.task_code, req.params, self.settings)
@@ -717,14 +720,12 @@ class RunService:
 
         def write() -> Any:
             before = self.store.load(task_id)
-            data = before or TaskData(
-                task_id=task_id, task_code=code, workflow_id=workflow_id, status="pending"
-            )
+            data = before or TaskData(task_id=task_id, task_code=code, workflow_id=workflow_id)
             self.store.save(
                 task_id,
                 data.model_copy(
                     update={
-                        "status": "pending",
+                        "status": RunStatus.PENDING.value,
                         "error": None,
                         "completed_at": None,
                         "result": stats,
@@ -768,7 +769,8 @@ def _run_attributes(code: str, task_id: str) -> TypedSearchAttributes:
 
 
 def _from_record(record: Any) -> dict[str, Any]:
-    """A run answered from the task store alone."""
+    """A run answered from the task store alone (its start and end are the workflow's:
+    the duration is the run's own)."""
     duration = None
     if record.started_at and record.completed_at:
         duration = int((record.completed_at - record.started_at).total_seconds() * 1000)
@@ -781,7 +783,7 @@ def _from_record(record: Any) -> dict[str, Any]:
         "started_at": record.started_at.isoformat() if record.started_at else None,
         "completed_at": record.completed_at.isoformat() if record.completed_at else None,
         "duration_ms": duration,
-        "stats": record.result or {},
+        "stats": stats_view(record.result),
         "error": record.error,
         "feedback": record.feedback,
         "source": "task_store",

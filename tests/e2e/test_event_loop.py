@@ -7,8 +7,10 @@ end-to-end harvest (API, worker and activities in this process's loop) logs none
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 
 import httpx
 
@@ -29,6 +31,25 @@ class _SlowCallbacks(logging.Handler):
         message = record.getMessage()
         if message.startswith("Executing ") and " took " in message:
             self.seen.append(message)
+
+
+@contextlib.contextmanager
+def _slow_callbacks_reported() -> Iterator[_SlowCallbacks]:
+    """asyncio's debug mode on the running loop (slow callback: over SLOW_S), and what it
+    reports."""
+    loop = asyncio.get_running_loop()
+    handler = _SlowCallbacks()
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.addHandler(handler)
+    was_debug, was_slow = loop.get_debug(), loop.slow_callback_duration
+    loop.set_debug(True)
+    loop.slow_callback_duration = SLOW_S
+    try:
+        yield handler
+    finally:
+        loop.set_debug(was_debug)
+        loop.slow_callback_duration = was_slow
+        asyncio_log.removeHandler(handler)
 
 
 async def _harvest(stack, task_id: str, **params) -> dict:
@@ -55,44 +76,22 @@ async def test_a_harvest_holds_the_event_loop_no_longer_than_100_ms(stack):
     # one-time costs, not blocking I/O.
     await _harvest(stack, new_task_id(), **params)
 
-    loop = asyncio.get_running_loop()
-    handler = _SlowCallbacks()
-    asyncio_log = logging.getLogger("asyncio")
-    asyncio_log.addHandler(handler)
-    was_debug, was_slow = loop.get_debug(), loop.slow_callback_duration
-    loop.set_debug(True)
-    loop.slow_callback_duration = SLOW_S
-    try:
+    with _slow_callbacks_reported() as handler:
         data = await _harvest(stack, new_task_id(), **params)
-    finally:
-        loop.set_debug(was_debug)
-        loop.slow_callback_duration = was_slow
-        asyncio_log.removeHandler(handler)
     assert data["stats"]["records_emitted"] == 150  # 5 days x 30 a day
     assert handler.seen == [], "\n".join(handler.seen)
 
 
 async def test_the_check_sees_a_blocking_callback() -> None:
     """The check can fail: a callback that blocks the loop for 0.2 s is reported."""
-    loop = asyncio.get_running_loop()
-    handler = _SlowCallbacks()
-    asyncio_log = logging.getLogger("asyncio")
-    asyncio_log.addHandler(handler)
-    was_debug, was_slow = loop.get_debug(), loop.slow_callback_duration
-    loop.set_debug(True)
-    loop.slow_callback_duration = SLOW_S
     done = asyncio.Event()
 
     def block() -> None:
         time.sleep(2 * SLOW_S)  # the kind of call the activities must not make
         done.set()
 
-    try:
-        loop.call_soon(block)
+    with _slow_callbacks_reported() as handler:
+        asyncio.get_running_loop().call_soon(block)
         await done.wait()
         await asyncio.sleep(0)  # the loop logs the slow handle once it has run it
-    finally:
-        loop.set_debug(was_debug)
-        loop.slow_callback_duration = was_slow
-        asyncio_log.removeHandler(handler)
     assert any("block" in m for m in handler.seen), handler.seen
