@@ -107,7 +107,10 @@ class Claims:
             update(_c)
             .where(_c.c.id.in_(pick.scalar_subquery()))
             .values(
-                status="processing", processing_lock=execution_id, locked_at=now, updated_at=now
+                status=CandidateStatus.PROCESSING,
+                processing_lock=execution_id,
+                locked_at=now,
+                updated_at=now,
             )
             .returning(_c.c.id, _c.c.note_id, _c.c.platform, _c.c.note_url, _c.c.retry_count)
         )
@@ -122,7 +125,7 @@ class Claims:
         return and_(
             _c.c.id == candidate_id,
             _c.c.processing_lock == execution_id,
-            _c.c.status == "processing",
+            _c.c.status == CandidateStatus.PROCESSING,
         )
 
     def write_note(
@@ -148,7 +151,7 @@ class Claims:
                 update(_c)
                 .where(self._fenced(candidate_id, execution_id))
                 .values(
-                    status="collected",
+                    status=CandidateStatus.COLLECTED,
                     processing_lock=None,
                     last_error_code=None,
                     updated_at=now,
@@ -193,17 +196,7 @@ class Claims:
             row = conn.execute(
                 update(_c)
                 .where(self._fenced(candidate_id, execution_id))
-                .values(
-                    status=case(
-                        (new_count >= limit, CandidateStatus.FAILED.value),
-                        else_=CandidateStatus.PENDING.value,
-                    ),
-                    retry_count=new_count,
-                    processing_lock=None,
-                    locked_at=None,
-                    last_error_code=code,
-                    updated_at=now,
-                )
+                .values(**_given_back(new_count, limit, code, now))
                 .returning(_c.c.status)
             ).first()
         if row is None:
@@ -231,18 +224,8 @@ class Claims:
         with self.engine.begin() as conn:
             statuses = conn.execute(
                 update(_c)
-                .where(_c.c.status == "processing", _c.c.locked_at < threshold)
-                .values(
-                    status=case(
-                        (new_count >= self.max_retry, CandidateStatus.FAILED.value),
-                        else_=CandidateStatus.PENDING.value,
-                    ),
-                    retry_count=new_count,
-                    processing_lock=None,
-                    locked_at=None,
-                    last_error_code=_TIMEOUT,
-                    updated_at=now,
-                )
+                .where(_c.c.status == CandidateStatus.PROCESSING, _c.c.locked_at < threshold)
+                .values(**_given_back(new_count, self.max_retry, _TIMEOUT, now))
                 .returning(_c.c.status)
             ).all()
             timed_out = conn.execute(
@@ -314,3 +297,19 @@ class Claims:
             for (status,) in conn.execute(q):
                 out[status] = out.get(status, 0) + 1
             return out
+
+
+def _given_back(new_count: Any, limit: int, code: str, now: datetime) -> dict[str, Any]:
+    """A claimed record handed back after a failure: pending again, or failed once its
+    retries (``limit``) are spent; unlocked, with the failure's code."""
+    return {
+        "status": case(
+            (new_count >= limit, CandidateStatus.FAILED.value),
+            else_=CandidateStatus.PENDING.value,
+        ),
+        "retry_count": new_count,
+        "processing_lock": None,
+        "locked_at": None,
+        "last_error_code": code,
+        "updated_at": now,
+    }

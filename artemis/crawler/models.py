@@ -10,7 +10,7 @@ from sqlalchemy import JSON, Index, Text, UniqueConstraint, text
 from sqlmodel import Column, Field, SQLModel
 
 from artemis.db import UTCDateTime, utcnow
-from artemis.run_state import TERMINAL, CandidateStatus, RunStatus
+from artemis.run_state import TERMINAL, AlertStatus, CandidateStatus, RunStatus
 
 COOKIE_STATUSES = ("active", "cooling", "invalid", "banned", "disabled")
 CANDIDATE_STATUSES = tuple(CandidateStatus)
@@ -144,7 +144,7 @@ class AlertState(SQLModel, table=True):
     __tablename__ = "tbl_alert_state"
 
     key: str = Field(primary_key=True, max_length=150)
-    status: str = Field(default="ok", max_length=16)
+    status: str = Field(default=AlertStatus.OK.value, max_length=16)
     since: datetime | None = Field(default=None, sa_type=UTCDateTime)
     fired_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     resolved_at: datetime | None = Field(default=None, sa_type=UTCDateTime)

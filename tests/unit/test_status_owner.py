@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from artemis.run_state import RunStatus, StepStatus
+from artemis.run_state import CandidateStatus, RunStatus, StepStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (
@@ -19,7 +19,10 @@ PACKAGES = (
     "starter",
     "devstack",
 )
-WORDS = sorted({*(s.value for s in RunStatus), *(s.value for s in StepStatus), "success"})
+WORDS = sorted(
+    # (an alert's "ok" and "resolved" are common words: "firing" stands for its states)
+    {*(s.value for s in (*RunStatus, *StepStatus, *CandidateStatus)), "firing", "success"}
+)
 LITERAL = re.compile(r"""(?<![\w.])(["'])(""" + "|".join(map(re.escape, WORDS)) + r")\1")
 
 # (path, the line's text contains, why it is not a status)
