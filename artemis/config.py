@@ -4,10 +4,11 @@ environment variables ``ARTEMIS__SECTION__KEY``; a bad value stops start-up nami
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -18,6 +19,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,6 +28,7 @@ from pydantic_settings import (
 )
 
 from artemis.errors import ArtemisError, ErrorCode, describe_fields, validation_fields
+from artemis.run_models import RunTuning
 
 # The YAML file of the settings being loaded (pydantic-settings' own YAML source reads it).
 _YAML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
@@ -240,39 +243,28 @@ class AlertSettings(_Section):
     backlog_minutes: float = Field(30, ge=0)
 
 
-class RunTuning(_Section):
-    """How a run is cut into activities; see the README's performance section."""
+@pydantic_dataclass(config=ConfigDict(extra="forbid"))
+class RunsSettings(RunTuning):
+    """The ``runs:`` section: the run's own tuning (``RunTuning``, carried in its history,
+    where its fields, defaults and bounds are written) and the worker-side knobs below.
+    A stdlib dataclass base keeps the history payload free of pydantic; this subclass
+    validates it as a settings section."""
 
-    pages_per_fetch: int = Field(50, ge=1)
-    fetch_max_seconds: float = Field(5.0, gt=0)
-    heartbeat_timeout_s: float = Field(30.0, gt=0)
-    fetch_start_to_close_s: float = Field(600.0, gt=0)
-    emit_start_to_close_s: float = Field(600.0, gt=0)
-    max_batches_per_run: int = Field(200, ge=1)
-    activity_max_attempts: int = Field(5, ge=1)
     # How many of a run's independent units (sources: symbols, keywords) fetch at once.
-    fetch_concurrency: int = Field(4, ge=1, le=64)
+    fetch_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     # How many pages of a batch are being sent to the sinks at once.
-    emit_concurrency: int = Field(4, ge=1, le=64)
+    emit_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     # The share of a provenance's qps_limit its rate gate spaces requests by: a little
     # headroom keeps scheduling jitter (tens of ms) from putting qps + 1 requests into a
     # source's own sliding second (NCBI answers 429 then).
-    rate_limit_headroom: float = Field(0.95, gt=0.5, le=1.0)
+    rate_limit_headroom: Annotated[float, Field(gt=0.5, le=1.0)] = 0.95
     # How often a worker looks for new or re-rated provenances to poll (their own queues).
-    provenance_refresh_s: float = Field(30.0, gt=0)
-    # Outages (SPEC §4): a source or sink failing transiently (5xx, 408, 429, refused,
-    # reset, DNS, read timeout, database unreachable) is waited out on Temporal timers for
-    # this long from the first failure of the current outage (0: fail fast, as the
-    # activities' own retry policies decide); per task `task_defaults.<code>.
-    # outage_tolerance_s`, per provenance `retry_cfg.outage_tolerance_millis`.
-    outage_tolerance_s: float = Field(1800.0, ge=0)
-    # The longest wait between two attempts while a dependency is down.
-    retry_max_interval_s: float = Field(60.0, gt=0)
-    # How many batches the fetch side may be ahead of what was emitted (staged, not sent).
-    max_batches_ahead: int = Field(2, ge=1, le=16)
-    # A run that failed with a retryable code keeps its checkpoint, staged pages and
-    # delivery ledger this long, for POST /tasks/{id}/retry.
-    retain_failed_s: float = Field(72 * 3600.0, ge=0)
+    provenance_refresh_s: Annotated[float, Field(gt=0)] = 30.0
+
+    def run_tuning(self) -> RunTuning:
+        """The run's part, for its history: a plain ``RunTuning`` (never this section,
+        whose worker-side fields would enter the payload)."""
+        return RunTuning(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RunTuning)})
 
 
 class WorkerSettings(_Section):
@@ -287,6 +279,20 @@ class WorkerSettings(_Section):
     # build's worker ended during a rolling upgrade is started again; a schedule an
     # earlier build re-created is deleted again).
     housekeeping_check_s: float = Field(300.0, gt=0)
+
+
+# Where the master key is read from when COOKIE_MASTER_KEY is not set (the embedded dev
+# stack alone generates it there): the one default of ``vault.master_key_file`` and of
+# ``artemis.vault``'s key-file arguments.
+DEFAULT_MASTER_KEY_FILE = ".artemis/master.key"
+
+
+class VaultSettings(_Section):
+    """Secrets at rest (``artemis/vault.py``): run secrets, registry credentials, cookies
+    and, with ``temporal.payload_encryption``, Temporal payloads."""
+
+    # Dev only: production sets COOKIE_MASTER_KEY, which wins over the file.
+    master_key_file: str = DEFAULT_MASTER_KEY_FILE
 
 
 class SecuritySettings(_Section):
@@ -337,10 +343,10 @@ class Settings(BaseSettings):
     callback: CallbackSettings = Field(default_factory=CallbackSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
-    runs: RunTuning = Field(default_factory=RunTuning)
+    runs: RunsSettings = Field(default_factory=RunsSettings)
     events: EventSettings = Field(default_factory=EventSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
-    vault: dict[str, Any] = Field(default_factory=dict)
+    vault: VaultSettings = Field(default_factory=VaultSettings)
     crawler: CrawlerSettings = Field(default_factory=CrawlerSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
 

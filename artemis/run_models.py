@@ -1,7 +1,8 @@
 """The data that crosses the Temporal boundary for one task run.
 
-Plain dataclasses with JSON-friendly fields (stdlib only, safe inside the workflow
-sandbox), one per workflow or activity, so signatures can grow without breaking running
+Plain dataclasses with JSON-friendly fields (safe inside the workflow sandbox: the
+stdlib, and pydantic's ``Field`` only as bounds metadata on ``RunTuning``), one per
+workflow or activity, so signatures can grow without breaking running
 histories. Nothing here may hold a secret or a record: histories carry references and
 counts only (claim check).
 """
@@ -9,7 +10,9 @@ counts only (claim check).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 WORKFLOW_NAME = "TaskRunWorkflow"
 
@@ -40,17 +43,35 @@ def provenance_queue(task_queue: str, provenance: str) -> str:
 
 @dataclass
 class RunTuning:
-    pages_per_fetch: int = 50
-    fetch_max_seconds: float = 5.0
-    heartbeat_timeout_s: float = 30.0
-    fetch_start_to_close_s: float = 600.0
-    emit_start_to_close_s: float = 600.0
-    max_batches_per_run: int = 200
-    activity_max_attempts: int = 5
-    outage_tolerance_s: float = 1800.0
-    retry_max_interval_s: float = 60.0
-    max_batches_ahead: int = 2
-    retain_failed_s: float = 72 * 3600.0
+    """How a run is cut into activities (see the README's performance section): the
+    run's own tuning, fixed when it starts and carried in its history.
+
+    The one definition of these knobs: the ``runs:`` settings section
+    (``artemis.config.RunsSettings``) extends this class with the worker-side ones, so a
+    field's default and bounds are written here only. The bounds are metadata Temporal's
+    converter ignores (it reads plain type hints) and the settings validate.
+    """
+
+    pages_per_fetch: Annotated[int, Field(ge=1)] = 50
+    fetch_max_seconds: Annotated[float, Field(gt=0)] = 5.0
+    heartbeat_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    fetch_start_to_close_s: Annotated[float, Field(gt=0)] = 600.0
+    emit_start_to_close_s: Annotated[float, Field(gt=0)] = 600.0
+    max_batches_per_run: Annotated[int, Field(ge=1)] = 200
+    activity_max_attempts: Annotated[int, Field(ge=1)] = 5
+    # Outages (SPEC §4): a source or sink failing transiently (5xx, 408, 429, refused,
+    # reset, DNS, read timeout, database unreachable) is waited out on Temporal timers for
+    # this long from the first failure of the current outage (0: fail fast, as the
+    # activities' own retry policies decide); per task `task_defaults.<code>.
+    # outage_tolerance_s`, per provenance `retry_cfg.outage_tolerance_millis`.
+    outage_tolerance_s: Annotated[float, Field(ge=0)] = 1800.0
+    # The longest wait between two attempts while a dependency is down.
+    retry_max_interval_s: Annotated[float, Field(gt=0)] = 60.0
+    # How many batches the fetch side may be ahead of what was emitted (staged, not sent).
+    max_batches_ahead: Annotated[int, Field(ge=1, le=16)] = 2
+    # A run that failed with a retryable code keeps its checkpoint, staged pages and
+    # delivery ledger this long, for POST /tasks/{id}/retry.
+    retain_failed_s: Annotated[float, Field(ge=0)] = 72 * 3600.0
 
 
 @dataclass
@@ -269,6 +290,10 @@ class MirrorInput:
     status: str
     stats: dict[str, Any] = field(default_factory=dict)
     error: dict[str, Any] | None = None
+    # The run's start and (terminal) end on the workflow's clock, epoch ms: the record's
+    # started_at / completed_at, so its duration is the workflow's (None: earlier builds).
+    started_ms: int | None = None
+    ended_ms: int | None = None
 
 
 @dataclass

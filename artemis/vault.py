@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import delete, select, update
 
+from artemis.config import DEFAULT_MASTER_KEY_FILE
 from artemis.db import RunSecret, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
@@ -42,7 +43,7 @@ def master_key_missing() -> str:
     )
 
 
-def master_key(key_file: str | os.PathLike[str] = ".artemis/master.key") -> bytes:
+def master_key(key_file: str | os.PathLike[str] = DEFAULT_MASTER_KEY_FILE) -> bytes:
     env = os.environ.get(MASTER_KEY_ENV)
     if env:
         return env.encode()
@@ -62,7 +63,7 @@ def read_master_keys() -> list[bytes]:
     return [k.strip().encode() for k in raw.split(",") if k.strip()]
 
 
-def master_keys(key_file: str | os.PathLike[str] = ".artemis/master.key") -> list[bytes]:
+def master_keys(key_file: str | os.PathLike[str] = DEFAULT_MASTER_KEY_FILE) -> list[bytes]:
     """The current master key first (it encrypts), then the previous ones (they read)."""
     current = master_key(key_file)
     return [current, *(k for k in read_master_keys() if k != current)]
@@ -86,7 +87,7 @@ class RunSecrets:
     def __init__(
         self,
         database_url: str,
-        key_file: str = ".artemis/master.key",
+        key_file: str = DEFAULT_MASTER_KEY_FILE,
         masters: list[bytes] | None = None,
     ) -> None:
         self.engine = get_engine(database_url)

@@ -11,10 +11,14 @@ Temporal UI can show them to operators (``artemis dev`` points the UI at it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
+
+if TYPE_CHECKING:
+    from artemis.config import Settings
 
 ENCODING = b"binary/encrypted"
 KEY_ID = b"hkdf-sha256-v1"
@@ -48,12 +52,12 @@ class FernetPayloadCodec(PayloadCodec):
         return out
 
 
-def codec_for(settings: object) -> FernetPayloadCodec | None:
+def codec_for(settings: Settings) -> FernetPayloadCodec | None:
     from artemis.vault import derive_multi, master_keys
 
-    if not settings.temporal.payload_encryption:  # type: ignore[attr-defined]
+    if not settings.temporal.payload_encryption:
         return None
-    key_file = settings.vault.get("master_key_file", ".artemis/master.key")  # type: ignore[attr-defined]
     # Payloads stay in histories: the previous master keys keep them readable after a
     # rotation, new ones are written under COOKIE_MASTER_KEY.
-    return FernetPayloadCodec(derive_multi(master_keys(key_file), "temporal-payloads"))
+    masters = master_keys(settings.vault.master_key_file)
+    return FernetPayloadCodec(derive_multi(masters, "temporal-payloads"))

@@ -39,7 +39,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.logsetup import get_logger
 from artemis.sinks import EmitContext, Sink
-from artemis.sources import Page, Source
+from artemis.sources import Page, PageInfo, Source
 from artemis.tasks.base import TaskContext, TaskUnit
 from artemis.tasks.units import fetch_units
 
@@ -156,11 +156,8 @@ class _Crawl(CookieSession):
     """The I/O parts of one crawl activity attempt."""
 
     def __init__(self, ctx: TaskContext) -> None:
-        keepalive = ctx.overrides.get("keepalive")
         self.params: CrawlParams = ctx.params  # type: ignore[assignment]
-        super().__init__(
-            ctx.settings, self.params.platform, keepalive if callable(keepalive) else None
-        )
+        super().__init__(ctx.settings, self.params.platform, ctx.controls.keepalive)
         self.claims = Claims(self.engine, self.cfg.max_retry)
         self.execution = ctx.task_id
 
@@ -225,14 +222,13 @@ class _KeywordSearch(Source):
             )
             new = page_digest([i["note_id"] for i in found.items])
             check_loop(digest, new, f"{p.platform} search {kw!r}", f"page {page_no}")
-            added = await crawl._db(crawl.claims.add_candidates, p.platform, found.items, kw)
+            await crawl._db(crawl.claims.add_candidates, p.platform, found.items, kw)
             await crawl._db(crawl.claims.heartbeat, crawl.execution, utcnow())
             last = found.next_page is None or (p.max_pages is not None and page_no >= p.max_pages)
             page_no, digest = found.next_page, new
             yield Page(
                 records=[],
                 checkpoint=None if last else {"page": page_no, "digest": digest},
-                info={"candidates": added},
             )
             if last:
                 return
@@ -306,7 +302,7 @@ class CrawlNotes(TaskUnit):
         crawl = _Crawl(ctx)
         p = crawl.params
         cp = _search_checkpoint(checkpoint)
-        wind_down: asyncio.Event | None = ctx.overrides.get("wind_down")
+        wind_down = ctx.controls.wind_down
         await crawl._db(crawl.claims.start_execution, p.workflow_name, crawl.execution, utcnow())
         if cp["phase"] == "search":
             searches = [_KeywordSearch(crawl, kw) for kw in p.keywords]
@@ -317,9 +313,9 @@ class CrawlNotes(TaskUnit):
                 units,
                 concurrency=self.fetch_concurrency(ctx),
                 tolerance=0.0,
-                resumed=bool(ctx.overrides.get("resumed")),
+                resumed=ctx.controls.resumed,
                 wind_down=wind_down,
-                max_pages=ctx.overrides.get("max_pages"),
+                max_pages=ctx.controls.max_pages,
             ):
                 cp = (
                     {"phase": "details"}
@@ -334,7 +330,7 @@ class CrawlNotes(TaskUnit):
                 crawl.claims.claim, crawl.execution, p.platform, crawl.cfg.batch_size, utcnow()
             )
             if not batch:
-                yield Page(records=[], checkpoint=None, info={"units_done": len(p.keywords)})
+                yield Page(records=[], checkpoint=None, info=PageInfo(units_done=len(p.keywords)))
                 return
             notes: list[dict[str, Any]] = []
             done: set[int] = set()
@@ -361,7 +357,7 @@ class CrawlNotes(TaskUnit):
             yield Page(
                 records=notes,
                 checkpoint={"phase": "details"},
-                info={"units_done": len(p.keywords), "source": f"{p.platform} notes"},
+                info=PageInfo(units_done=len(p.keywords), source=f"{p.platform} notes"),
             )
 
     def decide_sinks(self, ctx: TaskContext) -> list[Sink]:

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
+from artemis.config import Settings
 from artemis.crawler.models import CookieRow, VaultKey
 from artemis.db import utcnow
 from artemis.errors import ArtemisError, ErrorCode
@@ -241,16 +242,14 @@ class CookieVault:
         return RotateResult(new_id, count, retired)
 
 
-def vault_for(settings: object) -> CookieVault:
+def vault_for(settings: Settings) -> CookieVault:
     """The vault of these settings: ``COOKIE_MASTER_KEY``, else (dev stack only) the key
     file ``vault.master_key_file``."""
     from artemis.db import get_engine
     from artemis.vault import master_key, read_master_keys
 
-    s = settings
-    key_file = s.vault.get("master_key_file", ".artemis/master.key")  # type: ignore[attr-defined]
     return CookieVault(
-        get_engine(s.database.url),  # type: ignore[attr-defined]
-        master_key(key_file),
+        get_engine(settings.database.url),
+        master_key(settings.vault.master_key_file),
         read_master_keys(),
     )

@@ -171,7 +171,7 @@ class LiteratureHarvest(TaskUnit):
         """PubMed's E-utilities source, else the generic REST source, over the run's window."""
         p: LiteratureParams = ctx.params  # type: ignore[assignment]
         contract = self._contract(ctx)
-        cc = ContractClient(contract, ctx.settings, ctx.overrides.get("qps"))
+        cc = ContractClient(contract, ctx.settings, ctx.controls.qps)
         family = api_family(contract)
         date_field = (contract.window_offset or {}).get("default_date_field_name")
         window = window_params(family, date_field, p.window_start, p.window_end)

@@ -1,6 +1,6 @@
 """Sources yield pages: records plus a JSON checkpoint from which fetching can resume."""
 
-from artemis.sources.base import Page, Source
+from artemis.sources.base import Page, PageInfo, Source
 from artemis.sources.paginators import (
     CursorPaginator,
     PageNumberPaginator,
@@ -12,6 +12,7 @@ from artemis.sources.rest import RestSource
 __all__ = [
     "CursorPaginator",
     "Page",
+    "PageInfo",
     "PageNumberPaginator",
     "Paginator",
     "RestSource",

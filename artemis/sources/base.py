@@ -11,6 +11,33 @@ from artemis.http import HttpClient
 
 
 @dataclass
+class PageInfo:
+    """What a page says about itself and the fetch so far, beside its records.
+
+    A source sets what it knows of its own request (``request``, ``taken``,
+    ``expected_total``, ``digest``); the units fetch (``artemis/tasks/units.py``)
+    overwrites ``expected_total`` with the run's sum and adds ``units_done``, ``source``
+    and, on a unit's short last page, ``incomplete``.
+    """
+
+    # Who served the page, as an operator calls it (the progress line's prefix).
+    source: str | None = None
+    # The request that served it (``describe_request``): named in SOURCE_LOOP and
+    # INCOMPLETE errors.
+    request: str | None = None
+    # The total the source stated (None: it states none); records taken so far.
+    expected_total: int | None = None
+    taken: int = 0
+    # The fingerprint of the page's record keys (``page_digest``): a page staged twice
+    # with one digest is a loop.
+    digest: str | None = None
+    # The run's units (sources) finished so far, for progress.
+    units_done: int | None = None
+    # ``completeness.shortfall``'s description when a unit ended short of its total.
+    incomplete: dict[str, Any] | None = None
+
+
+@dataclass
 class Page:
     """One page of records and the checkpoint that resumes *after* it.
 
@@ -20,7 +47,7 @@ class Page:
 
     records: list[dict[str, Any]]
     checkpoint: dict[str, Any] | None
-    info: dict[str, Any] = field(default_factory=dict)
+    info: PageInfo = field(default_factory=PageInfo)
 
 
 class Source(ABC):

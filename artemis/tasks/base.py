@@ -9,7 +9,8 @@ yields pages with checkpoints so that a batch can resume after a crash; ``proces
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+import asyncio
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -32,6 +33,25 @@ from artemis.tracing import TraceContext
 
 
 @dataclass
+class FetchControls:
+    """What the fetch activity tells one ``fetch`` call about its attempt; the defaults
+    are those of a call outside an activity (a test, a one-shot fetch)."""
+
+    # An operator's rate (requests per second, from a set_rate_limit signal).
+    qps: float | None = None
+    # A retried attempt (or a resumed batch): the source's last request may have been
+    # served and its answer lost.
+    resumed: bool = False
+    # Heartbeats the activity without losing its resume state: a fetch waiting on its
+    # source (a 429's Retry-After, a cookie's cool-down) calls it to stay alive.
+    keepalive: Callable[[], None] | None = None
+    # Set at a batch's end: no new request starts, the pages in flight still come.
+    wind_down: asyncio.Event | None = None
+    # At most this many requests in this call (None: no bound).
+    max_pages: int | None = None
+
+
+@dataclass
 class TaskContext:
     task_code: str
     task_id: str
@@ -40,8 +60,8 @@ class TaskContext:
     trace: TraceContext
     request_id: str | None = None
     output: dict[str, Any] = field(default_factory=dict)
-    # Live controls of the run (``qps`` from a set_rate_limit signal).
-    overrides: dict[str, Any] = field(default_factory=dict)
+    # The fetch attempt's controls (set by the fetch activity).
+    controls: FetchControls = field(default_factory=FetchControls)
 
 
 class TaskUnit:
@@ -51,7 +71,7 @@ class TaskUnit:
     code: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
     summary: ClassVar[str] = ""
-    # The fetch honours ``ctx.overrides["wind_down"]`` (the default fetch does): at a
+    # The fetch honours ``ctx.controls.wind_down`` (the default fetch does): at a
     # batch's end it stops new requests and hands over the pages in flight.
     fetch_winds_down: ClassVar[bool] = True
 
@@ -150,23 +170,23 @@ class TaskUnit:
     ) -> AsyncGenerator[Page, None]:
         """Yield the pages of every source, ``fetch_concurrency`` sources at a time,
         resumable from ``checkpoint`` (per source; see ``artemis/tasks/units.py``). The
-        page's ``info["units_done"]`` counts the sources finished so far (for progress)
-        and ``info["expected_total"]`` what the sources stated so far. A source that
+        page's ``info.units_done`` counts the sources finished so far (for progress)
+        and ``info.expected_total`` what the sources stated so far. A source that
         stated a total and ends short of it beyond the tolerance ends the fetch with
-        ``info["incomplete"]`` on its last page (the run fails INCOMPLETE once that page
-        is counted and emitted). ``ctx.overrides["max_pages"]`` bounds the requests of
-        this call; setting ``ctx.overrides["wind_down"]`` (an ``asyncio.Event``) stops
+        ``info.incomplete`` on its last page (the run fails INCOMPLETE once that page
+        is counted and emitted). ``ctx.controls.max_pages`` bounds the requests of
+        this call; setting ``ctx.controls.wind_down`` (an ``asyncio.Event``) stops
         new requests, the pages in flight still come. The last page's checkpoint is None
         only when every source is done."""
         sources = self.build_sources(ctx)
-        qps = ctx.overrides.get("qps")
+        qps = ctx.controls.qps
         if qps:
             # An operator's rate (POST /tasks/{id}/rate-limit) for sources without a limit
             # of their own (a registry source applies it to its contract's limiter).
             from artemis.ratelimit import bucket_for
             from artemis.sources.rest import RestSource
 
-            bucket = bucket_for(f"run:{ctx.task_code}/{ctx.task_id}", float(qps), 1)
+            bucket = bucket_for(f"run:{ctx.task_code}/{ctx.task_id}", qps, 1)
             for src in sources:
                 if isinstance(src, RestSource) and src.before_request is None:
                     src.before_request = bucket.acquire
@@ -176,9 +196,9 @@ class TaskUnit:
             checkpoint,
             concurrency=self.fetch_concurrency(ctx),
             tolerance=self.completeness_tolerance(ctx),
-            resumed=bool(ctx.overrides.get("resumed")),
-            wind_down=ctx.overrides.get("wind_down"),
-            max_pages=ctx.overrides.get("max_pages"),
+            resumed=ctx.controls.resumed,
+            wind_down=ctx.controls.wind_down,
+            max_pages=ctx.controls.max_pages,
         ):
             yield page
 

@@ -17,7 +17,7 @@ neither start from the beginning. The checkpoint of earlier builds (``{"source":
 "state": …, "expected": …}``, one source after another) is read as well.
 
 When a unit that stated a total ends short of it beyond the tolerance, its last page
-carries ``info["incomplete"]`` and the stream ends there (the run fails INCOMPLETE once
+carries ``info.incomplete`` and the stream ends there (the run fails INCOMPLETE once
 that page is counted and emitted).
 """
 
@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from artemis.completeness import shortfall
 from artemis.http import HttpClient
-from artemis.sources import Page, Source
+from artemis.sources import Page, PageInfo, Source
 
 
 @dataclass
@@ -142,7 +142,7 @@ async def fetch_units(
             await queue.put(_END)
 
     if not todo:
-        yield Page(records=[], checkpoint=None, info={"units_done": len(cp.done)})
+        yield Page(records=[], checkpoint=None, info=PageInfo(units_done=len(cp.done)))
         return
     workers = [asyncio.create_task(work()) for _ in range(running)]
     try:
@@ -155,7 +155,7 @@ async def fetch_units(
             i, page, taken = item
             taken.set_result(None)
             src = sources[i]
-            said = page.info.get("expected_total")
+            said = page.info.expected_total
             if page.checkpoint is not None:
                 cp.open[i] = page.checkpoint
                 if isinstance(said, int):
@@ -166,24 +166,22 @@ async def fetch_units(
                 short = shortfall(
                     src.name,
                     said,
-                    int(page.info.get("taken", 0)),
+                    page.info.taken,
                     tolerance,
-                    page.info.get("request") or "its last page",
+                    page.info.request or "its last page",
                 )
                 if short is not None:
-                    page.info.update(
-                        incomplete=short,
-                        expected_total=_sum(_add(cp.expected, said), stated),
-                        units_done=len(cp.done),
-                        source=src.name,
-                    )
+                    page.info.incomplete = short
+                    page.info.expected_total = _sum(_add(cp.expected, said), stated)
+                    page.info.units_done = len(cp.done)
+                    page.info.source = src.name
                     yield page
                     return
                 cp.done.add(i)
                 cp.expected = _add(cp.expected, said)
-            page.info["units_done"] = len(cp.done)
-            page.info["expected_total"] = _sum(cp.expected, stated)
-            page.info["source"] = src.name
+            page.info.units_done = len(cp.done)
+            page.info.expected_total = _sum(cp.expected, stated)
+            page.info.source = src.name
             page.checkpoint = None if len(cp.done) == len(sources) else cp.dump()
             yield page
     finally:

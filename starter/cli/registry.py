@@ -17,7 +17,7 @@ registry_app = typer.Typer(
 
 
 def _key_file(settings: Settings) -> str:
-    return settings.vault.get("master_key_file", ".artemis/master.key")
+    return settings.vault.master_key_file
 
 
 def _engine(config: Path | None):

@@ -38,7 +38,7 @@ def import_doc(stack, doc: dict) -> None:
     import_yaml(
         get_engine(stack.settings.database.url),
         yaml.safe_dump(doc),
-        stack.settings.vault["master_key_file"],
+        stack.settings.vault.master_key_file,
     )
 
 
@@ -281,10 +281,10 @@ async def test_registry_change_mid_run_does_not_touch_that_run(stack):
         doc = yaml.safe_load(original)
         doc["pagination_cfg"][0]["max_page_size_value"] = 10
         doc["provenance"]["base_url_default"] = "http://127.0.0.1:1"
-        import_yaml(engine, yaml.safe_dump(doc), stack.settings.vault["master_key_file"])
+        import_yaml(engine, yaml.safe_dump(doc), stack.settings.vault.master_key_file)
         final = await stack.wait_status(task_id, timeout=60)
     finally:
-        import_yaml(engine, original, stack.settings.vault["master_key_file"])
+        import_yaml(engine, original, stack.settings.vault.master_key_file)
         await _literature(stack, latency_ms=0)
     assert final["status"] == "completed", final
     assert len(await _delivered(stack, task_id)) == 300

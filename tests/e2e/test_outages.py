@@ -402,7 +402,7 @@ async def test_a_waiting_run_survives_its_worker_killed_and_temporal_restarted(
     settings = settings_with(
         base.settings,
         temporal={**base.settings.temporal.model_dump(), "address": temporal.address},
-        runs={**base.settings.runs.model_dump(), **SCALED},
+        runs=SCALED,
         logging={"output": "file", "file": {"path": str(tmp_path / "worker.log")}},
     )
     config = write_config(tmp_path / "worker.yaml", settings)

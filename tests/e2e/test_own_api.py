@@ -130,13 +130,13 @@ async def test_the_readme_walkthrough_runs_as_written(
         **os.environ,
         "ARTEMIS_CONFIG": str(config),
         "ARTEMIS_API": f"http://127.0.0.1:{port}",
-        "COOKIE_MASTER_KEY": Path(settings.vault["master_key_file"]).read_text().strip(),
+        "COOKIE_MASTER_KEY": Path(settings.vault.master_key_file).read_text().strip(),
     }
 
     def artemis(args: list[str], log: str) -> subprocess.Popen:
         out = open(tmp_path / log, "ab")  # noqa: SIM115 (the process holds it)
         return subprocess.Popen(
-            [sys.executable, "-m", "starter.cli", *args],
+            [sys.executable, "-m", "devstack", *args],
             env=env,
             cwd=tmp_path,
             stdout=out,
@@ -163,7 +163,7 @@ async def test_the_readme_walkthrough_runs_as_written(
             argv = shlex.split(line)
             assert argv[0] == "artemis", line
             done = subprocess.run(
-                [sys.executable, "-m", "starter.cli", *argv[1:]],
+                [sys.executable, "-m", "devstack", *argv[1:]],
                 env=env,
                 cwd=tmp_path,
                 capture_output=True,
@@ -200,7 +200,7 @@ def import_doc(settings, doc: dict[str, Any]) -> None:
     from artemis.registry.yaml_io import import_yaml
 
     import_yaml(
-        get_engine(settings.database.url), yaml.safe_dump(doc), settings.vault["master_key_file"]
+        get_engine(settings.database.url), yaml.safe_dump(doc), settings.vault.master_key_file
     )
 
 

@@ -179,6 +179,6 @@ async def test_a_stateful_cursor_resumed_after_a_lost_answer_reopens_and_skips_n
             rest = [p async for p in resumed.pages(client, checkpoint)]
         seen += [r["DOI"] for p in rest for r in p.records]
         assert len(seen) == len(set(seen)) == 150  # 5 days x 30, each once
-        assert rest[-1].info["taken"] == rest[-1].info["expected_total"] == 150
+        assert rest[-1].info.taken == rest[-1].info.expected_total == 150
     finally:
         samples.stop()

@@ -54,7 +54,7 @@ async def test_every_record_once_with_units_in_flight_together(samples):
         httpx.post(f"{samples.url}/_control/latency", json={"latency_ms": 0})
     got = keys(pages)
     assert len(got) == len(set(got)) == 5 * 51
-    assert pages[-1].checkpoint is None and pages[-1].info["units_done"] == 5
+    assert pages[-1].checkpoint is None and pages[-1].info.units_done == 5
     assert all(p.checkpoint is not None for p in pages[:-1])
     # Concurrent: the first pages come from three symbols, not one after another.
     first = {p.records[0]["symbol"] for p in pages[:3]}
