@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from opentelemetry import context as otel_context
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -51,12 +51,12 @@ from artemis.run_models import (
     workflow_id_for,
 )
 from artemis.run_state import OPEN, RETRYABLE_ENDINGS, TERMINAL, RunStatus, stats_view
-from artemis.security import check_header_names, check_request_url, check_resolved
-from artemis.sinks.base import register_sink_secret, resolve_output, seal_output
-from artemis.tasks.base import describe_validation_error, invalid_input
+from artemis.security import check_header_names
+from artemis.sinks import register_sink_secret, resolve_output, seal_output
 from artemis.tasks.registry import get_task, task_codes
 from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
+from starter.ssrf import check_request_urls
 from temporal_shared.runs import OPEN_STATUSES, closed_run_end
 
 log = get_logger("artemis.starter")
@@ -66,95 +66,22 @@ KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
 
 
 QUERY_TIMEOUT_S = 3.0
-_TASK_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
-class CallbackMeta(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    base_url: str | None = None
-    override_host: str | None = None
-    override_port: int | None = Field(None, ge=1, le=65535)
-    auth_header: str | None = None
-    auth_token: str | None = None
+@dataclass(frozen=True)
+class StartRequest:
+    """A run to start, as a request asks for it (the API reads it from its body model,
+    ``starter/api/schemas.RunBody``); checked here against the task and the config."""
 
-
-class RunMeta(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    # It becomes a path segment of the CronJob's URLs ({base}/{run_id}/progress).
-    run_id: str | int | None = None
-    task_id: str | None = Field(None, min_length=1, max_length=128)
-    exec_type: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    task_id: str | None = None
     request_id: str | None = None
-    # A run's deadline: at most 30 days (a Temporal timer needs a finite duration).
-    timeout_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
-    callback: CallbackMeta | None = None
-
-    @field_validator("task_id")
-    @classmethod
-    def _task_id(cls, v: str | None) -> str | None:
-        if v is not None and not set(v) <= _TASK_ID_CHARS:
-            raise ValueError("may only hold letters, digits and - _ . :")
-        if v in (".", ".."):
-            # a task id names the run's folder of the files sink: never a path step
-            raise ValueError("may not be '.' or '..'")
-        return v
-
-    @field_validator("run_id")
-    @classmethod
-    def _run_id(cls, v: str | int | None) -> str | int | None:
-        text = str(v) if v is not None else None
-        if text is not None and (
-            not text
-            or len(text) > 128
-            or not set(text) <= _TASK_ID_CHARS
-            or ".." in text
-            or text == "."
-        ):
-            raise ValueError(
-                "1-128 letters, digits and - _ . : (it is a path segment of the CronJob's "
-                "URLs), never '.' or '..'"
-            )
-        return v
-
-
-class RunBody(BaseModel):
-    """``{"meta": {...}, "body": {...params}}`` (seed 000 §13) or ``{"params": {...}}``."""
-
-    model_config = ConfigDict(extra="forbid")
-    meta: RunMeta = Field(default_factory=RunMeta)
-    body: dict[str, Any] | None = None
-    params: dict[str, Any] | None = None
+    timeout_s: float | None = None
     output: dict[str, Any] | None = None
-
-    def task_params(self) -> dict[str, Any]:
-        if self.body is not None and self.params is not None:
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT, "give the params either as 'body' or as 'params', not both"
-            )
-        params = dict(self.body if self.body is not None else (self.params or {}))
-        # seed 000 §13.2 also allows the callback inside the params.
-        cb = params.pop("callback", None)
-        if cb is not None and self.meta.callback is None:
-            try:
-                self.meta.callback = CallbackMeta.model_validate(cb)
-            except ValidationError as e:
-                raise ArtemisError(
-                    ErrorCode.INVALID_INPUT, describe_validation_error(e, "params.callback")
-                ) from None
-        return params
-
-
-def parse_run_body(raw: Any) -> RunBody:
-    if raw is None:
-        return RunBody()
-    if not isinstance(raw, dict):
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT, f"body: expected a JSON object, got {type(raw).__name__}"
-        )
-    try:
-        return RunBody.model_validate(raw)
-    except ValidationError as e:
-        raise invalid_input(e, "body") from None
+    # The CronJob to call back (a base URL of None: ``callback.base_url``) and the token
+    # to send it, kept as a run secret.
+    callback: CallbackTarget | None = None
+    callback_token: str | None = None
 
 
 @dataclass
@@ -185,60 +112,29 @@ class RunService:
             )
         return self._secrets
 
-    async def _check_request_urls(
-        self,
-        task: Any,
-        params: dict[str, Any],
-        output: dict[str, Any] | None,
-        callback: dict[str, Any] | None,
-    ) -> None:
-        """No SSRF through a request: URLs it names (not config's) go to allowed hosts,
-        and a host allowed by a wildcard does not resolve to an internal address."""
-        allowed = self.settings.security.allowed_hosts
-        hosts: list[tuple[str, str, list[str]]] = []
-        for name in task.request_url_params:
-            if isinstance(params.get(name), str):
-                host = check_request_url(params[name], allowed, f"params.{name}")
-                hosts.append((host, f"params.{name}", allowed))
-        if callback and callback.get("base_url"):
-            own = self.settings.callback_hosts()
-            called = resolve_base_url(CallbackTarget(**callback), self.settings.callback, own)
-            hosts.append((urlsplit(called).hostname or "", "meta.callback", own))
-        if output:
-            endpoint = output.get("http_endpoint")
-            if endpoint is not None:
-                host = check_request_url(str(endpoint), allowed, "output.http_endpoint")
-                hosts.append((host, "output.http_endpoint", allowed))
-            headers = output.get("http_headers") or {}
-            if isinstance(headers, dict):
-                check_header_names(list(headers), "output.http_headers")
-        for host, what, listed in hosts:
-            await check_resolved(host, listed, what)
-
     async def start(
-        self, code: str, body: RunBody, trace: TraceContext, request_id: str | None
+        self, code: str, ask: StartRequest, trace: TraceContext, request_id: str | None
     ) -> Started:
         task = get_task(code)  # 404 TASK_NOT_FOUND first
-        params = body.task_params()
+        params = ask.params
         # Validate now, so a bad request is a 422 and not a failed run (off the event loop:
         # a registry task resolves its contract in the database).
         prepared = await asyncio.to_thread(task.prepare_params, params, self.settings)
         lock = task.lock_name(prepared)
-        meta = body.meta
-        callback = self._callback_target(meta)
-        await self._check_request_urls(task, params, body.output, callback)
+        callback = self._callback_target(ask)
+        await check_request_urls(self.settings, task, params, ask.output, callback)
         # The run's sinks, resolved once now and carried by the run (like its contract):
         # a worker with another configuration sends this run's records to the same places.
         output = resolve_output(
             code,
             self.settings.output_defaults.get(code, {}),
-            body.output,
+            ask.output,
             task.record_spec(prepared),
             self.settings.database.url,
         )
-        task_id = meta.task_id or uuid.uuid4().hex
+        task_id = ask.task_id or uuid.uuid4().hex
         workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)
-        if lock and meta.task_id:
+        if lock and ask.task_id:
             # A lock's workflow id outlives its executions: a repeat of a finished task id
             # is answered from the task store, never started again.
             record = await self.record(task_id)
@@ -246,15 +142,11 @@ class RunService:
                 handle = self.client.get_workflow_handle(workflow_id)
                 done = _from_record(record)
                 return Started(handle, task_id, workflow_id, None, "none", existing_result=done)
-        if meta.callback is not None and meta.callback.auth_token:
+        if ask.callback_token:
             # Insert-if-absent: a repeat of a running task id attaches to that run and
             # must never swap the token it calls back with.
             await asyncio.to_thread(
-                self.secrets.put,
-                f"{code}/{task_id}",
-                "callback_token",
-                meta.callback.auth_token,
-                False,
+                self.secrets.put, f"{code}/{task_id}", "callback_token", ask.callback_token, False
             )
         # Sink header values and credential-bearing URLs are run secrets: history carries
         # only their names (insert-if-absent, as the token above).
@@ -271,10 +163,10 @@ class RunService:
             params=params,
             trace_id=trace.trace_id,
             parent_span_id=trace.span_id,
-            request_id=request_id or meta.request_id,
+            request_id=request_id or ask.request_id,
             output=output,
             callback=callback,
-            timeout_s=meta.timeout_s or self.settings.server.run_timeout_s,
+            timeout_s=ask.timeout_s or self.settings.server.run_timeout_s,
             tuning=tuning,
         )
         callback_mode = "progress_and_finalize" if callback else "none"
@@ -321,23 +213,18 @@ class RunService:
         )
         return Started(handle, task_id, workflow_id, handle.result_run_id, callback_mode)
 
-    def _callback_target(self, meta: RunMeta) -> dict[str, Any] | None:
+    def _callback_target(self, ask: StartRequest) -> dict[str, Any] | None:
         """The CronJob callback of seed 000 §13, checked up front (host allowed, header
         names not reserved); its token is registered for redaction."""
-        if meta.callback is None and meta.run_id is None:
+        if ask.callback is None:
             return None
-        cb = meta.callback or CallbackMeta()
-        target = CallbackTarget(
-            run_id=str(meta.run_id) if meta.run_id is not None else None,
-            base_url=cb.base_url or self.settings.callback.base_url,
-            override_host=cb.override_host,
-            override_port=cb.override_port,
-            auth_header=cb.auth_header,
+        target = dataclasses.replace(
+            ask.callback, base_url=ask.callback.base_url or self.settings.callback.base_url
         )
-        if cb.auth_header is not None:
-            check_header_names([cb.auth_header], "meta.callback.auth_header")
-        if cb.auth_token:
-            register_secret(cb.auth_token)
+        if target.auth_header is not None:
+            check_header_names([target.auth_header], "meta.callback.auth_header")
+        if ask.callback_token:
+            register_secret(ask.callback_token)
         if not target.enabled:
             return None
         resolve_base_url(target, self.settings.callback, self.settings.callback_hosts())

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import yaml
 from artemis.config import Settings, load_settings
 from artemis.logsetup import configure_logging
 from artemis.migrate import upgrade
+from artemis.run_state import TERMINAL
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from artemis.vault import allow_generated_key_file
@@ -168,7 +169,7 @@ def base_settings(
         },
     )
     upgrade(db_url)
-    _import_sample_registry(db_url, samples.url, settings.vault["master_key_file"])
+    _import_sample_registry(db_url, samples.url, settings.vault.master_key_file)
     configure_logging(settings.logging, force=True)
     return settings
 
@@ -241,9 +242,9 @@ class Stack:
         )
 
     async def wait_status(
-        self, task_id: str, statuses: set[str] | None = None, timeout: float = 60
+        self, task_id: str, statuses: Collection[str] | None = None, timeout: float = 60
     ) -> dict[str, Any]:
-        statuses = statuses or {"completed", "failed", "cancelled", "timeout"}
+        statuses = statuses or TERMINAL
         deadline = time.monotonic() + timeout
         while True:
             resp = await self.http.get(f"/tasks/{task_id}")
@@ -383,7 +384,7 @@ def _start_cli(args: list[str], config: Path, log_path: Path) -> subprocess.Pope
     }
     out = open(log_path, "ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "starter.cli", *args],
+        [sys.executable, "-m", "devstack", *args],
         env=env,
         stdout=out,
         stderr=subprocess.STDOUT,

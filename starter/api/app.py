@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from temporalio.client import Client
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode, invalid_fields
 from artemis.logsetup import get_logger
-from starter.api.envelope import RequestContextMiddleware, error_response
+from starter.api.auth import GUARDED_RESPONSES, refusal, require_token
+from starter.api.envelope import BodyTooLarge, RequestContextMiddleware, error_response
 from starter.api.routes import codec, events, health, notes, task_types, tasks
 from starter.service import RunService
 
@@ -29,7 +38,9 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             await app.state.service.drain()
 
     app = FastAPI(
-        # /docs is served below from local files (no CDN); ReDoc would need one
+        # /docs is served below from local files (no CDN), and /openapi.json beside it:
+        # both behind the token like every route (ReDoc would need a CDN: none)
+        openapi_url=None,
         docs_url=None,
         redoc_url=None,
         title="Artemis",
@@ -58,38 +69,11 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             "(python -c 'import secrets; print(secrets.token_urlsafe(32))')",
         )
 
-    def openapi() -> dict:
-        # The run route reads its body itself (the params are the task's, validated by the
-        # task's own model); its schema joins the generated components here.
-        if app.openapi_schema is None:
-            from fastapi.openapi.utils import get_openapi
-
-            from starter.service import RunBody
-
-            schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                description=app.description,
-                routes=app.routes,
-            )
-            body = RunBody.model_json_schema(ref_template="#/components/schemas/{model}")
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for name, definition in body.pop("$defs", {}).items():
-                components.setdefault(name, definition)
-            components["RunBody"] = body
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-    _local_docs(app)
-    from fastapi import Depends
-
-    from starter.api.auth import GUARDED_RESPONSES, require_token
-
     guarded: dict[str, Any] = {
         "dependencies": [Depends(require_token)],
         "responses": GUARDED_RESPONSES,
     }
+    _local_docs(app)
     app.include_router(health.router)
     app.include_router(health.guarded, **guarded)
     app.include_router(tasks.router, **guarded)
@@ -107,10 +91,15 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        return error_response(request, invalid_fields(exc.errors()))
+        return error_response(request, await refusal(request) or _invalid(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
+        refused = await refusal(request) if exc.status_code == 400 else None
+        if refused is not None:
+            return error_response(request, refused)
+        if isinstance(exc, BodyTooLarge):
+            return error_response(request, exc.error)
         code = {
             404: ErrorCode.NOT_FOUND,
             401: ErrorCode.UNAUTHORIZED,
@@ -124,8 +113,6 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             resp.headers[name] = value
         if exc.status_code == 405:
             # Every method the path has (Starlette names only the first route's).
-            from starlette.routing import Match
-
             methods: set[str] = set()
             pending = list(app.routes)
             while pending:
@@ -151,8 +138,6 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, settings=settings)
     if settings.temporal.payload_encryption:
         # The Temporal UI calls the codec endpoints from the browser, from its own origin.
-        from fastapi.middleware.cors import CORSMiddleware
-
         app.add_middleware(
             CORSMiddleware,
             allow_origins=[settings.temporal.ui_url.rstrip("/")],
@@ -163,13 +148,25 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     return app
 
 
+def _invalid(exc: RequestValidationError) -> ArtemisError:
+    """422 INVALID_INPUT naming each bad field; a body that is not JSON says where it
+    broke (FastAPI gives the offset: line and column read better)."""
+    for err in exc.errors():
+        if err["type"] == "json_invalid":
+            at = json.JSONDecodeError(err["ctx"]["error"], exc.body or "", err["loc"][-1])
+            where = f"malformed JSON at line {at.lineno} column {at.colno}: {at.msg}"
+            return ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"body: {where}",
+                details={"fields": [{"field": "body", "message": where}]},
+            )
+    return invalid_fields(exc.errors())
+
+
 def swagger_ui_dir() -> str:
     """The folder of Swagger UI's files in the `swagger-ui-py` wheel (5.x: it renders
     OpenAPI 3.1, which FastAPI writes). Found without importing the package, which would
     load its web-framework adapters."""
-    import importlib.util
-    import os
-
     spec = importlib.util.find_spec("swagger_ui")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("swagger-ui-py is not installed")
@@ -177,19 +174,21 @@ def swagger_ui_dir() -> str:
 
 
 def _local_docs(app: FastAPI) -> None:
-    """Swagger UI at /docs from the files of the `swagger-ui-py` wheel (mounted at
-    /docs/static), so the page works with no internet."""
-    from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
-    from fastapi.responses import HTMLResponse
-    from fastapi.staticfiles import StaticFiles
-
+    """/openapi.json, and Swagger UI at /docs from the files of the `swagger-ui-py` wheel
+    (mounted at /docs/static, so the page works with no internet). The pages need the
+    token as the API does; Swagger UI's own files do not (they hold nothing of ours)."""
     app.mount(
         "/docs/static",
         StaticFiles(directory=swagger_ui_dir()),
         name="swagger-ui",
     )
+    guard = [Depends(require_token)]
 
-    @app.get("/docs", include_in_schema=False)
+    @app.get("/openapi.json", include_in_schema=False, dependencies=guard)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=guard)
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(
             openapi_url="/openapi.json",
@@ -200,6 +199,6 @@ def _local_docs(app: FastAPI) -> None:
             oauth2_redirect_url="/docs/oauth2-redirect",
         )
 
-    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    @app.get("/docs/oauth2-redirect", include_in_schema=False, dependencies=guard)
     async def redirect() -> HTMLResponse:
         return get_swagger_ui_oauth2_redirect_html()

@@ -1,10 +1,9 @@
 """The response envelope of SPEC §5 and the ASGI middleware that gives every request a
-request id, a trace, authentication, a body-size limit and log context."""
+request id, a trace, the Host check, a body-size limit, log context and its access-log
+line. Who may call is not decided here: ``starter/api/auth.py``'s security dependency."""
 
 from __future__ import annotations
 
-import hmac
-import json
 import time
 import uuid
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import structlog
 from fastapi import Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from artemis.config import Settings
@@ -21,22 +21,8 @@ from artemis.tracing import TraceContext, extract_trace
 
 log = get_logger("artemis.api")
 
-# The probes answer without a token (a Kubernetes probe carries none); they never show a
-# secret or a config value.
-OPEN_PATHS = {"/health", "/ready"}
 LOOPBACK_BINDS = {"127.0.0.1", "localhost", "::1"}
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
-# FastAPI's own pages (no route dependency reaches them): the middleware guards them.
-DOC_PATHS = {"/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"}
-
-
-def token_ok(authorization: str | None, tokens: list[str]) -> bool:
-    """A bearer token among ``tokens`` (compared as bytes in constant time: a non-ASCII
-    header is a wrong token, not a server error)."""
-    given = authorization or ""
-    token = given[7:].strip() if given[:7].lower() == "bearer " else ""
-    raw = token.encode("utf-8", "surrogateescape")
-    return bool(token) and any(hmac.compare_digest(raw, t.encode()) for t in tokens)
 
 
 def _meta(state: dict[str, Any]) -> dict[str, Any]:
@@ -105,19 +91,9 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
-            path = scope["path"]
-            tokens = self.settings.server.api_tokens
-            refused = self._refused(scope, headers, bool(tokens))
+            refused = self._refused(headers, bool(self.settings.server.api_tokens))
             if refused is not None:
                 await error_response(None, refused, state=state)(scope, receive, send_with_headers)
-                return
-            if tokens and path in DOC_PATHS and not token_ok(headers.get("authorization"), tokens):
-                # The API's routes check the token themselves (starter/api/auth.py).
-                err = ArtemisError(
-                    ErrorCode.UNAUTHORIZED,
-                    "missing or invalid bearer token (Authorization header)",
-                )
-                await error_response(None, err, state=state)(scope, receive, send_with_headers)
                 return
             limit = self.settings.server.max_body_bytes
             declared = headers.get("content-length")
@@ -134,12 +110,12 @@ class RequestContextMiddleware:
                     received += len(message.get("body", b""))
                     if received > limit:
                         too_large = True
-                        raise _BodyTooLarge()
+                        raise BodyTooLarge(limit)
                 return message
 
             try:
                 await self.app(scope, limited_receive, send_with_headers)
-            except _BodyTooLarge:
+            except BodyTooLarge:  # raised where no exception handler answers it
                 await self._too_large(scope, receive, send_with_headers, state, limit)
         finally:
             log.info(
@@ -150,10 +126,10 @@ class RequestContextMiddleware:
             )
             structlog.contextvars.clear_contextvars()
 
-    def _refused(self, scope: Scope, headers: dict[str, str], tokens: bool) -> ArtemisError | None:
-        """A browser's request another site made (SPEC §5): a body that is not JSON, a
-        state change without JSON and without a token (CSRF), or a Host header naming
-        another site on a loopback API without tokens (DNS rebinding)."""
+    def _refused(self, headers: dict[str, str], tokens: bool) -> ArtemisError | None:
+        """A browser's request another site made (SPEC §5): a Host header naming another
+        site on a loopback API without tokens (DNS rebinding). What a page could send
+        cross-site in a body is refused by the routes (``auth.json_only``)."""
         if not tokens and self.settings.server.host in LOOPBACK_BINDS:
             host = headers.get("host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
@@ -169,51 +145,18 @@ class RequestContextMiddleware:
     async def _too_large(
         scope: Scope, receive: Receive, send: Send, state: dict, limit: int
     ) -> None:
-        err = ArtemisError(
-            ErrorCode.PAYLOAD_TOO_LARGE,
-            f"request body exceeds server.max_body_bytes ({limit} bytes)",
-        )
+        err = BodyTooLarge(limit).error
         await error_response(None, err, state=state)(scope, receive, send)
 
 
-def json_only(method: str, headers: Any, tokens: bool) -> ArtemisError | None:
-    """What a route that changes state refuses (SPEC §5): a body that is not JSON, and,
-    without tokens, a request without ``Content-Type: application/json`` (a web page
-    cannot send that cross-site without a preflight this API never grants: CSRF)."""
-    if method not in ("POST", "PUT", "PATCH", "DELETE"):
-        return None
-    ctype = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
-    is_json = ctype == "application/json" or ctype.endswith("+json")
-    has_body = (headers.get("content-length") or "0") != "0" or "transfer-encoding" in headers
-    if has_body and not is_json:
-        return ArtemisError(
-            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-            f"request bodies are application/json (got {ctype or 'no Content-Type'})",
+class BodyTooLarge(StarletteHTTPException):
+    """The body grew past ``server.max_body_bytes`` while it streamed in. An HTTP
+    exception because FastAPI reads a body model's body before the route runs and passes
+    those on (any other error there becomes a 400); the app answers it with ``error``."""
+
+    def __init__(self, limit: int) -> None:
+        self.error = ArtemisError(
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"request body exceeds server.max_body_bytes ({limit} bytes)",
         )
-    if not has_body and not is_json and not tokens:
-        return ArtemisError(
-            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-            "a request that changes state needs Content-Type: application/json (or a "
-            "bearer token): a web page cannot send that on its own",
-        )
-    return None
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-async def read_json(request: Request) -> Any:
-    """The request body as JSON; malformed JSON is a 422 naming where it broke."""
-    raw = await request.body()
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT,
-            f"body: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}",
-        ) from None
-    except UnicodeDecodeError:
-        raise ArtemisError(ErrorCode.INVALID_INPUT, "body: not UTF-8 text") from None
+        super().__init__(413, self.error.message)

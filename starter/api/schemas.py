@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from artemis.run_state import RunStatus, Verdict
 
 T = TypeVar("T")
 
@@ -43,6 +46,107 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A task id (and a CronJob run id) becomes a path segment: of the files sink's folders, of
+# the CronJob's URLs ({base}/{run_id}/progress).
+_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+
+
+class CallbackMeta(_Body):
+    """The CronJob to call back (seed 000 §13): where (else ``callback.base_url``), and
+    the header and token to send (the token is kept as a run secret, never in history)."""
+
+    base_url: str | None = None
+    override_host: str | None = None
+    override_port: int | None = Field(None, ge=1, le=65535)
+    auth_header: str | None = None
+    auth_token: str | None = None
+
+
+class RunMeta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    run_id: str | int | None = None
+    task_id: str | None = Field(None, min_length=1, max_length=128)
+    exec_type: str | None = None
+    request_id: str | None = None
+    # A run's deadline: at most 30 days (a Temporal timer needs a finite duration).
+    timeout_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
+    callback: CallbackMeta | None = None
+
+    @field_validator("task_id")
+    @classmethod
+    def _task_id(cls, v: str | None) -> str | None:
+        if v is not None and not set(v) <= _ID_CHARS:
+            raise ValueError("may only hold letters, digits and - _ . :")
+        if v in (".", ".."):
+            # a task id names the run's folder of the files sink: never a path step
+            raise ValueError("may not be '.' or '..'")
+        return v
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str | int | None) -> str | int | None:
+        text = str(v) if v is not None else None
+        if text is not None and (
+            not text or len(text) > 128 or not set(text) <= _ID_CHARS or ".." in text or text == "."
+        ):
+            raise ValueError(
+                "1-128 letters, digits and - _ . : (it is a path segment of the CronJob's "
+                "URLs), never '.' or '..'"
+            )
+        return v
+
+
+class RunParams(BaseModel):
+    """The task's params, checked by the task's own model when the run starts
+    (``GET /task-types`` shows each task's schema). Seed 000 §13.2 lets them carry the
+    CronJob callback too; it is not a param."""
+
+    model_config = ConfigDict(extra="allow")
+    callback: CallbackMeta | None = None
+
+    def task_params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class RunBody(_Body):
+    """``{"meta": {...}, "body": {...params}}`` (seed 000 §13) or ``{"params": {...}}``."""
+
+    meta: RunMeta = Field(default_factory=RunMeta)
+    body: RunParams | None = None
+    params: RunParams | None = None
+    output: dict[str, Any] | None = Field(
+        None, description="where the records go: sinks and their settings, over output_defaults"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, data: Any) -> Any:
+        if not isinstance(data, dict | BaseModel):
+            kind = type(data).__name__
+            raise PydanticCustomError(
+                "json_object", "expected a JSON object, got {kind}", {"kind": kind}
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _one_params(self) -> RunBody:
+        if self.body is not None and self.params is not None:
+            raise PydanticCustomError(
+                "params_twice", "give the params either as 'body' or as 'params', not both"
+            )
+        return self
+
+    @property
+    def given_params(self) -> RunParams:
+        """The params as given, under ``body`` or ``params`` (none: empty)."""
+        return self.body or self.params or RunParams()
+
+    @property
+    def callback(self) -> CallbackMeta | None:
+        """The CronJob callback: ``meta.callback``, else one inside the params."""
+        return self.meta.callback or self.given_params.callback
+
+
 class CancelBody(_Body):
     reason: str = Field("cancelled by request", max_length=500)
 
@@ -56,7 +160,7 @@ class RateLimitBody(_Body):
 
 
 class FeedbackBody(_Body):
-    status: Literal["success", "failed"]
+    status: Verdict = Field(description="the user's verdict: success or failed")
     comment: str | None = Field(None, max_length=2000)
 
 
@@ -124,7 +228,7 @@ class TaskView(BaseModel):
     task_id: str
     task_code: str | None = None
     workflow_id: str | None = None
-    status: str
+    status: RunStatus
     progress: dict[str, Any] | None = None
     stats: dict[str, Any] = Field(default_factory=dict)
     error: dict[str, Any] | None = None

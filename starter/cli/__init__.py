@@ -1,8 +1,10 @@
-"""The `artemis` command line (SPEC §12): the root app, one module per command group.
+"""The starter's command line (SPEC §12): the commands that need no worker, one module
+per command group.
 
-`_common` (settings, failing, calling the API), `servers` (worker, api, samples, db),
-`cookies`, `audit`, `registry`, `dev` (dev, demo), `tasks` (run, tasks …) and `watch`
-(the run's event stream and its live view).
+`_common` (settings, failing, calling the API), `servers` (api, samples, db), `cookies`,
+`audit`, `registry`, `tasks` (run, tasks …) and `watch` (the run's event stream and its
+live view). The full `artemis` command adds `worker`, `dev` and `demo` on top of this app
+(`devstack/cli.py`): nothing here imports a worker.
 """
 
 from __future__ import annotations
@@ -13,23 +15,30 @@ import sys
 import typer
 
 from artemis.errors import ArtemisError
-from starter.cli import audit, dev, servers, tasks
+from artemis.logsetup import redact_text
+from starter.cli import audit, servers, tasks
 from starter.cli._common import err_console
 from starter.cli.cookies import cookies_app
 from starter.cli.registry import registry_app
 from starter.cli.watch import StepView, iter_events, watch_task
 
-__all__ = ["app", "main", "watch_task", "iter_events", "StepView"]
+__all__ = ["app", "main", "root_app", "run", "watch_task", "iter_events", "StepView"]
 
-app = typer.Typer(
-    help="Artemis: durable multi-source data harvesting on Temporal.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    # plain help, as `gh` and `kubectl` print it (no type tags beside every flag)
-    rich_markup_mode=None,
-)
-# The order here is the order `artemis --help` lists them in.
-for _command in (servers.worker, servers.api, audit.audit, dev.dev, dev.demo, tasks.run):
+
+def root_app() -> typer.Typer:
+    """An empty root command as `artemis` shows it (this app, and the full one)."""
+    return typer.Typer(
+        help="Artemis: durable multi-source data harvesting on Temporal.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        # plain help, as `gh` and `kubectl` print it (no type tags beside every flag)
+        rich_markup_mode=None,
+    )
+
+
+app = root_app()
+# The order here is the order `artemis --help` lists them in (after the worker's commands).
+for _command in (servers.api, audit.audit, tasks.run):
     app.command()(_command)
 app.command("task-types")(tasks.task_types)
 app.add_typer(tasks.tasks_app, name="tasks")
@@ -43,7 +52,8 @@ app.add_typer(cookies_app, name="cookies")
 SERVING = {"dev", "demo", "worker", "api", "samples"}
 
 
-def main() -> None:
+def run(command: typer.Typer) -> None:
+    """Run ``command`` as a console script: errors as one line, never a traceback."""
     if not SERVING & set(sys.argv[1:2]):
         # A command that prints and exits ends quietly when its reader has gone
         # (`artemis tasks list | head`), as Unix tools do.
@@ -52,14 +62,16 @@ def main() -> None:
         except (AttributeError, ValueError):
             pass
     try:
-        app()
+        command()
     except ArtemisError as e:
         err_console.print(f"[red]error:[/red] {e}", highlight=False)
         sys.exit(1)
     except Exception as e:  # one line, never a traceback (which could carry secrets)
-        from artemis.logsetup import redact_text
-
         err_console.print(
             f"[red]error:[/red] {redact_text(f'{type(e).__name__}: {e}')}", highlight=False
         )
         sys.exit(1)
+
+
+def main() -> None:
+    run(app)

@@ -1,4 +1,5 @@
-"""`python -m starter.cli …`, the same as `artemis …`."""
+"""`python -m starter.cli …`: the starter's commands (`python -m devstack …` is the full
+`artemis`, with `worker`, `dev` and `demo`)."""
 
 from starter.cli import main
 

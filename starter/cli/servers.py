@@ -1,8 +1,8 @@
-"""The long-running processes: `worker`, `api`, `samples serve`, and `db upgrade`."""
+"""The starter's long-running processes: `api` and `samples serve`; and `db upgrade`.
+(`artemis worker` is in `devstack/cli.py`: the starter never imports a worker.)"""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import typer
@@ -15,15 +15,6 @@ samples_app = typer.Typer(
 db_app = typer.Typer(help="The Artemis database.", no_args_is_help=True, rich_markup_mode=None)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def worker(config: Path | None = ConfigOpt) -> None:
-    """Run one worker (production). Needs COOKIE_MASTER_KEY."""
-    from workers.main import run_worker
-
-    _require_master_key()
-    settings = _settings(config)
-    asyncio.run(run_worker(settings))
 
 
 def api(config: Path | None = ConfigOpt, host: str | None = None, port: int | None = None) -> None:

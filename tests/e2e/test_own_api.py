@@ -101,37 +101,10 @@ async def test_the_readme_walkthrough_runs_as_written(
     address in the catalogue's base URL)."""
     section = walkthrough()
     bash = blocks(section, "bash")
-    # the API as shown
-    curl = shlex.split(bash[0].strip())
-    assert curl[0] == "curl"
-    async with httpx.AsyncClient() as http:
-        answer = (await http.get(curl[1].replace(DEV_SAMPLES, samples.url))).json()
-        await http.post(f"{samples.url}/_control/catalog", json={"reset": True})
-    assert answer == json.loads(blocks(section, "json")[0])
-
-    # the folder a user runs the walk-through in: the two files, the suite's stack
-    (tmp_path / "infra" / "registry").mkdir(parents=True)
-    (tmp_path / "infra" / "registry" / "catalog.yaml").write_text(
-        CATALOG.read_text().replace(DEV_SAMPLES, samples.url)
-    )
-    shutil.copy(CONFIG, tmp_path / "infra" / "catalog.config.yaml")
+    await the_shown_api_answers_as_shown(section, bash[0], samples.url)
     commands = [line for line in bash[1].splitlines() if line.strip()]
     assert commands[0] == "artemis dev --config infra/catalog.config.yaml"
-    own = yaml.safe_load(CONFIG.read_text())
-    port = free_port()
-    settings = settings_with(
-        base_settings,
-        temporal={"task_queue": f"tq-{uuid.uuid4().hex[:10]}"},
-        server={"port": port},
-        output_defaults=own["output_defaults"],
-    )
-    config = write_config(tmp_path / "suite.yaml", settings)
-    env = {
-        **os.environ,
-        "ARTEMIS_CONFIG": str(config),
-        "ARTEMIS_API": f"http://127.0.0.1:{port}",
-        "COOKIE_MASTER_KEY": Path(settings.vault.master_key_file).read_text().strip(),
-    }
+    env, port = walkthrough_folder(tmp_path, base_settings, samples.url)
 
     def artemis(args: list[str], log: str) -> subprocess.Popen:
         out = open(tmp_path / log, "ab")  # noqa: SIM115 (the process holds it)
@@ -147,31 +120,8 @@ async def test_the_readme_walkthrough_runs_as_written(
     try:
         api = artemis(["api", "--port", str(port)], "api.log")
         worker = artemis(["worker"], "worker.log")
-
-        async def api_up() -> bool:
-            assert api.poll() is None, (tmp_path / "api.log").read_text()
-            try:
-                async with httpx.AsyncClient() as http:
-                    return (await http.get(f"{env['ARTEMIS_API']}/health")).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        await eventually(api_up, "the API process to answer", timeout=90, interval=0.2)
-
-        outputs = []
-        for line in commands[1:]:
-            argv = shlex.split(line)
-            assert argv[0] == "artemis", line
-            done = subprocess.run(
-                [sys.executable, "-m", "devstack", *argv[1:]],
-                env=env,
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
-            outputs.append(done.stdout)
+        await api_answers(api, env["ARTEMIS_API"], tmp_path / "api.log")
+        outputs = run_the_commands(commands[1:], env, tmp_path)
         ran = re.sub(r"\s+", " ", outputs[-1])
         assert '"status": "completed"' in ran and '"records_emitted": 23' in ran, outputs[-1]
 
@@ -185,6 +135,80 @@ async def test_the_readme_walkthrough_runs_as_written(
     async with httpx.AsyncClient() as http:
         calls = (await http.get(f"{samples.url}/_catalog/calls")).json()
     assert sorted(int(c["params"]["page"]) for c in calls) == [1, 2, 3, 4, 5]
+
+
+async def the_shown_api_answers_as_shown(section: str, curl_block: str, samples_url: str) -> None:
+    """The walk-through's curl of the sample API answers the JSON it shows (then the
+    catalogue's request log starts afresh)."""
+    curl = shlex.split(curl_block.strip())
+    assert curl[0] == "curl"
+    async with httpx.AsyncClient() as http:
+        answer = (await http.get(curl[1].replace(DEV_SAMPLES, samples_url))).json()
+        await http.post(f"{samples_url}/_control/catalog", json={"reset": True})
+    assert answer == json.loads(blocks(section, "json")[0])
+
+
+def walkthrough_folder(
+    tmp_path: Path, base_settings, samples_url: str
+) -> tuple[dict[str, str], int]:
+    """The folder a user runs the walk-through in: the two files, and the suite's stack
+    (its Temporal, a task queue and an API port of its own, the walk-through's outputs)
+    in a config file. The environment of the walk-through's commands, and the API's port."""
+    (tmp_path / "infra" / "registry").mkdir(parents=True)
+    (tmp_path / "infra" / "registry" / "catalog.yaml").write_text(
+        CATALOG.read_text().replace(DEV_SAMPLES, samples_url)
+    )
+    shutil.copy(CONFIG, tmp_path / "infra" / "catalog.config.yaml")
+    own = yaml.safe_load(CONFIG.read_text())
+    port = free_port()
+    settings = settings_with(
+        base_settings,
+        temporal={"task_queue": f"tq-{uuid.uuid4().hex[:10]}"},
+        server={"port": port},
+        output_defaults=own["output_defaults"],
+    )
+    config = write_config(tmp_path / "suite.yaml", settings)
+    env = {
+        **os.environ,
+        "ARTEMIS_CONFIG": str(config),
+        "ARTEMIS_API": f"http://127.0.0.1:{port}",
+        "COOKIE_MASTER_KEY": Path(settings.vault.master_key_file).read_text().strip(),
+    }
+    return env, port
+
+
+async def api_answers(api: subprocess.Popen, api_url: str, log: Path) -> None:
+    """Wait until the API process answers /health (failing at once if it died)."""
+
+    async def api_up() -> bool:
+        assert api.poll() is None, log.read_text()
+        try:
+            async with httpx.AsyncClient() as http:
+                return (await http.get(f"{api_url}/health")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    await eventually(api_up, "the API process to answer", timeout=90, interval=0.2)
+
+
+def run_the_commands(lines: list[str], env: dict[str, str], cwd: Path) -> list[str]:
+    """Each walk-through command (all ``artemis …``) run to success, in order; their
+    outputs."""
+    outputs = []
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] == "artemis", line
+        done = subprocess.run(
+            [sys.executable, "-m", "devstack", *argv[1:]],
+            env=env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+        outputs.append(done.stdout)
+    return outputs
 
 
 def catalog_doc(code: str, base: str, **pagination: Any) -> dict[str, Any]:

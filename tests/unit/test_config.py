@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from artemis.config import load_settings
+from artemis.config import SecuritySettings, ServerSettings, TemporalSettings, load_settings
 from artemis.errors import ArtemisError, ErrorCode
 
 
@@ -36,8 +36,9 @@ def test_precedence_flags_then_env_then_yaml_then_defaults(tmp_path, monkeypatch
     assert s.server.port == 9002  # flag > env > yaml
     assert s.server.host == "127.0.0.3"  # env > yaml
     assert s.server.sync_timeout_s == 7  # yaml > default, the rest of its section kept
-    assert s.temporal.namespace == "yaml-ns" and s.temporal.address == "127.0.0.1:7233"
-    assert s.server.max_body_bytes == 1_048_576  # default
+    assert s.temporal.namespace == "yaml-ns"
+    assert s.temporal.address == TemporalSettings().address  # default
+    assert s.server.max_body_bytes == ServerSettings().max_body_bytes  # default
     monkeypatch.delenv("ARTEMIS__SERVER__PORT")
     assert load_settings(cfg).server.port == 9000  # yaml again once env is gone
 
@@ -120,9 +121,11 @@ def test_callbacks_have_their_own_allow_list(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("callback:\n  allowed_hosts: [cron.internal]\n")
     s = load_settings(cfg)
-    # a callback host is not a host sources and sinks may reach (issue 19)
+    # a callback host is not a host sources and sinks may reach (issue 19): the security
+    # list stays its default, loopback only (pinned here on purpose)
     assert s.security.allowed_hosts == ["127.0.0.1", "localhost", "::1"]
     assert s.callback_hosts() == ["cron.internal"]
     s = load_settings(None, callback={"base_url": "https://cron.example:8443/runs"})
     assert s.callback_hosts() == ["cron.example:8443"]  # the CronJob's origin only
-    assert load_settings(None).callback_hosts() == ["127.0.0.1", "localhost", "::1"]
+    # nothing set: the callback hosts are the security list
+    assert load_settings(None).callback_hosts() == SecuritySettings().allowed_hosts

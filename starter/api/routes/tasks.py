@@ -9,13 +9,15 @@ from typing import Any, Literal
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
+from artemis.callback import CallbackTarget
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import RUN_REQUESTS
 from artemis.run_state import TERMINAL, RunStatus, StoredStatus, end_code
 from starter.api.deps import get_service, get_settings
-from starter.api.envelope import envelope, error_response, read_json
+from starter.api.envelope import envelope, error_response
 from starter.api.schemas import (
     INVALID,
+    CallbackMeta,
     CancelAnswer,
     CancelBody,
     ControlAnswer,
@@ -26,12 +28,13 @@ from starter.api.schemas import (
     RateLimitBody,
     RetryAnswer,
     RunAccepted,
+    RunBody,
     RunResult,
     TaskList,
     TaskView,
     documented,
 )
-from starter.service import RunService, parse_run_body, ui_url
+from starter.service import RunService, StartRequest, ui_url
 
 router = APIRouter(tags=["tasks"])
 
@@ -88,24 +91,17 @@ def _final_response(request: Request, status: dict) -> JSONResponse:
         422: {"model": Envelope[None], "description": "INVALID_INPUT naming the field"},
         502: {"model": Envelope[RunResult], "description": "sync: the run failed (its code)"},
     },
-    # The body is read by the handler (its params are the task's, validated by the task's
-    # own model), so its schema is given here: meta (seed 000 §13) and body/params.
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunBody"}}},
-        }
-    },
 )
 async def run_task(
     code: str,
     request: Request,
+    body: RunBody | None = Body(None),
     mode: Literal["sync", "async"] = Query("sync"),
     service: RunService = Depends(get_service),
     settings=Depends(get_settings),
 ) -> JSONResponse:
     try:
-        resp, outcome = await _run(code, request, mode, service, settings)
+        resp, outcome = await _run(code, request, body or RunBody(), mode, service, settings)
     except ArtemisError as e:
         label = "unknown" if e.code is ErrorCode.TASK_NOT_FOUND else code
         RUN_REQUESTS.labels(label, e.code.value).inc()
@@ -114,14 +110,37 @@ async def run_task(
     return resp
 
 
+def _start_request(body: RunBody) -> StartRequest:
+    """What the body asks the service to start (the params are checked by the task)."""
+    meta, cb = body.meta, body.callback
+    callback = None
+    if cb is not None or meta.run_id is not None:
+        cb = cb or CallbackMeta()
+        callback = CallbackTarget(
+            run_id=str(meta.run_id) if meta.run_id is not None else None,
+            base_url=cb.base_url,
+            override_host=cb.override_host,
+            override_port=cb.override_port,
+            auth_header=cb.auth_header,
+        )
+    return StartRequest(
+        params=body.given_params.task_params(),
+        task_id=meta.task_id,
+        request_id=meta.request_id,
+        timeout_s=meta.timeout_s,
+        output=body.output,
+        callback=callback,
+        callback_token=cb.auth_token if cb is not None else None,
+    )
+
+
 async def _run(
-    code: str, request: Request, mode: str, service: RunService, settings: Any
+    code: str, request: Request, body: RunBody, mode: str, service: RunService, settings: Any
 ) -> tuple[JSONResponse, str]:
     """The run route's answer and its outcome for the metric: accepted (async), running
     (sync, still running at the sync timeout) or how the run ended."""
     state = request.scope["state"]
-    body = parse_run_body(await read_json(request))
-    started = await service.start(code, body, state["trace"], state["request_id"])
+    started = await service.start(code, _start_request(body), state["trace"], state["request_id"])
     accepted = {
         "task_code": code,
         "accepted": True,

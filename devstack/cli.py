@@ -1,4 +1,9 @@
-"""`artemis dev` and `artemis demo`: the embedded stack (SPEC §2)."""
+"""The full `artemis` command (SPEC §12): the starter's commands (`starter/cli/`) and the
+ones that run a worker — `worker` (production) and the embedded stack's `dev` and `demo`.
+
+The worker and the stack are imported when their command runs: they load Temporal's
+worker, the workflows and the API (seconds), which `artemis tasks list` does not need.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,24 @@ from pathlib import Path
 
 import typer
 
-from starter.cli._common import ConfigOpt
+from starter.cli import app as starter_app
+from starter.cli import root_app, run
+from starter.cli._common import ConfigOpt, _require_master_key, _settings
 
 DataDirOpt = typer.Option(Path(".artemis"), help="state folder")
 ApiPortOpt = typer.Option(8000)
 TemporalPortOpt = typer.Option(7233)
 UiPortOpt = typer.Option(8233)
 SamplesPortOpt = typer.Option(8300)
+
+
+def worker(config: Path | None = ConfigOpt) -> None:
+    """Run one worker (production). Needs COOKIE_MASTER_KEY."""
+    from workers.main import run_worker  # at run time: see the module's docstring
+
+    _require_master_key()
+    settings = _settings(config)
+    asyncio.run(run_worker(settings))
 
 
 def dev(
@@ -26,7 +42,7 @@ def dev(
     no_samples: bool = typer.Option(False, "--no-samples"),
 ) -> None:
     """Run the whole embedded stack in the foreground until Ctrl-C."""
-    from starter.devstack import DevStack
+    from devstack.stack import DevStack  # at run time: see the module's docstring
 
     stack = DevStack(
         config, data_dir, api_port, temporal_port, ui_port, samples_port, samples=not no_samples
@@ -44,8 +60,19 @@ def demo(
     exit_: bool = typer.Option(False, "--exit", help="return when the samples are done"),
 ) -> None:
     """Start the embedded stack, run the sample tasks with live progress, print a summary."""
-    from starter.devstack import DevStack
+    from devstack.stack import DevStack  # at run time: see the module's docstring
 
     stack = DevStack(config, data_dir, api_port, temporal_port, ui_port, samples_port)
     ok = asyncio.run(stack.demo(stay=not exit_))
     raise typer.Exit(0 if ok else 1)
+
+
+app = root_app()
+# `artemis --help` lists these first, then the starter's commands in their own order.
+for _command in (worker, dev, demo):
+    app.command()(_command)
+app.add_typer(starter_app)  # no name: its commands join this app's
+
+
+def main() -> None:
+    run(app)

@@ -1,5 +1,5 @@
-"""`artemis dev` and `artemis demo`: the whole embedded stack in one process tree —
-Temporal dev server (with UI), the database, a worker, the starter API and the samples."""
+"""The embedded stack of `artemis dev` and `artemis demo` in one process tree: Temporal
+dev server (with UI), the database, a worker, the starter API and the sample servers."""
 
 from __future__ import annotations
 
@@ -13,18 +13,30 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.parquet as pq
+import sqlalchemy as sa
 import uvicorn
 import yaml
 from rich.console import Console
 from rich.table import Table
+from sqlmodel import col
 
-from artemis.config import Settings, load_settings
+import infra
+from artemis.config import DatabaseSettings, LogFileSettings, Settings, load_settings
+from artemis.crawler.cookies import add_cookie
+from artemis.crawler.models import SourceNote
+from artemis.crawler.vault import vault_for
+from artemis.db import get_engine
 from artemis.logsetup import QuietOnClosedPipe, configure_logging
 from artemis.migrate import upgrade
+from artemis.registry.yaml_io import import_yaml
+from artemis.run_state import RunStatus
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
+from artemis.vault import MASTER_KEY_ENV, allow_generated_key_file
 from infra.devserver import DevServer
 from starter.api.app import create_app
+from starter.cli.watch import watch_task
 from starter.service import ui_list_url, ui_url
 from temporal_shared.client import connect
 from workers.main import running_worker
@@ -92,8 +104,6 @@ class DevStack:
     ) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
-        from artemis.vault import MASTER_KEY_ENV, allow_generated_key_file
-
         if not os.environ.get(MASTER_KEY_ENV):
             # The embedded stack alone may keep its key in a generated file; say so.
             allow_generated_key_file()
@@ -109,10 +119,12 @@ class DevStack:
                 "ui_url": f"http://127.0.0.1:{ui_port}",
             },
             "server": {"port": api_port},
-            "vault": {"master_key_file": str(data_dir / "master.key"), **base.vault},
+            # the config's own key file wins over the data folder's
+            "vault": {
+                "master_key_file": str(data_dir / "master.key"),
+                **base.vault.model_dump(exclude_unset=True),
+            },
         }
-        from artemis.config import DatabaseSettings, LogFileSettings
-
         # --data-dir holds every file the stack keeps, unless the config names its own.
         if not config or base.database.url == DatabaseSettings().url:
             overrides["database"] = {"url": f"sqlite:///{data_dir / 'artemis.db'}"}
@@ -281,12 +293,6 @@ class DevStack:
 
     def _import_sample_registry(self) -> None:
         """The bundled PubMed and Crossref provenances, pointed at the sample servers."""
-        import yaml
-
-        import infra
-        from artemis.db import get_engine
-        from artemis.registry.yaml_io import import_yaml
-
         folder = Path(infra.__file__).parent / "registry"
         for name, base in (
             ("pubmed", f"{self.samples_url}/entrez"),
@@ -297,7 +303,7 @@ class DevStack:
             import_yaml(
                 get_engine(self.settings.database.url),
                 yaml.safe_dump(doc),
-                self.settings.vault["master_key_file"],
+                self.settings.vault.master_key_file,
                 source=f"{name}.yaml",
             )
 
@@ -306,8 +312,6 @@ class DevStack:
     ) -> tuple[str, dict[str, Any]] | None:
         """Start a sample run (async) and show it live; (task id, final state), or None
         when the start was refused (said on the console)."""
-        from starter.cli import watch_task
-
         resp = http.post(f"{self.api_url}/tasks/{code}/run?mode=async", json=body).json()
         if not resp["success"]:
             console.print(f"[red]start refused:[/red] {resp['error']}")
@@ -318,8 +322,8 @@ class DevStack:
     def _run_literature(self, http: httpx.Client) -> bool:
         ok = True
         t = Table(title="literature harvests (registry contracts, sample servers)")
-        for col in ("provenance", "status", "records", "delivered once", "pages", "ms"):
-            t.add_column(col)
+        for heading in ("provenance", "status", "records", "delivered once", "pages", "ms"):
+            t.add_column(heading)
         for provenance, query in (("pubmed", "neoplasms"), ("crossref", "ecology")):
             _rule(f"[bold]sample run: literature_harvest · {provenance}")
             body = {
@@ -351,7 +355,7 @@ class DevStack:
                 str(stats.get("pages")),
                 str(final.get("duration_ms")),
             )
-            ok = ok and final["status"] == "completed" and once
+            ok = ok and final["status"] == RunStatus.COMPLETED and once
         console.print(t)
         return ok
 
@@ -399,7 +403,7 @@ class DevStack:
         runs = ui_list_url(self.settings)
         console.print(f"every run (the list filtered to task runs): [link]{runs}[/link]")
         expected = (final.get("stats") or {}).get("records_fetched")
-        quotes_ok = final["status"] == "completed" and received == expected
+        quotes_ok = final["status"] == RunStatus.COMPLETED and received == expected
         if self.own_registry:
             quotes_ok = self._show_lake(task_id, expected) and quotes_ok
         literature_ok = self._run_literature(http) if self.own_registry else True
@@ -408,9 +412,6 @@ class DevStack:
 
     def _show_lake(self, task_id: str, expected: int | None) -> bool:
         """What the run left in the SQLite table and the Parquet files, and how to look."""
-        import pyarrow.parquet as pq
-        import sqlalchemy as sa
-
         out = self.settings.output_defaults["pull_stock_quotes"]
         url, table = out["sql"]["url"], out["sql"]["table"]
         db = sa.engine.make_url(url).database or url
@@ -441,13 +442,6 @@ class DevStack:
     def _run_crawl(self, http: httpx.Client) -> bool:
         """A small crawl of the sample platform with two pooled cookies (one of them
         revoked by the platform, so the pool's error handling shows)."""
-        from sqlalchemy import func, select
-        from sqlmodel import col
-
-        from artemis.crawler.cookies import add_cookie
-        from artemis.crawler.models import SourceNote
-        from artemis.crawler.vault import vault_for
-
         _rule("[bold]sample run: crawl_notes · sample platform")
         vault = vault_for(self.settings)
         for name, session, priority in (
@@ -475,7 +469,7 @@ class DevStack:
         with vault.engine.connect() as conn:
             # This run's notes (the data dir outlives a demo: earlier demos' notes stay).
             stored = conn.execute(
-                select(func.count())
+                sa.select(sa.func.count())
                 .select_from(SourceNote)
                 .where(
                     col(SourceNote.platform) == "sample", col(SourceNote.note_id).in_(list(sent))
@@ -488,4 +482,4 @@ class DevStack:
         t.add_row(final["status"], str(stored), str(len(sent)), str(once))
         console.print(t)
         console.print("try `artemis cookies list` and `artemis audit` against this stack")
-        return final["status"] == "completed" and once and stored == len(sent)
+        return final["status"] == RunStatus.COMPLETED and once and stored == len(sent)
