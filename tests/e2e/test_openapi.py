@@ -69,3 +69,18 @@ async def test_docs_are_served_from_local_files(stack):
     (version,) = set(re.findall(r'PACKAGE_VERSION:"([0-9.]+)"', bundle))
     if spec["openapi"].startswith("3.1"):
         assert int(version.split(".")[0]) >= 5, version
+
+
+async def test_the_task_view_lists_the_run_statuses_as_an_enum(stack):
+    """A run's status is RunStatus in the contract (a client can switch on it), and the
+    list filter takes the statuses task storage holds."""
+    from artemis.run_state import RunStatus, StoredStatus
+
+    spec = (await stack.http.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    status = schemas["TaskView"]["properties"]["status"]
+    assert status == {"$ref": "#/components/schemas/RunStatus"}
+    assert schemas["RunStatus"]["enum"] == [s.value for s in RunStatus]
+    (param,) = [p for p in spec["paths"]["/tasks"]["get"]["parameters"] if p["name"] == "status"]
+    ref = next(x["$ref"] for x in param["schema"]["anyOf"] if "$ref" in x)
+    assert schemas[ref.split("/")[-1]]["enum"] == [s.value for s in StoredStatus]
