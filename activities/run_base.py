@@ -26,8 +26,8 @@ from artemis.logsetup import get_logger
 from artemis.retained import Retained
 from artemis.run_models import RunRef
 from artemis.security import origin
-from artemis.sinks.base import unseal_output
 from artemis.sinks.files import drop_file_records
+from artemis.sinks.sealing import unseal_output
 from artemis.staging import Staging
 from artemis.tasks import TaskContext, TaskUnit
 from artemis.taskstore import TaskStorage, make_task_storage

@@ -22,7 +22,9 @@ from sqlalchemy import JSON, String, Text, inspect, select
 from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel
 
+from artemis.crawler.models import CookieRow
 from artemis.logsetup import REDACTED
+from artemis.registry.models import RegProvCredential
 
 _PATTERNS = [
     (
@@ -89,9 +91,6 @@ class Auditor:
     def learn_database_secrets(self, engine: Engine, vault: Any) -> None:
         """Decrypt what is encrypted (to know what to look for); a cookie that does not
         decrypt, or is stored in clear, is a finding itself."""
-        from artemis.crawler.models import CookieRow
-        from artemis.registry.models import RegProvCredential
-
         t = CookieRow.__table__  # type: ignore[attr-defined]
         with engine.connect() as conn:
             for row in conn.execute(select(t.c.id, t.c.cookie_encrypted, t.c.encryption_key_id)):

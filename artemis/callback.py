@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from artemis.config import CallbackSettings
+from artemis.config import CallbackSettings, SecuritySettings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import AnswerTooLarge, HttpClient, TransportError
 from artemis.logsetup import get_logger, register_secret
@@ -121,8 +121,6 @@ class CallbackClient:
         self.request_id = request_id
         register_secret(token)
         if allowed_hosts is None:
-            from artemis.config import SecuritySettings
-
             allowed_hosts = SecuritySettings().allowed_hosts
         self.base = resolve_base_url(target, settings, allowed_hosts) if target.enabled else None
 

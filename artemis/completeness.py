@@ -14,14 +14,13 @@ from typing import Any
 import orjson
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.jsonpaths import MISSING, contract_error, json_path_lookup
 
 
 def record_keys(records: Iterable[Any], key_path: str | None = None) -> list[bytes]:
     """Each record's key: the value at ``key_path`` when given (a record without one
     breaks the contract), else the whole record."""
     if key_path:
-        from artemis.sources.paginators import MISSING, contract_error, json_path_lookup
-
         keys = []
         for r in records:
             value = json_path_lookup(r, key_path)

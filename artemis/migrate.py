@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 
 import infra
+from artemis.db import get_engine
 
 MIGRATIONS = Path(infra.__file__).resolve().parent / "migrations"
 
@@ -20,8 +21,6 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    from artemis.db import get_engine
-
     # Make sure the SQLite folder exists and WAL is on before Alembic connects.
     get_engine(url).connect().close()
     command.upgrade(alembic_config(url), revision)

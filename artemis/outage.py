@@ -20,6 +20,7 @@ from http import HTTPStatus
 from typing import Any
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import redact_text
 from artemis.run_models import Outage
 
 # The codes a dependency's transient failure carries (when the error is retryable).
@@ -72,8 +73,6 @@ def outage_of(e: BaseException, dependency: str, name: str) -> Outage | None:
         return None  # a bug is not an outage
     if e.details.get("sink"):
         name = str(e.details["sink"])
-    from artemis.logsetup import redact_text  # activities only (structlog's world)
-
     return Outage(
         dependency=dependency,
         name=name,

@@ -17,6 +17,8 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
+from artemis.vault import derive_multi, master_keys
+
 if TYPE_CHECKING:
     from artemis.config import Settings
 
@@ -53,8 +55,6 @@ class FernetPayloadCodec(PayloadCodec):
 
 
 def codec_for(settings: Settings) -> FernetPayloadCodec | None:
-    from artemis.vault import derive_multi, master_keys
-
     if not settings.temporal.payload_encryption:
         return None
     # Payloads stay in histories: the previous master keys keep them readable after a

@@ -20,7 +20,10 @@ from activities.crawl import CrawlActivities
 from activities.housekeeping import HousekeepingActivities
 from activities.task_run import TaskRunActivities
 from artemis.config import Settings
+from artemis.db import get_engine
 from artemis.logsetup import configure_logging, get_logger
+from artemis.metrics import serve as serve_metrics
+from artemis.registry.resolve import provenance_rates
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
 from temporal_shared.client import connect
 from workers.boundary import RunActivityBoundary
@@ -67,9 +70,6 @@ class ProvenanceWorkers:
             await self._refresh()
 
     async def _refresh(self) -> None:
-        from artemis.db import get_engine
-        from artemis.registry.resolve import provenance_rates
-
         def read() -> dict[str, dict[str, Any]]:
             with get_engine(self.settings.database.url).connect() as conn:
                 return provenance_rates(conn)
@@ -358,9 +358,7 @@ async def run_worker(settings: Settings) -> None:
     configure_logging(settings.logging)
     m = settings.metrics
     if m.enabled and m.worker_port is not None:
-        from artemis.metrics import serve
-
-        serve(m.host, m.worker_port)
+        serve_metrics(m.host, m.worker_port)
         log.info("metrics_served", host=m.host, port=m.worker_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -24,6 +24,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.engine import Engine
 
 from artemis.crawler.models import CookieRow
+from artemis.db import utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 _t = CookieRow.__table__  # type: ignore[attr-defined]
@@ -239,8 +240,6 @@ def add_cookie(
 ) -> str:
     """Store (or replace, by name) a cookie, encrypted; a replaced cookie starts afresh
     (active, no errors). Returns ``created`` or ``replaced``."""
-    from artemis.db import utcnow
-
     if daily_limit < 1:
         raise ArtemisError(ErrorCode.INVALID_INPUT, "--daily-limit: must be at least 1")
     token, key_id = vault.encrypt(parse_cookie(value))  # type: ignore[attr-defined]
@@ -287,8 +286,6 @@ def list_cookies(engine: Engine, platform: str | None = None) -> list[dict[str, 
 
 def set_cookie_status(engine: Engine, name: str, status: str) -> None:
     """Disable (or re-enable as active) a cookie by name."""
-    from artemis.db import utcnow
-
     if status not in ("disabled", "active"):
         raise ArtemisError(ErrorCode.INVALID_INPUT, "status: must be disabled or active")
     values: dict[str, object] = {"status": status, "updated_at": utcnow()}

@@ -27,8 +27,8 @@ from artemis.http import (
     TransportTimeout,
     retry_after_seconds,
 )
+from artemis.jsonpaths import as_count, contract_error, json_path_lookup
 from artemis.security import is_safe_id
-from artemis.sources.paginators import as_count, contract_error, json_path_lookup
 
 
 @dataclass(frozen=True)

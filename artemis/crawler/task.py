@@ -31,9 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from artemis.completeness import check_loop, page_digest
 from artemis.config import Settings
+from artemis.crawler.alerts import record_outcome
 from artemis.crawler.claims import Claimed, Claims, LockLost
 from artemis.crawler.cookies import CookiePool, PoolRules
 from artemis.crawler.platform import HttpJsonPlatform, platform_for
+from artemis.crawler.vault import vault_for
 from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
@@ -88,8 +90,6 @@ class CookieSession:
     def __init__(
         self, settings: Settings, platform: str, keepalive: Callable[[], None] | None = None
     ) -> None:
-        from artemis.crawler.vault import vault_for
-
         self.platform = platform
         self.cfg = settings.crawler
         self.engine = get_engine(settings.database.url)
@@ -162,8 +162,6 @@ class _Crawl(CookieSession):
         self.execution = ctx.task_id
 
     async def detail(self, client: HttpClient, c: Claimed) -> dict[str, Any] | None:
-        from artemis.crawler.alerts import record_outcome
-
         try:
             note = await self.with_cookie(
                 f"note {c.note_id}",

@@ -28,11 +28,11 @@ from sqlalchemy.engine import Connection, Engine
 
 from artemis.config import Settings
 from artemis.crawler.models import CookieRow, VaultKey
-from artemis.db import utcnow
+from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import register_secret
 from artemis.registry.models import RegProvCredential
-from artemis.vault import MASTER_KEY_ENV
+from artemis.vault import MASTER_KEY_ENV, derive_multi, master_key, read_master_keys
 
 KDF = "hkdf-sha256"
 PURPOSE = b"artemis-cookies"
@@ -129,8 +129,6 @@ class CookieVault:
         return key_id
 
     def _legacy(self, purpose: str) -> Fernet | MultiFernet:
-        from artemis.vault import derive_multi
-
         return derive_multi([self.master, *self.previous], purpose)
 
     def _active(self, conn: Connection) -> object:
@@ -245,9 +243,6 @@ class CookieVault:
 def vault_for(settings: Settings) -> CookieVault:
     """The vault of these settings: ``COOKIE_MASTER_KEY``, else (dev stack only) the key
     file ``vault.master_key_file``."""
-    from artemis.db import get_engine
-    from artemis.vault import master_key, read_master_keys
-
     return CookieVault(
         get_engine(settings.database.url),
         master_key(settings.vault.master_key_file),

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from sqlalchemy import select
 
 from artemis.config import Settings
+from artemis.crawler.vault import vault_for
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import (
@@ -127,8 +128,6 @@ class Credentials:
 
     def _secret(self, cred_id: int) -> str:
         if cred_id not in self._secrets:
-            from artemis.crawler.vault import vault_for
-
             t = RegProvCredential.__table__  # type: ignore[attr-defined]
             with get_engine(self.settings.database.url).connect() as conn:
                 row = conn.execute(

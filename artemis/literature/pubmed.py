@@ -11,12 +11,12 @@ from typing import Any
 from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, HttpClient
+from artemis.jsonpaths import MISSING, as_count, describe, json_path_lookup
 from artemis.literature.contract import ContractClient
 from artemis.literature.normalize import parse_pubmed_xml
 from artemis.logsetup import get_logger
 from artemis.registry.resolve import merge_params, param_name
 from artemis.sources import Page, PageInfo, Source
-from artemis.sources.paginators import MISSING, as_count, describe, json_path_lookup
 from artemis.sources.rest import describe_request
 
 log = get_logger(__name__)

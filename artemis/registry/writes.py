@@ -17,11 +17,12 @@ from artemis.registry.models import (
     TABLES,
     TASK_TYPES,
     DimensionBase,
+    RegProvCredential,
     RegProvenance,
     RegProvEndpointDef,
     utcnow,
 )
-from artemis.registry.resolve import as_utc
+from artemis.registry.resolve import as_utc, current_row
 
 
 def model_for(table_name: str) -> type[DimensionBase]:
@@ -280,9 +281,6 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
                         "message": f"{describe(model, r)} overlaps {describe(model, c)}",
                     }
                 )
-    from artemis.registry.models import RegProvCredential
-    from artemis.registry.resolve import current_row
-
     pt = RegProvenance.__table__  # type: ignore[attr-defined]
     et = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
     now = utcnow()

@@ -23,6 +23,7 @@ import yaml
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
 
+from artemis.crawler.vault import CookieVault
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.file_models import HIDDEN, PROVENANCE_COLUMNS, parse_file
 from artemis.registry.models import (
@@ -35,6 +36,7 @@ from artemis.registry.models import (
 )
 from artemis.registry.resolve import as_utc, find_provenance
 from artemis.registry.writes import add_row, describe, update_row
+from artemis.vault import master_key, read_master_keys
 
 # Import order: endpoints before credentials (which may name one).
 ORDER = (
@@ -70,9 +72,6 @@ class CredentialBox:
     import's own transaction."""
 
     def __init__(self, conn: Connection, key_file: str) -> None:
-        from artemis.crawler.vault import CookieVault
-        from artemis.vault import master_key, read_master_keys
-
         self.conn = conn
         self.vault = CookieVault(conn.engine, master_key(key_file), read_master_keys())
 

@@ -21,6 +21,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from artemis.samples import catalog, platform
+from artemis.samples.literature import LiteratureState, build_router
+
 
 class Faults:
     """Injected failures of one endpoint, set by ``POST /_control/{target}`` (each call
@@ -200,18 +203,12 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
         "quote_calls": [],
     }
     app.state.samples = state
-    from artemis.samples.literature import LiteratureState, build_router
-
     literature = LiteratureState()
     app.state.literature = literature
     app.include_router(build_router(literature))
-    from artemis.samples import platform
-
     notes = platform.PlatformState()
     app.state.platform = notes
     app.include_router(platform.build_router(notes))
-    from artemis.samples import catalog
-
     products = catalog.CatalogState()
     app.state.catalog = products
     app.include_router(catalog.build_router(products))

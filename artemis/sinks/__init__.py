@@ -1,7 +1,34 @@
-"""Sinks receive processed records, one batch at a time, idempotently."""
+"""Sinks receive processed records, one batch at a time, idempotently.
 
-from artemis.sinks.base import EmitContext, RunEnd, Sink, build_sinks
+``base``: the Sink contract; ``factory``: a run's output checked, resolved and built into
+sinks; ``sealing``: the output's secrets kept out of workflow history; ``http``, ``sql``,
+``files``: the sinks; ``records``: a task's record model as the sinks see it."""
+
+from artemis.sinks.base import EmitContext, RunEnd, Sink
+from artemis.sinks.factory import (
+    build_sinks,
+    check_request_output,
+    check_sinks,
+    resolve_output,
+    resolved_spec,
+)
 from artemis.sinks.http import HttpSink, LogSink
 from artemis.sinks.records import RecordSpec
+from artemis.sinks.sealing import register_sink_secret, seal_output, unseal_output
 
-__all__ = ["EmitContext", "HttpSink", "LogSink", "RecordSpec", "RunEnd", "Sink", "build_sinks"]
+__all__ = [
+    "EmitContext",
+    "HttpSink",
+    "LogSink",
+    "RecordSpec",
+    "RunEnd",
+    "Sink",
+    "build_sinks",
+    "check_request_output",
+    "check_sinks",
+    "register_sink_secret",
+    "resolve_output",
+    "resolved_spec",
+    "seal_output",
+    "unseal_output",
+]

@@ -25,7 +25,7 @@ from artemis.db import get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.logsetup import get_logger
-from artemis.sinks.base import EmitContext, Sink, sql_key
+from artemis.sinks.base import EmitContext, Sink
 from artemis.sinks.records import LOAD_COLUMNS, RecordSpec, schema_error
 
 log = get_logger(__name__)
@@ -49,6 +49,26 @@ def _ledger_table(metadata: sa.MetaData) -> sa.Table:
         sa.Column("digest", sa.String(64), nullable=False),
         sa.Column("loaded_at", sa.DateTime(timezone=True), nullable=False),
     )
+
+
+def sql_key(cfg: dict[str, Any], record: RecordSpec) -> tuple[str, ...]:
+    """The sql sink's upsert key (``output.sql.key``, else the record key), checked
+    against the record model."""
+    key = cfg.get("key") or ()
+    key = tuple([key] if isinstance(key, str) else key) or record.key
+    unknown = [k for k in key if k not in record.model.model_fields]
+    if unknown:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output.sql.key: {unknown[0]!r} is not a field of {record.model.__name__}",
+        )
+    if not set(record.key) <= set(key):
+        # A narrower key would fold distinct records into one row.
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output.sql.key: must hold the record key ({', '.join(record.key)})",
+        )
+    return key
 
 
 class SqlSink(Sink):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,3 +59,9 @@ class Source(ABC):
     @abstractmethod
     def pages(self, client: HttpClient, checkpoint: dict[str, Any] | None) -> AsyncIterator[Page]:
         """Yield pages starting at ``checkpoint`` (None = from the beginning)."""
+
+    def limit_rate(self, acquire: Callable[[], Awaitable[None]]) -> None:
+        """An operator's rate for this run (a set_rate_limit signal): ``acquire`` is to be
+        awaited before each request. Default: not applied — a source that paces its
+        requests itself (its own limiter, a contract's) ignores it."""
+        return None

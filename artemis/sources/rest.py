@@ -13,15 +13,11 @@ from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, Headers, HttpClient, TransportError, transport_error
 from artemis.http import status_error as status_error_default
+from artemis.jsonpaths import contract_error, json_path_lookup
 from artemis.logsetup import get_logger
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
-from artemis.sources.paginators import (
-    Paginator,
-    contract_error,
-    json_path_lookup,
-    paginator_from_checkpoint,
-)
+from artemis.sources.paginators import Paginator, paginator_from_checkpoint
 
 log = get_logger(__name__)
 
@@ -67,6 +63,11 @@ class RestSource(Source):
         self.status_error = status_error or (
             lambda what, resp: status_error_default(ErrorCode.SOURCE_ERROR, what, resp)
         )
+
+    def limit_rate(self, acquire: Callable[[], Awaitable[None]]) -> None:
+        # A limit of the source's own (``before_request`` given at construction) wins.
+        if self.before_request is None:
+            self.before_request = acquire
 
     async def pages(
         self, client: HttpClient, checkpoint: dict[str, Any] | None

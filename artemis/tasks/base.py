@@ -25,8 +25,15 @@ from artemis.errors import (
     validation_fields,
 )
 from artemis.http import HttpClient
-from artemis.sinks import EmitContext, RecordSpec, Sink, build_sinks
-from artemis.sinks.base import resolve_output, resolved_spec
+from artemis.ratelimit import bucket_for
+from artemis.sinks import (
+    EmitContext,
+    RecordSpec,
+    Sink,
+    build_sinks,
+    resolve_output,
+    resolved_spec,
+)
 from artemis.sources import Page, Source
 from artemis.tasks.units import fetch_units
 from artemis.tracing import TraceContext
@@ -181,15 +188,12 @@ class TaskUnit:
         sources = self.build_sources(ctx)
         qps = ctx.controls.qps
         if qps:
-            # An operator's rate (POST /tasks/{id}/rate-limit) for sources without a limit
-            # of their own (a registry source applies it to its contract's limiter).
-            from artemis.ratelimit import bucket_for
-            from artemis.sources.rest import RestSource
-
+            # An operator's rate (POST /tasks/{id}/rate-limit), one bucket for the run's
+            # sources; each source decides whether it applies (a registry source applies
+            # it to its contract's limiter instead).
             bucket = bucket_for(f"run:{ctx.task_code}/{ctx.task_id}", qps, 1)
             for src in sources:
-                if isinstance(src, RestSource) and src.before_request is None:
-                    src.before_request = bucket.acquire
+                src.limit_rate(bucket.acquire)
         async for page in fetch_units(
             sources,
             client,

@@ -10,6 +10,7 @@ from artemis.taskstore.base import (
     TaskStorage,
     TaskValidationError,
 )
+from artemis.taskstore.sql import SqlTaskStorage
 
 __all__ = [
     "TERMINAL",
@@ -26,9 +27,9 @@ __all__ = [
 def make_task_storage(settings) -> TaskStorage:  # noqa: ANN001
     """The backend chosen by ``task_store.backend``."""
     if settings.task_store.backend == "redis":
+        # Lazy: importing the redis client costs ~0.3 s, paid only by deployments that
+        # store tasks on Redis (the default is SQL).
         from artemis.taskstore.redis_store import RedisTaskStorage
 
         return RedisTaskStorage(settings.task_store.redis_url, settings.task_store.ttl_hours)
-    from artemis.taskstore.sql import SqlTaskStorage
-
     return SqlTaskStorage(settings.database.url, settings.task_store.ttl_hours)

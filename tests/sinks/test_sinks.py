@@ -288,7 +288,7 @@ def test_file_sink_on_s3_writes_whole_objects_and_overwrites_them(
 
 
 def test_a_request_may_not_say_where_records_land() -> None:
-    from artemis.sinks.base import check_request_output
+    from artemis.sinks.factory import check_request_output
 
     for output, field in (
         ({"sql": {"url": "sqlite:////etc/x.db"}}, "output.sql.url"),
@@ -317,7 +317,7 @@ def test_a_runs_output_is_checked_without_building_anything(tmp_path):
     import pytest
 
     from artemis.errors import ArtemisError
-    from artemis.sinks.base import resolve_output
+    from artemis.sinks.factory import resolve_output
     from artemis.tasks.registry import get_task
 
     record = get_task("pull_stock_quotes").record_spec()

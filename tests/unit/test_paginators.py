@@ -11,16 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.jsonpaths import MISSING, json_path_get, json_path_lookup
 from artemis.sources.paginators import (
-    MISSING,
     CursorPaginator,
     LinkHeaderPaginator,
     OffsetPaginator,
     PageNumberPaginator,
     Paginator,
     TokenPaginator,
-    json_path_get,
-    json_path_lookup,
     paginator_from_checkpoint,
 )
 

@@ -63,7 +63,8 @@ def test_a_resolved_outputs_credential_urls_are_run_secrets_not_history():
     """The operator's database and object-store URLs travel with the run's resolved
     output: one with a password (or a query) is stored as a run secret, history keeps
     the marker, and the activity reads the same URL back."""
-    from artemis.sinks.base import SECRET_REF, resolve_output, seal_output, unseal_output
+    from artemis.sinks.factory import resolve_output
+    from artemis.sinks.sealing import SECRET_REF, seal_output, unseal_output
 
     resolved = resolve_output(
         "pull_stock_quotes",
@@ -92,7 +93,7 @@ def test_only_the_credentials_of_sink_secrets_are_redacted():
     """Redaction replaces a registered value everywhere: a plain header value or an
     sslmode would garble every log line, so only credentials are registered."""
     from artemis.logsetup import redact_text
-    from artemis.sinks.base import SECRET_REF, seal_output, unseal_output
+    from artemis.sinks.sealing import SECRET_REF, seal_output, unseal_output
 
     team = f"team{new_task_id()}"
     password = f"pw{new_task_id()}"
@@ -115,7 +116,7 @@ def test_only_the_credentials_of_sink_secrets_are_redacted():
 
 
 def test_a_requests_output_problem_names_the_tasks_own_config_key():
-    from artemis.sinks.base import resolve_output
+    from artemis.sinks.factory import resolve_output
 
     for request in (
         {"sinks": ["sql"], "sql": {"url": "sqlite:////tmp/x.db"}},  # operator-only

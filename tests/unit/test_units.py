@@ -79,3 +79,20 @@ def test_the_checkpoint_of_earlier_builds_is_read():
     assert fresh.done == {0, 1, 2} and fresh.open == {}
     again = UnitsCheckpoint.load(old.dump())
     assert again == old
+
+
+def test_an_operators_rate_paces_only_sources_without_a_limit_of_their_own():
+    async def own_limit() -> None:
+        return None
+
+    async def operators_rate() -> None:
+        return None
+
+    plain = RestSource("http://127.0.0.1/quotes", PageNumberPaginator(page_size=10))
+    limited = RestSource(
+        "http://127.0.0.1/quotes", PageNumberPaginator(page_size=10), before_request=own_limit
+    )
+    for src in (plain, limited):
+        src.limit_rate(operators_rate)
+    assert plain.before_request is operators_rate
+    assert limited.before_request is own_limit

@@ -1,0 +1,187 @@
+"""From a run's output to its sinks: the rules of an ``output`` mapping (request over
+``output_defaults.<code>``), its check without building anything (what the API does before
+a run starts), its resolution once when the run starts, and the sinks built from it (what
+the activities emit to)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.sinks.base import Sink
+from artemis.sinks.files import FileSink, check_format
+from artemis.sinks.http import HttpSink, LogSink
+from artemis.sinks.records import RecordSpec
+from artemis.sinks.sql import SqlSink, sql_key
+
+# Where records land is the operator's choice (config), never a request's: a request may
+# pick among the configured sinks and a file format, not a database, table or key, a path
+# on the workers' disks or an object store.
+OPERATOR_ONLY = {"sql": ("url", "table", "key"), "files": ("url", "endpoint_url")}
+
+
+def check_sinks(spec: dict[str, Any], record: RecordSpec | None = None) -> list[str]:
+    """The sink names of an ``output_defaults.<code>`` mapping (request merged in), each
+    checked without building it — no engine, no file system, nothing created: what the
+    API does with a run's output before it starts. Raises INVALID_INPUT naming the field."""
+    names = spec.get("sinks") or []
+    if isinstance(names, str):
+        names = [names]
+    for name in names:
+        if name == "http":
+            if not spec.get("http_endpoint"):
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT, "output: sink 'http' needs 'http_endpoint'"
+                )
+        elif name == "sql":
+            cfg = _section(spec, "sql", ("url", "table"))
+            if record is None:
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    "output: sink 'sql' needs the task's record model; this task has none",
+                )
+            sql_key(cfg, record)
+            try:
+                backend = make_url(str(cfg["url"])).get_backend_name()
+            except ArgumentError as e:
+                raise ArtemisError(ErrorCode.INVALID_INPUT, f"output.sql.url: {e}") from None
+            if backend not in ("sqlite", "postgresql"):
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    f"output.sql.url: dialect {backend!r} is not supported (sqlite, postgresql)",
+                )
+        elif name == "files":
+            cfg = _section(spec, "files", ("url",))
+            check_format(str(cfg.get("format") or "jsonl"), record)
+        elif name != "log":
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"output: unknown sink {name!r} (known: http, log, sql, files)",
+            )
+    if not names:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, "output: no sinks configured")
+    return list(names)
+
+
+def build_sinks(
+    spec: dict[str, Any], record: RecordSpec | None = None, database_url: str = ""
+) -> list[Sink]:
+    """Build sinks from an ``output_defaults.<code>`` mapping (request overrides merged in),
+    checked first by ``check_sinks``.
+
+    ``record``: the task's record model and key (the sql and files sinks need it);
+    ``database_url``: the Artemis database (the files sink records what it wrote there)."""
+    sinks: list[Sink] = []
+    for name in check_sinks(spec, record):
+        if name == "http":
+            sinks.append(HttpSink(spec["http_endpoint"], headers=spec.get("http_headers") or {}))
+        elif name == "log":
+            sinks.append(LogSink())
+        elif name == "sql":
+            assert record is not None  # checked
+            cfg = spec["sql"]
+            sinks.append(SqlSink(str(cfg["url"]), str(cfg["table"]), record, sql_key(cfg, record)))
+        else:
+            cfg = spec["files"]
+            sinks.append(
+                FileSink(
+                    str(cfg["url"]),
+                    str(cfg.get("format") or "jsonl"),
+                    record,
+                    database_url,
+                    endpoint_url=cfg.get("endpoint_url"),
+                )
+            )
+    return sinks
+
+
+def _section(spec: dict[str, Any], name: str, required: tuple[str, ...]) -> dict[str, Any]:
+    cfg = spec.get(name)
+    if not isinstance(cfg, dict):
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output: sink {name!r} needs its section '{name}' (in output_defaults.<code>) "
+            f"with {', '.join(required)}",
+        )
+    for key in required:
+        if not cfg.get(key):
+            raise ArtemisError(ErrorCode.INVALID_INPUT, f"output.{name}.{key}: required")
+    return cfg
+
+
+def merge_output(defaults: dict[str, Any], request: dict[str, Any] | None) -> dict[str, Any]:
+    """A request's ``output`` over ``output_defaults.<code>``; the ``sql`` and ``files``
+    sections are merged key by key (a request may pick a table or a format)."""
+    merged = {**defaults, **(request or {})}
+    for name in OPERATOR_ONLY:
+        if isinstance(defaults.get(name), dict) and isinstance((request or {}).get(name), dict):
+            merged[name] = {**defaults[name], **(request or {})[name]}
+    return merged
+
+
+# Marks a run's output as resolved when it started (request over ``output_defaults``):
+# the run's sinks come from it, whatever the configuration of the worker that emits.
+RESOLVED = "resolved"
+
+
+def resolve_output(
+    code: str,
+    defaults: dict[str, Any],
+    request: dict[str, Any] | None,
+    record: RecordSpec | None,
+    database_url: str,
+) -> dict[str, Any]:
+    """A run's output, resolved once when it starts: the request's ``output`` over
+    ``output_defaults.<code>``, checked by building its sinks, marked RESOLVED.
+
+    A problem of the request is INVALID_INPUT naming ``output.…``; one of the
+    configuration alone (the request said nothing) is CONFIG_ERROR naming
+    ``output_defaults.<code>``."""
+    where = f"output_defaults.{code}"
+    spec = merge_output(defaults, request)
+    try:
+        if request:
+            check_request_output(request)
+        check_sinks(spec, record)
+    except ArtemisError as e:
+        message = e.message.replace("output_defaults.<code>", where)
+        if request or e.code is not ErrorCode.INVALID_INPUT:
+            raise ArtemisError(e.code, message, retryable=e.retryable, details=e.details) from None
+        if message.startswith("output"):
+            message = where + message[len("output") :]
+        raise ArtemisError(ErrorCode.CONFIG_ERROR, message, retryable=False) from None
+    return {**spec, RESOLVED: True}
+
+
+def resolved_spec(output: dict[str, Any]) -> dict[str, Any] | None:
+    """The sinks' mapping of a run's resolved output (None: a run of an earlier build,
+    whose output was the request's alone)."""
+    if output.get(RESOLVED) is not True:
+        return None
+    return {k: v for k, v in output.items() if k != RESOLVED}
+
+
+def check_request_output(output: dict[str, Any]) -> None:
+    """A request may not say where records land on the workers' side (a database URL, a
+    path or an object store): that is config. Raises INVALID_INPUT naming the field."""
+    if RESOLVED in output:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output.{RESOLVED}: set by Artemis when the run starts, not by a request",
+        )
+    for name, keys in OPERATOR_ONLY.items():
+        section = output.get(name)
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise ArtemisError(ErrorCode.INVALID_INPUT, f"output.{name}: must be an object")
+        for key in keys:
+            if key in section:
+                raise ArtemisError(
+                    ErrorCode.INVALID_INPUT,
+                    f"output.{name}.{key}: set by the operator in "
+                    f"output_defaults.<code>.{name}, not by a request",
+                )

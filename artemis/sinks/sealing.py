@@ -1,0 +1,118 @@
+"""A run's sink secrets: what of a run's ``output`` is a secret (a credential header, an
+endpoint or a database/object-store URL carrying credentials) is stored encrypted as a
+run secret and replaced in workflow history by a marker; the activities read it back."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import register_secret
+from artemis.sinks.factory import OPERATOR_ONLY
+
+# A request's sink secrets (SPEC §5): header values of ``output.http_headers`` and an
+# ``output.http_endpoint`` carrying a user, password or query are run secrets — encrypted
+# in ``run_secret``, resolved inside the activities — and workflow history carries this
+# marker in their place.
+SECRET_REF = "@run-secret"
+_HEADER_SECRET = "output.http_headers:"
+_ENDPOINT_SECRET = "output.http_endpoint"
+
+
+def seal_output(output: dict[str, Any], put: Any) -> dict[str, Any]:
+    """``output`` for history: each secret value stored by ``put(name, value)`` and
+    replaced by SECRET_REF."""
+    sealed = dict(output)
+    headers = output.get("http_headers")
+    if isinstance(headers, dict) and headers:
+        for name, value in headers.items():
+            put(f"{_HEADER_SECRET}{name}", str(value))
+        sealed["http_headers"] = dict.fromkeys(headers, SECRET_REF)
+    endpoint = output.get("http_endpoint")
+    if isinstance(endpoint, str):
+        parts = urlsplit(endpoint)
+        if parts.username or parts.password or parts.query:
+            put(_ENDPOINT_SECRET, endpoint)
+            sealed["http_endpoint"] = SECRET_REF
+    # The operator's URLs of a resolved output (a database or object store) may carry a
+    # user and password: those are run secrets too.
+    for section, keys in OPERATOR_ONLY.items():
+        cfg = output.get(section)
+        if not isinstance(cfg, dict):
+            continue
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, str) and _has_credentials(value):
+                put(f"output.{section}.{key}", value)
+                sealed[section] = {**sealed[section], key: SECRET_REF}
+    return sealed
+
+
+def _has_credentials(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        return bool(parts.password or parts.query)
+    except ValueError:
+        return False
+
+
+def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
+    """``output`` with its run secrets read back by ``get(name)`` (inside an activity);
+    its credentials are registered for redaction. A secret that is gone is INVALID_INPUT."""
+
+    def read(name: str) -> str:
+        value = get(name)
+        if value is None:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{name.rstrip(':')}: the run's secret is gone (cleaned up)",
+                retryable=False,
+            )
+        register_sink_secret(name, str(value))
+        return str(value)
+
+    if not output:
+        return output
+    opened = dict(output)
+    headers = output.get("http_headers")
+    if isinstance(headers, dict) and SECRET_REF in headers.values():
+        opened["http_headers"] = {
+            k: read(f"{_HEADER_SECRET}{k}") if v == SECRET_REF else v for k, v in headers.items()
+        }
+    for section in OPERATOR_ONLY:
+        cfg = output.get(section)
+        if isinstance(cfg, dict) and SECRET_REF in cfg.values():
+            opened[section] = {
+                k: read(f"output.{section}.{k}") if v == SECRET_REF else v for k, v in cfg.items()
+            }
+    if output.get("http_endpoint") == SECRET_REF:
+        opened["http_endpoint"] = read(_ENDPOINT_SECRET)
+    return opened
+
+
+# What in a sink secret is redacted from logs and error texts: a header's value when its
+# name says it is a credential, a URL's password and the values of its credential-named
+# query keys. Redaction replaces substrings everywhere, so a plain value ("data", a
+# "require" of sslmode) is not registered: it would garble every line it appears in.
+_SECRET_NAME = re.compile(r"auth|token|key|secret|pass|cookie|session|sig|cred", re.I)
+
+
+def register_sink_secret(name: str, value: str) -> None:
+    """Register for redaction what in the run secret ``name`` (``output.http_headers:H``,
+    ``output.http_endpoint``, ``output.sql.url`` …) is a credential."""
+    if name.startswith(_HEADER_SECRET):
+        if _SECRET_NAME.search(name[len(_HEADER_SECRET) :]):
+            register_secret(value)
+        return
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        register_secret(value)
+        return
+    if parts.password:
+        register_secret(parts.password)
+    for key, v in parse_qsl(parts.query):
+        if _SECRET_NAME.search(key):
+            register_secret(v)
