@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from artemis.config import CallbackSettings, SecuritySettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import AnswerTooLarge, HttpClient, TransportError
+from artemis.http import Answer, AnswerTooLarge, HttpClient, TransportError
 from artemis.logsetup import get_logger, register_secret
 from artemis.metrics import CALLBACKS
 from artemis.run_state import CallbackResult, RunStatus
@@ -182,12 +182,7 @@ class CallbackClient:
         url = f"{self.base}/{self.target.run_id}/progress"
         body = {"current": current, "total": total, "message": message}
         try:
-            resp = await self.client.post(
-                url,
-                content=json.dumps(body),
-                headers=self._headers(f"{self.run_key}:progress:{seq}"),
-                timeout=self.settings.timeout_seconds,
-            )
+            resp = await self._post(url, body, f"{self.run_key}:progress:{seq}")
             ok = 200 <= resp.status_code < 300
             CALLBACKS.labels("progress", "ok" if ok else CallbackResult.FAILED.value).inc()
             log.info(
@@ -202,6 +197,15 @@ class CallbackClient:
             log.warning("callback_progress", **fields, ok=False, error=f"{type(e).__name__}: {e}")
         return now_ms
 
+    async def _post(self, url: str, body: dict[str, Any], idempotency_key: str) -> Answer:
+        """One callback request: the JSON body, our headers under ``idempotency_key``."""
+        return await self.client.post(
+            url,
+            content=json.dumps(body),
+            headers=self._headers(idempotency_key),
+            timeout=self.settings.timeout_seconds,
+        )
+
     async def finalize(
         self, body: dict[str, Any], attempt: int, key_suffix: str = ""
     ) -> tuple[str, str]:
@@ -212,12 +216,7 @@ class CallbackClient:
             return FinalizeOutcome.SKIPPED, "no callback configured"
         url = f"{self.base}/{self.target.run_id}/callback"
         try:
-            resp = await self.client.post(
-                url,
-                content=json.dumps(body),
-                headers=self._headers(f"{self.run_key}:finalize{key_suffix}"),
-                timeout=self.settings.timeout_seconds,
-            )
+            resp = await self._post(url, body, f"{self.run_key}:finalize{key_suffix}")
         except TransportError as e:
             detail = f"{type(e).__name__}: {e}"
             log.warning(
