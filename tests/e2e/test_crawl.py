@@ -5,19 +5,45 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import uuid
 from collections import Counter
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 
 from sqlalchemy import select
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+    WorkflowExecutionStatus,
+)
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
 
+from activities.crawl import CrawlActivities
 from artemis.crawler.cookies import add_cookie
 from artemis.crawler.models import Candidate, CookieRow, CrawlExecution, SourceNote
 from artemis.crawler.vault import vault_for
 from artemis.db import get_engine
-from tests.conftest import new_task_id
+from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, ReclaimResult
+from artemis.samples.platform import note_ids
+from temporal_shared.client import connect
+from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
 from tests.helpers import ending, eventually
+from workers.main import (
+    WORKFLOWS,
+    housekeeping_jobs,
+    housekeeping_workflow_id,
+    old_schedule_id,
+    running_worker,
+    start_housekeeping_loop,
+)
+from workflows.reclaim import ReclaimWorkflow
 
 
 async def crawl_stack(
@@ -56,6 +82,18 @@ def rows(stack, model, **where):
         return conn.execute(q).all()
 
 
+async def sent_notes(stack, task_id: str) -> Counter:
+    """How many times each note of the crawl ``task_id`` reached the HTTP sink in an
+    accepted POST (none carrying the crawl's own bookkeeping)."""
+    sent: Counter = Counter()
+    for b in await stack.sink_batches(f"crawl_notes/{task_id}:"):
+        if b["status"] == 200:
+            for r in b["records"]:
+                assert "_candidate_id" not in r
+                sent[r["note_id"]] += 1
+    return sent
+
+
 async def test_crawl_writes_each_note_once_and_sends_it_to_the_sinks(make_stack, app_log):
     stack, platform = await crawl_stack(make_stack, {"sample-a": 5, "sample-b": 1})
     await stack.samples_http.post(
@@ -79,12 +117,7 @@ async def test_crawl_writes_each_note_once_and_sends_it_to_the_sinks(make_stack,
     assert all(r.idempotency_key == f"{r.note_id}_v1" for r in stored)
     cands = rows(stack, Candidate, platform=platform)
     assert Counter(c.status for c in cands) == {"collected": 24}
-    sent = Counter()
-    for b in await stack.sink_batches(f"crawl_notes/{task_id}:"):
-        if b["status"] == 200:
-            for r in b["records"]:
-                assert "_candidate_id" not in r
-                sent[r["note_id"]] += 1
+    sent = await sent_notes(stack, task_id)
     assert len(sent) == 24 and set(sent.values()) == {1}
     (execution,) = rows(stack, CrawlExecution, execution_id=task_id)
     assert execution.status == "completed" and execution.items_processed == 24
@@ -110,8 +143,6 @@ async def test_a_second_start_of_the_same_workflow_name_gets_409(make_stack):
         "/_control/platform", json={"notes_per_keyword": 6, "slow_ms": 300, "slow_ids": []}
     )
     kw = [f"gamma-{uuid.uuid4().hex[:6]}"]
-    from artemis.samples.platform import note_ids
-
     await stack.samples_http.post("/_control/platform", json={"slow_ids": note_ids(kw[0], 6)})
     first_id, second_id = new_task_id(), new_task_id()
     params = {"platform": platform, "keywords": kw}
@@ -165,8 +196,6 @@ async def test_no_usable_cookie_fails_the_run_with_cookie_exhausted(make_stack):
 
 
 async def test_batch_details_one_slow_note_fails_alone(make_stack):
-    from artemis.samples.platform import note_ids
-
     stack, platform = await crawl_stack(make_stack, {"sample-d": 1})
     ids = note_ids("batch", 3)
     await stack.samples_http.post(
@@ -186,8 +215,6 @@ async def test_batch_details_one_slow_note_fails_alone(make_stack):
     assert "sample-d" not in resp.text and body["meta"]["request_id"]
 
     # The batch workflow's history replays (determinism).
-    from temporalio.worker import Replayer
-
     from workflows.note_details import NoteDetailsWorkflow
 
     batches = [
@@ -217,19 +244,6 @@ async def test_batch_details_one_slow_note_fails_alone(make_stack):
 async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make_stack, tmp_path):
     """A worker dies mid-note; 30 minutes later (time-skipping) the reclaim frees the
     batch it held; the run goes on and every note is stored and sent exactly once."""
-    import os
-    import signal
-    from pathlib import Path
-
-    from temporalio.testing import WorkflowEnvironment
-    from temporalio.worker import Worker
-
-    from activities.crawl import CrawlActivities
-    from artemis.samples.platform import note_ids
-    from tests.conftest import start_worker_process, write_config
-    from workers.main import housekeeping_jobs, running_worker, start_housekeeping_loop
-    from workflows.reclaim import ReclaimWorkflow
-
     stack, platform = await crawl_stack(make_stack, {"sample-k": 1})
     # make_stack's own worker must not pick the run up: a stack without one, same queue.
     stack = await make_stack(worker=False, crawler=stack.settings.crawler.model_dump())
@@ -239,6 +253,31 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
         "/_control/platform",
         json={"notes_per_keyword": 12, "slow_ids": [ids[2]], "slow_ms": 60_000},
     )
+    task_id = await crawl_until_killed_in_a_note(stack, platform, kw, ids[2], tmp_path)
+    held = rows(stack, Candidate, platform=platform, status="processing")
+    assert len(held) == 10 and {c.processing_lock for c in held} == {task_id}
+    assert rows(stack, SourceNote, platform=platform) == []
+
+    await stack.samples_http.post("/_control/platform", json={"slow_ids": []})
+    passes = await reclaim_passes_over_three_quarters_of_an_hour(stack)
+    assert sum(r.records_pending for r in passes) == 10
+    assert sum(r.executions_timed_out for r in passes) >= 1
+    assert {c.retry_count for c in rows(stack, Candidate, platform=platform)} <= {0, 1}
+
+    # A worker again: the run resumes from its last heartbeat and collects everything.
+    async with running_worker(stack.settings, stack.client):
+        done = await stack.wait_status(task_id, timeout=90)
+    assert done["status"] == "completed", done
+    stored = rows(stack, SourceNote, platform=platform)
+    assert sorted(r.note_id for r in stored) == sorted(ids)
+    assert Counter(c.status for c in rows(stack, Candidate, platform=platform)) == {"collected": 12}
+    sent = await sent_notes(stack, task_id)
+    assert sorted(sent) == sorted(ids) and set(sent.values()) == {1}
+
+
+async def crawl_until_killed_in_a_note(stack, platform: str, kw: str, slow_id: str, tmp_path):
+    """Start a crawl of ``kw`` on a worker process of its own and SIGKILL that worker
+    once it is inside the slow note ``slow_id``; the run's task id."""
     config = write_config(tmp_path / "w.yaml", stack.settings)
     proc = start_worker_process(config, tmp_path / "w.log")
     task_id = new_task_id()
@@ -252,7 +291,7 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
 
         async def inside_slow_note() -> bool:
             calls = (await stack.samples_http.get("/_platform/calls")).json()
-            return any(c["note_id"] == ids[2] for c in calls)
+            return any(c["note_id"] == slow_id for c in calls)
 
         await eventually(inside_slow_note, "the worker to reach the slow note", interval=0.1)
         os.kill(proc.pid, signal.SIGKILL)
@@ -260,11 +299,14 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
     finally:
         if proc.poll() is None:
             proc.kill()
-    held = rows(stack, Candidate, platform=platform, status="processing")
-    assert len(held) == 10 and {c.processing_lock for c in held} == {task_id}
-    assert rows(stack, SourceNote, platform=platform) == []
+    return task_id
 
-    await stack.samples_http.post("/_control/platform", json={"slow_ids": []})
+
+async def reclaim_passes_over_three_quarters_of_an_hour(stack) -> list:
+    """The reclaim loop as a worker starts it (every 15 min, locks older than 30) on a
+    time-skipping test server: a restart finds the same execution; no pass at the start,
+    one at 15 minutes that finds nothing stale yet, then the passes at 30 and 45 minutes,
+    all in one execution. The passes' results."""
     server = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "temporal-test-server"
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(server) if server.exists() else None
@@ -277,7 +319,6 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
             workflows=[ReclaimWorkflow],
             activities=crawl.all(),
         ):
-            # The reclaim loop as a worker starts it: every 15 min, locks older than 30.
             (job,) = [j for j in housekeeping_jobs(stack.settings) if j.name == "reclaim"]
             assert job.inp.every_s == 15 * 60 and job.inp.lock_timeout_minutes == 30
             handle = await start_housekeeping_loop(env.client, job, "reclaim")
@@ -300,28 +341,11 @@ async def test_killed_worker_and_reclaim_30_min_later_write_every_note_once(make
         await crawl.client.aclose()
     finally:
         await env.shutdown()
-    assert sum(r.records_pending for r in passes) == 10
-    assert sum(r.executions_timed_out for r in passes) >= 1
-    assert {c.retry_count for c in rows(stack, Candidate, platform=platform)} <= {0, 1}
-
-    # A worker again: the run resumes from its last heartbeat and collects everything.
-    async with running_worker(stack.settings, stack.client):
-        done = await stack.wait_status(task_id, timeout=90)
-    assert done["status"] == "completed", done
-    stored = rows(stack, SourceNote, platform=platform)
-    assert sorted(r.note_id for r in stored) == sorted(ids)
-    assert Counter(c.status for c in rows(stack, Candidate, platform=platform)) == {"collected": 12}
-    sent = Counter()
-    for b in await stack.sink_batches(f"crawl_notes/{task_id}:"):
-        if b["status"] == 200:
-            sent.update(r["note_id"] for r in b["records"])
-    assert sorted(sent) == sorted(ids) and set(sent.values()) == {1}
+    return passes
 
 
 async def _loop_results(client, workflow_id: str, result_type=None) -> list:
     """The results of the passes a housekeeping loop's current run has completed."""
-    from artemis.run_models import ReclaimResult
-
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     out = []
     for e in history.events:
@@ -357,43 +381,27 @@ async def _pass_times(client, workflow_id: str) -> tuple[list, list]:
     return passes, signals
 
 
+# The schedules an earlier build created at its start-up (names, workflow types, inputs,
+# intervals): the ones a worker of this build deletes.
+OLD_SCHEDULES = (
+    ("cleanup-old-tasks", "CleanupOldTasks", CleanupInput(hours=24), timedelta(hours=1)),
+    ("reclaim-stale-locks", "ReclaimStaleLocks", ReclaimInput(), timedelta(minutes=15)),
+    ("evaluate-alerts", "EvaluateAlerts", AlertsInput(), timedelta(seconds=60)),
+)
+
+
 async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules(make_stack):
     """Housekeeping adds no row per tick to the UI's list: at worker start the schedules
     of an earlier build go, and each job (clean-up, reclaim, alerts) has one execution
     per task queue that loops on a timer; a second worker, a restart, many intervals do
     not add another; the interval follows the config of the worker last started; alerts
     turned off end their loop; the loops' histories replay."""
-    from temporalio.client import (
-        Schedule,
-        ScheduleActionStartWorkflow,
-        ScheduleIntervalSpec,
-        ScheduleSpec,
-        WorkflowExecutionStatus,
-    )
-    from temporalio.service import RPCError, RPCStatusCode
-    from temporalio.worker import Replayer
-
-    from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput
-    from temporal_shared.client import connect
-    from tests.conftest import settings_with
-    from workers.main import (
-        WORKFLOWS,
-        housekeeping_workflow_id,
-        old_schedule_id,
-        running_worker,
-    )
-
     # reclaim every 1.2 s and alerts every second: many intervals within the test
     stack = await make_stack(
         worker=False, alerts={"interval_s": 1}, crawler={"recovery_interval_minutes": 0.02}
     )
     client, queue = stack.client, stack.settings.temporal.task_queue
-    # The schedules an earlier build created at its start-up (same ids, types, inputs).
-    for name, wf_type, arg, every in (
-        ("cleanup-old-tasks", "CleanupOldTasks", CleanupInput(hours=24), timedelta(hours=1)),
-        ("reclaim-stale-locks", "ReclaimStaleLocks", ReclaimInput(), timedelta(minutes=15)),
-        ("evaluate-alerts", "EvaluateAlerts", AlertsInput(), timedelta(seconds=60)),
-    ):
+    for name, wf_type, arg, every in OLD_SCHEDULES:
         await client.create_schedule(
             old_schedule_id(name, queue),
             Schedule(
@@ -403,29 +411,44 @@ async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules
                 spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
             ),
         )
-    ids = {job: housekeeping_workflow_id(job, queue) for job in ("cleanup", "reclaim", "alerts")}
+    ids = {
+        job.name: housekeeping_workflow_id(job.name, queue)
+        for job in housekeeping_jobs(stack.settings)
+    }
     alerts = client.get_workflow_handle(ids["alerts"])
 
     # two workers on the queue (two processes in production: a client each)
     other = await connect(stack.settings)
     async with running_worker(stack.settings, client), running_worker(stack.settings, other):
-        for name in ("cleanup-old-tasks", "reclaim-stale-locks", "evaluate-alerts"):
-            try:
-                await client.get_schedule_handle(old_schedule_id(name, queue)).describe()
-            except RPCError as e:
-                assert e.status == RPCStatusCode.NOT_FOUND
-            else:
-                raise AssertionError(f"the old schedule {name} is still there")
-
-        async def passes(workflow_id: str, n: int) -> bool:
-            return len((await _pass_times(client, workflow_id))[0]) >= n
-
-        await eventually(partial(passes, ids["alerts"], 4), "4 alert passes", timeout=60)
-        await eventually(partial(passes, ids["reclaim"], 3), "3 reclaim passes", timeout=60)
+        await old_schedules_gone(client, queue)
+        await eventually(partial(passes_at_least, client, ids["alerts"], 4), "4 alert passes")
+        await eventually(partial(passes_at_least, client, ids["reclaim"], 3), "3 reclaim passes")
         first_run = (await alerts.describe()).run_id
 
-    # Over those intervals and two worker starts: one execution per job, still running
-    # (the workers are gone: each loop waits on its timer for the next worker).
+    await one_running_loop_per_job(client, queue, ids)
+    await a_restart_replans_the_same_loop(stack, ids["alerts"], first_run)
+    await alerts_turned_off_end_their_loop_alone(stack, ids)
+
+
+async def old_schedules_gone(client, queue: str) -> None:
+    """Every schedule of ``OLD_SCHEDULES`` was deleted at the workers' start."""
+    for name, *_ in OLD_SCHEDULES:
+        try:
+            await client.get_schedule_handle(old_schedule_id(name, queue)).describe()
+        except RPCError as e:
+            assert e.status == RPCStatusCode.NOT_FOUND
+        else:
+            raise AssertionError(f"the old schedule {name} is still there")
+
+
+async def passes_at_least(client, workflow_id: str, n: int) -> bool:
+    return len((await _pass_times(client, workflow_id))[0]) >= n
+
+
+async def one_running_loop_per_job(client, queue: str, ids: dict[str, str]) -> None:
+    """Over many intervals and two worker starts: one execution per job in the list, still
+    running (the workers are gone: each loop waits on its timer for the next worker)."""
+
     async def listed() -> list:
         rows = [w async for w in client.list_workflows(f"TaskQueue = '{queue}'")]
         return rows if len(rows) >= 3 else []
@@ -439,25 +462,34 @@ async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules
     assert {w.id for w in rows} == set(ids.values())
     assert {w.status for w in rows} == {WorkflowExecutionStatus.RUNNING}
 
-    # A restart with another interval: the same execution, re-planned to every 2 s.
+
+async def a_restart_replans_the_same_loop(stack, alerts_id: str, first_run: str) -> None:
+    """A restart with another interval: the same execution, re-planned from every second
+    to every 2 s at the signal the new worker's start sent it."""
+    client = stack.client
     slower = settings_with(stack.settings, alerts={"interval_s": 2})
     async with running_worker(slower, client):
 
         async def two_slow_passes() -> list | None:
-            times, signals = await _pass_times(client, ids["alerts"])
+            times, signals = await _pass_times(client, alerts_id)
             after = [t for t in times if t > signals[-1]]
             return times if len(after) >= 3 else None
 
         times = await eventually(two_slow_passes, "two passes 2 s apart", timeout=60)
-        assert (await alerts.describe()).run_id == first_run
-    signalled = (await _pass_times(client, ids["alerts"]))[1][-1]
+        assert (await client.get_workflow_handle(alerts_id).describe()).run_id == first_run
+    signalled = (await _pass_times(client, alerts_id))[1][-1]
     pairs = list(zip(times, times[1:], strict=False))
     before = [(b - a).total_seconds() for a, b in pairs if b < signalled]
     after = [(b - a).total_seconds() for a, b in pairs if a > signalled]
     assert before and min(before) < 1.5, before  # every second before the restart
     assert len(after) >= 2 and min(after) >= 2.0, after  # every 2 s after it
 
-    # Alerts turned off: the next worker start ends their loop; the others keep theirs.
+
+async def alerts_turned_off_end_their_loop_alone(stack, ids: dict[str, str]) -> None:
+    """Alerts turned off: the next worker start ends their loop; the others keep theirs.
+    The ended loop's history and a running one's replay."""
+    client = stack.client
+    alerts = client.get_workflow_handle(ids["alerts"])
     off = settings_with(stack.settings, alerts={"enabled": False})
     async with running_worker(off, client):
         await asyncio.wait_for(alerts.result(), 30)
@@ -472,10 +504,8 @@ async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules
 
 
 def _audit(config, histories: int = 40):
-    import os
     import subprocess
     import sys
-    from pathlib import Path
 
     out = subprocess.run(
         [sys.executable, "-m", "starter.cli", "audit", "--config", str(config)]
@@ -493,8 +523,6 @@ async def test_audit_passes_after_a_crawl_and_fails_on_a_planted_cookie(
     make_stack, tmp_path, app_log
 ):
     from sqlalchemy import update
-
-    from tests.conftest import write_config
 
     stack, platform = await crawl_stack(make_stack, {"sample-audit-1": 1})
     await stack.samples_http.post("/_control/platform", json={"notes_per_keyword": 3})
@@ -587,19 +615,6 @@ async def test_a_housekeeping_loop_ended_meanwhile_is_started_again(make_stack):
     """During a rolling upgrade an earlier build's worker may end a loop (it runs the
     loop's input as one pass) and re-create its old schedule: each worker checks every
     worker.housekeeping_check_s and puts both right."""
-    from temporalio.client import (
-        Schedule,
-        ScheduleActionStartWorkflow,
-        ScheduleIntervalSpec,
-        ScheduleSpec,
-        WorkflowExecutionStatus,
-    )
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from artemis.run_models import ReclaimInput
-    from tests.conftest import settings_with
-    from workers.main import housekeeping_workflow_id, old_schedule_id, running_worker
-
     stack = await make_stack(worker=False)
     checking = settings_with(stack.settings, worker={"housekeeping_check_s": 0.5})
     client, queue = stack.client, stack.settings.temporal.task_queue

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 from httpx_sse import aconnect_sse
 
-from artemis.events import cursor_of
+from artemis.db import SinkFile, get_engine
+from artemis.events import ACTIVITY_STEP, cursor_of
+from artemis.run_state import STEPS
 from tests.conftest import new_task_id
 from tests.helpers import eventually
-
-STEPS = ["step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize"]
 
 
 async def read_sse(
@@ -47,6 +49,33 @@ def plan_states(events: list[dict[str, Any]]) -> list[dict[str, str]]:
     ]
 
 
+def assert_ids_unique_and_increasing(events: list[dict[str, Any]]) -> None:
+    """Unique, increasing SSE ids; unique payload ids except the plan's stable id."""
+    cursors = [cursor_of(e["_sse"]) for e in events]
+    assert cursors == sorted(set(cursors))
+    plan_ids = {e["id"] for e in events if e["event"] == "plan_update"}
+    assert len(plan_ids) == 1
+    others = [e["id"] for e in events if e["event"] != "plan_update"]
+    assert len(others) == len(set(others))
+
+
+def assert_activity_events_follow_the_plan(
+    events: list[dict[str, Any]], fetch_results: int
+) -> None:
+    """The planId of each activity event is the plan step of its activity; every step
+    starts, in the plan's order; ``fetch_results`` fetch activities ended."""
+    acts = [e for e in events if e["event"] in ("activity_start", "activity_result")]
+    assert acts and all(e["planId"] == ACTIVITY_STEP[e["activity"]] for e in acts)
+    first_start: dict[str, int] = {}
+    for i, e in enumerate(events):
+        if e["event"] == "activity_start":
+            first_start.setdefault(e["planId"], i)
+    assert [s for s in STEPS if s in first_start] == sorted(first_start, key=first_start.get)
+    assert len(first_start) == len(STEPS)
+    fetches = [e for e in acts if e["event"] == "activity_result" and e["planId"] == "step_fetch"]
+    assert len(fetches) == fetch_results
+
+
 async def test_stream_of_a_live_run_orders_steps_ends_once_and_resumes(make_stack):
     stack = await make_stack(runs={"pages_per_fetch": 2})
     await stack.fault("latency", latency_ms=30)
@@ -69,32 +98,8 @@ async def test_stream_of_a_live_run_orders_steps_ends_once_and_resumes(make_stac
     assert [e["event"] for e in events].count("complete") == 1
     assert plan_states(events)[-1] == dict.fromkeys(STEPS, "COMPLETED")
 
-    # Unique, increasing SSE ids; unique payload ids except the plan's stable id.
-    cursors = [cursor_of(e["_sse"]) for e in events]
-    assert cursors == sorted(set(cursors))
-    plan_ids = {e["id"] for e in events if e["event"] == "plan_update"}
-    assert len(plan_ids) == 1
-    others = [e["id"] for e in events if e["event"] != "plan_update"]
-    assert len(others) == len(set(others))
-
-    # planId of each activity event is the step of its activity; steps start in order.
-    step_of = {
-        "prepare_params": "step_prepare",
-        "fetch_pages": "step_fetch",
-        "process_batch": "step_process",
-        "emit_batch": "step_emit",
-        "finalize_run": "step_finalize",
-    }
-    acts = [e for e in events if e["event"] in ("activity_start", "activity_result")]
-    assert acts and all(e["planId"] == step_of[e["activity"]] for e in acts)
-    first_start = {}
-    for i, e in enumerate(events):
-        if e["event"] == "activity_start":
-            first_start.setdefault(e["planId"], i)
-    assert [s for s in STEPS if s in first_start] == sorted(first_start, key=first_start.get)
-    assert len(first_start) == 5
-    fetches = [e for e in acts if e["event"] == "activity_result" and e["planId"] == "step_fetch"]
-    assert len(fetches) == 3  # 6 pages, 2 per fetch activity
+    assert_ids_unique_and_increasing(events)
+    assert_activity_events_follow_the_plan(events, fetch_results=3)  # 6 pages, 2 a fetch
     progress = [e for e in events if e["event"] == "progress"]
     assert progress and all(p["planId"] in STEPS for p in progress)
     assert progress[-1]["records_emitted"] == 60 and progress[-1]["records_fetched"] == 60
@@ -169,24 +174,8 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
         {"meta": {"task_id": task_id}, "params": {"symbols": ["AAPL"]}}, mode="async"
     )
     assert resp.status_code == 202
-
-    # Listed as pending right away (written beside the answer), though no worker has
-    # picked it up.
-    async def listed() -> bool:
-        page = (await stack.http.get("/tasks", params={"status": "pending", "limit": 500})).json()
-        return task_id in [t["task_id"] for t in page["data"]["items"]]
-
-    await eventually(listed, "the pending record", timeout=10)
-    opened = asyncio.Event()
-    reader = asyncio.create_task(read_sse(stack.api_url, task_id, opened=opened))
-    await asyncio.wait_for(opened.wait(), 30)
-    # open, and it stays open while the run has not started (a window, not a wait)
-    done, _ = await asyncio.wait({reader}, timeout=0.5)
-    assert not done
-    await stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"]).terminate("test")
-    events = await asyncio.wait_for(reader, 30)
-    assert [e["event"] for e in events] == ["plan_update", "error"]
-    assert events[-1]["status"] == "failed"
+    await listed_as_pending(stack, task_id)
+    await stream_stays_open_until_terminated(stack, task_id, resp.json()["data"]["workflow_id"])
     # A read never writes: the API answers from Temporal, the store still says pending.
     from artemis.taskstore.sql import SqlTaskStorage
 
@@ -194,29 +183,64 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
     shown = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
     assert shown["status"] == "failed" and shown["task_store"] == "pending"
     assert store.load(task_id).status == "pending"
-    # The clean-up schedule's workflow is the owner of that repair: it records the end.
-    # ... and forgets what the files sink wrote for runs that never reached a finalize
-    from datetime import UTC, datetime, timedelta
+    # The clean-up schedule's workflow is the owner of that repair: it records the end ...
+    await cleanup_records_the_end_and_forgets_stale_sink_files(stack, task_id)
+    healed = store.load(task_id)
+    assert healed is not None and healed.status == "failed" and healed.completed_at
+    assert healed.error["code"] == "INTERNAL"
+    after = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+    assert after["status"] == "failed" and after["source"] == "task_store"
 
-    import sqlalchemy as sa
+    missing = await stack.http.get(f"/tasks/{new_task_id()}/events")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "TASK_NOT_FOUND"
 
-    from artemis.db import SinkFile, get_engine
+
+async def listed_as_pending(stack, task_id: str) -> None:
+    """The run is listed as pending right away (written beside the answer), though no
+    worker has picked it up."""
+
+    async def listed() -> bool:
+        page = (await stack.http.get("/tasks", params={"status": "pending", "limit": 500})).json()
+        return task_id in [t["task_id"] for t in page["data"]["items"]]
+
+    await eventually(listed, "the pending record", timeout=10)
+
+
+async def stream_stays_open_until_terminated(stack, task_id: str, workflow_id: str) -> None:
+    """The stream of a run no worker started opens and stays open; terminating the
+    workflow ends it with the plan and one error: the run failed."""
+    opened = asyncio.Event()
+    reader = asyncio.create_task(read_sse(stack.api_url, task_id, opened=opened))
+    await asyncio.wait_for(opened.wait(), 30)
+    # open, and it stays open while the run has not started (a window, not a wait)
+    done, _ = await asyncio.wait({reader}, timeout=0.5)
+    assert not done
+    await stack.client.get_workflow_handle(workflow_id).terminate("test")
+    events = await asyncio.wait_for(reader, 30)
+    assert [e["event"] for e in events] == ["plan_update", "error"]
+    assert events[-1]["status"] == "failed"
+
+
+async def cleanup_records_the_end_and_forgets_stale_sink_files(stack, task_id: str) -> None:
+    """One pass of the clean-up workflow reconciles the terminated run and forgets what
+    the files sink wrote for runs that never reached a finalize and went quiet for longer
+    than a run may last (30 days) — but not for a run still writing, however old."""
     from artemis.run_models import CleanupInput
     from workers.main import running_worker
     from workflows.cleanup import CleanupWorkflow
 
-    ledger = SinkFile.__table__  # type: ignore[attr-defined]
     engine = get_engine(stack.settings.database.url)
+    quiet = f"pull_stock_quotes/{task_id}"
     live = f"pull_stock_quotes/{task_id}-live"  # began 31 days ago, wrote a page today
     with engine.begin() as conn:
         for run_key, seq, age in (
-            # quiet for longer than a run may last (30 days)
-            (f"pull_stock_quotes/{task_id}", 0, timedelta(days=31)),
+            (quiet, 0, timedelta(days=31)),
             (live, 0, timedelta(days=31)),
             (live, 1, timedelta(minutes=1)),
         ):
             conn.execute(
-                ledger.insert().values(
+                LEDGER.insert().values(
                     run_key=run_key,
                     sink="files",
                     seq=seq,
@@ -235,24 +259,16 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
         )
     assert done.runs_reconciled == 1
     assert done.sink_files_forgotten >= 1
-    with engine.connect() as conn:
-        left = conn.execute(
-            sa.select(sa.func.count())
-            .select_from(ledger)
-            .where(ledger.c.run_key == f"pull_stock_quotes/{task_id}")
-        ).scalar_one()
-    assert left == 0
-    with engine.connect() as conn:
-        kept = conn.execute(
-            sa.select(sa.func.count()).select_from(ledger).where(ledger.c.run_key == live)
-        ).scalar_one()
-    assert kept == 2  # a run still writing keeps every record, however old the first
-    healed = store.load(task_id)
-    assert healed is not None and healed.status == "failed" and healed.completed_at
-    assert healed.error["code"] == "INTERNAL"
-    after = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
-    assert after["status"] == "failed" and after["source"] == "task_store"
+    assert ledger_rows(engine, quiet) == 0
+    assert ledger_rows(engine, live) == 2  # a run still writing keeps every record
 
-    missing = await stack.http.get(f"/tasks/{new_task_id()}/events")
-    assert missing.status_code == 404
-    assert missing.json()["error"]["code"] == "TASK_NOT_FOUND"
+
+LEDGER = SinkFile.__table__  # type: ignore[attr-defined]
+
+
+def ledger_rows(engine: sa.Engine, run_key: str) -> int:
+    """The files sink's ledger rows of ``run_key``."""
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(sa.func.count()).select_from(LEDGER).where(LEDGER.c.run_key == run_key)
+        ).scalar_one()

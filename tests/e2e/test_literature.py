@@ -9,6 +9,7 @@ from functools import partial
 
 import httpx
 
+from artemis.run_models import provenance_queue
 from tests.conftest import new_task_id, start_worker_process, write_config
 from tests.helpers import assert_rate_at_most, ending, eventually
 
@@ -671,13 +672,21 @@ async def test_circuit_breaker_rests_on_a_durable_timer_then_goes_on(stack):
 
 
 async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch):
-
     suffix = new_task_id()[-8:]
-    key_a, key_b, key_c = (f"key-a-{suffix}", f"key-b-{suffix}", f"key-c-{suffix}")
-    monkeypatch.setenv("ROT_KEY_A", key_a)
-    monkeypatch.setenv("ROT_KEY_B", key_b)
-    monkeypatch.setenv("ROT_KEY_C", key_c)
-    doc = variant(stack, "pubmed", f"pubmed_keys_{suffix}")
+    code = f"pubmed_keys_{suffix}"
+    keys = import_three_keys(stack, monkeypatch, code, suffix)
+    query = f"keys-{suffix}"
+    await a_revoked_key_gives_way_to_the_newest(stack, code, query, keys)
+    await a_429_benches_the_key_in_use(stack, code, f"{query}-2", keys)
+
+
+def import_three_keys(stack, monkeypatch, code: str, suffix: str) -> tuple[str, ...]:
+    """A PubMed variant ``code`` with three source-wide API keys from the environment:
+    a (preferred), b (the newest) and c; their values."""
+    keys = (f"key-a-{suffix}", f"key-b-{suffix}", f"key-c-{suffix}")
+    for name, key in zip(("ROT_KEY_A", "ROT_KEY_B", "ROT_KEY_C"), keys, strict=True):
+        monkeypatch.setenv(name, key)
+    doc = variant(stack, "pubmed", code)
     doc["rate_limit_cfg"][0].update(qps_limit=20, burst_capacity=5)
     cred = {
         "scope_code": "SOURCE",
@@ -696,17 +705,18 @@ async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch
         {**cred, "credential_name": "c", "secret_env": "ROT_KEY_C"},
     ]
     import_doc(stack, doc)
-    query = f"keys-{suffix}"
-    # key a is revoked (401); key b's first answer is a 429
+    return keys
+
+
+async def a_revoked_key_gives_way_to_the_newest(stack, code: str, query: str, keys) -> None:
+    """Key a is revoked (401) and b's first answer is a 429: a (preferred) is refused
+    once, then b (newest) serves everything and c is never needed; the rotation happens
+    inside one attempt (no activity failed)."""
+    key_a, key_b, key_c = keys
     await _literature(stack, bad_keys=[key_a], fault={"api": "esearch", "status": 429, "times": 0})
     task_id = new_task_id()
     resp = await harvest(
-        stack,
-        task_id,
-        provenance=f"pubmed_keys_{suffix}",
-        query=query,
-        start="2025-01-01",
-        end="2025-01-05",
+        stack, task_id, provenance=code, query=query, start="2025-01-01", end="2025-01-05"
     )
     await _literature(stack, bad_keys=[])
     assert resp.json()["data"]["status"] == "completed", resp.text
@@ -718,33 +728,29 @@ async def test_keys_rotate_on_401_and_429_with_per_key_health(stack, monkeypatch
             if c["params"].get("api_key") in (key_a, key_b, key_c)
         ]
     used = [(c["params"]["api_key"], c["status"]) for c in calls]
-    # a (preferred) refused once, then b (newest) serves everything; c is never needed
     assert used[0] == (key_a, 401)
     assert all(k == key_b and s == 200 for k, s in used[1:])
-    # the activity never failed: the rotation happened inside one attempt
     history = await stack.client.get_workflow_handle(
         resp.json()["data"]["workflow_id"]
     ).fetch_history()
     assert not [e for e in history.events if e.HasField("activity_task_failed_event_attributes")]
-    # a 429 benches the key in use (b) and c takes over
+
+
+async def a_429_benches_the_key_in_use(stack, code: str, query: str, keys) -> None:
+    """A 429 (Retry-After: 30) benches the key in use (b) and c takes over."""
+    _, key_b, key_c = keys
     await _literature(
         stack, fault={"api": "esearch", "status": 429, "times": 1, "retry_after": "30"}
     )
-    task_id = new_task_id()
     resp = await harvest(
-        stack,
-        task_id,
-        provenance=f"pubmed_keys_{suffix}",
-        query=query + "-2",
-        start="2025-01-01",
-        end="2025-01-02",
+        stack, new_task_id(), provenance=code, query=query, start="2025-01-01", end="2025-01-02"
     )
     assert resp.json()["data"]["status"] == "completed", resp.text
     async with httpx.AsyncClient(base_url=stack.samples_url) as http:
         searches = [
             (c["params"].get("api_key"), c["status"])
             for c in (await http.get("/_literature/calls")).json()
-            if c["api"] == "esearch" and c["params"].get("term") == query + "-2"
+            if c["api"] == "esearch" and c["params"].get("term") == query
         ]
     assert searches[:2] == [(key_b, 429), (key_c, 200)]
 
@@ -758,28 +764,12 @@ async def test_qps_holds_across_two_worker_processes_and_fetches_use_the_provena
     doc = variant(stack, "crossref", code)
     doc["rate_limit_cfg"][0].update(qps_limit=4, burst_capacity=1, max_concurrency=2)
     import_doc(stack, doc)
+    queue = provenance_queue(stack.settings.temporal.task_queue, code)
     # A second worker in a process of its own (nothing shared in memory with the first).
     config = write_config(tmp_path / "worker.yaml", stack.settings)
     second = start_worker_process(config, tmp_path / "worker2.out")
     try:
-        # Both processes poll the provenance's queue (a process starts in seconds).
-        from temporalio.api.enums.v1 import TaskQueueType
-        from temporalio.api.taskqueue.v1 import TaskQueue
-        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-        queue = f"{stack.settings.temporal.task_queue}.provenance.{code}"
-
-        async def two_pollers() -> bool:
-            desc = await stack.client.workflow_service.describe_task_queue(
-                DescribeTaskQueueRequest(
-                    namespace=stack.client.namespace,
-                    task_queue=TaskQueue(name=queue),
-                    task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-                )
-            )
-            return len({p.identity for p in desc.pollers}) >= 2
-
-        await eventually(two_pollers, "both workers to poll the provenance queue", timeout=60)
+        await both_workers_poll(stack, queue)
         runs = []
         for n in range(2):
             task_id = new_task_id()
@@ -797,33 +787,14 @@ async def test_qps_holds_across_two_worker_processes_and_fetches_use_the_provena
         finals = [await stack.wait_status(t, timeout=90) for t in runs]
         workers = set()
         for f in finals:
-            history = await stack.client.get_workflow_handle(f["workflow_id"]).fetch_history()
-            workers |= {
-                e.activity_task_started_event_attributes.identity
-                for e in history.events
-                if e.HasField("activity_task_started_event_attributes")
-            }
+            workers |= await activity_workers(stack, f["workflow_id"])
     finally:
         second.terminate()
         second.wait(30)
     assert [f["status"] for f in finals] == ["completed", "completed"]
     for t in runs:
         assert len(await _delivered(stack, t)) == 150
-    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
-        times = sorted(
-            c["at"]
-            for c in (await http.get("/_literature/calls")).json()
-            if c["api"] == "works"
-            and str(c["params"].get("query", "")).startswith(f"qps-{suffix}-")
-        )
-    assert len(times) >= 20
-    busiest = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
-    average = (len(times) - 1) / (times[-1] - times[0])
-    print(f"QPS_MEASURED busiest_1s={busiest} average={average:.2f} requests={len(times)}")
-    # qps_limit 4 held by one gate for both processes (burst 1), measured at the server:
-    # no stretch of requests holds more than the gate lets through in it (a limit per
-    # process would let about twice as many through).
-    assert_rate_at_most(times, qps=4, burst=1)
+    await one_gate_for_both_processes(stack, f"qps-{suffix}-")
     history = await stack.client.get_workflow_handle(finals[0]["workflow_id"]).fetch_history()
     queues = {
         e.activity_task_scheduled_event_attributes.task_queue.name
@@ -831,8 +802,55 @@ async def test_qps_holds_across_two_worker_processes_and_fetches_use_the_provena
         if e.HasField("activity_task_scheduled_event_attributes")
         and e.activity_task_scheduled_event_attributes.activity_type.name == "fetch_pages"
     }
-    assert queues == {f"{stack.settings.temporal.task_queue}.provenance.{code}"}
+    assert queues == {queue}
     assert len(workers) >= 2, f"activities ran on one worker only: {workers}"
+
+
+async def both_workers_poll(stack, queue: str) -> None:
+    """Wait until two worker processes poll the provenance's activity queue (a process
+    starts in seconds)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    async def two_pollers() -> bool:
+        desc = await stack.client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=stack.client.namespace,
+                task_queue=TaskQueue(name=queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            )
+        )
+        return len({p.identity for p in desc.pollers}) >= 2
+
+    await eventually(two_pollers, "both workers to poll the provenance queue", timeout=60)
+
+
+async def activity_workers(stack, workflow_id: str) -> set[str]:
+    """The identities of the workers that ran the workflow's activities."""
+    history = await stack.client.get_workflow_handle(workflow_id).fetch_history()
+    return {
+        e.activity_task_started_event_attributes.identity
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    }
+
+
+async def one_gate_for_both_processes(stack, query_prefix: str) -> None:
+    """qps_limit 4 held by one gate for both processes (burst 1), measured at the server:
+    no stretch of requests holds more than the gate lets through in it (a limit per
+    process would let about twice as many through)."""
+    async with httpx.AsyncClient(base_url=stack.samples_url) as http:
+        times = sorted(
+            c["at"]
+            for c in (await http.get("/_literature/calls")).json()
+            if c["api"] == "works" and str(c["params"].get("query", "")).startswith(query_prefix)
+        )
+    assert len(times) >= 20
+    busiest = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
+    average = (len(times) - 1) / (times[-1] - times[0])
+    print(f"QPS_MEASURED busiest_1s={busiest} average={average:.2f} requests={len(times)}")
+    assert_rate_at_most(times, qps=4, burst=1)
 
 
 async def test_efetch_id_lists_over_the_threshold_go_by_post(stack):

@@ -10,6 +10,7 @@ import uuid
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from artemis.run_models import SA_PROVENANCE, SA_TASK_CODE, SA_TASK_ID, SA_TASK_TYPE
 from tests.conftest import new_task_id, serve_api, settings_with
 from tests.helpers import eventually
 
@@ -116,9 +117,9 @@ async def test_ui_shows_provenance_task_type_and_a_progress_line(stack):
     handle = stack.client.get_workflow_handle(data["workflow_id"])
     desc = await handle.describe()
     attrs = desc.typed_search_attributes
-    assert attrs.get(SearchAttributeKey.for_keyword("ArtemisProvenance")) == "crossref"
-    assert attrs.get(SearchAttributeKey.for_keyword("ArtemisTaskType")) == "harvest"
-    assert attrs.get(SearchAttributeKey.for_keyword("ArtemisTaskCode")) == "literature_harvest"
+    assert attrs.get(SearchAttributeKey.for_keyword(SA_PROVENANCE)) == "crossref"
+    assert attrs.get(SearchAttributeKey.for_keyword(SA_TASK_TYPE)) == "harvest"
+    assert attrs.get(SearchAttributeKey.for_keyword(SA_TASK_CODE)) == "literature_harvest"
 
     async def found() -> list[str]:  # visibility is eventually consistent
         query = f"ArtemisProvenance = 'crossref' AND ArtemisTaskId = '{task_id}'"
@@ -324,8 +325,8 @@ async def test_the_ui_pieces_seen_through_the_temporal_cli(make_stack):
     assert summary == f"pull_stock_quotes · IBM 2025-11-03..2025-11-04 · task {quotes_id}"
     fields = desc["workflowExecutionInfo"]["searchAttributes"]["indexedFields"]
     attrs = {k: _payload_value(v) for k, v in fields.items()}
-    assert attrs["ArtemisTaskCode"] == "pull_stock_quotes", attrs
-    assert attrs["ArtemisTaskId"] == quotes_id, attrs
+    assert attrs[SA_TASK_CODE] == "pull_stock_quotes", attrs
+    assert attrs[SA_TASK_ID] == quotes_id, attrs
 
     # the list filter the demo prints, run as the UI runs it: task runs only
     query = parse_qs(urlsplit(ui_list_url(s)).query)["query"][0]

@@ -6,16 +6,22 @@ the defaults (1800 s, 60 s) ride out the same shapes for longer."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections import Counter
+from functools import partial
 from typing import Any
 
+import httpx
 from sqlalchemy import text
 
 from artemis.db import get_engine
-from tests.conftest import new_task_id
+from artemis.run_state import TERMINAL
+from infra.devserver import DevServer, free_port
+from temporal_shared.client import connect
+from tests.conftest import new_task_id, serve_api, settings_with, start_worker_process, write_config
 from tests.e2e.test_events import read_sse
-from tests.helpers import eventually
+from tests.helpers import eventually, stop_processes
 
 # Waits between attempts capped at 1 s: an outage of a few seconds is many attempts.
 SCALED = {"retry_max_interval_s": 1.0, "pages_per_fetch": 2}
@@ -184,15 +190,7 @@ async def test_past_the_tolerance_the_run_fails_and_a_retry_finishes_it(make_sta
     assert 10 <= failed_after < 70, failed_after
     # its undelivered pages stay staged
     engine = get_engine(stack.settings.database.url)
-    with engine.connect() as conn:
-        staged = conn.execute(
-            text(
-                "SELECT count(*) FROM staged_page WHERE run_key = :k AND kind = 'raw' "
-                "AND payload != ''"
-            ),
-            {"k": f"pull_stock_quotes/{task_id}"},
-        ).scalar_one()
-    assert staged > 0
+    assert _staged_raw_pages(engine, f"pull_stock_quotes/{task_id}") > 0
     assert [c["body"]["result"] for c in await stack.finals(run_id)] == ["failed"]
     delivered_before = {
         k
@@ -218,23 +216,44 @@ async def test_past_the_tolerance_the_run_fails_and_a_retry_finishes_it(make_sta
     # the stats went on from the failed attempt's, nothing counted twice
     for key in ("records_fetched", "records_processed", "records_emitted"):
         assert done["stats"][key] == 2 * NOV_DAYS, (key, done["stats"])
-    # pages delivered before the failure were not sent again
-    after = [b for b in batches if b["idempotency_key"] in delivered_before]
-    assert Counter(b["idempotency_key"] for b in after if b["status"] == 200) == Counter(
-        dict.fromkeys(delivered_before, 1)
-    )
-    # nothing fetched before the failure was fetched again
+    _delivered_pages_not_sent_again(batches, delivered_before)
     calls = (await stack.samples_http.get("/_quotes/calls")).json()
-    mine_before = [
-        (c["symbol"], c["page"]) for c in calls_at_failure.json() if c["symbol"] in symbols
-    ]
+    _fetched_pages_not_fetched_again(calls_at_failure.json(), calls, symbols)
+    results = [c["body"]["result"] for c in await stack.finals(run_id)]
+    assert results == ["failed", "success"], results
+
+
+def _staged_raw_pages(engine, run_key: str) -> int:
+    """The fetched pages of ``run_key`` staged and not yet delivered."""
+    with engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT count(*) FROM staged_page WHERE run_key = :k AND kind = 'raw' "
+                "AND payload != ''"
+            ),
+            {"k": run_key},
+        ).scalar_one()
+
+
+def _delivered_pages_not_sent_again(batches: list[dict[str, Any]], before: set[str]) -> None:
+    """Pages the sink took before the failure (``before``: their keys) were not sent again."""
+    after = [b for b in batches if b["idempotency_key"] in before]
+    assert Counter(b["idempotency_key"] for b in after if b["status"] == 200) == Counter(
+        dict.fromkeys(before, 1)
+    )
+
+
+def _fetched_pages_not_fetched_again(
+    calls_before: list[dict[str, Any]], calls: list[dict[str, Any]], symbols: list[str]
+) -> None:
+    """Nothing fetched before the failure was fetched again, and every page of
+    ``symbols`` was fetched (the source's request log before the failure and now)."""
+    mine_before = [(c["symbol"], c["page"]) for c in calls_before if c["symbol"] in symbols]
     mine_after = [(c["symbol"], c["page"]) for c in calls if c["symbol"] in symbols]
     assert len(mine_before) == len(set(mine_before))  # each page asked for once before
     refetched = Counter(mine_after) - Counter(mine_before)
     assert not set(refetched) & set(mine_before), refetched
     assert sorted(set(mine_after)) == sorted((sym, page) for sym in symbols for page in range(1, 7))
-    results = [c["body"]["result"] for c in await stack.finals(run_id)]
-    assert results == ["failed", "success"], results
 
 
 async def test_fetch_side_stays_bounded_while_the_sink_is_down(make_stack):
@@ -248,17 +267,8 @@ async def test_fetch_side_stays_bounded_while_the_sink_is_down(make_stack):
         await _waiting_on(stack, task_id, "sink")
         seen = []
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with engine.connect() as conn:
-                seen.append(
-                    conn.execute(
-                        text(
-                            "SELECT count(*) FROM staged_page WHERE run_key = :k "
-                            "AND kind = 'raw' AND payload != ''"
-                        ),
-                        {"k": key},
-                    ).scalar_one()
-                )
+        while time.monotonic() < deadline:  # a window watched, not a wait
+            seen.append(_staged_raw_pages(engine, key))
             await asyncio.sleep(0.2)
         # two batches of two pages at most: the one waiting for the sink, the next one
         assert max(seen) <= 2 * 2, seen
@@ -385,13 +395,6 @@ async def test_a_waiting_run_survives_its_worker_killed_and_temporal_restarted(
     make_stack, tmp_path
 ):
     """The wait is a Temporal timer: no worker holds it, the server keeps it."""
-    import signal
-
-    from infra.devserver import DevServer, free_port
-    from temporal_shared.client import connect
-    from tests.conftest import serve_api, settings_with, start_worker_process, write_config
-    from tests.helpers import stop_processes
-
     temporal = DevServer(
         port=free_port(),
         ui_port=None,
@@ -409,51 +412,24 @@ async def test_a_waiting_run_survives_its_worker_killed_and_temporal_restarted(
     client = await connect(settings)
     server, serving, api_url = await serve_api(settings, client)
     workers = [start_worker_process(config, tmp_path / "worker1.out")]
-    import httpx
-
     api = httpx.AsyncClient(base_url=api_url, timeout=60)
     try:
         await base.fault("sink", status=503, for_s=3600)
-        task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
-        resp = await api.post(
-            "/tasks/pull_stock_quotes/run",
-            params={"mode": "async"},
-            json={
-                "meta": {
-                    "task_id": task_id,
-                    "run_id": run_id,
-                    "callback": {"base_url": f"{base.samples_url}/cronjob/runs"},
-                },
-                "params": {"symbols": ["KILLW"], "page_size": 5},
-            },
-        )
+        task_id, run_id, body = base.callback_run(["KILLW"], page_size=5)
+        resp = await api.post("/tasks/pull_stock_quotes/run", params={"mode": "async"}, json=body)
         assert resp.status_code == 202, resp.text
-
-        async def waiting_attempt() -> int:
-            data = (await api.get(f"/tasks/{task_id}")).json()["data"] or {}
-            w = data.get("waiting") or {}
-            return int(w.get("attempt") or 0) if w.get("dependency") == "sink" else 0
-
-        await eventually(waiting_attempt, "the run to wait on the sink", timeout=90)
+        attempt = partial(_sink_wait_attempt, api, task_id)
+        await eventually(attempt, "the run to wait on the sink", timeout=90)
         workers[0].send_signal(signal.SIGKILL)
         workers[0].wait(10)
         workers.append(start_worker_process(config, tmp_path / "worker2.out"))
-        seen = await eventually(waiting_attempt, "the wait to go on", timeout=60)
-        # the server goes away for a while, then comes back with its database
-        temporal.stop()
-        await asyncio.sleep(3)  # deliberate: the server stays away this long (the outage)
-        temporal.start()
-        await eventually(
-            lambda: _grew(waiting_attempt, seen), "attempts after the restart", timeout=90
-        )
+        seen = await eventually(attempt, "the wait to go on", timeout=60)
+        await _temporal_away_then_back(temporal)
+        await eventually(lambda: _grew(attempt, seen), "attempts after the restart", timeout=90)
         await base.fault("sink")  # the sink is back
-        deadline = time.monotonic() + 120
-        while True:
-            data = (await api.get(f"/tasks/{task_id}")).json()["data"] or {}
-            if data.get("status") in ("completed", "failed", "cancelled", "timeout"):
-                break
-            assert time.monotonic() < deadline, data
-            await asyncio.sleep(0.2)
+        data = await eventually(
+            partial(_ended, api, task_id), "the run to end", timeout=120, interval=0.2
+        )
     finally:
         await base.fault("sink")
         await api.aclose()
@@ -466,6 +442,26 @@ async def test_a_waiting_run_survives_its_worker_killed_and_temporal_restarted(
     assert len(counts) == NOV_DAYS and set(counts.values()) == {1}
     finals = await base.finals(run_id)
     assert [f["body"]["result"] for f in finals] == ["success"]
+
+
+async def _sink_wait_attempt(api: httpx.AsyncClient, task_id: str) -> int:
+    """The attempt at the sink the run says it waits on (0: not waiting on the sink)."""
+    data = (await api.get(f"/tasks/{task_id}")).json()["data"] or {}
+    w = data.get("waiting") or {}
+    return int(w.get("attempt") or 0) if w.get("dependency") == "sink" else 0
+
+
+async def _temporal_away_then_back(temporal: DevServer) -> None:
+    """The server goes away for a while, then comes back with its database."""
+    temporal.stop()
+    await asyncio.sleep(3)  # deliberate: the server stays away this long (the outage)
+    temporal.start()
+
+
+async def _ended(api: httpx.AsyncClient, task_id: str) -> dict[str, Any] | None:
+    """The run's answer once it has ended."""
+    data = (await api.get(f"/tasks/{task_id}")).json()["data"] or {}
+    return data if data.get("status") in TERMINAL else None
 
 
 async def _grew(probe, before: int) -> bool:

@@ -278,10 +278,32 @@ async def test_offset_paging_ends_on_has_more_into_sqlite_and_parquet(
         }
     )
     code = f"stock-{uuid.uuid4().hex[:6]}"
-    doc = {
+    doc = stock_doc(code, f"{stack.samples_url}/catalog")
+    data, before = await _harvest(stack, code, doc)
+    task_id = data["task_id"]
+    assert data["stats"]["sinks"] == {"sql": 31, "files": 31}
+    calls = await calls_of(stack, "/catalog/stock", before)
+    assert [int(c["params"]["offset"]) for c in calls] == [0, 10, 20, 30]
+    with sa.create_engine(lake_db).connect() as conn:
+        count, distinct = conn.execute(
+            sa.text("SELECT COUNT(*), COUNT(DISTINCT sku) FROM stock")
+        ).one()
+        table = sa.Table("stock", sa.MetaData(), autoload_with=conn)
+    assert (count, distinct) == (31, 31)
+    assert [c.name for c in table.primary_key.columns] == ["sku"]
+    parquet = pq.read_table(tmp_path / "lake" / "literature_harvest" / task_id)
+    assert parquet.num_rows == 31 and len(set(parquet["sku"].to_pylist())) == 31
+    assert parquet.schema.field("counted_at").type == pa.timestamp("us", tz="UTC")
+    assert parquet.schema.field("quantity").type == pa.int64()
+
+
+def stock_doc(code: str, base: str) -> dict[str, Any]:
+    """A provenance ``code`` of the sample catalogue's stock list at ``base``: offset
+    paging that ends on the source's ``has_more`` flag, records keyed by sku."""
+    return {
         "provenance": {
             "provenance_code": code,
-            "base_url_default": f"{stack.samples_url}/catalog",
+            "base_url_default": base,
             "record_model": {
                 "key": ["sku"],
                 "fields": {
@@ -314,19 +336,3 @@ async def test_offset_paging_ends_on_has_more_into_sqlite_and_parquet(
             }
         ],
     }
-    data, before = await _harvest(stack, code, doc)
-    task_id = data["task_id"]
-    assert data["stats"]["sinks"] == {"sql": 31, "files": 31}
-    calls = await calls_of(stack, "/catalog/stock", before)
-    assert [int(c["params"]["offset"]) for c in calls] == [0, 10, 20, 30]
-    with sa.create_engine(lake_db).connect() as conn:
-        count, distinct = conn.execute(
-            sa.text("SELECT COUNT(*), COUNT(DISTINCT sku) FROM stock")
-        ).one()
-        table = sa.Table("stock", sa.MetaData(), autoload_with=conn)
-    assert (count, distinct) == (31, 31)
-    assert [c.name for c in table.primary_key.columns] == ["sku"]
-    parquet = pq.read_table(tmp_path / "lake" / "literature_harvest" / task_id)
-    assert parquet.num_rows == 31 and len(set(parquet["sku"].to_pylist())) == 31
-    assert parquet.schema.field("counted_at").type == pa.timestamp("us", tz="UTC")
-    assert parquet.schema.field("quantity").type == pa.int64()

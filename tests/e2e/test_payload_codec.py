@@ -7,8 +7,21 @@ import base64
 import uuid
 
 import httpx
+from temporalio.api.common.v1 import Payload
+from temporalio.client import WorkflowHistory
 
+from artemis.config import Settings
+from temporal_shared.codec import ENCODING
 from tests.conftest import new_task_id, serve_api, settings_with
+
+# The events whose ``input`` or ``result`` payloads a run writes.
+PAYLOAD_EVENTS = (
+    "workflow_execution_started_event_attributes",
+    "activity_task_scheduled_event_attributes",
+    "activity_task_completed_event_attributes",
+    "marker_recorded_event_attributes",
+    "workflow_execution_completed_event_attributes",
+)
 
 
 async def test_histories_hold_only_encrypted_payloads_and_the_codec_endpoint_decodes(
@@ -38,63 +51,62 @@ async def test_histories_hold_only_encrypted_payloads_and_the_codec_endpoint_dec
                 data = resp.json()["data"]
                 assert data["status"] == "completed", data
                 history = await client.get_workflow_handle(data["workflow_id"]).fetch_history()
-                # The raw bytes of every event, without the codec: the symbol (in the
-                # workflow input, activity inputs and results) is nowhere in clear; the
-                # only clear payloads are the search attributes the server indexes.
-                raw = b"".join(e.SerializeToString() for e in history.events)
-                assert b"ZZQX" not in raw
-                payloads = []
-                for e in history.events:
-                    for attr in (
-                        "workflow_execution_started_event_attributes",
-                        "activity_task_scheduled_event_attributes",
-                        "activity_task_completed_event_attributes",
-                        "marker_recorded_event_attributes",
-                        "workflow_execution_completed_event_attributes",
-                    ):
-                        if e.HasField(attr):
-                            a = getattr(e, attr)
-                            for field in ("input", "result"):
-                                if hasattr(a, field) and a.HasField(field):
-                                    payloads += list(getattr(a, field).payloads)
-                assert len(payloads) > 5
-                assert {p.metadata["encoding"] for p in payloads} == {b"binary/encrypted"}
+                nothing_in_clear(history, "ZZQX")
                 first = history.events[0].workflow_execution_started_event_attributes.input
-                assert first.payloads[0].metadata["encoding"] == b"binary/encrypted"
-                body = {
-                    "payloads": [
-                        {
-                            "metadata": {
-                                k: base64.b64encode(v).decode()
-                                for k, v in first.payloads[0].metadata.items()
-                            },
-                            "data": base64.b64encode(first.payloads[0].data).decode(),
-                        }
-                    ]
-                }
-                decoded = await http.post(
-                    "/codec/decode", json=body, headers={"X-Namespace": "default"}
+                await the_codec_endpoint_decodes_and_encodes(
+                    http, first.payloads[0], "ZZQX", settings
                 )
-                assert decoded.status_code == 200, decoded.text
-                clear = decoded.json()["payloads"][0]
-                assert base64.b64decode(clear["metadata"]["encoding"]) == b"json/plain"
-                assert "ZZQX" in base64.b64decode(clear["data"]).decode()
-                again = await http.post("/codec/encode", json=decoded.json())
-                assert again.status_code == 200
-                assert (
-                    base64.b64decode(again.json()["payloads"][0]["metadata"]["encoding"])
-                    == b"binary/encrypted"
-                )
-                bad = await http.post("/codec/decode", json={"payloads": "nope"})
-                assert bad.status_code == 422
-                preflight = await http.options(
-                    "/codec/decode",
-                    headers={
-                        "Origin": settings.temporal.ui_url,
-                        "Access-Control-Request-Method": "POST",
-                    },
-                )
-                assert preflight.headers["access-control-allow-origin"] == settings.temporal.ui_url
     finally:
         server.should_exit = True
         await task
+
+
+def nothing_in_clear(history: WorkflowHistory, secret: str) -> None:
+    """The raw bytes of every event, without the codec: ``secret`` (in the workflow
+    input, activity inputs and results) is nowhere in clear; the only clear payloads are
+    the search attributes the server indexes."""
+    raw = b"".join(e.SerializeToString() for e in history.events)
+    assert secret.encode() not in raw
+    payloads = []
+    for e in history.events:
+        for attr in PAYLOAD_EVENTS:
+            if e.HasField(attr):
+                a = getattr(e, attr)
+                for field in ("input", "result"):
+                    if hasattr(a, field) and a.HasField(field):
+                        payloads += list(getattr(a, field).payloads)
+    assert len(payloads) > 5
+    assert {p.metadata["encoding"] for p in payloads} == {ENCODING}
+    first = history.events[0].workflow_execution_started_event_attributes.input
+    assert first.payloads[0].metadata["encoding"] == ENCODING
+
+
+async def the_codec_endpoint_decodes_and_encodes(
+    http: httpx.AsyncClient, payload: Payload, secret: str, settings: Settings
+) -> None:
+    """The codec endpoint (as the Temporal UI calls it) gives ``payload``'s clear JSON
+    holding ``secret`` back and encrypts it again; it refuses a malformed body and lets
+    the UI's origin call it (CORS)."""
+    body = {
+        "payloads": [
+            {
+                "metadata": {k: base64.b64encode(v).decode() for k, v in payload.metadata.items()},
+                "data": base64.b64encode(payload.data).decode(),
+            }
+        ]
+    }
+    decoded = await http.post("/codec/decode", json=body, headers={"X-Namespace": "default"})
+    assert decoded.status_code == 200, decoded.text
+    clear = decoded.json()["payloads"][0]
+    assert base64.b64decode(clear["metadata"]["encoding"]) == b"json/plain"
+    assert secret in base64.b64decode(clear["data"]).decode()
+    again = await http.post("/codec/encode", json=decoded.json())
+    assert again.status_code == 200
+    assert base64.b64decode(again.json()["payloads"][0]["metadata"]["encoding"]) == ENCODING
+    bad = await http.post("/codec/decode", json={"payloads": "nope"})
+    assert bad.status_code == 422
+    preflight = await http.options(
+        "/codec/decode",
+        headers={"Origin": settings.temporal.ui_url, "Access-Control-Request-Method": "POST"},
+    )
+    assert preflight.headers["access-control-allow-origin"] == settings.temporal.ui_url

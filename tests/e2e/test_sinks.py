@@ -10,7 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
+from tests.conftest import new_task_id, settings_with, start_worker_process
+from tests.e2e.test_worker_crash import worker_config
 from tests.helpers import eventually, stop_processes
 from tests.sinks.test_sinks import quotes_table
 
@@ -114,10 +115,7 @@ async def test_a_schema_mismatch_fails_the_run_with_sink_error_naming_the_column
 async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
     make_stack, pg_server, samples, tmp_path: Path
 ) -> None:
-    name = f"lake_{os.urandom(4).hex()}"
-    with sa.create_engine(pg_server.url, isolation_level="AUTOCOMMIT").connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    lake_db = pg_server.url.rsplit("/", 1)[0] + f"/{name}"
+    lake_db = fresh_database(pg_server.url, f"lake_{os.urandom(4).hex()}")
     stack = await make_stack(
         worker=False,
         runs={"pages_per_fetch": 20, "heartbeat_timeout_s": 2.0},
@@ -132,10 +130,7 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
             }
         },
     )
-    worker_settings = settings_with(
-        stack.settings, logging={"output": "file", "file": {"path": str(tmp_path / "w.log")}}
-    )
-    config = write_config(tmp_path / "worker.yaml", worker_settings)
+    config = worker_config(stack, tmp_path)
     await stack.fault("sink", delay_ms=150)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None
@@ -150,15 +145,7 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
         )
         assert resp.status_code == 202, resp.text
         handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
-
-        async def mid_emit() -> bool:
-            desc = await handle.describe()
-            return any(
-                a.activity_type.name == "emit_batch" and a.heartbeat_details.payloads
-                for a in desc.raw_description.pending_activities
-            )
-
-        await eventually(mid_emit, "an emit to heartbeat a delivered page", interval=0.02)
+        await mid_emit(handle)
         first.send_signal(signal.SIGKILL)
         first.wait(10)  # gone: its activity in flight is lost, found by its heartbeat timeout
         second = start_worker_process(config, tmp_path / "worker2.out")
@@ -168,10 +155,7 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
         stop_processes(first, second)
     assert final["status"] == "completed", final
     assert final["stats"]["records_fetched"] == 60
-    assert _count(lake_db, "SELECT COUNT(*) FROM quotes") == 60
-    assert _count(lake_db, "SELECT COUNT(DISTINCT (symbol, date)) FROM quotes") == 60
-    assert _count(lake_db, "SELECT COUNT(*) FROM _artemis_sink_ledger") == 60
-    assert final["stats"]["sinks"]["sql"] == 60
+    table_took_every_key_once(lake_db, final)
     history = await handle.fetch_history()
     attempts = [
         e.activity_task_started_event_attributes.attempt
@@ -181,16 +165,50 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
     assert max(attempts) >= 2
     # pages in the table whose HTTP delivery the killed worker never finished went again,
     # and the table's ledger took each of them once
-    assert "sql_sink_page_already_loaded" in (tmp_path / "w.log").read_text()
-    # every page's file whole (a rewritten page replaced its own file), each key once
-    run_dir = tmp_path / "lake" / "pull_stock_quotes" / task_id
+    assert "sql_sink_page_already_loaded" in (tmp_path / "worker.log").read_text()
+    files_whole_and_listed(tmp_path / "lake" / "pull_stock_quotes" / task_id, records=60)
+
+
+def fresh_database(server_url: str, name: str) -> str:
+    """A new, empty database on the PostgreSQL server at ``server_url``; its URL."""
+    with sa.create_engine(server_url, isolation_level="AUTOCOMMIT").connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+async def mid_emit(handle) -> None:
+    """Wait until an emit activity has heartbeated a delivered page (the moment to kill
+    its worker in the middle of the batch)."""
+
+    async def check() -> bool:
+        desc = await handle.describe()
+        return any(
+            a.activity_type.name == "emit_batch" and a.heartbeat_details.payloads
+            for a in desc.raw_description.pending_activities
+        )
+
+    await eventually(check, "an emit to heartbeat a delivered page", interval=0.02)
+
+
+def table_took_every_key_once(lake_db: str, final: dict) -> None:
+    """The SQL sink's table holds each (symbol, date) of the run once, its ledger one row
+    per page, and the run's stats count every record."""
+    assert _count(lake_db, "SELECT COUNT(*) FROM quotes") == 60
+    assert _count(lake_db, "SELECT COUNT(DISTINCT (symbol, date)) FROM quotes") == 60
+    assert _count(lake_db, "SELECT COUNT(*) FROM _artemis_sink_ledger") == 60
+    assert final["stats"]["sinks"]["sql"] == 60
+
+
+def files_whole_and_listed(run_dir: Path, records: int) -> None:
+    """Every page's file is whole (a rewritten page replaced its own file) with each key
+    once; a write the kill cut short left only its temporary file, removed at finalize;
+    the manifest lists the files."""
     files = sorted(run_dir.glob("files-*.parquet"))
     keys = [(r["symbol"], r["date"]) for f in files for r in pq.read_table(f).to_pylist()]
-    assert len(keys) == 60 == len(set(keys))
-    # a write the kill cut short left only its temporary file, removed at finalize
+    assert len(keys) == records == len(set(keys))
     assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
     manifest = json.loads((run_dir / "_manifest.json").read_text())
-    assert manifest["records"] == 60 and manifest["file_count"] == len(files)
+    assert manifest["records"] == records and manifest["file_count"] == len(files)
 
 
 async def test_sinks_across_continue_as_new_count_in_stats_and_events(

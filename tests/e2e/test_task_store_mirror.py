@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import update
+
+from artemis.config import TaskStoreSettings
+from artemis.events import EventLog, RunEvent
+from artemis.taskstore import TaskData
 from artemis.taskstore.sql import SqlTaskStorage
 from tests.conftest import new_task_id
 from tests.helpers import ending, eventually
@@ -69,39 +75,19 @@ async def test_cleanup_loop_removes_old_terminal_tasks_only(make_stack):
     """The clean-up runs as one looping workflow per task queue (started by the worker):
     its next pass, one interval later, removes the old terminal task and its events and
     keeps the rest; stopped, its history replays."""
-    from datetime import UTC, datetime, timedelta
-
-    from sqlalchemy import update
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.worker import Replayer
 
-    from artemis.events import EventLog, RunEvent
-    from artemis.taskstore import TaskData
     from workers.main import housekeeping_jobs, stop_housekeeping_loop
     from workflows.cleanup import CleanupWorkflow
 
     stack = await make_stack(task_store={"cleanup_interval_minutes": 0.02})  # every 1.2 s
     queue = stack.settings.temporal.task_queue
     (job,) = [j for j in housekeeping_jobs(stack.settings) if j.name == "cleanup"]
-    assert job.inp.every_s == 1.2 and job.inp.hours == 24
+    assert job.inp.every_s == 1.2 and job.inp.hours == TaskStoreSettings().ttl_hours
     store = SqlTaskStorage(stack.settings.database.url)
-    old = datetime.now(UTC) - timedelta(hours=30)
-    old_done, old_running, recent = new_task_id(), new_task_id(), new_task_id()
-    store.save(
-        old_done, TaskData(task_id=old_done, status="completed", result={}, completed_at=old)
-    )
-    store.save(old_running, TaskData(task_id=old_running, status="running", started_at=old))
-    store.save(
-        recent,
-        TaskData(task_id=recent, status="completed", result={}, completed_at=datetime.now(UTC)),
-    )
     events = EventLog(stack.settings.database.url)
-    old_event = events.append(old_done, "progress", {"pages": 1}, "step_fetch")
-    events.append(recent, "progress", {"pages": 1}, "step_fetch")
-    with events.engine.begin() as conn:
-        conn.execute(
-            update(RunEvent.__table__).where(RunEvent.seq == old_event).values(created_at=old)
-        )
+    old_done, old_running, recent = old_and_recent_tasks(store, events)
     await eventually(lambda: store.load(old_done) is None, "the clean-up to remove the old task")
     assert store.load(old_running) is not None and store.load(recent) is not None
     assert events.since(old_done) == [] and len(events.since(recent)) == 1
@@ -126,3 +112,25 @@ async def test_cleanup_loop_removes_old_terminal_tasks_only(make_stack):
     history = await handle.fetch_history()
     assert ending(history) == "WORKFLOW_EXECUTION_COMPLETED"
     await Replayer(workflows=[CleanupWorkflow]).replay_workflow(history)
+
+
+def old_and_recent_tasks(store: SqlTaskStorage, events: EventLog) -> tuple[str, str, str]:
+    """Three tasks: one completed 30 hours ago (with an event as old), one running since
+    then, one just completed (with an event of now); their ids in that order."""
+    old = datetime.now(UTC) - timedelta(hours=30)
+    old_done, old_running, recent = new_task_id(), new_task_id(), new_task_id()
+    store.save(
+        old_done, TaskData(task_id=old_done, status="completed", result={}, completed_at=old)
+    )
+    store.save(old_running, TaskData(task_id=old_running, status="running", started_at=old))
+    store.save(
+        recent,
+        TaskData(task_id=recent, status="completed", result={}, completed_at=datetime.now(UTC)),
+    )
+    old_event = events.append(old_done, "progress", {"pages": 1}, "step_fetch")
+    events.append(recent, "progress", {"pages": 1}, "step_fetch")
+    with events.engine.begin() as conn:
+        conn.execute(
+            update(RunEvent.__table__).where(RunEvent.seq == old_event).values(created_at=old)
+        )
+    return old_done, old_running, recent

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from artemis.run_state import TERMINAL
 from infra.devserver import free_port, port_open
 from tests.conftest import (
     RedisServer,
@@ -130,7 +131,7 @@ async def _completed_once_each(c: Cluster, task_id: str, run_id: str, records: i
     async def done() -> bool:
         async with c.api(1) as b:
             data = (await b.get(f"/tasks/{task_id}")).json().get("data") or {}
-        return data.get("status") in ("completed", "failed", "cancelled", "timeout")
+        return data.get("status") in TERMINAL
 
     await eventually(done, "the run to end", timeout=180)
     async with c.api(1) as b:

@@ -6,58 +6,33 @@ import json
 import signal
 import time
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
 from tests.helpers import eventually, stop_processes
 
+HEARTBEAT_S = 2.0
+# The activities a worker can die in the middle of (the batch loop's).
+LONG_RUNNING = {"fetch_pages", "process_batch", "emit_batch"}
 
-async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
-    make_stack, base_settings, tmp_path
-):
+
+async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(make_stack, tmp_path):
     # The API only: the workers are real processes that we can kill.
-    stack = await make_stack(worker=False, runs={"pages_per_fetch": 20, "heartbeat_timeout_s": 2.0})
-    worker_settings = settings_with(
-        stack.settings, logging={"output": "file", "file": {"path": str(tmp_path / "worker.log")}}
+    stack = await make_stack(
+        worker=False, runs={"pages_per_fetch": 20, "heartbeat_timeout_s": HEARTBEAT_S}
     )
-    config = write_config(tmp_path / "worker.yaml", worker_settings)
+    config = worker_config(stack, tmp_path)
     await stack.fault("latency", latency_ms=40)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None
     try:
-        task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
-        resp = await stack.run(
-            {
-                "meta": {
-                    "task_id": task_id,
-                    "run_id": run_id,
-                    "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
-                },
-                "params": {"symbols": ["AAPL", "MSFT"], "page_size": 1},
-            },
-            mode="async",
-        )
+        task_id, run_id, body = stack.callback_run(["AAPL", "MSFT"], page_size=1)
+        resp = await stack.run(body, mode="async")
         assert resp.status_code == 202, resp.text
-        # Wait until the first batch is done and the second fetch has heartbeated a page of
-        # its own, then kill the worker in the middle of that batch.
         handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
-
-        async def inside_second_batch() -> dict | None:
-            stats = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]["stats"]
-            if stats.get("records_fetched", 0) < 20:
-                return None
-            desc = await handle.describe()
-            beats = [
-                json.loads(a.heartbeat_details.payloads[0].data)
-                for a in desc.raw_description.pending_activities
-                if a.activity_type.name == "fetch_pages" and a.heartbeat_details.payloads
-            ]
-            return stats if any(20 < b["next_seq"] < 38 for b in beats) else None
-
-        stats = await eventually(
-            inside_second_batch, "the second fetch to heartbeat a page", interval=0.02
-        )
-        fetched_before = stats["records_fetched"]
-        assert 0 < fetched_before < 60
+        stats = await inside_the_second_batch(stack, task_id, handle)
+        assert 0 < stats["records_fetched"] < 60
         first.send_signal(signal.SIGKILL)
         first.wait(10)  # gone: its activity in flight is lost, found by its heartbeat timeout
         second = start_worker_process(config, tmp_path / "worker2.out")
@@ -68,12 +43,54 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
         await stack.fault("latency", latency_ms=0)
         stop_processes(first, second)
 
+    await every_record_delivered_once(stack, task_id, expected=60)
+    finals = await stack.finals(run_id)
+    assert len(finals) == 1 and finals[0]["body"]["result"] == "success"
+    history = await stack.client.get_workflow_handle(final["workflow_id"]).fetch_history()
+    retried_after_heartbeat_timeout(history)
+    log = (tmp_path / "worker.log").read_text()
+    assert "fetch_resumed" in log
+
+
+def worker_config(stack, tmp_path: Path, **overrides: Any) -> Path:
+    """The config file of the test's worker processes: the stack's settings (its task
+    queue), their log in worker.log, and ``overrides``."""
+    settings = settings_with(
+        stack.settings,
+        logging={"output": "file", "file": {"path": str(tmp_path / "worker.log")}},
+        **overrides,
+    )
+    return write_config(tmp_path / "worker.yaml", settings)
+
+
+async def inside_the_second_batch(stack, task_id: str, handle) -> dict:
+    """Wait until the first batch is done and the second fetch has heartbeated a page of
+    its own (the moment to kill the worker in the middle of that batch); the run's stats
+    then."""
+
+    async def check() -> dict | None:
+        stats = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]["stats"]
+        if stats.get("records_fetched", 0) < 20:
+            return None
+        desc = await handle.describe()
+        beats = [
+            json.loads(a.heartbeat_details.payloads[0].data)
+            for a in desc.raw_description.pending_activities
+            if a.activity_type.name == "fetch_pages" and a.heartbeat_details.payloads
+        ]
+        return stats if any(20 < b["next_seq"] < 38 for b in beats) else None
+
+    return await eventually(check, "the second fetch to heartbeat a page", interval=0.02)
+
+
+async def every_record_delivered_once(stack, task_id: str, expected: int) -> None:
+    """Every (symbol, date) of the run reached the sink once; a batch delivered again
+    came under the same key with the same records."""
     batches = [
         b for b in await stack.sink_batches(f"pull_stock_quotes/{task_id}:") if b["status"] == 200
     ]
     by_key: dict[str, list] = {}
     for b in batches:
-        # any re-delivered batch comes under the same key with the same records
         if b["idempotency_key"] in by_key:
             assert by_key[b["idempotency_key"]] == b["records"]
         by_key[b["idempotency_key"]] = b["records"]
@@ -81,43 +98,37 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(
     for records in by_key.values():
         for r in records:
             counts[(r["symbol"], r["date"])] += 1
-    assert len(counts) == 60 and set(counts.values()) == {1}
-    finals = [c for c in await stack.cronjob_calls(run_id) if c["kind"] == "callback"]
-    assert len(finals) == 1 and finals[0]["body"]["result"] == "success"
-    # the fetch activity was retried after the crash and resumed from its heartbeat
-    history = await stack.client.get_workflow_handle(final["workflow_id"]).fetch_history()
+    assert len(counts) == expected and set(counts.values()) == {1}
+
+
+def retried_after_heartbeat_timeout(history) -> None:
+    """The fetch activity was retried after the crash (and resumed from its heartbeat);
+    every activity that can be lost with its worker tells Temporal it is alive, so a batch
+    being processed when the worker died runs again after seconds, not after its
+    start-to-close timeout (a CI run once waited those 120 s for it)."""
     attempts = [
         e.activity_task_started_event_attributes.attempt
         for e in history.events
         if e.HasField("activity_task_started_event_attributes")
     ]
     assert max(attempts) >= 2
-    # Every activity that can be lost with its worker tells Temporal it is alive: a batch
-    # being processed when the worker died runs again after seconds, not after its
-    # start-to-close timeout (a CI run once waited those 120 s for it).
     scheduled = [
         e.activity_task_scheduled_event_attributes
         for e in history.events
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
-    long_running = {"fetch_pages", "process_batch", "emit_batch"}
-    checked = [a for a in scheduled if a.activity_type.name in long_running]
-    assert {a.activity_type.name for a in checked} == long_running
-    assert all(a.heartbeat_timeout.ToTimedelta().total_seconds() == 2.0 for a in checked)
-    log = (tmp_path / "worker.log").read_text()
-    assert "fetch_resumed" in log
+    checked = [a for a in scheduled if a.activity_type.name in LONG_RUNNING]
+    assert {a.activity_type.name for a in checked} == LONG_RUNNING
+    assert all(a.heartbeat_timeout.ToTimedelta().total_seconds() == HEARTBEAT_S for a in checked)
 
 
 async def test_sigterm_lets_the_batch_finish_exits_0_and_no_page_is_fetched_twice(
     make_stack, tmp_path
 ):
-    stack = await make_stack(worker=False, runs={"pages_per_fetch": 20, "heartbeat_timeout_s": 2.0})
-    worker_settings = settings_with(
-        stack.settings,
-        logging={"output": "file", "file": {"path": str(tmp_path / "worker.log")}},
-        worker={"graceful_shutdown_s": 20},
+    stack = await make_stack(
+        worker=False, runs={"pages_per_fetch": 20, "heartbeat_timeout_s": HEARTBEAT_S}
     )
-    config = write_config(tmp_path / "worker.yaml", worker_settings)
+    config = worker_config(stack, tmp_path, worker={"graceful_shutdown_s": 20})
     await stack.fault("latency", latency_ms=40)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None

@@ -8,7 +8,7 @@ import yaml
 from sqlalchemy import select
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.registry.models import RegProvenance, RegProvPaginationCfg
+from artemis.registry.models import PAGINATION_MODES, RegProvenance, RegProvPaginationCfg
 from artemis.registry.yaml_io import import_yaml
 from tests.conftest import ROOT
 
@@ -259,10 +259,4 @@ def test_registry_schema_prints_the_reference_and_the_json_schema():
     schema = json.loads(cli("--json"))
     pagination = schema["$defs"]["RegProvPaginationCfgRow"]["properties"]
     assert "next_page_jsonpath" in pagination and "has_more_jsonpath" in pagination
-    assert pagination["pagination_mode_code"]["enum"] == [
-        "PAGE_NUMBER",
-        "OFFSET",
-        "CURSOR",
-        "TOKEN",
-        "LINK_HEADER",
-    ]
+    assert pagination["pagination_mode_code"]["enum"] == list(PAGINATION_MODES)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 import yaml
@@ -13,7 +14,7 @@ from sqlalchemy import select
 
 from artemis.errors import ArtemisError
 from artemis.registry.models import RegProvCredential, RegProvPaginationCfg
-from artemis.registry.resolve import current_row, resolve_contract
+from artemis.registry.resolve import CONTRACT_KEYS, current_row, resolve_contract
 from artemis.registry.writes import (
     add_row,
     check_registry,
@@ -190,28 +191,8 @@ def test_reimport_updates_in_place_and_overlap_writes_nothing(reg, key_file):
     assert still.provenance["provenance_name"] == "Crossref"
 
 
-def test_credentials_come_from_the_environment_encrypted(reg, key_file, monkeypatch, tmp_path):
-    doc = yaml.safe_load((BUNDLED / "pubmed.yaml").read_text())
-    doc["credential"] = [
-        {
-            "scope_code": "SOURCE",
-            "credential_name": "ncbi-a",
-            "auth_type_code": "API_KEY_QUERY",
-            "param_or_header_name": "api_key",
-            "secret_env": "TEST_NCBI_KEY_A",
-            "effective_from": "2025-01-01T00:00:00Z",
-            "is_default_preferred": True,
-        },
-        {
-            "scope_code": "SOURCE",
-            "credential_name": "ncbi-b",
-            "auth_type_code": "API_KEY_QUERY",
-            "param_or_header_name": "api_key",
-            "secret_env": "TEST_NCBI_KEY_B",
-            "endpoint_name": "efetch",
-            "effective_from": "2025-01-01T00:00:00Z",
-        },
-    ]
+def test_credentials_come_from_the_environment_encrypted(reg, key_file, monkeypatch):
+    doc = pubmed_with_two_keys()
     text = yaml.safe_dump(doc)
     monkeypatch.delenv("TEST_NCBI_KEY_B", raising=False)
     monkeypatch.setenv("TEST_NCBI_KEY_A", "plain-key-aaaa-1111")
@@ -219,6 +200,54 @@ def test_credentials_come_from_the_environment_encrypted(reg, key_file, monkeypa
         import_yaml(reg, text, key_file)
     monkeypatch.setenv("TEST_NCBI_KEY_B", "plain-key-bbbb-2222")
     import_yaml(reg, text, key_file)
+    rows = sealed_and_resolved_by_usage(reg)
+    exported = export_yaml(reg, "pubmed")
+    assert "plain-key" not in exported and "secret_env: TEST_NCBI_KEY_A" in exported
+    assert "endpoint_name: efetch" in exported
+    # a changed secret in the environment is a change of the row
+    monkeypatch.setenv("TEST_NCBI_KEY_A", "plain-key-aaaa-rotated")
+    report = import_yaml(reg, text, key_file)
+    assert len(report.updated) == 1 and "ncbi-a" in report.updated[0]
+    with pytest.raises(ArtemisError, match="secret_env"):
+        bad = dict(doc)
+        bad["credential"] = [{**doc["credential"][0], "secret_value": "inline"}]
+        import_yaml(reg, yaml.safe_dump(bad), key_file)
+    # Sealed by the vault: a salted key named per row ...
+    assert all(r.encryption_key_id.startswith("k-") for r in rows)
+    rotate_key_reseals_the_registry_legacy_rows_too(reg, key_file)
+
+
+def pubmed_with_two_keys() -> dict:
+    """The bundled PubMed file with two API keys from the environment: ncbi-a for every
+    endpoint (preferred), ncbi-b for efetch only."""
+    doc = yaml.safe_load((BUNDLED / "pubmed.yaml").read_text())
+    key = {
+        "scope_code": "SOURCE",
+        "auth_type_code": "API_KEY_QUERY",
+        "param_or_header_name": "api_key",
+        "effective_from": "2025-01-01T00:00:00Z",
+    }
+    doc["credential"] = [
+        {
+            **key,
+            "credential_name": "ncbi-a",
+            "secret_env": "TEST_NCBI_KEY_A",
+            "is_default_preferred": True,
+        },
+        {
+            **key,
+            "credential_name": "ncbi-b",
+            "secret_env": "TEST_NCBI_KEY_B",
+            "endpoint_name": "efetch",
+        },
+    ]
+    return doc
+
+
+def sealed_and_resolved_by_usage(reg) -> list:
+    """Both keys are stored sealed (no clear value); a DETAIL contract offers efetch's own
+    key first, a search contract the source-wide one only; a printed contract holds no
+    secret. The stored rows."""
     with reg.connect() as conn:
         rows = conn.execute(select(RegProvCredential.__table__)).fetchall()
         assert len(rows) == 2
@@ -231,24 +260,15 @@ def test_credentials_come_from_the_environment_encrypted(reg, key_file, monkeypa
     printed = json.dumps(detail.public())
     assert "plain-key" not in printed and "secret_ciphertext" not in printed
     assert detail.credential["has_secret"] is True
-    exported = export_yaml(reg, "pubmed")
-    assert "plain-key" not in exported and "secret_env: TEST_NCBI_KEY_A" in exported
-    assert "endpoint_name: efetch" in exported
-    # a changed secret in the environment is a change of the row
-    monkeypatch.setenv("TEST_NCBI_KEY_A", "plain-key-aaaa-rotated")
-    report = import_yaml(reg, text, key_file)
-    assert len(report.updated) == 1 and "ncbi-a" in report.updated[0]
-    with pytest.raises(ArtemisError, match="secret_env"):
-        bad = dict(doc)
-        bad["credential"] = [{**doc["credential"][0], "secret_value": "inline"}]
-        import_yaml(reg, yaml.safe_dump(bad), key_file)
-    # Sealed by the vault: a salted key named per row; rotate-key re-encrypts the
-    # registry's secrets too, including a row from before salted keys (legacy key id).
+    return rows
+
+
+def rotate_key_reseals_the_registry_legacy_rows_too(reg, key_file: str) -> None:
+    """rotate-key re-encrypts the registry's secrets, including a row from before salted
+    keys (sealed by the legacy scheme: one fixed-salt key per purpose)."""
     from artemis.crawler.vault import LEGACY_KEY_ID, CookieVault
     from artemis.vault import derive_fernet, master_key
 
-    assert all(r.encryption_key_id.startswith("k-") for r in rows)
-    # The legacy scheme: one fixed-salt key per purpose.
     legacy = derive_fernet(master_key(key_file), "registry-credentials")
     with reg.begin() as conn:
         conn.execute(
@@ -273,19 +293,47 @@ def test_credentials_come_from_the_environment_encrypted(reg, key_file, monkeypa
 
 
 def test_cli_import_contract_check_close(tmp_path):
-    db = tmp_path / "cli.db"
+    cli = registry_cli(tmp_path)
+    assert cli("db upgrade").returncode == 0
+    assert cli("registry import", str(BUNDLED / "pubmed.yaml")).returncode == 0
+    out = cli(
+        "registry contract pubmed --task-type update --at 2026-03-01T00:00:00Z --usage DETAIL"
+    )
+    assert out.returncode == 0, out.stderr
+    contract = json.loads(out.stdout)
+    for key in CONTRACT_KEYS:
+        assert key in contract
+    assert contract["endpoint"]["endpoint_name"] == "efetch"
+    assert contract["window_offset"]["scope_code"] == "TASK" and contract["credential"] is None
+    before = cli("registry contract pubmed --at 2024-06-01T00:00:00Z")
+    assert json.loads(before.stdout)["endpoint"] is None  # before the rows start
+    assert cli("registry check").returncode == 0
+    wid = contract["window_offset"]["id"]
+    closed = cli(f"registry close reg_prov_window_offset_cfg {wid} --at 2026-04-01T00:00:00Z")
+    assert closed.returncode == 0, closed.stderr
+    later = json.loads(
+        cli("registry contract pubmed --task-type update --at 2026-05-01T00:00:00Z").stdout
+    )
+    assert later["window_offset"] is None
+    bad = cli("registry contract nope")
+    assert bad.returncode == 1 and "unknown provenance 'nope'" in bad.stderr
+
+
+def registry_cli(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
+    """``python -m starter.cli <command words> <args>`` on a SQLite database of its own,
+    with no config file and the cluster's key (registry import seals credentials: a
+    cluster command needs the cluster's key)."""
     env = {
         **os.environ,
-        "ARTEMIS__DATABASE__URL": f"sqlite:///{db}",
+        "ARTEMIS__DATABASE__URL": f"sqlite:///{tmp_path / 'cli.db'}",
         "ARTEMIS__VAULT__MASTER_KEY_FILE": str(tmp_path / "k"),
-        # registry import seals credentials: a cluster command needs the cluster's key
         "COOKIE_MASTER_KEY": "registry-cli-test-master-key-0123456789",
     }
     env.pop("ARTEMIS_CONFIG", None)
 
-    def cli(*args):
+    def cli(command: str, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "starter.cli", *args],
+            [sys.executable, "-m", "starter.cli", *command.split(), *args],
             capture_output=True,
             text=True,
             timeout=120,
@@ -293,53 +341,4 @@ def test_cli_import_contract_check_close(tmp_path):
             cwd=ROOT,
         )
 
-    assert cli("db", "upgrade").returncode == 0
-    assert cli("registry", "import", str(BUNDLED / "pubmed.yaml")).returncode == 0
-    out = cli(
-        "registry",
-        "contract",
-        "pubmed",
-        "--task-type",
-        "update",
-        "--at",
-        "2026-03-01T00:00:00Z",
-        "--usage",
-        "DETAIL",
-    )
-    assert out.returncode == 0, out.stderr
-    contract = json.loads(out.stdout)
-    for key in (
-        "endpoint",
-        "pagination",
-        "window_offset",
-        "http",
-        "batching",
-        "retry",
-        "rate_limit",
-        "credential",
-    ):
-        assert key in contract
-    assert contract["endpoint"]["endpoint_name"] == "efetch"
-    assert contract["window_offset"]["scope_code"] == "TASK" and contract["credential"] is None
-    before = cli("registry", "contract", "pubmed", "--at", "2024-06-01T00:00:00Z")
-    assert json.loads(before.stdout)["endpoint"] is None  # before the rows start
-    assert cli("registry", "check").returncode == 0
-    wid = contract["window_offset"]["id"]
-    closed = cli(
-        "registry", "close", "reg_prov_window_offset_cfg", str(wid), "--at", "2026-04-01T00:00:00Z"
-    )
-    assert closed.returncode == 0, closed.stderr
-    later = json.loads(
-        cli(
-            "registry",
-            "contract",
-            "pubmed",
-            "--task-type",
-            "update",
-            "--at",
-            "2026-05-01T00:00:00Z",
-        ).stdout
-    )
-    assert later["window_offset"] is None
-    bad = cli("registry", "contract", "nope")
-    assert bad.returncode == 1 and "unknown provenance 'nope'" in bad.stderr
+    return cli
