@@ -24,6 +24,7 @@ from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
 from artemis.run_models import BatchInput, EmitResult, Outage, ProcessResult
 from artemis.sinks import EmitContext
+from artemis.tasks import TaskContext, TaskUnit
 from artemis.tasks.registry import get_task
 from artemis.tracing import current_trace
 
@@ -41,24 +42,9 @@ class BatchActivities(RunActivityBase):
         key = run_key(inp.run)
         raw = await off_loop(self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq)
         require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
-        out: list[tuple[int, list[dict[str, Any]]]] = []
-        n_in = n_out = 0
-        for seq, records in raw:
-            try:
-                processed = task.process(records, ctx)
-            except ArtemisError:
-                raise
-            except (KeyError, TypeError, ValueError, AttributeError) as e:
-                # A record without a field its task needs, or of the wrong type: the source
-                # broke its contract (SPEC §4), not a failure a retry can fix.
-                raise ArtemisError(
-                    ErrorCode.SOURCE_CONTRACT,
-                    f"process: a record of page {seq} does not have the shape "
-                    f"{inp.run.task_code} expects: {type(e).__name__}: {e}",
-                ) from None
-            n_in += len(records)
-            n_out += len(processed)
-            out.append((seq, processed))
+        # The task's process (its own code: it may be slow, or read a database) and the
+        # staging write, in one thread.
+        out, n_in, n_out = await off_loop(_processed, task, ctx, raw, inp.run.task_code)
         await off_loop(self.staging.put_pages, key, "processed", out)
         if n_out != n_in:
             log.info("process_dropped_records", dropped=n_in - n_out)
@@ -69,7 +55,7 @@ class BatchActivities(RunActivityBase):
         trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
-        sinks = task.decide_sinks(ctx)
+        sinks = await off_loop(task.decide_sinks, ctx)  # may open a database
         key = run_key(inp.run)
         if inp.prune_below is not None:
             # The batches before this one were delivered (emits run in order): staging
@@ -178,3 +164,28 @@ class BatchActivities(RunActivityBase):
             outage=outage,
             delivered_seqs=sorted(seqs),
         )
+
+
+def _processed(
+    task: TaskUnit, ctx: TaskContext, raw: list[tuple[int, Any]], code: str
+) -> tuple[list[tuple[int, list[dict[str, Any]]]], int, int]:
+    """The batch's pages through the task's ``process``: (pages, records in, records out).
+    A record without a field the task needs, or of the wrong type: the source broke its
+    contract (SPEC §4), not a failure a retry can fix."""
+    out: list[tuple[int, list[dict[str, Any]]]] = []
+    n_in = n_out = 0
+    for seq, records in raw:
+        try:
+            processed = task.process(records, ctx)
+        except ArtemisError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ArtemisError(
+                ErrorCode.SOURCE_CONTRACT,
+                f"process: a record of page {seq} does not have the shape "
+                f"{code} expects: {type(e).__name__}: {e}",
+            ) from None
+        n_in += len(records)
+        n_out += len(processed)
+        out.append((seq, processed))
+    return out, n_in, n_out

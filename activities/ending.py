@@ -24,14 +24,11 @@ from artemis.run_models import (
     RetainInput,
     RunRef,
 )
-from artemis.run_state import RunStatus, is_terminal
+from artemis.run_state import WAITING_STEP, RunStatus, is_terminal
 from artemis.sinks import RunEnd
 from artemis.tasks.registry import get_task
 from artemis.taskstore import ConcurrentModification, StorageUnavailable, TaskData, TaskNotFound
 from artemis.tracing import TraceContext, current_trace
-
-# The plan step a waiting run is stuck in, by what it waits on.
-_OUTAGE_STEP = {"source": "step_fetch", "sink": "step_emit", "store": "step_process"}
 
 
 class EndingActivities(RunActivityBase):
@@ -45,7 +42,7 @@ class EndingActivities(RunActivityBase):
             WAITING.wait(key, str(w.get("dependency")), float(w.get("next_in_s") or 60))
         else:
             WAITING.done(key, str(w.get("dependency")))
-        await self.record(inp.run, inp.kind, w, _OUTAGE_STEP.get(str(w.get("dependency"))))
+        await self.record(inp.run, inp.kind, w, WAITING_STEP.get(str(w.get("dependency"))))
 
     @activity.defn(name="finalize_run")
     async def finalize_run(self, inp: FinalizeInput) -> FinalizeResult:
@@ -91,7 +88,7 @@ class EndingActivities(RunActivityBase):
             outcome, detail = await callback.finalize(body, attempt, suffix)
             if outcome == FinalizeOutcome.RETRY:
                 if attempt < FINALIZE_MAX_ATTEMPTS:
-                    CALLBACKS.labels("finalize", "retry").inc()
+                    CALLBACKS.labels("finalize", FinalizeOutcome.RETRY.value).inc()
                     raise ApplicationError(
                         f"finalize callback failed: {detail}", type=ErrorCode.CALLBACK_ERROR.value
                     )
@@ -101,8 +98,8 @@ class EndingActivities(RunActivityBase):
                     attempts=attempt,
                     error=detail,
                 )
-                outcome = "gave_up"
-        CALLBACKS.labels("finalize", str(outcome)).inc()
+                outcome = FinalizeOutcome.GAVE_UP
+        CALLBACKS.labels("finalize", outcome.value).inc()
         if inp.cleanup:
             # Histories of earlier builds clean up here; new runs do it in cleanup_run, so a
             # failed clean-up can never send the finalize again.
@@ -125,7 +122,7 @@ class EndingActivities(RunActivityBase):
         end = RunEnd(run_key(inp.run), inp.run.task_code, inp.run.task_id, inp.status)
         finished: dict[str, Any] = {}
         try:
-            sinks = task.decide_sinks(ctx)
+            sinks = await off_loop(task.decide_sinks, ctx)
         except ArtemisError as e:
             log.error("sinks_unavailable_at_finalize", error=str(e))
             return {"error": str(e)}
@@ -213,7 +210,7 @@ class EndingActivities(RunActivityBase):
             await self.record(
                 inp.run,
                 "run_status",
-                {"status": inp.status, "stats": inp.stats, "error": inp.error},
+                {"status": inp.status, "stats": inp.stats, "error": inp.error, "steps": inp.steps},
             )
         status = await off_loop(write)
         if inp.status == RunStatus.RUNNING:

@@ -113,6 +113,8 @@ class HousekeepingActivities:
                         if desc.status in OPEN_STATUSES:
                             continue
                         end = await closed_run_end(handle, desc.status)
+                        # the workflow's own start and close: the run's one duration
+                        end["started_at"], end["at"] = desc.start_time, desc.close_time
                     try:
                         await off_loop(
                             self.task_store.update_status,
@@ -121,6 +123,8 @@ class HousekeepingActivities:
                             expected_version=rec.version,
                             result=end.get("stats") or {},
                             error=end.get("error"),
+                            started_at=end.get("started_at"),
+                            at=end.get("at"),
                         )
                     except (ConcurrentModification, TaskNotFound):
                         continue  # the run (or another clean-up) wrote first

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,7 +19,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, AnswerTooLarge, HttpClient, TransportError
 from artemis.logsetup import get_logger, register_secret
 from artemis.metrics import CALLBACKS
-from artemis.run_state import CallbackResult, RunStatus
+from artemis.run_state import CallbackResult, verdict_of
 from artemis.security import check_request_host, is_bare_host
 from artemis.tracing import TraceContext
 
@@ -92,11 +93,15 @@ def _default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
 
 
-class FinalizeOutcome:
+class FinalizeOutcome(StrEnum):
+    """How the finalize callback went (``RunResult.callback``, the callbacks metric)."""
+
     DELIVERED = "delivered"
     REJECTED = "rejected"  # 4xx: CronJob not in CallbackPending; never retried
     RETRY = "retry"  # network error or 5xx: the activity retry policy tries again
     SKIPPED = "skipped"  # no callback configured
+    GAVE_UP = "gave_up"  # still failing after the last attempt
+    ERROR = "error"  # the finalize activity itself failed (the workflow's view)
 
 
 class CallbackClient:
@@ -208,7 +213,7 @@ class CallbackClient:
 
     async def finalize(
         self, body: dict[str, Any], attempt: int, key_suffix: str = ""
-    ) -> tuple[str, str]:
+    ) -> tuple[FinalizeOutcome, str]:
         """One finalize try. Returns (outcome, detail). ``key_suffix`` tells a run finished
         by POST /tasks/{id}/retry from the finalize its failed attempt already sent."""
         if not self.base:
@@ -251,16 +256,14 @@ class CallbackClient:
 
 
 def finalize_body(status: str, stats: dict[str, Any], error_message: str | None) -> dict[str, Any]:
-    """The exact finalize bodies of the protocol."""
-    if status == RunStatus.COMPLETED:
+    """The exact finalize bodies of the protocol (the verdict: ``run_state.verdict_of``)."""
+    verdict = verdict_of(status)
+    if verdict == CallbackResult.SUCCESS:
         return {
-            "result": CallbackResult.SUCCESS.value,
+            "result": verdict.value,
             "code": 200,
             "body": json.dumps(stats, separators=(",", ":"), sort_keys=True),
         }
-    if status == RunStatus.TIMEOUT:
-        return {
-            "result": CallbackResult.FAILED_TIMEOUT.value,
-            "error_message": "callback_deadline_exceeded",
-        }
-    return {"result": CallbackResult.FAILED.value, "error_message": error_message or status}
+    if verdict == CallbackResult.FAILED_TIMEOUT:
+        return {"result": verdict.value, "error_message": "callback_deadline_exceeded"}
+    return {"result": verdict.value, "error_message": error_message or status}

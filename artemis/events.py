@@ -323,7 +323,7 @@ class PlanTracker:
             status = str(raw.data.get("status"))
             if not is_terminal(status):
                 return out
-            self._finish(status)
+            self._finish(status, raw.data.get("steps"))
             self._plan_if_changed(emit, force=first)
             kind, payload = self._terminal(status, raw.data)
             emit(kind, payload, None)
@@ -411,8 +411,12 @@ class PlanTracker:
                 self._fetch_done = True
                 step.completed = True
         elif act == "process_batch":
-            self.state.processed(int(res.get("records_out", 0)))
-            counted = True
+            # A retried run processes its failed attempt's pages again: counted once, as
+            # the workflow counts them (up to the pages processed before).
+            last = int(res.get("last_seq", -1))
+            if raw.task_id is not None or last > self._processed_upto:
+                self.state.processed(int(res.get("records_out", 0)))
+                counted = True
             if raw.task_id is None:
                 self._processed_upto = max(self._processed_upto, int(res.get("last_seq", -1)))
         elif act == "emit_batch":
@@ -430,9 +434,18 @@ class PlanTracker:
                 emit.completed = True
         return counted
 
-    def _finish(self, status: str) -> None:
+    def _finish(self, status: str, steps: dict[str, str] | None = None) -> None:
+        """The run ended: its plan is the workflow's own (``steps``, the run's snapshot
+        recorded with its end), or — an end without one (terminated, an earlier build) —
+        what the activities' events say."""
         self.finished = status
-        for st in self.steps.values():
+        for name, st in self.steps.items():
+            if steps is not None and name in steps:
+                st.open.clear()
+                st.failed = {"run"} if steps[name] == StepStatus.ERROR else set()
+                st.completed = steps[name] == StepStatus.COMPLETED
+                st.started = steps[name] != StepStatus.PENDING
+                continue
             if st.open:
                 st.open.clear()
                 if status != RunStatus.COMPLETED:

@@ -294,6 +294,8 @@ class MirrorInput:
     # started_at / completed_at, so its duration is the workflow's (None: earlier builds).
     started_ms: int | None = None
     ended_ms: int | None = None
+    # The run's plan steps at its end (the event stream's last plan); None: earlier builds.
+    steps: dict[str, str] | None = None
 
 
 @dataclass

@@ -90,6 +90,24 @@ class AlertStatus(StrEnum):
     RESOLVED = "resolved"
 
 
+class CircuitState(StrEnum):
+    """A source's circuit breaker, as the progress query shows it."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+
+
+class CookieStatus(StrEnum):
+    """A crawl cookie's state (SPEC §10): active → cooling → active, or invalid/banned;
+    disabled by an operator."""
+
+    ACTIVE = "active"
+    COOLING = "cooling"
+    INVALID = "invalid"
+    BANNED = "banned"
+    DISABLED = "disabled"
+
+
 class MirrorHealth(StrEnum):
     """How the run's last write to task storage went (the progress query's
     ``task_store``)."""
@@ -125,6 +143,8 @@ STAGE_PAUSED = "paused"
 STAGE_PAUSING = "pausing"
 STAGE_WAITING = "waiting"
 STAGE_CIRCUIT_OPEN = "circuit_open"
+# The plan step a run waiting out an outage is in, by what it waits on.
+WAITING_STEP = {"source": "step_fetch", "sink": "step_emit", "store": "step_process"}
 
 # A status that is its own reason carries its own code; "failed" carries the failure's.
 _STATUS_CODES = {
@@ -144,6 +164,15 @@ def status_of_closed(temporal_status_name: str | None) -> RunStatus:
     """The run status of a workflow Temporal closed as ``temporal_status_name``
     (``WorkflowExecutionStatus.name``): failed unless cancelled, timed out or completed."""
     return _CLOSED.get(temporal_status_name or "", RunStatus.FAILED)
+
+
+def verdict_of(status: str) -> CallbackResult:
+    """The CronJob protocol's ``result`` for a run that ended with ``status``."""
+    if status == RunStatus.COMPLETED:
+        return CallbackResult.SUCCESS
+    if status == RunStatus.TIMEOUT:
+        return CallbackResult.FAILED_TIMEOUT
+    return CallbackResult.FAILED
 
 
 def is_terminal(status: str | None) -> bool:
@@ -250,7 +279,7 @@ class RunState:
             total=carry.total,
             paused=carry.paused,
             qps=carry.qps,
-            circuit="closed",
+            circuit=CircuitState.CLOSED.value,
         )
 
     def carried(self) -> dict[str, Any]:
@@ -339,18 +368,78 @@ class RunState:
         if isinstance(stats.get("sinks_finished"), dict):
             self.stats["sinks_finished"] = stats["sinks_finished"]
 
+    def sized(self, total: int) -> None:
+        """Prepare said how many units the run has."""
+        self.total = total
+
+    def split_into(self, pieces: int) -> None:
+        """The run's window was split into ``pieces`` child runs: they are its units."""
+        self.total, self.current = pieces, 0
+
+    def expect(self, records: int) -> None:
+        """What the source stated the run holds (a split window's count)."""
+        self.stats["expected_total"] = records
+
+    # -- the operator's controls and the run's waits ------------------------------------------
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def set_qps(self, qps: float) -> None:
+        self.qps = qps
+
+    def stopped_fetching(self) -> None:
+        """A pause reached the fetch: nothing is fetched until resume."""
+        self.stage = STAGE_PAUSED
+
+    def stopping_fetch(self) -> None:
+        """A pause is stopping the fetch in flight at its next page."""
+        self.stage = STAGE_PAUSING
+
+    def wait_for(self, waiting: dict[str, Any], circuit_open: bool) -> None:
+        """Waiting out an outage (``waiting``: what the progress query shows), on the
+        source's circuit breaker when ``circuit_open``."""
+        self.waiting = waiting
+        self.stage = STAGE_CIRCUIT_OPEN if circuit_open else STAGE_WAITING
+        if circuit_open:
+            self.circuit = CircuitState.OPEN.value
+
+    def circuit_rest(self) -> None:
+        """The circuit breaker opened after the fetch's failures: the source rests."""
+        self.circuit = CircuitState.OPEN.value
+        self.stage = STAGE_CIRCUIT_OPEN
+
+    def circuit_closed(self) -> None:
+        self.circuit = CircuitState.CLOSED.value
+
+    def waited(self, dependency: str, still_waiting: dict[str, Any] | None) -> None:
+        """``dependency`` answered again; ``still_waiting``: another outage still on."""
+        self.waiting = still_waiting
+        if self.stage in (STAGE_WAITING, STAGE_CIRCUIT_OPEN) and still_waiting is None:
+            self.stage = WAITING_STEP.get(dependency, "step_process")
+
+    def mirrored(self, ok: bool) -> None:
+        """How the last write to task storage went."""
+        self.task_store = (MirrorHealth.OK if ok else MirrorHealth.FAILED).value
+
     # -- status ------------------------------------------------------------------------------
     def start(self) -> None:
         self.status = RunStatus.RUNNING
 
     def end(self, status: RunStatus, code: str | None, message: str | None) -> None:
         """The run ended: steps still in progress broke off (unless it completed), and its
-        error is the ending's."""
+        error is the ending's. Its status shows once it is recorded (``ended``)."""
         if status != RunStatus.COMPLETED:
             for step, st in self.steps.items():
                 if st == StepStatus.IN_PROGRESS:
                     self.steps[step] = StepStatus.ERROR.value
         self.error = {"code": code, "message": message} if code else None
+        self.waiting = None
+
+    def ended(self, status: RunStatus) -> None:
+        self.status = status
 
     def shown_status(self) -> RunStatus:
         """The status as a person reads it: a running run the operator paused is

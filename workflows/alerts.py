@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+
+from workflows import retry_policies
 
 with workflow.unsafe.imports_passed_through():
     from activities.crawl import CrawlActivities
@@ -40,7 +41,7 @@ class AlertsWorkflow:
             CrawlActivities.evaluate_alerts,
             AlertsInput(now=workflow.now().isoformat()),
             start_to_close_timeout=timedelta(minutes=2),
-            retry_policy=RetryPolicy(maximum_attempts=2),
+            retry_policy=retry_policies.ALERTS_PASS,
             summary="Evaluate the crawler alerts",
         )
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+
+from workflows import retry_policies
 
 with workflow.unsafe.imports_passed_through():
     from activities.housekeeping import HousekeepingActivities
@@ -37,7 +38,7 @@ class CleanupWorkflow:
             HousekeepingActivities.cleanup_old_tasks,
             inp,
             start_to_close_timeout=timedelta(minutes=10),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+            retry_policy=retry_policies.CLEANUP_PASS,
             summary=f"Remove terminal tasks older than {inp.hours:g} h",
         )
 

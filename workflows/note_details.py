@@ -8,8 +8,9 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, TimeoutError
+
+from workflows import retry_policies
 
 with workflow.unsafe.imports_passed_through():
     from activities.crawl import CrawlActivities
@@ -34,7 +35,7 @@ class NoteDetailsWorkflow:
                     ),
                     # The platform call has its own timeout; this one catches a stuck worker.
                     start_to_close_timeout=timedelta(seconds=req.detail_timeout_s + 5),
-                    retry_policy=RetryPolicy(maximum_attempts=1),
+                    retry_policy=retry_policies.NOTE_DETAIL,
                     summary=f"Note {note_id}",
                 )
             except ActivityError as e:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+
+from workflows import retry_policies
 
 with workflow.unsafe.imports_passed_through():
     from activities.crawl import CrawlActivities
@@ -41,7 +42,7 @@ class ReclaimWorkflow:
             CrawlActivities.reclaim_stale_locks,
             ReclaimInput(lock_timeout_minutes=inp.lock_timeout_minutes, now=now),
             start_to_close_timeout=timedelta(minutes=5),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+            retry_policy=retry_policies.RECLAIM_PASS,
             summary=f"Release locks older than {inp.lock_timeout_minutes:g} min",
         )
 

@@ -81,3 +81,13 @@ def fetch(own: FetchRetry | None, circuit: CircuitBreaker | None, tuning: RunTun
         maximum_attempts=attempts,
         non_retryable_error_types=NON_RETRYABLE,
     )
+
+
+# The housekeeping loops' passes (workflows/cleanup.py, reclaim.py, alerts.py): a pass
+# that keeps failing is retried a few times, then the next pass comes on the loop's timer.
+CLEANUP_PASS = RetryPolicy(maximum_attempts=3)
+RECLAIM_PASS = RetryPolicy(maximum_attempts=3)
+ALERTS_PASS = RetryPolicy(maximum_attempts=2)
+# A note's details (workflows/note_details.py): one try — the batch answers within its
+# time, a failed item says so (PARTIAL_FAIL), the caller may ask again.
+NOTE_DETAIL = RetryPolicy(maximum_attempts=1)

@@ -20,7 +20,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from artemis.outage import waiting_line
     from artemis.run_models import RunCarry, RunRef, RunRequest
-    from artemis.run_state import RunState, RunStatus
+    from artemis.run_state import CircuitState, RunState, RunStatus
 
 
 class Stop(Exception):
@@ -45,7 +45,7 @@ class RunCore:
 
     def __init__(self) -> None:
         # The run's state, as the progress query, the mirror and the result give it.
-        self._state = RunState(circuit="closed")
+        self._state = RunState(circuit=CircuitState.CLOSED.value)
         self._cancel_reason: str | None = None
         self._mirror_running: asyncio.Task[None] | None = None
         self._circuit_opens = 0

@@ -15,6 +15,7 @@ from workflows.run_core import RunCore
 
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
+    from artemis.callback import FinalizeOutcome
     from artemis.run_models import (
         CleanupRunInput,
         FinalizeInput,
@@ -22,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
         MirrorInput,
         RetainInput,
     )
-    from artemis.run_state import MirrorHealth, RunStatus
+    from artemis.run_state import RunStatus
     from temporal_shared.failures import message_of
 
 # The clean-up after a delivered finalize is its own step: a failed clean-up can never
@@ -67,7 +68,7 @@ class Ending(RunCore):
         except ActivityError as e:
             self._state.failed_step("step_finalize")
             self._log("finalize_failed", error=message_of(e))
-            outcome = "error"
+            outcome = FinalizeOutcome.ERROR.value
         if retain:
             try:
                 await self._retain(status, error_code or "INTERNAL", error_message or status)
@@ -129,12 +130,13 @@ class Ending(RunCore):
                     error=self._state.error,
                     started_ms=self._live.started_ms,
                     ended_ms=ended_ms,
+                    steps=dict(self._state.steps) if ended_ms is not None else None,
                 ),
                 start_to_close_timeout=timedelta(seconds=15),
                 retry_policy=retry_policies.MIRROR,
                 summary=f"Record `{status}` in task storage",
             )
-            self._state.task_store = MirrorHealth.OK.value
+            self._state.mirrored(True)
         except ActivityError as e:
-            self._state.task_store = MirrorHealth.FAILED.value
+            self._state.mirrored(False)
             self._log("task_store_unavailable", status=status, error=message_of(e))

@@ -45,14 +45,13 @@ class FanOut(RunCore):
         if not split.children:
             raise e
         self._log("run_split", pieces=len(split.children), count=details.get("count"))
-        self._state.total = len(split.children)
-        self._state.current = 0
+        self._state.split_into(len(split.children))
         await self._run_children(split.children, split.parallelism, prefix="s")
         count = details.get("count")
         if workflow.patched(PATCH_SPLIT_RECONCILE) and isinstance(count, int):
             # The pieces must add up to the window the source counted: a gap between
             # them would lose records while every piece looks complete.
-            self._state.stats["expected_total"] = count
+            self._state.expect(count)
             got = self._state.stats["records_fetched"]
             tolerance_pct = self._live.tolerance_pct
             if is_short(count, got, tolerance_pct):

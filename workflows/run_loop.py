@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         ProcessResult,
         provenance_queue,
     )
-    from artemis.run_state import LOOP_STEPS, STAGE_PAUSED, STAGE_PAUSING
+    from artemis.run_state import LOOP_STEPS
     from temporal_shared.failures import code_of, was_cancelled
 
 # A batch followed by more fetching is processed by a regular activity: a local activity
@@ -61,7 +61,7 @@ class BatchLoop(FanOut, OutageWaits):
             summary=f"Validate params of {req.task_code}",
         )
         self._prepared = True
-        self._state.total = prepared.total
+        self._state.sized(prepared.total)
         self._live = dataclasses.replace(
             self._live,
             params=prepared.params,
@@ -125,7 +125,7 @@ class BatchLoop(FanOut, OutageWaits):
             live.undelivered = []
             while not done:
                 if self._state.paused:
-                    self._state.stage = STAGE_PAUSED
+                    self._state.stopped_fetching()
                     self._details()
                     # A durable wait: no worker is held while the run is paused.
                     await workflow.wait_condition(lambda: not self._state.paused or self._stopping)
@@ -243,7 +243,7 @@ class BatchLoop(FanOut, OutageWaits):
 
         async def pause_it() -> None:
             await workflow.wait_condition(lambda: self._state.paused)
-            self._state.stage = STAGE_PAUSING
+            self._state.stopping_fetch()
             self._details()
             fetch.cancel()
 

@@ -18,11 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.outage import UNAVAILABLE, next_delay, outage_from_details
     from artemis.run_models import Outage, OutageNote
-    from artemis.run_state import STAGE_CIRCUIT_OPEN, STAGE_WAITING
     from temporal_shared.failures import details_of, message_of, root_application_error
-
-# The plan step a run waits in, by what it waits on.
-_STEP_OF = {"source": "step_fetch", "sink": "step_emit"}
 
 
 class OutageWaits(RunCore):
@@ -68,7 +64,7 @@ class OutageWaits(RunCore):
         tolerance = self._tolerance()
         if waited >= tolerance:
             self._outages.pop(dep, None)
-            self._state.waiting = None
+            self._state.waited(dep, None)
             code = UNAVAILABLE.get(dep, UNAVAILABLE["store"]).value
             raise ApplicationError(
                 f"{dep} {outage.name} unavailable for {waited:.0f} s since "
@@ -91,7 +87,6 @@ class OutageWaits(RunCore):
         if opened and circuit is not None:
             # The source's circuit breaker: after `threshold` failures in a row it rests.
             delay = min(circuit.cool_down_s, max(tolerance - waited, 0.0) + 0.05)
-            self._state.circuit = "open"
             self._circuit_opens += 1
         else:
             # The attempts within this round of the breaker back off from the start.
@@ -112,8 +107,7 @@ class OutageWaits(RunCore):
             "tolerance_s": tolerance,
         }
         track["waiting"] = waiting
-        self._state.waiting = waiting
-        self._state.stage = STAGE_CIRCUIT_OPEN if opened else STAGE_WAITING
+        self._state.wait_for(waiting, circuit_open=opened)
         self._details()
         self._log("waiting", **{k: v for k, v in waiting.items() if k != "error"})
         await self._note_outage("waiting", waiting)
@@ -122,7 +116,7 @@ class OutageWaits(RunCore):
             summary=f"Wait for {dep} {outage.name} ({outage.reason}), attempt {attempt}",
         )
         if opened:
-            self._state.circuit = "closed"
+            self._state.circuit_closed()
         self._stop_point()
 
     def _recovered(self, dependency: str) -> None:
@@ -139,9 +133,7 @@ class OutageWaits(RunCore):
             "attempts": track["attempt"],
         }
         others = [t["waiting"] for t in self._outages.values() if t.get("waiting")]
-        self._state.waiting = others[-1] if others else None
-        if self._state.stage in (STAGE_WAITING, STAGE_CIRCUIT_OPEN) and not others:
-            self._state.stage = _STEP_OF.get(dependency, "step_process")
+        self._state.waited(dependency, others[-1] if others else None)
         self._log("recovered", **info)
         self._details()
         # Recorded beside the run, never in its way.
@@ -170,8 +162,7 @@ class OutageWaits(RunCore):
         if self._circuit_opens >= circuit.max_opens:
             return False
         self._circuit_opens += 1
-        self._state.circuit = "open"
-        self._state.stage = STAGE_CIRCUIT_OPEN
+        self._state.circuit_rest()
         self._details()
         self._log(
             "circuit_open",
@@ -183,6 +174,6 @@ class OutageWaits(RunCore):
         await workflow.sleep(
             circuit.cool_down_s, summary=f"Circuit breaker cool-down ({circuit.cool_down_s:g} s)"
         )
-        self._state.circuit = "closed"
+        self._state.circuit_closed()
         self._log("circuit_closed", opens=self._circuit_opens)
         return True

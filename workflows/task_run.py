@@ -21,9 +21,8 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 from workflows.run_core import Stop, quietly
-from workflows.run_ending import PATCH_CLEANUP_STEP, Ending
-from workflows.run_fanout import PATCH_SPLIT_RECONCILE
-from workflows.run_loop import PATCH_PROCESS_ACTIVITY, BatchLoop
+from workflows.run_ending import Ending
+from workflows.run_loop import BatchLoop
 
 with workflow.unsafe.imports_passed_through():
     from artemis.run_models import (
@@ -44,8 +43,8 @@ with workflow.unsafe.imports_passed_through():
 
 # Patch ids (SPEC §4 "Versioning"): a change to the command sequence runs only where the
 # history has not already taken the old path. Remove one only when no kept history needs
-# it. Those of the parts are defined beside them.
-PATCHES = (PATCH_SPLIT_RECONCILE, PATCH_CLEANUP_STEP, PATCH_PROCESS_ACTIVITY)
+# it. Those of the parts are defined beside them (run_fanout: split-window-reconciled-v1,
+# run_ending: cleanup-after-finalize-v1, run_loop: process-beside-fetch-v1).
 # Outages are waited out on timers (SPEC §4 "Outages"), the fetch side stays at most
 # runs.max_batches_ahead batches ahead of emitting, delivered pages leave staging, and a
 # run failing with a retryable code keeps its state for POST /tasks/{id}/retry. Asked
@@ -73,19 +72,19 @@ class TaskRunWorkflow(BatchLoop, Ending):
     def pause(self, request: PauseRequest) -> None:
         """Stop fetching: a fetch in flight stops at its next page (runs of this build;
         earlier ones finish the batch in flight); no worker is held while paused."""
-        self._state.paused = True
+        self._state.pause()
         workflow.logger.info("paused", extra={"artemis": {"reason": request.reason}})
 
     @workflow.signal
     def resume(self) -> None:
-        self._state.paused = False
+        self._state.resume()
         workflow.logger.info("resumed")
 
     @workflow.signal
     def set_rate_limit(self, request: RateLimitRequest) -> None:
         """A new requests-per-second limit for the source, from the next batch on."""
         if request.qps > 0:
-            self._state.qps = request.qps
+            self._state.set_qps(request.qps)
             workflow.logger.info("rate_limit_set", extra={"artemis": {"qps": request.qps}})
 
     @workflow.signal
@@ -113,13 +112,12 @@ class TaskRunWorkflow(BatchLoop, Ending):
         )
         for task in self._beside:
             await quietly(task)
-        self._state.waiting = None
         callback_outcome = await self._finalize(status, error_code, error_message, retain)
         if self._mirror_running is not None:
             await quietly(self._mirror_running)  # the `running` record goes first
         ended_ms = _now_ms()
         await self._mirror(status, ended_ms)
-        self._state.status = status
+        self._state.ended(status)
         self._details()
         result = RunResult(
             task_code=req.task_code,

@@ -135,7 +135,8 @@ def resolve_output(
     database_url: str,
 ) -> dict[str, Any]:
     """A run's output, resolved once when it starts: the request's ``output`` over
-    ``output_defaults.<code>``, checked by building its sinks, marked RESOLVED.
+    ``output_defaults.<code>``, checked against the sinks' models (check_sinks: nothing
+    built, no connection opened), marked RESOLVED.
 
     A problem of the request is INVALID_INPUT naming ``output.…``; one of the
     configuration alone (the request said nothing) is CONFIG_ERROR naming

@@ -11,7 +11,7 @@ from temporalio import workflow
 from tests.conftest import new_task_id
 from tests.helpers import eventually
 from workers.main import running_worker
-from workflows.task_run import PATCH_CLEANUP_STEP
+from workflows.run_ending import PATCH_CLEANUP_STEP
 
 
 async def test_run_started_on_the_old_path_is_finished_by_the_patched_worker(

@@ -219,3 +219,47 @@ def test_a_backfill_stream_counts_its_windows_but_ends_only_with_itself():
     last = plans(events)[-1]
     assert last["step_fetch"] == "IN_PROGRESS" and last["step_finalize"] == "PENDING"
     assert not [e for e in events if e.get("activity") in ("prepare_params", "finalize_run")][2:]
+
+
+def test_the_last_plan_is_the_runs_own_snapshot_and_a_retry_counts_pages_once():
+    """The run's end carries the workflow's steps (RunState's snapshot): the stream's last
+    plan is those, whatever the activity events suggested; a retried run processes its
+    failed attempt's pages again, counted once (as the workflow counts them)."""
+    r = Raw()
+    raws = [
+        r.start("prepare_params", "step_prepare", "1"),
+        r.ok("prepare_params", "step_prepare", "1", total=1),
+        r.start("fetch_pages", "step_fetch", "2"),
+        r.ok("fetch_pages", "step_fetch", "2", pages=2, records=20, next_seq=2, done=True),
+        r.start("process_batch", "step_process", "3"),
+        r.ok("process_batch", "step_process", "3", records_out=20, last_seq=1),
+        # the retry: the same pages processed again, then emitted
+        r.start("process_batch", "step_process", "4"),
+        r.ok("process_batch", "step_process", "4", records_out=20, last_seq=1),
+        r.start("emit_batch", "step_emit", "5"),
+        r.ok("emit_batch", "step_emit", "5", records_emitted=20, last_seq=1),
+        r.ev(
+            "run_status",
+            status="failed",
+            stats={"records_processed": 20},
+            error={"code": "SINK_UNAVAILABLE", "message": "down"},
+            steps={
+                "step_prepare": "COMPLETED",
+                "step_fetch": "COMPLETED",
+                "step_process": "COMPLETED",
+                "step_emit": "ERROR",
+                "step_finalize": "COMPLETED",
+            },
+        ),
+    ]
+    events = run(PlanTracker("t9"), raws)
+    assert plans(events)[-1] == {
+        "step_prepare": "COMPLETED",
+        "step_fetch": "COMPLETED",
+        "step_process": "COMPLETED",
+        "step_emit": "ERROR",
+        "step_finalize": "COMPLETED",
+    }
+    progress = [e for e in events if e["event"] == "progress"]
+    assert progress[-1]["records_processed"] == 20
+    assert events[-1]["event"] == "error"
