@@ -24,6 +24,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
 from bench.stack import bench_stack  # noqa: E402
 
 
@@ -75,7 +76,7 @@ async def main() -> None:
             # poll, and the bench measured its own load).
             pending = {task_id for _, task_id in accepted}
             while pending:
-                for status in ("completed", "failed", "cancelled", "timeout"):
+                for status in sorted(TERMINAL):
                     cursor = None
                     while True:
                         page = (
@@ -85,7 +86,7 @@ async def main() -> None:
                             )
                         ).json()["data"]
                         ended = {t["task_id"] for t in page["items"]} & pending
-                        if ended and status != "completed":
+                        if ended and status != RunStatus.COMPLETED:
                             raise SystemExit(f"runs {sorted(ended)} ended {status}")
                         pending -= ended
                         cursor = page.get("next_cursor")

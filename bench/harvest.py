@@ -42,6 +42,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_state import RunStatus  # noqa: E402
 from bench.stack import bench_stack  # noqa: E402
 
 START = date(1960, 1, 1)
@@ -131,7 +132,7 @@ async def artemis_run(
         resp = await http.post(f"{api}/tasks/pull_stock_quotes/run?mode=sync", json=body)
         elapsed = time.perf_counter() - t0
     data = resp.json()
-    if resp.status_code != 200 or data["data"]["status"] != "completed":
+    if resp.status_code != 200 or data["data"]["status"] != RunStatus.COMPLETED:
         raise SystemExit(f"artemis run failed: {resp.status_code} {resp.text[:500]}")
     return elapsed, data["data"]
 

@@ -26,6 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_state import TERMINAL  # noqa: E402
 from bench.stack import bench_stack  # noqa: E402
 
 SYMBOLS = ["OA", "OB", "OC", "OD"]
@@ -72,7 +73,7 @@ async def case(stack: Any, kind: str, outage_s: float) -> dict[str, Any]:
         while True:
             data = (await http.get(f"{stack.api}/tasks/{task_id}")).json()["data"] or {}
             waited_seen = waited_seen or bool(data.get("waiting"))
-            if data.get("status") in ("completed", "failed", "cancelled", "timeout"):
+            if data.get("status") in TERMINAL:
                 break
             await asyncio.sleep(0.5)
         took = time.monotonic() - began

@@ -33,6 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
 from artemis.samples.platform import note_ids  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
 
@@ -94,7 +95,7 @@ class Driver:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             data = (await self.http.get(f"{self.stack.api}/tasks/{task_id}")).json()["data"]
-            if data and data.get("status") in ("completed", "failed", "cancelled", "timeout"):
+            if data and data.get("status") in TERMINAL:
                 return str(data["status"])
             await asyncio.sleep(0.2)
         raise SystemExit(f"{task_id} did not finish within {timeout} s")
@@ -143,7 +144,9 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         await asyncio.sleep(1.0)
         await http.post(f"{stack.api}/tasks/{t}/pause", json={"reason": "recorder"})
         deadline = time.monotonic() + 60
-        while (await http.get(f"{stack.api}/tasks/{t}")).json()["data"]["status"] != "paused":
+        while (await http.get(f"{stack.api}/tasks/{t}")).json()["data"][
+            "status"
+        ] != RunStatus.PAUSED:
             if time.monotonic() > deadline:
                 raise SystemExit("paused: the run did not pause")
             await asyncio.sleep(0.1)
@@ -168,13 +171,13 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
             run_id="rec-run-2",
             callback={"base_url": f"{stack.samples}/cronjob/runs"},
         )
-        if await d.wait(t) != "failed":
+        if await d.wait(t) != RunStatus.FAILED:
             raise SystemExit("gave-up: the run did not fail past its tolerance")
         await d.control("sink")
         resp = await http.post(f"{stack.api}/tasks/{t}/retry", json={})
         if resp.status_code != 202:
             raise SystemExit(f"retry refused: {resp.text[:300]}")
-        if await d.wait(t) != "completed":
+        if await d.wait(t) != RunStatus.COMPLETED:
             raise SystemExit("gave-up: the retried run did not complete")
         # Literature: each API family, a backfill with children, a window split over a cap.
         await d.control("literature", enforce_rate=False, reset=True)

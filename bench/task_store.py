@@ -26,6 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_state import RunStatus  # noqa: E402
 from artemis.taskstore import TaskData  # noqa: E402
 from infra.redisserver import RedisServer  # noqa: E402
 
@@ -51,7 +52,7 @@ def old_terminal(n: int) -> list[TaskData]:
     return [
         TaskData(
             task_id=str(uuid.uuid4()),
-            status="completed",
+            status=RunStatus.COMPLETED,
             result={"n": i},
             started_at=when,
             completed_at=when,
@@ -113,7 +114,7 @@ def main() -> None:
         for t in ids:
             lat["load"].append(timed(store.load, t))
         for t in ids:
-            lat["update_status"].append(timed(store.update_status, t, "running"))
+            lat["update_status"].append(timed(store.update_status, t, RunStatus.RUNNING))
         for t in ids:
             lat["delete"].append(timed(store.delete, t))
         out = {"backend": args.backend, "ops": args.ops}

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Engine
 from artemis.crawler.models import CookieRow
 from artemis.db import utcnow
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.run_state import CookieStatus
 
 _t = CookieRow.__table__  # type: ignore[attr-defined]
 
@@ -41,7 +42,7 @@ class PoolRules:
 class CookieState:
     """The parts of a cookie row the state machine reads and writes."""
 
-    status: str = "active"
+    status: str = CookieStatus.ACTIVE.value
     consecutive_errors: int = 0
     total_errors: int = 0
     cooling_until: datetime | None = None
@@ -57,8 +58,8 @@ def day_of(now: datetime) -> str:
 def refresh(s: CookieState, now: datetime) -> CookieState:
     """Time-driven transitions: a cooled-down cookie is active again; a new day resets
     the daily count."""
-    if s.status == "cooling" and s.cooling_until is not None and now >= s.cooling_until:
-        s.status, s.consecutive_errors, s.cooling_until = "active", 0, None
+    if s.status == CookieStatus.COOLING and s.cooling_until is not None and now >= s.cooling_until:
+        s.status, s.consecutive_errors, s.cooling_until = CookieStatus.ACTIVE, 0, None
     if s.usage_day != day_of(now):
         s.usage_day, s.daily_used = day_of(now), 0
     return s
@@ -66,7 +67,7 @@ def refresh(s: CookieState, now: datetime) -> CookieState:
 
 def usable(s: CookieState, now: datetime) -> bool:
     refresh(s, now)
-    return s.status == "active" and s.daily_used < s.daily_limit
+    return s.status == CookieStatus.ACTIVE and s.daily_used < s.daily_limit
 
 
 def apply_outcome(s: CookieState, ok: bool, now: datetime, rules: PoolRules) -> CookieState:
@@ -75,17 +76,17 @@ def apply_outcome(s: CookieState, ok: bool, now: datetime, rules: PoolRules) -> 
     if ok:
         s.consecutive_errors = 0
         return s
-    if s.status in ("invalid", "banned", "disabled"):
+    if s.status in (CookieStatus.INVALID, CookieStatus.BANNED, CookieStatus.DISABLED):
         return s
-    if s.status == "cooling":
-        s.status = "banned"
+    if s.status == CookieStatus.COOLING:
+        s.status = CookieStatus.BANNED
         return s
     s.consecutive_errors += 1
     s.total_errors += 1
     if s.total_errors >= rules.max_total_errors:
-        s.status = "invalid"
+        s.status = CookieStatus.INVALID
     elif s.consecutive_errors >= rules.max_consecutive_errors:
-        s.status = "cooling"
+        s.status = CookieStatus.COOLING
         s.cooling_until = now + timedelta(minutes=rules.cooling_duration_minutes)
     return s
 
@@ -140,8 +141,8 @@ class CookiePool:
                     select(_t).where(
                         _t.c.platform == platform,
                         or_(
-                            _t.c.status == "active",
-                            and_(_t.c.status == "cooling", _t.c.cooling_until <= now),
+                            _t.c.status == CookieStatus.ACTIVE,
+                            and_(_t.c.status == CookieStatus.COOLING, _t.c.cooling_until <= now),
                         ),
                     )
                 ).all()
@@ -248,7 +249,7 @@ def add_cookie(
         "platform": platform,
         "cookie_encrypted": token,
         "encryption_key_id": key_id,
-        "status": "active",
+        "status": CookieStatus.ACTIVE,
         "priority": priority,
         "daily_limit": daily_limit,
         "consecutive_errors": 0,
@@ -286,10 +287,10 @@ def list_cookies(engine: Engine, platform: str | None = None) -> list[dict[str, 
 
 def set_cookie_status(engine: Engine, name: str, status: str) -> None:
     """Disable (or re-enable as active) a cookie by name."""
-    if status not in ("disabled", "active"):
+    if status not in (CookieStatus.DISABLED, CookieStatus.ACTIVE):
         raise ArtemisError(ErrorCode.INVALID_INPUT, "status: must be disabled or active")
     values: dict[str, object] = {"status": status, "updated_at": utcnow()}
-    if status == "active":
+    if status == CookieStatus.ACTIVE:
         values.update(consecutive_errors=0, total_errors=0, cooling_until=None)
     with engine.begin() as conn:
         if not conn.execute(update(_t).where(_t.c.cookie_name == name).values(**values)).rowcount:

@@ -10,9 +10,9 @@ from sqlalchemy import JSON, Index, Text, UniqueConstraint, text
 from sqlmodel import Column, Field, SQLModel
 
 from artemis.db import UTCDateTime, utcnow
-from artemis.run_state import TERMINAL, AlertStatus, CandidateStatus, RunStatus
+from artemis.run_state import TERMINAL, AlertStatus, CandidateStatus, CookieStatus, RunStatus
 
-COOKIE_STATUSES = ("active", "cooling", "invalid", "banned", "disabled")
+COOKIE_STATUSES = tuple(CookieStatus)
 CANDIDATE_STATUSES = tuple(CandidateStatus)
 # An execution record has a run's statuses (it is written by the run).
 EXECUTION_STATUSES = (RunStatus.RUNNING, *sorted(TERMINAL))
@@ -42,7 +42,7 @@ class CookieRow(SQLModel, table=True):
     platform: str = Field(max_length=50)
     cookie_encrypted: str = Field(sa_column=Column(Text, nullable=False))
     encryption_key_id: str = Field(max_length=64)
-    status: str = Field(default="active", max_length=16)
+    status: str = Field(default=CookieStatus.ACTIVE.value, max_length=16)
     priority: int = 0
     daily_used: int = 0
     daily_limit: int = 500

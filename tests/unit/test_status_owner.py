@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from artemis.run_state import CandidateStatus, RunStatus, StepStatus
+from artemis.run_state import CandidateStatus, CookieStatus, RunStatus, StepStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (
@@ -18,10 +18,15 @@ PACKAGES = (
     "workers",
     "starter",
     "devstack",
+    "bench",
 )
 WORDS = sorted(
     # (an alert's "ok" and "resolved" are common words: "firing" stands for its states)
-    {*(s.value for s in (*RunStatus, *StepStatus, *CandidateStatus)), "firing", "success"}
+    {
+        *(s.value for s in (*RunStatus, *StepStatus, *CandidateStatus, *CookieStatus)),
+        "firing",
+        "success",
+    }
 )
 LITERAL = re.compile(r"""(?<![\w.])(["'])(""" + "|".join(map(re.escape, WORDS)) + r")\1")
 
@@ -52,6 +57,11 @@ NOT_STATUSES = [
     ("starter/service.py", 'kind, data = "paused"', "the event kind recorded for a pause"),
     ("starter/service.py", 'progress.get("paused")', "the progress query's key"),
     ("devstack/stack.py", 'resp["success"]', "the envelope's key"),
+    ("infra/devstack/stack.py", 'resp["success"]', "the envelope's key"),
+    ("artemis/samples/app.py", '"active": mode', "a sample's fault switch"),
+    ("bench/record_histories.py", "await d.start(", "a recorded scenario's name"),
+    ("bench/record_histories.py", '            "completed",', "a recorded scenario's name"),
+    ("bench/record_histories.py", '"timeout", "pull_stock_quotes"', "a recorded scenario's name"),
 ]
 
 
