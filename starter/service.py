@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,14 +32,17 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
+from temporalio.converter import value_to_type
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from artemis.callback import CallbackTarget, resolve_base_url
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.events import EventLog
 from artemis.logsetup import get_logger, register_secret
 from artemis.outage import waiting_line
+from artemis.retained import Retained
 from artemis.run_models import (
     SA_TASK_CODE,
     SA_TASK_ID,
@@ -46,6 +50,7 @@ from artemis.run_models import (
     CancelRequest,
     PauseRequest,
     RateLimitRequest,
+    RunCarry,
     RunRequest,
     lock_workflow_id,
     workflow_id_for,
@@ -54,6 +59,7 @@ from artemis.run_state import OPEN, RETRYABLE_ENDINGS, TERMINAL, RunStatus, stat
 from artemis.security import check_header_names
 from artemis.sinks import register_sink_secret, resolve_output, seal_output
 from artemis.tasks.registry import get_task, task_codes
+from artemis.taskstore import StorageUnavailable, TaskData, TaskStorage, make_task_storage
 from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
 from starter.ssrf import check_request_urls
@@ -99,8 +105,8 @@ class RunService:
         self.client = client
         self.settings = settings
         self._secrets: RunSecrets | None = None
-        self._store: Any = None
-        self._events: Any = None
+        self._store: TaskStorage | None = None
+        self._events: EventLog | None = None
         self._jobs: set[asyncio.Future[Any]] = set()
 
     @property
@@ -173,28 +179,14 @@ class RunService:
         # Make Temporal's tracing interceptor continue the caller's trace.
         otel_token = otel_context.attach(otel_context_for(trace))
         try:
-            handle = await self.client.start_workflow(
-                WORKFLOW_NAME,
+            handle = await self._start_workflow(
                 req,
-                id=workflow_id,
-                task_queue=self.settings.temporal.task_queue,
-                # A lock: a new execution once the last one closed, never two at once.
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
-                if lock
-                else WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL
-                if lock
-                else WorkflowIDConflictPolicy.USE_EXISTING,
-                # Set at start, so that a competing start can tell who holds a lock.
-                search_attributes=_run_attributes(code, task_id),
+                workflow_id,
+                exclusive=bool(lock),
                 # what it harvests, and its task id (a crawl's lock id is shared)
-                static_summary=" · ".join(
-                    x for x in (code, task.describe(prepared), f"task {task_id}") if x
-                ),
-                static_details=f"Task `{code}` started by request `{req.request_id}`; "
+                summary=(code, task.describe(prepared), f"task {task_id}"),
+                details=f"Task `{code}` started by request `{req.request_id}`; "
                 f"trace `{trace.trace_id}`.",
-                # Runs end by themselves at their deadline; this is only a backstop.
-                execution_timeout=timedelta(seconds=req.timeout_s + 3600),
             )
         except WorkflowAlreadyStartedError:
             return await self._already_started(task_id, workflow_id, lock, callback_mode)
@@ -212,6 +204,37 @@ class RunService:
             run_id=handle.result_run_id,
         )
         return Started(handle, task_id, workflow_id, handle.result_run_id, callback_mode)
+
+    async def _start_workflow(
+        self,
+        req: RunRequest,
+        workflow_id: str,
+        *,
+        exclusive: bool,
+        summary: Sequence[str],
+        details: str,
+    ) -> WorkflowHandle:
+        """Start the run's workflow. ``exclusive`` (a lock, a retry): a new execution once
+        the last one closed, never two at once; otherwise a repeat of the id attaches to
+        the open run. ``summary``: the UI's one line, of the parts that are not empty."""
+        return await self.client.start_workflow(
+            WORKFLOW_NAME,
+            req,
+            id=workflow_id,
+            task_queue=self.settings.temporal.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
+            if exclusive
+            else WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL
+            if exclusive
+            else WorkflowIDConflictPolicy.USE_EXISTING,
+            # Set at start, so that a competing start can tell who holds a lock.
+            search_attributes=_run_attributes(req.task_code, req.task_id),
+            static_summary=" · ".join(x for x in summary if x),
+            static_details=details,
+            # Runs end by themselves at their deadline; this is only a backstop.
+            execution_timeout=timedelta(seconds=req.timeout_s + 3600),
+        )
 
     def _callback_target(self, ask: StartRequest) -> dict[str, Any] | None:
         """The CronJob callback of seed 000 §13, checked up front (host allowed, header
@@ -267,10 +290,8 @@ class RunService:
         return await self.status(started.task_id, handle=started.handle)
 
     @property
-    def store(self) -> Any:
+    def store(self) -> TaskStorage:
         if self._store is None:
-            from artemis.taskstore import make_task_storage
-
             self._store = make_task_storage(self.settings)
         return self._store
 
@@ -290,8 +311,6 @@ class RunService:
     ) -> None:
         """The run's `pending` record unless the task id has one. Best effort: a
         task-store outage is logged; the run records itself when it starts."""
-        from artemis.taskstore import TaskData
-
         data = TaskData(
             task_id=task_id,
             task_code=code,
@@ -307,8 +326,6 @@ class RunService:
     async def record(self, task_id: str) -> Any:
         """The task-store record of a run, or None (absent, expired or store unreachable:
         then Temporal alone answers)."""
-        from artemis.taskstore import StorageUnavailable
-
         try:
             return await asyncio.to_thread(self.store.load, task_id)
         except StorageUnavailable as e:
@@ -465,10 +482,8 @@ class RunService:
         return {"task_id": task_id, "workflow_id": handle.id, "action": kind, **data}
 
     @property
-    def events(self) -> Any:
+    def events(self) -> EventLog:
         if self._events is None:
-            from artemis.events import EventLog
-
             self._events = EventLog(self.settings.database.url)
         return self._events
 
@@ -480,11 +495,6 @@ class RunService:
         was staged and not delivered, then fetches on from the checkpoint. 404 unknown;
         409 running, completed, cancelled or failed for good (naming why); 410 its state
         was cleaned up."""
-        from temporalio.converter import value_to_type
-
-        from artemis.retained import Retained
-        from artemis.run_models import RunCarry
-
         record = await self.record(task_id)
         retained = Retained(self.settings.database.url)
         kept_key = await asyncio.to_thread(retained.key_of, task_id)
@@ -548,27 +558,13 @@ class RunService:
         # Open again before the run starts (it records `running` itself once it does).
         before = await self._reopen(task_id, req.task_code, wf_id, carry.stats)
         try:
-            new = await self.client.start_workflow(
-                WORKFLOW_NAME,
+            new = await self._start_workflow(
                 req,
-                id=wf_id,
-                task_queue=self.settings.temporal.task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                search_attributes=_run_attributes(req.task_code, task_id),
-                static_summary=" · ".join(
-                    x
-                    for x in (
-                        req.task_code,
-                        what,
-                        f"task {task_id}",
-                        f"retry {carry.retry_attempt}",
-                    )
-                    if x
-                ),
-                static_details=f"Retry {carry.retry_attempt} of task `{task_id}` (failed "
+                wf_id,
+                exclusive=True,  # never beside a run of the same id
+                summary=(req.task_code, what, f"task {task_id}", f"retry {carry.retry_attempt}"),
+                details=f"Retry {carry.retry_attempt} of task `{task_id}` (failed "
                 f"`{kept['error_code']}`), from page #{carry.next_seq}.",
-                execution_timeout=timedelta(seconds=req.timeout_s + 3600),
             )
         except WorkflowAlreadyStartedError:
             await self._restore(task_id, before)
@@ -603,7 +599,6 @@ class RunService:
     async def _reopen(self, task_id: str, code: str, workflow_id: str, stats: dict) -> Any:
         """The task store's record of a retried run: open again, its old error gone.
         Returns the record as it was (None: none, or the store is unreachable)."""
-        from artemis.taskstore import TaskData
 
         def write() -> Any:
             before = self.store.load(task_id)

@@ -7,6 +7,7 @@ from fastapi import Request
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from starter.service import RunService
+from temporal_shared.client import connect
 
 
 def get_settings(request: Request) -> Settings:
@@ -16,8 +17,6 @@ def get_settings(request: Request) -> Settings:
 async def get_service(request: Request) -> RunService:
     app = request.app
     if app.state.service is None:
-        from temporal_shared.client import connect
-
         try:
             client = await connect(app.state.settings)
         except ArtemisError:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from artemis.run_state import RunStatus, Verdict
+from artemis.security import is_safe_id
 
 T = TypeVar("T")
 
@@ -171,8 +172,6 @@ class NotesBody(_Body):
     @field_validator("note_ids")
     @classmethod
     def _ids(cls, v: list[str]) -> list[str]:
-        from artemis.security import is_safe_id
-
         cleaned = [n.strip() for n in v]
         if any(not n for n in cleaned):
             raise ValueError("every note id must be a non-empty string")

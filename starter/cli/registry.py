@@ -27,6 +27,7 @@ def _engine(config: Path | None):
 @registry_app.command("import")
 def registry_import(file: Path, config: Path | None = ConfigOpt) -> None:
     """Create or update one provenance from a YAML file (all of it or nothing)."""
+    # lazy: importing it costs every `artemis` start-up ~0.6 s
     from artemis.registry.yaml_io import import_yaml
 
     settings = _settings(config)
@@ -41,6 +42,7 @@ def registry_import(file: Path, config: Path | None = ConfigOpt) -> None:
 @registry_app.command("export")
 def registry_export(code: str, config: Path | None = ConfigOpt) -> None:
     """Print one provenance as YAML (secrets only as their environment variable names)."""
+    # lazy: importing it costs every `artemis` start-up ~0.6 s
     from artemis.registry.yaml_io import export_yaml
 
     sys.stdout.write(export_yaml(_engine(config), code))
@@ -55,6 +57,7 @@ def registry_contract(
     config: Path | None = ConfigOpt,
 ) -> None:
     """Print the execution contract resolved for CODE, a task type and an instant."""
+    # lazy: importing it costs every `artemis` start-up ~0.25 s
     from artemis.registry.resolve import resolve_contract
 
     with _engine(config).connect() as conn:
@@ -65,6 +68,7 @@ def registry_contract(
 @registry_app.command("check")
 def registry_check(config: Path | None = ConfigOpt) -> None:
     """Overlaps, TASK rows without task type, missing endpoints; exit 1 when any."""
+    # lazy: importing it costs every `artemis` start-up ~0.25 s
     from artemis.registry.writes import check_registry
 
     with _engine(config).connect() as conn:
@@ -82,6 +86,7 @@ def registry_close(
     config: Path | None = ConfigOpt,
 ) -> None:
     """End a row's interval at --at (default now)."""
+    # lazy: importing it costs every `artemis` start-up ~0.25 s
     from artemis.registry.writes import close_row
 
     with _engine(config).begin() as conn:
@@ -92,6 +97,7 @@ def registry_close(
 @registry_app.command("reopen")
 def registry_reopen(table: str, row_id: int, config: Path | None = ConfigOpt) -> None:
     """Make a closed row open-ended again (refused when that overlaps another row)."""
+    # lazy: importing it costs every `artemis` start-up ~0.25 s
     from artemis.registry.writes import reopen_row
 
     with _engine(config).begin() as conn:
@@ -108,6 +114,7 @@ def registry_switch(
     config: Path | None = ConfigOpt,
 ) -> None:
     """Gray switch: a copy of OLD_ID with --set changes takes over at --at; the old closes."""
+    # lazy: importing it costs every `artemis` start-up ~0.25 s
     from artemis.registry.writes import gray_switch
 
     with _engine(config).begin() as conn:
@@ -126,6 +133,7 @@ def registry_rollback(
     config: Path | None = ConfigOpt,
 ) -> None:
     """Undo a switch: close NEW_ID and put OLD_ID's configuration back in force."""
+    # lazy: importing it costs every `artemis` start-up ~0.25 s
     from artemis.registry.writes import rollback
 
     with _engine(config).begin() as conn:
@@ -142,6 +150,7 @@ def registry_schema(
     ),
 ) -> None:
     """Every section and field of a registry YAML file, with its type and meaning."""
+    # lazy: importing it costs every `artemis` start-up ~0.55 s
     from artemis.registry.file_models import json_schema as schema
     from artemis.registry.file_models import reference
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,16 @@ import typer
 from rich.table import Table
 
 from artemis.run_state import RunStatus
-from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _parse_kv, _settings, console
+from starter.cli._common import (
+    ConfigOpt,
+    _api_url,
+    _call,
+    _call_status,
+    _fail,
+    _parse_kv,
+    _settings,
+    console,
+)
 from starter.cli.watch import iter_events, watch_task
 
 tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True, rich_markup_mode=None)
@@ -36,8 +46,6 @@ def _age(started: str | None) -> str:
     """``5s``, ``3m``, ``2h``, ``4d`` since ``started`` (ISO), as kubectl shows an age."""
     if not started:
         return ""
-    from datetime import UTC, datetime
-
     try:
         then = datetime.fromisoformat(started)
     except ValueError:
@@ -141,8 +149,6 @@ def task_types(
 
 def _resolve_id(base: str, settings: Any, task_id: str) -> str:
     """A task id, or a unique prefix of one (as the list shows them cut)."""
-    from starter.cli._common import _call_status
-
     if _call_status("GET", f"{base}/tasks/{task_id}", settings) != 404:
         return task_id
     matches: list[str] = []

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from fastapi.types import DecoratedCallable
+from pydantic import BaseModel
 
 from artemis.callback import CallbackTarget
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import RUN_REQUESTS
 from artemis.run_state import TERMINAL, RunStatus, StoredStatus, end_code
+from artemis.taskstore import (
+    StorageUnavailable,
+    TaskNotFound,
+    TaskStorage,
+    TaskValidationError,
+    make_task_storage,
+)
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope, error_response
 from starter.api.schemas import (
@@ -54,6 +64,24 @@ CONTROL_ERRORS: dict[int | str, dict[str, Any]] = {
     409: {"model": Envelope[None], "description": "CONFLICT: the task has finished"},
     422: {"model": Envelope[None], "description": "INVALID_INPUT naming the field"},
 }
+
+
+def control_route(
+    path: str,
+    operation_id: str | None,
+    summary: str,
+    answer: type[BaseModel] = ControlAnswer,
+    method: str = "POST",
+) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """A route that signals a running task: 202 with ``answer``, or one of CONTROL_ERRORS."""
+    return router.api_route(
+        path,
+        methods=[method],
+        operation_id=operation_id,
+        status_code=202,
+        summary=summary,
+        responses={**documented(answer, 202), **CONTROL_ERRORS},
+    )
 
 
 def _final_response(request: Request, status: dict) -> JSONResponse:
@@ -177,13 +205,7 @@ async def get_task(
     return envelope(request, await service.status(task_id))
 
 
-@router.post(
-    "/tasks/{task_id}/cancel",
-    operation_id="cancel_task",
-    status_code=202,
-    summary="Cancel a run",
-    responses={**documented(CancelAnswer, 202), **CONTROL_ERRORS},
-)
+@control_route("/tasks/{task_id}/cancel", "cancel_task", "Cancel a run", CancelAnswer)
 async def cancel_task(
     task_id: str,
     request: Request,
@@ -194,23 +216,16 @@ async def cancel_task(
     return envelope(request, await service.cancel(task_id, reason), status=202)
 
 
-@router.delete(
-    "/tasks/{task_id}",
-    status_code=202,
-    summary="Cancel a run",
-    responses={**documented(CancelAnswer, 202), **CONTROL_ERRORS},
-)
+@control_route("/tasks/{task_id}", None, "Cancel a run", CancelAnswer, method="DELETE")
 async def delete_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
 ) -> JSONResponse:
     return envelope(request, await service.cancel(task_id, CancelBody().reason), status=202)
 
 
-def _store(request: Request):  # noqa: ANN202
+def _store(request: Request) -> TaskStorage:
     app = request.app
     if getattr(app.state, "task_store", None) is None:
-        from artemis.taskstore import make_task_storage
-
         app.state.task_store = make_task_storage(app.state.settings)
     return app.state.task_store
 
@@ -248,13 +263,7 @@ async def retry_task(
     return envelope(request, answer, status=202)
 
 
-@router.post(
-    "/tasks/{task_id}/pause",
-    operation_id="pause_task",
-    status_code=202,
-    summary="Pause a running task",
-    responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
-)
+@control_route("/tasks/{task_id}/pause", "pause_task", "Pause a running task")
 async def pause_task(
     task_id: str,
     request: Request,
@@ -266,25 +275,15 @@ async def pause_task(
     return envelope(request, await service.control(task_id, "pause", reason), status=202)
 
 
-@router.post(
-    "/tasks/{task_id}/resume",
-    operation_id="resume_task",
-    status_code=202,
-    summary="Resume a paused task",
-    responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
-)
+@control_route("/tasks/{task_id}/resume", "resume_task", "Resume a paused task")
 async def resume_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
 ) -> JSONResponse:
     return envelope(request, await service.control(task_id, "resume"), status=202)
 
 
-@router.post(
-    "/tasks/{task_id}/rate-limit",
-    operation_id="rate_limit_task",
-    status_code=202,
-    summary="Set a running task's requests per second",
-    responses={**documented(ControlAnswer, 202), **CONTROL_ERRORS},
+@control_route(
+    "/tasks/{task_id}/rate-limit", "rate_limit_task", "Set a running task's requests per second"
 )
 async def rate_limit_task(
     task_id: str,
@@ -312,8 +311,6 @@ async def list_tasks(
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(None, max_length=500),
 ) -> JSONResponse:
-    from artemis.taskstore import StorageUnavailable, TaskValidationError
-
     try:
         items, nxt = await asyncio.to_thread(
             _store(request).list, status=status, code=code, limit=limit, cursor=cursor
@@ -334,8 +331,6 @@ async def list_tasks(
     responses={**documented(FeedbackAnswer), 404: CONTROL_ERRORS[404], 422: CONTROL_ERRORS[422]},
 )
 async def task_feedback(task_id: str, request: Request, body: FeedbackBody) -> JSONResponse:
-    from artemis.taskstore import TaskNotFound, TaskValidationError
-
     try:
         data = await asyncio.to_thread(
             _store(request).record_feedback, task_id, body.status, body.comment
