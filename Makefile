@@ -34,12 +34,12 @@ demo: install
 	$(VENV)/bin/artemis demo $(ARGS)
 
 test: install-dev
-	$(VENV)/bin/ruff check artemis temporal_shared activities workflows workers starter devstack infra tests bench
-	$(VENV)/bin/mypy artemis temporal_shared activities workflows workers starter devstack infra bench
+	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
+	$(VENV)/bin/mypy artemis activities workflows workers starter infra bench
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: install-dev
-	$(VENV)/bin/ruff check artemis temporal_shared activities workflows workers starter devstack infra tests bench
+	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
 
 bench: install-dev
 	$(VENV)/bin/python bench/harvest.py --pages 200 --page-size 100 --latency-ms 10

@@ -20,7 +20,7 @@ from artemis.run_models import CleanupInput, CleanupResult, workflow_id_for
 from artemis.run_state import OPEN, RunStatus, end_error
 from artemis.sinks.files import drop_file_records_older_than
 from artemis.taskstore import ConcurrentModification, TaskNotFound, TaskStorage, make_task_storage
-from temporal_shared.runs import OPEN_STATUSES, closed_run_end
+from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
 
 
 class HousekeepingActivities:

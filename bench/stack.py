@@ -90,7 +90,7 @@ def bench_stack(
         "COOKIE_MASTER_KEY": os.environ.get("COOKIE_MASTER_KEY") or secrets.token_urlsafe(48),
     }
     stack = BenchStack(tmp, samples, f"http://127.0.0.1:{api_port}", env)
-    cli = [sys.executable, "-m", "devstack"]
+    cli = [sys.executable, "-m", "infra.devstack"]
     procs: list[subprocess.Popen] = []
     try:
         stack.cli("db", "upgrade")

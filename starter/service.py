@@ -60,10 +60,10 @@ from artemis.security import check_header_names
 from artemis.sinks import register_sink_secret, resolve_output, seal_output
 from artemis.tasks.registry import get_task, task_codes
 from artemis.taskstore import StorageUnavailable, TaskData, TaskStorage, make_task_storage
+from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
 from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
 from starter.ssrf import check_request_urls
-from temporal_shared.runs import OPEN_STATUSES, closed_run_end
 
 log = get_logger("artemis.starter")
 

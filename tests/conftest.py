@@ -211,7 +211,7 @@ def db_engine(request, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 async def client(base_settings: Settings):
-    from temporal_shared.client import connect
+    from artemis.temporal.client import connect
 
     return await connect(base_settings)
 
@@ -384,7 +384,7 @@ def _start_cli(args: list[str], config: Path, log_path: Path) -> subprocess.Pope
     }
     out = open(log_path, "ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "devstack", *args],
+        [sys.executable, "-m", "infra.devstack", *args],
         env=env,
         stdout=out,
         stderr=subprocess.STDOUT,

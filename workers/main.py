@@ -25,7 +25,7 @@ from artemis.logsetup import configure_logging, get_logger
 from artemis.metrics import serve as serve_metrics
 from artemis.registry.resolve import provenance_rates
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
-from temporal_shared.client import connect
+from artemis.temporal.client import connect
 from workers.boundary import RunActivityBoundary
 from workflows.alerts import AlertsWorkflow
 from workflows.cleanup import CleanupWorkflow

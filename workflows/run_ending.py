@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         RetainInput,
     )
     from artemis.run_state import RunStatus
-    from temporal_shared.failures import message_of
+    from artemis.temporal.failures import message_of
 
 # The clean-up after a delivered finalize is its own step: a failed clean-up can never
 # send the finalize again (histories of earlier builds keep the old path).

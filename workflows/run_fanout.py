@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
         workflow_id_for,
     )
     from artemis.run_state import LOOP_STEPS
-    from temporal_shared.failures import details_of
+    from artemis.temporal.failures import details_of
 
 # A split's pieces are reconciled with the source's count of the whole window (SPEC §4
 # "Versioning": histories of earlier builds keep the old path).

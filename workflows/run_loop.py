@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         provenance_queue,
     )
     from artemis.run_state import LOOP_STEPS
-    from temporal_shared.failures import code_of, was_cancelled
+    from artemis.temporal.failures import code_of, was_cancelled
 
 # A batch followed by more fetching is processed by a regular activity: a local activity
 # holds the workflow task open, and with it the next fetch's start.

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.outage import UNAVAILABLE, next_delay, outage_from_details
     from artemis.run_models import Outage, OutageNote
-    from temporal_shared.failures import details_of, message_of, root_application_error
+    from artemis.temporal.failures import details_of, message_of, root_application_error
 
 
 class OutageWaits(RunCore):

@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
     )
     from artemis.run_state import RETRYABLE_ENDINGS, RunState, RunStatus, end_code
-    from temporal_shared.failures import code_of, message_of
+    from artemis.temporal.failures import code_of, message_of
 
 # Patch ids (SPEC §4 "Versioning"): a change to the command sequence runs only where the
 # history has not already taken the old path. Remove one only when no kept history needs

@@ -6,8 +6,8 @@ from fastapi import Request
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.temporal.client import connect
 from starter.service import RunService
-from temporal_shared.client import connect
 
 
 def get_settings(request: Request) -> Settings:

@@ -4,7 +4,7 @@ per command group.
 `_common` (settings, failing, calling the API), `servers` (api, samples, db), `cookies`,
 `audit`, `registry`, `tasks` (run, tasks …) and `watch` (the run's event stream and its
 live view). The full `artemis` command adds `worker`, `dev` and `demo` on top of this app
-(`devstack/cli.py`): nothing here imports a worker.
+(`infra/devstack/cli.py`): nothing here imports a worker.
 
 Every command module is imported at every start-up, so code that is slow to import (the
 registry, the vault, the API: 0.2–1.5 s each) is imported inside the command that needs

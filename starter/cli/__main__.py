@@ -1,4 +1,4 @@
-"""`python -m starter.cli …`: the starter's commands (`python -m devstack …` is the full
+"""`python -m starter.cli …`: the starter's commands (`python -m infra.devstack …` is the full
 `artemis`, with `worker`, `dev` and `demo`)."""
 
 from starter.cli import main

@@ -87,7 +87,7 @@ def _audit(
 
 async def _histories(settings: Settings, limit: int) -> list[tuple[str, str]]:
     # lazy: importing it costs every `artemis` start-up ~0.55 s
-    from temporal_shared.client import connect
+    from artemis.temporal.client import connect
 
     client = await connect(settings)
     out: list[tuple[str, str]] = []

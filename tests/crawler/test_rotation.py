@@ -14,8 +14,8 @@ from artemis.crawler.models import CookieRow
 from artemis.crawler.vault import CookieVault
 from artemis.errors import ArtemisError
 from artemis.migrate import upgrade
+from artemis.temporal.codec import FernetPayloadCodec
 from artemis.vault import RunSecrets, derive_multi, master_keys
-from temporal_shared.codec import FernetPayloadCodec
 
 OLD = b"old-master-key-0123456789-abcdefghijklmnop"
 NEW = b"new-master-key-9876543210-zyxwvutsrqponmlk"

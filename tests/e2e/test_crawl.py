@@ -32,7 +32,7 @@ from artemis.crawler.vault import vault_for
 from artemis.db import get_engine
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, ReclaimResult
 from artemis.samples.platform import note_ids
-from temporal_shared.client import connect
+from artemis.temporal.client import connect
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
 from tests.helpers import ending, eventually
 from workers.main import (

@@ -36,7 +36,7 @@ async def test_a_closed_pipe_does_not_stop_artemis_dev_and_sigkill_leaves_no_tem
     # sample defaults follow --samples-port
     config.write_text(yaml.safe_dump({"logging": {"output": "stdout", "format": "json"}}))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "devstack", "dev", "--config", str(config)]
+        [sys.executable, "-m", "infra.devstack", "dev", "--config", str(config)]
         + ["--data-dir", str(data), "--api-port", str(ports["api"])]
         + ["--temporal-port", str(ports["temporal"]), "--ui-port", str(ports["ui"])]
         + ["--samples-port", str(ports["samples"])],
@@ -172,7 +172,7 @@ def test_demo_with_a_config_of_its_own_keeps_the_demos_defaults(tmp_path):
         )
     )
     done = subprocess.run(
-        [sys.executable, "-m", "devstack", "demo", "--exit", "--config", str(config)]
+        [sys.executable, "-m", "infra.devstack", "demo", "--exit", "--config", str(config)]
         + ["--data-dir", str(tmp_path / "state"), "--api-port", str(ports["api"])]
         + ["--temporal-port", str(ports["temporal"]), "--ui-port", str(ports["ui"])]
         + ["--samples-port", str(ports["samples"])],

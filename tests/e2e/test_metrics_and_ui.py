@@ -74,7 +74,7 @@ def free_port() -> int:
 
 
 async def test_sdk_worker_metrics_are_served_on_their_own_port(base_settings):
-    from temporal_shared.client import connect
+    from artemis.temporal.client import connect
     from workers.main import running_worker
 
     port = free_port()

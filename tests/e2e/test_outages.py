@@ -17,8 +17,8 @@ from sqlalchemy import text
 
 from artemis.db import get_engine
 from artemis.run_state import TERMINAL
+from artemis.temporal.client import connect
 from infra.devserver import DevServer, free_port
-from temporal_shared.client import connect
 from tests.conftest import new_task_id, serve_api, settings_with, start_worker_process, write_config
 from tests.e2e.test_events import read_sse
 from tests.helpers import eventually, stop_processes

@@ -109,7 +109,7 @@ async def test_the_readme_walkthrough_runs_as_written(
     def artemis(args: list[str], log: str) -> subprocess.Popen:
         out = open(tmp_path / log, "ab")  # noqa: SIM115 (the process holds it)
         return subprocess.Popen(
-            [sys.executable, "-m", "devstack", *args],
+            [sys.executable, "-m", "infra.devstack", *args],
             env=env,
             cwd=tmp_path,
             stdout=out,
@@ -199,7 +199,7 @@ def run_the_commands(lines: list[str], env: dict[str, str], cwd: Path) -> list[s
         argv = shlex.split(line)
         assert argv[0] == "artemis", line
         done = subprocess.run(
-            [sys.executable, "-m", "devstack", *argv[1:]],
+            [sys.executable, "-m", "infra.devstack", *argv[1:]],
             env=env,
             cwd=cwd,
             capture_output=True,

@@ -11,7 +11,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowHistory
 
 from artemis.config import Settings
-from temporal_shared.codec import ENCODING
+from artemis.temporal.codec import ENCODING
 from tests.conftest import new_task_id, serve_api, settings_with
 
 # The events whose ``input`` or ``result`` payloads a run writes.
@@ -27,7 +27,7 @@ PAYLOAD_EVENTS = (
 async def test_histories_hold_only_encrypted_payloads_and_the_codec_endpoint_decodes(
     base_settings,
 ):
-    from temporal_shared.client import connect
+    from artemis.temporal.client import connect
     from workers.main import running_worker
 
     settings = settings_with(

@@ -95,7 +95,7 @@ def test_worker_refuses_to_start_on_bad_config(tmp_path):
     import os
 
     out = subprocess.run(
-        [sys.executable, "-m", "devstack", "worker", "--config", str(cfg)],
+        [sys.executable, "-m", "infra.devstack", "worker", "--config", str(cfg)],
         capture_output=True,
         text=True,
         timeout=60,

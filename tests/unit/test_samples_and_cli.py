@@ -155,7 +155,7 @@ def test_worker_and_api_refuse_to_start_without_the_master_key(tmp_path, command
     env.update(ARTEMIS_CONFIG=str(config), PYTHONPATH=str(ROOT))
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "devstack", command],
+        [sys.executable, "-m", "infra.devstack", command],
         env=env,
         cwd=tmp_path,
         capture_output=True,

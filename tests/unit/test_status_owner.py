@@ -12,12 +12,10 @@ from artemis.run_state import CandidateStatus, CookieStatus, RunStatus, StepStat
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = (
     "artemis",
-    "temporal_shared",
     "activities",
     "workflows",
     "workers",
     "starter",
-    "devstack",
     "bench",
 )
 WORDS = sorted(
@@ -56,7 +54,6 @@ NOT_STATUSES = [
     ("workflows/task_run.py", 'info("paused"', "a log event name"),
     ("starter/service.py", 'kind, data = "paused"', "the event kind recorded for a pause"),
     ("starter/service.py", 'progress.get("paused")', "the progress query's key"),
-    ("devstack/stack.py", 'resp["success"]', "the envelope's key"),
     ("infra/devstack/stack.py", 'resp["success"]', "the envelope's key"),
     ("artemis/samples/app.py", '"active": mode', "a sample's fault switch"),
     ("bench/record_histories.py", "await d.start(", "a recorded scenario's name"),

@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payloads
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.temporal.codec import codec_for
 from starter.api.schemas import INVALID
-from temporal_shared.codec import codec_for
 
 router = APIRouter(tags=["codec"])
 

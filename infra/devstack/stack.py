@@ -33,12 +33,12 @@ from artemis.registry.yaml_io import import_yaml
 from artemis.run_state import RunStatus
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
+from artemis.temporal.client import connect
 from artemis.vault import MASTER_KEY_ENV, allow_generated_key_file
 from infra.devserver import DevServer
 from starter.api.app import create_app
 from starter.cli.watch import watch_task
 from starter.service import ui_list_url, ui_url
-from temporal_shared.client import connect
 from workers.main import running_worker
 
 # Off a terminal nothing is wrapped or cut (a link stays whole for the reader of a log).

@@ -1,6 +1,6 @@
 """Reading Temporal failures, by exception type (``temporalio.exceptions``), never by
 message text. Shared by the task-run workflow (an activity's or a child run's failure)
-and the API (a closed run's failure, ``temporal_shared.runs``).
+and the API (a closed run's failure, ``artemis.temporal.runs``).
 
 - ``code_of``: the failure's error code: the root ``ApplicationError``'s type (the
   activity boundary sets it from ``ErrorCode``), ``TIMEOUT_ERROR`` for Temporal's own

@@ -12,7 +12,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from artemis.run_state import RunStatus, end_error, stats_view, status_of_closed
-from temporal_shared.failures import code_of, details_of, message_of
+from artemis.temporal.failures import code_of, details_of, message_of
 
 OPEN_STATUSES = (WfStatus.RUNNING, WfStatus.CONTINUED_AS_NEW)
 

@@ -44,7 +44,7 @@ def dev(
 ) -> None:
     """Run the whole embedded stack in the foreground until Ctrl-C."""
     # lazy: importing it costs every `artemis` start-up ~1.7 s
-    from devstack.stack import DevStack
+    from infra.devstack.stack import DevStack
 
     stack = DevStack(
         config, data_dir, api_port, temporal_port, ui_port, samples_port, samples=not no_samples
@@ -63,7 +63,7 @@ def demo(
 ) -> None:
     """Start the embedded stack, run the sample tasks with live progress, print a summary."""
     # lazy: importing it costs every `artemis` start-up ~1.7 s
-    from devstack.stack import DevStack
+    from infra.devstack.stack import DevStack
 
     stack = DevStack(config, data_dir, api_port, temporal_port, ui_port, samples_port)
     ok = asyncio.run(stack.demo(stay=not exit_))

@@ -13,8 +13,8 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.temporal.codec import codec_for
 from artemis.tracing import setup_telemetry
-from temporal_shared.codec import codec_for
 
 
 class OperatorFailureConverter(DefaultFailureConverter):
