@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import BigInteger, Index, Text, delete, insert, or_, select, text
@@ -39,10 +40,31 @@ from artemis.run_state import (
     stats_view,
 )
 
+
 # Which plan step each activity of the task-run workflow belongs to. Bookkeeping
 # activities (task-store mirroring, cleanup) are not part of the plan.
 # Operator controls recorded in a run's stream (POST /tasks/{id}/pause|resume|rate-limit).
-CONTROL_EVENTS = ("paused", "resumed", "rate_changed")
+class Control(StrEnum):
+    """An operator's control of a run, as its event kind (and the control answer's
+    action)."""
+
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    RATE_CHANGED = "rate_changed"
+
+
+CONTROL_EVENTS = tuple(Control)
+
+
+class Ending(StrEnum):
+    """The stream's terminal event (seed 001): one per run."""
+
+    COMPLETE = "complete"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_EVENTS = tuple(Ending)
 # A run waiting out an outage, and its recovery (recorded by the workflow's note_outage).
 OUTAGE_EVENTS = ("waiting", "recovered")
 
@@ -473,17 +495,17 @@ class PlanTracker:
         stats = data.get("stats") or {}
         error = data.get("error") or None
         if status == RunStatus.COMPLETED:
-            return "complete", {"status": status, "stats": stats}
+            return Ending.COMPLETE, {"status": status, "stats": stats}
         if status == RunStatus.CANCELLED:
             reason = (error or {}).get("message") or RunStatus.CANCELLED.value
-            return "cancelled", {
+            return Ending.CANCELLED, {
                 "status": status,
                 "cancelled": True,
                 "reason": reason,
                 "message": reason,
                 "stats": stats,
             }
-        return "error", {
+        return Ending.ERROR, {
             "status": status,
             "error": error or end_error(status, None, status),
             "stats": stats,

@@ -39,7 +39,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from artemis.callback import CallbackTarget, resolve_base_url
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.events import EventLog
+from artemis.events import Control, EventLog
 from artemis.logsetup import get_logger, register_secret
 from artemis.outage import waiting_line
 from artemis.retained import Retained
@@ -470,13 +470,13 @@ class RunService:
         data: dict[str, Any]
         if action == "pause":
             await handle.signal("pause", PauseRequest(reason=str(value)))
-            kind, data = "paused", {"reason": str(value)}
+            kind, data = Control.PAUSED, {"reason": str(value)}
         elif action == "resume":
             await handle.signal("resume")
-            kind, data = "resumed", {}
+            kind, data = Control.RESUMED, {}
         else:
             await handle.signal("set_rate_limit", RateLimitRequest(qps=float(value)))
-            kind, data = "rate_changed", {"qps": float(value)}
+            kind, data = Control.RATE_CHANGED, {"qps": float(value)}
         await asyncio.to_thread(self.events.append, task_id, kind, data)
         log.info("task_controlled", task_id=task_id, workflow_id=handle.id, action=kind, **data)
         return {"task_id": task_id, "workflow_id": handle.id, "action": kind, **data}

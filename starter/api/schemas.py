@@ -4,11 +4,12 @@ them, and ``/openapi.json`` / ``/docs`` show them. Every answer sits inside the 
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from artemis.events import Control
 from artemis.run_state import RunStatus, Verdict
 from artemis.security import is_safe_id
 
@@ -266,7 +267,7 @@ class CancelAnswer(BaseModel):
 class ControlAnswer(BaseModel):
     task_id: str
     workflow_id: str
-    action: Literal["paused", "resumed", "rate_changed"]
+    action: Control
     reason: str | None = None
     qps: float | None = None
 

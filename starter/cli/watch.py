@@ -21,10 +21,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from artemis.config import Settings
+from artemis.events import TERMINAL_EVENTS, Control, Ending
 from artemis.run_state import TERMINAL, StepStatus
 from starter.cli._common import _call, _call_error, _fail, _headers, console
 
-TERMINAL_EVENTS = ("complete", "error", "cancelled")
 MAX_FAILURES = 5
 STREAM_TIMEOUT = httpx.Timeout(30, read=None)  # a quiet run sends nothing for a while
 CLOSE_WAIT_S = 30
@@ -125,11 +125,11 @@ class StepView:
             self.counters = ev
         elif kind in ("activity_start", "activity_result"):
             self.last = _activity_text(ev)
-        elif kind == "paused":
+        elif kind == Control.PAUSED:
             self.waiting = (
                 f"paused: {ev.get('reason') or 'by request'} (resume: artemis tasks resume)"
             )
-        elif kind == "resumed":
+        elif kind == Control.RESUMED:
             self.waiting = ""
         elif kind == "waiting":
             self.waiting = str(ev.get("line") or "waiting")
@@ -148,7 +148,7 @@ class StepView:
         table.add_column("status")
         for t in self.todos:
             status = t["status"]
-            ended = self.ended and self.ended.get("event") != "complete"
+            ended = self.ended and self.ended.get("event") != Ending.COMPLETE
             if status == StepStatus.PENDING and ended:
                 status = "SKIPPED"  # the run ended before this step
             table.add_row(t.get("content", t["id"]), _ICONS.get(status, status))
