@@ -5,8 +5,14 @@ sends N async starts of `pull_stock_quotes` (one symbol, one page each) in waves
 concurrent requests, timing each answer at the client, and waits until every run has
 completed (polling the task listing, GET /tasks?status=…).
 
+Then, on the same server, the same waves of raw `start_workflow` calls (one Temporal
+client, a workflow type nothing polls: what Temporal alone takes to accept a start), and
+the ratio of the two p99s.
+
 Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept_max_ms",
-"runs_per_s", "seconds"}.
+"runs_per_s", "seconds", "raw_start_p50_ms", "raw_start_p99_ms", "p99_over_raw"}.
+``--eager`` starts the dev server with eager activity execution and eager workflow start
+enabled (dynamic config), to measure what they change.
 """
 
 from __future__ import annotations
@@ -17,15 +23,50 @@ import json
 import statistics
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
+from temporalio.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
 from bench.stack import bench_stack  # noqa: E402
+
+EAGER = {
+    "system.enableActivityEagerExecution": "true",
+    "system.enableEagerWorkflowStart": "true",
+}
+
+
+def percentile(sorted_ms: list[float], q: float) -> float:
+    return sorted_ms[max(0, int(len(sorted_ms) * q) - 1)]
+
+
+async def raw_starts(address: str, runs: int, wave: int) -> list[float]:
+    """``runs`` plain `start_workflow` calls in waves of ``wave`` (ms each, sorted), of a
+    workflow type no worker polls; terminated afterwards."""
+    client = await Client.connect(address)
+    queue = f"raw-{uuid.uuid4().hex[:8]}"
+    started: list[str] = []
+
+    async def start() -> float:
+        wf_id = f"raw-{uuid.uuid4().hex}"
+        t0 = time.perf_counter()
+        await client.start_workflow("RawStart", {"n": 1}, id=wf_id, task_queue=queue)
+        started.append(wf_id)
+        return (time.perf_counter() - t0) * 1000
+
+    for _ in range(3):  # warm-up: connection, namespace caches
+        await start()
+    times: list[float] = []
+    for first in range(0, runs, wave):
+        times += await asyncio.gather(*(start() for _ in range(min(wave, runs - first))))
+    for wf_id in started:
+        await client.get_workflow_handle(wf_id).terminate("accept bench")
+    return sorted(times)
 
 
 def body(samples: str, n: int) -> dict:
@@ -43,13 +84,15 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--wave", type=int, default=50)
+    ap.add_argument("--eager", action="store_true", help="eager activities and starts on")
     args = ap.parse_args()
+    dynamic = EAGER if args.eager else None
     config = {
         "output_defaults": {
             "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/accept"}
         }
     }
-    with bench_stack(config) as stack:
+    with bench_stack(config, dynamic_config=dynamic) as stack:
         limits = httpx.Limits(max_connections=args.wave, max_keepalive_connections=args.wave)
         async with httpx.AsyncClient(timeout=120, limits=limits) as http:
             url = f"{stack.api}/tasks/pull_stock_quotes/run?mode=async"
@@ -95,17 +138,23 @@ async def main() -> None:
                 if pending:
                     await asyncio.sleep(0.05)
             seconds = time.perf_counter() - began
+        raw = await raw_starts(stack.temporal, args.runs, args.wave)
         ms = sorted(t * 1000 for t, _ in accepted)
+        p99 = percentile(ms, 0.99)
         print(
             json.dumps(
                 {
                     "runs": args.runs,
                     "wave": args.wave,
                     "accept_p50_ms": round(statistics.median(ms), 1),
-                    "accept_p99_ms": round(ms[max(0, int(len(ms) * 0.99) - 1)], 1),
+                    "accept_p99_ms": round(p99, 1),
                     "accept_max_ms": round(ms[-1], 1),
                     "runs_per_s": round(args.runs / seconds, 1),
                     "seconds": round(seconds, 2),
+                    "raw_start_p50_ms": round(statistics.median(raw), 1),
+                    "raw_start_p99_ms": round(percentile(raw, 0.99), 1),
+                    "p99_over_raw": round(p99 / percentile(raw, 0.99), 2),
+                    "eager": args.eager,
                 }
             )
         )

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from artemis.run_state import RunStatus  # noqa: E402
+from bench.accept import EAGER  # noqa: E402
 from bench.stack import bench_stack  # noqa: E402
 
 START = date(1960, 1, 1)
@@ -151,6 +152,11 @@ async def main() -> None:
     ap.add_argument("--sql-url", help="the sql sink's database (default: a PostgreSQL of its own)")
     ap.add_argument("--file-format", choices=["parquet", "jsonl"], default="parquet")
     ap.add_argument(
+        "--eager",
+        action="store_true",
+        help="the dev server with eager activity execution and eager workflow start on",
+    )
+    ap.add_argument(
         "--memory-only",
         action="store_true",
         help="one Artemis run, no baseline: report the worker's idle and peak RSS",
@@ -185,7 +191,8 @@ async def _main(args: argparse.Namespace, resources: contextlib.ExitStack) -> No
             }
         },
     }
-    with bench_stack(config, latency_ms=args.latency_ms) as stack:
+    dynamic = EAGER if args.eager else None
+    with bench_stack(config, latency_ms=args.latency_ms, dynamic_config=dynamic) as stack:
         samples, api = stack.samples, stack.api
         await artemis_run(api, samples, 3, 10)  # warm-up: connections, sandbox, caches
         if args.memory_only:
@@ -258,6 +265,7 @@ async def _main(args: argparse.Namespace, resources: contextlib.ExitStack) -> No
                     "latency_ms": args.latency_ms,
                     "repeat": args.repeat,
                     "pages_per_fetch": args.pages_per_fetch,
+                    "eager": args.eager,
                     "batches": stats.get("stats", {}).get("batches"),
                     "artemis_runs_s": [round(x, 3) for x in artemis_times],
                     "baseline_runs_s": [round(x, 3) for x in base_times],

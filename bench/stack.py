@@ -37,6 +37,8 @@ class BenchStack:
     samples: str
     api: str
     env: dict[str, str]
+    # The stack's Temporal (host:port), for a bench's own client.
+    temporal: str = ""
     worker_pids: list[int] = field(default_factory=list)
 
     def rss_mb(self, pid: int, peak: bool = False) -> float:
@@ -59,14 +61,26 @@ class BenchStack:
 
 @contextmanager
 def bench_stack(
-    config: dict[str, Any], latency_ms: float = 0.0, before_start: Any = None, workers: int = 1
+    config: dict[str, Any],
+    latency_ms: float = 0.0,
+    before_start: Any = None,
+    workers: int = 1,
+    dynamic_config: dict[str, str] | None = None,
 ) -> Iterator[BenchStack]:
     """``config`` is merged into the generated YAML (its ``{samples}`` placeholders filled);
     ``before_start(stack)`` runs after `db upgrade`, before the workers (``workers``
-    processes) start."""
+    processes) start; ``dynamic_config``: the dev server's dynamic config values
+    (``system.enableActivityEagerExecution=true``, say)."""
     tmp = Path(tempfile.mkdtemp(prefix="artemis-bench-"))
+    extra: list[str] = []
+    for key, value in (dynamic_config or {}).items():
+        extra += ["--dynamic-config-value", f"{key}={value}"]
     temporal = DevServer(
-        port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log"
+        port=free_port(),
+        ui_port=None,
+        db_file=None,
+        log_file=tmp / "temporal.log",
+        extra_args=extra,
     ).start()
     samples_port, api_port = free_port(), free_port()
     samples = f"http://127.0.0.1:{samples_port}"
@@ -89,7 +103,7 @@ def bench_stack(
         "ARTEMIS_CONFIG": str(tmp / "config.yaml"),
         "COOKIE_MASTER_KEY": os.environ.get("COOKIE_MASTER_KEY") or secrets.token_urlsafe(48),
     }
-    stack = BenchStack(tmp, samples, f"http://127.0.0.1:{api_port}", env)
+    stack = BenchStack(tmp, samples, f"http://127.0.0.1:{api_port}", env, temporal.address)
     cli = [sys.executable, "-m", "infra.devstack"]
     procs: list[subprocess.Popen] = []
     try:
