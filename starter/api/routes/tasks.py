@@ -202,7 +202,9 @@ async def _run(
 async def get_task(
     task_id: str, request: Request, service: RunService = Depends(get_service)
 ) -> JSONResponse:
-    return envelope(request, await service.status(task_id))
+    # The answer is a TaskView: its status one of RunStatus, checked on the way out.
+    view = TaskView.model_validate(await service.status(task_id))
+    return envelope(request, view.model_dump(mode="json", exclude_unset=True))
 
 
 @control_route("/tasks/{task_id}/cancel", "cancel_task", "Cancel a run", CancelAnswer)
