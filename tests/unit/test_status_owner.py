@@ -53,7 +53,7 @@ NOT_STATUSES = [
     ("starter/cli/watch.py", '"failed" if ev.get("error")', "an activity line's word"),
     ("workers/boundary.py", 'outcome = "cancelled"', "an activity's outcome (metric label)"),
     ("workflows/task_run.py", 'info("paused"', "a log event name"),
-    ("starter/service.py", 'progress.get("paused")', "the progress query's key"),
+    ("starter/run_reads.py", 'progress.get("paused")', "the progress query's key"),
     ("infra/devstack/stack.py", 'resp["success"]', "the envelope's key"),
     ("artemis/samples/app.py", '"active": mode', "a sample's fault switch"),
     ("bench/record_histories.py", "await d.start(", "a recorded scenario's name"),
