@@ -23,7 +23,6 @@ import json
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import httpx
@@ -33,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
+from bench.accept_floor import raw_starts  # noqa: E402
 from bench.stack import bench_stack  # noqa: E402
 
 EAGER = {
@@ -43,30 +43,6 @@ EAGER = {
 
 def percentile(sorted_ms: list[float], q: float) -> float:
     return sorted_ms[max(0, int(len(sorted_ms) * q) - 1)]
-
-
-async def raw_starts(address: str, runs: int, wave: int) -> list[float]:
-    """``runs`` plain `start_workflow` calls in waves of ``wave`` (ms each, sorted), of a
-    workflow type no worker polls; terminated afterwards."""
-    client = await Client.connect(address)
-    queue = f"raw-{uuid.uuid4().hex[:8]}"
-    started: list[str] = []
-
-    async def start() -> float:
-        wf_id = f"raw-{uuid.uuid4().hex}"
-        t0 = time.perf_counter()
-        await client.start_workflow("RawStart", {"n": 1}, id=wf_id, task_queue=queue)
-        started.append(wf_id)
-        return (time.perf_counter() - t0) * 1000
-
-    for _ in range(3):  # warm-up: connection, namespace caches
-        await start()
-    times: list[float] = []
-    for first in range(0, runs, wave):
-        times += await asyncio.gather(*(start() for _ in range(min(wave, runs - first))))
-    for wf_id in started:
-        await client.get_workflow_handle(wf_id).terminate("accept bench")
-    return sorted(times)
 
 
 def body(samples: str, n: int) -> dict:
@@ -138,7 +114,7 @@ async def main() -> None:
                 if pending:
                     await asyncio.sleep(0.05)
             seconds = time.perf_counter() - began
-        raw = await raw_starts(stack.temporal, args.runs, args.wave)
+        raw, _ = await raw_starts(await Client.connect(stack.temporal), args.runs, args.wave)
         ms = sorted(t * 1000 for t, _ in accepted)
         p99 = percentile(ms, 0.99)
         print(

@@ -37,6 +37,32 @@ from bench.floor_shape import FloorLight, FloorShape, floor_step  # noqa: E402
 from infra.devserver import DevServer, free_port  # noqa: E402
 
 
+async def raw_starts(client: Client, runs: int, wave: int) -> tuple[list[float], float]:
+    """``runs`` plain `start_workflow` calls in waves of ``wave`` — (ms each, sorted; the
+    client's CPU ms a start) — of a workflow type no worker polls (after a warm-up:
+    connection, namespace caches); terminated afterwards."""
+    queue = f"floor-{uuid.uuid4().hex[:8]}"
+    started: list[str] = []
+
+    async def start() -> float:
+        wf_id = f"floor-{uuid.uuid4().hex}"
+        t0 = time.perf_counter()
+        await client.start_workflow("FloorWorkflow", {"n": 1}, id=wf_id, task_queue=queue)
+        started.append(wf_id)
+        return (time.perf_counter() - t0) * 1000
+
+    for _ in range(5):
+        await start()
+    times: list[float] = []
+    cpu0 = time.process_time()
+    for first in range(0, runs, wave):
+        times += await asyncio.gather(*(start() for _ in range(min(wave, runs - first))))
+    cpu_ms = (time.process_time() - cpu0) * 1000 / len(times)
+    for wf_id in started:
+        await client.get_workflow_handle(wf_id).terminate("accept floor bench")
+    return sorted(times), cpu_ms
+
+
 async def shape_rate(client: Client, wave: int, waves: int, shape: Any) -> float:
     queue = f"shape-{uuid.uuid4().hex[:8]}"
     async with Worker(
@@ -67,26 +93,7 @@ async def main() -> None:
     ).start()
     try:
         client = await Client.connect(server.address)
-        queue = f"floor-{uuid.uuid4().hex[:8]}"
-        started: list[str] = []
-
-        async def start() -> float:
-            wf_id = f"floor-{uuid.uuid4().hex}"
-            t0 = time.perf_counter()
-            await client.start_workflow("FloorWorkflow", {"n": 1}, id=wf_id, task_queue=queue)
-            started.append(wf_id)
-            return (time.perf_counter() - t0) * 1000
-
-        for _ in range(5):  # warm-up: connection, namespace caches
-            await start()
-        times: list[float] = []
-        cpu0 = time.process_time()
-        for _ in range(args.waves):
-            times += await asyncio.gather(*(start() for _ in range(args.wave)))
-        cpu_ms = (time.process_time() - cpu0) * 1000 / len(times)
-        for wf_id in started:
-            await client.get_workflow_handle(wf_id).terminate("accept floor bench")
-        times.sort()
+        times, cpu_ms = await raw_starts(client, args.wave * args.waves, args.wave)
         out = {
             "wave": args.wave,
             "waves": args.waves,

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 
 from tests.conftest import new_task_id
+from tests.helpers import eventually
 
 SLOW_S = 0.1
 
@@ -93,5 +94,7 @@ async def test_the_check_sees_a_blocking_callback() -> None:
     with _slow_callbacks_reported() as handler:
         asyncio.get_running_loop().call_soon(block)
         await done.wait()
-        await asyncio.sleep(0)  # the loop logs the slow handle once it has run it
-    assert any("block" in m for m in handler.seen), handler.seen
+        # the loop logs the slow handle once it has run it
+        await eventually(
+            lambda: any("block" in m for m in handler.seen), "asyncio's report", timeout=10
+        )
