@@ -12,21 +12,25 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.run_base import RunActivityBase, log, off_loop, run_key
+from activities.run_base import RunActivityBase, log, off_loop, require_every_page, run_key
+from activities.streaming import PageStream
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.metrics import PAGES_FETCHED, RECORDS_FETCHED
+from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
 from artemis.outage import outage_of
-from artemis.run_models import FetchInput, FetchResult, Outage
-from artemis.tasks import FetchControls
+from artemis.run_models import FetchInput, FetchResult, Outage, Streamed
+from artemis.tasks import FetchControls, TaskUnit
 from artemis.tasks.registry import get_task
-from artemis.tracing import current_trace
+from artemis.tracing import TraceContext, current_trace
 
 
 class FetchActivities(RunActivityBase):
     @activity.defn(name="fetch_pages")
     async def fetch_pages(self, inp: FetchInput) -> FetchResult:
         trace = current_trace()
+        key = run_key(inp.run)
         state = _resume_state(inp)
+        if inp.stream:
+            await self._resume_from_staging(inp, key, state)
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace)
         wind_down = asyncio.Event()
@@ -47,9 +51,16 @@ class FetchActivities(RunActivityBase):
             log.warning("callback_progress_disabled", error=str(e))
             callback = None
         last_ms = inp.progress_last_ms
-        key = run_key(inp.run)
         # Nothing staged from here on is counted yet: an earlier attempt's leftovers go.
         await off_loop(self.staging.drop_from, key, "raw", state["next_seq"])
+        stream: PageStream | None = None
+        if inp.stream:
+            try:
+                stream = await self._stream(task, inp, key, trace, state)
+            except ArtemisError as e:
+                # The batch path takes the whole batch over (it waits a sink out, or fails
+                # as it always did); a page an earlier attempt sent goes under its key.
+                log.info("stream_unavailable", code=e.code.value, error=str(e)[:300])
         started = time.monotonic()
         progress_every = self.settings.events.progress_min_interval_ms / 1000
         progress_at = started
@@ -65,21 +76,27 @@ class FetchActivities(RunActivityBase):
             nonlocal last_ms, progress_at
             async for page in pages:
                 seq = state["next_seq"]
-                await self._stage_raw(key, seq, page)
-                state.update(
-                    checkpoint=page.checkpoint,
-                    next_seq=seq + 1,
-                    pages=state["pages"] + 1,
-                    records=state["records"] + len(page.records),
-                    units_done=(
+                after = {
+                    "checkpoint": page.checkpoint,
+                    "next_seq": seq + 1,
+                    "pages": state["pages"] + 1,
+                    "records": state["records"] + len(page.records),
+                    "units_done": (
                         state["units_done"]
                         if page.info.units_done is None
                         else page.info.units_done
                     ),
-                    done=page.checkpoint is None,
-                    expected_total=page.info.expected_total,
-                    incomplete=page.info.incomplete,
-                )
+                    "done": page.checkpoint is None,
+                    "expected_total": page.info.expected_total,
+                    "incomplete": page.info.incomplete,
+                }
+                # Streaming: the page may be sent before this heartbeat reaches Temporal;
+                # where the fetch stands is staged with it (a retry resumes there).
+                cursor = {**after, "first_seq": inp.first_seq} if stream is not None else None
+                await self._stage_raw(key, seq, page, cursor)
+                if stream is not None:
+                    stream.put(seq, page.records)
+                state.update(after)
                 activity.heartbeat(state)
                 now = time.monotonic()
                 if page.checkpoint is None or now - progress_at >= progress_every:
@@ -137,6 +154,8 @@ class FetchActivities(RunActivityBase):
                         wind_down.set()
         except asyncio.CancelledError:
             log.info("fetch_cancelled", next_seq=state["next_seq"], pages=state["pages"])
+            if stream is not None:
+                await stream.abort()
             raise
         except ArtemisError as e:
             # The source (or staging) failing transiently: the pages so far count, and the
@@ -147,9 +166,27 @@ class FetchActivities(RunActivityBase):
                 else None
             )
             if outage is None:
+                if stream is not None:
+                    await stream.abort()
                 raise
+        except BaseException:
+            if stream is not None:
+                await stream.abort()
+            raise
         finally:
             await pages.aclose()
+        # The pages staged are delivered (or left to process/emit from the gap on).
+        streamed: Streamed | None = None
+        if stream is not None:
+            streamed = await stream.close()
+            log.info(
+                "stream_emit_done",
+                first_seq=inp.first_seq,
+                delivered_below=streamed.next_seq,
+                records=streamed.records_emitted,
+                stopped=streamed.stopped,
+            )
+            RECORDS_EMITTED.labels(inp.run.task_code).inc(streamed.records_emitted)
         if outage is not None:
             done = False  # the workflow logs the wait, one line per attempt
         log.info(
@@ -174,14 +211,63 @@ class FetchActivities(RunActivityBase):
             expected_total=state.get("expected_total"),
             incomplete=state.get("incomplete"),
             outage=outage,
+            streamed=streamed,
         )
 
-    async def _stage_raw(self, key: str, seq: int, page: Any) -> None:
+    async def _stream(
+        self,
+        task: TaskUnit,
+        inp: FetchInput,
+        key: str,
+        trace: TraceContext,
+        state: dict[str, Any],
+    ) -> PageStream:
+        """The fetch's stream to the run's sinks. Every batch before this one is delivered
+        (the workflow asks for a stream only then): their staged pages can go. A retried
+        attempt first sends the pages its predecessor staged and had not delivered."""
+        # The run's sinks, as emit_batch builds them (its output's secrets read back here).
+        ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
+        sinks = await off_loop(task.decide_sinks, ctx)  # may open a database
+        if inp.first_seq:
+            await off_loop(self.staging.prune_below, key, inp.first_seq)
+        stream = PageStream(task, ctx, self.client, sinks, inp.run, key, trace, state)
+        below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1
+        if staged_to >= below:
+            staged = await off_loop(self.staging.get_pages, key, "raw", below, staged_to)
+            require_every_page(staged, below, staged_to, "fetched")
+            log.info("stream_resumed", next_seq=below, staged_to=staged_to)
+            for seq, records in staged:
+                stream.put(seq, records)
+        return stream
+
+    async def _resume_from_staging(self, inp: FetchInput, key: str, state: dict[str, Any]) -> None:
+        """A streaming fetch of this batch staged (and may have sent) pages its last
+        heartbeat does not know of — a worker killed between the two, or an attempt
+        that failed: it goes on after them, so each keeps its sequence number (and a
+        page sent again goes with the records it went with, under the same key)."""
+        cursor = await off_loop(self.staging.cursor, key)
+        if (
+            cursor is not None
+            and cursor.pop("first_seq", None) == inp.first_seq
+            and cursor["next_seq"] > state["next_seq"]
+        ):
+            log.info("fetch_resumed", next_seq=cursor["next_seq"], source="staging")
+            state.update(cursor)
+
+    async def _stage_raw(
+        self, key: str, seq: int, page: Any, cursor: dict[str, Any] | None = None
+    ) -> None:
         """Stage one fetched page (an overwrite when a retried attempt fetches it again);
-        a page seen before in this run is a SOURCE_LOOP naming the request."""
+        a page seen before in this run is a SOURCE_LOOP naming the request. ``cursor``:
+        where the fetch stands after it, staged with it (a streaming fetch)."""
         try:
             await off_loop(
-                self.staging.put_pages, key, "raw", [(seq, page.records)], page.info.digest
+                self.staging.put_pages,
+                key,
+                "raw",
+                [(seq, page.records)],
+                page.info.digest,
+                cursor,
             )
         except ArtemisError as e:
             if e.code == ErrorCode.SOURCE_LOOP and page.info.request:
@@ -214,6 +300,8 @@ def _resume_state(inp: FetchInput) -> dict[str, Any]:
         "records": 0,
         "units_done": inp.units_done,
     }
+    if inp.stream:
+        state["stream"] = PageStream.start_state(inp.first_seq)
     details = activity.info().heartbeat_details
     if details:
         state.update(details[0])

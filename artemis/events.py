@@ -414,6 +414,7 @@ class PlanTracker:
         elif act == "fetch_pages":
             self._batch.pop(raw.task_id or "", None)
             counted = True
+            self._streamed(raw.task_id, res.get("streamed"))
             if raw.task_id is not None:
                 # a window's batch: its counts are this run's, its completion is not
                 self.state.add_fetch(
@@ -455,6 +456,20 @@ class PlanTracker:
             if proc.completed and not emit.open and self._emitted_upto >= self._fetched_upto:
                 emit.completed = True
         return counted
+
+    def _streamed(self, window: str | None, streamed: dict[str, Any] | None) -> None:
+        """A fetch that processed and emitted its pages beside it: those pages count as
+        a process and an emit batch would have counted them."""
+        if not streamed:
+            return
+        self.state.processed(int(streamed.get("records_out", 0)))
+        self.state.emitted(int(streamed.get("records_emitted", 0)), streamed.get("sinks") or {})
+        if window is None:
+            below = int(streamed.get("next_seq", 0)) - 1
+            self._processed_upto = max(self._processed_upto, below)
+            self._emitted_upto = max(self._emitted_upto, below)
+            for name in ("step_process", "step_emit"):
+                self.steps[name].started = True
 
     def _finish(self, status: str, steps: dict[str, str] | None = None) -> None:
         """The run ended: its plan is the workflow's own (``steps``, the run's snapshot

@@ -69,6 +69,10 @@ class RunTuning:
     retry_max_interval_s: Annotated[float, Field(gt=0)] = 60.0
     # How many batches the fetch side may be ahead of what was emitted (staged, not sent).
     max_batches_ahead: Annotated[int, Field(ge=1, le=16)] = 2
+    # Emit while fetching: a batch's pages are processed and sent as they are staged
+    # (false: each batch is processed and emitted once fetched, by its own activities —
+    # larger writes for a sink that prefers them, a step per stage in the Temporal UI).
+    emit_while_fetching: bool = True
     # A run that failed with a retryable code keeps its checkpoint, staged pages and
     # delivery ledger this long, for POST /tasks/{id}/retry.
     retain_failed_s: Annotated[float, Field(ge=0)] = 72 * 3600.0
@@ -127,6 +131,8 @@ class RunCarry:
     outage_tolerance_s: float | None = None
     # A pause reaches the fetch in flight (runs of this build).
     pause_at_page: bool = False
+    # Pages are emitted while the batch is fetched (runs of this build).
+    streams: bool = False
     # Pages fetched and staged but not yet delivered ([first, last] ranges, and pages of
     # them already delivered): a retried run emits these before it fetches on.
     undelivered: list[list[int]] = field(default_factory=list)
@@ -330,6 +336,31 @@ class FetchInput:
     # A transient failure of the source ends the batch with ``FetchResult.outage`` (the
     # pages fetched so far counted) instead of failing the activity: the workflow waits.
     report_outages: bool = False
+    # Emit while fetching: each staged page is processed and sent to the run's sinks
+    # (``output``) beside the fetch, in order, under its own idempotency key (asked only
+    # when every earlier batch is delivered); what it delivered: ``FetchResult.streamed``.
+    stream: bool = False
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Streamed:
+    """What a fetch processed and emitted beside fetching: the pages from its first one
+    up to ``next_seq`` (exclusive), delivered without a gap. The rest of the batch (a sink
+    down, a record the task cannot process) goes through process and emit as before."""
+
+    next_seq: int
+    records_in: int = 0
+    records_out: int = 0
+    records_emitted: int = 0
+    batches: int = 0
+    # Records each sink took (name → count).
+    sinks: dict[str, int] = field(default_factory=dict)
+    # Why it stopped short of the batch's end: the error code (None: it did not).
+    stopped: str | None = None
+    # A sink refused a page for good (a non-retryable error: {"code", "message"}): the
+    # run fails with it, as emit_batch failing would fail it — the page is not sent again.
+    error: dict[str, Any] | None = None
 
 
 @dataclass
@@ -349,6 +380,8 @@ class FetchResult:
     incomplete: dict[str, Any] | None = None
     # The source failed transiently after these pages (report_outages): wait, go on.
     outage: Outage | None = None
+    # FetchInput.stream: the pages it delivered (None: not asked to stream).
+    streamed: Streamed | None = None
 
 
 @dataclass

@@ -40,6 +40,10 @@ def store_outage(what: str) -> Iterator[None]:
         ) from None
 
 
+# The kind of the row holding where a streaming fetch stands (one per run, seq 0).
+CURSOR = "cursor"
+
+
 class Staging:
     def __init__(self, database_url: str) -> None:
         self.engine = get_engine(database_url)
@@ -61,11 +65,15 @@ class Staging:
         kind: str,
         pages: list[tuple[int, list[dict[str, Any]]]],
         digest: str | None = None,
+        cursor: dict[str, Any] | None = None,
     ) -> None:
         """Store pages by sequence number; storing a sequence again overwrites it.
 
         ``digest`` (one page): its records' fingerprint. Another page of the run with the
-        same one means the source served that page again: SOURCE_LOOP, naming both."""
+        same one means the source served that page again: SOURCE_LOOP, naming both.
+        ``cursor``: where the fetch stands after these pages, stored in the same
+        transaction (``cursor()``): a page sent on before its fetch's heartbeat reached
+        Temporal keeps its sequence number when a retried attempt resumes."""
         if not pages:
             return
         rows = [
@@ -100,7 +108,28 @@ class Staging:
                         "the source is serving a page again",
                         details={"seq": seq, "repeats": earlier},
                     )
+            if cursor is not None:
+                rows.append(
+                    {
+                        "run_key": run_key,
+                        "kind": CURSOR,
+                        "seq": 0,
+                        "record_count": 0,
+                        "payload": jsonio.dumps(cursor).decode(),
+                        "created_at": rows[0]["created_at"],
+                        "digest": None,
+                    }
+                )
             conn.execute(self._upsert, rows)
+
+    def cursor(self, run_key: str) -> dict[str, Any] | None:
+        """The run's last cursor stored with a page (None: none was)."""
+        q = select(_table.c.payload).where(
+            _table.c.run_key == run_key, _table.c.kind == CURSOR, _table.c.seq == 0
+        )
+        with store_outage("read the fetch cursor"), self.engine.connect() as conn:
+            payload = conn.execute(q).scalar()
+        return jsonio.loads(payload) if payload else None
 
     def get_pages(
         self, run_key: str, kind: str, first_seq: int, last_seq: int
@@ -161,7 +190,11 @@ class Staging:
                 conn.execute(
                     select(func.count())
                     .select_from(_table)
-                    .where(_table.c.run_key == run_key, _table.c.payload != "")
+                    .where(
+                        _table.c.run_key == run_key,
+                        _table.c.kind != CURSOR,
+                        _table.c.payload != "",
+                    )
                 ).scalar_one()
             )
 

@@ -10,7 +10,9 @@ client, a workflow type nothing polls: what Temporal alone takes to accept a sta
 the ratio of the two p99s.
 
 Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept_max_ms",
-"runs_per_s", "seconds", "raw_start_p50_ms", "raw_start_p99_ms", "p99_over_raw"}.
+"runs_per_s", "seconds", "raw_start_p50_ms", "raw_start_p99_ms", "p99_over_raw",
+"accept_cpu_ms_per_run", "total_cpu_ms_per_run"} — the CPU ms a run of the API, the
+worker(s) and the Temporal server, while the waves were accepted and over the whole run.
 ``--eager`` starts the dev server with eager activity execution and eager workflow start
 enabled (dynamic config), to measure what they change.
 """
@@ -43,6 +45,10 @@ EAGER = {
 
 def percentile(sorted_ms: list[float], q: float) -> float:
     return sorted_ms[max(0, int(len(sorted_ms) * q) - 1)]
+
+
+def per_run(before: dict[str, float], after: dict[str, float], runs: int) -> dict[str, float]:
+    return {k: round((after[k] - before[k]) * 1000 / runs, 1) for k in before}
 
 
 def body(samples: str, n: int) -> dict:
@@ -85,10 +91,12 @@ async def main() -> None:
                 return took, resp.json()["data"]["task_id"]
 
             began = time.perf_counter()
+            cpu0 = stack.cpu_s()
             accepted: list[tuple[float, str]] = []
             for first in range(0, args.runs, args.wave):
                 wave = range(first, min(args.runs, first + args.wave))
                 accepted += await asyncio.gather(*(start(n) for n in wave))
+            cpu_accept = stack.cpu_s()
             # Completion as the task store records it (the run's own last write), read
             # from the listing: one request a poll, no Temporal query per run (polling
             # each run's GET /tasks/{id} made the worker answer ~100 progress queries a
@@ -114,6 +122,7 @@ async def main() -> None:
                 if pending:
                     await asyncio.sleep(0.05)
             seconds = time.perf_counter() - began
+            cpu_end = stack.cpu_s()
         raw, _ = await raw_starts(await Client.connect(stack.temporal), args.runs, args.wave)
         ms = sorted(t * 1000 for t, _ in accepted)
         p99 = percentile(ms, 0.99)
@@ -131,6 +140,10 @@ async def main() -> None:
                     "raw_start_p99_ms": round(percentile(raw, 0.99), 1),
                     "p99_over_raw": round(p99 / percentile(raw, 0.99), 2),
                     "eager": args.eager,
+                    # CPU ms a run, by process: while the waves were accepted, and over the
+                    # whole bench (accept to the last completion; the listing polls count)
+                    "accept_cpu_ms_per_run": per_run(cpu0, cpu_accept, args.runs),
+                    "total_cpu_ms_per_run": per_run(cpu0, cpu_end, args.runs),
                 }
             )
         )

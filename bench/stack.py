@@ -40,6 +40,23 @@ class BenchStack:
     # The stack's Temporal (host:port), for a bench's own client.
     temporal: str = ""
     worker_pids: list[int] = field(default_factory=list)
+    api_pid: int = 0
+    temporal_pid: int = 0
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds (user + system) each piece has used so far: api, worker(s), temporal
+        (a difference of two readings is where a bench's time went)."""
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def used(pid: int) -> float:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+
+        return {
+            "api": used(self.api_pid),
+            "worker": sum(used(p) for p in self.worker_pids),
+            "temporal": used(self.temporal_pid),
+        }
 
     def rss_mb(self, pid: int, peak: bool = False) -> float:
         """A process's resident memory now (VmRSS) or at its peak so far (VmHWM), in MB."""
@@ -133,6 +150,8 @@ def bench_stack(
             )
             stack.worker_pids.append(procs[-1].pid)
         procs.append(subprocess.Popen(cli + ["api"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL))
+        stack.api_pid = procs[-1].pid
+        stack.temporal_pid = temporal.proc.pid if temporal.proc is not None else 0
         wait_port(api_port, procs[-1], "api")
         yield stack
     finally:

@@ -208,6 +208,14 @@ def _result_data(inp: Any, result: Any) -> dict[str, Any]:
             "done": result.done,
             "units_done": result.units_done,
             "expected_total": result.expected_total,
+            "streamed": None
+            if result.streamed is None
+            else {
+                "next_seq": result.streamed.next_seq,
+                "records_out": result.streamed.records_out,
+                "records_emitted": result.streamed.records_emitted,
+                "sinks": result.streamed.sinks,
+            },
         }
     if isinstance(result, ProcessResult):
         return {

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         PrepareInput,
         PrepareResult,
         ProcessResult,
+        Streamed,
         provenance_queue,
     )
     from artemis.run_state import LOOP_STEPS
@@ -131,9 +132,17 @@ class BatchLoop(FanOut, OutageWaits):
                     await workflow.wait_condition(lambda: not self._state.paused or self._stopping)
                     self._stop_point()
                 await drain(ahead - 1)
+                if live.streams:
+                    while pending and pending[0].done():
+                        await pending.pop(0)  # (a batch that failed fails the run here)
+                # Emit while fetching once every earlier batch is delivered (in order).
+                stream = live.streams and self._req.tuning.emit_while_fetching and not pending
                 self._enter("step_fetch")
+                if stream:
+                    self._state.working("step_process")
+                    self._state.working("step_emit")
                 try:
-                    fetched = await self._fetched(self._start_fetch())
+                    fetched = await self._fetched(self._start_fetch(stream))
                 except ActivityError as e:
                     if live.pause_at_page and self._state.paused and was_cancelled(e):
                         # Paused before it staged a page it could report: fetch afresh.
@@ -164,6 +173,16 @@ class BatchLoop(FanOut, OutageWaits):
                 if self._waits and (fetched.pages or fetched.outage is None):
                     self._recovered("source")  # pages came: a new outage counts afresh
                 self._details()
+                if fetched.streamed is not None:
+                    first = self._streamed(fetched.streamed, first)
+                    if fetched.streamed.error is not None:
+                        # a sink refused a page for good: the run fails as emit_batch would
+                        await drain(0)
+                        raise ApplicationError(
+                            str(fetched.streamed.error.get("message")),
+                            type=str(fetched.streamed.error.get("code")),
+                            non_retryable=True,
+                        )
                 await drain(max(ahead - 2, 0))
                 if last >= first:
                     hand_over(first, last, beside_fetch=not done)
@@ -205,8 +224,22 @@ class BatchLoop(FanOut, OutageWaits):
         )
         workflow.continue_as_new(dataclasses.replace(self._req, carry=self._carry()))
 
-    def _start_fetch(self) -> workflow.ActivityHandle[FetchResult]:
-        """The next batch's fetch, from the checkpoint (on the provenance's own queue)."""
+    def _streamed(self, streamed: Streamed, first: int) -> int:
+        """A fetch's pages processed and emitted beside it: counted; the first page of
+        the batch it did not deliver (the rest go through process and emit)."""
+        live = self._live
+        self._state.processed(streamed.records_out)
+        self._state.emitted(streamed.records_emitted, streamed.sinks)
+        if streamed.next_seq > first:
+            live.processed_through = max(live.processed_through, streamed.next_seq - 1)
+            self._delivered_below = streamed.next_seq
+            if self._waits:
+                self._recovered("sink")  # pages went through: a new outage counts afresh
+        return streamed.next_seq
+
+    def _start_fetch(self, stream: bool = False) -> workflow.ActivityHandle[FetchResult]:
+        """The next batch's fetch, from the checkpoint (on the provenance's own queue);
+        ``stream``: its pages processed and emitted beside it."""
         req, tuning, live = self._req, self._req.tuning, self._live
         return workflow.start_activity_method(
             TaskRunActivities.fetch_pages,
@@ -224,6 +257,8 @@ class BatchLoop(FanOut, OutageWaits):
                 qps=self._state.qps,
                 resumed=self._resume_fetch,
                 report_outages=self._reports_outages(),
+                stream=stream,
+                output=req.output if stream else {},
             ),
             start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
             heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
@@ -232,7 +267,8 @@ class BatchLoop(FanOut, OutageWaits):
             if live.rate_key
             else None,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"Fetch pages from #{live.next_seq}",
+            summary=f"Fetch pages from #{live.next_seq}"
+            + (", process and emit them beside" if stream else ""),
         )
 
     async def _fetched(self, fetch: workflow.ActivityHandle[FetchResult]) -> FetchResult:

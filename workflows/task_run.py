@@ -55,6 +55,11 @@ PATCH_OUTAGE_WAIT = "outage-wait-v1"
 # with its next heartbeat's answer and returns the pages it has staged, checkpointed.
 # Asked once per run (or generation), as PATCH_OUTAGE_WAIT.
 PATCH_PAUSE_AT_PAGE = "pause-at-page-v1"
+# Emit while fetching: a fetch started while every earlier batch is delivered processes
+# and emits its pages beside the fetch (a run's tail is its last page's emit, not its last
+# batch's); what it leaves (a sink down) goes through process and emit as before. Asked
+# once per run (or generation), as PATCH_OUTAGE_WAIT.
+PATCH_STREAM = "emit-while-fetching-v1"
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
@@ -168,6 +173,7 @@ class TaskRunWorkflow(BatchLoop, Ending):
         pause_at_page = bool(carry is not None and carry.pause_at_page) or workflow.patched(
             PATCH_PAUSE_AT_PAGE
         )
+        streams = bool(carry is not None and carry.streams) or workflow.patched(PATCH_STREAM)
         run_id_attribute = KEY_RUN_ID.value_set(str((req.callback or {}).get("run_id") or ""))
         if carry is None:
             self._prepared = False
@@ -199,6 +205,7 @@ class TaskRunWorkflow(BatchLoop, Ending):
                 carry.started_ms = _now_ms()
                 workflow.upsert_search_attributes([run_id_attribute])
         self._live.waits, self._live.pause_at_page = waits, pause_at_page
+        self._live.streams = streams
         self._state.start()
         retry_start = carry is not None and carry.retry_start
         if retry_start:

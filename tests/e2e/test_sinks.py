@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import sqlalchemy as sa
 
 from tests.conftest import new_task_id, settings_with, start_worker_process
@@ -112,13 +113,18 @@ async def test_a_schema_mismatch_fails_the_run_with_sink_error_naming_the_column
     assert _count(lake_db, "SELECT COUNT(*) FROM quotes") == 0
 
 
+@pytest.mark.parametrize("streaming", [True, False], ids=["emit-while-fetching", "per-batch"])
 async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
-    make_stack, pg_server, samples, tmp_path: Path
+    make_stack, pg_server, samples, tmp_path: Path, streaming: bool
 ) -> None:
     lake_db = fresh_database(pg_server.url, f"lake_{os.urandom(4).hex()}")
     stack = await make_stack(
         worker=False,
-        runs={"pages_per_fetch": 20, "heartbeat_timeout_s": 2.0},
+        runs={
+            "pages_per_fetch": 20,
+            "heartbeat_timeout_s": 2.0,
+            "emit_while_fetching": streaming,
+        },
         output_defaults={
             "pull_stock_quotes": {
                 # the table first, then a slow HTTP sink: pages in the table whose emit
@@ -145,7 +151,7 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
         )
         assert resp.status_code == 202, resp.text
         handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
-        await mid_emit(handle)
+        await mid_emit(handle, streaming)
         first.send_signal(signal.SIGKILL)
         first.wait(10)  # gone: its activity in flight is lost, found by its heartbeat timeout
         second = start_worker_process(config, tmp_path / "worker2.out")
@@ -176,16 +182,22 @@ def fresh_database(server_url: str, name: str) -> str:
     return server_url.rsplit("/", 1)[0] + f"/{name}"
 
 
-async def mid_emit(handle) -> None:
-    """Wait until an emit activity has heartbeated a delivered page (the moment to kill
-    its worker in the middle of the batch)."""
+async def mid_emit(handle, streaming: bool) -> None:
+    """Wait until an emit activity — or, ``streaming``, a fetch sending its pages on — has
+    heartbeated delivered pages (the moment to kill its worker in the middle of the
+    batch)."""
+
+    def delivering(a) -> bool:
+        if not a.heartbeat_details.payloads:
+            return False
+        if not streaming:
+            return a.activity_type.name == "emit_batch"
+        beat = json.loads(a.heartbeat_details.payloads[0].data)
+        return a.activity_type.name == "fetch_pages" and beat["stream"]["next_seq"] >= 2
 
     async def check() -> bool:
         desc = await handle.describe()
-        return any(
-            a.activity_type.name == "emit_batch" and a.heartbeat_details.payloads
-            for a in desc.raw_description.pending_activities
-        )
+        return any(delivering(a) for a in desc.raw_description.pending_activities)
 
     await eventually(check, "an emit to heartbeat a delivered page", interval=0.02)
 

@@ -1,0 +1,177 @@
+"""Emit while fetching: the pages of a fetch processed and sent to the run's sinks as they
+are staged (``FetchInput.stream``), so the last page's emit, not the last batch's, is a
+run's tail.
+
+The guarantees are the batch path's: a page is staged before it is processed, processed
+in order (the task's ``process`` sees the pages one after another), sent ``emit_concurrency``
+pages at a time under its own idempotency key (run key, sink, sequence number), and
+counted once it and every page before it are delivered — the counts live in the fetch's
+heartbeat, so a retried attempt (a worker SIGKILLed mid-batch) sends again only the
+pages above them, under the same keys. The first failure — a sink down, a record the
+task cannot process — stops the stream: the pages from the gap on go through
+process_batch and emit_batch, which wait out outages and fail as they always did; a
+sink's refusal for good (a non-retryable error) fails the run with it, never sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from temporalio import activity
+
+from activities.run_base import log, off_loop
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import HttpClient
+from artemis.logsetup import redact_text
+from artemis.run_models import RunRef, Streamed
+from artemis.sinks import EmitContext, Sink
+from artemis.tasks import TaskContext, TaskUnit
+from artemis.tracing import TraceContext
+
+# The end of the pages (a sentinel on the queue).
+_END = None
+
+
+class PageStream:
+    """One fetch's stream. ``state`` is the fetch's heartbeat state: its ``stream`` entry
+    (next_seq and the counts of the pages below it) is kept there, so every heartbeat the
+    fetch sends carries both where the fetch and where the stream stand."""
+
+    def __init__(
+        self,
+        task: TaskUnit,
+        ctx: TaskContext,
+        client: HttpClient,
+        sinks: list[Sink],
+        run: RunRef,
+        key: str,
+        trace: TraceContext,
+        state: dict[str, Any],
+    ) -> None:
+        self.task, self.ctx, self.client, self.sinks = task, ctx, client, sinks
+        self.run, self.key, self.trace = run, key, trace
+        self.state = state
+        self.mine: dict[str, Any] = state["stream"]
+        self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]]] | None] = asyncio.Queue()
+        self._gate = asyncio.Semaphore(task.emit_concurrency(ctx))
+        # Delivered above the gap: seq → (records in, records out, sink counts).
+        self._above: dict[int, tuple[int, int, dict[str, int]]] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+        self._consumer = asyncio.create_task(self._consume())
+
+    @staticmethod
+    def start_state(first_seq: int) -> dict[str, Any]:
+        return {
+            "next_seq": first_seq,
+            "records_in": 0,
+            "records_out": 0,
+            "records": 0,
+            "batches": 0,
+            "sinks": {},
+            "stopped": None,
+            "error": None,
+        }
+
+    def put(self, seq: int, records: list[dict[str, Any]]) -> None:
+        """A staged page (never waits: the fetch goes on while the page is processed and
+        sent; what waits is bounded by the batch's pages)."""
+        self._queue.put_nowait((seq, records))
+
+    async def close(self) -> Streamed:
+        """Every page put is delivered (or the stream stopped): what it delivered."""
+        self._queue.put_nowait(_END)
+        await self._consumer
+        while self._sending:
+            await asyncio.gather(*list(self._sending))
+        m = self.mine
+        return Streamed(
+            next_seq=m["next_seq"],
+            records_in=m["records_in"],
+            records_out=m["records_out"],
+            records_emitted=m["records"],
+            batches=m["batches"],
+            sinks=dict(m["sinks"]),
+            stopped=m["stopped"],
+            error=m["error"],
+        )
+
+    async def abort(self) -> None:
+        """The fetch failed or was cancelled: nothing more is sent (what was delivered
+        stays counted in the heartbeat)."""
+        tasks = [self._consumer, *self._sending]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(BaseException):
+                await t
+
+    def _stop(self, seq: int, error: BaseException) -> None:
+        if self.mine["stopped"] is not None:
+            return
+        code = error.code.value if isinstance(error, ArtemisError) else ErrorCode.INTERNAL.value
+        self.mine["stopped"] = code
+        # The reason is logged here; the process/emit activities that take the rest over
+        # meet it again and report it (wait, retry or fail) as the batch path does.
+        log.info(
+            "stream_stopped",
+            seq=seq,
+            delivered_below=self.mine["next_seq"],
+            code=code,
+            error=str(error)[:300],
+        )
+
+    async def _consume(self) -> None:
+        """Pages in order through the task's ``process``, each then sent on its own."""
+        while (item := await self._queue.get()) is not _END:
+            seq, records = item
+            if self.mine["stopped"] is not None:
+                continue
+            try:
+                out = await off_loop(self.task.process, records, self.ctx)
+            except Exception as e:  # process_batch meets it again and names it
+                self._stop(seq, e)
+                continue
+            await self._gate.acquire()
+            if self.mine["stopped"] is not None:
+                self._gate.release()
+                continue
+            sending = asyncio.create_task(self._send(seq, len(records), out))
+            self._sending.add(sending)
+            sending.add_done_callback(self._sending.discard)
+
+    async def _send(self, seq: int, n_in: int, records: list[dict[str, Any]]) -> None:
+        page = EmitContext(
+            run_key=self.key,
+            seq=seq,
+            trace=self.trace,
+            request_id=self.run.request_id,
+            task_code=self.run.task_code,
+            task_id=self.run.task_id,
+        )
+        try:
+            if records:
+                await self.task.emit(self.client, self.sinks, records, page)
+        except Exception as e:  # emit_batch meets it again: waits it out, or fails
+            if isinstance(e, ArtemisError) and not e.retryable and self.mine["error"] is None:
+                # Refused for good: sent again it would be refused again (or, worse, taken
+                # although the error table says no retry). The run fails with it.
+                self.mine["error"] = {"code": e.code.value, "message": redact_text(e.message)}
+            self._stop(seq, e)
+            return
+        finally:
+            self._gate.release()
+        self._above[seq] = (n_in, len(records), page.counts)
+        m = self.mine
+        # (stopped: the page that failed is the gap; those above it go again, emit_batch)
+        while m["next_seq"] in self._above:
+            n_in, n_out, counts = self._above.pop(m["next_seq"])
+            m["records_in"] += n_in
+            m["records_out"] += n_out
+            m["records"] += n_out
+            m["batches"] += 1 if n_out else 0
+            for name, taken in counts.items():
+                m["sinks"][name] = m["sinks"].get(name, 0) + taken
+            m["next_seq"] += 1
+        activity.heartbeat(self.state)
