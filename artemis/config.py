@@ -279,6 +279,14 @@ class WorkerSettings(_Section):
     # build's worker ended during a rolling upgrade is started again; a schedule an
     # earlier build re-created is deleted again).
     housekeeping_check_s: float = Field(300.0, gt=0)
+    # Temporal's workflow sandbox for the runs this worker executes. Off by default: it
+    # re-imports the workflow modules for every run and proxies every activation — about
+    # a third of a small run's worker CPU (README "Performance") — while what it guards
+    # is checked before a build ships: every replay test runs the workflows in it (the
+    # history corpus, tests/e2e/test_replay.py), and tests/unit/test_workflow_determinism.py
+    # rejects non-deterministic calls and module state in workflows/. On: the sandbox
+    # in production too.
+    sandboxed_workflows: bool = False
 
 
 # Where the master key is read from when COOKIE_MASTER_KEY is not set (the embedded dev

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from http import HTTPStatus
+from types import MappingProxyType
 from typing import Any
 
 from artemis.errors import ArtemisError, ErrorCode
@@ -36,11 +37,13 @@ TRANSIENT_CODES = frozenset(
 )
 
 # What a run fails with when a dependency stays down past its tolerance.
-UNAVAILABLE = {
-    "source": ErrorCode.SOURCE_UNAVAILABLE,
-    "sink": ErrorCode.SINK_UNAVAILABLE,
-    "store": ErrorCode.INTERNAL,
-}
+UNAVAILABLE = MappingProxyType(
+    {
+        "source": ErrorCode.SOURCE_UNAVAILABLE,
+        "sink": ErrorCode.SINK_UNAVAILABLE,
+        "store": ErrorCode.INTERNAL,
+    }
+)
 
 # The 4xx answers that may pass on retry (Request Timeout, Too Early, Too Many Requests);
 # every 5xx may too.

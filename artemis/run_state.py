@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from artemis.errors import ErrorCode
@@ -144,20 +145,23 @@ STAGE_PAUSING = "pausing"
 STAGE_WAITING = "waiting"
 STAGE_CIRCUIT_OPEN = "circuit_open"
 # The plan step a run waiting out an outage is in, by what it waits on.
-WAITING_STEP = {"source": "step_fetch", "sink": "step_emit", "store": "step_process"}
+WAITING_STEP = MappingProxyType(
+    {"source": "step_fetch", "sink": "step_emit", "store": "step_process"}
+)
 
 # A status that is its own reason carries its own code; "failed" carries the failure's.
-_STATUS_CODES = {
-    RunStatus.CANCELLED: ErrorCode.CANCELLED,
-    RunStatus.TIMEOUT: ErrorCode.TIMEOUT_ERROR,
-}
+_STATUS_CODES = MappingProxyType(
+    {RunStatus.CANCELLED: ErrorCode.CANCELLED, RunStatus.TIMEOUT: ErrorCode.TIMEOUT_ERROR}
+)
 # Temporal's status of a closed workflow (its enum's name) → the run's status, when the
 # run could not say itself (terminated, timed out, cancelled before it answered).
-_CLOSED = {
-    "COMPLETED": RunStatus.COMPLETED,
-    "CANCELED": RunStatus.CANCELLED,
-    "TIMED_OUT": RunStatus.TIMEOUT,
-}
+_CLOSED = MappingProxyType(
+    {
+        "COMPLETED": RunStatus.COMPLETED,
+        "CANCELED": RunStatus.CANCELLED,
+        "TIMED_OUT": RunStatus.TIMEOUT,
+    }
+)
 
 
 def status_of_closed(temporal_status_name: str | None) -> RunStatus:

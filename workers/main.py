@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.crawl import CrawlActivities
 from activities.housekeeping import HousekeepingActivities
@@ -308,6 +309,10 @@ def build_worker(
         workflows=list(WORKFLOWS),
         activities=[*activities.all(), *HousekeepingActivities(settings).all(), *crawl.all()],
         interceptors=[RunActivityBoundary(activities.record)],
+        # (worker.sandboxed_workflows: what the sandbox guards and why it is off)
+        workflow_runner=SandboxedWorkflowRunner()
+        if settings.worker.sandboxed_workflows
+        else UnsandboxedWorkflowRunner(),
         max_concurrent_activities=100,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker.graceful_shutdown_s),
         max_heartbeat_throttle_interval=heartbeat_throttle(settings),
@@ -326,7 +331,8 @@ async def running_worker(
 ):
     """Run a worker for the duration of the ``async with`` block."""
     client = client or await connect(settings)
-    await asyncio.to_thread(cache_workflow_bytecode)
+    if settings.worker.sandboxed_workflows:
+        await asyncio.to_thread(cache_workflow_bytecode)
     activities = TaskRunActivities(settings)
     worker = build_worker(client, settings, activities, task_queue)
     provenances = ProvenanceWorkers(

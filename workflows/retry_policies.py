@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
 
 # Error codes no retry can fix (SPEC §10/§11); the activity boundary marks them
 # non-retryable too.
-NON_RETRYABLE = [code.value for code in ErrorCode if not code.retryable]
+NON_RETRYABLE = tuple(code.value for code in ErrorCode if not code.retryable)
 
 # The CronJob protocol: the first try and 3 retries after 0.5 s, 1 s and 2 s (network
 # errors and 5xx only; a 4xx answer is not retried by the activity itself).
