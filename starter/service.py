@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -109,6 +110,12 @@ class RunService(RunReads):
         self._store: TaskStorage | None = None
         self._events: EventLog | None = None
         self._jobs: set[asyncio.Future[Any]] = set()
+        # `pending` records waiting for the writer, and the writer (one at a time): the
+        # records of a burst of starts go in one transaction, on a thread of their own
+        # (not asyncio's default pool, which the request path and the reads use).
+        self._pending: dict[str, TaskData] = {}
+        self._pending_writer: asyncio.Future[Any] | None = None
+        self._writes = ThreadPoolExecutor(1, thread_name_prefix="pending-records")
 
     @property
     def secrets(self) -> RunSecrets:
@@ -124,9 +131,13 @@ class RunService(RunReads):
     ) -> Started:
         task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = ask.params
-        # Validate now, so a bad request is a 422 and not a failed run (off the event loop:
-        # a registry task resolves its contract in the database).
-        prepared = await asyncio.to_thread(task.prepare_params, params, self.settings)
+        # Validate now, so a bad request is a 422 and not a failed run (in a thread when
+        # the task reads the database for it: a registry task's contract).
+        prepared = (
+            await asyncio.to_thread(task.prepare_params, params, self.settings)
+            if task.prepare_blocks
+            else task.prepare_params(params, self.settings)
+        )
         lock = task.lock_name(prepared)
         callback = self._callback_target(ask)
         await check_request_urls(self.settings, task, params, ask.output, callback)
@@ -196,7 +207,7 @@ class RunService(RunReads):
         # Listed as pending from now on, even before a worker picks the run up: written
         # beside the answer, never in its way (insert-if-absent, so it cannot overwrite
         # what the run itself recorded meanwhile).
-        self._beside(self._record_pending(task_id, code, workflow_id, params))
+        self._record_pending(task_id, code, workflow_id, params)
         log.info(
             "run_started",
             task_code=code,
@@ -290,33 +301,51 @@ class RunService(RunReads):
             return None
         return await self.status(started.task_id, handle=started.handle)
 
-    def _beside(self, coro: Any) -> None:
+    def _beside(self, coro: Any) -> asyncio.Future[Any]:
         """Run ``coro`` after the answer, holding a reference until it is done."""
         job = asyncio.ensure_future(coro)
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
+        return job
 
     async def drain(self) -> None:
         """Wait for the writes still running beside answers (at shutdown)."""
         if self._jobs:
             await asyncio.gather(*self._jobs, return_exceptions=True)
 
-    async def _record_pending(
+    def _record_pending(
         self, task_id: str, code: str, workflow_id: str, params: dict[str, Any]
     ) -> None:
-        """The run's `pending` record unless the task id has one. Best effort: a
-        task-store outage is logged; the run records itself when it starts."""
-        data = TaskData(
-            task_id=task_id,
-            task_code=code,
-            workflow_id=workflow_id,
-            status=RunStatus.PENDING.value,
-            payload={"params": params},
+        """The run's `pending` record unless the task id has one, written beside the
+        answer by the one writer (with the records queued meanwhile)."""
+        self._pending.setdefault(
+            task_id,
+            TaskData(
+                task_id=task_id,
+                task_code=code,
+                workflow_id=workflow_id,
+                status=RunStatus.PENDING.value,
+                payload={"params": params},
+            ),
         )
-        try:
-            await asyncio.to_thread(self.store.create, task_id, data)
-        except Exception as e:
-            log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
+        if self._pending_writer is None or self._pending_writer.done():
+            self._pending_writer = self._beside(self._write_pending())
+
+    async def _write_pending(self) -> None:
+        """Write the queued `pending` records until none is left, each batch in one
+        transaction. Best effort: a task-store outage is logged; each run records itself
+        when it starts."""
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch, self._pending = list(self._pending.values()), {}
+            try:
+                await loop.run_in_executor(self._writes, self.store.create_many, batch)
+            except Exception as e:
+                log.warning(
+                    "task_store_unavailable",
+                    task_ids=[d.task_id for d in batch],
+                    error=f"{type(e).__name__}: {e}",
+                )
 
     async def _running(self, task_id: str) -> WorkflowHandle:
         """The run's workflow while it runs: 404 unknown, 409 finished."""

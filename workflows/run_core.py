@@ -57,6 +57,9 @@ class RunCore:
         self._stopping = False
         # Outages being waited out, by dependency: {"since", "attempt", "waiting"}.
         self._outages: dict[str, dict[str, Any]] = {}
+        # A run (or generation) started by this build (task_run.PATCH_STREAM): it takes
+        # every per-run behaviour on that one marker.
+        self._current = False
         # Every page below this sequence was delivered (of those above: live.delivered_above).
         self._delivered_below = 0
         # Bookkeeping started beside the run (awaited before it ends).

@@ -40,7 +40,7 @@ class Ending(RunCore):
         retain: bool = False,
     ) -> str:
         self._enter("step_finalize")
-        separate_cleanup = workflow.patched(PATCH_CLEANUP_STEP)
+        separate_cleanup = self._current or workflow.patched(PATCH_CLEANUP_STEP)
         try:
             fin: FinalizeResult = await workflow.execute_activity_method(
                 TaskRunActivities.finalize_run,

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 from workflows.run_core import Stop, quietly
@@ -58,7 +58,11 @@ PATCH_PAUSE_AT_PAGE = "pause-at-page-v1"
 # Emit while fetching: a fetch started while every earlier batch is delivered processes
 # and emits its pages beside the fetch (a run's tail is its last page's emit, not its last
 # batch's); what it leaves (a sink down) goes through process and emit as before. Asked
-# once per run (or generation), as PATCH_OUTAGE_WAIT.
+# once per run (or generation), first: a run that takes it takes every behaviour of the
+# patches above and of run_ending's PATCH_CLEANUP_STEP on this one marker (Temporal's SDK
+# upserts the TemporalChangeVersion search attribute with each patch marker — a
+# visibility write per patch per run), and the search attributes it started with are not
+# written again. Histories of earlier builds replay through the separate markers.
 PATCH_STREAM = "emit-while-fetching-v1"
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
@@ -167,13 +171,20 @@ class TaskRunWorkflow(BatchLoop, Ending):
             "workflow_id": info.workflow_id,
         }
         carry = req.carry
-        # This build's handling of outages and pauses, for runs (and generations) it
-        # starts (the order of the patch calls is part of the history).
-        waits = bool(carry is not None and carry.waits) or workflow.patched(PATCH_OUTAGE_WAIT)
-        pause_at_page = bool(carry is not None and carry.pause_at_page) or workflow.patched(
-            PATCH_PAUSE_AT_PAGE
+        # This build's handling of outages, pauses and emits, for runs (and generations)
+        # it starts (the order of the patch calls is part of the history).
+        self._current = workflow.patched(PATCH_STREAM)
+        waits = (
+            self._current
+            or bool(carry is not None and carry.waits)
+            or workflow.patched(PATCH_OUTAGE_WAIT)
         )
-        streams = bool(carry is not None and carry.streams) or workflow.patched(PATCH_STREAM)
+        pause_at_page = (
+            self._current
+            or bool(carry is not None and carry.pause_at_page)
+            or workflow.patched(PATCH_PAUSE_AT_PAGE)
+        )
+        streams = self._current or bool(carry is not None and carry.streams)
         run_id_attribute = KEY_RUN_ID.value_set(str((req.callback or {}).get("run_id") or ""))
         if carry is None:
             self._prepared = False
@@ -188,7 +199,7 @@ class TaskRunWorkflow(BatchLoop, Ending):
                 units_done=0,
                 started_ms=_now_ms(),
             )
-            workflow.upsert_search_attributes(
+            self._upsert_new(
                 [
                     KEY_TASK_CODE.value_set(req.task_code),
                     KEY_TASK_ID.value_set(req.task_id),
@@ -203,7 +214,7 @@ class TaskRunWorkflow(BatchLoop, Ending):
             if carry.retry_start:
                 # A new attempt: its own deadline, counted from now.
                 carry.started_ms = _now_ms()
-                workflow.upsert_search_attributes([run_id_attribute])
+                self._upsert_new([run_id_attribute])
         self._live.waits, self._live.pause_at_page = waits, pause_at_page
         self._live.streams = streams
         self._state.start()
@@ -218,6 +229,16 @@ class TaskRunWorkflow(BatchLoop, Ending):
             # in the progress query, it neither fails nor blocks the run.
             self._mirror_running = asyncio.create_task(self._mirror(RunStatus.RUNNING))
         self._details()
+
+    def _upsert_new(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
+        """Set search attributes; runs of this build leave out those the run already
+        holds with the same value (the API sets them at start; an empty one is unset)."""
+        if self._current:
+            held = workflow.info().typed_search_attributes
+            updates = [u for u in updates if held.get(u.key) != (u.value or None)]
+            if not updates:
+                return
+        workflow.upsert_search_attributes(updates)
 
     async def _run_until_end(
         self, req: RunRequest

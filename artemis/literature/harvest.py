@@ -64,6 +64,7 @@ class LiteratureHarvest(TaskUnit):
     summary = "Harvest a provenance through its registry contract"
 
     internal_params = ("contract", "window_start", "window_end", "parent")
+    prepare_blocks = True  # the registry's contract and watermark, read in the database
 
     def prepare_params(
         self, incoming: dict[str, Any], settings: Settings, trusted: bool = False

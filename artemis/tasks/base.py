@@ -82,6 +82,11 @@ class TaskUnit:
     # batch's end it stops new requests and hands over the pages in flight.
     fetch_winds_down: ClassVar[bool] = True
 
+    # ``prepare_params`` reads the database (or anything else that blocks): the API
+    # validates a start request in a thread then. False (the default's pure validation
+    # of the request and the config): on its event loop, without a thread's round trip.
+    prepare_blocks: ClassVar[bool] = False
+
     # -- 1. params ---------------------------------------------------------------
     def prepare_params(
         self, incoming: dict[str, Any], settings: Settings, trusted: bool = False

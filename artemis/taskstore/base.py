@@ -88,6 +88,12 @@ class TaskStorage(ABC):
     def create(self, task_id: str, data: TaskData) -> bool:
         """Insert the task unless the id has one (atomic); True if it was inserted."""
 
+    def create_many(self, tasks: list[TaskData]) -> None:
+        """``create`` for each task, as one write where the store can (the API's
+        `pending` records of a burst of starts: one transaction, not one each)."""
+        for data in tasks:
+            self.create(data.task_id, data)
+
     @abstractmethod
     def load(self, task_id: str) -> TaskData | None:
         """The task, or None when absent or expired."""

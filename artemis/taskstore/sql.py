@@ -71,6 +71,8 @@ class SqlTaskStorage(TaskStorage):
             .on_conflict_do_nothing(index_elements=["task_id"])
             .returning(_t.c.task_id)
         )
+        # create_many's: without RETURNING (an executemany)
+        self._create_many = self._insert(_t).on_conflict_do_nothing(index_elements=["task_id"])
 
     def _row(self, data: TaskData) -> dict[str, Any]:
         row = json.loads(data.model_dump_json())
@@ -92,6 +94,17 @@ class SqlTaskStorage(TaskStorage):
         try:
             with self.engine.begin() as conn:
                 return conn.execute(self._create, self._row(data)).first() is not None
+        except OperationalError as e:
+            raise StorageUnavailable(str(e)) from None
+
+    def create_many(self, tasks: list[TaskData]) -> None:
+        if not tasks:
+            return
+        # One transaction (one commit, one wait for SQLite's write lock), each row
+        # insert-if-absent as ``create``.
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(self._create_many, [self._row(data) for data in tasks])
         except OperationalError as e:
             raise StorageUnavailable(str(e)) from None
 

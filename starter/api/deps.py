@@ -10,7 +10,9 @@ from artemis.temporal.client import connect
 from starter.service import RunService
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
+    # async: FastAPI would run a plain function in its thread pool, a thread's round
+    # trip on every request for an attribute read
     return request.app.state.settings
 
 

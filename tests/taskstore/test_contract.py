@@ -75,6 +75,22 @@ def test_create_inserts_once_and_never_overwrites(storage):
     assert [x.task_id for x in storage.list(limit=500)[0]].count(t) == 1
 
 
+def test_create_many_inserts_the_absent_and_never_overwrites(storage):
+    ran, new = tid(), tid()
+    storage.create(ran, TaskData.pending(ran, {"n": 1}, task_code="pull_stock_quotes"))
+    storage.update_status(ran, "running")
+    # The API's pending records of a burst, one of them late (its run recorded itself).
+    storage.create_many(
+        [
+            TaskData.pending(ran, {"n": 2}, task_code="pull_stock_quotes"),
+            TaskData.pending(new, {"n": 3}, task_code="pull_stock_quotes"),
+        ]
+    )
+    assert storage.load(ran).status == "running" and storage.load(ran).payload == {"n": 1}
+    assert storage.load(new).status == "pending" and storage.load(new).payload == {"n": 3}
+    storage.create_many([])
+
+
 def test_load_of_a_missing_task_is_none(storage):
     assert storage.load(tid()) is None
 
