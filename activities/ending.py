@@ -182,15 +182,8 @@ class EndingActivities(RunActivityBase):
         def write() -> str:
             store = self.task_store
             run = inp.run
-            try:
-                # The API writes `pending` beside its answer; whichever comes first
-                # creates the record, the other finds it (insert-if-absent).
-                store.create(
-                    run.task_id,
-                    TaskData(
-                        task_id=run.task_id, task_code=run.task_code, workflow_id=run.workflow_id
-                    ),
-                )
+
+            def update() -> None:
                 store.update_status(
                     run.task_id,
                     inp.status,
@@ -199,6 +192,22 @@ class EndingActivities(RunActivityBase):
                     started_at=_at(inp.started_ms),
                     at=_at(inp.ended_ms),
                 )
+
+            try:
+                try:
+                    update()  # the record is there (the API's `pending`, or this run's)
+                except TaskNotFound:
+                    # The API writes `pending` beside its answer; whichever comes first
+                    # creates the record, the other finds it (insert-if-absent).
+                    store.create(
+                        run.task_id,
+                        TaskData(
+                            task_id=run.task_id,
+                            task_code=run.task_code,
+                            workflow_id=run.workflow_id,
+                        ),
+                    )
+                    update()
             except (StorageUnavailable, TaskNotFound, ConcurrentModification) as e:
                 raise ArtemisError(
                     ErrorCode.INTERNAL, f"task store: {type(e).__name__}: {e}", retryable=True

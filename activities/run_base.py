@@ -20,7 +20,7 @@ from temporalio import activity
 from artemis.callback import CallbackClient, CallbackTarget, resolve_base_url
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.events import EventLog
+from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.retained import Retained
@@ -139,6 +139,7 @@ class RunActivityBase:
         self.secrets = self.data.secrets
         self.retained = self.data.retained
         self.events = EventLog(settings.database.url)
+        self.event_writer = EventWriter(self.events)
         self._task_store: TaskStorage | None = None
         # Set by the worker: poll a provenance's queue now (a run is about to fetch from it).
         self.on_rate_key: Callable[[str], Awaitable[None]] | None = None
@@ -158,9 +159,7 @@ class RunActivityBase:
         """Append to the run's event stream. Best effort: an event-log outage is logged and
         never fails the activity (the run's state lives in Temporal, not in its events)."""
         try:
-            await off_loop(
-                self.events.append, run.task_id, kind, data, step, None, run.root_task_id
-            )
+            await self.event_writer.append(run.task_id, kind, data, step, run.root_task_id)
         except Exception as e:
             log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
 

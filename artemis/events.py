@@ -16,9 +16,11 @@ SSE ids (``{raw seq}.{n}``) are stable and ``Last-Event-ID`` resumes exactly.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -124,6 +126,62 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass
+class PendingEvent:
+    """An event on its way to the log (EventWriter)."""
+
+    task_id: str
+    kind: str
+    data: dict[str, Any]
+    step: str | None
+    ts_ms: int
+    root_id: str | None = None
+
+
+class EventWriter:
+    """The events of a process's concurrent activities, committed together: what is
+    appended while a commit runs goes into the next one (a group commit — one transaction
+    for the events of many runs, instead of one each). ``append`` returns once its event
+    is committed, so a caller's events keep their order; one writer thread at a time."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+        self._queue: list[tuple[PendingEvent, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="event-log")
+
+    async def append(
+        self,
+        task_id: str,
+        kind: str,
+        data: dict[str, Any],
+        step: str | None = None,
+        root_id: str | None = None,
+    ) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((PendingEvent(task_id, kind, data, step, now_ms(), root_id), done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        await done
+
+    async def _write(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                await loop.run_in_executor(
+                    self._thread, self.log.append_many, [e for e, _ in batch]
+                )
+            except Exception as e:  # each caller decides (activities log it and go on)
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(e)
+            else:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+
 class EventLog:
     """Append and read raw run events (SQLite or PostgreSQL, the Artemis database)."""
 
@@ -159,6 +217,30 @@ class EventLog:
                 conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": root})
             result = conn.execute(insert(_t).values(row).returning(_t.c.seq))
             return int(result.scalar_one())
+
+    def append_many(self, events: list[PendingEvent]) -> None:
+        """Append events in one transaction, in order (the rows' seq follows it)."""
+        rows = [
+            {
+                "task_id": e.task_id,
+                "root_id": e.root_id or e.task_id,
+                "kind": e.kind,
+                "step": e.step,
+                "data": jsonio.dumps(e.data).decode(),
+                "ts_ms": e.ts_ms,
+                "created_at": utcnow(),
+            }
+            for e in events
+        ]
+        if not rows:
+            return
+        with self.engine.begin() as conn:
+            if self._pg:
+                # As append: each run's writers serialised (sorted: no two writers wait on
+                # each other's locks in opposite orders).
+                for root in sorted({e.root_id or e.task_id for e in events}):
+                    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": root})
+            conn.execute(insert(_t), rows)
 
     def since(self, task_id: str, after_seq: int = 0, limit: int = 1000) -> list[RawEvent]:
         """The run's events and those of its descendants (a backfill's windows)."""

@@ -5,16 +5,21 @@ sends N async starts of `pull_stock_quotes` (one symbol, one page each) in waves
 concurrent requests, timing each answer at the client, and waits until every run has
 completed (polling the task listing, GET /tasks?status=…).
 
-Then, on the same server, the same waves of raw `start_workflow` calls (one Temporal
-client, a workflow type nothing polls: what Temporal alone takes to accept a start), and
-the ratio of the two p99s.
+Then the raw start call, on the same server in the same run:
+
+- ``raw_start_*``: the same wave of the same runs started by `start_workflow` itself (the
+  request the API sends, built as the API builds it; one Temporal client), the worker
+  running them as it ran the accepted ones — what the API adds over the call it makes;
+- ``idle_start_*``: waves of a workflow type nothing polls (`bench/accept_floor.py`'s
+  raw starts): what Temporal alone takes to accept a start, with nothing else running.
 
 Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept_max_ms",
 "runs_per_s", "seconds", "raw_start_p50_ms", "raw_start_p99_ms", "p99_over_raw",
-"accept_cpu_ms_per_run", "total_cpu_ms_per_run"} — the CPU ms a run of the API, the
-worker(s) and the Temporal server, while the waves were accepted and over the whole run.
-``--eager`` starts the dev server with eager activity execution and eager workflow start
-enabled (dynamic config), to measure what they change.
+"raw_runs_per_s", "idle_start_p50_ms", "idle_start_p99_ms", "p99_over_idle",
+"accept_cpu_ms_per_run", "total_cpu_ms_per_run"} — the last two: the CPU ms a run of the
+API, the worker(s) and the Temporal server, while the waves were accepted and over the
+whole run. ``--eager`` starts the dev server with eager activity execution and eager
+workflow start enabled (dynamic config), to measure what they change.
 """
 
 from __future__ import annotations
@@ -25,17 +30,27 @@ import json
 import statistics
 import sys
 import time
+import uuid
 from pathlib import Path
 
-import httpx
-from temporalio.client import Client
+import aiohttp
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.config import load_settings  # noqa: E402
+from artemis.run_models import WORKFLOW_NAME, RunRequest, workflow_id_for  # noqa: E402
 from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
+from artemis.sinks import resolve_output  # noqa: E402
+from artemis.tasks.registry import get_task  # noqa: E402
+from artemis.temporal.client import connect  # noqa: E402
 from bench.accept_floor import raw_starts  # noqa: E402
-from bench.stack import bench_stack  # noqa: E402
+from bench.stack import BenchStack, bench_stack  # noqa: E402
+from starter.run_reads import KEY_TASK_CODE, KEY_TASK_ID  # noqa: E402
+
+CODE = "pull_stock_quotes"
 
 EAGER = {
     "system.enableActivityEagerExecution": "true",
@@ -62,6 +77,60 @@ def body(samples: str, n: int) -> dict:
     }
 
 
+async def same_wave_raw(stack: BenchStack, runs: int, wave: int) -> tuple[list[float], float]:
+    """The runs of the accept waves started by `start_workflow` itself, in the same waves,
+    run by the same worker: (ms each, sorted; seconds until every one completed)."""
+    settings = load_settings(stack.tmp / "config.yaml")
+    client = await connect(settings)
+    task = get_task(CODE)
+    tuning = settings.runs.run_tuning()
+
+    def request(n: int) -> RunRequest:
+        params = body(stack.samples, 20_000 + n)["params"]
+        output = resolve_output(
+            CODE,
+            settings.output_defaults.get(CODE, {}),
+            None,
+            task.record_spec(task.prepare_params(params, settings)),
+            settings.database.url,
+        )
+        return RunRequest(
+            task_code=CODE,
+            task_id=uuid.uuid4().hex,
+            params=params,
+            trace_id=uuid.uuid4().hex,
+            output=output,
+            timeout_s=settings.server.run_timeout_s,
+            tuning=tuning,
+        )
+
+    async def start(req: RunRequest) -> tuple[float, WorkflowHandle]:
+        t0 = time.perf_counter()
+        handle = await client.start_workflow(
+            WORKFLOW_NAME,
+            req,
+            id=workflow_id_for(CODE, req.task_id),
+            task_queue=settings.temporal.task_queue,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(KEY_TASK_CODE, CODE),
+                    SearchAttributePair(KEY_TASK_ID, req.task_id),
+                ]
+            ),
+        )
+        return (time.perf_counter() - t0) * 1000, handle
+
+    for n in range(3):  # warm-up, as the accept waves had
+        await (await start(request(-1 - n)))[1].result()
+    began = time.perf_counter()
+    started: list[tuple[float, WorkflowHandle]] = []
+    for first in range(0, runs, wave):
+        reqs = [request(n) for n in range(first, min(runs, first + wave))]
+        started += await asyncio.gather(*(start(r) for r in reqs))
+    await asyncio.gather(*(h.result() for _, h in started))
+    return sorted(t for t, _ in started), time.perf_counter() - began
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=100)
@@ -75,20 +144,25 @@ async def main() -> None:
         }
     }
     with bench_stack(config, dynamic_config=dynamic) as stack:
-        limits = httpx.Limits(max_connections=args.wave, max_keepalive_connections=args.wave)
-        async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        # aiohttp: a third of httpx's client CPU a request (artemis/http.py), so that the
+        # bench's own client weighs little in what it times
+        connector = aiohttp.TCPConnector(limit=args.wave)
+        timeout = aiohttp.ClientTimeout(total=120)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             url = f"{stack.api}/tasks/pull_stock_quotes/run?mode=async"
-            # warm-up: connections, the worker's sandbox, caches
+            # warm-up: connections, the worker, caches
             for n in range(3):
-                await http.post(url, json=body(stack.samples, 10_000 + n))
+                async with http.post(url, json=body(stack.samples, 10_000 + n)) as resp:
+                    await resp.read()
 
             async def start(n: int) -> tuple[float, str]:
                 t0 = time.perf_counter()
-                resp = await http.post(url, json=body(stack.samples, n))
+                async with http.post(url, json=body(stack.samples, n)) as resp:
+                    text = await resp.text()
                 took = time.perf_counter() - t0
-                if resp.status_code != 202:
-                    raise SystemExit(f"start refused: {resp.status_code} {resp.text[:300]}")
-                return took, resp.json()["data"]["task_id"]
+                if resp.status != 202:
+                    raise SystemExit(f"start refused: {resp.status} {text[:300]}")
+                return took, json.loads(text)["data"]["task_id"]
 
             began = time.perf_counter()
             cpu0 = stack.cpu_s()
@@ -102,16 +176,20 @@ async def main() -> None:
             # each run's GET /tasks/{id} made the worker answer ~100 progress queries a
             # poll, and the bench measured its own load).
             pending = {task_id for _, task_id in accepted}
+            polls = 0
             while pending:
-                for status in sorted(TERMINAL):
-                    cursor = None
+                # completed every 50 ms; the other endings once a second (a failed run
+                # ends the bench) — the bench's own load on the API stays small
+                statuses = sorted(TERMINAL) if polls % 20 == 19 else [RunStatus.COMPLETED]
+                polls += 1
+                for status in statuses:
+                    cursor: str | None = None
                     while True:
-                        page = (
-                            await http.get(
-                                f"{stack.api}/tasks",
-                                params={"status": status, "limit": 500, "cursor": cursor},
-                            )
-                        ).json()["data"]
+                        query = {"status": str(status), "limit": "500"}
+                        if cursor:
+                            query["cursor"] = cursor
+                        async with http.get(f"{stack.api}/tasks", params=query) as resp:
+                            page = (await resp.json())["data"]
                         ended = {t["task_id"] for t in page["items"]} & pending
                         if ended and status != RunStatus.COMPLETED:
                             raise SystemExit(f"runs {sorted(ended)} ended {status}")
@@ -123,7 +201,8 @@ async def main() -> None:
                     await asyncio.sleep(0.05)
             seconds = time.perf_counter() - began
             cpu_end = stack.cpu_s()
-        raw, _ = await raw_starts(await Client.connect(stack.temporal), args.runs, args.wave)
+        raw, raw_seconds = await same_wave_raw(stack, args.runs, args.wave)
+        idle, _ = await raw_starts(await Client.connect(stack.temporal), args.runs, args.wave)
         ms = sorted(t * 1000 for t, _ in accepted)
         p99 = percentile(ms, 0.99)
         print(
@@ -139,6 +218,10 @@ async def main() -> None:
                     "raw_start_p50_ms": round(statistics.median(raw), 1),
                     "raw_start_p99_ms": round(percentile(raw, 0.99), 1),
                     "p99_over_raw": round(p99 / percentile(raw, 0.99), 2),
+                    "raw_runs_per_s": round(args.runs / raw_seconds, 1),
+                    "idle_start_p50_ms": round(statistics.median(idle), 1),
+                    "idle_start_p99_ms": round(percentile(idle, 0.99), 1),
+                    "p99_over_idle": round(p99 / percentile(idle, 0.99), 2),
                     "eager": args.eager,
                     # CPU ms a run, by process: while the waves were accepted, and over the
                     # whole bench (accept to the last completion; the listing polls count)

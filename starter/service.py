@@ -59,6 +59,7 @@ from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
 from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import RunSecrets
 from starter.run_reads import (
+    KEY_RUN_ID,
     KEY_TASK_CODE,
     KEY_TASK_ID,
     RUNS_QUERY,
@@ -241,7 +242,9 @@ class RunService(RunReads):
             if exclusive
             else WorkflowIDConflictPolicy.USE_EXISTING,
             # Set at start, so that a competing start can tell who holds a lock.
-            search_attributes=_run_attributes(req.task_code, req.task_id),
+            search_attributes=_run_attributes(
+                req.task_code, req.task_id, str((req.callback or {}).get("run_id") or "")
+            ),
             static_summary=" · ".join(x for x in summary if x),
             static_details=details,
             # Runs end by themselves at their deadline; this is only a backstop.
@@ -544,11 +547,13 @@ class RunService(RunReads):
         }
 
 
-def _run_attributes(code: str, task_id: str) -> TypedSearchAttributes:
-    """The search attributes a run starts with (the UI's filters; a lock's holder)."""
-    return TypedSearchAttributes(
-        [SearchAttributePair(KEY_TASK_CODE, code), SearchAttributePair(KEY_TASK_ID, task_id)]
-    )
+def _run_attributes(code: str, task_id: str, cron_run_id: str = "") -> TypedSearchAttributes:
+    """The search attributes a run starts with (the UI's filters; a lock's holder; the
+    CronJob's run id): set here, the workflow does not write them again."""
+    pairs = [SearchAttributePair(KEY_TASK_CODE, code), SearchAttributePair(KEY_TASK_ID, task_id)]
+    if cron_run_id:
+        pairs.append(SearchAttributePair(KEY_RUN_ID, cron_run_id))
+    return TypedSearchAttributes(pairs)
 
 
 def _what(code: str, params: dict[str, Any], settings: Settings) -> str:
