@@ -5,13 +5,16 @@ A dev server of its own (as the bench stack starts it) and plain Python code, no
 - latency: one client, W concurrent `start_workflow` calls per wave, timed at the client;
   nothing runs them (no worker polls their queue; they are terminated at the end);
 - throughput (``--shape``): the same waves of a workflow with a small run's Temporal shape
-  and no work in it — a local activity, five activities one after another (prepare, fetch,
-  emit, finalize, clean-up), two local activities (process, the final record) — run by
-  one in-process worker, timed until every run completed; and the same for the lightest
-  shape a run with I/O could take (fetch and emit as activities, the rest local).
+  and no work in it — a local activity (the `running` record), four activities one after
+  another (prepare, fetch — which emits beside it —, finalize, clean-up), a local activity
+  (the final record) — run by one in-process worker, timed until every run completed; and
+  the same for the lightest shape a run with I/O could take (the fetch an activity, the
+  rest local).
 
 Prints one JSON line: {"wave", "waves", "start_p50_ms", "start_p99_ms", "start_max_ms",
-"client_cpu_ms_per_start"} and with ``--shape`` also {"shape_runs_per_s", "light_runs_per_s"}.
+"client_cpu_ms_per_start"} and with ``--shape`` also {"shape_runs_per_s", "light_runs_per_s"}
+and the CPU ms a run of the server and of the bench's process (client and worker) for each:
+{"shape_temporal_cpu_ms", "shape_worker_cpu_ms", "light_temporal_cpu_ms", ...}.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -81,6 +85,12 @@ async def shape_rate(client: Client, wave: int, waves: int, shape: Any) -> float
         return wave * waves / (time.perf_counter() - t0)
 
 
+def cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--wave", type=int, default=50)
@@ -103,9 +113,15 @@ async def main() -> None:
             "client_cpu_ms_per_start": round(cpu_ms, 2),
         }
         if args.shape:
+            pid = server.proc.pid if server.proc is not None else 0
             for name, shape in (("shape", FloorShape), ("light", FloorLight)):
+                before, own = cpu_s(pid), time.process_time()
                 rate = await shape_rate(client, args.wave, args.waves, shape)
+                runs = args.wave * args.waves
                 out[f"{name}_runs_per_s"] = round(rate, 1)
+                # the CPU ms a run of the server and of this process (client and worker)
+                out[f"{name}_temporal_cpu_ms"] = round((cpu_s(pid) - before) * 1000 / runs, 1)
+                out[f"{name}_worker_cpu_ms"] = round((time.process_time() - own) * 1000 / runs, 1)
         print(json.dumps(out))
     finally:
         server.stop()

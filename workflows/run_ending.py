@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -77,14 +78,22 @@ class Ending(RunCore):
                 # Not kept: the run cannot be retried, its data goes as after any ending.
                 self._log("retain_failed", error=message_of(e))
         if separate_cleanup:
+            options: dict[str, Any] = {
+                "start_to_close_timeout": timedelta(seconds=60),
+                "retry_policy": retry_policies.HOUSEKEEPING,
+                "summary": "Drop the run's staged pages and secret",
+            }
             try:
-                await workflow.execute_activity_method(
-                    TaskRunActivities.cleanup_run,
-                    CleanupRunInput(run=self._run),
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=retry_policies.HOUSEKEEPING,
-                    summary="Drop the run's staged pages and secret",
-                )
+                if self._current:
+                    # Runs of this build: a local activity (two deletes), in the workflow
+                    # task that records the run's end — no task-queue round trip.
+                    await workflow.execute_local_activity_method(
+                        TaskRunActivities.cleanup_run, CleanupRunInput(run=self._run), **options
+                    )
+                else:
+                    await workflow.execute_activity_method(
+                        TaskRunActivities.cleanup_run, CleanupRunInput(run=self._run), **options
+                    )
             except ActivityError as e:
                 # Left over, the data is dropped by the clean-up loop.
                 self._log("cleanup_failed", error=message_of(e))

@@ -54,13 +54,23 @@ class BatchLoop(FanOut, OutageWaits):
         runs (and how many at a time) when the run fans out."""
         req = self._req
         self._enter("step_prepare")
-        prepared: PrepareResult = await workflow.execute_activity_method(
-            TaskRunActivities.prepare_params,
-            PrepareInput(run=self._run, params=req.params),
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=retry_policies.PREPARE,
-            summary=f"Validate params of {req.task_code}",
-        )
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=60),
+            "retry_policy": retry_policies.PREPARE,
+            "summary": f"Validate params of {req.task_code}",
+        }
+        inp = PrepareInput(run=self._run, params=req.params)
+        prepared: PrepareResult
+        if self._current:
+            # Runs of this build: a local activity (a validation, perhaps a registry read),
+            # decided in the run's first workflow task — no task-queue round trip.
+            prepared = await workflow.execute_local_activity_method(
+                TaskRunActivities.prepare_params, inp, **options
+            )
+        else:
+            prepared = await workflow.execute_activity_method(
+                TaskRunActivities.prepare_params, inp, **options
+            )
         self._prepared = True
         self._state.sized(prepared.total)
         self._live = dataclasses.replace(
