@@ -5,9 +5,9 @@ A dev server of its own (as the bench stack starts it) and plain Python code, no
 - latency: one client, W concurrent `start_workflow` calls per wave, timed at the client;
   nothing runs them (no worker polls their queue; they are terminated at the end);
 - throughput (``--shape``): the same waves of a workflow with a small run's Temporal shape
-  and no work in it — a local activity (the `running` record), four activities one after
-  another (prepare, fetch — which emits beside it —, finalize, clean-up), a local activity
-  (the final record) — run by one in-process worker, timed until every run completed; and
+  and no work in it — two local activities (the `running` record, prepare), two
+  activities (fetch — which emits beside it —, finalize), two local activities (clean-up,
+  the final record) — run by one in-process worker, timed until every run completed; and
   the same for the lightest shape a run with I/O could take (the fetch an activity, the
   rest local).
 

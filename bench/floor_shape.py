@@ -1,11 +1,11 @@
 """Workflows with a small run's Temporal shape and no work in them (bench/accept_floor.py).
 
-``FloorShape`` is a small run of `pull_stock_quotes` as it runs today: a local activity
-(the `running` record), prepare, fetch (which processes and emits its pages beside it),
-finalize, clean-up, a local activity (the final record). ``FloorLight`` is the lightest
-shape a run with I/O could take: the fetch as an activity, the four other steps local.
-(Until the emit moved into the fetch, a small run's shape was "LAALAAAL": process a local
-activity and emit an activity of their own.)"""
+``FloorShape`` is a small run of `pull_stock_quotes` as it runs today: two local
+activities (the `running` record, prepare), fetch (which processes and emits its pages
+beside it), finalize, two local activities (clean-up, the final record). ``FloorLight``
+is the lightest shape a run with I/O could take: the fetch as an activity, the four other
+steps local. (Before emit-while-fetching-v1 a small run's shape was "LAALAAAL": prepare,
+emit and clean-up activities of their own, process a local activity.)"""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ async def _steps(n: int, shape: str) -> int:
 class FloorShape:
     @workflow.run
     async def run(self, n: int) -> int:
-        return await _steps(n, "LAAAAL")
+        return await _steps(n, "LLAALL")
 
 
 @workflow.defn(name="FloorLight")
