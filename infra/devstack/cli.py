@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 
 import typer
+import uvloop
 
 from starter.cli import app as starter_app
 from starter.cli import root_app, run
@@ -30,7 +31,9 @@ def worker(config: Path | None = ConfigOpt) -> None:
 
     _require_master_key()
     settings = _settings(config)
-    asyncio.run(run_worker(settings))
+    # uvloop: the worker's loop is woken by every thread handing a result back (database
+    # writes, a task's hooks, workflow activations): cheaper per wake-up than asyncio's
+    uvloop.run(run_worker(settings))
 
 
 def dev(
