@@ -95,7 +95,7 @@ class FetchActivities(RunActivityBase):
                 cursor = {**after, "first_seq": inp.first_seq} if stream is not None else None
                 await self._stage_raw(key, seq, page, cursor)
                 if stream is not None:
-                    stream.put(seq, page.records)
+                    await stream.put(seq, page.records)
                 state.update(after)
                 activity.heartbeat(state)
                 now = time.monotonic()
@@ -237,7 +237,7 @@ class FetchActivities(RunActivityBase):
             require_every_page(staged, below, staged_to, "fetched")
             log.info("stream_resumed", next_seq=below, staged_to=staged_to)
             for seq, records in staged:
-                stream.put(seq, records)
+                await stream.put(seq, records)
         return stream
 
     async def _resume_from_staging(self, inp: FetchInput, key: str, state: dict[str, Any]) -> None:

@@ -55,7 +55,11 @@ class PageStream:
         self.state = state
         self.mine: dict[str, Any] = state["stream"]
         self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]]] | None] = asyncio.Queue()
-        self._gate = asyncio.Semaphore(task.emit_concurrency(ctx))
+        concurrency = task.emit_concurrency(ctx)
+        self._gate = asyncio.Semaphore(concurrency)
+        # Pages put and not yet sent (or skipped), at most: a sink slower than the source
+        # slows the fetch down to its pace, and memory holds a few pages, not a batch.
+        self._room = asyncio.Semaphore(max(8, 4 * concurrency))
         # Delivered above the gap: seq → (records in, records out, sink counts).
         self._above: dict[int, tuple[int, int, dict[str, int]]] = {}
         self._sending: set[asyncio.Task[None]] = set()
@@ -74,9 +78,10 @@ class PageStream:
             "error": None,
         }
 
-    def put(self, seq: int, records: list[dict[str, Any]]) -> None:
-        """A staged page (never waits: the fetch goes on while the page is processed and
-        sent; what waits is bounded by the batch's pages)."""
+    async def put(self, seq: int, records: list[dict[str, Any]]) -> None:
+        """A staged page: the fetch goes on while it is processed and sent, unless the
+        pages not yet sent fill the stream's room (then it waits for one to go)."""
+        await self._room.acquire()
         self._queue.put_nowait((seq, records))
 
     async def close(self) -> Streamed:
@@ -127,15 +132,18 @@ class PageStream:
         while (item := await self._queue.get()) is not _END:
             seq, records = item
             if self.mine["stopped"] is not None:
+                self._room.release()
                 continue
             try:
                 out = await off_loop(self.task.process, records, self.ctx)
             except Exception as e:  # process_batch meets it again and names it
                 self._stop(seq, e)
+                self._room.release()
                 continue
             await self._gate.acquire()
             if self.mine["stopped"] is not None:
                 self._gate.release()
+                self._room.release()
                 continue
             sending = asyncio.create_task(self._send(seq, len(records), out))
             self._sending.add(sending)
@@ -154,6 +162,7 @@ class PageStream:
             if records:
                 await self.task.emit(self.client, self.sinks, records, page)
         except Exception as e:  # emit_batch meets it again: waits it out, or fails
+            self._room.release()
             if isinstance(e, ArtemisError) and not e.retryable and self.mine["error"] is None:
                 # Refused for good: sent again it would be refused again (or, worse, taken
                 # although the error table says no retry). The run fails with it.
@@ -162,6 +171,7 @@ class PageStream:
             return
         finally:
             self._gate.release()
+        self._room.release()
         self._above[seq] = (n_in, len(records), page.counts)
         m = self.mine
         # (stopped: the page that failed is the gap; those above it go again, emit_batch)

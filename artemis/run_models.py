@@ -52,7 +52,9 @@ class RunTuning:
     converter ignores (it reads plain type hints) and the settings validate.
     """
 
-    pages_per_fetch: Annotated[int, Field(ge=1)] = 50
+    # Pages per fetch activity (its pages are emitted beside it: a batch is a checkpoint
+    # in history, not a unit of delivery; a fetch also ends after fetch_max_seconds).
+    pages_per_fetch: Annotated[int, Field(ge=1)] = 200
     fetch_max_seconds: Annotated[float, Field(gt=0)] = 5.0
     heartbeat_timeout_s: Annotated[float, Field(gt=0)] = 30.0
     fetch_start_to_close_s: Annotated[float, Field(gt=0)] = 600.0

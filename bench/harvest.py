@@ -42,6 +42,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_models import RunTuning  # noqa: E402
 from artemis.run_state import RunStatus  # noqa: E402
 from bench.accept import EAGER  # noqa: E402
 from bench.stack import bench_stack  # noqa: E402
@@ -145,7 +146,7 @@ async def main() -> None:
     ap.add_argument("--page-size", type=int, default=100)
     ap.add_argument("--latency-ms", type=float, default=10.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; medians reported")
-    ap.add_argument("--pages-per-fetch", type=int, default=50)
+    ap.add_argument("--pages-per-fetch", type=int, default=RunTuning().pages_per_fetch)
     ap.add_argument("--fetch-concurrency", type=int, default=4)
     ap.add_argument("--emit-concurrency", type=int, default=4)
     ap.add_argument("--sink", choices=["http", "sql", "files"], default="http")

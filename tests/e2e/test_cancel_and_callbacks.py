@@ -237,8 +237,9 @@ async def test_finalize_recovers_after_two_5xx(stack):
 
 
 async def test_clean_up_is_its_own_step_after_the_finalize(stack):
-    """The clean-up after a delivered finalize is its own activity (cleanup_run), so its
-    failure and retries can never send the finalize again."""
+    """The clean-up after a delivered finalize is its own step (cleanup_run, a local
+    activity for runs of this build), so its failure and retries can never send the
+    finalize again."""
     from artemis.staging import Staging
 
     task_id, run_id, body = stack.callback_run(["AAPL"])
@@ -248,12 +249,21 @@ async def test_clean_up_is_its_own_step_after_the_finalize(stack):
     history = await stack.client.get_workflow_handle(
         resp.json()["data"]["workflow_id"]
     ).fetch_history()
-    scheduled = [
+    steps = [
         e.activity_task_scheduled_event_attributes.activity_type.name
+        if e.HasField("activity_task_scheduled_event_attributes")
+        else json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)[
+            "activity_type"
+        ]
         for e in history.events
         if e.HasField("activity_task_scheduled_event_attributes")
+        or (
+            e.HasField("marker_recorded_event_attributes")
+            and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        )
     ]
-    assert scheduled[-1] == "cleanup_run" and scheduled[-2] == "finalize_run"
+    # the finalize, then the clean-up, then the final record in task storage
+    assert steps[-3:] == ["finalize_run", "cleanup_run", "mirror_state"], steps
     staging = Staging(stack.settings.database.url)
     assert staging.get_pages(f"pull_stock_quotes/{task_id}", "raw", 0, 100) == []
 
