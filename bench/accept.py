@@ -48,14 +48,12 @@ from artemis.tasks.registry import get_task  # noqa: E402
 from artemis.temporal.client import connect  # noqa: E402
 from bench.accept_floor import raw_starts  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
+from infra.devserver import EAGER_DYNAMIC_CONFIG  # noqa: E402
 from starter.run_reads import KEY_TASK_CODE, KEY_TASK_ID  # noqa: E402
 
 CODE = "pull_stock_quotes"
 
-EAGER = {
-    "system.enableActivityEagerExecution": "true",
-    "system.enableEagerWorkflowStart": "true",
-}
+EAGER = EAGER_DYNAMIC_CONFIG
 
 
 def percentile(sorted_ms: list[float], q: float) -> float:

@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infra.devserver import DevServer, free_port, port_open  # noqa: E402
+from infra.devserver import DevServer, dynamic_config_args, free_port, port_open  # noqa: E402
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
@@ -89,9 +89,7 @@ def bench_stack(
     processes) start; ``dynamic_config``: the dev server's dynamic config values
     (``system.enableActivityEagerExecution=true``, say)."""
     tmp = Path(tempfile.mkdtemp(prefix="artemis-bench-"))
-    extra: list[str] = []
-    for key, value in (dynamic_config or {}).items():
-        extra += ["--dynamic-config-value", f"{key}={value}"]
+    extra = dynamic_config_args(dynamic_config or {})
     temporal = DevServer(
         port=free_port(),
         ui_port=None,

