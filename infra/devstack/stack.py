@@ -35,7 +35,7 @@ from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from artemis.temporal.client import connect
 from artemis.vault import MASTER_KEY_ENV, allow_generated_key_file
-from infra.devserver import DevServer
+from infra.devserver import EAGER_DYNAMIC_CONFIG, DevServer, dynamic_config_args
 from starter.api.app import create_app
 from starter.cli.watch import watch_task
 from starter.service import ui_list_url, ui_url
@@ -166,7 +166,8 @@ class DevStack:
             ui_port=ui_port,
             db_file=data_dir / "temporal.db",
             log_file=data_dir / "temporal.log",
-            extra_args=codec,
+            # eager dispatch: README "Running on a real cluster" (measured there)
+            extra_args=codec + dynamic_config_args(EAGER_DYNAMIC_CONFIG),
             tied_to_parent=True,
             pid_file=data_dir / "temporal.pid",
         )
