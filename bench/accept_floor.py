@@ -5,11 +5,10 @@ A dev server of its own (as the bench stack starts it) and plain Python code, no
 - latency: one client, W concurrent `start_workflow` calls per wave, timed at the client;
   nothing runs them (no worker polls their queue; they are terminated at the end);
 - throughput (``--shape``): the same waves of a workflow with a small run's Temporal shape
-  and no work in it — two local activities (the `running` record, prepare), two
-  activities (fetch — which emits beside it —, finalize), two local activities (clean-up,
-  the final record) — run by one in-process worker, timed until every run completed; and
-  the same for the lightest shape a run with I/O could take (the fetch an activity, the
-  rest local).
+  and no work in it — two local activities (the `running` record, prepare), an activity
+  (fetch, which emits beside it), three local activities (finalize, clean-up, the final
+  record) — run by one in-process worker, timed until every run completed; and, lighter
+  still for reference, an activity and a local activity.
 
 Prints one JSON line: {"wave", "waves", "start_p50_ms", "start_p99_ms", "start_max_ms",
 "client_cpu_ms_per_start"} and with ``--shape`` also {"shape_runs_per_s", "light_runs_per_s"}

@@ -42,8 +42,16 @@ class Ending(RunCore):
     ) -> str:
         self._enter("step_finalize")
         separate_cleanup = self._current or workflow.patched(PATCH_CLEANUP_STEP)
+        # Runs of this build: a local activity (the hooks, the sinks' last word and the
+        # CronJob call, retried by the same policy), in the workflow task the batch loop
+        # ended in — no task-queue round trip; earlier builds' histories: an activity.
+        execute = (
+            workflow.execute_local_activity_method
+            if self._current
+            else workflow.execute_activity_method
+        )
         try:
-            fin: FinalizeResult = await workflow.execute_activity_method(
+            fin: FinalizeResult = await execute(
                 TaskRunActivities.finalize_run,
                 FinalizeInput(
                     run=self._run,

@@ -62,8 +62,8 @@ PATCH_PAUSE_AT_PAGE = "pause-at-page-v1"
 # patches above and of run_ending's PATCH_CLEANUP_STEP on this one marker (Temporal's SDK
 # upserts the TemporalChangeVersion search attribute with each patch marker — a
 # visibility write per patch per run), the search attributes it started with are not
-# written again, and its prepare and clean-up are local activities (a small run: two
-# activities — fetch, finalize — and three workflow tasks). Histories of earlier builds
+# written again, and its prepare, finalize and clean-up are local activities (a small
+# run: one activity — the fetch — and two workflow tasks). Histories of earlier builds
 # replay through the separate markers.
 PATCH_STREAM = "emit-while-fetching-v1"
 

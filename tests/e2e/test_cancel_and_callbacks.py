@@ -11,6 +11,7 @@ from sqlalchemy import text
 from artemis.db import get_engine
 from tests.conftest import new_task_id
 from tests.helpers import eventually
+from workflows import retry_policies
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -204,19 +205,28 @@ async def test_finalize_retries_after_half_one_and_two_seconds_then_gives_up(sta
     assert len(finals) == 4
     # every attempt of the one finalize call under one Idempotency-Key
     assert {c["idempotency_key"] for c in finals} == {f"pull_stock_quotes/{task_id}:finalize"}
-    # The schedule is the finalize activity's retry policy (history) ...
+    # The schedule is the finalize's retry policy (a local activity: Temporal's retries,
+    # run by the worker; history records the attempt it ended on) ...
+    policy = retry_policies.FINALIZE
+    assert policy.initial_interval.total_seconds() == 0.5
+    assert policy.backoff_coefficient == 2.0 and policy.maximum_attempts == 4
+    assert policy.maximum_interval is not None
+    assert policy.maximum_interval.total_seconds() == 2.0
     history = await stack.client.get_workflow_handle(
         resp.json()["data"]["workflow_id"]
     ).fetch_history()
-    (policy,) = [
-        e.activity_task_scheduled_event_attributes.retry_policy
+    markers = [
+        e.marker_recorded_event_attributes.details
         for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-        and e.activity_task_scheduled_event_attributes.activity_type.name == "finalize_run"
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
     ]
-    assert policy.initial_interval.ToTimedelta().total_seconds() == 0.5
-    assert policy.backoff_coefficient == 2.0 and policy.maximum_attempts == 4
-    assert policy.maximum_interval.ToTimedelta().total_seconds() == 2.0
+    (finalized,) = [
+        data
+        for data in (json.loads(d["data"].payloads[0].data) for d in markers)
+        if data["activity_type"] == "finalize_run"
+    ]
+    assert finalized["attempt"] == 4
     # ... and the CronJob saw it kept, by its own clock: each try came its wait after the one
     # before, not sooner and not several times later (4x: room for a loaded 2-core machine).
     gaps = [b["at"] - a["at"] for a, b in zip(finals, finals[1:], strict=False)]
