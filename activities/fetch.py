@@ -178,7 +178,11 @@ class FetchActivities(RunActivityBase):
         # The pages staged are delivered (or left to process/emit from the gap on).
         streamed: Streamed | None = None
         if stream is not None:
-            streamed = await stream.close()
+            try:
+                streamed = await stream.close()
+            except BaseException:  # cancelled meanwhile: nothing is sent after the attempt
+                await stream.abort()
+                raise
             log.info(
                 "stream_emit_done",
                 first_seq=inp.first_seq,
@@ -232,12 +236,16 @@ class FetchActivities(RunActivityBase):
             await off_loop(self.staging.prune_below, key, inp.first_seq)
         stream = PageStream(task, ctx, self.client, sinks, inp.run, key, trace, state)
         below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1
-        if staged_to >= below:
-            staged = await off_loop(self.staging.get_pages, key, "raw", below, staged_to)
-            require_every_page(staged, below, staged_to, "fetched")
-            log.info("stream_resumed", next_seq=below, staged_to=staged_to)
-            for seq, records in staged:
-                await stream.put(seq, records)
+        try:
+            if staged_to >= below:
+                staged = await off_loop(self.staging.get_pages, key, "raw", below, staged_to)
+                require_every_page(staged, below, staged_to, "fetched")
+                log.info("stream_resumed", next_seq=below, staged_to=staged_to)
+                for seq, records in staged:
+                    await stream.put(seq, records)
+        except BaseException:  # the stream started: it never outlives the attempt
+            await stream.abort()
+            raise
         return stream
 
     async def _resume_from_staging(self, inp: FetchInput, key: str, state: dict[str, Any]) -> None:

@@ -56,6 +56,9 @@ class Staging:
                 "payload": upsert.excluded.payload,
                 "record_count": upsert.excluded.record_count,
                 "digest": upsert.excluded.digest,
+                # an overwrite is a new write: the clean-up loop's age counts from it (a
+                # long run's fetch cursor, rewritten with every page, stays)
+                "created_at": upsert.excluded.created_at,
             },
         )
 

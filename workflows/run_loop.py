@@ -173,9 +173,15 @@ class BatchLoop(FanOut, OutageWaits):
                     raise
                 self._state.fetched(fetched)
                 self._resume_fetch = False
+                first, last = fetched.first_seq, fetched.next_seq - 1
+                if fetched.streamed is not None:
+                    # Pages already delivered: counted before a stop can end the loop
+                    # here, the run standing after them (a run kept for a retry does
+                    # not count them again).
+                    live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
+                    first = self._streamed(fetched.streamed, first)
                 self._stop_point()
                 live.progress_last_ms = fetched.progress_last_ms
-                first, last = fetched.first_seq, fetched.next_seq - 1
                 live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
                 done = fetched.done
                 if done:
@@ -184,7 +190,6 @@ class BatchLoop(FanOut, OutageWaits):
                     self._recovered("source")  # pages came: a new outage counts afresh
                 self._details()
                 if fetched.streamed is not None:
-                    first = self._streamed(fetched.streamed, first)
                     if fetched.streamed.error is not None:
                         # a sink refused a page for good: the run fails as emit_batch would
                         await drain(0)

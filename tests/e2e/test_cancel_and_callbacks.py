@@ -58,6 +58,14 @@ async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(
     assert final["status"] == "cancelled"
     assert final["error"]["code"] == "CANCELLED"
     assert final["stats"]["records_fetched"] < 150, json.dumps(final)
+    # the pages the fetch sent on before it stopped count: what the sink took is what the
+    # run says it emitted (each page once)
+    taken = {
+        b["idempotency_key"]: len(b["records"])
+        for b in await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
+        if b["status"] == 200
+    }
+    assert taken and final["stats"]["records_emitted"] == sum(taken.values()), json.dumps(final)
     finals = await stack.finals(run_id)
     assert [c["body"] for c in finals] == [
         {"result": "failed", "error_message": "cancelled: operator said so"}
