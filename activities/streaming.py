@@ -128,26 +128,40 @@ class PageStream:
         )
 
     async def _consume(self) -> None:
-        """Pages in order through the task's ``process``, each then sent on its own."""
-        while (item := await self._queue.get()) is not _END:
-            seq, records = item
+        """Pages in order through the task's ``process`` — the pages waiting together in
+        one thread hop (a CPU-bound fetch queues several) — each then sent on its own."""
+        ended = False
+        while not ended:
+            waiting = [await self._queue.get()]
+            while not self._queue.empty():
+                waiting.append(self._queue.get_nowait())
+            if waiting[-1] is _END:
+                ended = True
+                waiting.pop()
+            pages = [page for page in waiting if page is not None]
+            if not pages:
+                continue
             if self.mine["stopped"] is not None:
-                self._room.release()
+                for _ in pages:
+                    self._room.release()
                 continue
-            try:
-                out = await off_loop(self.task.process, records, self.ctx)
-            except Exception as e:  # process_batch meets it again and names it
-                self._stop(seq, e)
-                self._room.release()
-                continue
-            await self._gate.acquire()
-            if self.mine["stopped"] is not None:
-                self._gate.release()
-                self._room.release()
-                continue
-            sending = asyncio.create_task(self._send(seq, len(records), out))
-            self._sending.add(sending)
-            sending.add_done_callback(self._sending.discard)
+            done = await off_loop(_process_in_order, self.task, self.ctx, pages)
+            for i, (seq, records) in enumerate(pages):
+                # (pages after one that failed were not processed: the stream stopped)
+                out = done[i] if i < len(done) else None
+                if isinstance(out, BaseException):  # process_batch meets it again
+                    self._stop(seq, out)
+                if out is None or isinstance(out, BaseException) or self.mine["stopped"]:
+                    self._room.release()
+                    continue
+                await self._gate.acquire()
+                if self.mine["stopped"] is not None:
+                    self._gate.release()
+                    self._room.release()
+                    continue
+                sending = asyncio.create_task(self._send(seq, len(records), out))
+                self._sending.add(sending)
+                sending.add_done_callback(self._sending.discard)
 
     async def _send(self, seq: int, n_in: int, records: list[dict[str, Any]]) -> None:
         page = EmitContext(
@@ -185,3 +199,18 @@ class PageStream:
                 m["sinks"][name] = m["sinks"].get(name, 0) + taken
             m["next_seq"] += 1
         activity.heartbeat(self.state)
+
+
+def _process_in_order(
+    task: TaskUnit, ctx: TaskContext, pages: list[tuple[int, list[dict[str, Any]]]]
+) -> list[list[dict[str, Any]] | BaseException]:
+    """Each page through the task's ``process``, up to the first that fails (its error
+    in its place; the pages after it are not processed)."""
+    out: list[list[dict[str, Any]] | BaseException] = []
+    for _, records in pages:
+        try:
+            out.append(task.process(records, ctx))
+        except Exception as e:
+            out.append(e)
+            break
+    return out

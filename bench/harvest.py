@@ -149,6 +149,11 @@ async def main() -> None:
     ap.add_argument("--pages-per-fetch", type=int, default=RunTuning().pages_per_fetch)
     ap.add_argument("--fetch-concurrency", type=int, default=4)
     ap.add_argument("--emit-concurrency", type=int, default=4)
+    ap.add_argument(
+        "--per-batch",
+        action="store_true",
+        help="runs.emit_while_fetching false: each batch processed and emitted after its fetch",
+    )
     ap.add_argument("--sink", choices=["http", "sql", "files"], default="http")
     ap.add_argument("--sql-url", help="the sql sink's database (default: a PostgreSQL of its own)")
     ap.add_argument("--file-format", choices=["parquet", "jsonl"], default="parquet")
@@ -182,6 +187,7 @@ async def _main(args: argparse.Namespace, resources: contextlib.ExitStack) -> No
             "pages_per_fetch": args.pages_per_fetch,
             "fetch_concurrency": args.fetch_concurrency,
             "emit_concurrency": args.emit_concurrency,
+            "emit_while_fetching": not args.per_batch,
         },
         "output_defaults": {
             "pull_stock_quotes": {
