@@ -75,6 +75,11 @@ def nothing_in_clear(history: WorkflowHistory, secret: str) -> None:
                 for field in ("input", "result"):
                     if hasattr(a, field) and a.HasField(field):
                         payloads += list(getattr(a, field).payloads)
+        if e.HasField("marker_recorded_event_attributes"):
+            # a local activity's result (prepare, finalize, the task-store records)
+            marker = e.marker_recorded_event_attributes
+            if marker.marker_name == "core_local_activity" and "result" in marker.details:
+                payloads += list(marker.details["result"].payloads)
     assert len(payloads) > 5
     assert {p.metadata["encoding"] for p in payloads} == {ENCODING}
     first = history.events[0].workflow_execution_started_event_attributes.input
