@@ -114,6 +114,7 @@ class FetchActivities(RunActivityBase):
                     return True
                 if (
                     stop.is_set()
+                    or (stream is not None and stream.refused.is_set())
                     or state["pages"] >= inp.max_pages
                     or time.monotonic() - started >= inp.max_seconds
                     # A worker shutting down (SIGTERM): return what is fetched, with

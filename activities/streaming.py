@@ -54,6 +54,9 @@ class PageStream:
         self.run, self.key, self.trace = run, key, trace
         self.state = state
         self.mine: dict[str, Any] = state["stream"]
+        # Set when a sink refused a page for good: the run fails with it, so the fetch
+        # ends its batch at the next page instead of fetching what will not be sent.
+        self.refused = asyncio.Event()
         self._queue: asyncio.Queue[tuple[int, list[dict[str, Any]]] | None] = asyncio.Queue()
         concurrency = task.emit_concurrency(ctx)
         self._gate = asyncio.Semaphore(concurrency)
@@ -181,6 +184,7 @@ class PageStream:
                 # Refused for good: sent again it would be refused again (or, worse, taken
                 # although the error table says no retry). The run fails with it.
                 self.mine["error"] = {"code": e.code.value, "message": redact_text(e.message)}
+                self.refused.set()
             self._stop(seq, e)
             return
         finally:
