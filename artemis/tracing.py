@@ -94,13 +94,18 @@ def current_trace() -> TraceContext:
 _provider_installed: dict[str, object] = {}
 
 
+def exporting(settings: TelemetrySettings) -> bool:
+    """Whether spans go anywhere: telemetry on with an exporter other than ``none``."""
+    return settings.enabled and settings.exporter != "none"
+
+
 def setup_telemetry(settings: TelemetrySettings) -> None:
     """Install an OpenTelemetry TracerProvider once per process.
 
-    ``exporter: none`` (or telemetry off) samples no span: nothing would be exported, and
-    an unsampled span still carries the trace through Temporal's interceptor (its context
-    propagates; only its recording — attributes, events, timing — is skipped: about 6 %
-    of a worker's CPU on small runs, README "Performance").
+    ``exporter: none`` (or telemetry off) samples no span: nothing would be exported (the
+    recording of spans was about 6 % of a worker's CPU on small runs, README
+    "Performance"), and Temporal's tracing interceptor is not installed then either
+    (artemis/temporal/client.py).
     """
     if _provider_installed:
         return
@@ -109,9 +114,8 @@ def setup_telemetry(settings: TelemetrySettings) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBasedTraceIdRatio
 
-    exporting = settings.enabled and settings.exporter != "none"
     sampler = {"always": ALWAYS_ON, "never": ALWAYS_OFF}.get(
-        settings.sampling if exporting else "never",
+        settings.sampling if exporting(settings) else "never",
         ParentBasedTraceIdRatio(settings.sampling_ratio),
     )
     provider = TracerProvider(

@@ -42,10 +42,12 @@ class BenchStack:
     worker_pids: list[int] = field(default_factory=list)
     api_pid: int = 0
     temporal_pid: int = 0
+    samples_pid: int = 0
 
     def cpu_s(self) -> dict[str, float]:
-        """CPU seconds (user + system) each piece has used so far: api, worker(s), temporal
-        (a difference of two readings is where a bench's time went)."""
+        """CPU seconds (user + system) each piece has used so far: api, worker(s), temporal,
+        the sample servers (the outside world: sources and sinks) and the bench's own
+        process (its client) — a difference of two readings is where a bench's time went."""
         tick = os.sysconf("SC_CLK_TCK")
 
         def used(pid: int) -> float:
@@ -56,6 +58,8 @@ class BenchStack:
             "api": used(self.api_pid),
             "worker": sum(used(p) for p in self.worker_pids),
             "temporal": used(self.temporal_pid),
+            "samples": used(self.samples_pid) if self.samples_pid else 0.0,
+            "bench": time.process_time(),
         }
 
     def rss_mb(self, pid: int, peak: bool = False) -> float:
@@ -142,6 +146,7 @@ def bench_stack(
             )
         )
         wait_port(samples_port, procs[-1], "sample servers")
+        stack.samples_pid = procs[-1].pid
         for _ in range(workers):
             procs.append(
                 subprocess.Popen(cli + ["worker"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL)

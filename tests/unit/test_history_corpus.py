@@ -13,6 +13,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from artemis.temporal.client import data_converter
 from tests.helpers import ending
 from workers.main import WORKFLOWS
 
@@ -78,7 +79,7 @@ async def test_stored_history_replays_on_current_code(path: Path):
     history = _history(path)
     # A history that ended otherwise than its name says (or never closed) proves nothing.
     assert ending(history) == _name(path)[2], path.name
-    replayer = Replayer(workflows=list(WORKFLOWS))
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
@@ -92,7 +93,7 @@ async def test_a_command_change_without_its_patch_guard_fails_replay(monkeypatch
     olds = [p for p in FILES if p.name == "TaskRunWorkflow-completed-completed.json"]
     assert olds and olds[0].parent.name == "0.1.0"
     monkeypatch.setattr(workflow, "patched", lambda patch_id: True)
-    replayer = Replayer(workflows=list(WORKFLOWS))
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
     result = await replayer.replay_workflow(_history(olds[0]), raise_on_replay_failure=False)
     assert result.replay_failure is not None
     assert "nondetermin" in str(result.replay_failure).lower()
@@ -110,7 +111,7 @@ async def test_removing_a_patch_that_a_kept_history_needs_fails_replay(monkeypat
     ]
     assert new, "no 0.2.0 histories"
     monkeypatch.setattr(workflow, "patched", lambda patch_id: False)
-    replayer = Replayer(workflows=list(WORKFLOWS))
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
     result = await replayer.replay_workflow(_history(new[0]), raise_on_replay_failure=False)
     assert result.replay_failure is not None
 
@@ -124,7 +125,7 @@ async def test_the_housekeeping_loop_is_behind_its_patch(monkeypatch):
     loops = [p for p in FILES if p.name == "ReclaimStaleLocks-loop-continued_as_new.json"]
     assert loops and loops[0].parent.name == "0.6.0"
     monkeypatch.setattr(workflow, "patched", lambda patch_id: False)
-    replayer = Replayer(workflows=list(WORKFLOWS))
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
     result = await replayer.replay_workflow(_history(loops[0]), raise_on_replay_failure=False)
     assert result.replay_failure is not None
     old = [p for p in FILES if p.name == "ReclaimStaleLocks-reclaimstalelocks-completed.json"]

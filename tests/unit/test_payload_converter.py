@@ -1,0 +1,159 @@
+"""The payload converter (artemis/temporal/converter.py): dataclasses decode exactly as
+Temporal's default converter decodes them, from the same JSON, with each class's type
+hints resolved once; and the client installs Temporal's tracing interceptor only when spans
+are exported."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from dataclasses import dataclass, field
+
+import pytest
+from temporalio.converter import DataConverter, DefaultPayloadConverter
+
+from artemis import run_models
+from artemis.run_models import (
+    FetchInput,
+    FetchResult,
+    FetchRetry,
+    RunCarry,
+    RunRef,
+    RunRequest,
+    RunTuning,
+    Streamed,
+)
+from artemis.temporal import converter as conv
+from artemis.temporal.client import data_converter
+from artemis.tracing import TraceContext
+
+OURS = conv.ArtemisPayloadConverter()
+DEFAULT = DefaultPayloadConverter()
+
+
+@dataclass
+class _Inner:
+    n: int
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Outer:
+    name: str
+    inner: _Inner | None = None
+    many: dict[str, _Inner] = field(default_factory=dict)
+    late: int = field(default=0, init=False)
+
+
+def _roundtrip(value: object, hint: type) -> tuple[object, object]:
+    payloads = DEFAULT.to_payloads([value])
+    return (
+        OURS.from_payloads(payloads, [hint])[0],
+        DEFAULT.from_payloads(payloads, [hint])[0],
+    )
+
+
+def test_nested_optional_mapping_and_init_false_fields_decode_as_the_default_does():
+    value = _Outer("a", _Inner(1, ["x"]), {"k": _Inner(2)})
+    value.late = 7
+    ours, default = _roundtrip(value, _Outer)
+    assert ours == default == value
+    assert isinstance(ours, _Outer) and isinstance(ours.inner, _Inner)
+    assert ours.late == 7  # an init=False field is restored after construction
+
+
+def test_the_run_models_round_trip_like_the_default():
+    ref = RunRef("pull_stock_quotes", "t1", "artemis/pull_stock_quotes/t1", "a" * 32, "b" * 16)
+    req = RunRequest(
+        task_code="pull_stock_quotes",
+        task_id="t1",
+        params={"symbols": ["AC1"]},
+        trace_id="a" * 32,
+        output={"sinks": ["http"]},
+        tuning=RunTuning(pages_per_fetch=7),
+        carry=RunCarry(
+            {"symbols": ["AC1"]},
+            1,
+            {"page": 2},
+            2,
+            {"records": 4},
+            {"fetch": "done"},
+            None,
+            0,
+            1_700_000_000_000,
+            fetch_retry=FetchRetry(),
+            undelivered=[[3, 5]],
+        ),
+    )
+    for value, hint in (
+        (req, RunRequest),
+        (ref, RunRef),
+        (
+            FetchResult(0, 3, 3, 9, {"page": 3}, True, 1, streamed=Streamed(3, 9, 9, 9, 1)),
+            FetchResult,
+        ),
+        (FetchInput(ref, {"a": 1}, None, 0, 200, 60.0, 3, 0, qps=2.5), FetchInput),
+        (TraceContext("a" * 32, "b" * 16, None, False), TraceContext),
+    ):
+        ours, default = _roundtrip(value, hint)
+        assert ours == default == value, hint
+
+
+def test_unknown_keys_are_ignored_and_missing_required_fields_fail():
+    p = DEFAULT.to_payloads([{"n": 1, "extra": True}])
+    assert OURS.from_payloads(p, [_Inner])[0] == _Inner(1)
+    missing = DEFAULT.to_payloads([{"tags": []}])
+    with pytest.raises(TypeError):
+        OURS.from_payloads(missing, [_Inner])
+    wrong = DEFAULT.to_payloads([{"n": "one"}])
+    with pytest.raises(TypeError, match="field n"):
+        OURS.from_payloads(wrong, [_Inner])
+
+
+def test_type_hints_are_resolved_once_per_class(monkeypatch):
+    conv._fields.cache_clear()
+    calls: list[type] = []
+    real = typing.get_type_hints
+
+    def counting(obj, *a, **k):
+        calls.append(obj)
+        return real(obj, *a, **k)
+
+    monkeypatch.setattr(conv.typing, "get_type_hints", counting)
+    payloads = DEFAULT.to_payloads([_Outer("a", _Inner(1))])
+    for _ in range(5):
+        OURS.from_payloads(payloads, [_Outer])
+    assert calls.count(_Outer) == 1 and calls.count(_Inner) == 1
+
+
+def test_every_client_uses_it():
+    dc = data_converter()
+    assert isinstance(dc, DataConverter)
+    assert dc.payload_converter_class is conv.ArtemisPayloadConverter
+
+
+def test_every_run_model_dataclass_has_resolvable_hints():
+    """The cache resolves hints at first use: a model whose annotations do not resolve
+    would fail there, so every dataclass of run_models is checked up front."""
+    classes = [
+        c
+        for _, c in inspect.getmembers(run_models, inspect.isclass)
+        if dataclasses.is_dataclass(c) and c.__module__ == run_models.__name__
+    ]
+    assert len(classes) > 10
+    for c in classes:
+        assert conv._fields(c)
+
+
+async def test_temporal_tracing_interceptor_only_when_spans_are_exported(temporal_server):
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    from artemis.config import load_settings
+    from artemis.temporal.client import connect
+
+    address = {"temporal": {"address": temporal_server.address}}
+    quiet = await connect(load_settings(None, **address))
+    assert not any(isinstance(i, TracingInterceptor) for i in quiet.config()["interceptors"])
+    exported = await connect(load_settings(None, **address, telemetry={"exporter": "console"}))
+    assert any(isinstance(i, TracingInterceptor) for i in exported.config()["interceptors"])
