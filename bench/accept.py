@@ -12,11 +12,15 @@ Then the raw start call, on the same server in the same run:
   request the API sends, built as the API builds it; one Temporal client), the worker
   running them as it ran the accepted ones — what the API adds over the call it makes;
 - ``idle_start_*``: waves of a workflow type nothing polls (`bench/accept_floor.py`'s
-  raw starts): what Temporal alone takes to accept a start, with nothing else running.
+  raw starts): what Temporal alone takes to accept a start, with nothing else running;
+- ``floor_shape_runs_per_s``: `accept_floor.py --shape`'s empty workflow of a small run's
+  shape, in waves as the runs', on the same server just before the accept waves and
+  again at the end, and ``over_floor``: the runs/s over their mean.
 
 Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept_max_ms",
 "runs_per_s", "seconds", "raw_start_p50_ms", "raw_start_p99_ms", "p99_over_raw",
 "raw_runs_per_s", "idle_start_p50_ms", "idle_start_p99_ms", "p99_over_idle",
+"floor_shape_runs_per_s", "over_floor",
 "accept_cpu_ms_per_run", "total_cpu_ms_per_run", "cpu_ms_per_run", "cpu_bound_runs_per_s"}
 — the CPU ms a run of the API, the worker(s), the Temporal server, the sample servers
 and the bench's own client, while the waves were accepted and from the first start to
@@ -51,7 +55,8 @@ from artemis.run_state import RunStatus  # noqa: E402
 from artemis.sinks import resolve_output  # noqa: E402
 from artemis.tasks.registry import get_task  # noqa: E402
 from artemis.temporal.client import connect  # noqa: E402
-from bench.accept_floor import raw_starts  # noqa: E402
+from bench.accept_floor import raw_starts, shape_rate  # noqa: E402
+from bench.floor_shape import FloorShape  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
 from infra.devserver import EAGER_DYNAMIC_CONFIG  # noqa: E402
 from starter.run_reads import KEY_TASK_CODE, KEY_TASK_ID  # noqa: E402
@@ -187,6 +192,12 @@ async def main() -> None:
                 return took, json.loads(text)["data"]["task_id"]
 
             client = await connect(load_settings(stack.tmp / "config.yaml"))
+            # The floor: an empty workflow of the run's shape on the same server, just
+            # before the accept waves and again after the raw ones (the machine's speed
+            # drifts within minutes; the ratio is to their mean).
+            floor_client = await Client.connect(stack.temporal)
+            waves = max(1, args.runs // args.wave)
+            floor = [await shape_rate(floor_client, args.wave, waves, FloorShape)]
             began = time.perf_counter()
             cpu0 = stack.cpu_s()
             accepted: list[tuple[float, str]] = []
@@ -211,7 +222,8 @@ async def main() -> None:
             cpu_end = stack.cpu_s()
             await check_completed(http, stack.api, {task_id for _, task_id in accepted})
         raw, raw_seconds = await same_wave_raw(stack, args.runs, args.wave)
-        idle, _ = await raw_starts(await Client.connect(stack.temporal), args.runs, args.wave)
+        idle, _ = await raw_starts(floor_client, args.runs, args.wave)
+        floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
         total = per_run(cpu0, cpu_end, args.runs)
         ms = sorted(t * 1000 for t, _ in accepted)
         p99 = percentile(ms, 0.99)
@@ -232,6 +244,8 @@ async def main() -> None:
                     "idle_start_p50_ms": round(statistics.median(idle), 1),
                     "idle_start_p99_ms": round(percentile(idle, 0.99), 1),
                     "p99_over_idle": round(p99 / percentile(idle, 0.99), 2),
+                    "floor_shape_runs_per_s": [round(f, 1) for f in floor],
+                    "over_floor": round(args.runs / seconds / statistics.mean(floor), 2),
                     "eager": args.eager,
                     # CPU ms a run, by process: while the waves were accepted, and from the
                     # first start to the last completion (samples: the sources and sinks;
