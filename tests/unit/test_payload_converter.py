@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
+import uuid
 from dataclasses import dataclass, field
 
 import pytest
@@ -157,3 +158,14 @@ async def test_temporal_tracing_interceptor_only_when_spans_are_exported(tempora
     assert not any(isinstance(i, TracingInterceptor) for i in quiet.config()["interceptors"])
     exported = await connect(load_settings(None, **address, telemetry={"exporter": "console"}))
     assert any(isinstance(i, TracingInterceptor) for i in exported.config()["interceptors"])
+    # What the interceptor does: its header on the start (a workflow nothing polls).
+    headers = {}
+    for name, client in (("quiet", quiet), ("exported", exported)):
+        handle = await client.start_workflow(
+            "NothingPollsThis", id=f"tracing-{name}-{uuid.uuid4().hex}", task_queue="nobody"
+        )
+        started = (await handle.fetch_history()).events[0]
+        headers[name] = set(started.workflow_execution_started_event_attributes.header.fields)
+        await handle.terminate("test done")
+    assert "_tracer-data" in headers["exported"]
+    assert "_tracer-data" not in headers["quiet"]
