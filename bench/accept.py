@@ -254,7 +254,7 @@ async def main() -> None:
                     "total_cpu_ms_per_run": total,
                     "cpu_ms_per_run": round(sum(total.values()), 1),
                     "cpu_bound_runs_per_s": round(
-                        (os.cpu_count() or 1) * 1000 / sum(total.values()), 1
+                        len(os.sched_getaffinity(0)) * 1000 / sum(total.values()), 1
                     ),
                 }
             )

@@ -120,6 +120,7 @@ class BatchLoop(FanOut, OutageWaits):
         live = self._live
         batches_here = 0
         done = live.fetch_done
+        evicted = False
         try:
             # A run finished by POST /tasks/{id}/retry first delivers what its failed
             # attempt had staged and not delivered (skipping the pages it had).
@@ -224,11 +225,17 @@ class BatchLoop(FanOut, OutageWaits):
                     await drain(0)
                     self._continue_as_new()
             await drain(0)
+        except GeneratorExit:
+            # The run was evicted from the worker's cache mid-await and its coroutine is
+            # being closed: nothing may be awaited now (the run resumes by replay).
+            evicted = True
+            raise
         finally:
             for task in pending:
                 if not task.done():
                     task.cancel()
-                    await quietly(task)
+                    if not evicted:
+                        await quietly(task)
         self._state.complete(*LOOP_STEPS)
 
     def _continue_as_new(self) -> None:

@@ -14,9 +14,9 @@ The JSON written is unchanged; only decoding is faster.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import typing
-from functools import cache
 from typing import Any
 
 from temporalio.converter import (
@@ -27,12 +27,20 @@ from temporalio.converter import (
     value_to_type,
 )
 
+_FIELDS = "__artemis_fields__"
 
-@cache
+
 def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
-    """(name, resolved hint, init) of each field of a dataclass, resolved once."""
-    hints = typing.get_type_hints(cls)
-    return tuple((f.name, hints[f.name], f.init) for f in dataclasses.fields(cls))
+    """(name, resolved hint, init) of each field of a dataclass, resolved once and kept on
+    the class itself: a sandboxed worker or a replayer imports the workflow's modules
+    afresh for each run, and a cache keyed by class would keep every such copy alive.
+    Read from the class's own ``__dict__`` so that a subclass resolves its own fields."""
+    cached = cls.__dict__.get(_FIELDS)
+    if cached is None:
+        hints = typing.get_type_hints(cls)
+        cached = tuple((f.name, hints[f.name], f.init) for f in dataclasses.fields(cls))
+        setattr(cls, _FIELDS, cached)
+    return cached
 
 
 class DataclassFields(JSONTypeConverter):
@@ -41,6 +49,8 @@ class DataclassFields(JSONTypeConverter):
     def to_typed_value(self, hint: type, value: Any) -> Any | None:
         if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
             return JSONTypeConverter.Unhandled
+        if issubclass(hint, collections.abc.Mapping):
+            return JSONTypeConverter.Unhandled  # the SDK decodes a mapping first
         if not isinstance(value, dict):
             raise TypeError(f"Cannot convert to dataclass {hint}, value is {type(value)} not dict")
         init: dict[str, Any] = {}

@@ -5,6 +5,7 @@ are exported."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import inspect
 import typing
@@ -113,7 +114,9 @@ def test_unknown_keys_are_ignored_and_missing_required_fields_fail():
 
 
 def test_type_hints_are_resolved_once_per_class(monkeypatch):
-    conv._fields.cache_clear()
+    for cls in (_Outer, _Inner):  # resolved by an earlier test, perhaps
+        if conv._FIELDS in cls.__dict__:
+            delattr(cls, conv._FIELDS)
     calls: list[type] = []
     real = typing.get_type_hints
 
@@ -126,6 +129,17 @@ def test_type_hints_are_resolved_once_per_class(monkeypatch):
     for _ in range(5):
         OURS.from_payloads(payloads, [_Outer])
     assert calls.count(_Outer) == 1 and calls.count(_Inner) == 1
+
+
+def test_a_subclass_resolves_its_own_fields():
+    @dataclass
+    class Child(_Inner):
+        extra: str = "x"
+
+    conv._fields(_Inner)
+    assert [name for name, _, _ in conv._fields(Child)] == ["n", "tags", "extra"]
+    payloads = DEFAULT.to_payloads([Child(1, ["a"], "y")])
+    assert OURS.from_payloads(payloads, [Child])[0] == Child(1, ["a"], "y")
 
 
 def test_every_client_uses_it():
@@ -169,3 +183,27 @@ async def test_temporal_tracing_interceptor_only_when_spans_are_exported(tempora
         await handle.terminate("test done")
     assert "_tracer-data" in headers["exported"]
     assert "_tracer-data" not in headers["quiet"]
+
+
+def test_a_dataclass_that_is_a_mapping_decodes_as_the_sdk_decodes_it():
+    """The SDK's value_to_type takes the mapping branch before the dataclass one."""
+
+    @dataclass
+    class Bag(collections.abc.Mapping):
+        n: int = 0
+
+        def __getitem__(self, key):
+            return {"n": self.n}[key]
+
+        def __iter__(self):
+            return iter(["n"])
+
+        def __len__(self):
+            return 1
+
+    payloads = DEFAULT.to_payloads([{"n": 2}])
+    ours, default = (
+        OURS.from_payloads(payloads, [Bag])[0],
+        DEFAULT.from_payloads(payloads, [Bag])[0],
+    )
+    assert type(ours) is type(default) is dict and ours == default
