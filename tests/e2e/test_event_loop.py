@@ -77,10 +77,21 @@ async def test_a_harvest_holds_the_event_loop_no_longer_than_100_ms(stack):
     # one-time costs, not blocking I/O.
     await _harvest(stack, new_task_id(), **params)
 
-    with _slow_callbacks_reported() as handler:
-        data = await _harvest(stack, new_task_id(), **params)
-    assert data["stats"]["records_emitted"] == 150  # 5 days x 30 a day
-    assert handler.seen == [], "\n".join(handler.seen)
+    # asyncio times a callback by the wall clock: on a loaded 2-core machine a step that
+    # computes for milliseconds can be descheduled for longer (CI once saw a page step of
+    # the PubMed source reported at 0.47 s; locally it never reaches 0.1 s). A blocking
+    # call reports on every harvest, a stall of the machine on one: the check passes on
+    # the first of three harvests that reports nothing, and fails with every report.
+    reports: list[str] = []
+    for _ in range(3):
+        with _slow_callbacks_reported() as handler:
+            data = await _harvest(stack, new_task_id(), **params)
+        assert data["stats"]["records_emitted"] == 150  # 5 days x 30 a day
+        if not handler.seen:
+            break
+        reports += handler.seen
+    else:
+        raise AssertionError("every harvest held the loop:\n" + "\n".join(reports))
 
 
 async def test_the_check_sees_a_blocking_callback() -> None:
