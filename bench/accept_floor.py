@@ -8,8 +8,8 @@ A dev server of its own (as the bench stack starts it) and plain Python code, no
   and no work in it — two local activities (the `running` record, prepare), an activity
   (fetch, which emits beside it), three local activities (finalize, clean-up, the final
   record) — run by one in-process worker (unsandboxed, as Artemis' workers run), timed
-  until every run completed; and, lighter
-  still for reference, an activity and a local activity.
+  until every run completed; and, lighter still for reference, an activity and a local
+  activity.
 
 Prints one JSON line: {"wave", "waves", "start_p50_ms", "start_p99_ms", "start_max_ms",
 "client_cpu_ms_per_start"} and with ``--shape`` also {"shape_runs_per_s", "light_runs_per_s"}

@@ -72,16 +72,13 @@ class DataclassFields(JSONTypeConverter):
 _CONVERTERS: tuple[JSONTypeConverter, ...] = (DataclassFields(),)
 
 
-def _encoding_converters() -> tuple:
-    return tuple(
-        JSONPlainPayloadConverter(custom_type_converters=_CONVERTERS)
-        if isinstance(c, JSONPlainPayloadConverter)
-        else c
-        for c in DefaultPayloadConverter.default_encoding_payload_converters
-    )
-
-
-_ENCODING_CONVERTERS = _encoding_converters()
+# Temporal's default encoding converters, the JSON one given DataclassFields.
+_ENCODING_CONVERTERS = tuple(
+    JSONPlainPayloadConverter(custom_type_converters=_CONVERTERS)
+    if isinstance(c, JSONPlainPayloadConverter)
+    else c
+    for c in DefaultPayloadConverter.default_encoding_payload_converters
+)
 
 
 class ArtemisPayloadConverter(CompositePayloadConverter):
