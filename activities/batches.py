@@ -11,6 +11,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.run_base import (
+    Heartbeat,
     RunActivityBase,
     all_or_first_error,
     heartbeating,
@@ -63,6 +64,7 @@ class BatchActivities(RunActivityBase):
             # batches the fetch side may be ahead (runs.max_batches_ahead).
             await off_loop(self.staging.prune_below, key, inp.prune_below)
         state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
+        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s)
         details = activity.info().heartbeat_details
         if details:
             state.update(details[0])
@@ -118,7 +120,7 @@ class BatchActivities(RunActivityBase):
                 for name, taken in counts.items():
                     state["sinks"][name] = state["sinks"].get(name, 0) + taken
                 state["next_seq"] += 1
-            activity.heartbeat(state)
+            beat(state)
 
         try:
             await all_or_first_error(deliver(seq, records) for seq, records in pages)

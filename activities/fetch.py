@@ -12,7 +12,14 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.run_base import RunActivityBase, log, off_loop, require_every_page, run_key
+from activities.run_base import (
+    Heartbeat,
+    RunActivityBase,
+    log,
+    off_loop,
+    require_every_page,
+    run_key,
+)
 from activities.streaming import PageStream
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
@@ -28,6 +35,7 @@ class FetchActivities(RunActivityBase):
     async def fetch_pages(self, inp: FetchInput) -> FetchResult:
         trace = current_trace()
         key = run_key(inp.run)
+        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s)
         state = _resume_state(inp)
         if inp.stream:
             await self._resume_from_staging(inp, key, state)
@@ -41,7 +49,7 @@ class FetchActivities(RunActivityBase):
             resumed=activity.info().attempt > 1 or inp.resumed,
             # A task waiting on its source (a 429's Retry-After) keeps the attempt alive
             # without losing the resume state.
-            keepalive=lambda: activity.heartbeat(state),
+            keepalive=lambda: beat(state),
             wind_down=wind_down,
             max_pages=max(0, inp.max_pages - state["pages"]),
         )
@@ -56,7 +64,7 @@ class FetchActivities(RunActivityBase):
         stream: PageStream | None = None
         if inp.stream:
             try:
-                stream = await self._stream(task, inp, key, trace, state)
+                stream = await self._stream(task, inp, key, trace, state, beat)
             except ArtemisError as e:
                 # The batch path takes the whole batch over (it waits a sink out, or fails
                 # as it always did); a page an earlier attempt sent goes under its key.
@@ -97,7 +105,7 @@ class FetchActivities(RunActivityBase):
                 if stream is not None:
                     await stream.put(seq, page.records)
                 state.update(after)
-                activity.heartbeat(state)
+                beat(state)
                 now = time.monotonic()
                 if page.checkpoint is None or now - progress_at >= progress_every:
                     progress_at = now
@@ -226,6 +234,7 @@ class FetchActivities(RunActivityBase):
         key: str,
         trace: TraceContext,
         state: dict[str, Any],
+        beat: Heartbeat,
     ) -> PageStream:
         """The fetch's stream to the run's sinks. Every batch before this one is delivered
         (the workflow asks for a stream only then): their staged pages can go. A retried
@@ -235,7 +244,7 @@ class FetchActivities(RunActivityBase):
         sinks = await off_loop(task.decide_sinks, ctx)  # may open a database
         if inp.first_seq:
             await off_loop(self.staging.prune_below, key, inp.first_seq)
-        stream = PageStream(task, ctx, self.client, sinks, inp.run, key, trace, state)
+        stream = PageStream(task, ctx, self.client, sinks, inp.run, key, trace, state, beat)
         below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1
         try:
             if staged_to >= below:

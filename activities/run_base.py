@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -83,6 +84,33 @@ async def all_or_first_error(coros: Any) -> None:
             raise t.exception()  # type: ignore[misc]
 
 
+class Heartbeat:
+    """``activity.heartbeat``, from an attempt's first throttle interval on.
+
+    Temporal's SDK sends an attempt's first heartbeat at once and throttles the rest: on a
+    short attempt (a small run's one fetch) that first one is a round trip to Temporal and
+    a write of the activity's state there, for nothing — the attempt ends before anyone
+    could read it. Held back for ``first_after_s`` (``worker.heartbeat_throttle_s``, the
+    interval the rest are sent at anyway), an attempt that ends sooner sends none. What
+    it costs: a worker killed in that first interval leaves no resume state, so the
+    retry sends its pages again, under the same idempotency keys (a streaming fetch
+    resumes from its staged cursor as before); a cancel (a pause, a stop) reaches the
+    attempt with its first heartbeat's answer, at most that interval later. The
+    heartbeat timeout, which tells Temporal the worker died, runs from the attempt's
+    start either way."""
+
+    def __init__(self, first_after_s: float) -> None:
+        self._from = time.monotonic() + first_after_s
+        self._on = first_after_s <= 0
+
+    def __call__(self, *details: Any) -> None:
+        if not self._on:
+            if time.monotonic() < self._from:
+                return
+            self._on = True
+        activity.heartbeat(*details)
+
+
 @contextlib.asynccontextmanager
 async def heartbeating() -> AsyncIterator[None]:
     """Heartbeat in the background while a short activity works.
@@ -99,8 +127,9 @@ async def heartbeating() -> AsyncIterator[None]:
 
     async def beat() -> None:
         while True:
-            activity.heartbeat()
+            # The first after an interval too: a short attempt sends none (Heartbeat).
             await asyncio.sleep(max(timeout.total_seconds() / 3, 0.05))
+            activity.heartbeat()
 
     beating = asyncio.create_task(beat())
     try:

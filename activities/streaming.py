@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import activity
@@ -49,8 +50,10 @@ class PageStream:
         key: str,
         trace: TraceContext,
         state: dict[str, Any],
+        beat: Callable[..., None] = activity.heartbeat,
     ) -> None:
         self.task, self.ctx, self.client, self.sinks = task, ctx, client, sinks
+        self.beat = beat
         self.run, self.key, self.trace = run, key, trace
         self.state = state
         self.mine: dict[str, Any] = state["stream"]
@@ -202,7 +205,7 @@ class PageStream:
             for name, taken in counts.items():
                 m["sinks"][name] = m["sinks"].get(name, 0) + taken
             m["next_seq"] += 1
-        activity.heartbeat(self.state)
+        self.beat(self.state)
 
 
 def _process_in_order(

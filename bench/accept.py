@@ -1,10 +1,11 @@
 """Accept benchmark: how fast the API takes runs, and how many small runs finish a second.
 
-Starts the stack (dev server, samples, one worker, the API, each its own process), then
-sends N async starts of `pull_stock_quotes` (one symbol, one page each) in waves of W
-concurrent requests, timing each answer at the client, and waits until every run has
-completed (each workflow's result, long-polled from Temporal as the raw waves' are; then
-one read of the task listing checks that every record says completed).
+Starts the stack (dev server, samples, one worker, the API, each its own process), then,
+in each of ``--rounds`` rounds, sends N async starts of `pull_stock_quotes` (one symbol,
+one page each) in waves of W concurrent requests, timing each answer at the client, and
+waits until every run has completed (each workflow's result, long-polled from Temporal as
+the raw waves' are; then one read of the task listing checks that every record says
+completed).
 
 Then the raw start call, on the same server in the same run:
 
@@ -14,13 +15,16 @@ Then the raw start call, on the same server in the same run:
 - ``idle_start_*``: waves of a workflow type nothing polls (`bench/accept_floor.py`'s
   raw starts): what Temporal alone takes to accept a start, with nothing else running;
 - ``floor_shape_runs_per_s``: `accept_floor.py --shape`'s empty workflow of a small run's
-  shape, in waves as the runs', on the same server just before the accept waves and
-  again at the end, and ``over_floor``: the runs/s over their mean.
+  shape, in waves as the runs', on the same server before each round and once after
+  the last; ``round_over_floor``: each round's runs/s over the mean of the floor just
+  before and just after it, and ``over_floor`` their median (the machine's speed drifts
+  within minutes: a round is compared with the floor measured beside it).
 
 Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept_max_ms",
-"runs_per_s", "seconds", "raw_start_p50_ms", "raw_start_p99_ms", "p99_over_raw",
-"raw_runs_per_s", "idle_start_p50_ms", "idle_start_p99_ms", "p99_over_idle",
-"floor_shape_runs_per_s", "over_floor",
+"rounds", "runs_per_s", "round_runs_per_s", "seconds", "raw_start_p50_ms",
+"raw_start_p99_ms", "p99_over_raw", "raw_runs_per_s", "idle_start_p50_ms",
+"idle_start_p99_ms", "p99_over_idle",
+"floor_shape_runs_per_s", "round_over_floor", "over_floor",
 "accept_cpu_ms_per_run", "total_cpu_ms_per_run", "cpu_ms_per_run", "cpu_bound_runs_per_s"}
 — the CPU ms a run of the API, the worker(s), the Temporal server, the sample servers
 and the bench's own client, while the waves were accepted and from the first start to
@@ -162,6 +166,12 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--wave", type=int, default=50)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of RUNS accepted runs, each after its own floor reading",
+    )
     ap.add_argument("--eager", action="store_true", help="eager activities and starts on")
     args = ap.parse_args()
     dynamic = EAGER if args.eager else None
@@ -192,39 +202,60 @@ async def main() -> None:
                 return took, json.loads(text)["data"]["task_id"]
 
             client = await connect(load_settings(stack.tmp / "config.yaml"))
-            # The floor: an empty workflow of the run's shape on the same server, just
-            # before the accept waves and again after the raw ones (the machine's speed
-            # drifts within minutes; the ratio is to their mean).
+            # The floor: an empty workflow of the run's shape on the same server, measured
+            # before each round's accept waves and once after the last. The machine's speed
+            # drifts by up to half within minutes; a round's ratio is its runs/s over the
+            # mean of the floor just before it and the floor just after it, and
+            # `over_floor` is the median of the rounds' ratios.
             floor_client = await Client.connect(stack.temporal)
             waves = max(1, args.runs // args.wave)
-            floor = [await shape_rate(floor_client, args.wave, waves, FloorShape)]
-            began = time.perf_counter()
-            cpu0 = stack.cpu_s()
+            floor: list[float] = []
+            rates: list[float] = []
             accepted: list[tuple[float, str]] = []
-            for first in range(0, args.runs, args.wave):
-                wave = range(first, min(args.runs, first + args.wave))
-                accepted += await asyncio.gather(*(start(n) for n in wave))
-            cpu_accept = stack.cpu_s()
-            # Completion: each run's workflow result, long-polled from Temporal as the raw
-            # waves' are (and as accept_floor's are). The run's last write to the task
-            # store is a local activity before the workflow completes, so a completed
-            # workflow has its record written; that every record says completed is checked
-            # below, once. (Polling the listing every 50 ms, as earlier builds did, cost
-            # the API 4–10 ms of CPU a run on top of the run's own, growing with the
-            # number of runs: the bench measured its own load.)
-            await asyncio.gather(
-                *(
-                    client.get_workflow_handle(workflow_id_for(CODE, t)).result()
-                    for _, t in accepted
+            seconds = 0.0
+            cpu0 = stack.cpu_s()
+            cpu_accept = {k: 0.0 for k in cpu0}
+            total_cpu = {k: 0.0 for k in cpu0}
+            for round_no in range(args.rounds):
+                floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
+                began = time.perf_counter()
+                before = stack.cpu_s()
+                these: list[tuple[float, str]] = []
+                for first in range(0, args.runs, args.wave):
+                    wave = range(first, min(args.runs, first + args.wave))
+                    n0 = round_no * args.runs
+                    these += await asyncio.gather(*(start(n0 + n) for n in wave))
+                accepting = stack.cpu_s()
+                # Completion: each run's workflow result, long-polled from Temporal as the
+                # raw waves' are (and as accept_floor's are). The run's last write to the
+                # task store is a local activity before the workflow completes, so a
+                # completed workflow has its record written; that every record says
+                # completed is checked below, once. (Polling the listing every 50 ms, as
+                # earlier builds did, cost the API 4–10 ms of CPU a run on top of the
+                # run's own, growing with the number of runs: the bench measured its own
+                # load.)
+                await asyncio.gather(
+                    *(
+                        client.get_workflow_handle(workflow_id_for(CODE, t)).result()
+                        for _, t in these
+                    )
                 )
-            )
-            seconds = time.perf_counter() - began
-            cpu_end = stack.cpu_s()
+                took = time.perf_counter() - began
+                after = stack.cpu_s()
+                for k in cpu0:
+                    cpu_accept[k] += accepting[k] - before[k]
+                    total_cpu[k] += after[k] - before[k]
+                seconds += took
+                rates.append(args.runs / took)
+                accepted += these
             await check_completed(http, stack.api, {task_id for _, task_id in accepted})
         raw, raw_seconds = await same_wave_raw(stack, args.runs, args.wave)
         idle, _ = await raw_starts(floor_client, args.runs, args.wave)
         floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
-        total = per_run(cpu0, cpu_end, args.runs)
+        ratios = [r / statistics.mean(floor[i : i + 2]) for i, r in enumerate(rates)]
+        n_runs = args.runs * args.rounds
+        zero = {k: 0.0 for k in total_cpu}
+        total = per_run(zero, total_cpu, n_runs)
         ms = sorted(t * 1000 for t, _ in accepted)
         p99 = percentile(ms, 0.99)
         print(
@@ -235,7 +266,9 @@ async def main() -> None:
                     "accept_p50_ms": round(statistics.median(ms), 1),
                     "accept_p99_ms": round(p99, 1),
                     "accept_max_ms": round(ms[-1], 1),
-                    "runs_per_s": round(args.runs / seconds, 1),
+                    "rounds": args.rounds,
+                    "runs_per_s": round(n_runs / seconds, 1),
+                    "round_runs_per_s": [round(r, 1) for r in rates],
                     "seconds": round(seconds, 2),
                     "raw_start_p50_ms": round(statistics.median(raw), 1),
                     "raw_start_p99_ms": round(percentile(raw, 0.99), 1),
@@ -245,12 +278,13 @@ async def main() -> None:
                     "idle_start_p99_ms": round(percentile(idle, 0.99), 1),
                     "p99_over_idle": round(p99 / percentile(idle, 0.99), 2),
                     "floor_shape_runs_per_s": [round(f, 1) for f in floor],
-                    "over_floor": round(args.runs / seconds / statistics.mean(floor), 2),
+                    "round_over_floor": [round(r, 2) for r in ratios],
+                    "over_floor": round(statistics.median(ratios), 2),
                     "eager": args.eager,
                     # CPU ms a run, by process: while the waves were accepted, and from the
                     # first start to the last completion (samples: the sources and sinks;
                     # bench: this process, its client)
-                    "accept_cpu_ms_per_run": per_run(cpu0, cpu_accept, args.runs),
+                    "accept_cpu_ms_per_run": per_run(zero, cpu_accept, n_runs),
                     "total_cpu_ms_per_run": total,
                     "cpu_ms_per_run": round(sum(total.values()), 1),
                     "cpu_bound_runs_per_s": round(

@@ -136,7 +136,9 @@ async def test_sigkill_mid_emit_leaves_every_key_once_in_postgresql(
             }
         },
     )
-    config = worker_config(stack, tmp_path)
+    # (heartbeats start after the throttle interval, activities/run_base.py Heartbeat:
+    # a short one lets the test see an emit heartbeat before it ends)
+    config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 0.2})
     await stack.fault("sink", delay_ms=150)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None

@@ -22,7 +22,10 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(ma
     stack = await make_stack(
         worker=False, runs={"pages_per_fetch": 20, "heartbeat_timeout_s": HEARTBEAT_S}
     )
-    config = worker_config(stack, tmp_path)
+    # A fetch of 20 pages here takes about a second; its heartbeats start after the
+    # throttle interval (activities/run_base.py Heartbeat), so a short one lets the test
+    # see the second fetch heartbeat before it ends.
+    config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 0.2})
     await stack.fault("latency", latency_ms=40)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None

@@ -1,0 +1,55 @@
+"""An attempt's heartbeats start after the throttle interval (activities/run_base.py
+Heartbeat): a short attempt sends none; a long one sends from then on. Run in the SDK's
+own activity environment, which records what an activity hands to Temporal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from temporalio.testing import ActivityEnvironment
+
+from activities.run_base import Heartbeat
+
+
+def test_a_short_attempt_sends_no_heartbeat_a_long_one_sends_after_the_interval() -> None:
+    sent: list[tuple] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: sent.append(details)
+
+    made: dict[int, float] = {}  # call → seconds since the attempt began
+
+    async def attempt(first_after_s: float, calls: int, every_s: float) -> None:
+        began = time.monotonic()
+        beat = Heartbeat(first_after_s)
+        for n in range(calls):
+            made[n] = time.monotonic() - began
+            beat({"page": n})
+            await asyncio.sleep(every_s)
+
+    # Ends well inside its interval: nothing is sent.
+    asyncio.run(env.run(attempt, 30.0, 5, 0.0))
+    assert sent == []
+
+    # Beats on past its interval: exactly the calls made after it are sent, in order.
+    made.clear()
+    asyncio.run(env.run(attempt, 0.3, 40, 0.02))
+    pages = [details[0]["page"] for details in sent]
+    assert pages, "no heartbeat call after the interval was sent"
+    assert pages == list(range(pages[0], 40))
+    assert made[pages[0]] >= 0.3
+    assert pages[0] == 0 or made[pages[0] - 1] < 0.3 + 0.05  # (the clock read twice)
+
+
+def test_no_interval_sends_every_heartbeat() -> None:
+    sent: list[tuple] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: sent.append(details)
+
+    def attempt() -> None:
+        beat = Heartbeat(0)
+        for n in range(3):
+            beat(n)
+
+    env.run(attempt)
+    assert [d[0] for d in sent] == [0, 1, 2]
