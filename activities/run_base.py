@@ -100,6 +100,10 @@ class Heartbeat:
     start either way."""
 
     def __init__(self, first_after_s: float) -> None:
+        timeout = activity.info().heartbeat_timeout
+        if timeout:
+            # never so late that the heartbeat timeout runs out first
+            first_after_s = min(first_after_s, timeout.total_seconds() / 2)
         self._from = time.monotonic() + first_after_s
         self._on = first_after_s <= 0
 

@@ -5,7 +5,9 @@ own activity environment, which records what an activity hands to Temporal."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+from datetime import timedelta
 
 from temporalio.testing import ActivityEnvironment
 
@@ -53,3 +55,24 @@ def test_no_interval_sends_every_heartbeat() -> None:
 
     env.run(attempt)
     assert [d[0] for d in sent] == [0, 1, 2]
+
+
+def test_the_first_heartbeat_comes_before_half_the_heartbeat_timeout() -> None:
+    sent: list[tuple] = []
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.2))
+    env.on_heartbeat = lambda *details: sent.append(details)
+
+    async def attempt() -> float:
+        began = time.monotonic()
+        beat = Heartbeat(30.0)  # a throttle longer than the timeout allows
+        while not sent:
+            beat("alive")
+            await asyncio.sleep(0.01)
+            if time.monotonic() - began > 5:
+                break
+        return time.monotonic() - began
+
+    took = asyncio.run(env.run(attempt))
+    assert sent, "no heartbeat within 5 s under a 0.2 s heartbeat timeout"
+    assert took >= 0.1
