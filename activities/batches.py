@@ -53,6 +53,7 @@ class BatchActivities(RunActivityBase):
 
     @activity.defn(name="emit_batch")
     async def emit_batch(self, inp: BatchInput) -> EmitResult:
+        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s)  # from the start
         trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
@@ -64,7 +65,6 @@ class BatchActivities(RunActivityBase):
             # batches the fetch side may be ahead (runs.max_batches_ahead).
             await off_loop(self.staging.prune_below, key, inp.prune_below)
         state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
-        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s)
         details = activity.info().heartbeat_details
         if details:
             state.update(details[0])

@@ -85,34 +85,54 @@ async def all_or_first_error(coros: Any) -> None:
 
 
 class Heartbeat:
-    """``activity.heartbeat``, from an attempt's first throttle interval on.
+    """``activity.heartbeat``, held back for an attempt's first throttle interval.
 
     Temporal's SDK sends an attempt's first heartbeat at once and throttles the rest: on a
     short attempt (a small run's one fetch) that first one is a round trip to Temporal and
     a write of the activity's state there, for nothing — the attempt ends before anyone
     could read it. Held back for ``first_after_s`` (``worker.heartbeat_throttle_s``, the
-    interval the rest are sent at anyway), an attempt that ends sooner sends none. What
-    it costs: a worker killed in that first interval leaves no resume state, so the
-    retry sends its pages again, under the same idempotency keys (a streaming fetch
-    resumes from its staged cursor as before); a cancel (a pause, a stop) reaches the
-    attempt with its first heartbeat's answer, at most that interval later. The
-    heartbeat timeout, which tells Temporal the worker died, runs from the attempt's
-    start either way."""
+    interval the rest are sent at anyway; at most half the heartbeat timeout), the latest
+    heartbeat made in that interval goes at its end, and an attempt that ends sooner sends
+    none. What it costs: a worker killed before its attempt's first heartbeat leaves no
+    resume state — a streaming fetch resumes from the cursor staged with its last page
+    and sends the staged pages again under the same keys; a batch fetch fetches its batch
+    again; an emit sends its pages again under the same keys — and a cancel (a pause, a
+    stop) reaches an attempt at most that interval later than it did. The heartbeat
+    timeout runs from the attempt's start either way."""
 
     def __init__(self, first_after_s: float) -> None:
         timeout = activity.info().heartbeat_timeout
         if timeout:
-            # never so late that the heartbeat timeout runs out first
+            # sent before the heartbeat timeout could run out on an attempt that beats
             first_after_s = min(first_after_s, timeout.total_seconds() / 2)
         self._from = time.monotonic() + first_after_s
         self._on = first_after_s <= 0
+        self._held: tuple[Any, ...] | None = None
+        if not self._on:
+            # (the activity's context goes with the callback; after the attempt has ended
+            # the SDK drops a heartbeat; a synchronous activity has no loop: its next call
+            # after the interval sends)
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().call_later(first_after_s, self._release)
 
     def __call__(self, *details: Any) -> None:
         if not self._on:
             if time.monotonic() < self._from:
+                self._held = details
                 return
             self._on = True
+            self._held = None
         activity.heartbeat(*details)
+
+    def _release(self) -> None:
+        """The interval is over: the latest heartbeat held goes now (an attempt that made
+        none has no details to send yet)."""
+        if self._on:
+            return
+        self._on = True
+        held, self._held = self._held, None
+        if held is not None:
+            activity.heartbeat(*held)
 
 
 @contextlib.asynccontextmanager

@@ -274,8 +274,8 @@ class WorkerSettings(_Section):
     # How often at most a running activity's heartbeat reaches Temporal. A pause (or a
     # cancel) reaches a fetch in flight with the answer to its next heartbeat, so this
     # bounds how long it goes on fetching: one heartbeat RPC a second per running fetch.
-    # An attempt's first heartbeat waits this long too (an attempt that ends sooner sends
-    # none: activities/run_base.py Heartbeat).
+    # An attempt's first heartbeat is held back this long too (at most half the heartbeat
+    # timeout; an attempt that ends sooner sends none: activities/run_base.py Heartbeat).
     heartbeat_throttle_s: float = Field(1.0, gt=0)
     # How often a worker checks that each housekeeping loop still runs (one an earlier
     # build's worker ended during a rolling upgrade is started again; a schedule an

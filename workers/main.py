@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import compileall
-import gc
 import signal
 import sys
 import time
@@ -372,11 +371,6 @@ async def run_worker(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with running_worker(settings):
-        # Everything the worker holds from its start (its modules, clients, settings)
-        # leaves the garbage collector's generations: a full collection no longer walks
-        # those ~170,000 objects again and again (gc.callbacks on bench/accept.py: the
-        # collector took 4.0 % of the worker's CPU before, 3.4 % after).
-        gc.freeze()
         await stop.wait()
         # Leaving the block shuts the workers down: no new tasks are polled, in-flight
         # activities get worker.graceful_shutdown_s to finish (a fetch stops at its next
