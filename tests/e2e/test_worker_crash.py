@@ -56,6 +56,68 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(ma
     assert "fetch_resumed" in log
 
 
+async def test_sigkill_before_the_first_heartbeat_resumes_from_the_staged_cursor(
+    make_stack, tmp_path
+):
+    """Killed before its fetch sent a heartbeat (activities/run_base.py Heartbeat holds
+    them back for the first interval): the retry has no heartbeat details. The streaming
+    fetch resumes from the cursor staged with its last page and sends the staged pages
+    again under the same keys: every record reaches the sink once per key, and the run
+    counts each once."""
+    # The first heartbeat would go 3 s into the attempt (the throttle, under half the
+    # heartbeat timeout): the kill comes long before, a few pages in.
+    stack = await make_stack(worker=False, runs={"pages_per_fetch": 200, "heartbeat_timeout_s": 6})
+    config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 3.0})
+    await stack.fault("latency", latency_ms=40)
+    first = start_worker_process(config, tmp_path / "worker1.out")
+    second = None
+    try:
+        task_id, run_id, body = stack.callback_run(["AAPL", "MSFT"], page_size=1)
+        resp = await stack.run(body, mode="async")
+        assert resp.status_code == 202, resp.text
+        handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
+
+        async def pages_delivered() -> bool:
+            sent = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
+            return len([b for b in sent if b["status"] == 200]) >= 3
+
+        await eventually(pages_delivered, "a few pages delivered", interval=0.01)
+        desc = await handle.describe()
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        fetches = [
+            a
+            for a in desc.raw_description.pending_activities
+            if a.activity_type.name == "fetch_pages"
+        ]
+        assert fetches, "the fetch was not in flight"
+        assert not fetches[0].heartbeat_details.payloads, "a heartbeat was sent before the kill"
+        second = start_worker_process(config, tmp_path / "worker2.out")
+        final = await stack.wait_status(task_id, timeout=90)
+        assert final["status"] == "completed", final
+        assert final["stats"]["records_emitted"] == 60
+        assert final["stats"]["records_fetched"] == 60
+    finally:
+        await stack.fault("latency", latency_ms=0)
+        stop_processes(first, second)
+
+    await every_record_delivered_once(stack, task_id, expected=60)
+    sent = Counter(
+        b["idempotency_key"]
+        for b in await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
+        if b["status"] == 200
+    )
+    assert max(sent.values()) >= 2, "no page went again: the retry did not start over"
+    finals = await stack.finals(run_id)
+    assert len(finals) == 1 and finals[0]["body"]["result"] == "success"
+    resumed = [
+        json.loads(line)
+        for line in (tmp_path / "worker.log").read_text().splitlines()
+        if '"fetch_resumed"' in line
+    ]
+    assert any(r.get("source") == "staging" and r["next_seq"] >= 3 for r in resumed), resumed
+
+
 def worker_config(stack, tmp_path: Path, **overrides: Any) -> Path:
     """The config file of the test's worker processes: the stack's settings (its task
     queue), their log in worker.log, and ``overrides``."""
