@@ -6,7 +6,9 @@ they name."""
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,24 @@ from tests.conftest import ROOT, new_task_id
 from tests.helpers import eventually
 
 
+def quiet_port() -> int:
+    """A free port below the kernel's ephemeral range. The ports of a stack are picked
+    before `artemis dev` starts its Temporal server, which binds ports the kernel picks
+    for it (its HTTP API, metrics, internal services): a port picked the same way could
+    be taken by one of them first (a CI run once found Temporal's gRPC on the API's
+    port). The kernel never hands out one of these."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split()[2]
@@ -29,7 +49,7 @@ def _alive(pid: int) -> bool:
 
 
 async def test_a_closed_pipe_does_not_stop_artemis_dev_and_sigkill_leaves_no_temporal(tmp_path):
-    ports = {name: free_port() for name in ("api", "temporal", "ui", "samples")}
+    ports = {name: quiet_port() for name in ("api", "temporal", "ui", "samples")}
     data = tmp_path / "state"
     config = tmp_path / "dev.yaml"
     # logs on stdout (the pipe that closes: every run logs to it after), nothing else: the
@@ -161,7 +181,7 @@ def test_demo_with_a_config_of_its_own_keeps_the_demos_defaults(tmp_path):
     """`artemis demo --config F` where F adds an output for a task of its own and changes
     one quotes default: F merges with the demo's defaults key by key, so every sample
     still runs and lands where the demo puts it (issue 20, item 3)."""
-    ports = {name: free_port() for name in ("api", "temporal", "ui", "samples")}
+    ports = {name: quiet_port() for name in ("api", "temporal", "ui", "samples")}
     config = tmp_path / "mine.yaml"
     config.write_text(
         yaml.safe_dump(
