@@ -20,8 +20,6 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from temporalio import activity
-
 from activities.run_base import log, off_loop
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
@@ -50,7 +48,7 @@ class PageStream:
         key: str,
         trace: TraceContext,
         state: dict[str, Any],
-        beat: Callable[..., None] = activity.heartbeat,
+        beat: Callable[..., None],
     ) -> None:
         self.task, self.ctx, self.client, self.sinks = task, ctx, client, sinks
         self.beat = beat

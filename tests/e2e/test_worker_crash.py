@@ -30,10 +30,7 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(ma
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None
     try:
-        task_id, run_id, body = stack.callback_run(["AAPL", "MSFT"], page_size=1)
-        resp = await stack.run(body, mode="async")
-        assert resp.status_code == 202, resp.text
-        handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
+        task_id, run_id, handle = await start_quotes_run(stack)
         stats = await inside_the_second_batch(stack, task_id, handle)
         assert 0 < stats["records_fetched"] < 60
         first.send_signal(signal.SIGKILL)
@@ -72,10 +69,7 @@ async def test_sigkill_before_the_first_heartbeat_resumes_from_the_staged_cursor
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None
     try:
-        task_id, run_id, body = stack.callback_run(["AAPL", "MSFT"], page_size=1)
-        resp = await stack.run(body, mode="async")
-        assert resp.status_code == 202, resp.text
-        handle = stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
+        task_id, run_id, handle = await start_quotes_run(stack)
 
         async def pages_delivered() -> bool:
             sent = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
@@ -116,6 +110,15 @@ async def test_sigkill_before_the_first_heartbeat_resumes_from_the_staged_cursor
         if '"fetch_resumed"' in line
     ]
     assert any(r.get("source") == "staging" and r["next_seq"] >= 3 for r in resumed), resumed
+
+
+async def start_quotes_run(stack) -> tuple[str, str, Any]:
+    """An async run of 60 one-record pages (AAPL and MSFT) with a callback: its task id,
+    its callback's run id and its workflow handle."""
+    task_id, run_id, body = stack.callback_run(["AAPL", "MSFT"], page_size=1)
+    resp = await stack.run(body, mode="async")
+    assert resp.status_code == 202, resp.text
+    return task_id, run_id, stack.client.get_workflow_handle(resp.json()["data"]["workflow_id"])
 
 
 def worker_config(stack, tmp_path: Path, **overrides: Any) -> Path:

@@ -27,7 +27,7 @@ def test_a_short_attempt_sends_no_heartbeat_a_long_one_sends_after_the_interval(
         for n in range(calls):
             made[n] = time.monotonic() - began
             beat({"page": n})
-            await asyncio.sleep(every_s)
+            await asyncio.sleep(every_s)  # the pace of an attempt's pages, not a wait
 
     # Ends well inside its interval: nothing is sent.
     asyncio.run(env.run(attempt, 30.0, 5, 0.0))
