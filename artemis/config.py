@@ -50,6 +50,11 @@ class ServerSettings(_Section):
     # Wall-clock budget of one run; past it the run ends with status `timeout`.
     run_timeout_s: float = Field(3600.0, gt=0)
     public_url: str | None = None
+    # How long an idle keep-alive connection stays open. Longer than the idle timeouts of
+    # the clients and proxies in front (aiohttp 15 s, an AWS ALB or nginx 60 s): when the
+    # server closes first, a client that sends on the connection at that moment gets
+    # "server disconnected" for its POST (uvicorn's own default is 5 s).
+    keep_alive_s: int = Field(75, gt=0)
 
     @field_validator("api_tokens")
     @classmethod

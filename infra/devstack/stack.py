@@ -224,6 +224,7 @@ class DevStack:
                     port=self.settings.server.port,
                     log_config=None,
                     access_log=False,
+                    timeout_keep_alive=self.settings.server.keep_alive_s,
                 )
             )
             api.install_signal_handlers = lambda: None  # type: ignore[attr-defined]

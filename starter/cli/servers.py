@@ -36,7 +36,14 @@ def api(config: Path | None = ConfigOpt, host: str | None = None, port: int | No
     settings = settings.model_copy(
         update={"server": settings.server.model_copy(update={"host": host, "port": port})}
     )
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        timeout_keep_alive=settings.server.keep_alive_s,
+    )
 
 
 @samples_app.command("serve")

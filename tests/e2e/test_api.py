@@ -312,3 +312,79 @@ async def test_allowed_hosts_setting_opens_a_host(make_stack):
         },
     )
     assert refused.status_code == 422
+
+
+def test_the_api_keeps_an_idle_connection_for_server_keep_alive_s(tmp_path):
+    """`artemis api` holds an idle keep-alive connection for `server.keep_alive_s`, not
+    uvicorn's 5 s: a pooled client (or a balancer with a longer idle timeout) that sends
+    on it after 5 s gets an answer, not a closed connection."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from infra.devserver import free_port, port_open
+    from tests.conftest import ROOT
+
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+    def answered(sock: socket.socket) -> bytes:
+        """The status line and headers of the answer to one request (its body read too)."""
+        sock.sendall(request)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return got  # closed by the server
+            got += chunk
+        head, body = got.split(b"\r\n\r\n", 1)
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += sock.recv(4096)
+        return head
+
+    def start(keep_alive_s: int) -> tuple[subprocess.Popen, int]:
+        port = free_port()
+        config = tmp_path / f"ka{keep_alive_s}.yaml"
+        config.write_text(
+            f"database: {{url: 'sqlite:///{tmp_path}/ka{keep_alive_s}.db'}}\n"
+            f"server: {{keep_alive_s: {keep_alive_s}}}\n"
+        )
+        env = {**os.environ, "COOKIE_MASTER_KEY": "k" * 48}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "starter.cli", "api", "--config", str(config)]
+            + ["--port", str(port)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while not port_open("127.0.0.1", port):
+            assert proc.poll() is None, "artemis api exited"
+            assert time.monotonic() < deadline, "artemis api did not listen within 60 s"
+            time.sleep(0.1)
+        return proc, port
+
+    long_proc, long_port = start(30)
+    short_proc, short_port = start(1)
+    try:
+        with socket.create_connection(("127.0.0.1", long_port), timeout=30) as kept:
+            with socket.create_connection(("127.0.0.1", short_port), timeout=30) as dropped:
+                assert answered(kept).startswith(b"HTTP/1.1 200")
+                assert answered(dropped).startswith(b"HTTP/1.1 200")
+                # The short one is closed by the server once idle for its second...
+                dropped.settimeout(20)
+                assert dropped.recv(1) == b""
+                # ... while the long one, idle past uvicorn's own 5 s, still answers.
+                time.sleep(6)
+                assert answered(kept).startswith(b"HTTP/1.1 200")
+    finally:
+        for proc in (long_proc, short_proc):
+            proc.terminate()
+            proc.wait(timeout=30)
