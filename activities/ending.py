@@ -184,7 +184,7 @@ class EndingActivities(RunActivityBase):
             run = inp.run
 
             def update() -> None:
-                store.update_status(
+                store.set_status(
                     run.task_id,
                     inp.status,
                     result=inp.stats or None,

@@ -4,6 +4,8 @@ scale) and the SQLModel tables of the foundation; schema changes go through Alem
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 from sqlalchemy import DateTime, Index, Text, TypeDecorator, UniqueConstraint, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Column, Field, SQLModel, create_engine
 
 
@@ -129,6 +131,17 @@ def upsert_insert(engine: Engine) -> Any:
         raise ValueError(
             f"dialect {engine.dialect.name!r} is not supported (sqlite, postgresql)"
         ) from None
+
+
+@contextmanager
+def transaction(engine: Engine, conn: Connection | None = None) -> Iterator[Connection]:
+    """The caller's transaction when it gives one (several writes, one commit), else a
+    transaction of its own, committed at the end of the block."""
+    if conn is not None:
+        yield conn
+        return
+    with engine.begin() as own:
+        yield own
 
 
 def get_engine(url: str) -> Engine:

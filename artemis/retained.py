@@ -13,9 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy.engine import Connection
 
 from artemis import jsonio
-from artemis.db import RetainedRun, get_engine, upsert_insert, utcnow
+from artemis.db import RetainedRun, get_engine, transaction, upsert_insert, utcnow
 
 _t = RetainedRun.__table__  # type: ignore[attr-defined]
 # A retried run may last this long (meta.timeout_s is at most 30 days).
@@ -97,9 +98,9 @@ class Retained:
         with self.engine.begin() as conn:
             conn.execute(update(_t).where(_t.c.run_key == run_key).values(taken_at=None))
 
-    def drop(self, run_key: str) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(delete(_t).where(_t.c.run_key == run_key))
+    def drop(self, run_key: str, conn: Connection | None = None) -> None:
+        with transaction(self.engine, conn) as c:
+            c.execute(delete(_t).where(_t.c.run_key == run_key))
 
     def _expired(self, now: datetime) -> Any:
         """Kept state past its time — unless a retry took it (the retried run drops it

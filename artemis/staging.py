@@ -9,10 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from artemis import jsonio
-from artemis.db import StagedPage, get_engine, upsert_insert, utcnow
+from artemis.db import StagedPage, get_engine, transaction, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 _table = StagedPage.__table__  # type: ignore[attr-defined]
@@ -212,6 +213,6 @@ class Staging:
         with self.engine.begin() as conn:
             return conn.execute(delete(_table).where(*cond)).rowcount
 
-    def drop_run(self, run_key: str) -> int:
-        with self.engine.begin() as conn:
-            return conn.execute(delete(_table).where(_table.c.run_key == run_key)).rowcount
+    def drop_run(self, run_key: str, conn: Connection | None = None) -> int:
+        with transaction(self.engine, conn) as c:
+            return c.execute(delete(_table).where(_table.c.run_key == run_key)).rowcount

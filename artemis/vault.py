@@ -13,9 +13,10 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from sqlalchemy import delete, select, update
+from sqlalchemy.engine import Connection
 
 from artemis.config import DEFAULT_MASTER_KEY_FILE
-from artemis.db import RunSecret, get_engine, upsert_insert, utcnow
+from artemis.db import RunSecret, get_engine, transaction, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 MASTER_KEY_ENV = "COOKIE_MASTER_KEY"
@@ -142,7 +143,7 @@ class RunSecrets:
                 f"master key ({MASTER_KEY_ENV})",
             ) from None
 
-    def drop(self, run_key: str) -> None:
+    def drop(self, run_key: str, conn: Connection | None = None) -> None:
         table = RunSecret.__table__  # type: ignore[attr-defined]
-        with self.engine.begin() as conn:
-            conn.execute(delete(table).where(table.c.run_key == run_key))
+        with transaction(self.engine, conn) as c:
+            c.execute(delete(table).where(table.c.run_key == run_key))

@@ -25,9 +25,10 @@ from typing import Any
 
 import fsspec
 from sqlalchemy import delete, func, select
+from sqlalchemy.engine import Connection
 
 from artemis import jsonio
-from artemis.db import SinkFile, get_engine, upsert_insert, utcnow
+from artemis.db import SinkFile, get_engine, transaction, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.logsetup import get_logger
@@ -239,10 +240,10 @@ class FileSink(Sink):
         }
 
 
-def drop_file_records(database_url: str, run_key: str) -> int:
+def drop_file_records(database_url: str, run_key: str, conn: Connection | None = None) -> int:
     """Forget what a run wrote (after its manifest is written)."""
-    with get_engine(database_url).begin() as conn:
-        return conn.execute(delete(_ledger).where(_ledger.c.run_key == run_key)).rowcount
+    with transaction(get_engine(database_url), conn) as c:
+        return c.execute(delete(_ledger).where(_ledger.c.run_key == run_key)).rowcount
 
 
 def drop_file_records_older_than(database_url: str, before: datetime) -> int:

@@ -39,6 +39,16 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def check_status(status: str, result: Any, error: Any) -> None:
+    """A status the store keeps, with the result or error it needs."""
+    if status not in STATUSES:
+        raise TaskValidationError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    if status == RunStatus.COMPLETED and result is None:
+        raise TaskValidationError("a completed task needs a result")
+    if status in (RunStatus.FAILED, RunStatus.TIMEOUT) and error is None:
+        raise TaskValidationError(f"a {status} task needs an error")
+
+
 class TaskData(BaseModel):
     task_id: str = Field(min_length=1, max_length=200)
     task_code: str = ""
@@ -56,14 +66,7 @@ class TaskData(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> TaskData:
-        if self.status not in STATUSES:
-            raise TaskValidationError(
-                f"status must be one of {', '.join(STATUSES)}, got {self.status!r}"
-            )
-        if self.status == RunStatus.COMPLETED and self.result is None:
-            raise TaskValidationError("a completed task needs a result")
-        if self.status in (RunStatus.FAILED, RunStatus.TIMEOUT) and self.error is None:
-            raise TaskValidationError(f"a {self.status} task needs an error")
+        check_status(self.status, self.result, self.error)
         for name in ("created_at", "started_at", "completed_at", "updated_at"):
             setattr(self, name, utc(getattr(self, name)))
         return self
@@ -117,6 +120,26 @@ class TaskStorage(ABC):
 
         Raises ConcurrentModification when the version moved (``expected_version``, or the
         one read just before writing), TaskNotFound when there is no such task."""
+
+    def set_status(
+        self,
+        task_id: str,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """``update_status`` for a writer that holds the state and needs no answer (a run's
+        mirror of itself): the same fields written, in one step where the store can (no
+        read first, so no ConcurrentModification). TaskNotFound when there is no such
+        task; TaskValidationError for a completed status without ``result`` or a failed
+        one without ``error`` (the stored one is not read to make up for it)."""
+        check_status(status, result, error)
+        self.update_status(
+            task_id, status, result=result, error=error, started_at=started_at, at=at
+        )
 
     @abstractmethod
     def delete(self, task_id: str) -> None:

@@ -7,12 +7,12 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import JSON, Index, and_, delete, or_, select, update
+from sqlalchemy import JSON, Index, and_, delete, func, literal, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Field, SQLModel
 
 from artemis.db import UTCDateTime, get_engine, upsert_insert, utcnow
-from artemis.run_state import Verdict
+from artemis.run_state import RunStatus, Verdict
 from artemis.taskstore.base import (
     TERMINAL,
     ConcurrentModification,
@@ -21,8 +21,10 @@ from artemis.taskstore.base import (
     TaskNotFound,
     TaskStorage,
     TaskValidationError,
+    check_status,
     decode_cursor,
     encode_cursor,
+    utc,
 )
 
 
@@ -154,6 +156,50 @@ class SqlTaskStorage(TaskStorage):
             if done == 0:
                 raise ConcurrentModification(f"task {task_id} changed (expected version {version})")
             return updated
+
+    def set_status(
+        self,
+        task_id: str,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        # One UPDATE with ``stamped``'s rules in it, instead of a read, a validation and a
+        # compare-and-set write: a run mirrors itself twice, and the read and the models
+        # were most of that (6 % of a worker's CPU on the accept bench).
+        check_status(status, result, error)
+        wall = datetime.now(UTC)
+        now = utc(at) or wall
+        values: dict[str, Any] = {
+            "status": status,
+            "updated_at": now,
+            "version": _t.c.version + 1,
+            "expires_at": wall + self.ttl,
+        }
+        if started_at is not None:
+            values["started_at"] = utc(started_at)
+        elif status == RunStatus.RUNNING or status in TERMINAL:
+            values["started_at"] = func.coalesce(_t.c.started_at, literal(now, UTCDateTime()))
+        if status in TERMINAL:
+            values["completed_at"] = now
+        if result is not None:
+            values["result"] = result
+        if error is not None:
+            values["error"] = error
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(
+                    update(_t)
+                    .where(_t.c.task_id == task_id, _t.c.expires_at > wall)
+                    .values(**values)
+                ).rowcount
+        except OperationalError as e:
+            raise StorageUnavailable(str(e)) from None
+        if done == 0:
+            raise TaskNotFound(task_id)
 
     def delete(self, task_id: str) -> None:
         with self.engine.begin() as conn:

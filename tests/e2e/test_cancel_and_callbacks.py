@@ -257,10 +257,12 @@ async def test_finalize_recovers_after_two_5xx(stack):
 async def test_clean_up_is_its_own_step_after_the_finalize(stack):
     """The clean-up after a delivered finalize is its own step (cleanup_run, a local
     activity for runs of this build), so its failure and retries can never send the
-    finalize again."""
+    finalize again. It drops the run's data in one transaction: its staged pages and
+    its secret (the CronJob token) are gone."""
     from artemis.staging import Staging
+    from artemis.vault import RunSecrets
 
-    task_id, run_id, body = stack.callback_run(["AAPL"])
+    task_id, run_id, body = stack.callback_run(["AAPL"], callback={"auth_token": "tok-0123456789"})
     resp = await stack.run(body)
     assert resp.json()["data"]["callback"] == "delivered"
     assert len(await stack.finals(run_id)) == 1
@@ -282,8 +284,11 @@ async def test_clean_up_is_its_own_step_after_the_finalize(stack):
     ]
     # the finalize, then the clean-up, then the final record in task storage
     assert steps[-3:] == ["finalize_run", "cleanup_run", "mirror_state"], steps
+    assert {c["token"] for c in await stack.finals(run_id)} == {"tok-0123456789"}
     staging = Staging(stack.settings.database.url)
     assert staging.get_pages(f"pull_stock_quotes/{task_id}", "raw", 0, 100) == []
+    secrets = RunSecrets(stack.settings.database.url, stack.settings.vault.master_key_file)
+    assert secrets.get(f"pull_stock_quotes/{task_id}", "callback_token") is None
 
 
 async def test_finalize_4xx_is_not_retried(stack):

@@ -107,6 +107,39 @@ def test_update_status_stamps_started_and_completed(storage):
     assert loaded.completed_at >= loaded.started_at and loaded.version == done.version == 2
 
 
+def test_set_status_writes_what_update_status_writes(storage):
+    """A run's mirror of itself (``set_status``): the same fields as ``update_status``,
+    the run's own times kept, each write a new version; refused as update_status is."""
+    t = tid()
+    storage.save(t, TaskData.pending(t, {"n": 1}, task_code="c"))
+    began = datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
+    storage.set_status(t, "running", started_at=began, at=began)
+    running = storage.load(t)
+    assert running.status == "running" and running.started_at == began
+    assert running.updated_at == began and running.completed_at is None
+    assert running.version == 1 and running.payload == {"n": 1} and running.task_code == "c"
+    ended = began + timedelta(seconds=2)
+    storage.set_status(t, "completed", result={"records": 3}, started_at=began, at=ended)
+    done = storage.load(t)
+    assert done.status == "completed" and done.result == {"records": 3} and done.error is None
+    assert done.started_at == began and done.completed_at == ended and done.version == 2
+    # No start given: a running or ended task keeps the one it has, or gets the change's.
+    u = tid()
+    storage.save(u, TaskData.pending(u, {}))
+    storage.set_status(u, "failed", error={"code": "X", "message": "y"}, at=ended)
+    failed = storage.load(u)
+    assert failed.started_at == failed.completed_at == ended and failed.error["code"] == "X"
+    storage.set_status(u, "running", at=ended + timedelta(seconds=5))
+    assert storage.load(u).started_at == ended
+    with pytest.raises(TaskNotFound):
+        storage.set_status(tid(), "running")
+    with pytest.raises(TaskValidationError):
+        storage.set_status(t, "completed")  # no result given
+    with pytest.raises(TaskValidationError):
+        storage.set_status(t, "paused")
+    assert storage.load(t).version == 2
+
+
 def test_optimistic_lock_conflict_raises(storage):
     t = tid()
     storage.save(t, TaskData.pending(t, {}))
