@@ -175,9 +175,9 @@ class EndingActivities(RunActivityBase):
 
     @activity.defn(name="mirror_state")
     async def mirror_state(self, inp: MirrorInput) -> str:
-        """Record the run's state in task storage in one write under its optimistic lock:
-        the status, the snapshot of its stats and error the workflow holds, and its start
-        and end on the workflow's clock."""
+        """Record the run's state in task storage (``set_status``: one UPDATE on SQL): the
+        status, the snapshot of its stats and error the workflow holds, and its start and
+        end on the workflow's clock."""
 
         def write() -> str:
             store = self.task_store

@@ -309,6 +309,7 @@ async def serve_api(settings: Settings, client) -> tuple[uvicorn.Server, asyncio
             log_config=None,
             access_log=False,
             lifespan="on",
+            timeout_keep_alive=settings.server.keep_alive_s,
         )
     )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
+import socket
+import subprocess
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,11 +64,35 @@ def assert_rate_at_most(
             )
 
 
+def quiet_port() -> int:
+    """A free port below the kernel's ephemeral range. The ports of a stack are picked
+    before `artemis dev` starts its Temporal server, which binds ports the kernel picks
+    for it (its HTTP API, metrics, internal services): a port picked the same way could
+    be taken by one of them first (a CI run once found Temporal's gRPC on the API's
+    port). The kernel never hands out one of these."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 def stop_processes(*procs: Any) -> None:
-    """Terminate the test's own processes that still run (None: never started)."""
-    for proc in procs:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
+    """Stop the test's own processes that still run (None: never started): all are sent
+    SIGTERM first, and one that has not exited 10 s later is killed."""
+    running = [p for p in procs if p is not None and p.poll() is None]
+    for proc in running:
+        proc.terminate()
+    for proc in running:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
             proc.wait(10)
 
 

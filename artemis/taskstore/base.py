@@ -132,8 +132,8 @@ class TaskStorage(ABC):
         at: datetime | None = None,
     ) -> None:
         """``update_status`` for a writer that holds the state and needs no answer (a run's
-        mirror of itself): the same fields written, in one step where the store can (no
-        read first, so no ConcurrentModification). TaskNotFound when there is no such
+        mirror of itself): the same fields written, in one step where the store can (SQL:
+        no read first, so no ConcurrentModification). TaskNotFound when there is no such
         task; TaskValidationError for a completed status without ``result`` or a failed
         one without ``error`` (the stored one is not read to make up for it)."""
         check_status(status, result, error)

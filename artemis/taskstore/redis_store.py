@@ -47,8 +47,9 @@ return 1
 
 
 # Insert unless present: KEYS as _CAS; ARGV: TTL, index score, task id, the five values.
+# Absent as ``load`` sees it: a task missing its status or its meta (expired) is replaced.
 _CREATE = """
-if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
 for i = 1, 5 do redis.call('SET', KEYS[i], ARGV[3 + i], 'EX', ARGV[1]) end
 redis.call('ZADD', KEYS[6], ARGV[2], ARGV[3])
 return 1

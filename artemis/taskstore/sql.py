@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import JSON, Index, and_, delete, func, literal, or_, select, update
+from sqlalchemy import JSON, Index, and_, bindparam, delete, func, literal, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Field, SQLModel
 
@@ -64,17 +64,17 @@ class SqlTaskStorage(TaskStorage):
         # Built once: SQLAlchemy builds ``excluded`` anew on every access (most of a save's
         # CPU when it was built per call); the values come as parameters.
         upsert = self._insert(_t)
-        self._upsert = upsert.on_conflict_do_update(
+        every = {k: upsert.excluded[k] for k in (*_COLUMNS, "expires_at") if k != "task_id"}
+        self._upsert = upsert.on_conflict_do_update(index_elements=["task_id"], set_=every)
+        # Insert-if-absent, where a record past its TTL counts as absent (``load`` does not
+        # see it, and nothing else would ever replace it: a run that outlived the TTL
+        # could not record its ending). ``now_`` is the caller's clock.
+        self._create_many = upsert.on_conflict_do_update(  # an executemany: no RETURNING
             index_elements=["task_id"],
-            set_={k: upsert.excluded[k] for k in (*_COLUMNS, "expires_at") if k != "task_id"},
+            set_=every,
+            where=_t.c.expires_at <= bindparam("now_", type_=UTCDateTime()),
         )
-        self._create = (
-            self._insert(_t)
-            .on_conflict_do_nothing(index_elements=["task_id"])
-            .returning(_t.c.task_id)
-        )
-        # create_many's: without RETURNING (an executemany)
-        self._create_many = self._insert(_t).on_conflict_do_nothing(index_elements=["task_id"])
+        self._create = self._create_many.returning(_t.c.task_id)
 
     def _row(self, data: TaskData) -> dict[str, Any]:
         row = json.loads(data.model_dump_json())
@@ -95,7 +95,8 @@ class SqlTaskStorage(TaskStorage):
         self.same_id(task_id, data)
         try:
             with self.engine.begin() as conn:
-                return conn.execute(self._create, self._row(data)).first() is not None
+                row = {**self._row(data), "now_": datetime.now(UTC)}
+                return conn.execute(self._create, row).first() is not None
         except OperationalError as e:
             raise StorageUnavailable(str(e)) from None
 
@@ -106,7 +107,8 @@ class SqlTaskStorage(TaskStorage):
         # insert-if-absent as ``create``.
         try:
             with self.engine.begin() as conn:
-                conn.execute(self._create_many, [self._row(data) for data in tasks])
+                now = datetime.now(UTC)
+                conn.execute(self._create_many, [{**self._row(d), "now_": now} for d in tasks])
         except OperationalError as e:
             raise StorageUnavailable(str(e)) from None
 

@@ -324,8 +324,9 @@ def test_the_api_keeps_an_idle_connection_for_server_keep_alive_s(tmp_path):
     import sys
     import time
 
-    from infra.devserver import free_port, port_open
+    from infra.devserver import _die_with, port_open
     from tests.conftest import ROOT
+    from tests.helpers import quiet_port, stop_processes
 
     request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
@@ -348,32 +349,35 @@ def test_the_api_keeps_an_idle_connection_for_server_keep_alive_s(tmp_path):
             body += sock.recv(4096)
         return head
 
-    def start(keep_alive_s: int) -> tuple[subprocess.Popen, int]:
-        port = free_port()
+    procs: list[subprocess.Popen] = []
+
+    def start(keep_alive_s: int) -> int:
+        port = quiet_port()
         config = tmp_path / f"ka{keep_alive_s}.yaml"
         config.write_text(
             f"database: {{url: 'sqlite:///{tmp_path}/ka{keep_alive_s}.db'}}\n"
             f"server: {{keep_alive_s: {keep_alive_s}}}\n"
         )
-        env = {**os.environ, "COOKIE_MASTER_KEY": "k" * 48}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "starter.cli", "api", "--config", str(config)]
-            + ["--port", str(port)],
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "starter.cli", "api", "--config", str(config)]
+                + ["--port", str(port)],
+                env={**os.environ, "COOKIE_MASTER_KEY": "k" * 48},
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=_die_with(os.getpid()),
+            )
         )
         deadline = time.monotonic() + 60
         while not port_open("127.0.0.1", port):
-            assert proc.poll() is None, "artemis api exited"
+            assert procs[-1].poll() is None, "artemis api exited"
             assert time.monotonic() < deadline, "artemis api did not listen within 60 s"
             time.sleep(0.1)
-        return proc, port
+        return port
 
-    long_proc, long_port = start(30)
-    short_proc, short_port = start(1)
     try:
+        long_port, short_port = start(30), start(1)
         with socket.create_connection(("127.0.0.1", long_port), timeout=30) as kept:
             with socket.create_connection(("127.0.0.1", short_port), timeout=30) as dropped:
                 assert answered(kept).startswith(b"HTTP/1.1 200")
@@ -385,6 +389,4 @@ def test_the_api_keeps_an_idle_connection_for_server_keep_alive_s(tmp_path):
                 time.sleep(6)
                 assert answered(kept).startswith(b"HTTP/1.1 200")
     finally:
-        for proc in (long_proc, short_proc):
-            proc.terminate()
-            proc.wait(timeout=30)
+        stop_processes(*procs)

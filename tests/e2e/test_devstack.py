@@ -6,9 +6,7 @@ they name."""
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,25 +17,7 @@ import yaml
 
 from infra.devserver import free_port, port_open
 from tests.conftest import ROOT, new_task_id
-from tests.helpers import eventually
-
-
-def quiet_port() -> int:
-    """A free port below the kernel's ephemeral range. The ports of a stack are picked
-    before `artemis dev` starts its Temporal server, which binds ports the kernel picks
-    for it (its HTTP API, metrics, internal services): a port picked the same way could
-    be taken by one of them first (a CI run once found Temporal's gRPC on the API's
-    port). The kernel never hands out one of these."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
+from tests.helpers import eventually, quiet_port
 
 
 def _alive(pid: int) -> bool:

@@ -273,6 +273,14 @@ def test_expired_tasks_are_invisible(storage):
         storage.save(t, TaskData.pending(t, {}))
         storage.ttl = timedelta(hours=24)
     assert storage.load(t) is None
+    # An expired task is absent for create too: a run that outlived the TTL records its
+    # state again (the SQL row is still there until the clean-up; it is replaced).
+    assert storage.create(t, TaskData.pending(t, {"again": True}, task_code="c"))
+    storage.set_status(t, "running")
+    again = storage.load(t)
+    assert again.status == "running" and again.payload == {"again": True}
+    assert not storage.create(t, TaskData.pending(t, {"third": True}))  # live: kept
+    assert storage.load(t).payload == {"again": True}
 
 
 def test_list_newest_first_filtered_and_paginated(storage):
