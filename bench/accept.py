@@ -9,9 +9,13 @@ completed).
 
 Then the raw start call, on the same server in the same run:
 
-- ``raw_start_*``: the same wave of the same runs started by `start_workflow` itself (the
-  request the API sends, built as the API builds it; one Temporal client), the worker
-  running them as it ran the accepted ones — what the API adds over the call it makes;
+- ``raw_start_*``: in each round, as many runs as were accepted, in the same waves,
+  started by `start_workflow` itself (the request the API sends, built as the API builds
+  it; one Temporal client), the worker running them as it ran the accepted ones — what
+  the API adds over the call it makes. Each round has its raw wave beside its accept
+  waves (after them, or before them in every other round): ``p99_over_raw`` is the p99 of
+  all accepted starts over the p99 of all raw ones, as many of each, read at the same
+  moments of the machine's drift; ``round_p99_over_raw`` is each round's own;
 - ``idle_start_*``: waves of a workflow type nothing polls (`bench/accept_floor.py`'s
   raw starts): what Temporal alone takes to accept a start, with nothing else running;
 - ``floor_shape_runs_per_s``: `accept_floor.py --shape`'s empty workflow of a small run's
@@ -22,8 +26,8 @@ Then the raw start call, on the same server in the same run:
 
 Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept_max_ms",
 "rounds", "runs_per_s", "round_runs_per_s", "seconds", "raw_start_p50_ms",
-"raw_start_p99_ms", "p99_over_raw", "raw_runs_per_s", "idle_start_p50_ms",
-"idle_start_p99_ms", "p99_over_idle",
+"raw_start_p99_ms", "p99_over_raw", "round_p99_over_raw", "raw_runs_per_s",
+"idle_start_p50_ms", "idle_start_p99_ms", "p99_over_idle",
 "floor_shape_runs_per_s", "round_over_floor", "over_floor",
 "accept_cpu_ms_per_run", "total_cpu_ms_per_run", "cpu_ms_per_run", "cpu_bound_runs_per_s"}
 — the CPU ms a run of the API, the worker(s), the Temporal server, the sample servers
@@ -89,21 +93,26 @@ def body(samples: str, n: int) -> dict:
     }
 
 
-async def same_wave_raw(stack: BenchStack, runs: int, wave: int) -> tuple[list[float], float]:
-    """The runs of the accept waves started by `start_workflow` itself, in the same waves,
-    run by the same worker: (ms each, sorted; seconds until every one completed)."""
-    settings = load_settings(stack.tmp / "config.yaml")
-    client = await connect(settings)
-    task = get_task(CODE)
-    tuning = settings.runs.run_tuning()
+class RawWaves:
+    """Runs like the accepted ones started by `start_workflow` itself (the request the API
+    sends, built as the API builds it; one Temporal client), in the same waves, run by the
+    same worker: what the API adds over the call it makes."""
 
-    def request(n: int) -> RunRequest:
-        params = body(stack.samples, 20_000 + n)["params"]
+    def __init__(self, stack: BenchStack) -> None:
+        self.stack = stack
+        self.settings = load_settings(stack.tmp / "config.yaml")
+        self.task = get_task(CODE)
+        self.tuning = self.settings.runs.run_tuning()
+        self.client: Client | None = None
+
+    def request(self, n: int) -> RunRequest:
+        settings = self.settings
+        params = body(self.stack.samples, 20_000 + n)["params"]
         output = resolve_output(
             CODE,
             settings.output_defaults.get(CODE, {}),
             None,
-            task.record_spec(task.prepare_params(params, settings)),
+            self.task.record_spec(self.task.prepare_params(params, settings)),
             settings.database.url,
         )
         return RunRequest(
@@ -113,16 +122,17 @@ async def same_wave_raw(stack: BenchStack, runs: int, wave: int) -> tuple[list[f
             trace_id=uuid.uuid4().hex,
             output=output,
             timeout_s=settings.server.run_timeout_s,
-            tuning=tuning,
+            tuning=self.tuning,
         )
 
-    async def start(req: RunRequest) -> tuple[float, WorkflowHandle]:
+    async def start(self, req: RunRequest) -> tuple[float, WorkflowHandle]:
+        assert self.client is not None
         t0 = time.perf_counter()
-        handle = await client.start_workflow(
+        handle = await self.client.start_workflow(
             WORKFLOW_NAME,
             req,
             id=workflow_id_for(CODE, req.task_id),
-            task_queue=settings.temporal.task_queue,
+            task_queue=self.settings.temporal.task_queue,
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(KEY_TASK_CODE, CODE),
@@ -132,15 +142,20 @@ async def same_wave_raw(stack: BenchStack, runs: int, wave: int) -> tuple[list[f
         )
         return (time.perf_counter() - t0) * 1000, handle
 
-    for n in range(3):  # warm-up, as the accept waves had
-        await (await start(request(-1 - n)))[1].result()
-    began = time.perf_counter()
-    started: list[tuple[float, WorkflowHandle]] = []
-    for first in range(0, runs, wave):
-        reqs = [request(n) for n in range(first, min(runs, first + wave))]
-        started += await asyncio.gather(*(start(r) for r in reqs))
-    await asyncio.gather(*(h.result() for _, h in started))
-    return sorted(t for t, _ in started), time.perf_counter() - began
+    async def open(self) -> None:
+        self.client = await connect(self.settings)
+        for n in range(3):  # warm-up, as the accept waves had
+            await (await self.start(self.request(-1 - n)))[1].result()
+
+    async def waves(self, runs: int, wave: int, n0: int) -> tuple[list[float], float]:
+        """(ms each start took; seconds until every one completed)."""
+        began = time.perf_counter()
+        started: list[tuple[float, WorkflowHandle]] = []
+        for first in range(n0, n0 + runs, wave):
+            reqs = [self.request(n) for n in range(first, min(n0 + runs, first + wave))]
+            started += await asyncio.gather(*(self.start(r) for r in reqs))
+        await asyncio.gather(*(h.result() for _, h in started))
+        return [t for t, _ in started], time.perf_counter() - began
 
 
 async def check_completed(http: aiohttp.ClientSession, api: str, task_ids: set[str]) -> None:
@@ -208,16 +223,32 @@ async def main() -> None:
             # mean of the floor just before it and the floor just after it, and
             # `over_floor` is the median of the rounds' ratios.
             floor_client = await Client.connect(stack.temporal)
+            # The raw start p99 likewise: a raw wave of as many runs in each round, beside
+            # its accept waves (first in every other round), so that the two p99s are
+            # read from as many starts, at the same moments of the machine's drift.
+            raw = RawWaves(stack)
+            await raw.open()
             waves = max(1, args.runs // args.wave)
             floor: list[float] = []
             rates: list[float] = []
             accepted: list[tuple[float, str]] = []
+            raw_ms: list[list[float]] = []
+            raw_seconds = 0.0
             seconds = 0.0
             cpu0 = stack.cpu_s()
             cpu_accept = {k: 0.0 for k in cpu0}
             total_cpu = {k: 0.0 for k in cpu0}
+
+            async def raw_round(round_no: int) -> None:
+                nonlocal raw_seconds
+                times, took = await raw.waves(args.runs, args.wave, round_no * args.runs)
+                raw_ms.append(times)
+                raw_seconds += took
+
             for round_no in range(args.rounds):
                 floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
+                if round_no % 2:
+                    await raw_round(round_no)
                 began = time.perf_counter()
                 before = stack.cpu_s()
                 these: list[tuple[float, str]] = []
@@ -248,8 +279,9 @@ async def main() -> None:
                 seconds += took
                 rates.append(args.runs / took)
                 accepted += these
+                if round_no % 2 == 0:
+                    await raw_round(round_no)
             await check_completed(http, stack.api, {task_id for _, task_id in accepted})
-        raw, raw_seconds = await same_wave_raw(stack, args.runs, args.wave)
         idle, _ = await raw_starts(floor_client, args.runs, args.wave)
         floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
         ratios = [r / statistics.mean(floor[i : i + 2]) for i, r in enumerate(rates)]
@@ -258,6 +290,16 @@ async def main() -> None:
         total = per_run(zero, total_cpu, n_runs)
         ms = sorted(t * 1000 for t, _ in accepted)
         p99 = percentile(ms, 0.99)
+        raw_all = sorted(t for times in raw_ms for t in times)
+        raw_p99 = percentile(raw_all, 0.99)
+        # each round's accept p99 over its own raw wave's (100 starts each: noisier)
+        round_p99 = [
+            percentile(
+                sorted(t * 1000 for t, _ in accepted[i * args.runs : (i + 1) * args.runs]), 0.99
+            )
+            / percentile(sorted(raw_ms[i]), 0.99)
+            for i in range(args.rounds)
+        ]
         print(
             json.dumps(
                 {
@@ -270,10 +312,11 @@ async def main() -> None:
                     "runs_per_s": round(n_runs / seconds, 1),
                     "round_runs_per_s": [round(r, 1) for r in rates],
                     "seconds": round(seconds, 2),
-                    "raw_start_p50_ms": round(statistics.median(raw), 1),
-                    "raw_start_p99_ms": round(percentile(raw, 0.99), 1),
-                    "p99_over_raw": round(p99 / percentile(raw, 0.99), 2),
-                    "raw_runs_per_s": round(args.runs / raw_seconds, 1),
+                    "raw_start_p50_ms": round(statistics.median(raw_all), 1),
+                    "raw_start_p99_ms": round(raw_p99, 1),
+                    "p99_over_raw": round(p99 / raw_p99, 2),
+                    "round_p99_over_raw": [round(r, 2) for r in round_p99],
+                    "raw_runs_per_s": round(len(raw_all) / raw_seconds, 1),
                     "idle_start_p50_ms": round(statistics.median(idle), 1),
                     "idle_start_p99_ms": round(percentile(idle, 0.99), 1),
                     "p99_over_idle": round(p99 / percentile(idle, 0.99), 2),
