@@ -140,6 +140,38 @@ def test_console_exporter_prints_spans():
     assert '"name": "probe-span"' in out.stdout and "artemis-test" in out.stdout
 
 
+@pytest.mark.parametrize("exporter", ["console", "none"])
+def test_the_apis_request_spans_only_when_spans_are_exported(exporter):
+    """FastAPI's own request span is opened when spans go somewhere (here, the console)
+    and skipped otherwise: with ``exporter: none`` its middleware is bypassed."""
+    script = textwrap.dedent(f"""
+        from fastapi.testclient import TestClient
+        from opentelemetry import trace
+        from artemis.config import load_settings
+        from artemis.tracing import setup_telemetry
+        from starter.api.app import create_app
+        settings = load_settings(
+            None, telemetry={{"exporter": "{exporter}", "service_name": "artemis-test"}}
+        )
+        setup_telemetry(settings.telemetry)
+        app = create_app(settings)
+        with TestClient(app, base_url="http://127.0.0.1:8000") as client:
+            answer = client.get("/health")
+            assert answer.status_code == 200, answer.text
+        print("fastapi-telemetry", app._native_telemetry.enabled())
+        trace.get_tracer_provider().shutdown()
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    if exporter == "console":
+        assert "fastapi-telemetry True" in out.stdout
+        assert '"name": "GET /health"' in out.stdout and "artemis-test" in out.stdout
+    else:
+        assert "fastapi-telemetry False" in out.stdout and '"name"' not in out.stdout
+
+
 @pytest.mark.parametrize("command", ["worker", "api"])
 def test_worker_and_api_refuse_to_start_without_the_master_key(tmp_path, command):
     key_file = tmp_path / "keys" / "master.key"
