@@ -102,6 +102,38 @@ def test_the_run_models_round_trip_like_the_default():
         assert ours == default == value, hint
 
 
+def test_dataclasses_encode_to_the_defaults_bytes():
+    """The shallow dataclass encoder writes what the SDK's encoder (``asdict``) writes,
+    byte for byte: nested and optional dataclasses, mappings and lists of them, fields
+    without ``init``, a subclass's own fields, datetimes, sets and non-ASCII text."""
+    import datetime as dt
+
+    @dataclass
+    class _Sub(_Outer):
+        extra: tuple[int, ...] = (1, 2)
+
+    ref = RunRef("pull_stock_quotes", "t1", "artemis/pull_stock_quotes/t1", "a" * 32, "b" * 16)
+    values = [
+        _Outer("a", _Inner(1, ["x"]), {"k": _Inner(2)}),
+        _Sub("ü—名", None, {}),
+        RunRequest(
+            task_code="pull_stock_quotes",
+            task_id="t1",
+            params={"symbols": ["AC1"], "at": dt.datetime(2026, 1, 2, tzinfo=dt.UTC)},
+            trace_id="a" * 32,
+            output={"sinks": ["http"], "n": 1.5},
+            tuning=RunTuning(pages_per_fetch=7),
+        ),
+        FetchInput(ref, {"a": 1}, None, 0, 200, 60.0, 3, 0, qps=2.5),
+        [ref, {"nested": [ref]}, {3, 1}],
+    ]
+    late = _Outer("b")
+    late.late = 7
+    values.append(late)
+    for value in values:
+        assert OURS.to_payloads([value])[0].data == DEFAULT.to_payloads([value])[0].data
+
+
 def test_unknown_keys_are_ignored_and_missing_required_fields_fail():
     p = DEFAULT.to_payloads([{"n": 1, "extra": True}])
     assert OURS.from_payloads(p, [_Inner])[0] == _Inner(1)
