@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -72,11 +73,13 @@ from starter.ssrf import check_request_urls
 
 log = get_logger("artemis.starter")
 
-# How long the `pending` writer lets a burst of starts gather before each transaction.
+# How long the `pending` writer lets a burst of starts gather before a transaction that
+# follows another within this time (the first record after a quiet spell goes at once).
 # Without it a burst of 50 went in transactions of one to three records, each a round
 # trip to the writer's thread that the busy event loop paid for in GIL hand-offs (a fifth
 # of the API's CPU a request under the accept bench). The records are written beside the
-# answers, never in their way; this is how much later they appear.
+# answers, never in their way, and this API's reads see them while they wait
+# (``RunService.record``).
 PENDING_GATHER_S = 0.02
 
 __all__ = ["RUNS_QUERY", "RunService", "StartRequest", "Started", "ui_list_url", "ui_url"]
@@ -122,6 +125,8 @@ class RunService(RunReads):
         # records of a burst of starts go in one transaction, on a thread of their own
         # (not asyncio's default pool, which the request path and the reads use).
         self._pending: dict[str, TaskData] = {}
+        self._writing: dict[str, TaskData] = {}  # the batch being written
+        self._last_write = float("-inf")  # when the last batch was written (monotonic)
         self._pending_writer: asyncio.Future[Any] | None = None
         self._writes = ThreadPoolExecutor(1, thread_name_prefix="pending-records")
 
@@ -347,8 +352,10 @@ class RunService(RunReads):
         when it starts."""
         loop = asyncio.get_running_loop()
         while self._pending:
-            await asyncio.sleep(PENDING_GATHER_S)
-            batch, self._pending = list(self._pending.values()), {}
+            if time.monotonic() - self._last_write < PENDING_GATHER_S:
+                await asyncio.sleep(PENDING_GATHER_S)  # a burst: let it gather
+            self._writing, self._pending = self._pending, {}
+            batch = list(self._writing.values())
             try:
                 await loop.run_in_executor(self._writes, self.store.create_many, batch)
             except Exception as e:
@@ -357,6 +364,17 @@ class RunService(RunReads):
                     task_ids=[d.task_id for d in batch],
                     error=f"{type(e).__name__}: {e}",
                 )
+            finally:
+                self._writing = {}
+                self._last_write = time.monotonic()
+
+    async def record(self, task_id: str) -> Any:
+        """The run's task-store record, or the `pending` one this API has not written yet
+        (a lock's run is found through its record: without it, a status read right after
+        the 202 would answer 404)."""
+        queued = self._pending.get(task_id) or self._writing.get(task_id)
+        found = await super().record(task_id)
+        return found if found is not None else queued
 
     async def _running(self, task_id: str) -> WorkflowHandle:
         """The run's workflow while it runs: 404 unknown, 409 finished."""

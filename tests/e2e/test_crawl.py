@@ -150,6 +150,11 @@ async def test_a_second_start_of_the_same_workflow_name_gets_409(make_stack):
         {"meta": {"task_id": first_id}, "params": params}, code="crawl_notes", mode="async"
     )
     assert first.status_code == 202, first.text
+    # Read right after the 202: a lock's run is found through its record, which the API
+    # reads before it reaches the task store.
+    status = await stack.http.get(f"/tasks/{first_id}")
+    assert status.status_code == 200, status.text
+    assert status.json()["data"]["status"] in ("pending", "running"), status.text
     second = await stack.run(
         {"meta": {"task_id": second_id}, "params": params}, code="crawl_notes", mode="async"
     )

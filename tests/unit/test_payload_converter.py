@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 import typing
 import uuid
 from dataclasses import dataclass, field
@@ -100,6 +102,24 @@ def test_the_run_models_round_trip_like_the_default():
     ):
         ours, default = _roundtrip(value, hint)
         assert ours == default == value, hint
+
+
+def test_no_payload_dataclass_is_also_a_json_native_type():
+    """DataclassEncoder writes a nested dataclass that is also a dict, list, tuple, str,
+    int or float as that type (the SDK wrote its fields): none of the payload models is."""
+    import activities
+    import artemis
+    import workflows
+
+    seen = 0
+    for package in (artemis, activities, workflows):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            for obj in vars(module).values():
+                if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+                    seen += 1
+                    assert not issubclass(obj, (dict, list, tuple, str, int, float)), obj
+    assert seen > 20
 
 
 def test_dataclasses_encode_to_the_defaults_bytes():
