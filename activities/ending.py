@@ -11,7 +11,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.run_base import RunActivityBase, log, off_loop, run_key
+from activities.run_base import RunActivityBase, log, off_loop, on_loop_if, own_hooks, run_key
 from artemis.callback import FINALIZE_MAX_ATTEMPTS, FinalizeOutcome, finalize_body
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import CALLBACKS, RUNS_FINISHED, RUNS_STARTED, WAITING
@@ -52,14 +52,16 @@ class EndingActivities(RunActivityBase):
             task = get_task(inp.run.task_code)
             try:
                 ctx = await self._context(task, inp.run, inp.params, trace)
-                stats = await off_loop(task.finalize, ctx, stats)
+                here = not own_hooks(task, "finalize")
+                stats = await on_loop_if(here, task.finalize, ctx, stats)
             except Exception as e:  # finalize must not fail the run (seed 000 §7)
                 log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
         if inp.params is not None:
             task = get_task(inp.run.task_code)
             try:
                 ended = await self._context(task, inp.run, inp.params, trace)
-                await off_loop(task.run_ended, ended, inp.status, inp.error_code)
+                here = not own_hooks(task, "run_ended")
+                await on_loop_if(here, task.run_ended, ended, inp.status, inp.error_code)
             except Exception as e:  # an execution record is bookkeeping: never fail here
                 log.warning("task_run_ended_hook_failed", error=f"{type(e).__name__}: {e}")
         if inp.params is not None and inp.finish_sinks:
@@ -144,7 +146,8 @@ class EndingActivities(RunActivityBase):
     async def retain_run(self, inp: RetainInput) -> None:
         """A run failed with a retryable code: keep its request and carry (references and
         counts only) beside its staged pages and secret, for POST /tasks/{id}/retry."""
-        await off_loop(
+        await on_loop_if(
+            self.db_here,
             self.retained.keep,
             run_key(inp.run),
             inp.run.task_code,
@@ -221,7 +224,7 @@ class EndingActivities(RunActivityBase):
                 "run_status",
                 {"status": inp.status, "stats": inp.stats, "error": inp.error, "steps": inp.steps},
             )
-        status = await off_loop(write)
+        status = await on_loop_if(self.task_store.on_loop, write)
         if inp.status == RunStatus.RUNNING:
             RUNS_STARTED.labels(inp.run.task_code).inc()
         elif is_terminal(inp.status):

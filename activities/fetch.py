@@ -17,6 +17,7 @@ from activities.run_base import (
     RunActivityBase,
     log,
     off_loop,
+    on_loop_if,
     require_every_page,
     run_key,
 )
@@ -60,7 +61,7 @@ class FetchActivities(RunActivityBase):
             callback = None
         last_ms = inp.progress_last_ms
         # Nothing staged from here on is counted yet: an earlier attempt's leftovers go.
-        await off_loop(self.staging.drop_from, key, "raw", state["next_seq"])
+        await on_loop_if(self.db_here, self.staging.drop_from, key, "raw", state["next_seq"])
         stream: PageStream | None = None
         if inp.stream:
             try:
@@ -243,12 +244,14 @@ class FetchActivities(RunActivityBase):
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
         sinks = await off_loop(task.decide_sinks, ctx)  # may open a database
         if inp.first_seq:
-            await off_loop(self.staging.prune_below, key, inp.first_seq)
+            await on_loop_if(self.db_here, self.staging.prune_below, key, inp.first_seq)
         stream = PageStream(task, ctx, self.client, sinks, inp.run, key, trace, state, beat)
         below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1
         try:
             if staged_to >= below:
-                staged = await off_loop(self.staging.get_pages, key, "raw", below, staged_to)
+                staged = await on_loop_if(
+                    self.db_here, self.staging.get_pages, key, "raw", below, staged_to
+                )
                 require_every_page(staged, below, staged_to, "fetched")
                 log.info("stream_resumed", next_seq=below, staged_to=staged_to)
                 for seq, records in staged:
@@ -263,7 +266,7 @@ class FetchActivities(RunActivityBase):
         heartbeat does not know of — a worker killed between the two, or an attempt
         that failed: it goes on after them, so each keeps its sequence number (and a
         page sent again goes with the records it went with, under the same key)."""
-        cursor = await off_loop(self.staging.cursor, key)
+        cursor = await on_loop_if(self.db_here, self.staging.cursor, key)
         if (
             cursor is not None
             and cursor.pop("first_seq", None) == inp.first_seq
@@ -279,7 +282,8 @@ class FetchActivities(RunActivityBase):
         a page seen before in this run is a SOURCE_LOOP naming the request. ``cursor``:
         where the fetch stands after it, staged with it (a streaming fetch)."""
         try:
-            await off_loop(
+            await on_loop_if(
+                self.db_here,
                 self.staging.put_pages,
                 key,
                 "raw",

@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.run_base import RunActivityBase, log, off_loop
+from activities.run_base import RunActivityBase, log, off_loop, on_loop_if, own_hooks
 from artemis.run_models import (
     CircuitBreaker,
     FetchRetry,
@@ -27,10 +27,19 @@ class PrepareActivities(RunActivityBase):
     async def prepare_params(self, inp: PrepareInput) -> PrepareResult:
         trace = current_trace()
         task = get_task(inp.run.task_code)
-        params = await off_loop(task.prepare_params, inp.params, self.settings, trusted=True)
+        params = await on_loop_if(
+            not task.prepare_blocks, task.prepare_params, inp.params, self.settings, trusted=True
+        )
         ctx = await self._context(task, inp.run, params.model_dump(mode="json"), trace)
-        # The task's hooks read its registry (a database): all of them in one thread.
-        prepared = await off_loop(_prepared, task, ctx, params.model_dump(mode="json"))
+        # The task's hooks may read its registry (a database): all of them in one thread,
+        # unless the task leaves them all to the base class.
+        prepared = await on_loop_if(
+            not own_hooks(task, *PREPARE_HOOKS),
+            _prepared,
+            task,
+            ctx,
+            params.model_dump(mode="json"),
+        )
         if prepared.rate_key and self.on_rate_key is not None:
             try:
                 await self.on_rate_key(prepared.rate_key)
@@ -49,6 +58,19 @@ class PrepareActivities(RunActivityBase):
             "run_split", pieces=len(children or []), parallelism=parallelism, details=inp.details
         )
         return SplitResult(children=children, parallelism=parallelism)
+
+
+# The hooks ``_prepared`` calls (``build_sources``, in the default ``total_hint``, does
+# no I/O by its contract).
+PREPARE_HOOKS = (
+    "plan_children",
+    "search_attributes",
+    "completeness_tolerance",
+    "total_hint",
+    "fetch_retry",
+    "circuit_breaker",
+    "rate_key",
+)
 
 
 def _prepared(task: TaskUnit, ctx: TaskContext, params: dict[str, Any]) -> PrepareResult:

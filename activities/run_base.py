@@ -5,7 +5,10 @@ and small helpers (the run's key, heartbeating, all-or-first-error, off-loop cal
 Activities are thin adapters from Temporal to the TaskUnit API: all I/O of a run happens
 in them; what returns to the workflow is counts, sequence numbers and checkpoints. A
 task's hooks are synchronous (database queries among them): they run in a thread
-(``off_loop``), never on the event loop.
+(``off_loop``), never on the event loop. Artemis' own short statements about a run (its
+staged pages, its secret, its task-store record, its events) run on the loop when the
+database is SQLite and in a thread for PostgreSQL (``on_loop_if``, ``artemis.db.on_loop``),
+as do the hooks a task leaves to the base class (``own_hooks``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from temporalio import activity
 
 from artemis.callback import CallbackClient, CallbackTarget, resolve_base_url
 from artemis.config import Settings
-from artemis.db import get_engine
+from artemis.db import get_engine, on_loop
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
@@ -48,6 +51,23 @@ async def off_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """A synchronous call (a task's hook, a database read) in a worker thread: the event
     loop keeps heartbeating and serving the other activities meanwhile."""
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def on_loop_if(here: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn`` on the event loop when ``here``, else in a worker thread as ``off_loop``.
+    ``here``: a short call into Artemis' own database when it is SQLite
+    (``artemis.db.on_loop``: the hop to a thread costs more than the statement), or a
+    task hook the task does not override (``own_hooks``: the base's defaults are pure).
+    Bulk work (a run's clean-up, housekeeping) always goes through ``off_loop``."""
+    if here:
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def own_hooks(task: TaskUnit, *names: str) -> bool:
+    """Whether the task overrides any of the hooks ``names``: its own may block (a
+    registry query, a database write) and run in a thread; the base's are pure."""
+    return any(getattr(type(task), name) is not getattr(TaskUnit, name) for name in names)
 
 
 def run_key(run: RunRef) -> str:
@@ -197,6 +217,8 @@ class RunActivityBase:
         self.retained = self.data.retained
         self.events = EventLog(settings.database.url)
         self.event_writer = EventWriter(self.events)
+        # The run's own statements (staging, secrets) on the event loop: SQLite's.
+        self.db_here = on_loop(self.staging.engine)
         self._task_store: TaskStorage | None = None
         # Set by the worker: poll a provenance's queue now (a run is about to fetch from it).
         self.on_rate_key: Callable[[str], Awaitable[None]] | None = None
@@ -232,8 +254,8 @@ class RunActivityBase:
             # A request's sink secrets, read back inside the activity (never in history).
             # (stored under the top run's key: a backfill's windows use their parent's)
             owner = f"{run.task_code}/{run.root_task_id or run.task_id}"
-            output = await off_loop(
-                unseal_output, output, lambda name: self.secrets.get(owner, name)
+            output = await on_loop_if(
+                self.db_here, unseal_output, output, lambda name: self.secrets.get(owner, name)
             )
         return TaskContext(
             task_code=run.task_code,
@@ -253,7 +275,7 @@ class RunActivityBase:
         tgt = CallbackTarget(**target)
         if not tgt.enabled:
             return None
-        token = await off_loop(self.secrets.get, run_key(run), CALLBACK_TOKEN)
+        token = await on_loop_if(self.db_here, self.secrets.get, run_key(run), CALLBACK_TOKEN)
         token = token or self._default_token(tgt)
         return CallbackClient(
             tgt,

@@ -144,6 +144,16 @@ def transaction(engine: Engine, conn: Connection | None = None) -> Iterator[Conn
         yield own
 
 
+def on_loop(engine: Engine) -> bool:
+    """Whether Artemis' own short statements on this database run on the event loop
+    (``activities.run_base.on_db``): SQLite's are calls into a local file of tens of
+    microseconds, less than the hop to a worker thread, and a thread holding SQLite's
+    write lock waits for the GIL between its statements (milliseconds on a busy worker)
+    while every other writer waits for it. A server (PostgreSQL) answers over the
+    network: its calls go to a thread."""
+    return engine.dialect.name == "sqlite"
+
+
 def get_engine(url: str) -> Engine:
     """One engine per URL per process."""
     with _lock:

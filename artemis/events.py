@@ -30,7 +30,7 @@ from sqlalchemy import BigInteger, Index, Text, delete, insert, or_, select, tex
 from sqlmodel import Column, Field, SQLModel
 
 from artemis import jsonio
-from artemis.db import UTCDateTime, get_engine, utcnow
+from artemis.db import UTCDateTime, get_engine, on_loop, utcnow
 from artemis.outage import waiting_line
 from artemis.run_state import (
     STEPS,
@@ -149,6 +149,10 @@ class EventWriter:
         self._queue: list[tuple[PendingEvent, asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="event-log")
+        # SQLite: the commit runs on the loop (``artemis.db.on_loop``), its group is what
+        # was appended since the writer was scheduled; PostgreSQL: in the writer's thread,
+        # its group is what was appended during the commit before.
+        self._here = on_loop(log.engine)
 
     async def append(
         self,
@@ -169,9 +173,11 @@ class EventWriter:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                await loop.run_in_executor(
-                    self._thread, self.log.append_many, [e for e, _ in batch]
-                )
+                events = [e for e, _ in batch]
+                if self._here:
+                    self.log.append_many(events)
+                else:
+                    await loop.run_in_executor(self._thread, self.log.append_many, events)
             except Exception as e:  # each caller decides (activities log it and go on)
                 for _, done in batch:
                     if not done.done():

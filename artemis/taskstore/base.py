@@ -83,6 +83,9 @@ class TaskData(BaseModel):
 
 
 class TaskStorage(ABC):
+    # Its calls may run on the event loop (``artemis.db.on_loop``): a SQLite store's.
+    on_loop = False
+
     @abstractmethod
     def save(self, task_id: str, data: TaskData) -> None:
         """Insert or replace the task (upsert)."""

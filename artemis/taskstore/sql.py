@@ -11,7 +11,7 @@ from sqlalchemy import JSON, Index, and_, bindparam, delete, func, literal, or_,
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Field, SQLModel
 
-from artemis.db import UTCDateTime, get_engine, upsert_insert, utcnow
+from artemis.db import UTCDateTime, get_engine, on_loop, upsert_insert, utcnow
 from artemis.run_state import RunStatus, Verdict
 from artemis.taskstore.base import (
     TERMINAL,
@@ -59,6 +59,7 @@ _COLUMNS = [c for c in _t.c.keys() if c != "expires_at"]
 class SqlTaskStorage(TaskStorage):
     def __init__(self, database_url: str, ttl_hours: int = 24) -> None:
         self.engine = get_engine(database_url)
+        self.on_loop = on_loop(self.engine)
         self.ttl = timedelta(hours=ttl_hours)
         self._insert = upsert_insert(self.engine)
         # Built once: SQLAlchemy builds ``excluded`` anew on every access (most of a save's

@@ -1,0 +1,84 @@
+"""Where Artemis' own short statements run (``artemis.db.on_loop``): on the event loop's
+thread for SQLite (a local file, cheaper than the hop to a thread), in a worker thread for
+PostgreSQL (network round trips must not hold the loop). Observed through SQLAlchemy's
+own cursor events on a real database of each kind. And which task hooks skip the thread:
+those a task leaves to the base class (``own_hooks``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
+
+from activities.prepare import PREPARE_HOOKS
+from activities.run_base import on_loop_if, own_hooks
+from artemis.db import on_loop
+from artemis.events import EventLog, EventWriter
+from artemis.tasks.registry import get_task
+from tests.conftest import new_task_id
+
+
+@contextmanager
+def _statement_threads(engine: Engine, marker: str) -> Iterator[list[int]]:
+    """The thread ids that executed a statement containing ``marker`` on ``engine``."""
+    seen: list[int] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+        if marker in statement:
+            seen.append(threading.get_ident())
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+
+
+def _url(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
+
+
+async def test_on_db_runs_sqlite_on_the_loop_and_postgresql_in_a_thread(db_engine) -> None:
+    here = on_loop(db_engine)
+    assert here == (db_engine.dialect.name == "sqlite")
+
+    def query() -> int:
+        with db_engine.connect() as conn:
+            return int(conn.execute(text("SELECT 41 + 1 AS on_db_probe")).scalar_one())
+
+    with _statement_threads(db_engine, "on_db_probe") as seen:
+        assert await on_loop_if(here, query) == 42
+    assert len(seen) == 1
+    assert (seen[0] == threading.get_ident()) is here
+
+
+async def test_event_writer_groups_concurrent_appends_on_either_database(db_engine) -> None:
+    """Ten concurrent appends: one commit where the writer runs on the loop (SQLite), at
+    most two in a thread (the first goes alone, the rest gather behind it); every event is
+    there, in the order appended, either way."""
+    log = EventLog(_url(db_engine))
+    writer = EventWriter(log)
+    task_id = new_task_id()
+    with _statement_threads(db_engine, "INSERT INTO") as seen:
+        await asyncio.gather(*(writer.append(task_id, "probe", {"n": n}) for n in range(10)))
+    kinds = [(e.kind, e.data) for e in log.since(task_id)]
+    assert kinds == [("probe", {"n": n}) for n in range(10)]
+    if on_loop(db_engine):
+        assert seen == [threading.get_ident()]
+    else:
+        assert 1 <= len(seen) <= 2
+        assert threading.get_ident() not in seen
+
+
+def test_own_hooks_tells_a_task_s_hooks_from_the_base_class_defaults() -> None:
+    """A task that leaves its prepare and finalize hooks to the base class has them called
+    on the loop; one with its own (the literature task's registry queries) in a thread."""
+    quotes, literature = get_task("pull_stock_quotes"), get_task("literature_harvest")
+    assert not own_hooks(quotes, *PREPARE_HOOKS, "finalize", "run_ended")
+    assert own_hooks(literature, *PREPARE_HOOKS)
+    assert own_hooks(literature, "finalize")
+    assert own_hooks(quotes, "process")  # its own shaping of a page
