@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import JSON, Index, and_, bindparam, delete, func, literal, or_, select, update
+from sqlalchemy import JSON, Index, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Field, SQLModel
 
@@ -56,6 +56,39 @@ _t = AsyncTask.__table__  # type: ignore[attr-defined]
 _COLUMNS = [c for c in _t.c.keys() if c != "expires_at"]
 
 
+def _set_status_statement(
+    started: str | None, terminal: bool, has_result: bool, has_error: bool
+) -> Any:
+    """``set_status``'s UPDATE for one shape of its arguments, every value a parameter:
+    ``started`` "given" sets started_at, "kept" sets it unless set (the record's first
+    start wins), None leaves it."""
+    now = bindparam("p_now", type_=UTCDateTime())
+    values: dict[str, Any] = {
+        "status": bindparam("p_status"),
+        "updated_at": now,
+        "version": _t.c.version + 1,
+        "expires_at": bindparam("p_expires", type_=UTCDateTime()),
+    }
+    if started == "given":
+        values["started_at"] = bindparam("p_started", type_=UTCDateTime())
+    elif started == "kept":
+        values["started_at"] = func.coalesce(_t.c.started_at, now)
+    if terminal:
+        values["completed_at"] = now
+    if has_result:
+        values["result"] = bindparam("p_result", type_=_t.c.result.type)
+    if has_error:
+        values["error"] = bindparam("p_error", type_=_t.c.error.type)
+    return (
+        update(_t)
+        .where(
+            _t.c.task_id == bindparam("p_task_id"),
+            _t.c.expires_at > bindparam("p_wall", type_=UTCDateTime()),
+        )
+        .values(**values)
+    )
+
+
 class SqlTaskStorage(TaskStorage):
     def __init__(self, database_url: str, ttl_hours: int = 24) -> None:
         self.engine = get_engine(database_url)
@@ -76,6 +109,8 @@ class SqlTaskStorage(TaskStorage):
             where=_t.c.expires_at <= bindparam("now_", type_=UTCDateTime()),
         )
         self._create = self._create_many.returning(_t.c.task_id)
+        # set_status's UPDATE of each shape, built once (building it was most of its CPU).
+        self._set_status: dict[tuple[str | None, bool, bool, bool], Any] = {}
 
     def _row(self, data: TaskData) -> dict[str, Any]:
         row = json.loads(data.model_dump_json())
@@ -176,29 +211,30 @@ class SqlTaskStorage(TaskStorage):
         check_status(status, result, error)
         wall = datetime.now(UTC)
         now = utc(at) or wall
-        values: dict[str, Any] = {
-            "status": status,
-            "updated_at": now,
-            "version": _t.c.version + 1,
-            "expires_at": wall + self.ttl,
+        started = (
+            "given"
+            if started_at is not None
+            else "kept"
+            if status == RunStatus.RUNNING or status in TERMINAL
+            else None
+        )
+        shape = (started, status in TERMINAL, result is not None, error is not None)
+        stmt = self._set_status.get(shape)
+        if stmt is None:
+            stmt = self._set_status[shape] = _set_status_statement(*shape)
+        params: dict[str, Any] = {
+            "p_task_id": task_id,
+            "p_wall": wall,
+            "p_status": status,
+            "p_now": now,
+            "p_expires": wall + self.ttl,
+            "p_started": utc(started_at) if started_at is not None else now,
+            "p_result": result,
+            "p_error": error,
         }
-        if started_at is not None:
-            values["started_at"] = utc(started_at)
-        elif status == RunStatus.RUNNING or status in TERMINAL:
-            values["started_at"] = func.coalesce(_t.c.started_at, literal(now, UTCDateTime()))
-        if status in TERMINAL:
-            values["completed_at"] = now
-        if result is not None:
-            values["result"] = result
-        if error is not None:
-            values["error"] = error
         try:
             with self.engine.begin() as conn:
-                done = conn.execute(
-                    update(_t)
-                    .where(_t.c.task_id == task_id, _t.c.expires_at > wall)
-                    .values(**values)
-                ).rowcount
+                done = conn.execute(stmt, params).rowcount
         except OperationalError as e:
             raise StorageUnavailable(str(e)) from None
         if done == 0:
