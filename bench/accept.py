@@ -33,7 +33,11 @@ Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept
 — the CPU ms a run of the API, the worker(s), the Temporal server, the sample servers
 and the bench's own client, while the waves were accepted and from the first start to
 the last completion; their sum, and the runs a second that sum allows on this machine's
-cores (what the run costs, apart from how well the pieces overlap). ``--eager`` starts
+cores (what the run costs, apart from how well the pieces overlap). ``--io-floor`` also
+measures `bench/floor_shape.py`'s ``FloorIO`` beside each floor reading — the empty shape
+with a bench run's two HTTP requests (its page, its sink POST) in it — and adds
+{"floor_io_runs_per_s", "io_floor_over_floor", "round_over_io_floor", "over_io_floor"}:
+what the run's unavoidable I/O costs against the empty floor, and the runs against it. ``--eager`` starts
 the dev server with eager activity execution and eager workflow start enabled (dynamic
 config), to measure what they change.
 """
@@ -64,7 +68,7 @@ from artemis.sinks import resolve_output  # noqa: E402
 from artemis.tasks.registry import get_task  # noqa: E402
 from artemis.temporal.client import connect  # noqa: E402
 from bench.accept_floor import raw_starts, shape_rate  # noqa: E402
-from bench.floor_shape import FloorShape  # noqa: E402
+from bench.floor_shape import FloorIO, FloorShape, close_http  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
 from infra.devserver import EAGER_DYNAMIC_CONFIG  # noqa: E402
 from starter.run_reads import KEY_TASK_CODE, KEY_TASK_ID  # noqa: E402
@@ -158,6 +162,16 @@ class RawWaves:
         return [t for t, _ in started], time.perf_counter() - began
 
 
+async def io_floor_rate(client: Client, stack: BenchStack, wave: int, waves: int) -> float:
+    """``FloorIO``'s runs/s: the empty shape with a bench run's page and sink requests."""
+    target = {
+        "quotes": f"{stack.samples}/quotes",
+        "params": {"symbol": "FLOOR", "start": "2025-01-01", "end": "2025-01-05"},
+        "sink": f"{stack.samples}/sink/floor",
+    }
+    return await shape_rate(client, wave, waves, FloorIO, target)
+
+
 async def check_completed(http: aiohttp.ClientSession, api: str, task_ids: set[str]) -> None:
     """Every accepted run's record in the task store says completed (the listing, read
     once after the bench; a run that ended otherwise ends the bench)."""
@@ -188,6 +202,11 @@ async def main() -> None:
         help="rounds of RUNS accepted runs, each after its own floor reading",
     )
     ap.add_argument("--eager", action="store_true", help="eager activities and starts on")
+    ap.add_argument(
+        "--io-floor",
+        action="store_true",
+        help="also the floor with the run's two HTTP requests in it (bench/floor_shape.py)",
+    )
     args = ap.parse_args()
     dynamic = EAGER if args.eager else None
     config = {
@@ -230,6 +249,7 @@ async def main() -> None:
             await raw.open()
             waves = max(1, args.runs // args.wave)
             floor: list[float] = []
+            io_floor: list[float] = []
             rates: list[float] = []
             accepted: list[tuple[float, str]] = []
             raw_ms: list[list[float]] = []
@@ -245,8 +265,13 @@ async def main() -> None:
                 raw_ms.append(times)
                 raw_seconds += took
 
-            for round_no in range(args.rounds):
+            async def floors() -> None:
                 floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
+                if args.io_floor:
+                    io_floor.append(await io_floor_rate(floor_client, stack, args.wave, waves))
+
+            for round_no in range(args.rounds):
+                await floors()
                 if round_no % 2:
                     await raw_round(round_no)
                 began = time.perf_counter()
@@ -283,8 +308,12 @@ async def main() -> None:
                     await raw_round(round_no)
             await check_completed(http, stack.api, {task_id for _, task_id in accepted})
         idle, _ = await raw_starts(floor_client, args.runs, args.wave)
-        floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
+        await floors()
+        await close_http()
         ratios = [r / statistics.mean(floor[i : i + 2]) for i, r in enumerate(rates)]
+        io_ratios = [
+            r / statistics.mean(io_floor[i : i + 2]) for i, r in enumerate(rates) if io_floor
+        ]
         n_runs = args.runs * args.rounds
         zero = {k: 0.0 for k in total_cpu}
         total = per_run(zero, total_cpu, n_runs)
@@ -323,6 +352,21 @@ async def main() -> None:
                     "floor_shape_runs_per_s": [round(f, 1) for f in floor],
                     "round_over_floor": [round(r, 2) for r in ratios],
                     "over_floor": round(statistics.median(ratios), 2),
+                    **(
+                        {
+                            "floor_io_runs_per_s": [round(f, 1) for f in io_floor],
+                            "io_floor_over_floor": round(
+                                statistics.median(
+                                    i / f for i, f in zip(io_floor, floor, strict=True)
+                                ),
+                                2,
+                            ),
+                            "round_over_io_floor": [round(r, 2) for r in io_ratios],
+                            "over_io_floor": round(statistics.median(io_ratios), 2),
+                        }
+                        if args.io_floor
+                        else {}
+                    ),
                     "eager": args.eager,
                     # CPU ms a run, by process: while the waves were accepted, and from the
                     # first start to the last completion (samples: the sources and sinks;

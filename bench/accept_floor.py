@@ -37,7 +37,13 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.floor_shape import FloorLight, FloorShape, floor_step  # noqa: E402
+from bench.floor_shape import (  # noqa: E402
+    FloorIO,
+    FloorLight,
+    FloorShape,
+    floor_io_step,
+    floor_step,
+)
 from infra.devserver import DevServer, free_port  # noqa: E402
 
 
@@ -67,21 +73,22 @@ async def raw_starts(client: Client, runs: int, wave: int) -> tuple[list[float],
     return sorted(times), cpu_ms
 
 
-async def shape_rate(client: Client, wave: int, waves: int, shape: Any) -> float:
+async def shape_rate(client: Client, wave: int, waves: int, shape: Any, arg: Any = 0) -> float:
+    """Runs/s of ``shape`` (its input ``arg``) in waves, by one in-process worker."""
     queue = f"shape-{uuid.uuid4().hex[:8]}"
     # Unsandboxed, as Artemis' workers run (worker.sandboxed_workflows is off by default):
     # the floor is what Temporal allows, not what the sandbox costs.
     async with Worker(
         client,
         task_queue=queue,
-        workflows=[FloorShape, FloorLight],
-        activities=[floor_step],
+        workflows=[FloorShape, FloorLight, FloorIO],
+        activities=[floor_step, floor_io_step],
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):
 
         async def one() -> None:
             await client.execute_workflow(
-                shape.run, 0, id=f"shape-{uuid.uuid4().hex}", task_queue=queue
+                shape.run, arg, id=f"shape-{uuid.uuid4().hex}", task_queue=queue
             )
 
         await asyncio.gather(*(one() for _ in range(3)))  # warm-up
