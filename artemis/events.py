@@ -170,6 +170,9 @@ class EventWriter:
 
     async def _write(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._here:
+            # One turn of the loop first: the other activities' ready steps append theirs.
+            await asyncio.sleep(0)
         while self._queue:
             batch, self._queue = self._queue, []
             try:
