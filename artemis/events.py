@@ -110,6 +110,7 @@ class RunEvent(SQLModel, table=True):
 
 
 _t = RunEvent.__table__  # type: ignore[attr-defined]
+_INSERT = insert(_t)  # built once: building it cost more than running it on SQLite
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ class EventLog:
                 # each other's locks in opposite orders).
                 for root in sorted({e.root_id or e.task_id for e in events}):
                     conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": root})
-            conn.execute(insert(_t), rows)
+            conn.execute(_INSERT, rows)
 
     def since(self, task_id: str, after_seq: int = 0, limit: int = 1000) -> list[RawEvent]:
         """The run's events and those of its descendants (a backfill's windows)."""

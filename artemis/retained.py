@@ -12,13 +12,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import and_, bindparam, delete, or_, select, update
 from sqlalchemy.engine import Connection
 
 from artemis import jsonio
 from artemis.db import RetainedRun, get_engine, transaction, upsert_insert, utcnow
 
 _t = RetainedRun.__table__  # type: ignore[attr-defined]
+_DROP = delete(_t).where(_t.c.run_key == bindparam("p_run_key"))  # every run's clean-up
 # A retried run may last this long (meta.timeout_s is at most 30 days).
 TAKEN_BACKSTOP = timedelta(days=30, hours=1)
 
@@ -100,7 +101,7 @@ class Retained:
 
     def drop(self, run_key: str, conn: Connection | None = None) -> None:
         with transaction(self.engine, conn) as c:
-            c.execute(delete(_t).where(_t.c.run_key == run_key))
+            c.execute(_DROP, {"p_run_key": run_key})
 
     def _expired(self, now: datetime) -> Any:
         """Kept state past its time — unless a retry took it (the retried run drops it

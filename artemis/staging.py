@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, bindparam, delete, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -43,6 +43,27 @@ def store_outage(what: str) -> Iterator[None]:
 
 # The kind of the row holding where a streaming fetch stands (one per run, seq 0).
 CURSOR = "cursor"
+
+# A run's per-page statements, built once (building one costs more than running it on
+# SQLite); the values are parameters.
+_REPEATED = (
+    select(_table.c.seq)
+    .where(
+        _table.c.run_key == bindparam("p_run_key"),
+        _table.c.digest == bindparam("p_digest"),
+        _table.c.seq != bindparam("p_seq"),
+    )
+    .limit(1)
+)
+_CURSOR = select(_table.c.payload).where(
+    _table.c.run_key == bindparam("p_run_key"), _table.c.kind == CURSOR, _table.c.seq == 0
+)
+_DROP_FROM = delete(_table).where(
+    _table.c.run_key == bindparam("p_run_key"),
+    _table.c.kind == bindparam("p_kind"),
+    _table.c.seq >= bindparam("p_first_seq"),
+)
+_DROP_RUN = delete(_table).where(_table.c.run_key == bindparam("p_run_key"))
 
 
 class Staging:
@@ -97,13 +118,7 @@ class Staging:
             if digest is not None:
                 (seq, _), *_ = pages
                 earlier = conn.execute(
-                    select(_table.c.seq)
-                    .where(
-                        _table.c.run_key == run_key,
-                        _table.c.digest == digest,
-                        _table.c.seq != seq,
-                    )
-                    .limit(1)
+                    _REPEATED, {"p_run_key": run_key, "p_digest": digest, "p_seq": seq}
                 ).scalar()
                 if earlier is not None:
                     raise ArtemisError(
@@ -128,11 +143,8 @@ class Staging:
 
     def cursor(self, run_key: str) -> dict[str, Any] | None:
         """The run's last cursor stored with a page (None: none was)."""
-        q = select(_table.c.payload).where(
-            _table.c.run_key == run_key, _table.c.kind == CURSOR, _table.c.seq == 0
-        )
         with store_outage("read the fetch cursor"), self.engine.connect() as conn:
-            payload = conn.execute(q).scalar()
+            payload = conn.execute(_CURSOR, {"p_run_key": run_key}).scalar()
         return jsonio.loads(payload) if payload else None
 
     def get_pages(
@@ -158,11 +170,8 @@ class Staging:
         """Pages from ``first_seq`` on: what an attempt that died staged after its last
         heartbeat (a retried fetch starts there again, its units in another order)."""
         with store_outage("drop pages"), self.engine.begin() as conn:
-            return conn.execute(
-                delete(_table).where(
-                    _table.c.run_key == run_key, _table.c.kind == kind, _table.c.seq >= first_seq
-                )
-            ).rowcount
+            params = {"p_run_key": run_key, "p_kind": kind, "p_first_seq": first_seq}
+            return conn.execute(_DROP_FROM, params).rowcount
 
     def prune_below(self, run_key: str, seq: int) -> int:
         """Pages below ``seq`` were delivered: their processed copies go and their raw
@@ -215,4 +224,4 @@ class Staging:
 
     def drop_run(self, run_key: str, conn: Connection | None = None) -> int:
         with transaction(self.engine, conn) as c:
-            return c.execute(delete(_table).where(_table.c.run_key == run_key)).rowcount
+            return c.execute(_DROP_RUN, {"p_run_key": run_key}).rowcount

@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.engine import Connection
 
 from artemis.config import DEFAULT_MASTER_KEY_FILE
@@ -82,6 +82,14 @@ def derive_fernet(master: bytes, purpose: str) -> Fernet:
     return Fernet(base64.urlsafe_b64encode(key))
 
 
+_SECRETS = RunSecret.__table__  # type: ignore[attr-defined]
+# Built once: a run reads its secret and drops it (building costs more than running).
+_GET_SECRET = select(_SECRETS.c.ciphertext).where(
+    _SECRETS.c.run_key == bindparam("p_run_key"), _SECRETS.c.name == bindparam("p_name")
+)
+_DROP_SECRETS = delete(_SECRETS).where(_SECRETS.c.run_key == bindparam("p_run_key"))
+
+
 class RunSecrets:
     """Secrets attached to one run, stored encrypted; read back inside activities only."""
 
@@ -127,11 +135,8 @@ class RunSecrets:
             conn.execute(stmt)
 
     def get(self, run_key: str, name: str) -> str | None:
-        table = RunSecret.__table__  # type: ignore[attr-defined]
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(table.c.ciphertext).where(table.c.run_key == run_key, table.c.name == name)
-            ).first()
+            row = conn.execute(_GET_SECRET, {"p_run_key": run_key, "p_name": name}).first()
         if row is None:
             return None
         try:
@@ -144,6 +149,5 @@ class RunSecrets:
             ) from None
 
     def drop(self, run_key: str, conn: Connection | None = None) -> None:
-        table = RunSecret.__table__  # type: ignore[attr-defined]
         with transaction(self.engine, conn) as c:
-            c.execute(delete(table).where(table.c.run_key == run_key))
+            c.execute(_DROP_SECRETS, {"p_run_key": run_key})

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 import fsspec
-from sqlalchemy import delete, func, select
+from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.engine import Connection
 
 from artemis import jsonio
@@ -56,6 +56,7 @@ def check_format(fmt: str, record: RecordSpec | None) -> None:
 
 
 _ledger = SinkFile.__table__  # type: ignore[attr-defined]
+_DROP_RUN = delete(_ledger).where(_ledger.c.run_key == bindparam("p_run_key"))  # each clean-up
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ class FileSink(Sink):
 def drop_file_records(database_url: str, run_key: str, conn: Connection | None = None) -> int:
     """Forget what a run wrote (after its manifest is written)."""
     with transaction(get_engine(database_url), conn) as c:
-        return c.execute(delete(_ledger).where(_ledger.c.run_key == run_key)).rowcount
+        return c.execute(_DROP_RUN, {"p_run_key": run_key}).rowcount
 
 
 def drop_file_records_older_than(database_url: str, before: datetime) -> int:
