@@ -20,6 +20,7 @@ from activities.run_base import (
     on_loop_if,
     require_every_page,
     run_key,
+    run_sinks,
 )
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import RECORDS_EMITTED
@@ -60,7 +61,7 @@ class BatchActivities(RunActivityBase):
         trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
-        sinks = await off_loop(task.decide_sinks, ctx)  # may open a database
+        sinks = await run_sinks(task, ctx)
         key = run_key(inp.run)
         if inp.prune_below is not None:
             # The batches before this one were delivered (emits run in order): staging

@@ -11,7 +11,15 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.run_base import RunActivityBase, log, off_loop, on_loop_if, own_hooks, run_key
+from activities.run_base import (
+    RunActivityBase,
+    log,
+    off_loop,
+    on_loop_if,
+    own_hooks,
+    run_key,
+    run_sinks,
+)
 from artemis.callback import FINALIZE_MAX_ATTEMPTS, FinalizeOutcome, finalize_body
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import CALLBACKS, RUNS_FINISHED, RUNS_STARTED, WAITING
@@ -124,7 +132,7 @@ class EndingActivities(RunActivityBase):
         end = RunEnd(run_key(inp.run), inp.run.task_code, inp.run.task_id, inp.status)
         finished: dict[str, Any] = {}
         try:
-            sinks = await off_loop(task.decide_sinks, ctx)
+            sinks = await run_sinks(task, ctx)
         except ArtemisError as e:
             log.error("sinks_unavailable_at_finalize", error=str(e))
             return {"error": str(e)}

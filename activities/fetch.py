@@ -16,10 +16,10 @@ from activities.run_base import (
     Heartbeat,
     RunActivityBase,
     log,
-    off_loop,
     on_loop_if,
     require_every_page,
     run_key,
+    run_sinks,
 )
 from activities.streaming import PageStream
 from artemis.errors import ArtemisError, ErrorCode
@@ -242,7 +242,7 @@ class FetchActivities(RunActivityBase):
         attempt first sends the pages its predecessor staged and had not delivered."""
         # The run's sinks, as emit_batch builds them (its output's secrets read back here).
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
-        sinks = await off_loop(task.decide_sinks, ctx)  # may open a database
+        sinks = await run_sinks(task, ctx)
         if inp.first_seq:
             await on_loop_if(self.db_here, self.staging.prune_below, key, inp.first_seq)
         stream = PageStream(task, ctx, self.client, sinks, inp.run, key, trace, state, beat)

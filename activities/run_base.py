@@ -31,6 +31,8 @@ from artemis.logsetup import get_logger
 from artemis.retained import Retained
 from artemis.run_models import RunRef
 from artemis.security import origin
+from artemis.sinks.base import Sink
+from artemis.sinks.factory import builds_offline
 from artemis.sinks.files import drop_file_records
 from artemis.sinks.sealing import unseal_output
 from artemis.staging import Staging
@@ -62,6 +64,14 @@ async def on_loop_if(here: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.
     if here:
         return fn(*args, **kwargs)
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def run_sinks(task: TaskUnit, ctx: TaskContext) -> list[Sink]:
+    """The run's sinks (``decide_sinks``): built in place when the task leaves that to the
+    base class and its output names only sinks built without I/O (``builds_offline``),
+    else in a thread (a sql sink opens a database, a files sink an object store)."""
+    here = not own_hooks(task, "decide_sinks", "record_spec") and builds_offline(ctx.output)
+    return await on_loop_if(here, task.decide_sinks, ctx)
 
 
 def own_hooks(task: TaskUnit, *names: str) -> bool:

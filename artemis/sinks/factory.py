@@ -157,6 +157,18 @@ def resolve_output(
     return {**spec, RESOLVED: True}
 
 
+# Sinks built without I/O (an endpoint and headers; nothing): the sql sink opens an
+# engine and the files sink a filesystem (an object store's client) when built.
+BUILT_OFFLINE = frozenset({"http", "log"})
+
+
+def builds_offline(output: dict[str, Any] | None) -> bool:
+    """Whether a run's resolved output names only sinks built without I/O (a run of an
+    earlier build, whose output is resolved when its sinks are built: False)."""
+    spec = resolved_spec(output or {})
+    return spec is not None and set(spec.get("sinks") or ()) <= BUILT_OFFLINE
+
+
 def resolved_spec(output: dict[str, Any]) -> dict[str, Any] | None:
     """The sinks' mapping of a run's resolved output (None: a run of an earlier build,
     whose output was the request's alone)."""

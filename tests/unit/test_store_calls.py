@@ -18,6 +18,7 @@ from activities.prepare import PREPARE_HOOKS
 from activities.run_base import on_loop_if, own_hooks
 from artemis.db import on_loop
 from artemis.events import EventLog, EventWriter
+from artemis.sinks.factory import builds_offline
 from artemis.tasks.registry import get_task
 from tests.conftest import new_task_id
 
@@ -82,3 +83,16 @@ def test_own_hooks_tells_a_task_s_hooks_from_the_base_class_defaults() -> None:
     assert own_hooks(literature, *PREPARE_HOOKS)
     assert own_hooks(literature, "finalize")
     assert own_hooks(quotes, "process")  # its own shaping of a page
+
+
+def test_sinks_built_without_io_are_built_in_place_only_when_resolved() -> None:
+    """A run's sinks are built on the loop only when its resolved output names sinks whose
+    construction does no I/O; a sql or files sink (an engine, a filesystem) or an output
+    an earlier build left unresolved goes to a thread."""
+    assert builds_offline({"resolved": True, "sinks": ["http", "log"], "http_endpoint": "x"})
+    assert not builds_offline({"resolved": True, "sinks": ["http", "sql"]})
+    assert not builds_offline({"resolved": True, "sinks": ["files"]})
+    assert not builds_offline({"sinks": ["http"]})  # an earlier build's request output
+    assert not builds_offline(None)
+    quotes = get_task("pull_stock_quotes")
+    assert not own_hooks(quotes, "decide_sinks", "record_spec")
