@@ -37,9 +37,9 @@ cores (what the run costs, apart from how well the pieces overlap). ``--io-floor
 measures `bench/floor_shape.py`'s ``FloorIO`` beside each floor reading — the empty shape
 with a bench run's two HTTP requests (its page, its sink POST) in it — and adds
 {"floor_io_runs_per_s", "io_floor_over_floor", "round_over_io_floor", "over_io_floor"}:
-what the run's unavoidable I/O costs against the empty floor, and the runs against it. ``--eager`` starts
-the dev server with eager activity execution and eager workflow start enabled (dynamic
-config), to measure what they change.
+what the run's unavoidable I/O costs against the empty floor, and the runs against it.
+``--eager`` starts the dev server with eager activity execution and eager workflow start
+enabled (dynamic config), to measure what they change.
 """
 
 from __future__ import annotations
