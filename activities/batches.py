@@ -17,7 +17,6 @@ from activities.run_base import (
     heartbeating,
     log,
     off_loop,
-    on_loop_if,
     require_every_page,
     run_key,
     run_sinks,
@@ -43,14 +42,12 @@ class BatchActivities(RunActivityBase):
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
         key = run_key(inp.run)
-        raw = await on_loop_if(
-            self.db_here, self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq
-        )
+        raw = await off_loop(self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq)
         require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
         # The task's process (its own code: it may be slow, or read a database) and the
-        # staging write, in one thread.
+        # batch's staging reads and writes (batch-sized), in threads.
         out, n_in, n_out = await off_loop(_processed, task, ctx, raw, inp.run.task_code)
-        await on_loop_if(self.db_here, self.staging.put_pages, key, "processed", out)
+        await off_loop(self.staging.put_pages, key, "processed", out)
         if n_out != n_in:
             log.info("process_dropped_records", dropped=n_in - n_out)
         return ProcessResult(records_in=n_in, records_out=n_out)
@@ -67,7 +64,7 @@ class BatchActivities(RunActivityBase):
             # The batches before this one were delivered (emits run in order): staging
             # keeps only what is not, so a long sink outage stages no more than the
             # batches the fetch side may be ahead (runs.max_batches_ahead).
-            await on_loop_if(self.db_here, self.staging.prune_below, key, inp.prune_below)
+            await off_loop(self.staging.prune_below, key, inp.prune_below)
         state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
         details = activity.info().heartbeat_details
         if details:
@@ -76,8 +73,8 @@ class BatchActivities(RunActivityBase):
         # Per sink, the records of the pages delivered without a gap (a page above the
         # heartbeat's next_seq may count again on a retry, as it may be sent again).
         state["sinks"] = dict(state.get("sinks") or {})
-        pages = await on_loop_if(
-            self.db_here, self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
+        pages = await off_loop(
+            self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
         )
         require_every_page(pages, state["next_seq"], inp.last_seq, "processed")
         skip = set(inp.skip_seqs)

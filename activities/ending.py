@@ -232,7 +232,9 @@ class EndingActivities(RunActivityBase):
                 "run_status",
                 {"status": inp.status, "stats": inp.stats, "error": inp.error, "steps": inp.steps},
             )
-        status = await on_loop_if(self.task_store.on_loop, write)
+        # (the store is built on first use, in a thread: a Redis client's import is slow)
+        here = self._task_store is not None and self._task_store.on_loop
+        status = await on_loop_if(here, write)
         if inp.status == RunStatus.RUNNING:
             RUNS_STARTED.labels(inp.run.task_code).inc()
         elif is_terminal(inp.status):

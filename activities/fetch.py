@@ -16,6 +16,7 @@ from activities.run_base import (
     Heartbeat,
     RunActivityBase,
     log,
+    off_loop,
     on_loop_if,
     require_every_page,
     run_key,
@@ -244,14 +245,12 @@ class FetchActivities(RunActivityBase):
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
         sinks = await run_sinks(task, ctx)
         if inp.first_seq:
-            await on_loop_if(self.db_here, self.staging.prune_below, key, inp.first_seq)
+            await off_loop(self.staging.prune_below, key, inp.first_seq)
         stream = PageStream(task, ctx, self.client, sinks, inp.run, key, trace, state, beat)
         below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1
         try:
             if staged_to >= below:
-                staged = await on_loop_if(
-                    self.db_here, self.staging.get_pages, key, "raw", below, staged_to
-                )
+                staged = await off_loop(self.staging.get_pages, key, "raw", below, staged_to)
                 require_every_page(staged, below, staged_to, "fetched")
                 log.info("stream_resumed", next_seq=below, staged_to=staged_to)
                 for seq, records in staged:

@@ -61,7 +61,7 @@ class PrepareActivities(RunActivityBase):
 
 
 # The hooks ``_prepared`` calls (``build_sources``, in the default ``total_hint``, does
-# no I/O by its contract).
+# no I/O by its contract; tests/unit/test_store_calls.py checks the list).
 PREPARE_HOOKS = (
     "plan_children",
     "search_attributes",
@@ -70,6 +70,7 @@ PREPARE_HOOKS = (
     "fetch_retry",
     "circuit_breaker",
     "rate_key",
+    "outage_tolerance",
 )
 
 

@@ -23,7 +23,7 @@ from temporalio import activity
 
 from artemis.callback import CallbackClient, CallbackTarget, resolve_base_url
 from artemis.config import Settings
-from artemis.db import get_engine, on_loop
+from artemis.db import LoopBusy, get_engine, loop_call, on_loop
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
@@ -60,9 +60,16 @@ async def on_loop_if(here: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.
     ``here``: a short call into Artemis' own database when it is SQLite
     (``artemis.db.on_loop``: the hop to a thread costs more than the statement), or a
     task hook the task does not override (``own_hooks``: the base's defaults are pure).
-    Bulk work (a run's clean-up, housekeeping) always goes through ``off_loop``."""
+    A call that finds SQLite's write lock held for ``LOOP_BUSY_MS`` gives way
+    (``LoopBusy``, its transaction rolled back) and runs again in a thread. Batch-sized
+    work (a batch's pages, a run's clean-up, housekeeping) always goes through
+    ``off_loop``."""
     if here:
-        return fn(*args, **kwargs)
+        try:
+            with loop_call():
+                return fn(*args, **kwargs)
+        except LoopBusy:
+            pass  # the lock is someone else's for now: wait for it off the loop
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 

@@ -3,6 +3,7 @@ scale) and the SQLModel tables of the foundation; schema changes go through Alem
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -146,12 +147,38 @@ def transaction(engine: Engine, conn: Connection | None = None) -> Iterator[Conn
 
 def on_loop(engine: Engine) -> bool:
     """Whether Artemis' own short statements on this database run on the event loop
-    (``activities.run_base.on_db``): SQLite's are calls into a local file of tens of
+    (``activities.run_base.on_loop_if``): SQLite's are calls into a local file of tens of
     microseconds, less than the hop to a worker thread, and a thread holding SQLite's
     write lock waits for the GIL between its statements (milliseconds on a busy worker)
     while every other writer waits for it. A server (PostgreSQL) answers over the
     network: its calls go to a thread."""
     return engine.dialect.name == "sqlite"
+
+
+# A call on the event loop waits this long at most for SQLite's write lock (held by
+# another process, or by a thread of this one: a clean-up, housekeeping, a sink), then
+# gives way: ``LoopBusy``, and the caller runs it again in a thread, which waits as long
+# as any call does (``busy_timeout``). Its connection does not checkpoint the WAL either
+# (an fsync): the connections of threaded calls do.
+LOOP_BUSY_MS = 20
+THREAD_BUSY_MS = 30_000
+_caller = threading.local()
+
+
+class LoopBusy(Exception):
+    """SQLite's write lock is held elsewhere: the call made on the event loop gave way
+    (its transaction rolled back) and belongs in a thread."""
+
+
+@contextmanager
+def loop_call() -> Iterator[None]:
+    """Statements executed inside run as the event loop's (``LOOP_BUSY_MS``)."""
+    was = getattr(_caller, "on_loop", False)
+    _caller.on_loop = True
+    try:
+        yield
+    finally:
+        _caller.on_loop = was
 
 
 def get_engine(url: str) -> Engine:
@@ -187,12 +214,35 @@ def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
+        def _sqlite_pragmas(dbapi_conn, record):  # noqa: ANN001
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={THREAD_BUSY_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
+            record.info["on_loop"] = False
+
+        @event.listens_for(engine, "checkout")
+        def _caller_pragmas(dbapi_conn, record, _proxy):  # noqa: ANN001
+            # A pooled connection serves the loop and threads in turn: its wait for the
+            # write lock (and whether it checkpoints) follows its caller's.
+            here = getattr(_caller, "on_loop", False)
+            if record.info.get("on_loop") != here:
+                cur = dbapi_conn.cursor()
+                cur.execute(f"PRAGMA busy_timeout={LOOP_BUSY_MS if here else THREAD_BUSY_MS}")
+                cur.execute(f"PRAGMA wal_autocheckpoint={0 if here else 1000}")
+                cur.close()
+                record.info["on_loop"] = here
+
+        @event.listens_for(engine, "handle_error")
+        def _gave_way(context):  # noqa: ANN001
+            error = context.original_exception
+            if (
+                getattr(_caller, "on_loop", False)
+                and isinstance(error, sqlite3.OperationalError)
+                and "locked" in str(error)
+            ):
+                raise LoopBusy(str(error))
 
     return engine

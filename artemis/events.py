@@ -30,7 +30,7 @@ from sqlalchemy import BigInteger, Index, Text, delete, insert, or_, select, tex
 from sqlmodel import Column, Field, SQLModel
 
 from artemis import jsonio
-from artemis.db import UTCDateTime, get_engine, on_loop, utcnow
+from artemis.db import LoopBusy, UTCDateTime, get_engine, loop_call, on_loop, utcnow
 from artemis.outage import waiting_line
 from artemis.run_state import (
     STEPS,
@@ -178,9 +178,7 @@ class EventWriter:
             batch, self._queue = self._queue, []
             try:
                 events = [e for e, _ in batch]
-                if self._here:
-                    self.log.append_many(events)
-                else:
+                if not (self._here and _appended_here(self.log, events)):
                     await loop.run_in_executor(self._thread, self.log.append_many, events)
             except Exception as e:  # each caller decides (activities log it and go on)
                 for _, done in batch:
@@ -190,6 +188,17 @@ class EventWriter:
                 for _, done in batch:
                     if not done.done():
                         done.set_result(None)
+
+
+def _appended_here(log: EventLog, events: list[PendingEvent]) -> bool:
+    """The events appended on the loop; False when SQLite's write lock is held elsewhere
+    (``LoopBusy``: nothing written, the writer waits for the lock in its thread)."""
+    try:
+        with loop_call():
+            log.append_many(events)
+    except LoopBusy:
+        return False
+    return True
 
 
 class EventLog:

@@ -166,7 +166,10 @@ def builds_offline(output: dict[str, Any] | None) -> bool:
     """Whether a run's resolved output names only sinks built without I/O (a run of an
     earlier build, whose output is resolved when its sinks are built: False)."""
     spec = resolved_spec(output or {})
-    return spec is not None and set(spec.get("sinks") or ()) <= BUILT_OFFLINE
+    if spec is None:
+        return False
+    names = spec.get("sinks") or []
+    return set([names] if isinstance(names, str) else names) <= BUILT_OFFLINE
 
 
 def resolved_spec(output: dict[str, Any]) -> dict[str, Any] | None:

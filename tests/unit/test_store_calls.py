@@ -6,19 +6,28 @@ those a task leaves to the base class (``own_hooks``)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
+import sqlite3
+import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
+from activities import prepare as prepare_module
 from activities.prepare import PREPARE_HOOKS
 from activities.run_base import on_loop_if, own_hooks
 from artemis.db import on_loop
 from artemis.events import EventLog, EventWriter
+from artemis.migrate import upgrade
 from artemis.sinks.factory import builds_offline
+from artemis.staging import Staging
 from artemis.tasks.registry import get_task
 from tests.conftest import new_task_id
 
@@ -92,7 +101,92 @@ def test_sinks_built_without_io_are_built_in_place_only_when_resolved() -> None:
     assert builds_offline({"resolved": True, "sinks": ["http", "log"], "http_endpoint": "x"})
     assert not builds_offline({"resolved": True, "sinks": ["http", "sql"]})
     assert not builds_offline({"resolved": True, "sinks": ["files"]})
+    assert builds_offline({"resolved": True, "sinks": "http", "http_endpoint": "x"})
     assert not builds_offline({"sinks": ["http"]})  # an earlier build's request output
     assert not builds_offline(None)
     quotes = get_task("pull_stock_quotes")
     assert not own_hooks(quotes, "decide_sinks", "record_spec")
+
+
+@contextmanager
+def _write_lock_held(path: Path, seconds: float) -> Iterator[threading.Event]:
+    """SQLite's write lock on ``path`` taken by another connection (as another process's
+    long transaction would), released after ``seconds`` by a thread of its own (the event
+    loop may be the one waiting); the event is set once it is released."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    released = threading.Event()
+
+    def release() -> None:
+        holder.execute("ROLLBACK")
+        holder.close()
+        released.set()
+
+    timer = threading.Timer(seconds, release)
+    timer.start()
+    try:
+        yield released
+    finally:
+        timer.join()
+
+
+async def _longest_stall(until: asyncio.Future[object]) -> float:
+    """The longest the event loop went without running this task, until ``until``."""
+    longest = 0.0
+    while not until.done():
+        before = time.monotonic()
+        await asyncio.sleep(0.005)
+        longest = max(longest, time.monotonic() - before)
+    return longest
+
+
+async def test_a_call_on_the_loop_gives_way_to_a_thread_when_sqlite_is_locked(tmp_path) -> None:
+    """The write lock held elsewhere for 0.6 s: the page is staged once it is released, by
+    a thread, while the loop goes on (it would stall for the whole 0.6 s if the call
+    waited for the lock on the loop, as SQLite's busy timeout of 30 s lets it)."""
+    path = tmp_path / "artemis.db"
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    staging = Staging(url)
+    staging.cursor("warm/up")  # a pooled connection, set up before the lock is taken
+    with _write_lock_held(path, 0.6) as released:
+        call = asyncio.ensure_future(
+            on_loop_if(True, staging.put_pages, "k/1", "raw", [(0, [{"n": 1}])], "d0")
+        )
+        stall = await _longest_stall(call)
+        await call
+        assert released.is_set()
+    assert staging.get_pages("k/1", "raw", 0, 0) == [(0, [{"n": 1}])]
+    assert stall < 0.3, f"the loop stalled {stall:.2f} s behind SQLite's lock"
+
+
+async def test_the_event_writer_gives_way_to_its_thread_when_sqlite_is_locked(tmp_path) -> None:
+    path = tmp_path / "artemis.db"
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    log = EventLog(url)
+    writer = EventWriter(log)
+    task_id = new_task_id()
+    await writer.append(task_id, "probe", {"n": 0})  # a pooled connection, set up
+    with _write_lock_held(path, 0.6) as released:
+        call = asyncio.ensure_future(writer.append(task_id, "probe", {"n": 1}))
+        stall = await _longest_stall(call)
+        await call
+        assert released.is_set()
+    assert [e.data for e in log.since(task_id)] == [{"n": 0}, {"n": 1}]
+    assert stall < 0.3, f"the loop stalled {stall:.2f} s behind SQLite's lock"
+
+
+def test_prepare_hooks_name_every_hook_prepare_calls() -> None:
+    """A hook ``_prepared`` calls but PREPARE_HOOKS leaves out would run on the loop when a
+    task overrides only it (with a database read, say)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(prepare_module._prepared)))
+    called = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "task"
+    }
+    assert called and called <= set(PREPARE_HOOKS), called - set(PREPARE_HOOKS)
