@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -14,7 +15,7 @@ from typing import Any
 from sqlalchemy import DateTime, Index, Text, TypeDecorator, UniqueConstraint, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlmodel import Column, Field, SQLModel, create_engine
 
 
@@ -162,12 +163,21 @@ def on_loop(engine: Engine) -> bool:
 # (an fsync): the connections of threaded calls do.
 LOOP_BUSY_MS = 20
 THREAD_BUSY_MS = 30_000
+# After a call gave way, the loop's next calls go straight to threads for this long: a
+# lock held for seconds must not cost every waiting activity its 20 ms in turn.
+LOOP_BACKOFF_S = 0.2
 _caller = threading.local()
+_loop_busy_until = 0.0
 
 
 class LoopBusy(Exception):
     """SQLite's write lock is held elsewhere: the call made on the event loop gave way
     (its transaction rolled back) and belongs in a thread."""
+
+
+def loop_may_write() -> bool:
+    """False for ``LOOP_BACKOFF_S`` after a call on the loop found the write lock held."""
+    return time.monotonic() >= _loop_busy_until
 
 
 @contextmanager
@@ -198,6 +208,11 @@ def _make_engine(url: str) -> Engine:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        if make_url(url).database not in (None, "", ":memory:"):
+            # More connections than threads can want at once (the default executor's 32,
+            # the event writers', the sinks'): a call on the loop never waits for the pool
+            # while threads hold connections waiting out SQLite's lock.
+            kwargs["pool_size"], kwargs["max_overflow"] = 5, 60
     else:
         kwargs["pool_pre_ping"] = True
         if url.startswith("postgresql"):
@@ -215,13 +230,15 @@ def _make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, record):  # noqa: ANN001
+            here = getattr(_caller, "on_loop", False)
             cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA busy_timeout={LOOP_BUSY_MS if here else THREAD_BUSY_MS}")
+            cur.execute(f"PRAGMA wal_autocheckpoint={0 if here else 1000}")
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute(f"PRAGMA busy_timeout={THREAD_BUSY_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
-            record.info["on_loop"] = False
+            record.info["on_loop"] = here
 
         @event.listens_for(engine, "checkout")
         def _caller_pragmas(dbapi_conn, record, _proxy):  # noqa: ANN001
@@ -243,6 +260,8 @@ def _make_engine(url: str) -> Engine:
                 and isinstance(error, sqlite3.OperationalError)
                 and "locked" in str(error)
             ):
+                global _loop_busy_until
+                _loop_busy_until = time.monotonic() + LOOP_BACKOFF_S
                 raise LoopBusy(str(error))
 
     return engine

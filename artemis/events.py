@@ -30,7 +30,15 @@ from sqlalchemy import BigInteger, Index, Text, delete, insert, or_, select, tex
 from sqlmodel import Column, Field, SQLModel
 
 from artemis import jsonio
-from artemis.db import LoopBusy, UTCDateTime, get_engine, loop_call, on_loop, utcnow
+from artemis.db import (
+    LoopBusy,
+    UTCDateTime,
+    get_engine,
+    loop_call,
+    loop_may_write,
+    on_loop,
+    utcnow,
+)
 from artemis.outage import waiting_line
 from artemis.run_state import (
     STEPS,
@@ -178,7 +186,7 @@ class EventWriter:
             batch, self._queue = self._queue, []
             try:
                 events = [e for e, _ in batch]
-                if not (self._here and _appended_here(self.log, events)):
+                if not (self._here and loop_may_write() and _appended_here(self.log, events)):
                     await loop.run_in_executor(self._thread, self.log.append_many, events)
             except Exception as e:  # each caller decides (activities log it and go on)
                 for _, done in batch:

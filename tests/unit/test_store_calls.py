@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from activities import prepare as prepare_module
 from activities.prepare import PREPARE_HOOKS
 from activities.run_base import on_loop_if, own_hooks
-from artemis.db import on_loop
+from artemis.db import LOOP_BACKOFF_S, on_loop
 from artemis.events import EventLog, EventWriter
 from artemis.migrate import upgrade
 from artemis.sinks.factory import builds_offline
@@ -141,15 +141,15 @@ async def _longest_stall(until: asyncio.Future[object]) -> float:
 
 
 async def test_a_call_on_the_loop_gives_way_to_a_thread_when_sqlite_is_locked(tmp_path) -> None:
-    """The write lock held elsewhere for 0.6 s: the page is staged once it is released, by
-    a thread, while the loop goes on (it would stall for the whole 0.6 s if the call
+    """The write lock held elsewhere for 1.5 s: the page is staged once it is released, by
+    a thread, while the loop goes on (it would stall for the whole 1.5 s if the call
     waited for the lock on the loop, as SQLite's busy timeout of 30 s lets it)."""
     path = tmp_path / "artemis.db"
     url = f"sqlite:///{path}"
     upgrade(url)
     staging = Staging(url)
     staging.cursor("warm/up")  # a pooled connection, set up before the lock is taken
-    with _write_lock_held(path, 0.6) as released:
+    with _write_lock_held(path, 1.5) as released:
         call = asyncio.ensure_future(
             on_loop_if(True, staging.put_pages, "k/1", "raw", [(0, [{"n": 1}])], "d0")
         )
@@ -157,7 +157,7 @@ async def test_a_call_on_the_loop_gives_way_to_a_thread_when_sqlite_is_locked(tm
         await call
         assert released.is_set()
     assert staging.get_pages("k/1", "raw", 0, 0) == [(0, [{"n": 1}])]
-    assert stall < 0.3, f"the loop stalled {stall:.2f} s behind SQLite's lock"
+    assert stall < 0.75, f"the loop stalled {stall:.2f} s behind SQLite's lock"
 
 
 async def test_the_event_writer_gives_way_to_its_thread_when_sqlite_is_locked(tmp_path) -> None:
@@ -168,13 +168,13 @@ async def test_the_event_writer_gives_way_to_its_thread_when_sqlite_is_locked(tm
     writer = EventWriter(log)
     task_id = new_task_id()
     await writer.append(task_id, "probe", {"n": 0})  # a pooled connection, set up
-    with _write_lock_held(path, 0.6) as released:
+    with _write_lock_held(path, 1.5) as released:
         call = asyncio.ensure_future(writer.append(task_id, "probe", {"n": 1}))
         stall = await _longest_stall(call)
         await call
         assert released.is_set()
     assert [e.data for e in log.since(task_id)] == [{"n": 0}, {"n": 1}]
-    assert stall < 0.3, f"the loop stalled {stall:.2f} s behind SQLite's lock"
+    assert stall < 0.75, f"the loop stalled {stall:.2f} s behind SQLite's lock"
 
 
 def test_prepare_hooks_name_every_hook_prepare_calls() -> None:
@@ -190,3 +190,26 @@ def test_prepare_hooks_name_every_hook_prepare_calls() -> None:
         and node.func.value.id == "task"
     }
     assert called and called <= set(PREPARE_HOOKS), called - set(PREPARE_HOOKS)
+
+
+async def test_after_giving_way_the_loop_sends_calls_to_threads_for_a_while(tmp_path) -> None:
+    """Thirty calls while the lock is held elsewhere: one tries the loop, waits its 20 ms
+    and gives way, and the others go to threads at once for LOOP_BACKOFF_S — not each of
+    the thirty waiting its 20 ms on the loop in turn (0.6 s of a held loop). Counted by
+    SQLAlchemy's cursor events: the staging inserts executed on the loop's thread."""
+    path = tmp_path / "artemis.db"
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    staging = Staging(url)
+    staging.cursor("warm/up")
+    with _statement_threads(staging.engine, "INSERT INTO staged_page") as seen:
+        with _write_lock_held(path, 0.8):
+            await asyncio.gather(
+                *(
+                    on_loop_if(True, staging.put_pages, f"k/{n}", "raw", [(0, [{"n": n}])])
+                    for n in range(30)
+                )
+            )
+    assert all(staging.get_pages(f"k/{n}", "raw", 0, 0) for n in range(30))
+    on_the_loop = seen.count(threading.get_ident())
+    assert LOOP_BACKOFF_S >= 0.1 and 1 <= on_the_loop <= 5, on_the_loop
