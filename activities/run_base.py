@@ -23,7 +23,7 @@ from temporalio import activity
 
 from artemis.callback import CallbackClient, CallbackTarget, resolve_base_url
 from artemis.config import Settings
-from artemis.db import LoopBusy, get_engine, loop_call, loop_may_write, on_loop
+from artemis.db import LoopBusy, get_engine, on_loop, run_on_loop
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
@@ -64,12 +64,9 @@ async def on_loop_if(here: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.
     (``LoopBusy``, its transaction rolled back) and runs again in a thread. Batch-sized
     work (a batch's pages, a run's clean-up, housekeeping) always goes through
     ``off_loop``."""
-    if here and loop_may_write():
-        try:
-            with loop_call():
-                return fn(*args, **kwargs)
-        except LoopBusy:
-            pass  # the lock is someone else's for now: wait for it off the loop
+    if here:
+        with contextlib.suppress(LoopBusy):  # the lock is someone else's: wait off the loop
+            return run_on_loop(fn, *args, **kwargs)
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 

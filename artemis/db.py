@@ -6,11 +6,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import DateTime, Index, Text, TypeDecorator, UniqueConstraint, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -167,6 +167,8 @@ THREAD_BUSY_MS = 30_000
 # lock held for seconds must not cost every waiting activity its 20 ms in turn.
 LOOP_BACKOFF_S = 0.2
 _caller = threading.local()
+P = ParamSpec("P")
+T = TypeVar("T")
 _loop_busy_until = 0.0
 
 
@@ -175,18 +177,16 @@ class LoopBusy(Exception):
     (its transaction rolled back) and belongs in a thread."""
 
 
-def loop_may_write() -> bool:
-    """False for ``LOOP_BACKOFF_S`` after a call on the loop found the write lock held."""
-    return time.monotonic() >= _loop_busy_until
-
-
-@contextmanager
-def loop_call() -> Iterator[None]:
-    """Statements executed inside run as the event loop's (``LOOP_BUSY_MS``)."""
+def run_on_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn`` as a call on the event loop (its statements wait ``LOOP_BUSY_MS`` for the
+    write lock). ``LoopBusy`` when the lock is someone else's — now, or a call gave way
+    less than ``LOOP_BACKOFF_S`` ago: nothing is written, the caller runs it in a thread."""
+    if time.monotonic() < _loop_busy_until:
+        raise LoopBusy("a call on the loop gave way moments ago")
     was = getattr(_caller, "on_loop", False)
     _caller.on_loop = True
     try:
-        yield
+        return fn(*args, **kwargs)
     finally:
         _caller.on_loop = was
 

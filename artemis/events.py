@@ -17,6 +17,7 @@ SSE ids (``{raw seq}.{n}``) are stable and ``Last-Event-ID`` resumes exactly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,9 +35,8 @@ from artemis.db import (
     LoopBusy,
     UTCDateTime,
     get_engine,
-    loop_call,
-    loop_may_write,
     on_loop,
+    run_on_loop,
     utcnow,
 )
 from artemis.outage import waiting_line
@@ -186,7 +186,12 @@ class EventWriter:
             batch, self._queue = self._queue, []
             try:
                 events = [e for e, _ in batch]
-                if not (self._here and loop_may_write() and _appended_here(self.log, events)):
+                written = False
+                if self._here:  # (SQLite's write lock held elsewhere: in the thread)
+                    with contextlib.suppress(LoopBusy):
+                        run_on_loop(self.log.append_many, events)
+                        written = True
+                if not written:
                     await loop.run_in_executor(self._thread, self.log.append_many, events)
             except Exception as e:  # each caller decides (activities log it and go on)
                 for _, done in batch:
@@ -196,17 +201,6 @@ class EventWriter:
                 for _, done in batch:
                     if not done.done():
                         done.set_result(None)
-
-
-def _appended_here(log: EventLog, events: list[PendingEvent]) -> bool:
-    """The events appended on the loop; False when SQLite's write lock is held elsewhere
-    (``LoopBusy``: nothing written, the writer waits for the lock in its thread)."""
-    try:
-        with loop_call():
-            log.append_many(events)
-    except LoopBusy:
-        return False
-    return True
 
 
 class EventLog:

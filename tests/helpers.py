@@ -4,12 +4,14 @@ workflow history ended, and checking request times that a rate limit let through
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import logging
 import random
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +101,36 @@ def stop_processes(*procs: Any) -> None:
 def http_client(**settings: Any) -> HttpClient:
     """The workers' own HTTP client (what sources, sinks and callbacks are given)."""
     return make_client(HttpClientSettings(**settings))
+
+
+class SlowCallbacks(logging.Handler):
+    """asyncio's own report of a slow callback: "Executing <Handle ...> took 0.123
+    seconds" (logged at WARNING by the ``asyncio`` logger in debug mode)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Executing ") and " took " in message:
+            self.seen.append(message)
+
+
+@contextlib.contextmanager
+def slow_callbacks_reported(slow_s: float) -> Iterator[SlowCallbacks]:
+    """asyncio's debug mode on the running loop (slow callback: over ``slow_s``), and what
+    it reports."""
+    loop = asyncio.get_running_loop()
+    handler = SlowCallbacks()
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.addHandler(handler)
+    was_debug, was_slow = loop.get_debug(), loop.slow_callback_duration
+    loop.set_debug(True)
+    loop.slow_callback_duration = slow_s
+    try:
+        yield handler
+    finally:
+        loop.set_debug(was_debug)
+        loop.slow_callback_duration = was_slow
+        asyncio_log.removeHandler(handler)

@@ -8,50 +8,14 @@ end-to-end harvest (API, worker and activities in this process's loop) logs none
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import time
-from collections.abc import Iterator
 
 import httpx
 
 from tests.conftest import new_task_id
-from tests.helpers import eventually
+from tests.helpers import eventually, slow_callbacks_reported
 
 SLOW_S = 0.1
-
-
-class _SlowCallbacks(logging.Handler):
-    """asyncio's own report of a slow callback: "Executing <Handle ...> took 0.123
-    seconds" (logged at WARNING by the ``asyncio`` logger in debug mode)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.seen: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if message.startswith("Executing ") and " took " in message:
-            self.seen.append(message)
-
-
-@contextlib.contextmanager
-def _slow_callbacks_reported() -> Iterator[_SlowCallbacks]:
-    """asyncio's debug mode on the running loop (slow callback: over SLOW_S), and what it
-    reports."""
-    loop = asyncio.get_running_loop()
-    handler = _SlowCallbacks()
-    asyncio_log = logging.getLogger("asyncio")
-    asyncio_log.addHandler(handler)
-    was_debug, was_slow = loop.get_debug(), loop.slow_callback_duration
-    loop.set_debug(True)
-    loop.slow_callback_duration = SLOW_S
-    try:
-        yield handler
-    finally:
-        loop.set_debug(was_debug)
-        loop.slow_callback_duration = was_slow
-        asyncio_log.removeHandler(handler)
 
 
 async def _harvest(stack, task_id: str, **params) -> dict:
@@ -85,7 +49,7 @@ async def test_a_harvest_holds_the_event_loop_no_longer_than_100_ms(stack):
     # the first of three harvests that reports nothing, and fails with every report.
     reports: list[str] = []
     for _ in range(3):
-        with _slow_callbacks_reported() as handler:
+        with slow_callbacks_reported(SLOW_S) as handler:
             data = await _harvest(stack, new_task_id(), **params)
         assert data["stats"]["records_emitted"] == 150  # 5 days x 30 a day
         if not handler.seen:
@@ -103,7 +67,7 @@ async def test_the_check_sees_a_blocking_callback() -> None:
         time.sleep(2 * SLOW_S)  # the kind of call the activities must not make
         done.set()
 
-    with _slow_callbacks_reported() as handler:
+    with slow_callbacks_reported(SLOW_S) as handler:
         asyncio.get_running_loop().call_soon(block)
         await done.wait()
         # the loop logs the slow handle once it has run it
