@@ -163,6 +163,18 @@ class RunRequest:
     tuning: RunTuning = field(default_factory=RunTuning)
     carry: RunCarry | None = None
     root_task_id: str | None = None  # set on child runs: the top ancestor's task id
+    # The workflow path the starter chose (SPEC §4 "Versioning"), in the run's input and so
+    # in its history: 0 (runs started by builds before 0.9.0) asks each per-run patch, its
+    # marker in the history or written now; CURRENT_FLOW takes every per-run patch of
+    # workflows/ (task_run.PATCH_STREAM and those under it, run_loop's, run_fanout's)
+    # without a marker: no RecordMarker command and no TemporalChangeVersion upsert (a
+    # visibility write) per run. A later change to the command sequence raises it and
+    # asks `req.flow >= <its flow> or workflow.patched(<its id>)`.
+    flow: int = 0
+
+
+# The flow this build starts runs on (RunRequest.flow).
+CURRENT_FLOW = 1
 
 
 @dataclass

@@ -62,7 +62,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from artemis.config import load_settings  # noqa: E402
-from artemis.run_models import WORKFLOW_NAME, RunRequest, workflow_id_for  # noqa: E402
+from artemis.run_models import (  # noqa: E402
+    CURRENT_FLOW,
+    WORKFLOW_NAME,
+    RunRequest,
+    workflow_id_for,
+)
 from artemis.run_state import RunStatus  # noqa: E402
 from artemis.sinks import resolve_output  # noqa: E402
 from artemis.tasks.registry import get_task  # noqa: E402
@@ -127,6 +132,7 @@ class RawWaves:
             output=output,
             timeout_s=settings.server.run_timeout_s,
             tuning=self.tuning,
+            flow=CURRENT_FLOW,
         )
 
     async def start(self, req: RunRequest) -> tuple[float, WorkflowHandle]:

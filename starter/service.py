@@ -42,6 +42,7 @@ from artemis.events import Control, EventLog
 from artemis.logsetup import get_logger, register_secret
 from artemis.retained import Retained
 from artemis.run_models import (
+    CURRENT_FLOW,
     WORKFLOW_NAME,
     CancelRequest,
     PauseRequest,
@@ -199,6 +200,7 @@ class RunService(RunReads):
             callback=callback,
             timeout_s=ask.timeout_s or self.settings.server.run_timeout_s,
             tuning=tuning,
+            flow=CURRENT_FLOW,
         )
         callback_mode = "progress_and_finalize" if callback else "none"
         # Make Temporal's tracing interceptor continue the caller's trace.
@@ -482,6 +484,8 @@ class RunService(RunReads):
             request_id=request_id or req.request_id,
             # The operator's current outage settings (a longer tolerance, say).
             tuning=self.settings.runs.run_tuning(),
+            flow=CURRENT_FLOW,  # started by this build (a failed run's kept request may
+            # be an earlier build's)
         )
         wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
         what = await asyncio.to_thread(_what, req.task_code, req.params, self.settings)

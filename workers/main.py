@@ -22,6 +22,7 @@ from activities.housekeeping import HousekeepingActivities
 from activities.task_run import TaskRunActivities
 from artemis.config import Settings
 from artemis.db import get_engine
+from artemis.heap import settle_after_startup
 from artemis.logsetup import configure_logging, get_logger
 from artemis.metrics import serve as serve_metrics
 from artemis.registry.resolve import provenance_rates
@@ -371,6 +372,7 @@ async def run_worker(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with running_worker(settings):
+        log.info("heap_settled", frozen_objects=settle_after_startup())
         await stop.wait()
         # Leaving the block shuts the workers down: no new tasks are polled, in-flight
         # activities get worker.graceful_shutdown_s to finish (a fetch stops at its next

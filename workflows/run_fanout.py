@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.completeness import is_short
     from artemis.run_models import (
+        CURRENT_FLOW,
         WORKFLOW_NAME,
         RunRequest,
         RunResult,
@@ -48,7 +49,7 @@ class FanOut(RunCore):
         self._state.split_into(len(split.children))
         await self._run_children(split.children, split.parallelism, prefix="s")
         count = details.get("count")
-        if workflow.patched(PATCH_SPLIT_RECONCILE) and isinstance(count, int):
+        if self._takes(PATCH_SPLIT_RECONCILE) and isinstance(count, int):
             # The pieces must add up to the window the source counted: a gap between
             # them would lose records while every piece looks complete.
             self._state.expect(count)
@@ -91,6 +92,7 @@ class FanOut(RunCore):
                         timeout_s=req.timeout_s,
                         tuning=req.tuning,
                         root_task_id=self._run.root_task_id,
+                        flow=CURRENT_FLOW,
                     ),
                     id=workflow_id_for(req.task_code, child_id),
                     result_type=RunResult,

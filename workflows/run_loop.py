@@ -25,6 +25,7 @@ from workflows.run_outages import OutageWaits
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.run_models import (
+        CURRENT_FLOW,
         SA_PROVENANCE,
         SA_TASK_TYPE,
         BatchInput,
@@ -244,7 +245,10 @@ class BatchLoop(FanOut, OutageWaits):
         self._log(
             "continue_as_new", next_seq=self._live.next_seq, generation=self._live.generation + 1
         )
-        workflow.continue_as_new(dataclasses.replace(self._req, carry=self._carry()))
+        # The next generation starts on this build: its flow (no patch markers).
+        workflow.continue_as_new(
+            dataclasses.replace(self._req, carry=self._carry(), flow=CURRENT_FLOW)
+        )
 
     def _streamed(self, streamed: Streamed, first: int) -> int:
         """A fetch's pages processed and emitted beside it: counted; the first page of
@@ -339,7 +343,7 @@ class BatchLoop(FanOut, OutageWaits):
         processed: ProcessResult
         while True:
             try:
-                if beside_fetch and workflow.patched(PATCH_PROCESS_ACTIVITY):
+                if beside_fetch and self._takes(PATCH_PROCESS_ACTIVITY):
                     # A heartbeat timeout: a batch lost with its worker runs again in seconds.
                     processed = await workflow.execute_activity_method(
                         TaskRunActivities.process_batch,

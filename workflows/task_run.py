@@ -175,7 +175,7 @@ class TaskRunWorkflow(BatchLoop, Ending):
         carry = req.carry
         # This build's handling of outages, pauses and emits, for runs (and generations)
         # it starts (the order of the patch calls is part of the history).
-        self._current = workflow.patched(PATCH_STREAM)
+        self._current = self._takes(PATCH_STREAM)
         waits = (
             self._current
             or bool(carry is not None and carry.waits)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from artemis.heap import settle_after_startup
 from artemis.logsetup import configure_logging
 from starter.cli._common import ConfigOpt, _fail, _require_master_key, _settings, console
 
@@ -36,8 +37,10 @@ def api(config: Path | None = ConfigOpt, host: str | None = None, port: int | No
     settings = settings.model_copy(
         update={"server": settings.server.model_copy(update={"host": host, "port": port})}
     )
+    app = create_app(settings)
+    settle_after_startup()  # (artemis/heap.py)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=host,
         port=port,
         log_config=None,

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 from temporalio import workflow
 
+from starter import service
 from tests.conftest import new_task_id
 from tests.helpers import eventually
 from workers.main import running_worker
@@ -21,9 +22,11 @@ async def test_run_started_on_the_old_path_is_finished_by_the_patched_worker(
     await stack.fault("latency", latency_ms=60)
     task_id = new_task_id()
     try:
-        # The old build: no patch taken anywhere (what the code did before its patches).
+        # The old build: no patch taken anywhere (what the code did before its patches),
+        # and its API knew no flow (RunRequest.flow 0: the run asks its patches).
         with pytest.MonkeyPatch.context() as old:
             old.setattr(workflow, "patched", lambda patch_id: False)
+            old.setattr(service, "CURRENT_FLOW", 0)
             async with running_worker(stack.settings, stack.client):
                 resp = await stack.run(
                     {"meta": {"task_id": task_id}, "params": {"symbols": ["OLD"], "page_size": 2}},

@@ -6,6 +6,7 @@ Record a release's set with ``make histories LABEL=<version>`` (bench/record_his
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -132,3 +133,72 @@ async def test_the_housekeeping_loop_is_behind_its_patch(monkeypatch):
     assert old and old[0].parent.name == "0.1.0"
     result = await replayer.replay_workflow(_history(old[0]), raise_on_replay_failure=False)
     assert result.replay_failure is None
+
+
+def _version(label: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in label.split("."))
+
+
+def _input(doc: dict) -> dict:
+    return doc["events"][0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
+
+
+def _request(path: Path) -> dict:
+    """The run's input (RunRequest, as JSON) of a stored history."""
+    return json.loads(base64.b64decode(_input(json.loads(path.read_text()))["data"]))
+
+
+def _with_flow(path: Path, flow: int) -> WorkflowHistory:
+    """A stored history whose run's input (RunRequest) says ``flow``."""
+    doc = json.loads(path.read_text())
+    payload = _input(doc)
+    request = json.loads(base64.b64decode(payload["data"]))
+    request["flow"] = flow
+    payload["data"] = base64.b64encode(json.dumps(request).encode()).decode()
+    return WorkflowHistory.from_json(f"replay/{path.parent.name}/{path.stem}/flow", doc)
+
+
+async def test_a_run_of_this_flow_begun_by_the_build_before_replays():
+    """A run the API of this build started (``RunRequest.flow``), picked up by a worker
+    of the build before it (the API deployed first): that worker ignored the field and
+    wrote its patch markers. The 0.8.0 runs are such histories once their input says the
+    flow; this build's worker matches the markers while replaying and goes on."""
+    from artemis.run_models import CURRENT_FLOW
+
+    olds = [p for p in FILES if p.parent.name == "0.8.0" and p.name.startswith("TaskRunWorkflow")]
+    assert len(olds) >= 20
+    assert all(b"core_patch" in p.read_bytes() for p in olds), "0.8.0 runs wrote patch markers"
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
+    for path in olds:
+        result = await replayer.replay_workflow(
+            _with_flow(path, CURRENT_FLOW), raise_on_replay_failure=False
+        )
+        assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+async def test_runs_of_this_flow_write_no_patch_marker(monkeypatch):
+    """The newest corpus (recorded on this flow) has no run patch marker, and replays with
+    every `workflow.patched` answering False: its path comes from its input, not from
+    markers. The same histories read as flow 0 (no field: an earlier build's run) fail."""
+    from temporalio import workflow
+
+    label = max((p.parent.name for p in FILES), key=_version)
+    runs = [p for p in FILES if p.parent.name == label and p.name.startswith("TaskRunWorkflow")]
+    assert runs and _version(label) >= (0, 9, 0), label
+    for path in runs:
+        assert b"core_patch" not in path.read_bytes(), path.name
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
+    monkeypatch.setattr(workflow, "patched", lambda patch_id: False)
+    for path in runs:
+        result = await replayer.replay_workflow(_history(path), raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+    monkeypatch.undo()
+    # A run's first generation: prepare, finalize and clean-up as local activities, the
+    # search attributes not written again — none of it without the flow or a marker. (A
+    # later generation of a continued run that ended by continuing again took nothing on
+    # its own: the behaviours it carries came in its input's carry.)
+    firsts = [p for p in runs if _request(p)["carry"] is None]
+    assert len(firsts) >= 20
+    for path in firsts:
+        result = await replayer.replay_workflow(_with_flow(path, 0), raise_on_replay_failure=False)
+        assert result.replay_failure is not None, path.name
