@@ -38,6 +38,10 @@ measures `bench/floor_shape.py`'s ``FloorIO`` beside each floor reading — the 
 with a bench run's two HTTP requests (its page, its sink POST) in it — and adds
 {"floor_io_runs_per_s", "io_floor_over_floor", "round_over_io_floor", "over_io_floor"}:
 what the run's unavoidable I/O costs against the empty floor, and the runs against it.
+``--sa-floor`` likewise measures ``FloorShape`` started with the two keyword search
+attributes the API sets on every run (``ArtemisTaskCode``, ``ArtemisTaskId``; Temporal
+indexes them for the UI's filters) and adds {"floor_sa_runs_per_s",
+"sa_floor_over_floor", "round_over_sa_floor", "over_sa_floor"}.
 ``--eager`` starts the dev server with eager activity execution and eager workflow start
 enabled (dynamic config), to measure what they change.
 """
@@ -209,6 +213,11 @@ async def main() -> None:
     )
     ap.add_argument("--eager", action="store_true", help="eager activities and starts on")
     ap.add_argument(
+        "--sa-floor",
+        action="store_true",
+        help="also the floor started with the run's two keyword search attributes",
+    )
+    ap.add_argument(
         "--io-floor",
         action="store_true",
         help="also the floor with the run's two HTTP requests in it (bench/floor_shape.py)",
@@ -256,6 +265,7 @@ async def main() -> None:
             waves = max(1, args.runs // args.wave)
             floor: list[float] = []
             io_floor: list[float] = []
+            sa_floor: list[float] = []
             rates: list[float] = []
             accepted: list[tuple[float, str]] = []
             raw_ms: list[list[float]] = []
@@ -273,6 +283,12 @@ async def main() -> None:
 
             async def floors() -> None:
                 floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
+                if args.sa_floor:
+                    sa_floor.append(
+                        await shape_rate(
+                            floor_client, args.wave, waves, FloorShape, attributes=True
+                        )
+                    )
                 if args.io_floor:
                     io_floor.append(await io_floor_rate(floor_client, stack, args.wave, waves))
 
@@ -319,6 +335,9 @@ async def main() -> None:
         ratios = [r / statistics.mean(floor[i : i + 2]) for i, r in enumerate(rates)]
         io_ratios = [
             r / statistics.mean(io_floor[i : i + 2]) for i, r in enumerate(rates) if io_floor
+        ]
+        sa_ratios = [
+            r / statistics.mean(sa_floor[i : i + 2]) for i, r in enumerate(rates) if sa_floor
         ]
         n_runs = args.runs * args.rounds
         zero = {k: 0.0 for k in total_cpu}
@@ -371,6 +390,21 @@ async def main() -> None:
                             "over_io_floor": round(statistics.median(io_ratios), 2),
                         }
                         if args.io_floor
+                        else {}
+                    ),
+                    **(
+                        {
+                            "floor_sa_runs_per_s": [round(f, 1) for f in sa_floor],
+                            "sa_floor_over_floor": round(
+                                statistics.median(
+                                    a / f for a, f in zip(sa_floor, floor, strict=True)
+                                ),
+                                2,
+                            ),
+                            "round_over_sa_floor": [round(r, 2) for r in sa_ratios],
+                            "over_sa_floor": round(statistics.median(sa_ratios), 2),
+                        }
+                        if args.sa_floor
                         else {}
                     ),
                     "eager": args.eager,

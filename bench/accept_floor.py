@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_models import SA_TASK_CODE, SA_TASK_ID  # noqa: E402
 from bench.floor_shape import (  # noqa: E402
     FloorIO,
     FloorLight,
@@ -73,8 +75,22 @@ async def raw_starts(client: Client, runs: int, wave: int) -> tuple[list[float],
     return sorted(times), cpu_ms
 
 
-async def shape_rate(client: Client, wave: int, waves: int, shape: Any, arg: Any = 0) -> float:
-    """Runs/s of ``shape`` (its input ``arg``) in waves, by one in-process worker."""
+TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
+TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
+
+
+async def shape_rate(
+    client: Client,
+    wave: int,
+    waves: int,
+    shape: Any,
+    arg: Any = 0,
+    attributes: bool = False,
+) -> float:
+    """Runs/s of ``shape`` (its input ``arg``) in waves, by one in-process worker.
+    ``attributes``: each started with the two keyword search attributes the API sets on a
+    run (``ArtemisTaskCode``, ``ArtemisTaskId``: Temporal indexes them for the UI's
+    filters)."""
     queue = f"shape-{uuid.uuid4().hex[:8]}"
     # Unsandboxed, as Artemis' workers run (worker.sandboxed_workflows is off by default):
     # the floor is what Temporal allows, not what the sandbox costs.
@@ -87,8 +103,20 @@ async def shape_rate(client: Client, wave: int, waves: int, shape: Any, arg: Any
     ):
 
         async def one() -> None:
+            task_id = uuid.uuid4().hex
             await client.execute_workflow(
-                shape.run, arg, id=f"shape-{uuid.uuid4().hex}", task_queue=queue
+                shape.run,
+                arg,
+                id=f"shape-{task_id}",
+                task_queue=queue,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(TASK_CODE, "pull_stock_quotes"),
+                        SearchAttributePair(TASK_ID, task_id),
+                    ]
+                )
+                if attributes
+                else None,
             )
 
         await asyncio.gather(*(one() for _ in range(3)))  # warm-up
