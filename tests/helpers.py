@@ -47,6 +47,25 @@ def ending(history: WorkflowHistory) -> str:
     return EventType.Name(history.events[-1].event_type).removeprefix("EVENT_TYPE_")
 
 
+async def patch_traces(client: Any, workflow_id: str) -> list[str]:
+    """What patch markers left in every execution of ``workflow_id`` (each generation of
+    a continued run, a retried one): ``core_patch`` markers and upserts of
+    ``TemporalChangeVersion``. Runs this build starts (``RunRequest.flow``) leave none."""
+    found: list[str] = []
+    async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        for e in history.events:
+            if e.HasField("marker_recorded_event_attributes"):
+                name = e.marker_recorded_event_attributes.marker_name
+                if name == "core_patch":
+                    found.append(f"{wf.run_id}: marker {name}")
+            elif e.HasField("upsert_workflow_search_attributes_event_attributes"):
+                fields = e.upsert_workflow_search_attributes_event_attributes.search_attributes
+                if "TemporalChangeVersion" in fields.indexed_fields:
+                    found.append(f"{wf.run_id}: TemporalChangeVersion upsert")
+    return found
+
+
 def assert_rate_at_most(
     times: Sequence[float], qps: float, burst: int = 1, jitter: float = 0.5
 ) -> None:

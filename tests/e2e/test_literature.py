@@ -11,7 +11,7 @@ import httpx
 
 from artemis.run_models import provenance_queue
 from tests.conftest import new_task_id, start_worker_process, write_config
-from tests.helpers import assert_rate_at_most, ending, eventually
+from tests.helpers import assert_rate_at_most, ending, eventually, patch_traces
 
 KEYS = {"provenance", "id", "doi", "title", "journal", "published", "authors", "abstract"}
 
@@ -394,6 +394,13 @@ async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
             for c in (await http.get("/_literature/calls")).json()
             if c["api"] == "esearch" and c["params"].get("term") == f"cap-{task_id}"
         ]
+    # the split run and its pieces (child runs) on this build's flow: no patch markers
+    traces = await patch_traces(stack.client, data["workflow_id"])
+    async for wf in stack.client.list_workflows(
+        f"WorkflowId STARTS_WITH 'artemis/literature_harvest/{task_id}.'"
+    ):
+        traces += await patch_traces(stack.client, wf.id)
+    assert traces == []
     windows = {(s["mindate"], s["maxdate"]) for s in searches}
     # 30 days (900 hits) -> 15 + 15 (450 each, still over) -> four windows of 210-240 hits
     assert ("2025/01/01", "2025/01/30") in windows

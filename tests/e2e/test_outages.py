@@ -21,7 +21,7 @@ from artemis.temporal.client import connect
 from infra.devserver import DevServer, free_port
 from tests.conftest import new_task_id, serve_api, settings_with, start_worker_process, write_config
 from tests.e2e.test_events import read_sse
-from tests.helpers import eventually, stop_processes
+from tests.helpers import eventually, patch_traces, stop_processes
 
 # Waits between attempts capped at 1 s: an outage of a few seconds is many attempts.
 SCALED = {"retry_max_interval_s": 1.0, "pages_per_fetch": 2}
@@ -221,6 +221,8 @@ async def test_past_the_tolerance_the_run_fails_and_a_retry_finishes_it(make_sta
     _fetched_pages_not_fetched_again(calls_at_failure.json(), calls, symbols)
     results = [c["body"]["result"] for c in await stack.finals(run_id)]
     assert results == ["failed", "success"], results
+    # the retry started on this build's flow (its kept request notwithstanding)
+    assert await patch_traces(stack.client, done["workflow_id"]) == []
 
 
 def _staged_raw_pages(engine, run_key: str) -> int:

@@ -6,6 +6,7 @@ import asyncio
 from collections import Counter
 
 from tests.conftest import new_task_id
+from tests.helpers import patch_traces
 
 NOV_DAYS = 30  # 2025-11-01 .. 2025-11-30 inclusive
 
@@ -154,6 +155,8 @@ async def test_continue_as_new_keeps_every_record(make_stack):
     runs = [e async for e in stack.client.list_workflows(f"WorkflowId = '{data['workflow_id']}'")]
     assert len(runs) >= 3, "expected the run to continue as new at least twice"
     assert (await handle.describe()).status.name == "COMPLETED"
+    # each generation on this build's flow: no patch marker, no TemporalChangeVersion
+    assert await patch_traces(stack.client, data["workflow_id"]) == []
 
 
 async def test_quote_api_503_then_recovers_and_4xx_fails_with_source_error(stack):

@@ -12,6 +12,7 @@ from starter import service
 from tests.conftest import new_task_id
 from tests.helpers import eventually
 from workers.main import running_worker
+from workflows import run_core, run_fanout, run_loop
 from workflows.run_ending import PATCH_CLEANUP_STEP
 
 
@@ -26,7 +27,9 @@ async def test_run_started_on_the_old_path_is_finished_by_the_patched_worker(
         # and its API knew no flow (RunRequest.flow 0: the run asks its patches).
         with pytest.MonkeyPatch.context() as old:
             old.setattr(workflow, "patched", lambda patch_id: False)
-            old.setattr(service, "CURRENT_FLOW", 0)
+            for module in (service, run_loop, run_fanout):  # what it starts runs with
+                old.setattr(module, "CURRENT_FLOW", 0)
+            old.setattr(run_core, "CURRENT_FLOW", 2**31)  # a flow it does not know
             async with running_worker(stack.settings, stack.client):
                 resp = await stack.run(
                     {"meta": {"task_id": task_id}, "params": {"symbols": ["OLD"], "page_size": 2}},
