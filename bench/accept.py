@@ -33,15 +33,17 @@ Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept
 — the CPU ms a run of the API, the worker(s), the Temporal server, the sample servers
 and the bench's own client, while the waves were accepted and from the first start to
 the last completion; their sum, and the runs a second that sum allows on this machine's
-cores (what the run costs, apart from how well the pieces overlap). ``--io-floor`` also
-measures `bench/floor_shape.py`'s ``FloorIO`` beside each floor reading — the empty shape
-with a bench run's two HTTP requests (its page, its sink POST) in it — and adds
-{"floor_io_runs_per_s", "io_floor_over_floor", "round_over_io_floor", "over_io_floor"}:
-what the run's unavoidable I/O costs against the empty floor, and the runs against it.
-``--sa-floor`` likewise measures ``FloorShape`` started with the two keyword search
-attributes the API sets on every run (``ArtemisTaskCode``, ``ArtemisTaskId``; Temporal
-indexes them for the UI's filters) and adds {"floor_sa_runs_per_s",
-"sa_floor_over_floor", "round_over_sa_floor", "over_sa_floor"}.
+cores (what the run costs, apart from how well the pieces overlap). Three more floors,
+each measured beside every reading of the empty one on request (`bench/floor_shape.py`):
+``--io-floor`` the empty shape with a bench run's two HTTP requests in it (its page, its
+sink POST); ``--sa-floor`` the empty shape started with the two keyword search attributes
+the API sets on every run (``ArtemisTaskCode``, ``ArtemisTaskId``; Temporal indexes them
+for the UI's filters); ``--contract-floor`` both, and the writes the contract asks of a
+small run in plain sqlite3 (the task record twice, the page staged and dropped, the
+stream's eight events) — a run with no Artemis code in it. Each adds
+{"floor_<name>_runs_per_s", "<name>_floor_over_floor", "round_over_<name>_floor",
+"over_<name>_floor"} (name: io, sa, contract): that floor against the empty one, and the
+runs against it.
 ``--eager`` starts the dev server with eager activity execution and eager workflow start
 enabled (dynamic config), to measure what they change.
 """
@@ -56,7 +58,9 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from temporalio.client import Client, WorkflowHandle
@@ -77,7 +81,7 @@ from artemis.sinks import resolve_output  # noqa: E402
 from artemis.tasks.registry import get_task  # noqa: E402
 from artemis.temporal.client import connect  # noqa: E402
 from bench.accept_floor import raw_starts, shape_rate  # noqa: E402
-from bench.floor_shape import FloorIO, FloorShape, close_http  # noqa: E402
+from bench.floor_shape import FloorContract, FloorIO, FloorShape, close_http  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
 from infra.devserver import EAGER_DYNAMIC_CONFIG  # noqa: E402
 from starter.run_reads import KEY_TASK_CODE, KEY_TASK_ID  # noqa: E402
@@ -172,14 +176,36 @@ class RawWaves:
         return [t for t, _ in started], time.perf_counter() - began
 
 
-async def io_floor_rate(client: Client, stack: BenchStack, wave: int, waves: int) -> float:
-    """``FloorIO``'s runs/s: the empty shape with a bench run's page and sink requests."""
-    target = {
+def io_target(stack: BenchStack) -> dict[str, Any]:
+    """A bench run's page and sink, for the floors that do the run's I/O."""
+    return {
         "quotes": f"{stack.samples}/quotes",
         "params": {"symbol": "FLOOR", "start": "2025-01-01", "end": "2025-01-05"},
         "sink": f"{stack.samples}/sink/floor",
     }
-    return await shape_rate(client, wave, waves, FloorIO, target)
+
+
+# The floors measured beside the empty one on request (--io-floor, --sa-floor,
+# --contract-floor): name -> runs/s (client, stack, wave, waves).
+EXTRA_FLOORS: dict[str, Callable[[Client, BenchStack, int, int], Awaitable[float]]] = {
+    # the empty shape with a bench run's page and sink requests (bench/floor_shape.py)
+    "io": lambda client, stack, wave, waves: shape_rate(
+        client, wave, waves, FloorIO, io_target(stack)
+    ),
+    # the empty shape started with the run's two keyword search attributes
+    "sa": lambda client, stack, wave, waves: shape_rate(
+        client, wave, waves, FloorShape, attributes=True
+    ),
+    # FloorIO with the search attributes and the contract's writes in plain sqlite3
+    "contract": lambda client, stack, wave, waves: shape_rate(
+        client,
+        wave,
+        waves,
+        FloorContract,
+        {**io_target(stack), "db": str(stack.tmp / "contract-floor.db")},
+        attributes=True,
+    ),
+}
 
 
 async def check_completed(http: aiohttp.ClientSession, api: str, task_ids: set[str]) -> None:
@@ -213,14 +239,19 @@ async def main() -> None:
     )
     ap.add_argument("--eager", action="store_true", help="eager activities and starts on")
     ap.add_argument(
+        "--io-floor",
+        action="store_true",
+        help="also the floor with the run's two HTTP requests in it (bench/floor_shape.py)",
+    )
+    ap.add_argument(
         "--sa-floor",
         action="store_true",
         help="also the floor started with the run's two keyword search attributes",
     )
     ap.add_argument(
-        "--io-floor",
+        "--contract-floor",
         action="store_true",
-        help="also the floor with the run's two HTTP requests in it (bench/floor_shape.py)",
+        help="also the floor doing the I/O and writes the contract asks of a small run",
     )
     args = ap.parse_args()
     dynamic = EAGER if args.eager else None
@@ -264,8 +295,8 @@ async def main() -> None:
             await raw.open()
             waves = max(1, args.runs // args.wave)
             floor: list[float] = []
-            io_floor: list[float] = []
-            sa_floor: list[float] = []
+            extra = [name for name in EXTRA_FLOORS if getattr(args, f"{name}_floor")]
+            extra_floor: dict[str, list[float]] = {name: [] for name in extra}
             rates: list[float] = []
             accepted: list[tuple[float, str]] = []
             raw_ms: list[list[float]] = []
@@ -283,14 +314,9 @@ async def main() -> None:
 
             async def floors() -> None:
                 floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
-                if args.sa_floor:
-                    sa_floor.append(
-                        await shape_rate(
-                            floor_client, args.wave, waves, FloorShape, attributes=True
-                        )
-                    )
-                if args.io_floor:
-                    io_floor.append(await io_floor_rate(floor_client, stack, args.wave, waves))
+                for name in extra:
+                    rate = await EXTRA_FLOORS[name](floor_client, stack, args.wave, waves)
+                    extra_floor[name].append(rate)
 
             for round_no in range(args.rounds):
                 await floors()
@@ -333,12 +359,17 @@ async def main() -> None:
         await floors()
         await close_http()
         ratios = [r / statistics.mean(floor[i : i + 2]) for i, r in enumerate(rates)]
-        io_ratios = [
-            r / statistics.mean(io_floor[i : i + 2]) for i, r in enumerate(rates) if io_floor
-        ]
-        sa_ratios = [
-            r / statistics.mean(sa_floor[i : i + 2]) for i, r in enumerate(rates) if sa_floor
-        ]
+        extras: dict[str, Any] = {}
+        for name, readings in extra_floor.items():
+            against = [r / statistics.mean(readings[i : i + 2]) for i, r in enumerate(rates)]
+            extras |= {
+                f"floor_{name}_runs_per_s": [round(f, 1) for f in readings],
+                f"{name}_floor_over_floor": round(
+                    statistics.median(x / f for x, f in zip(readings, floor, strict=True)), 2
+                ),
+                f"round_over_{name}_floor": [round(r, 2) for r in against],
+                f"over_{name}_floor": round(statistics.median(against), 2),
+            }
         n_runs = args.runs * args.rounds
         zero = {k: 0.0 for k in total_cpu}
         total = per_run(zero, total_cpu, n_runs)
@@ -377,36 +408,7 @@ async def main() -> None:
                     "floor_shape_runs_per_s": [round(f, 1) for f in floor],
                     "round_over_floor": [round(r, 2) for r in ratios],
                     "over_floor": round(statistics.median(ratios), 2),
-                    **(
-                        {
-                            "floor_io_runs_per_s": [round(f, 1) for f in io_floor],
-                            "io_floor_over_floor": round(
-                                statistics.median(
-                                    i / f for i, f in zip(io_floor, floor, strict=True)
-                                ),
-                                2,
-                            ),
-                            "round_over_io_floor": [round(r, 2) for r in io_ratios],
-                            "over_io_floor": round(statistics.median(io_ratios), 2),
-                        }
-                        if args.io_floor
-                        else {}
-                    ),
-                    **(
-                        {
-                            "floor_sa_runs_per_s": [round(f, 1) for f in sa_floor],
-                            "sa_floor_over_floor": round(
-                                statistics.median(
-                                    a / f for a, f in zip(sa_floor, floor, strict=True)
-                                ),
-                                2,
-                            ),
-                            "round_over_sa_floor": [round(r, 2) for r in sa_ratios],
-                            "over_sa_floor": round(statistics.median(sa_ratios), 2),
-                        }
-                        if args.sa_floor
-                        else {}
-                    ),
+                    **extras,
                     "eager": args.eager,
                     # CPU ms a run, by process: while the waves were accepted, and from the
                     # first start to the last completion (samples: the sources and sinks;

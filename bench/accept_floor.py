@@ -40,9 +40,11 @@ sys.path.insert(0, str(ROOT))
 
 from artemis.run_models import SA_TASK_CODE, SA_TASK_ID  # noqa: E402
 from bench.floor_shape import (  # noqa: E402
+    FloorContract,
     FloorIO,
     FloorLight,
     FloorShape,
+    floor_contract_step,
     floor_io_step,
     floor_step,
 )
@@ -97,8 +99,8 @@ async def shape_rate(
     async with Worker(
         client,
         task_queue=queue,
-        workflows=[FloorShape, FloorLight, FloorIO],
-        activities=[floor_step, floor_io_step],
+        workflows=[FloorShape, FloorLight, FloorIO, FloorContract],
+        activities=[floor_step, floor_io_step, floor_contract_step],
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):
 
