@@ -169,7 +169,7 @@ class RunRequest:
     # workflows/ (task_run.PATCH_STREAM and those under it, run_loop's, run_fanout's)
     # without a marker: no RecordMarker command and no TemporalChangeVersion upsert (a
     # visibility write) per run. A later change to the command sequence raises it and
-    # asks `req.flow >= <its flow> or workflow.patched(<its id>)`.
+    # puts its patch behind the new flow as `RunCore._takes` does.
     flow: int = 0
 
 
