@@ -24,6 +24,8 @@ from typing import Any
 import aiohttp
 from temporalio import activity, workflow
 
+from artemis.run_state import RunStatus
+
 SHORT = timedelta(seconds=30)
 
 
@@ -157,8 +159,9 @@ def _pair(task_id: str, step: str, activity_name: str) -> list[tuple[str, tuple]
 @activity.defn(name="floor_contract_step")
 async def floor_contract_step(inp: dict[str, Any]) -> int:
     db, task_id, step = inp["db"], inp["task_id"], inp["step"]
-    if step == "running":
-        _write(db, [("INSERT OR REPLACE INTO task VALUES (?, 'running', '{}', ?)", (task_id, 0))])
+    if step == "start":
+        row = (task_id, str(RunStatus.RUNNING), 0)
+        _write(db, [("INSERT OR REPLACE INTO task VALUES (?, ?, '{}', ?)", row)])
     elif step == "prepare":
         _write(db, _pair(task_id, "step_prepare", "prepare_params"))
     elif step == "fetch":
@@ -193,8 +196,11 @@ async def floor_contract_step(inp: dict[str, Any]) -> int:
         _write(
             db,
             [
-                ("UPDATE task SET status = 'completed', at = ? WHERE id = ?", (1, task_id)),
-                _event(task_id, "run_status", "", {"status": "completed"}),
+                (
+                    "UPDATE task SET status = ?, at = ? WHERE id = ?",
+                    (str(RunStatus.COMPLETED), 1, task_id),
+                ),
+                _event(task_id, "run_status", "", {"status": str(RunStatus.COMPLETED)}),
             ],
         )
     return 0
@@ -206,7 +212,7 @@ class FloorContract:
     async def run(self, target: dict[str, Any]) -> int:
         n = 0
         task_id = workflow.info().workflow_id
-        for step in ("running", "prepare", "fetch", "finalize", "cleanup", "final"):
+        for step in ("start", "prepare", "fetch", "finalize", "cleanup", "end"):
             inp = {**target, "task_id": task_id, "step": step}
             if step == "fetch":
                 n += await workflow.execute_activity(
