@@ -37,19 +37,33 @@ async def floor_step(n: int) -> int:
 _http: aiohttp.ClientSession | None = None
 
 
-@activity.defn(name="floor_io_step")
-async def floor_io_step(target: dict[str, Any]) -> int:
-    """One page of quotes fetched and its records posted to the sink (the status checked)."""
+def _session() -> aiohttp.ClientSession:
     global _http
     if _http is None:
         _http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-    async with _http.get(target["quotes"], params=target["params"]) as resp:
+    return _http
+
+
+async def _get_page(target: dict[str, Any]) -> bytes:
+    """The run's page of quotes (the status checked)."""
+    async with _session().get(target["quotes"], params=target["params"]) as resp:
         resp.raise_for_status()
-        records = (await resp.json())["items"]
+        return await resp.read()
+
+
+async def _post_records(target: dict[str, Any], records: list[Any]) -> None:
+    """The page's records posted to the sample sink (the status checked)."""
     body = json.dumps(records).encode()
     headers = {"content-type": "application/json"}
-    async with _http.post(target["sink"], data=body, headers=headers) as resp:
+    async with _session().post(target["sink"], data=body, headers=headers) as resp:
         resp.raise_for_status()
+
+
+@activity.defn(name="floor_io_step")
+async def floor_io_step(target: dict[str, Any]) -> int:
+    """One page of quotes fetched and its records posted to the sink."""
+    records = json.loads(await _get_page(target))["items"]
+    await _post_records(target, records)
     return len(records)
 
 
@@ -165,19 +179,12 @@ async def floor_contract_step(inp: dict[str, Any]) -> int:
     elif step == "prepare":
         _write(db, _pair(task_id, "step_prepare", "prepare_params"))
     elif step == "fetch":
-        global _http
-        if _http is None:
-            _http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         start = _event(task_id, "activity_start", "step_fetch", {"activity": "fetch_pages"})
         _write(db, [start])
-        async with _http.get(inp["quotes"], params=inp["params"]) as resp:
-            resp.raise_for_status()
-            body = await resp.read()
+        body = await _get_page(inp)
         _write(db, [("INSERT INTO page VALUES (?, 0, ?)", (task_id, body))])
         records = json.loads(body)["items"]
-        headers = {"content-type": "application/json"}
-        async with _http.post(inp["sink"], data=json.dumps(records), headers=headers) as resp:
-            resp.raise_for_status()
+        await _post_records(inp, records)
         progress = {"pages": 1, "records": len(records)}
         result = {"activity": "fetch_pages", "ok": True, "result": progress}
         _write(
