@@ -14,7 +14,6 @@ from temporalio.exceptions import ApplicationError
 from activities.run_base import (
     RunActivityBase,
     log,
-    off_loop,
     on_loop_if,
     own_hooks,
     run_key,
@@ -37,6 +36,9 @@ from artemis.sinks import RunEnd
 from artemis.tasks.registry import get_task
 from artemis.taskstore import ConcurrentModification, StorageUnavailable, TaskData, TaskNotFound
 from artemis.tracing import TraceContext, current_trace
+
+# A run that staged at most this many pages has its data dropped on the event loop.
+SMALL_DROP_PAGES = 8
 
 
 class EndingActivities(RunActivityBase):
@@ -177,11 +179,14 @@ class EndingActivities(RunActivityBase):
     @activity.defn(name="cleanup_run")
     async def cleanup_run(self, inp: CleanupRunInput) -> None:
         """After a finalize was sent: drop the run's staged pages and its secret."""
-        await self._drop_run_data(inp.run)
+        small = inp.pages is not None and inp.pages <= SMALL_DROP_PAGES
+        await self._drop_run_data(inp.run, here=small and self.db_here)
 
-    async def _drop_run_data(self, run: RunRef) -> None:
+    async def _drop_run_data(self, run: RunRef, here: bool = False) -> None:
+        """``here``: on the event loop (a few rows on SQLite: less than the hop to a
+        thread), else in a thread (a run's staged pages may be many)."""
         key = run_key(run)
-        await off_loop(self.data.drop, key)
+        await on_loop_if(here, self.data.drop, key)
         log.info("run_data_dropped")
 
     @activity.defn(name="mirror_state")

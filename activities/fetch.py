@@ -296,6 +296,7 @@ class FetchActivities(RunActivityBase):
             raise
 
     async def _record_progress(self, inp: FetchInput, state: dict[str, Any]) -> None:
+        # Queued, not waited for: committed with the batch's result at the latest.
         await self.record(
             inp.run,
             "progress",
@@ -307,6 +308,7 @@ class FetchActivities(RunActivityBase):
                 "expected_total": state.get("expected_total"),
             },
             "step_fetch",
+            soon=True,
         )
 
 

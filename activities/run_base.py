@@ -247,11 +247,21 @@ class RunActivityBase:
         return self._task_store
 
     async def record(
-        self, run: RunRef, kind: str, data: dict[str, Any], step: str | None = None
+        self,
+        run: RunRef,
+        kind: str,
+        data: dict[str, Any],
+        step: str | None = None,
+        soon: bool = False,
     ) -> None:
         """Append to the run's event stream. Best effort: an event-log outage is logged and
-        never fails the activity (the run's state lives in Temporal, not in its events)."""
+        never fails the activity (the run's state lives in Temporal, not in its events).
+        ``soon``: queued, not waited for — committed with the next awaited event (the
+        activity's result at the latest: an activity's events are one transaction)."""
         try:
+            if soon:
+                self.event_writer.append_soon(run.task_id, kind, data, step, run.root_task_id)
+                return
             await self.event_writer.append(run.task_id, kind, data, step, run.root_task_id)
         except Exception as e:
             log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")

@@ -213,6 +213,10 @@ def _make_engine(url: str) -> Engine:
             # the event writers', the sinks'): a call on the loop never waits for the pool
             # while threads hold connections waiting out SQLite's lock.
             kwargs["pool_size"], kwargs["max_overflow"] = 5, 60
+            # The connection checked in last goes out first: the loop's calls (one at a
+            # time) keep taking the one they returned, whose pragmas are the loop's,
+            # instead of turning the pool over and resetting a thread's on every call.
+            kwargs["pool_use_lifo"] = True
     else:
         kwargs["pool_pre_ping"] = True
         if url.startswith("postgresql"):

@@ -39,6 +39,7 @@ from artemis.db import (
     run_on_loop,
     utcnow,
 )
+from artemis.logsetup import get_logger
 from artemis.outage import waiting_line
 from artemis.run_state import (
     STEPS,
@@ -119,6 +120,7 @@ class RunEvent(SQLModel, table=True):
 
 _t = RunEvent.__table__  # type: ignore[attr-defined]
 _INSERT = insert(_t)  # built once: building it cost more than running it on SQLite
+log = get_logger("artemis.events")
 
 
 @dataclass(frozen=True)
@@ -147,16 +149,30 @@ class PendingEvent:
     root_id: str | None = None
 
 
+# An event queued by ``EventWriter.append_soon`` is committed with the next awaited append
+# of the process (any run's), or after this many seconds when none comes.
+SOON_S = 0.25
+
+
+def _log_unwritten(done: asyncio.Future[None]) -> None:
+    """A queued event's write failed (as ``record`` does for an awaited one: logged, and
+    the run goes on — its state lives in Temporal, not in its events)."""
+    if not done.cancelled() and (e := done.exception()) is not None:
+        log.warning("event_not_recorded", error=f"{type(e).__name__}: {e}")
+
+
 class EventWriter:
     """The events of a process's concurrent activities, committed together: what is
     appended while a commit runs goes into the next one (a group commit — one transaction
     for the events of many runs, instead of one each). ``append`` returns once its event
-    is committed, so a caller's events keep their order; one writer thread at a time."""
+    is committed; ``append_soon`` returns at once, its event going with the next commit
+    (see ``SOON_S``). Events are written in the order of the calls; one writer at a time."""
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self._queue: list[tuple[PendingEvent, asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
+        self._soon: asyncio.TimerHandle | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="event-log")
         # SQLite: the commit runs on the loop (``artemis.db.on_loop``), its group is what
         # was appended since the writer was scheduled; PostgreSQL: in the writer's thread,
@@ -173,9 +189,35 @@ class EventWriter:
     ) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append((PendingEvent(task_id, kind, data, step, now_ms(), root_id), done))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write())
+        self._start_writer()
         await done
+
+    def append_soon(
+        self,
+        task_id: str,
+        kind: str,
+        data: dict[str, Any],
+        step: str | None = None,
+        root_id: str | None = None,
+    ) -> asyncio.Future[None]:
+        """Queue an event and return at once: it is committed with the next ``append`` of
+        this process (whichever run's: one transaction instead of one each), or within
+        ``SOON_S``. The future tells how its write went (nobody has to wait on it: a
+        failure is logged)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        done.add_done_callback(_log_unwritten)
+        self._queue.append((PendingEvent(task_id, kind, data, step, now_ms(), root_id), done))
+        if self._soon is None and (self._writer is None or self._writer.done()):
+            self._soon = loop.call_later(SOON_S, self._start_writer)
+        return done
+
+    def _start_writer(self) -> None:
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
+        if self._queue and (self._writer is None or self._writer.done()):
+            self._writer = asyncio.create_task(self._write())
 
     async def _write(self) -> None:
         loop = asyncio.get_running_loop()

@@ -312,11 +312,22 @@ async def main() -> None:
                 raw_ms.append(times)
                 raw_seconds += took
 
+            # CPU of the floors' runs, by process (their worker and client are the bench's)
+            floor_cpu: dict[str, dict[str, float]] = {
+                name: {k: 0.0 for k in cpu0} for name in ["shape", *extra]
+            }
+
             async def floors() -> None:
-                floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
-                for name in extra:
-                    rate = await EXTRA_FLOORS[name](floor_client, stack, args.wave, waves)
-                    extra_floor[name].append(rate)
+                for name in ["shape", *extra]:
+                    before = stack.cpu_s()
+                    if name == "shape":
+                        floor.append(await shape_rate(floor_client, args.wave, waves, FloorShape))
+                    else:
+                        rate = await EXTRA_FLOORS[name](floor_client, stack, args.wave, waves)
+                        extra_floor[name].append(rate)
+                    after = stack.cpu_s()
+                    for k in cpu0:
+                        floor_cpu[name][k] += after[k] - before[k]
 
             for round_no in range(args.rounds):
                 await floors()
@@ -372,6 +383,11 @@ async def main() -> None:
             }
         n_runs = args.runs * args.rounds
         zero = {k: 0.0 for k in total_cpu}
+        # each floor reading: its waves and shape_rate's three warm-up runs
+        n_floor = (args.wave * waves + 3) * len(floor)
+        for name, used in floor_cpu.items():
+            key = "floor_cpu_ms_per_run" if name == "shape" else f"floor_{name}_cpu_ms_per_run"
+            extras[key] = per_run(zero, used, n_floor)
         total = per_run(zero, total_cpu, n_runs)
         ms = sorted(t * 1000 for t, _ in accepted)
         p99 = percentile(ms, 0.99)

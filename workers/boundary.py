@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from temporalio import activity
@@ -45,13 +45,27 @@ from artemis.tracing import TraceContext, new_span_id, use_trace
 
 log = get_logger("artemis.activities")
 
-# Records one event of a run: (run, kind, data, step).
-Recorder = Callable[[RunRef, str, dict[str, Any], str | None], Awaitable[None]]
+
+class Recorder(Protocol):
+    """Records one event of a run (``soon``: queued, committed with the next awaited one)."""
+
+    def __call__(
+        self,
+        run: RunRef,
+        kind: str,
+        data: dict[str, Any],
+        step: str | None = None,
+        soon: bool = False,
+    ) -> Awaitable[None]: ...
 
 
-def trace_for(run: RunRef) -> TraceContext:
+def trace_for(run: RunRef, spans: bool = True) -> TraceContext:
     """The activity's span: the OpenTelemetry span of Temporal's interceptor when it
-    belongs to the run's trace, else a fresh span id in that trace."""
+    belongs to the run's trace, else a fresh span id in that trace. ``spans``: whether
+    the worker's client has that interceptor (only when spans are exported); without it
+    there is no span to look for."""
+    if not spans:
+        return TraceContext(run.trace_id, new_span_id(), run.parent_span_id)
     from opentelemetry import trace
 
     sc = trace.get_current_span().get_span_context()
@@ -61,26 +75,29 @@ def trace_for(run: RunRef) -> TraceContext:
 
 
 class RunActivityBoundary(Interceptor):
-    """Worker interceptor: ``Worker(..., interceptors=[RunActivityBoundary(record)])``."""
+    """Worker interceptor: ``Worker(..., interceptors=[RunActivityBoundary(record)])``.
+    ``spans``: whether Temporal's tracing interceptor runs (``artemis.tracing.exporting``)."""
 
-    def __init__(self, record: Recorder) -> None:
+    def __init__(self, record: Recorder, spans: bool = True) -> None:
         self.record = record
+        self.spans = spans
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _Boundary(next, self.record)
+        return _Boundary(next, self.record, self.spans)
 
 
 class _Boundary(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, record: Recorder) -> None:
+    def __init__(self, next: ActivityInboundInterceptor, record: Recorder, spans: bool) -> None:
         super().__init__(next)
         self.record = record
+        self.spans = spans
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         inp = input.args[0] if input.args else None
         run = getattr(inp, "run", None)
         if not isinstance(run, RunRef):
             return await self.next.execute_activity(input)
-        trace = trace_for(run)
+        trace = trace_for(run, self.spans)
         token = use_trace(trace)
         info = activity.info()
         name = info.activity_type
@@ -109,7 +126,9 @@ class _Boundary(ActivityInboundInterceptor):
                 start = dict(ident)
                 if isinstance(inp, FinalizeInput):
                     start["status"] = inp.status
-                await self.record(run, "activity_start", start, step)
+                # Committed with the activity's result (or its next event): one transaction
+                # for a short activity's events, never a wait before its work.
+                await self.record(run, "activity_start", start, step, soon=True)
             result = await self.next.execute_activity(input)
             if step is not None:
                 data = {"ok": True, "result": _result_data(inp, result)}

@@ -28,6 +28,7 @@ from artemis.metrics import serve as serve_metrics
 from artemis.registry.resolve import provenance_rates
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
 from artemis.temporal.client import connect
+from artemis.tracing import exporting
 from workers.boundary import RunActivityBoundary
 from workflows.alerts import AlertsWorkflow
 from workflows.cleanup import CleanupWorkflow
@@ -93,7 +94,11 @@ class ProvenanceWorkers:
                 self.client,
                 task_queue=queue,
                 activities=[self.activities.fetch_pages],
-                interceptors=[RunActivityBoundary(self.activities.record)],
+                interceptors=[
+                    RunActivityBoundary(
+                        self.activities.record, exporting(self.activities.settings.telemetry)
+                    )
+                ],
                 max_concurrent_activities=int(rate.get("max_concurrency") or 1),
                 graceful_shutdown_timeout=timedelta(
                     seconds=self.settings.worker.graceful_shutdown_s
@@ -309,7 +314,7 @@ def build_worker(
         task_queue=task_queue or settings.temporal.task_queue,
         workflows=list(WORKFLOWS),
         activities=[*activities.all(), *HousekeepingActivities(settings).all(), *crawl.all()],
-        interceptors=[RunActivityBoundary(activities.record)],
+        interceptors=[RunActivityBoundary(activities.record, exporting(settings.telemetry))],
         # (worker.sandboxed_workflows: what the sandbox guards and why it is off)
         workflow_runner=SandboxedWorkflowRunner()
         if settings.worker.sandboxed_workflows

@@ -96,7 +96,9 @@ class Ending(RunCore):
                     # Runs of this build: a local activity (two deletes), in the workflow
                     # task that records the run's end — no task-queue round trip.
                     await workflow.execute_local_activity_method(
-                        TaskRunActivities.cleanup_run, CleanupRunInput(run=self._run), **options
+                        TaskRunActivities.cleanup_run,
+                        CleanupRunInput(run=self._run, pages=self._live.next_seq),
+                        **options,
                     )
                 else:
                     await workflow.execute_activity_method(

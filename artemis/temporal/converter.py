@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import types
 import typing
 from typing import Any
 
@@ -40,15 +41,48 @@ from temporalio.converter import (
 _FIELDS = "__artemis_fields__"
 
 
-def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
-    """(name, resolved hint, init) of each field of a dataclass, resolved once and kept on
-    the class itself: a sandboxed worker or a replayer imports the workflow's modules
-    afresh for each run, and a cache keyed by class would keep every such copy alive.
-    Read from the class's own ``__dict__`` so that a subclass resolves its own fields."""
+# ``as_is`` of a field hinted ``Any``: every value is taken as it is.
+_ANY: frozenset[type] = frozenset({object})
+_NUMBERS = (int, float, bool)
+
+
+def as_is(hint: Any) -> frozenset[type] | None:
+    """The JSON value types ``value_to_type`` gives back unchanged for ``hint`` (a dict or
+    a list: as an equal copy), so that a field's value of one of them is taken without
+    the call; None when every value goes through it. Plain scalars, ``Any``, ``dict`` /
+    ``dict[str, Any]``, ``list`` / ``list[Any]``, and unions of them with at most one of
+    int, float and bool (the SDK tries a union's members in order, and ``int`` takes a
+    bool or a float too: their order would matter)."""
+    if hint is Any:
+        return _ANY
+    if hint in (str, int, float, bool, type(None)):
+        return frozenset({hint})
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is dict or (origin is dict and args == (str, Any)):
+        return frozenset({dict})
+    if hint is list or (origin is list and args == (Any,)):
+        return frozenset({list})
+    if origin is typing.Union or origin is types.UnionType:
+        parts = [as_is(a) for a in args]
+        if any(p is None or p is _ANY for p in parts):
+            return None
+        if sum(a in _NUMBERS for a in args) > 1:
+            return None
+        return frozenset().union(*typing.cast(list[frozenset[type]], parts))
+    return None
+
+
+def _fields(cls: type) -> tuple[tuple[str, Any, bool, frozenset[type] | None], ...]:
+    """(name, resolved hint, init, ``as_is``) of each field of a dataclass, resolved once
+    and kept on the class itself: a sandboxed worker or a replayer imports the workflow's
+    modules afresh for each run, and a cache keyed by class would keep every such copy
+    alive. Read from the class's own ``__dict__`` so that a subclass resolves its own."""
     cached = cls.__dict__.get(_FIELDS)
     if cached is None:
         hints = typing.get_type_hints(cls)
-        cached = tuple((f.name, hints[f.name], f.init) for f in dataclasses.fields(cls))
+        cached = tuple(
+            (f.name, hints[f.name], f.init, as_is(hints[f.name])) for f in dataclasses.fields(cls)
+        )
         setattr(cls, _FIELDS, cached)
     return cached
 
@@ -65,13 +99,17 @@ class DataclassFields(JSONTypeConverter):
             raise TypeError(f"Cannot convert to dataclass {hint}, value is {type(value)} not dict")
         init: dict[str, Any] = {}
         late: dict[str, Any] = {}
-        for name, field_hint, in_init in _fields(hint):
+        for name, field_hint, in_init, plain in _fields(hint):
             if name not in value:
                 continue
-            try:
-                converted = value_to_type(field_hint, value[name], _CONVERTERS)
-            except Exception as err:
-                raise TypeError(f"Failed converting field {name} on dataclass {hint}") from err
+            raw = value[name]
+            if plain is not None and (plain is _ANY or type(raw) in plain):
+                converted = raw  # what value_to_type would give (see ``as_is``)
+            else:
+                try:
+                    converted = value_to_type(field_hint, raw, _CONVERTERS)
+                except Exception as err:
+                    raise TypeError(f"Failed converting field {name} on dataclass {hint}") from err
             (init if in_init else late)[name] = converted
         obj = hint(**init)
         for name, v in late.items():

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-from temporalio.converter import DataConverter, DefaultPayloadConverter
+from temporalio.converter import DataConverter, DefaultPayloadConverter, value_to_type
 
 from artemis import run_models
 from artemis.run_models import (
@@ -189,7 +189,7 @@ def test_a_subclass_resolves_its_own_fields():
         extra: str = "x"
 
     conv._fields(_Inner)
-    assert [name for name, _, _ in conv._fields(Child)] == ["n", "tags", "extra"]
+    assert [name for name, *_ in conv._fields(Child)] == ["n", "tags", "extra"]
     payloads = DEFAULT.to_payloads([Child(1, ["a"], "y")])
     assert OURS.from_payloads(payloads, [Child])[0] == Child(1, ["a"], "y")
 
@@ -211,6 +211,60 @@ def test_every_run_model_dataclass_has_resolvable_hints():
     assert len(classes) > 10
     for c in classes:
         assert conv._fields(c)
+
+
+_SAMPLES: tuple[object, ...] = (
+    "s",
+    "",
+    0,
+    3,
+    -1,
+    1.5,
+    2.0,
+    True,
+    False,
+    None,
+    {},
+    {"a": 1},
+    [],
+    [1, "x"],
+)
+
+
+def test_a_value_taken_as_is_is_what_the_sdk_would_give():
+    """``as_is`` (values taken without ``value_to_type``): for every field of every run
+    model, and for a set of hints with unions whose order matters, a JSON value it takes
+    as it is equals, type and all, what the SDK's conversion gives; and a value it does not
+    take still goes through the SDK (a float field given an int, say)."""
+    hints: list[object] = [
+        int | None,
+        float | None,
+        bool | int,
+        int | bool,
+        float | int,
+        str | int | None,
+        dict[str, typing.Any] | None,
+        list[typing.Any] | None,
+        dict[str, int],
+        list[str],
+        typing.Any,
+        typing.Optional[str],  # noqa: UP045 (the typing spelling, as older code writes it)
+    ]
+    for c in inspect.getmembers(run_models, inspect.isclass):
+        if dataclasses.is_dataclass(c[1]) and c[1].__module__ == run_models.__name__:
+            hints += [hint for _, hint, *_ in conv._fields(c[1])]
+    taken = 0
+    for hint in hints:
+        plain = conv.as_is(hint)
+        for value in _SAMPLES:
+            if plain is None or not (plain is conv._ANY or type(value) in plain):
+                continue
+            taken += 1
+            sdk = value_to_type(hint, value, conv._CONVERTERS)  # type: ignore[arg-type]
+            assert sdk == value and type(sdk) is type(value), (hint, value, sdk)
+    assert taken > 100
+    assert conv.as_is(float) == frozenset({float})  # an int given goes through the SDK
+    assert conv.as_is(int | bool) is None and conv.as_is(dict[str, int]) is None
 
 
 async def test_temporal_tracing_interceptor_only_when_spans_are_exported(temporal_server):

@@ -12,6 +12,7 @@ import inspect
 import sqlite3
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,10 +22,12 @@ from sqlalchemy.engine import Engine
 
 from activities import prepare as prepare_module
 from activities.prepare import PREPARE_HOOKS
-from activities.run_base import on_loop_if, own_hooks
+from activities.run_base import on_loop_if, own_hooks, run_key
+from activities.task_run import TaskRunActivities
 from artemis.db import LOOP_BACKOFF_S, on_loop
-from artemis.events import EventLog, EventWriter
+from artemis.events import SOON_S, EventLog, EventWriter
 from artemis.migrate import upgrade
+from artemis.run_models import CleanupRunInput, RunRef
 from artemis.sinks.factory import builds_offline
 from artemis.staging import Staging
 from artemis.tasks.registry import get_task
@@ -86,6 +89,72 @@ async def test_event_writer_groups_concurrent_appends_on_either_database(db_engi
     else:
         assert 1 <= len(seen) <= 2
         assert threading.get_ident() not in seen
+
+
+async def test_queued_events_go_with_the_next_awaited_one_in_one_commit(db_engine) -> None:
+    """An activity's start and its progress are queued (``append_soon``), not waited for:
+    they are committed with the next awaited append — its result — in one transaction
+    (one INSERT on SQLite, where the whole group is one executemany), in call order."""
+    log = EventLog(_url(db_engine))
+    writer = EventWriter(log)
+    task_id = new_task_id()
+    with _statement_threads(db_engine, "INSERT INTO") as seen:
+        start = writer.append_soon(task_id, "activity_start", {"n": 0}, "step_fetch")
+        progress = writer.append_soon(task_id, "progress", {"n": 1}, "step_fetch")
+        assert not start.done() and log.since(task_id) == []  # nothing waited, nothing yet
+        await writer.append(task_id, "activity_result", {"n": 2}, "step_fetch")
+        assert start.done() and progress.done()
+    assert [(e.kind, e.data) for e in log.since(task_id)] == [
+        ("activity_start", {"n": 0}),
+        ("progress", {"n": 1}),
+        ("activity_result", {"n": 2}),
+    ]
+    assert len(seen) == 1
+
+
+async def test_a_queued_event_alone_is_committed_within_soon_s(db_engine) -> None:
+    """With no awaited append after it (a long fetch's start), a queued event is written
+    within ``SOON_S`` all the same: a stream shows a long activity while it runs."""
+    log = EventLog(_url(db_engine))
+    writer = EventWriter(log)
+    task_id = new_task_id()
+    done = writer.append_soon(task_id, "activity_start", {"n": 0}, "step_fetch")
+    await asyncio.wait_for(done, SOON_S + 30)  # a deadline with slack, not a fixed sleep
+    assert [e.kind for e in log.since(task_id)] == ["activity_start"]
+
+
+async def test_a_queued_event_that_fails_is_logged_not_raised(tmp_path, app_log) -> None:
+    """The event log gone (its table dropped): the queued event's write fails, the failure
+    is logged as ``event_not_recorded``, and nothing is raised at the caller."""
+    url = f"sqlite:///{tmp_path / 'artemis.db'}"
+    upgrade(url)
+    log = EventLog(url)
+    with log.engine.begin() as conn:
+        conn.execute(text("DROP TABLE run_event"))
+    writer = EventWriter(log)
+    done = writer.append_soon(new_task_id(), "activity_start", {"n": 0})
+    await asyncio.wait_for(asyncio.wait([done]), SOON_S + 30)
+    assert done.exception() is not None
+    deadline = time.monotonic() + 30  # the done callback runs on a later turn of the loop
+    while "event_not_recorded" not in app_log.read_text():
+        assert time.monotonic() < deadline, "the failed write was not logged"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_small_run_s_data_is_dropped_on_the_loop(base_settings) -> None:
+    """Clean-up (``cleanup_run``): a run that staged a few pages has them dropped on the
+    event loop on SQLite (two deletes: less than the hop to a thread); one that staged
+    many, or an input that does not tell (an earlier build's), in a thread."""
+    activities = TaskRunActivities(base_settings)
+    staging = activities.staging
+    for pages, on_loop_thread in ((1, on_loop(staging.engine)), (500, False), (None, False)):
+        run = RunRef("pull_stock_quotes", new_task_id(), "w", trace_id="0" * 32)
+        key = run_key(run)
+        await on_loop_if(False, staging.put_pages, key, "raw", [(0, [{"n": 1}])], "d0")
+        with _statement_threads(staging.engine, "DELETE FROM staged_page") as seen:
+            await activities.cleanup_run(CleanupRunInput(run=run, pages=pages))
+        assert seen and all((t == threading.get_ident()) is on_loop_thread for t in seen)
+        assert staging.get_pages(key, "raw", 0, 0) == []
 
 
 def test_own_hooks_tells_a_task_s_hooks_from_the_base_class_defaults() -> None:
