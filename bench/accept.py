@@ -43,7 +43,9 @@ small run in plain sqlite3 (the task record twice, the page staged and dropped, 
 stream's eight events) — a run with no Artemis code in it. Each adds
 {"floor_<name>_runs_per_s", "<name>_floor_over_floor", "round_over_<name>_floor",
 "over_<name>_floor"} (name: io, sa, contract): that floor against the empty one, and the
-runs against it.
+runs against it. ``floor_cpu_ms_per_run`` (and ``floor_<name>_cpu_ms_per_run``): the CPU
+ms a floor run costs each process, as ``total_cpu_ms_per_run`` (its worker and client are
+the bench's own process: "bench"), over all its readings and their warm-up runs.
 ``--eager`` starts the dev server with eager activity execution and eager workflow start
 enabled (dynamic config), to measure what they change.
 """
