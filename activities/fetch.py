@@ -15,6 +15,7 @@ from temporalio import activity
 from activities.run_base import (
     Heartbeat,
     RunActivityBase,
+    beating_meanwhile,
     log,
     off_loop,
     on_loop_if,
@@ -140,6 +141,8 @@ class FetchActivities(RunActivityBase):
             return not task.fetch_winds_down and not stop.is_set()
 
         cancelled = False
+        # Between pages too: the resume state as of the last page, while one is slow.
+        stop_beating = beating_meanwhile(lambda: beat(state))
         try:
             if state.get("done"):
                 done = True
@@ -185,6 +188,7 @@ class FetchActivities(RunActivityBase):
                 await stream.abort()
             raise
         finally:
+            stop_beating()
             await pages.aclose()
         # The pages staged are delivered (or left to process/emit from the gap on).
         streamed: Streamed | None = None

@@ -199,6 +199,34 @@ async def heartbeating() -> AsyncIterator[None]:
             await beating
 
 
+def beating_meanwhile(beat: Callable[[], None]) -> Callable[[], None]:
+    """Call ``beat`` every third of the attempt's heartbeat timeout until the returned
+    function is called: a page that takes longer than the timeout (a slow source, a large
+    answer read up to its limit) must not time out an attempt whose worker is alive. The
+    timeout tells Temporal that a worker died (its calls stop with it); what bounds a
+    request is the HTTP client's own timeouts. A local activity has no heartbeat."""
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    if info.is_local or not timeout:
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    every = max(timeout.total_seconds() / 3, 0.05)
+    handle: asyncio.TimerHandle | None = None
+
+    def tick() -> None:  # (in the activity's context: call_later keeps it)
+        nonlocal handle
+        beat()
+        handle = loop.call_later(every, tick)
+
+    handle = loop.call_later(every, tick)
+
+    def stop() -> None:
+        if handle is not None:
+            handle.cancel()
+
+    return stop
+
+
 class RunData:
     """A run's data outside Temporal: staged pages, its secret, the files sink's records
     and its kept state (for a retry) — dropped together."""

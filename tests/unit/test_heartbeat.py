@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.run_base import Heartbeat
+from activities.run_base import Heartbeat, beating_meanwhile
 
 
 def test_a_short_attempt_sends_no_heartbeat_a_long_one_sends_after_the_interval() -> None:
@@ -96,3 +96,43 @@ def test_the_first_heartbeat_comes_before_half_the_heartbeat_timeout() -> None:
     took = asyncio.run(env.run(attempt))
     assert sent, "no heartbeat within 5 s under a 0.2 s heartbeat timeout"
     assert took >= 0.1
+
+
+def test_a_page_slower_than_the_heartbeat_timeout_keeps_its_attempt_alive() -> None:
+    """``beating_meanwhile``: while one page takes three heartbeat timeouts (a slow source,
+    a large answer read up to its limit), the attempt's latest state goes on being sent,
+    at most a third of the timeout apart; none after it is stopped; a local activity
+    (no heartbeat) sends none."""
+    sent: list[tuple[float, tuple]] = []
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.3))
+    began = time.monotonic()
+    env.on_heartbeat = lambda *details: sent.append((time.monotonic() - began, details))
+
+    async def attempt() -> int:
+        state = {"next_seq": 4}
+        beat = Heartbeat(0)
+        stop = beating_meanwhile(lambda: beat(state))
+        deadline = time.monotonic() + 30
+        while len(sent) < 4 and time.monotonic() < deadline:  # the slow page
+            await asyncio.sleep(0.01)
+        stop()
+        count = len(sent)
+        await asyncio.sleep(0.3)  # a whole timeout after the stop: nothing more goes
+        return count
+
+    count = asyncio.run(env.run(attempt))
+    assert len(sent) == count >= 4, sent
+    assert all(details == ({"next_seq": 4},) for _, details in sent)
+    assert sent[0][0] >= 0.09  # the first after a third of the timeout, not at once
+
+    env.info = dataclasses.replace(env.info, is_local=True)
+    sent.clear()
+
+    async def local_attempt() -> None:
+        stop = beating_meanwhile(lambda: sent.append((0.0, ("beat",))))
+        await asyncio.sleep(0.35)
+        stop()
+
+    asyncio.run(env.run(local_attempt))
+    assert sent == []
