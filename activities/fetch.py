@@ -141,71 +141,76 @@ class FetchActivities(RunActivityBase):
             return not task.fetch_winds_down and not stop.is_set()
 
         cancelled = False
-        # Between pages too: the resume state as of the last page, while one is slow.
+        # Between pages too (and while the last sends finish): the resume state as of the
+        # last page, while one is slow.
         stop_beating = beating_meanwhile(lambda: beat(state))
         try:
-            if state.get("done"):
-                done = True
-            else:
-                pumping = asyncio.create_task(pump())
-                while True:
-                    try:
-                        # Shielded: Temporal's cancel stops the batch at a page boundary.
-                        done = await asyncio.shield(pumping)
-                        break
-                    except asyncio.CancelledError:
-                        if cancelled or not activity.is_cancelled():
-                            # Cancelled twice, or not by Temporal (the event loop ends).
-                            pumping.cancel()
-                            with contextlib.suppress(BaseException):
-                                await pumping
-                            raise
-                        cancelled = True
-                        log.info(
-                            "fetch_cancelled", next_seq=state["next_seq"], stops="at its next page"
-                        )
-                        stop.set()
-                        wind_down.set()
-        except asyncio.CancelledError:
-            log.info("fetch_cancelled", next_seq=state["next_seq"], pages=state["pages"])
-            if stream is not None:
-                await stream.abort()
-            raise
-        except ArtemisError as e:
-            # The source (or staging) failing transiently: the pages so far count, and the
-            # workflow waits, then fetches on from their checkpoint (SPEC §4 "Outages").
-            outage = (
-                outage_of(e, "source", task.source_name(ctx))
-                if inp.report_outages and not task.error_budgets
-                else None
-            )
-            if outage is None:
+            try:
+                if state.get("done"):
+                    done = True
+                else:
+                    pumping = asyncio.create_task(pump())
+                    while True:
+                        try:
+                            # Shielded: Temporal's cancel stops the batch at a page boundary.
+                            done = await asyncio.shield(pumping)
+                            break
+                        except asyncio.CancelledError:
+                            if cancelled or not activity.is_cancelled():
+                                # Cancelled twice, or not by Temporal (the event loop ends).
+                                pumping.cancel()
+                                with contextlib.suppress(BaseException):
+                                    await pumping
+                                raise
+                            cancelled = True
+                            log.info(
+                                "fetch_cancelled",
+                                next_seq=state["next_seq"],
+                                stops="at its next page",
+                            )
+                            stop.set()
+                            wind_down.set()
+            except asyncio.CancelledError:
+                log.info("fetch_cancelled", next_seq=state["next_seq"], pages=state["pages"])
                 if stream is not None:
                     await stream.abort()
                 raise
-        except BaseException:
+            except ArtemisError as e:
+                # The source (or staging) failing transiently: the pages so far count, and the
+                # workflow waits, then fetches on from their checkpoint (SPEC §4 "Outages").
+                outage = (
+                    outage_of(e, "source", task.source_name(ctx))
+                    if inp.report_outages and not task.error_budgets
+                    else None
+                )
+                if outage is None:
+                    if stream is not None:
+                        await stream.abort()
+                    raise
+            except BaseException:
+                if stream is not None:
+                    await stream.abort()
+                raise
+            finally:
+                await pages.aclose()
+            # The pages staged are delivered (or left to process/emit from the gap on).
+            streamed: Streamed | None = None
             if stream is not None:
-                await stream.abort()
-            raise
+                try:
+                    streamed = await stream.close()
+                except BaseException:  # cancelled meanwhile: nothing is sent after the attempt
+                    await stream.abort()
+                    raise
+                log.info(
+                    "stream_emit_done",
+                    first_seq=inp.first_seq,
+                    delivered_below=streamed.next_seq,
+                    records=streamed.records_emitted,
+                    stopped=streamed.stopped,
+                )
+                RECORDS_EMITTED.labels(inp.run.task_code).inc(streamed.records_emitted)
         finally:
             stop_beating()
-            await pages.aclose()
-        # The pages staged are delivered (or left to process/emit from the gap on).
-        streamed: Streamed | None = None
-        if stream is not None:
-            try:
-                streamed = await stream.close()
-            except BaseException:  # cancelled meanwhile: nothing is sent after the attempt
-                await stream.abort()
-                raise
-            log.info(
-                "stream_emit_done",
-                first_seq=inp.first_seq,
-                delivered_below=streamed.next_seq,
-                records=streamed.records_emitted,
-                stopped=streamed.stopped,
-            )
-            RECORDS_EMITTED.labels(inp.run.task_code).inc(streamed.records_emitted)
         if outage is not None:
             done = False  # the workflow logs the wait, one line per attempt
         log.info(

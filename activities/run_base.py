@@ -62,7 +62,7 @@ async def on_loop_if(here: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.
     task hook the task does not override (``own_hooks``: the base's defaults are pure).
     A call that finds SQLite's write lock held for ``LOOP_BUSY_MS`` gives way
     (``LoopBusy``, its transaction rolled back) and runs again in a thread. Batch-sized
-    work (a batch's pages, a run's clean-up, housekeeping) always goes through
+    work (a batch's pages, a larger run's clean-up, housekeeping) always goes through
     ``off_loop``."""
     if here:
         with contextlib.suppress(LoopBusy):  # the lock is someone else's: wait off the loop
@@ -215,8 +215,11 @@ def beating_meanwhile(beat: Callable[[], None]) -> Callable[[], None]:
 
     def tick() -> None:  # (in the activity's context: call_later keeps it)
         nonlocal handle
-        beat()
-        handle = loop.call_later(every, tick)
+        handle = loop.call_later(every, tick)  # the next one first: a failed beat is one
+        try:
+            beat()
+        except Exception as e:
+            log.warning("heartbeat_failed", error=f"{type(e).__name__}: {e}")
 
     handle = loop.call_later(every, tick)
 

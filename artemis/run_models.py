@@ -454,8 +454,9 @@ class FinalizeInput:
 @dataclass
 class CleanupRunInput:
     run: RunRef
-    # How many pages the run staged at most (its next page number; None: not told): a
-    # run of a few pages is dropped on the event loop, a larger one in a thread.
+    # How many pages the run staged (its next page number once its fetching is done;
+    # None: not told): a run of a few pages is dropped on the event loop, others in a
+    # thread.
     pages: int | None = None
 
 

@@ -93,11 +93,16 @@ class Ending(RunCore):
             }
             try:
                 if self._current:
-                    # Runs of this build: a local activity (two deletes), in the workflow
+                    # Runs of this build: a local activity (four deletes), in the workflow
                     # task that records the run's end — no task-queue round trip.
                     await workflow.execute_local_activity_method(
                         TaskRunActivities.cleanup_run,
-                        CleanupRunInput(run=self._run, pages=self._live.next_seq),
+                        # (told only once the fetching is done: an attempt that failed or
+                        # was stopped may have staged up to a batch past next_seq)
+                        CleanupRunInput(
+                            run=self._run,
+                            pages=self._live.next_seq if self._live.fetch_done else None,
+                        ),
                         **options,
                     )
                 else:

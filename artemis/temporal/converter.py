@@ -52,7 +52,8 @@ def as_is(hint: Any) -> frozenset[type] | None:
     the call; None when every value goes through it. Plain scalars, ``Any``, ``dict`` /
     ``dict[str, Any]``, ``list`` / ``list[Any]``, and unions of them with at most one of
     int, float and bool (the SDK tries a union's members in order, and ``int`` takes a
-    bool or a float too: their order would matter)."""
+    bool or a float too: their order would matter) and no list beside another member
+    but None (the SDK's list takes any iterable: a string, a dict's keys)."""
     if hint is Any:
         return _ANY
     if hint in (str, int, float, bool, type(None)):
@@ -68,6 +69,8 @@ def as_is(hint: Any) -> frozenset[type] | None:
             return None
         if sum(a in _NUMBERS for a in args) > 1:
             return None
+        if any(p == frozenset({list}) for p in parts) and len(args) - (type(None) in args) > 1:
+            return None  # the SDK's list branch takes any iterable: a str, a dict's keys
         return frozenset().union(*typing.cast(list[frozenset[type]], parts))
     return None
 

@@ -245,6 +245,8 @@ def test_a_value_taken_as_is_is_what_the_sdk_would_give():
         str | int | None,
         dict[str, typing.Any] | None,
         list[typing.Any] | None,
+        list[typing.Any] | str,
+        dict[str, typing.Any] | list[typing.Any] | None,
         dict[str, int],
         list[str],
         typing.Any,
@@ -265,6 +267,9 @@ def test_a_value_taken_as_is_is_what_the_sdk_would_give():
     assert taken > 100
     assert conv.as_is(float) == frozenset({float})  # an int given goes through the SDK
     assert conv.as_is(int | bool) is None and conv.as_is(dict[str, int]) is None
+    # the SDK's list takes any iterable: "abc" -> ['a', 'b', 'c'], a dict -> its keys
+    assert conv.as_is(list[typing.Any] | str) is None and conv.as_is(list | dict) is None
+    assert conv.as_is(list[typing.Any] | None) == frozenset({list, type(None)})
 
 
 async def test_temporal_tracing_interceptor_only_when_spans_are_exported(temporal_server):
