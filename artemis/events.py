@@ -187,8 +187,7 @@ class EventWriter:
         step: str | None = None,
         root_id: str | None = None,
     ) -> None:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((PendingEvent(task_id, kind, data, step, now_ms(), root_id), done))
+        done = self._enqueue(PendingEvent(task_id, kind, data, step, now_ms(), root_id))
         self._start_writer()
         await done
 
@@ -204,12 +203,16 @@ class EventWriter:
         this process (whichever run's: one transaction instead of one each), or within
         ``SOON_S``. The future tells how its write went (nobody has to wait on it: a
         failure is logged)."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
+        done = self._enqueue(PendingEvent(task_id, kind, data, step, now_ms(), root_id))
         done.add_done_callback(_log_unwritten)
-        self._queue.append((PendingEvent(task_id, kind, data, step, now_ms(), root_id), done))
         if self._soon is None and (self._writer is None or self._writer.done()):
-            self._soon = loop.call_later(SOON_S, self._start_writer)
+            self._soon = asyncio.get_running_loop().call_later(SOON_S, self._start_writer)
+        return done
+
+    def _enqueue(self, event: PendingEvent) -> asyncio.Future[None]:
+        """The event queued in call order; its future is done once it is written."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((event, done))
         return done
 
     def _start_writer(self) -> None:

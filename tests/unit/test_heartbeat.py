@@ -131,7 +131,7 @@ def test_a_page_slower_than_the_heartbeat_timeout_keeps_its_attempt_alive() -> N
 
     async def local_attempt() -> None:
         stop = beating_meanwhile(lambda: sent.append((0.0, ("beat",))))
-        await asyncio.sleep(0.35)
+        await asyncio.sleep(0.35)  # longer than a third of the timeout: none may go
         stop()
 
     asyncio.run(env.run(local_attempt))
