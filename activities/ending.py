@@ -196,34 +196,21 @@ class EndingActivities(RunActivityBase):
         end on the workflow's clock."""
 
         def write() -> str:
-            store = self.task_store
             run = inp.run
-
-            def update() -> None:
-                store.set_status(
+            try:
+                self.task_store.set_status(
                     run.task_id,
                     inp.status,
                     result=inp.stats or None,
                     error=inp.error,
                     started_at=_at(inp.started_ms),
                     at=_at(inp.ended_ms),
-                )
-
-            try:
-                try:
-                    update()  # the record is there (the API's `pending`, or this run's)
-                except TaskNotFound:
                     # The API writes `pending` beside its answer; whichever comes first
                     # creates the record, the other finds it (insert-if-absent).
-                    store.create(
-                        run.task_id,
-                        TaskData(
-                            task_id=run.task_id,
-                            task_code=run.task_code,
-                            workflow_id=run.workflow_id,
-                        ),
-                    )
-                    update()
+                    absent=TaskData(
+                        task_id=run.task_id, task_code=run.task_code, workflow_id=run.workflow_id
+                    ),
+                )
             except (StorageUnavailable, TaskNotFound, ConcurrentModification) as e:
                 raise ArtemisError(
                     ErrorCode.INTERNAL, f"task store: {type(e).__name__}: {e}", retryable=True

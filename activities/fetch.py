@@ -40,8 +40,7 @@ class FetchActivities(RunActivityBase):
         key = run_key(inp.run)
         beat = Heartbeat(self.settings.worker.heartbeat_throttle_s)
         state = _resume_state(inp)
-        if inp.stream:
-            await self._resume_from_staging(inp, key, state)
+        await self._start_attempt(inp, key, state)
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace)
         wind_down = asyncio.Event()
@@ -62,8 +61,6 @@ class FetchActivities(RunActivityBase):
             log.warning("callback_progress_disabled", error=str(e))
             callback = None
         last_ms = inp.progress_last_ms
-        # Nothing staged from here on is counted yet: an earlier attempt's leftovers go.
-        await on_loop_if(self.db_here, self.staging.drop_from, key, "raw", state["next_seq"])
         stream: PageStream | None = None
         if inp.stream:
             try:
@@ -269,17 +266,17 @@ class FetchActivities(RunActivityBase):
             raise
         return stream
 
-    async def _resume_from_staging(self, inp: FetchInput, key: str, state: dict[str, Any]) -> None:
-        """A streaming fetch of this batch staged (and may have sent) pages its last
-        heartbeat does not know of — a worker killed between the two, or an attempt
-        that failed: it goes on after them, so each keeps its sequence number (and a
-        page sent again goes with the records it went with, under the same key)."""
-        cursor = await on_loop_if(self.db_here, self.staging.cursor, key)
-        if (
-            cursor is not None
-            and cursor.pop("first_seq", None) == inp.first_seq
-            and cursor["next_seq"] > state["next_seq"]
-        ):
+    async def _start_attempt(self, inp: FetchInput, key: str, state: dict[str, Any]) -> None:
+        """Where the attempt starts. A streaming fetch of this batch staged (and may have
+        sent) pages its last heartbeat does not know of — a worker killed between the two,
+        or an attempt that failed: it goes on after them, so each keeps its sequence number
+        (and a page sent again goes with the records it went with, under the same key).
+        Nothing staged from there on is counted yet: an earlier attempt's leftovers go."""
+        batch = inp.first_seq if inp.stream else None
+        cursor = await on_loop_if(
+            self.db_here, self.staging.start_attempt, key, state["next_seq"], batch
+        )
+        if cursor is not None:
             log.info("fetch_resumed", next_seq=cursor["next_seq"], source="staging")
             state.update(cursor)
 

@@ -23,7 +23,7 @@ from temporalio import activity
 
 from artemis.callback import CallbackClient, CallbackTarget, resolve_base_url
 from artemis.config import Settings
-from artemis.db import LoopBusy, get_engine, on_loop, run_on_loop
+from artemis.db import LoopBusy, get_engine, on_loop, run_on_loop, run_transaction
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
@@ -243,7 +243,8 @@ class RunData:
     def drop(self, key: str) -> None:
         # One transaction (one commit, one turn at SQLite's write lock and one thread's
         # wait for the GIL, instead of four), and all of it or none.
-        with get_engine(self.database_url).begin() as conn:
+        # (artemis.db: on SQLite, its driver)
+        with run_transaction(get_engine(self.database_url)) as conn:
             self.staging.drop_run(key, conn)
             self.secrets.drop(key, conn)
             drop_file_records(self.database_url, key, conn)

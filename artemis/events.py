@@ -37,6 +37,7 @@ from artemis.db import (
     get_engine,
     on_loop,
     run_on_loop,
+    run_transaction,
     utcnow,
 )
 from artemis.logsetup import get_logger
@@ -286,6 +287,9 @@ class EventLog:
 
     def append_many(self, events: list[PendingEvent]) -> None:
         """Append events in one transaction, in order (the rows' seq follows it)."""
+        if not events:
+            return
+        created = utcnow()
         rows = [
             {
                 "task_id": e.task_id,
@@ -294,13 +298,11 @@ class EventLog:
                 "step": e.step,
                 "data": jsonio.dumps(e.data).decode(),
                 "ts_ms": e.ts_ms,
-                "created_at": utcnow(),
+                "created_at": created,
             }
             for e in events
         ]
-        if not rows:
-            return
-        with self.engine.begin() as conn:
+        with run_transaction(self.engine) as conn:
             if self._pg:
                 # As append: each run's writers serialised (sorted: no two writers wait on
                 # each other's locks in opposite orders).

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from artemis import jsonio
-from artemis.db import StagedPage, get_engine, transaction, upsert_insert, utcnow
+from artemis.db import StagedPage, get_engine, run_transaction, transaction, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 
 _table = StagedPage.__table__  # type: ignore[attr-defined]
@@ -114,7 +114,8 @@ class Staging:
             for seq, records in pages
         ]
 
-        with store_outage("stage pages"), self.engine.begin() as conn:
+        # (artemis.db: on SQLite, its driver)
+        with store_outage("stage pages"), run_transaction(self.engine) as conn:
             if digest is not None:
                 (seq, _), *_ = pages
                 earlier = conn.execute(
@@ -141,6 +142,30 @@ class Staging:
                 )
             conn.execute(self._upsert, rows)
 
+    def start_attempt(
+        self, run_key: str, next_seq: int, batch_first_seq: int | None = None
+    ) -> dict[str, Any] | None:
+        """Where a fetch attempt starts, in one transaction. With ``batch_first_seq`` (a
+        streaming fetch of the batch starting there): the cursor an earlier attempt of
+        this batch staged, when it stands beyond ``next_seq`` (returned, without its
+        ``first_seq``; the attempt goes on from it). Then the raw pages from where the
+        attempt starts on go: an earlier attempt's leftovers, not counted."""
+        resume: dict[str, Any] | None = None
+        with store_outage("start a fetch attempt"), run_transaction(self.engine) as conn:
+            if batch_first_seq is not None:
+                payload = conn.execute(_CURSOR, {"p_run_key": run_key}).scalar()
+                cursor = jsonio.loads(payload) if payload else None
+                if (
+                    cursor is not None
+                    and cursor.pop("first_seq", None) == batch_first_seq
+                    and cursor["next_seq"] > next_seq
+                ):
+                    resume = cursor
+                    next_seq = cursor["next_seq"]
+            params = {"p_run_key": run_key, "p_kind": "raw", "p_first_seq": next_seq}
+            conn.execute(_DROP_FROM, params)
+        return resume
+
     def cursor(self, run_key: str) -> dict[str, Any] | None:
         """The run's last cursor stored with a page (None: none was)."""
         with store_outage("read the fetch cursor"), self.engine.connect() as conn:
@@ -165,13 +190,6 @@ class Staging:
         )
         with store_outage("read pages"), self.engine.connect() as conn:
             return [(row.seq, jsonio.loads(row.payload)) for row in conn.execute(q)]
-
-    def drop_from(self, run_key: str, kind: str, first_seq: int) -> int:
-        """Pages from ``first_seq`` on: what an attempt that died staged after its last
-        heartbeat (a retried fetch starts there again, its units in another order)."""
-        with store_outage("drop pages"), self.engine.begin() as conn:
-            params = {"p_run_key": run_key, "p_kind": kind, "p_first_seq": first_seq}
-            return conn.execute(_DROP_FROM, params).rowcount
 
     def prune_below(self, run_key: str, seq: int) -> int:
         """Pages below ``seq`` were delivered: their processed copies go and their raw

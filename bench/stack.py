@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,3 +167,7 @@ def bench_stack(
             except subprocess.TimeoutExpired:
                 p.kill()
         temporal.stop()
+        # The database, logs and config go with the stack (a bench's SQLite WAL alone
+        # reaches ~60 MB); ARTEMIS_BENCH_KEEP=1 keeps them to look at.
+        if os.environ.get("ARTEMIS_BENCH_KEEP") != "1":
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -133,16 +133,31 @@ class TaskStorage(ABC):
         error: dict[str, Any] | None = None,
         started_at: datetime | None = None,
         at: datetime | None = None,
+        absent: TaskData | None = None,
     ) -> None:
         """``update_status`` for a writer that holds the state and needs no answer (a run's
         mirror of itself): the same fields written, in one step where the store can (SQL:
-        no read first, so no ConcurrentModification). TaskNotFound when there is no such
-        task; TaskValidationError for a completed status without ``result`` or a failed
-        one without ``error`` (the stored one is not read to make up for it)."""
+        no read first, so no ConcurrentModification). ``absent``: the record to create
+        first when there is none (insert-if-absent, as ``create``; SQL: in the same
+        transaction). TaskNotFound when there is no such task (and no ``absent``);
+        TaskValidationError for a completed status without ``result`` or a failed one
+        without ``error`` (the stored one is not read to make up for it)."""
         check_status(status, result, error)
-        self.update_status(
-            task_id, status, result=result, error=error, started_at=started_at, at=at
-        )
+        if absent is not None:
+            self.same_id(task_id, absent)
+
+        def update() -> None:
+            self.update_status(
+                task_id, status, result=result, error=error, started_at=started_at, at=at
+            )
+
+        try:
+            update()
+        except TaskNotFound:
+            if absent is None:
+                raise
+            self.create(task_id, absent)
+            update()
 
     @abstractmethod
     def delete(self, task_id: str) -> None:

@@ -140,6 +140,33 @@ def test_set_status_writes_what_update_status_writes(storage):
     assert storage.load(t).version == 2
 
 
+def test_set_status_creates_an_absent_record_it_is_given(storage):
+    """A run's first mirror may come before the API's `pending` write: ``absent`` is
+    created (insert-if-absent) and updated; a record that is there keeps what it holds."""
+    t = tid()
+    began = datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
+    mine = TaskData(task_id=t, task_code="c", workflow_id="artemis/c/" + t)
+    storage.set_status(t, "running", started_at=began, at=began, absent=mine)
+    created = storage.load(t)
+    assert created.status == "running" and created.started_at == began
+    assert created.task_code == "c" and created.workflow_id == "artemis/c/" + t
+    assert created.version == 1
+    # The API's write after it finds the record (and leaves it), the run's ending updates it.
+    assert storage.create(t, TaskData.pending(t, {"n": 1}, task_code="c")) is False
+    ended = began + timedelta(seconds=1)
+    storage.set_status(t, "completed", result={"records": 2}, at=ended, absent=mine)
+    done = storage.load(t)
+    assert done.status == "completed" and done.result == {"records": 2} and done.version == 2
+    assert done.started_at == began and done.completed_at == ended
+    u = tid()
+    storage.save(u, TaskData.pending(u, {"n": 2}, task_code="d"))
+    storage.set_status(u, "running", at=began, absent=TaskData(task_id=u, task_code="other"))
+    kept = storage.load(u)
+    assert kept.task_code == "d" and kept.payload == {"n": 2} and kept.status == "running"
+    with pytest.raises(TaskValidationError):
+        storage.set_status(tid(), "running", absent=TaskData(task_id="another"))
+
+
 def test_optimistic_lock_conflict_raises(storage):
     t = tid()
     storage.save(t, TaskData.pending(t, {}))

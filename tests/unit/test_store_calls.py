@@ -44,15 +44,42 @@ def _statement_threads(engine: Engine, marker: str) -> Iterator[list[int]]:
     """The thread ids that executed a statement containing ``marker`` on ``engine``."""
     seen: list[int] = []
 
-    def before(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+    def traced(statement: str) -> None:
         if marker in statement:
             seen.append(threading.get_ident())
 
-    event.listen(engine, "before_cursor_execute", before)
+    if engine.dialect.name == "sqlite":
+        # A run's hottest statements go to SQLite's driver (artemis.db.run_transaction),
+        # past SQLAlchemy's events: the driver's own trace sees every statement (an
+        # executemany's rows one by one: a run of them counts once).
+        def checkout(dbapi_conn, record, proxy) -> None:  # noqa: ANN001
+            last = [""]
+
+            def trace(statement: str) -> None:
+                if marker not in last[0]:
+                    traced(statement)
+                last[0] = statement
+
+            dbapi_conn.set_trace_callback(trace)
+
+        def checkin(dbapi_conn, record) -> None:  # noqa: ANN001
+            if dbapi_conn is not None:
+                dbapi_conn.set_trace_callback(None)
+
+        listeners = [("checkout", checkout), ("checkin", checkin)]
+    else:
+
+        def before(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+            traced(statement)
+
+        listeners = [("before_cursor_execute", before)]
+    for name, fn in listeners:
+        event.listen(engine, name, fn)
     try:
         yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", before)
+        for name, fn in listeners:
+            event.remove(engine, name, fn)
 
 
 def _url(engine: Engine) -> str:
