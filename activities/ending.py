@@ -207,7 +207,7 @@ class EndingActivities(RunActivityBase):
                     at=_at(inp.ended_ms),
                     # The API writes `pending` beside its answer; whichever comes first
                     # creates the record, the other finds it (insert-if-absent).
-                    absent=TaskData(
+                    absent=lambda: TaskData(
                         task_id=run.task_id, task_code=run.task_code, workflow_id=run.workflow_id
                     ),
                 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -133,18 +134,16 @@ class TaskStorage(ABC):
         error: dict[str, Any] | None = None,
         started_at: datetime | None = None,
         at: datetime | None = None,
-        absent: TaskData | None = None,
+        absent: Callable[[], TaskData] | None = None,
     ) -> None:
         """``update_status`` for a writer that holds the state and needs no answer (a run's
         mirror of itself): the same fields written, in one step where the store can (SQL:
-        no read first, so no ConcurrentModification). ``absent``: the record to create
-        first when there is none (insert-if-absent, as ``create``; SQL: in the same
-        transaction). TaskNotFound when there is no such task (and no ``absent``);
+        no read first, so no ConcurrentModification). ``absent``: builds the record to
+        create first when there is none (insert-if-absent, as ``create``; SQL: in the same
+        transaction); called only then. TaskNotFound when there is no such task (and no ``absent``);
         TaskValidationError for a completed status without ``result`` or a failed one
         without ``error`` (the stored one is not read to make up for it)."""
         check_status(status, result, error)
-        if absent is not None:
-            self.same_id(task_id, absent)
 
         def update() -> None:
             self.update_status(
@@ -156,7 +155,7 @@ class TaskStorage(ABC):
         except TaskNotFound:
             if absent is None:
                 raise
-            self.create(task_id, absent)
+            self.create(task_id, absent())
             update()
 
     @abstractmethod

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -204,15 +205,13 @@ class SqlTaskStorage(TaskStorage):
         error: dict[str, Any] | None = None,
         started_at: datetime | None = None,
         at: datetime | None = None,
-        absent: TaskData | None = None,
+        absent: Callable[[], TaskData] | None = None,
     ) -> None:
         # One UPDATE with ``stamped``'s rules in it, instead of a read, a validation and a
         # compare-and-set write: a run mirrors itself twice, and the read and the models
-        # were most of that (6 % of a worker's CPU on the accept bench). ``absent`` is
+        # were most of that (6 % of a worker's CPU on the accept bench). ``absent()`` is
         # inserted (if absent) and updated in the same transaction.
         check_status(status, result, error)
-        if absent is not None:
-            self.same_id(task_id, absent)
         wall = datetime.now(UTC)
         now = utc(at) or wall
         started = (
@@ -241,7 +240,9 @@ class SqlTaskStorage(TaskStorage):
             with run_transaction(self.engine) as conn:
                 done = conn.execute(stmt, params).rowcount
                 if done == 0 and absent is not None:
-                    conn.execute(self._create_many, {**self._row(absent), "now_": wall})
+                    record = absent()
+                    self.same_id(task_id, record)
+                    conn.execute(self._create_many, {**self._row(record), "now_": wall})
                     done = conn.execute(stmt, params).rowcount
         except OperationalError as e:
             raise StorageUnavailable(str(e)) from None

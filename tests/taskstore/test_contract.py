@@ -146,7 +146,7 @@ def test_set_status_creates_an_absent_record_it_is_given(storage):
     t = tid()
     began = datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
     mine = TaskData(task_id=t, task_code="c", workflow_id="artemis/c/" + t)
-    storage.set_status(t, "running", started_at=began, at=began, absent=mine)
+    storage.set_status(t, "running", started_at=began, at=began, absent=lambda: mine)
     created = storage.load(t)
     assert created.status == "running" and created.started_at == began
     assert created.task_code == "c" and created.workflow_id == "artemis/c/" + t
@@ -154,17 +154,17 @@ def test_set_status_creates_an_absent_record_it_is_given(storage):
     # The API's write after it finds the record (and leaves it), the run's ending updates it.
     assert storage.create(t, TaskData.pending(t, {"n": 1}, task_code="c")) is False
     ended = began + timedelta(seconds=1)
-    storage.set_status(t, "completed", result={"records": 2}, at=ended, absent=mine)
+    storage.set_status(t, "completed", result={"records": 2}, at=ended, absent=lambda: mine)
     done = storage.load(t)
     assert done.status == "completed" and done.result == {"records": 2} and done.version == 2
     assert done.started_at == began and done.completed_at == ended
     u = tid()
     storage.save(u, TaskData.pending(u, {"n": 2}, task_code="d"))
-    storage.set_status(u, "running", at=began, absent=TaskData(task_id=u, task_code="other"))
+    storage.set_status(u, "running", at=began, absent=lambda: TaskData(task_id=u, task_code="x"))
     kept = storage.load(u)
     assert kept.task_code == "d" and kept.payload == {"n": 2} and kept.status == "running"
     with pytest.raises(TaskValidationError):
-        storage.set_status(tid(), "running", absent=TaskData(task_id="another"))
+        storage.set_status(tid(), "running", absent=lambda: TaskData(task_id="another"))
 
 
 def test_optimistic_lock_conflict_raises(storage):
