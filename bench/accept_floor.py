@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -168,6 +169,8 @@ async def main() -> None:
         print(json.dumps(out))
     finally:
         server.stop()
+        if os.environ.get("ARTEMIS_BENCH_KEEP") != "1":  # as bench/stack.py
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
