@@ -269,11 +269,7 @@ def _make_engine(url: str) -> Engine:
 def _busy_on_loop(error: BaseException) -> bool:
     """Whether ``error`` is SQLite's write lock held elsewhere, met by a call on the loop:
     then the loop's next calls go to threads for ``LOOP_BACKOFF_S``."""
-    if not (
-        getattr(_caller, "on_loop", False)
-        and isinstance(error, sqlite3.OperationalError)
-        and "locked" in str(error)
-    ):
+    if not (getattr(_caller, "on_loop", False) and _is_busy(error)):
         return False
     global _loop_busy_until
     _loop_busy_until = time.monotonic() + LOOP_BACKOFF_S
@@ -326,7 +322,10 @@ class DriverResult:
         self.rowcount: int = cursor.rowcount
 
     def first(self) -> tuple[Any, ...] | None:
+        """The first row; the statement is done with (a read left open would keep the
+        connection's snapshot: the loop keeps its connection)."""
         row: tuple[Any, ...] | None = self._cursor.fetchone()
+        self._cursor.close()
         return row
 
     def scalar(self) -> Any:
@@ -380,14 +379,26 @@ def run_transaction(engine: Engine) -> Iterator[Any]:
 def driver_transaction(engine: Engine) -> Iterator[sqlite3.Connection]:
     """A transaction on the sqlite3 connection of one of ``engine``'s pooled connections
     (its pragmas the pool's events set for the caller: the loop's or a thread's),
-    committed when the block ends and rolled back when it raises. Errors come as
-    SQLAlchemy's own statements raise them: SQLite's write lock held elsewhere, met on the
-    loop, is ``LoopBusy``; any other sqlite3 error is SQLAlchemy's ``DBAPIError`` of its
-    kind (``OperationalError``, ``IntegrityError``, ...)."""
+    committed when the block ends and rolled back when it raises. A call on the loop
+    keeps its pooled connection checked out for the next one (the loop's calls come one at
+    a time, and a checkout and check-in were as much again as the statement; after an
+    error it is rolled back and kept, as the pool would hand it out again; one that cannot
+    roll back is checked in, where the pool's reset deals with it).
+    Errors come as SQLAlchemy's own statements raise them: SQLite's write lock held
+    elsewhere, met on the loop, is ``LoopBusy``; any other sqlite3 error is SQLAlchemy's
+    ``DBAPIError`` of its kind (``OperationalError``, ``IntegrityError``, ...)."""
+    held: dict[Engine, Any] | None = (
+        _caller.__dict__.setdefault("held", {}) if getattr(_caller, "on_loop", False) else None
+    )
     try:
-        pooled = engine.raw_connection()
+        pooled = held.get(engine) if held is not None else None
+        if pooled is None:
+            pooled = engine.raw_connection()
+            if held is not None:
+                held[engine] = pooled
     except sqlite3.Error as e:
         raise _as_sqlalchemy(e) from None
+    keep = held is not None
     try:
         driver = pooled.driver_connection
         assert isinstance(driver, sqlite3.Connection)
@@ -395,12 +406,29 @@ def driver_transaction(engine: Engine) -> Iterator[sqlite3.Connection]:
             yield driver
             driver.commit()
         except BaseException as e:
-            driver.rollback()
+            try:
+                driver.rollback()
+            except sqlite3.Error:
+                keep = False  # one that cannot roll back goes back to the pool's care
             if isinstance(e, sqlite3.Error):
                 raise _as_sqlalchemy(e) from None
             raise
     finally:
+        if not keep:
+            if held is not None:
+                held.pop(engine, None)
+            pooled.close()
+
+
+def release_held() -> None:
+    """Check in the pooled connections this thread's loop calls keep (``driver_transaction``):
+    the next call checks one out afresh (its checkout events run again)."""
+    for pooled in _caller.__dict__.pop("held", {}).values():
         pooled.close()
+
+
+def _is_busy(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and "locked" in str(error)
 
 
 def _as_sqlalchemy(error: sqlite3.Error) -> Exception:

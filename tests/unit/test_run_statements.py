@@ -7,13 +7,14 @@ read and the leftovers dropped in one transaction) must hold on both databases."
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from artemis.db import DriverConnection, get_engine, run_transaction
+from artemis.db import DriverConnection, get_engine, release_held, run_on_loop, run_transaction
 from artemis.errors import ArtemisError
 from artemis.migrate import upgrade
 from artemis.staging import Staging
@@ -129,3 +130,35 @@ def test_a_fetch_attempt_starts_after_its_batch_s_staged_cursor(db, tmp_path, re
     stage()
     assert staging.start_attempt(key, 1) is None  # not streaming: no cursor read
     assert raw() == [0]
+
+
+def test_the_loop_keeps_its_connection_between_calls(tmp_path) -> None:
+    """The loop's calls (one at a time) keep one pooled connection checked out; a thread
+    takes its own from the pool. After an error it is rolled back and goes on serving the
+    loop; ``release_held`` checks it in."""
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    upgrade(url)
+    engine = get_engine(url)
+
+    def driver(sql: str = "SELECT 1") -> object:
+        with run_transaction(engine) as conn:
+            conn.execute(text(sql))
+            return conn.driver
+
+    release_held()
+    first = run_on_loop(driver)
+    assert run_on_loop(driver) is first
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(driver).result() is not first
+    duplicate = "INSERT INTO run_secret VALUES ('k', 'n', 'c', '2026-01-01')"
+    run_on_loop(driver, duplicate)
+    with pytest.raises(IntegrityError):
+        run_on_loop(driver, duplicate)
+    assert run_on_loop(driver) is first
+    with pytest.raises(OperationalError):
+        run_on_loop(driver, "SELECT * FROM no_such_table")
+    assert run_on_loop(driver) is first
+    run_on_loop(driver, duplicate.replace("'n'", "'m'"))
+    with engine.connect() as conn:  # and what the loop wrote is there for everyone
+        assert conn.execute(text("SELECT count(*) FROM run_secret")).scalar() == 2
+    release_held()

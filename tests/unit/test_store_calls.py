@@ -24,7 +24,7 @@ from activities import prepare as prepare_module
 from activities.prepare import PREPARE_HOOKS
 from activities.run_base import on_loop_if, own_hooks, run_key
 from activities.task_run import TaskRunActivities
-from artemis.db import LOOP_BACKOFF_S, on_loop
+from artemis.db import LOOP_BACKOFF_S, on_loop, release_held
 from artemis.events import SOON_S, EventLog, EventWriter
 from artemis.migrate import upgrade
 from artemis.run_models import CleanupRunInput, RunRef
@@ -75,9 +75,11 @@ def _statement_threads(engine: Engine, marker: str) -> Iterator[list[int]]:
         listeners = [("before_cursor_execute", before)]
     for name, fn in listeners:
         event.listen(engine, name, fn)
+    release_held()  # the loop's kept connection is checked out afresh, with the trace
     try:
         yield seen
     finally:
+        release_held()
         for name, fn in listeners:
             event.remove(engine, name, fn)
 
