@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import PendingActivityState
 
 from artemis.run_state import TERMINAL
 from infra.devserver import free_port, port_open
@@ -173,14 +174,26 @@ async def test_run_on_one_api_is_read_listed_and_streamed_from_the_other_and_sur
         async with c.api(1) as b:
             listed = (await b.get("/tasks", params={"code": "pull_stock_quotes"})).json()["data"]
         assert task_id in [t["task_id"] for t in listed["items"]]
-        # SIGKILL the worker running the fetch (its identity is pid@host)
+        # SIGKILL the worker running the fetch (its identity is pid@host). Between two
+        # batches, or before a worker has picked the next one up, no activity is running:
+        # wait for one that a worker has started.
         handle = c.stack.client.get_workflow_handle(started["workflow_id"])
-        pending = (await handle.describe()).raw_description.pending_activities
-        pids = {
-            int(a.last_worker_identity.split("@")[0]) for a in pending if a.last_worker_identity
-        }
-        victims = [w for w in c.workers if w.pid in pids]
-        assert len(victims) == 1 and all(w.poll() is None for w in c.workers), pids
+        victims: list = []
+
+        async def running_on_a_worker() -> bool:
+            pending = (await handle.describe()).raw_description.pending_activities
+            pids = {
+                int(a.last_worker_identity.split("@")[0])
+                for a in pending
+                if a.activity_type.name == "fetch_pages"
+                and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                and a.last_worker_identity
+            }
+            victims[:] = [w for w in c.workers if w.pid in pids]
+            return bool(victims)
+
+        await eventually(running_on_a_worker, "a fetch running on a worker", interval=0.02)
+        assert len(victims) == 1 and all(w.poll() is None for w in c.workers), victims
         victim = victims[0]
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)

@@ -61,10 +61,11 @@ async def test_sigkill_before_the_first_heartbeat_resumes_from_the_staged_cursor
     fetch resumes from the cursor staged with its last page and sends the staged pages
     again under the same keys: every record reaches the sink once per key, and the run
     counts each once."""
-    # The first heartbeat would go 3 s into the attempt (the throttle, under half the
-    # heartbeat timeout): the kill comes long before, a few pages in.
-    stack = await make_stack(worker=False, runs={"pages_per_fetch": 200, "heartbeat_timeout_s": 6})
-    config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 3.0})
+    # The first heartbeat would go 8 s into the attempt (the throttle, half the heartbeat
+    # timeout): the kill comes long before, a few pages in. (A loaded CI machine once took
+    # 3 s from the attempt's start to the third page seen at the sink.)
+    stack = await make_stack(worker=False, runs={"pages_per_fetch": 200, "heartbeat_timeout_s": 16})
+    config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 8.0})
     await stack.fault("latency", latency_ms=40)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None
