@@ -62,11 +62,15 @@ async def test_sigkill_before_the_first_heartbeat_resumes_from_the_staged_cursor
     again under the same keys: every record reaches the sink once per key, and the run
     counts each once."""
     # The first heartbeat would go 8 s into the attempt (the throttle, half the heartbeat
-    # timeout): the kill comes long before, a few pages in. (A loaded CI machine once took
-    # 3 s from the attempt's start to the third page seen at the sink.)
-    stack = await make_stack(worker=False, runs={"pages_per_fetch": 200, "heartbeat_timeout_s": 16})
+    # timeout) and the run's 60 pages take 9 s at 150 ms each, in one batch: the kill comes
+    # long before either, a few pages in, even when a loaded machine's test process takes
+    # seconds to see the third page at the sink (a CI run once took 3 s, another 5).
+    stack = await make_stack(
+        worker=False,
+        runs={"pages_per_fetch": 200, "fetch_max_seconds": 60, "heartbeat_timeout_s": 16},
+    )
     config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 8.0})
-    await stack.fault("latency", latency_ms=40)
+    await stack.fault("latency", latency_ms=150)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None
     try:
@@ -80,6 +84,7 @@ async def test_sigkill_before_the_first_heartbeat_resumes_from_the_staged_cursor
         desc = await handle.describe()
         first.send_signal(signal.SIGKILL)
         first.wait(10)
+        await stack.fault("latency", latency_ms=0)
         fetches = [
             a
             for a in desc.raw_description.pending_activities
