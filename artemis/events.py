@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import BigInteger, Index, Text, delete, insert, or_, select, text
@@ -40,6 +39,7 @@ from artemis.db import (
     run_transaction,
     utcnow,
 )
+from artemis.event_kinds import CONTROL_EVENTS, OUTAGE_EVENTS, Ending
 from artemis.logsetup import get_logger
 from artemis.outage import waiting_line
 from artemis.run_state import (
@@ -52,34 +52,8 @@ from artemis.run_state import (
     stats_view,
 )
 
-
 # Which plan step each activity of the task-run workflow belongs to. Bookkeeping
 # activities (task-store mirroring, cleanup) are not part of the plan.
-# Operator controls recorded in a run's stream (POST /tasks/{id}/pause|resume|rate-limit).
-class Control(StrEnum):
-    """An operator's control of a run, as its event kind (and the control answer's
-    action)."""
-
-    PAUSED = "paused"
-    RESUMED = "resumed"
-    RATE_CHANGED = "rate_changed"
-
-
-CONTROL_EVENTS = tuple(Control)
-
-
-class Ending(StrEnum):
-    """The stream's terminal event (seed 001): one per run."""
-
-    COMPLETE = "complete"
-    ERROR = "error"
-    CANCELLED = "cancelled"
-
-
-TERMINAL_EVENTS = tuple(Ending)
-# A run waiting out an outage, and its recovery (recorded by the workflow's note_outage).
-OUTAGE_EVENTS = ("waiting", "recovered")
-
 ACTIVITY_STEP = {
     "prepare_params": "step_prepare",
     "fetch_pages": "step_fetch",

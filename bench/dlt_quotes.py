@@ -85,14 +85,13 @@ def run_once(samples: str, symbols: int, pages: int, page_size: int) -> float:
         # the symbols' generators extracted in parallel (dlt's thread pool)
         parallelized=symbols > 1,
     )
-    pipeline = dlt.pipeline(
-        pipeline_name=f"bench_{tag}",
-        destination=http_sink,
-        pipelines_dir=tempfile.mkdtemp(prefix="dlt-bench-"),
-    )
-    t0 = time.perf_counter()
-    pipeline.run(source)
-    seconds = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="dlt-bench-") as pipelines_dir:
+        pipeline = dlt.pipeline(
+            pipeline_name=f"bench_{tag}", destination=http_sink, pipelines_dir=pipelines_dir
+        )
+        t0 = time.perf_counter()
+        pipeline.run(source)
+        seconds = time.perf_counter() - t0
     got = sum(
         len(b["records"] or [])
         for b in http.get(f"{samples}/_sink/batches").json()

@@ -38,7 +38,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from artemis.callback import CallbackTarget, resolve_base_url
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.events import Control, EventLog
+from artemis.event_kinds import Control
+from artemis.events import EventLog
 from artemis.logsetup import get_logger, register_secret
 from artemis.retained import Retained
 from artemis.run_models import (

@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from artemis.events import Control
+from artemis.event_kinds import Control
 from artemis.run_state import RunStatus, Verdict
 from artemis.security import is_safe_id
 

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from artemis.config import Settings
-from artemis.events import TERMINAL_EVENTS, Control, Ending
+from artemis.event_kinds import TERMINAL_EVENTS, Control, Ending
 from artemis.run_state import TERMINAL, StepStatus
 from starter.cli._common import _call, _call_error, _fail, _headers, console
 

@@ -287,3 +287,18 @@ def test_watch_shows_a_pause_a_wait_and_skipped_steps():
     out = Console(width=120, record=True)
     out.print(view)
     assert "skipped" in out.export_text()  # the emit step the run never reached
+
+
+def test_the_cli_starts_without_the_database_layer():
+    """Every CLI call starts a Python process: the commands that only talk to the API do
+    not import SQLAlchemy (a third of the CLI's start before; the database commands
+    import it when they run)."""
+    script = (
+        "import sys, starter.cli; print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in {'sqlalchemy', 'sqlmodel', 'temporalio'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -37,9 +37,13 @@ NOT_STATUSES = [
     ("artemis/literature/pubmed.py", '"ERROR"', "PubMed's own error key"),
     ("artemis/samples/literature.py", '"ERROR"', "PubMed's own error key (the sample)"),
     ("artemis/events.py", '"cancelled": True', "the SSE payload's flag of seed 001"),
-    ("artemis/events.py", 'PAUSED = "paused"', "the stream's event kind (Control), defined once"),
     (
-        "artemis/events.py",
+        "artemis/event_kinds.py",
+        'PAUSED = "paused"',
+        "the stream's event kind (Control), defined once",
+    ),
+    (
+        "artemis/event_kinds.py",
         'CANCELLED = "cancelled"',
         "the stream's end event (Ending), defined once",
     ),
