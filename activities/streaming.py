@@ -23,7 +23,7 @@ from typing import Any
 from activities.run_base import log, off_loop
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
-from artemis.logsetup import redact_text
+from artemis.redact import redact_text
 from artemis.run_models import RunRef, Streamed
 from artemis.sinks import EmitContext, Sink
 from artemis.tasks import TaskContext, TaskUnit

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import SQLModel
 
 from artemis.crawler.models import CookieRow
-from artemis.logsetup import REDACTED
+from artemis.redact import REDACTED
 from artemis.registry.models import RegProvCredential
 
 _PATTERNS = [

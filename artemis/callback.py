@@ -17,8 +17,9 @@ from urllib.parse import urlsplit, urlunsplit
 from artemis.config import CallbackSettings, SecuritySettings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, AnswerTooLarge, HttpClient, TransportError
-from artemis.logsetup import get_logger, register_secret
+from artemis.logsetup import get_logger
 from artemis.metrics import CALLBACKS
+from artemis.redact import register_secret
 from artemis.run_state import CallbackResult, verdict_of
 from artemis.security import check_request_host, is_bare_host
 from artemis.tracing import TraceContext

@@ -30,8 +30,8 @@ import yarl
 from artemis import jsonio
 from artemis.config import HttpClientSettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.logsetup import redact_text
 from artemis.outage import is_transient_status, status_reason
+from artemis.redact import redact_text
 
 Params = Mapping[str, Any] | None
 

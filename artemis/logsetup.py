@@ -4,11 +4,8 @@ with the fixed field set of SPEC §6 on every line and secrets redacted."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import logging.handlers
-import os
-import re
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -17,79 +14,10 @@ from typing import Any
 import structlog
 
 from artemis.config import LoggingSettings
+from artemis.pipes import QuietOnClosedPipe
+from artemis.redact import REDACTED, redact_text
 
 FIELDS = ("trace_id", "span_id", "request_id", "task_code", "task_id", "workflow_id")
-
-# Secret values registered at run time (tokens, cookie values); matched literally.
-_registered_secrets: set[str] = set()
-_PATTERNS = [
-    (re.compile(r"(web_session=)[^;\s\"',&]+"), r"\1***REDACTED***"),
-    (re.compile(r"(\"cookie_value\"\s*:\s*)\"[^\"]*\""), r'\1"***REDACTED***"'),
-    (
-        re.compile(
-            r"((?:authorization|x-callback-token)['\"]?\s*[:=]\s*['\"]?)(bearer\s+)?[^\s'\",}]+",
-            re.I,
-        ),
-        r"\1\2***REDACTED***",
-    ),
-]
-REDACTED = "***REDACTED***"
-
-
-class QuietOnClosedPipe:
-    """A text stream that stops writing once its reader has gone (a closed pipe) instead
-    of raising: a long-running command (`artemis dev`, `worker`, `api`) keeps serving when
-    whatever read its output exits."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self.closed_pipe = False
-
-    def write(self, text: str) -> int:
-        if not self.closed_pipe:
-            try:
-                return int(self._stream.write(text))
-            except BrokenPipeError:
-                self._gone()
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.closed_pipe:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                self._gone()
-
-    def _gone(self) -> None:
-        self.closed_pipe = True
-        # Python flushes stdout at exit: point it at nothing, so that flush is quiet too.
-        with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-
-    def isatty(self) -> bool:
-        return bool(self._stream.isatty())
-
-    def fileno(self) -> int:
-        return int(self._stream.fileno())
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-def register_secret(value: str | None) -> None:
-    """Make ``value`` redacted wherever it would appear in a log line."""
-    if value and len(value) >= 4:
-        _registered_secrets.add(value)
-
-
-def redact_text(text: str) -> str:
-    for pattern, repl in _PATTERNS:
-        text = pattern.sub(repl, text)
-    for secret in _registered_secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 def _redact_value(value: Any) -> Any:

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.logsetup import redact_text
+from artemis.redact import redact_text
 from artemis.run_models import Outage
 
 # The codes a dependency's transient failure carries (when the error is retryable).

@@ -40,7 +40,8 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.event_kinds import Control
 from artemis.events import EventLog
-from artemis.logsetup import get_logger, register_secret
+from artemis.logsetup import get_logger
+from artemis.redact import register_secret
 from artemis.retained import Retained
 from artemis.run_models import (
     CURRENT_FLOW,

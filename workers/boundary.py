@@ -26,8 +26,9 @@ from temporalio.worker import (
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import ACTIVITY_STEP
-from artemis.logsetup import get_logger, redact_text
+from artemis.logsetup import get_logger
 from artemis.metrics import ACTIVITY_SECONDS
+from artemis.redact import redact_text
 from artemis.run_models import (
     BatchInput,
     EmitResult,

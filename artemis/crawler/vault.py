@@ -30,7 +30,7 @@ from artemis.config import Settings
 from artemis.crawler.models import CookieRow, VaultKey
 from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.logsetup import register_secret
+from artemis.redact import register_secret
 from artemis.registry.models import RegProvCredential
 from artemis.vault import MASTER_KEY_ENV, derive_multi, master_key, read_master_keys
 

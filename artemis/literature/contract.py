@@ -26,8 +26,9 @@ from artemis.http import (
     status_error,
     transport_error,
 )
-from artemis.logsetup import get_logger, register_secret
+from artemis.logsetup import get_logger
 from artemis.ratelimit import TokenBucket, gate_for
+from artemis.redact import register_secret
 from artemis.registry.models import PAGINATION_MODES, RegProvCredential
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
 from artemis.security import check_same_origin

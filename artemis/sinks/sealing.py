@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.logsetup import register_secret
+from artemis.redact import register_secret
 from artemis.sinks.factory import OPERATOR_ONLY
 
 # A request's sink secrets (SPEC §5): header values of ``output.http_headers`` and an

@@ -27,8 +27,9 @@ from artemis.crawler.cookies import add_cookie
 from artemis.crawler.models import SourceNote
 from artemis.crawler.vault import vault_for
 from artemis.db import get_engine
-from artemis.logsetup import QuietOnClosedPipe, configure_logging
+from artemis.logsetup import configure_logging
 from artemis.migrate import upgrade
+from artemis.pipes import QuietOnClosedPipe
 from artemis.registry.yaml_io import import_yaml
 from artemis.run_state import RunStatus
 from artemis.samples.app import create_app as create_samples_app

@@ -20,7 +20,7 @@ import sys
 import typer
 
 from artemis.errors import ArtemisError
-from artemis.logsetup import redact_text
+from artemis.redact import redact_text
 from starter.cli import audit, servers, tasks
 from starter.cli._common import err_console
 from starter.cli.cookies import cookies_app

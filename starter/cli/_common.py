@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from artemis.config import Settings, load_settings
-from artemis.logsetup import QuietOnClosedPipe
+from artemis.pipes import QuietOnClosedPipe
 
 # Off a terminal (a pipe, a file) nothing is wrapped at 80 columns: a link stays whole.
 _WIDTH = None if sys.stdout.isatty() else 10_000

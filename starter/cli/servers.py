@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from artemis.heap import settle_after_startup
-from artemis.logsetup import configure_logging
 from starter.cli._common import ConfigOpt, _fail, _require_master_key, _settings, console
 
 samples_app = typer.Typer(
@@ -24,6 +23,7 @@ def api(config: Path | None = ConfigOpt, host: str | None = None, port: int | No
     # lazy: importing them costs every `artemis` start-up ~1.5 s
     import uvicorn
 
+    from artemis.logsetup import configure_logging
     from starter.api.app import create_app
 
     _require_master_key()

@@ -291,11 +291,11 @@ def test_watch_shows_a_pause_a_wait_and_skipped_steps():
 
 def test_the_cli_starts_without_the_database_layer():
     """Every CLI call starts a Python process: the commands that only talk to the API do
-    not import SQLAlchemy (a third of the CLI's start before; the database commands
-    import it when they run)."""
+    not import SQLAlchemy (a third of the CLI's start before), Temporal's client or the
+    logging set-up (structlog); the commands that need them import them when they run."""
     script = (
-        "import sys, starter.cli; print(sorted(m for m in sys.modules"
-        " if m.split('.')[0] in {'sqlalchemy', 'sqlmodel', 'temporalio'}))"
+        "import sys, infra.devstack.cli, starter.cli; print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in {'sqlalchemy', 'sqlmodel', 'temporalio', 'structlog'}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT

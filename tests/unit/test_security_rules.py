@@ -92,7 +92,7 @@ def test_a_resolved_outputs_credential_urls_are_run_secrets_not_history():
 def test_only_the_credentials_of_sink_secrets_are_redacted():
     """Redaction replaces a registered value everywhere: a plain header value or an
     sslmode would garble every log line, so only credentials are registered."""
-    from artemis.logsetup import redact_text
+    from artemis.redact import redact_text
     from artemis.sinks.sealing import SECRET_REF, seal_output, unseal_output
 
     team = f"team{new_task_id()}"

@@ -6,7 +6,8 @@ import json
 import logging
 
 from artemis.config import LoggingSettings
-from artemis.logsetup import configure_logging, get_logger, redact_text, register_secret
+from artemis.logsetup import configure_logging, get_logger
+from artemis.redact import redact_text, register_secret
 from artemis.tracing import extract_trace, parse_traceparent
 
 
