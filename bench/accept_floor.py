@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -49,6 +48,7 @@ from bench.floor_shape import (  # noqa: E402
     floor_io_step,
     floor_step,
 )
+from bench.stack import remove_bench_dir  # noqa: E402
 from infra.devserver import DevServer, free_port  # noqa: E402
 
 
@@ -169,8 +169,7 @@ async def main() -> None:
         print(json.dumps(out))
     finally:
         server.stop()
-        if os.environ.get("ARTEMIS_BENCH_KEEP") != "1":  # as bench/stack.py
-            shutil.rmtree(tmp, ignore_errors=True)
+        remove_bench_dir(tmp)
 
 
 if __name__ == "__main__":

@@ -167,7 +167,11 @@ def bench_stack(
             except subprocess.TimeoutExpired:
                 p.kill()
         temporal.stop()
-        # The database, logs and config go with the stack (a bench's SQLite WAL alone
-        # reaches ~60 MB); ARTEMIS_BENCH_KEEP=1 keeps them to look at.
-        if os.environ.get("ARTEMIS_BENCH_KEEP") != "1":
-            shutil.rmtree(tmp, ignore_errors=True)
+        remove_bench_dir(tmp)
+
+
+def remove_bench_dir(path: Path) -> None:
+    """A bench's temporary directory goes when it ends (a stack's SQLite WAL alone reaches
+    ~60 MB); ARTEMIS_BENCH_KEEP=1 keeps it to look at."""
+    if os.environ.get("ARTEMIS_BENCH_KEEP") != "1":
+        shutil.rmtree(path, ignore_errors=True)
