@@ -18,25 +18,45 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.service import RPCError, RPCStatusCode
 
 from artemis.config import HttpClientSettings
 from artemis.http import HttpClient, make_client
+
+TRANSIENT_RPC = frozenset(
+    {
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+    }
+)
 
 
 async def eventually(
     check: Callable[[], Any], what: str, timeout: float = 60, interval: float = 0.05
 ) -> Any:
     """Poll ``check`` (sync or async) until it returns something truthy and return that;
-    fail the test, naming ``what``, when ``timeout`` seconds pass first."""
+    fail the test, naming ``what``, when ``timeout`` seconds pass first. A transient
+    Temporal error (``TRANSIENT_RPC``) counts as a falsy answer; any other error fails."""
     deadline = time.monotonic() + timeout
+    transient: RPCError | None = None
     while True:
-        value = check()
-        if inspect.isawaitable(value):
-            value = await value
+        try:
+            value = check()
+            if inspect.isawaitable(value):
+                value = await value
+        except RPCError as err:
+            # A loaded dev server answers a read now and then with CANCELLED or
+            # UNAVAILABLE; that is "not yet", not the answer. Other codes fail at once.
+            if err.status not in TRANSIENT_RPC:
+                raise
+            transient, value = err, None
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+            last = f" (last server error: {transient})" if transient is not None else ""
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}{last}")
         await asyncio.sleep(interval)
 
 
