@@ -41,10 +41,38 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Who may call the API, and what they may do (README "Security"): a `client` starts runs
+# and reads and controls its own; an `operator` reads and controls every run; an `admin`
+# also decrypts payloads (the codec route) and manages the registry and cookies.
+Role = Literal["client", "operator", "admin"]
+ROLES: tuple[str, ...] = ("client", "operator", "admin")
+# The owner of runs started by a bare-string token or on an API without tokens: its task
+# ids are not qualified (``{owner}~{id}`` is for named tokens).
+DEFAULT_OWNER = "default"
+
+
+class ApiToken(_Section):
+    """A named API token. The name owns the runs the token starts (their task ids read
+    ``{name}~{id}``) and is what the Temporal UI filters by; the token itself comes from
+    the environment (``ARTEMIS__SERVER__API_TOKENS``) or a file outside the repo."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,31}$")]
+    token: str
+    role: Role = "client"
+
+    @field_validator("name")
+    @classmethod
+    def _not_default(cls, v: str) -> str:
+        if v == DEFAULT_OWNER:
+            raise ValueError(f"{DEFAULT_OWNER!r} is the owner of bare-string tokens' runs")
+        return v
+
+
 class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    api_tokens: list[str] = Field(default_factory=list)
+    # Bare strings are admin tokens owned by "default"; mappings are named ApiTokens.
+    api_tokens: list[str | ApiToken] = Field(default_factory=list)
     sync_timeout_s: float = Field(60.0, gt=0)
     max_body_bytes: int = Field(1_048_576, gt=0)
     # Wall-clock budget of one run; past it the run ends with status `timeout`.
@@ -58,15 +86,34 @@ class ServerSettings(_Section):
 
     @field_validator("api_tokens")
     @classmethod
-    def _tokens(cls, v: list[str]) -> list[str]:
+    def _tokens(cls, v: list[str | ApiToken]) -> list[str | ApiToken]:
         # An unfilled template (`[""]`) must not read as "tokens configured": an empty
         # token would let a request without Authorization through.
-        for n, token in enumerate(v):
+        names: set[str] = set()
+        values: set[str] = set()
+        for n, entry in enumerate(v):
+            token = entry if isinstance(entry, str) else entry.token
             if not token or not token.strip():
                 raise ValueError(f"token #{n + 1} is empty: remove it or give it a value")
             if token != token.strip():
                 raise ValueError(f"token #{n + 1} has leading or trailing whitespace")
+            if token in values:
+                raise ValueError(f"token #{n + 1} is listed twice")
+            values.add(token)
+            if isinstance(entry, ApiToken):
+                if entry.name in names:
+                    raise ValueError(f"token #{n + 1}: the name {entry.name!r} is taken")
+                names.add(entry.name)
         return v
+
+    def tokens(self) -> list[ApiToken]:
+        """Every configured token as an ApiToken (a bare string: admin, owner "default")."""
+        return [
+            ApiToken.model_construct(name=DEFAULT_OWNER, token=t, role="admin")
+            if isinstance(t, str)
+            else t
+            for t in self.api_tokens
+        ]
 
 
 class LogFileSettings(_Section):

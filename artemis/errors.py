@@ -43,6 +43,10 @@ class ErrorCode(StrEnum):
     INTERNAL = "INTERNAL"
     # API-level codes that are not task failures.
     UNAUTHORIZED = "UNAUTHORIZED"
+    # A valid token whose role may not use the route (a client on the codec route).
+    FORBIDDEN = "FORBIDDEN"
+    # A caller past a per-token or per-process cap (open event streams, say).
+    TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     CONFLICT = "CONFLICT"
     NOT_FOUND = "NOT_FOUND"
@@ -91,6 +95,8 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.CANCELLED: _CodeInfo(False, 0, 409),
     ErrorCode.INTERNAL: _CodeInfo(True, 4, 500),
     ErrorCode.UNAUTHORIZED: _CodeInfo(False, 0, 401),
+    ErrorCode.FORBIDDEN: _CodeInfo(False, 0, 403),
+    ErrorCode.TOO_MANY_REQUESTS: _CodeInfo(True, 0, 429),
     ErrorCode.PAYLOAD_TOO_LARGE: _CodeInfo(False, 0, 413),
     ErrorCode.CONFLICT: _CodeInfo(False, 0, 409),
     ErrorCode.NOT_FOUND: _CodeInfo(False, 0, 404),

@@ -1,9 +1,12 @@
-"""Who may call the API (SPEC §5), as a FastAPI security dependency: with
-``server.api_tokens`` set, every route but the probes (``/health``, ``/ready``: a
-Kubernetes probe carries no token, and they show no secret or config value) needs
-``Authorization: Bearer <token>`` — ``/openapi.json`` and ``/docs`` too. Without tokens
-the API is open (and the bind guard keeps it on loopback). ``/openapi.json`` declares the
-scheme, so ``/docs`` offers to send it.
+"""Who may call the API, as a FastAPI security dependency: with ``server.api_tokens``
+set, every route but the probes (``/health``, ``/ready``: a Kubernetes probe carries no
+token, and they show no secret or config value) needs ``Authorization: Bearer <token>``
+— ``/openapi.json`` and ``/docs`` too. Without tokens the API is open (and the bind guard
+keeps it on loopback) and every caller is the admin "default". ``/openapi.json`` declares
+the scheme, so ``/docs`` offers to send it.
+
+The token found is the request's :class:`Principal` (its name owns the runs it starts,
+its role says what else it may touch): ``principal(request)``.
 
 The same dependency refuses what a web page could send cross-site to a state-changing
 route (``json_only``: CSRF)."""
@@ -11,11 +14,13 @@ route (``json_only``: CSRF)."""
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Request, Security
+from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from artemis.config import DEFAULT_OWNER, ApiToken
 from artemis.errors import ArtemisError, ErrorCode
 
 bearer = HTTPBearer(
@@ -25,20 +30,57 @@ bearer = HTTPBearer(
 )
 
 
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the token's name (the owner of the runs it starts) and role."""
+
+    name: str
+    role: str
+
+    @property
+    def sees_all(self) -> bool:
+        """Reads and controls every owner's runs (operator, admin)."""
+        return self.role in ("operator", "admin")
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+# An API without tokens: the one caller is the admin of the default namespace.
+OPEN = Principal(DEFAULT_OWNER, "admin")
+
+
 async def require_token(
     request: Request, credentials: HTTPAuthorizationCredentials | None = Security(bearer)
 ) -> None:
     """Refuse a request without a configured token (401 UNAUTHORIZED), then a state
-    change that is not JSON (415)."""
-    tokens = request.app.state.settings.server.api_tokens
+    change that is not JSON (415); remember who called (``principal``)."""
+    tokens = request.app.state.settings.server.tokens()
     given = credentials.credentials if credentials is not None else ""
-    if tokens and not token_ok(given, tokens):
+    found = token_for(given, tokens) if tokens else None
+    if tokens and found is None:
         raise ArtemisError(
             ErrorCode.UNAUTHORIZED, "missing or invalid bearer token (Authorization header)"
         )
+    request.state.principal = OPEN if found is None else Principal(found.name, found.role)
     refused = json_only(request.method, request.headers, bool(tokens))
     if refused is not None:
         raise refused
+
+
+async def require_admin(request: Request, _: None = Depends(require_token)) -> None:
+    """A route for admins only (403 FORBIDDEN naming the role needed)."""
+    who = principal(request)
+    if not who.is_admin:
+        raise ArtemisError(
+            ErrorCode.FORBIDDEN, f"this route needs an admin token (token {who.name!r} is a {who.role})"
+        )
+
+
+def principal(request: Request) -> Principal:
+    """Who made ``request`` (set by ``require_token``, which every guarded route runs)."""
+    return getattr(request.state, "principal", None) or OPEN
 
 
 async def refusal(request: Request) -> ArtemisError | None:
@@ -52,11 +94,15 @@ async def refusal(request: Request) -> ArtemisError | None:
     return None
 
 
-def token_ok(token: str, tokens: list[str]) -> bool:
-    """``token`` is among ``tokens`` (compared as bytes in constant time: a non-ASCII
-    header is a wrong token, not a server error)."""
+def token_for(token: str, tokens: list[ApiToken]) -> ApiToken | None:
+    """The configured token equal to ``token`` (compared as bytes in constant time, every
+    entry looked at: a non-ASCII header is a wrong token, not a server error)."""
     raw = token.encode("utf-8", "surrogateescape")
-    return bool(token) and any(hmac.compare_digest(raw, t.encode()) for t in tokens)
+    found = None
+    for entry in tokens:
+        if hmac.compare_digest(raw, entry.token.encode()) and token:
+            found = entry
+    return found
 
 
 def json_only(method: str, headers: Any, tokens: bool) -> ArtemisError | None:
@@ -84,6 +130,7 @@ def json_only(method: str, headers: Any, tokens: bool) -> ArtemisError | None:
 
 GUARDED_RESPONSES: dict[int | str, dict] = {
     401: {"description": "UNAUTHORIZED: a bearer token is required (server.api_tokens)"},
+    403: {"description": "FORBIDDEN: the token's role may not use this route"},
     415: {
         "description": "UNSUPPORTED_MEDIA_TYPE: bodies (and, without a token, state "
         "changes) are application/json"

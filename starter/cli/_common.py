@@ -74,8 +74,10 @@ def _api_url(settings: Settings, api: str | None) -> str:
 
 
 def _headers(settings: Settings) -> dict[str, str]:
-    tokens = settings.server.api_tokens or []
-    token = os.environ.get("ARTEMIS_API_TOKEN") or (tokens[0] if tokens else None)
+    # ARTEMIS_API_TOKEN first (a client's own token); else the config's first token, for
+    # an operator on the API's own machine.
+    tokens = settings.server.tokens()
+    token = os.environ.get("ARTEMIS_API_TOKEN") or (tokens[0].token if tokens else None)
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
