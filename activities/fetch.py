@@ -73,7 +73,7 @@ class FetchActivities(RunActivityBase):
         progress_every = self.settings.events.progress_min_interval_ms / 1000
         progress_at = started
         outage: Outage | None = None
-        pages = task.fetch(ctx, self.client, state["checkpoint"])
+        pages = task.fetch(ctx, task.source_client(self.client, ctx), state["checkpoint"])
         # Set when Temporal cancels the fetch (a pause, a stop; learnt with the answer to
         # a heartbeat): no new request, the page in flight is taken, then the batch ends
         # at that page boundary with its checkpoint.

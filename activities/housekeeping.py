@@ -21,6 +21,10 @@ from artemis.run_state import OPEN, RunStatus, end_error
 from artemis.sinks.files import drop_file_records_older_than
 from artemis.taskstore import ConcurrentModification, TaskNotFound, TaskStorage, make_task_storage
 from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
+from artemis.vault import START_SEP
+
+# A start writes its secrets just before its run starts: younger ones are never orphans.
+ORPHAN_SECRET_AGE = timedelta(hours=1)
 
 
 class HousekeepingActivities:
@@ -52,6 +56,7 @@ class HousekeepingActivities:
         for key in expired:
             await off_loop(self.data.drop, key)
         keep = await off_loop(self.retained.live_keys, now)
+        secrets = await off_loop(self._drop_orphan_secrets, now - ORPHAN_SECRET_AGE, keep)
         pages = await off_loop(self.staging.drop_older_than, before, keep)
         events = await off_loop(self.events.drop_older_than, before)
         # A run may write files for up to 30 days (meta.timeout_s); its records go once it
@@ -67,6 +72,7 @@ class HousekeepingActivities:
             events_removed=events,
             sink_files_forgotten=files,
             retained_expired=len(expired),
+            run_secrets_dropped=secrets,
         )
         return CleanupResult(
             tasks_removed=tasks,
@@ -75,6 +81,24 @@ class HousekeepingActivities:
             runs_reconciled=reconciled,
             sink_files_forgotten=files,
         )
+
+    def _drop_orphan_secrets(self, before: datetime, kept: set[str]) -> int:
+        """Secrets written before ``before`` whose run is not open (pending or running in
+        task storage) and not kept for a retry: a start that never became a run, a run
+        terminated in Temporal (it never reached its own clean-up), a start whose refusal
+        could not drop them. Returns how many keys were dropped."""
+        dropped = 0
+        for key in self.data.secrets.keys_older_than(before):
+            run = key.split(START_SEP, 1)[0]
+            if run in kept:
+                continue
+            _, _, task_id = run.partition("/")
+            record = self.task_store.load(task_id) if task_id else None
+            if record is not None and record.status in OPEN:
+                continue
+            self.data.secrets.drop_key(key)
+            dropped += 1
+        return dropped
 
     async def _reconcile_open_runs(self, quiet_since: Any) -> int:
         """Runs the task store holds open (pending/running), untouched since

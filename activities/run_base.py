@@ -30,20 +30,19 @@ from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.retained import Retained
 from artemis.run_models import RunRef
-from artemis.security import origin
+from artemis.security import same_origin
 from artemis.sinks.base import Sink
 from artemis.sinks.factory import builds_offline
 from artemis.sinks.files import drop_file_records
-from artemis.sinks.sealing import unseal_output
+from artemis.sinks.sealing import register_sink_secret, unseal_output
 from artemis.staging import Staging
 from artemis.tasks import TaskContext, TaskUnit
 from artemis.taskstore import TaskStorage, make_task_storage
 from artemis.tracing import TraceContext
-from artemis.vault import RunSecrets
+from artemis.vault import CALLBACK_TOKEN, RunSecrets
 
 log = get_logger("artemis.activities")
 
-CALLBACK_TOKEN = "callback_token"
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -86,6 +85,12 @@ def own_hooks(task: TaskUnit, *names: str) -> bool:
 
 def run_key(run: RunRef) -> str:
     return f"{run.task_code}/{run.task_id}"
+
+
+def secrets_key(run: RunRef) -> str:
+    """Where the run's secrets are: its start's key, else (a run started without one)
+    under its top run's key (a backfill's windows use their parent's)."""
+    return run.secrets_key or f"{run.task_code}/{run.root_task_id or run.task_id}"
 
 
 def require_every_page(pages: list[tuple[int, Any]], first: int, last: int, what: str) -> None:
@@ -256,7 +261,7 @@ class RunActivityBase:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.client = make_client(settings.http_client)
+        self.client = make_client(settings.http_client, settings.security)
         self.data = RunData(settings)
         self.staging = self.data.staging
         self.secrets = self.data.secrets
@@ -308,11 +313,18 @@ class RunActivityBase:
     ) -> TaskContext:
         if output:
             # A request's sink secrets, read back inside the activity (never in history).
-            # (stored under the top run's key: a backfill's windows use their parent's)
-            owner = f"{run.task_code}/{run.root_task_id or run.task_id}"
+            key = secrets_key(run)
+            opened: list[tuple[str, str]] = []
             output = await on_loop_if(
-                self.db_here, unseal_output, output, lambda name: self.secrets.get(owner, name)
+                self.db_here,
+                unseal_output,
+                output,
+                lambda name: self.secrets.get(key, name),
+                opened,
             )
+            # Redacted in this activity's text only (a thread's context is its own).
+            for name, value in opened:
+                register_sink_secret(name, value)
         return TaskContext(
             task_code=run.task_code,
             task_id=run.task_id,
@@ -331,12 +343,17 @@ class RunActivityBase:
         tgt = CallbackTarget(**target)
         if not tgt.enabled:
             return None
-        token = await on_loop_if(self.db_here, self.secrets.get, run_key(run), CALLBACK_TOKEN)
+        token = await on_loop_if(self.db_here, self.secrets.get, secrets_key(run), CALLBACK_TOKEN)
         token = token or self._default_token(tgt)
+        # A callback URL that is not the operator's (callback.base_url's origin) came
+        # from the request: its connections are checked where they are made.
+        hosts = self.settings.callback_hosts()
+        url = resolve_base_url(tgt, self.settings.callback, hosts)
+        own = same_origin(url, self.settings.callback.base_url)
         return CallbackClient(
             tgt,
             self.settings.callback,
-            self.client,
+            self.client if own else self.client.guarded(hosts),
             trace,
             token,
             run.request_id,
@@ -351,4 +368,4 @@ class RunActivityBase:
         if not cfg.default_token or not cfg.base_url:
             return None
         url = resolve_base_url(target, cfg, self.settings.callback_hosts())
-        return cfg.default_token if origin(url) == origin(cfg.base_url) else None
+        return cfg.default_token if same_origin(url, cfg.base_url) else None

@@ -19,7 +19,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, AnswerTooLarge, HttpClient, TransportError
 from artemis.logsetup import get_logger
 from artemis.metrics import CALLBACKS
-from artemis.redact import register_secret
+from artemis.redact import scoped
 from artemis.run_state import CallbackResult, verdict_of
 from artemis.security import check_request_host, is_bare_host
 from artemis.tracing import TraceContext
@@ -125,7 +125,7 @@ class CallbackClient:
         self.trace = trace
         self.token = token
         self.request_id = request_id
-        register_secret(token)
+        scoped(token)  # this run's text only: the token may be a request's
         if allowed_hosts is None:
             allowed_hosts = SecuritySettings().allowed_hosts
         self.base = resolve_base_url(target, settings, allowed_hosts) if target.enabled else None

@@ -28,6 +28,7 @@ from pydantic_settings import (
 )
 
 from artemis.errors import ArtemisError, ErrorCode, describe_fields, validation_fields
+from artemis.owners import DEFAULT_OWNER
 from artemis.run_models import RunTuning
 
 # The YAML file of the settings being loaded (pydantic-settings' own YAML source reads it).
@@ -46,9 +47,6 @@ class _Section(BaseModel):
 # also decrypts payloads (the codec route) and manages the registry and cookies.
 Role = Literal["client", "operator", "admin"]
 ROLES: tuple[str, ...] = ("client", "operator", "admin")
-# The owner of runs started by a bare-string token or on an API without tokens: its task
-# ids are not qualified (``{owner}~{id}`` is for named tokens).
-DEFAULT_OWNER = "default"
 
 
 class ApiToken(_Section):
@@ -359,8 +357,25 @@ class VaultSettings(_Section):
 
 class SecuritySettings(_Section):
     # Hosts a URL from a request may name (source base URLs in params, sink endpoints in
-    # output, callback URLs): exact names or IPs, "*.example.com", "*" for any. SPEC §5.
-    allowed_hosts: list[str] = Field(default_factory=lambda: ["127.0.0.1", "localhost", "::1"])
+    # output, callback URLs): exact names, IPs or CIDR networks, "*.example.com", "*" for
+    # any; "host:port" allows that port only. An internal address (loopback, private,
+    # link-local, reserved) is reached only through a literal IP or CIDR entry, checked
+    # where the connection is made. The default: the dev stack's sample servers only.
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1:8300", "localhost:8300", "[::1]:8300"]
+    )
+    # A DNS server ("host:port") to resolve request URLs' names with, instead of the
+    # system's resolver (the API's check and the workers' connections ask the same one).
+    dns_server: str | None = None
+
+    @field_validator("dns_server")
+    @classmethod
+    def _dns_server(cls, v: str | None) -> str | None:
+        if v is not None:
+            host, sep, port = v.rpartition(":")
+            if not sep or not port.isdigit() or not host:
+                raise ValueError(f"a DNS server as host:port, got {v!r}")
+        return v
 
 
 class Settings(BaseSettings):

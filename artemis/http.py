@@ -28,8 +28,9 @@ import certifi
 import yarl
 
 from artemis import jsonio
-from artemis.config import HttpClientSettings
+from artemis.config import HttpClientSettings, SecuritySettings
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.netguard import AddressRefused, AllowList, Resolver, Unresolvable, admitted, parse_ip
 from artemis.outage import is_transient_status, status_reason
 from artemis.redact import redact_text
 
@@ -144,6 +145,11 @@ class ProtocolError(TransportError):
     reason = "connection closed mid-answer"
 
 
+class AddressNotAllowed(TransportError):
+    """A request-supplied URL whose host, or every address it resolves to, the allow-list
+    does not admit (``artemis.netguard``): never sent, never retried."""
+
+
 class InvalidURL(TransportError):
     """A URL no request can be sent to (not http(s), a broken host or port)."""
 
@@ -181,8 +187,24 @@ class HttpClient:
     is cut there), and its body must be read whole within T of the headers, so an answer
     that trickles in a byte at a time is a :class:`ReadTimeout` too."""
 
-    def __init__(self, settings: HttpClientSettings) -> None:
+    def __init__(
+        self,
+        settings: HttpClientSettings,
+        security: SecuritySettings | None = None,
+        *,
+        guard_hosts: list[str] | None = None,
+    ) -> None:
         self._settings = settings
+        # ``guard_hosts``: this client is for URLs a request supplied (``guarded()``):
+        # each connection goes to an address that allow-list admits, resolved here, and
+        # never through a proxy from the environment.
+        self._security = security
+        self._guard = (
+            (AllowList(guard_hosts), Resolver(security.dns_server if security else None))
+            if guard_hosts is not None
+            else None
+        )
+        self._guarded: dict[tuple[str, ...], HttpClient] = {}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proxies: dict[str, str] = {}
@@ -201,11 +223,12 @@ class HttpClient:
             self._loop = loop
             # Proxies from the environment, resolved here: aiohttp's own lookup
             # (trust_env) would also read ~/.netrc on every request and send its passwords.
-            self._proxies = getproxies()
+            self._proxies = getproxies() if self._guard is None else {}
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=s.max_connections,
                     ssl=_ssl_context() if s.verify_ssl else False,
+                    resolver=_GuardedResolver(*self._guard) if self._guard else None,
                 ),
                 headers=dict(s.headers),
                 timeout=self._timeout,
@@ -214,6 +237,22 @@ class HttpClient:
                 raise_for_status=False,
             )
         return self._session
+
+    def guarded(self, allowed_hosts: list[str] | None = None) -> HttpClient:
+        """The client for URLs a request supplied (a source base URL in its params, a sink
+        endpoint or callback URL other than the operator's): the same settings, with the
+        address of every connection checked against ``allowed_hosts`` (default:
+        ``security.allowed_hosts``)."""
+        if self._guard is not None:
+            return self
+        if allowed_hosts is None:
+            allowed_hosts = (self._security or SecuritySettings()).allowed_hosts
+        key = tuple(allowed_hosts)
+        if key not in self._guarded:
+            self._guarded[key] = HttpClient(
+                self._settings, self._security, guard_hosts=list(allowed_hosts)
+            )
+        return self._guarded[key]
 
     def _proxy_for(self, url: yarl.URL) -> str | None:
         if not self._proxies:
@@ -278,6 +317,8 @@ class HttpClient:
             target = encode_url(full)
         except ValueError as e:
             raise _mapped(e, url) from e
+        if self._guard is not None:
+            self._check_named(target)
         body: bytes | str | None = content
         send_headers = dict(headers or {})
         if data:
@@ -328,10 +369,31 @@ class HttpClient:
         except (aiohttp.ClientError, ValueError, OSError) as e:
             raise _mapped(e, full) from e
 
+    def _check_named(self, target: yarl.URL) -> None:
+        """A guarded request's host is in the allow-list, and an IP literal is an address
+        it admits (a name's addresses are checked by the resolver, on each connection)."""
+        assert self._guard is not None
+        allow = self._guard[0]
+        host, port = target.raw_host or "", target.port
+        if allow.match(host, port) is None:
+            raise AddressNotAllowed(
+                f"host {host!r} (port {port}) is not in security.allowed_hosts",
+                reason="address not allowed",
+            )
+        ip = parse_ip(host)
+        if ip is not None and not allow.admits(ip, port):
+            raise AddressNotAllowed(
+                f"{ip} is an internal address that no IP or CIDR entry of "
+                "security.allowed_hosts contains",
+                reason="address not allowed",
+            )
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        for guarded in self._guarded.values():
+            await guarded.aclose()
 
     async def __aenter__(self) -> HttpClient:
         return self
@@ -340,8 +402,49 @@ class HttpClient:
         await self.aclose()
 
 
-def make_client(settings: HttpClientSettings) -> HttpClient:
-    return HttpClient(settings)
+def make_client(
+    settings: HttpClientSettings, security: SecuritySettings | None = None
+) -> HttpClient:
+    """The workers' client; with ``security``, its ``guarded()`` sibling can be had."""
+    return HttpClient(settings, security)
+
+
+class _GuardedResolver(aiohttp.abc.AbstractResolver):
+    """aiohttp's resolver step for a guarded client: only admitted addresses are returned,
+    so the connection is made to an address that was checked (no second lookup)."""
+
+    def __init__(self, allow: AllowList, resolver: Resolver) -> None:
+        self._allow = allow
+        self._resolver = resolver
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        try:
+            ips = await admitted(host, port, self._allow, self._resolver)
+        except Unresolvable as e:
+            raise socket.gaierror(socket.EAI_NONAME, str(e)) from None
+        out: list[aiohttp.abc.ResolveResult] = []
+        for ip in ips:
+            fam = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+            if family in (socket.AF_INET, socket.AF_INET6) and fam != family:
+                continue
+            out.append(
+                {
+                    "hostname": host,
+                    "host": str(ip),
+                    "port": port,
+                    "family": fam,
+                    "proto": 0,
+                    "flags": socket.AI_NUMERICHOST,
+                }
+            )
+        if not out:
+            raise socket.gaierror(socket.EAI_NONAME, f"{host!r}: no admitted address")
+        return out
+
+    async def close(self) -> None:
+        return None
 
 
 def _ssl_context() -> ssl.SSLContext:
@@ -501,6 +604,8 @@ def _mapped(e: BaseException, url: str) -> TransportError:
     else:
         text = str(e) or type(e).__name__
     text = _QUERY.sub("?…", text)
+    if isinstance(getattr(e, "os_error", None), AddressRefused):
+        return AddressNotAllowed(str(e.os_error), reason="address not allowed")  # type: ignore[attr-defined]
     if isinstance(e, aiohttp.ConnectionTimeoutError):
         return ConnectTimeout(text)
     if isinstance(e, TimeoutError):  # aiohttp's ServerTimeoutError (a read) is one
@@ -536,6 +641,14 @@ def transport_error(code: ErrorCode, what: str, exc: TransportError) -> ArtemisE
             f"{what}: {exc}",
             retryable=False,
             details={"reason": exc.reason, "limit": exc.limit},
+        )
+    if isinstance(exc, AddressNotAllowed):
+        # The request's URL leads where it may not: no retry can change that.
+        return ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"{what}: {exc}",
+            retryable=False,
+            details={"reason": exc.reason},
         )
     if isinstance(exc, TransportTimeout):
         message = f"{what}: timed out ({type(exc).__name__})"

@@ -23,7 +23,9 @@ SA_TASK_ID = "ArtemisTaskId"
 SA_RUN_ID = "ArtemisRunId"
 SA_PROVENANCE = "ArtemisProvenance"
 SA_TASK_TYPE = "ArtemisTaskType"
-SEARCH_ATTRIBUTES = (SA_TASK_CODE, SA_TASK_ID, SA_RUN_ID, SA_PROVENANCE, SA_TASK_TYPE)
+# The name of the API token that started the run (artemis/owners.py).
+SA_OWNER = "ArtemisOwner"
+SEARCH_ATTRIBUTES = (SA_TASK_CODE, SA_TASK_ID, SA_RUN_ID, SA_PROVENANCE, SA_TASK_TYPE, SA_OWNER)
 
 
 def workflow_id_for(task_code: str, task_id: str) -> str:
@@ -92,6 +94,8 @@ class RunRef:
     request_id: str | None = None
     # The task id of the run's top ancestor (a backfill's window runs stream into it).
     root_task_id: str | None = None
+    # Where the run's secrets are kept (``RunRequest.secrets_key``).
+    secrets_key: str | None = None
 
 
 @dataclass
@@ -163,6 +167,10 @@ class RunRequest:
     tuning: RunTuning = field(default_factory=RunTuning)
     carry: RunCarry | None = None
     root_task_id: str | None = None  # set on child runs: the top ancestor's task id
+    # The key of the run's secrets (its callback token, sink credentials): the start's
+    # own, so a start that is refused or attaches to a running run drops what it wrote
+    # and never hands it to another run. None: the secrets are under `{code}/{task id}`.
+    secrets_key: str | None = None
     # The workflow path the starter chose (SPEC §4 "Versioning"), in the run's input and so
     # in its history: 0 (runs started by builds before 0.9.0) asks each per-run patch, its
     # marker in the history or written now; CURRENT_FLOW takes every per-run patch of

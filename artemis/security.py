@@ -6,51 +6,32 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Any
 from urllib.parse import urlsplit
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.netguard import AddressRefused, AllowList, Resolver, Unresolvable, admitted
 
 SETTING = "security.allowed_hosts"
 
 
-def _entry(entry: str) -> tuple[str, int | None]:
-    """An allow-list entry as (host, pinned port or None): ``host``, ``host:port``,
-    ``[v6]:port``; a bare IPv6 address has no port."""
-    entry = entry.lower().strip()
-    if entry.startswith("["):
-        host, _, rest = entry[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
-    if entry.count(":") == 1:
-        host, _, port = entry.partition(":")
-        if port.isdigit():
-            return host, int(port)
-    return entry, None
-
-
-def _match(host: str, port: int | None, allowed: list[str]) -> str | None:
-    """How ``host`` (and ``port``) is allowed: "exact" (named), "wildcard", or None."""
-    host = host.lower().strip("[]")
-    how = None
-    for raw in allowed:
-        name, pinned = _entry(raw)
-        if pinned is not None and port is not None and pinned != port:
-            continue
-        if name == host:
-            return "exact"
-        if name == "*" or (name.startswith("*.") and host.endswith(name[1:])):
-            how = "wildcard"
-    return how
-
-
 def host_allowed(host: str, allowed: list[str], port: int | None = None) -> bool:
-    """Exact names or IPs; ``*`` allows any host, ``*.example.com`` its subdomains; an
-    entry ``host:port`` (``[v6]:port``) allows that port only."""
-    return _match(host, port, allowed) is not None
+    """Exact names, IPs or CIDR networks; ``*`` allows any host, ``*.example.com`` its
+    subdomains; an entry ``host:port`` (``[v6]:port``) allows that port only."""
+    return AllowList(allowed).match(host, port) is not None
 
 
 def check_request_url(url: str, allowed: list[str], what: str) -> str:
-    """The URL's host when it may be reached, else INVALID_INPUT naming the host, the
-    field and the setting."""
+    """The URL's host when it may be named, else INVALID_INPUT naming the host, the field
+    and the setting."""
+    host, _ = url_host_port(url, what)
+    check_request_host(host, allowed, what, url_host_port(url, what)[1])
+    return host
+
+
+def url_host_port(url: str, what: str) -> tuple[str, int]:
+    """An http(s) URL's host and port (the scheme's default when none), else
+    INVALID_INPUT naming ``what``."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -58,9 +39,7 @@ def check_request_url(url: str, allowed: list[str], what: str) -> str:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{what}: not a valid URL ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{what}: an http(s) URL, got {url!r}")
-    port = port or (443 if parts.scheme == "https" else 80)
-    check_request_host(parts.hostname, allowed, what, port)
-    return parts.hostname
+    return parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
 def check_request_host(host: str, allowed: list[str], what: str, port: int | None = None) -> None:
@@ -73,49 +52,25 @@ def check_request_host(host: str, allowed: list[str], what: str, port: int | Non
         )
 
 
-def _internal(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Not a public address: loopback, private, link-local, shared (100.64/10, where
-    some clouds keep their metadata service), reserved, multicast, unspecified."""
-    return not ip.is_global or ip.is_multicast
-
-
-async def check_resolved(host: str, allowed: list[str], what: str) -> None:
-    """A host allowed by a wildcard (``*``, ``*.example.com``) must not resolve to a
-    loopback, private or link-local address (169.254.169.254, 10.x, 127.x, ...) unless
-    the allow-list names that address: DNS cannot turn an allowed name into a way to
-    the machine's own ports or the cloud's metadata service. Named hosts are trusted."""
-    import asyncio
-    import socket
-
-    if _match(host, None, allowed) != "wildcard":
-        return
+async def check_resolved(
+    host: str,
+    allowed: list[str],
+    what: str,
+    port: int | None = None,
+    resolver: Resolver | None = None,
+) -> None:
+    """The host of a request's URL resolves, and to an address a connection may go to:
+    a public one, or an internal one (loopback, private, link-local, reserved, …) that a
+    literal IP or CIDR entry of the allow-list contains. A name that does not resolve now
+    is refused too. The worker checks again where it connects (the answer may change)."""
     try:
-        literal = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        literal = None
-    if literal is not None:
-        # an internal address matched only by a wildcard: not unless it is named
-        if _internal(literal):
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                f"{what}: {literal} is an internal address (loopback, private or "
-                f"link-local), which {SETTING} does not name",
-            )
-        return
-    try:
-        infos = await asyncio.wait_for(
-            asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM), 5
-        )
-    except (OSError, TimeoutError):
-        return  # unresolvable now: the request itself will fail (an outage), not reach in
-    for info in infos:
-        ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if _internal(ip) and _match(str(ip), None, allowed) != "exact":
-            raise ArtemisError(
-                ErrorCode.INVALID_INPUT,
-                f"{what}: host {host!r} resolves to the internal address {ip} (loopback, "
-                f"private or link-local), which {SETTING} does not name",
-            )
+        await admitted(host, port, AllowList(allowed), resolver or Resolver())
+    except Unresolvable as e:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"{what}: {e}: a request's host must resolve when it starts"
+        ) from None
+    except AddressRefused as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"{what}: {e}") from None
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
@@ -129,6 +84,17 @@ def origin(url: str) -> tuple[str, str, int | None]:
     if port is None:
         port = {"http": 80, "https": 443}.get(scheme)
     return scheme, (parts.hostname or "").lower(), port
+
+
+def same_origin(url: str, other: Any) -> bool:
+    """Whether ``url`` is on the origin of ``other`` (a URL the operator configured; None
+    or not a string: no origin, never the same)."""
+    if not isinstance(other, str) or not other:
+        return False
+    try:
+        return origin(url) == origin(other)
+    except ValueError:
+        return False
 
 
 def check_same_origin(url: str, base: str, who: str) -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+from datetime import datetime
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.engine import Connection
 
 from artemis.config import DEFAULT_MASTER_KEY_FILE
@@ -87,7 +88,23 @@ _SECRETS = RunSecret.__table__  # type: ignore[attr-defined]
 _GET_SECRET = select(_SECRETS.c.ciphertext).where(
     _SECRETS.c.run_key == bindparam("p_run_key"), _SECRETS.c.name == bindparam("p_name")
 )
-_DROP_SECRETS = delete(_SECRETS).where(_SECRETS.c.run_key == bindparam("p_run_key"))
+# A run's secrets: under its key, and under the keys of its starts (`{key}@{start}`).
+_DROP_SECRETS = delete(_SECRETS).where(
+    or_(
+        _SECRETS.c.run_key == bindparam("p_run_key"),
+        _SECRETS.c.run_key.like(bindparam("p_start_prefix"), escape="/"),
+    )
+)
+# Separates a run's key from the start that wrote its secrets (no task id holds it).
+START_SEP = "@"
+# The name of a run's CronJob token among its secrets.
+CALLBACK_TOKEN = "callback_token"
+
+
+def _starts_of(run_key: str) -> str:
+    """A LIKE pattern (escape "/") for the keys of ``run_key``'s starts."""
+    escaped = run_key.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    return f"{escaped}{START_SEP}%"
 
 
 class RunSecrets:
@@ -134,6 +151,38 @@ class RunSecrets:
         with self.engine.begin() as conn:
             conn.execute(stmt)
 
+    def put_many(self, run_key: str, values: dict[str, str]) -> None:
+        """Store a start's secrets in one transaction (its key is its own: nothing to keep
+        or replace)."""
+        table = RunSecret.__table__  # type: ignore[attr-defined]
+        now = utcnow()
+        rows = [
+            {
+                "run_key": run_key,
+                "name": name,
+                "ciphertext": self.fernet.encrypt(value.encode()).decode(),
+                "created_at": now,
+            }
+            for name, value in values.items()
+        ]
+        with self.engine.begin() as conn:
+            conn.execute(self._insert(table), rows)
+
+    def drop_key(self, key: str) -> None:
+        """Drop the secrets stored under exactly ``key`` (a refused start's)."""
+        table = RunSecret.__table__  # type: ignore[attr-defined]
+        with self.engine.begin() as conn:
+            conn.execute(delete(table).where(table.c.run_key == key))
+
+    def keys_older_than(self, before: datetime) -> list[str]:
+        """The keys with secrets written before ``before`` (candidates for the clean-up)."""
+        table = RunSecret.__table__  # type: ignore[attr-defined]
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(table.c.run_key).where(table.c.created_at < before).distinct()
+            ).all()
+        return [r.run_key for r in rows]
+
     def get(self, run_key: str, name: str) -> str | None:
         with self.engine.connect() as conn:
             row = conn.execute(_GET_SECRET, {"p_run_key": run_key, "p_name": name}).first()
@@ -150,4 +199,4 @@ class RunSecrets:
 
     def drop(self, run_key: str, conn: Connection | None = None) -> None:
         with transaction(self.engine, conn) as c:
-            c.execute(_DROP_SECRETS, {"p_run_key": run_key})
+            c.execute(_DROP_SECRETS, {"p_run_key": run_key, "p_start_prefix": _starts_of(run_key)})

@@ -18,7 +18,14 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from artemis.outage import waiting_line
-from artemis.run_models import SA_RUN_ID, SA_TASK_CODE, SA_TASK_ID, WORKFLOW_NAME, workflow_id_for
+from artemis.run_models import (
+    SA_OWNER,
+    SA_RUN_ID,
+    SA_TASK_CODE,
+    SA_TASK_ID,
+    WORKFLOW_NAME,
+    workflow_id_for,
+)
 from artemis.run_state import OPEN, TERMINAL, RunStatus, stats_view
 from artemis.tasks.registry import task_codes
 from artemis.taskstore import StorageUnavailable, TaskStorage, make_task_storage
@@ -28,6 +35,7 @@ log = get_logger("artemis.starter")
 
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
+KEY_OWNER = SearchAttributeKey.for_keyword(SA_OWNER)
 KEY_RUN_ID = SearchAttributeKey.for_keyword(SA_RUN_ID)
 
 # How long GET /tasks/{id} waits for a worker to answer the progress query.

@@ -41,7 +41,8 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.event_kinds import Control
 from artemis.events import EventLog
 from artemis.logsetup import get_logger
-from artemis.redact import register_secret
+from artemis.owners import DEFAULT_OWNER, owned_task_id
+from artemis.redact import MIN_REQUEST_SECRET, scoped
 from artemis.retained import Retained
 from artemis.run_models import (
     CURRENT_FLOW,
@@ -57,12 +58,14 @@ from artemis.run_models import (
 from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, RunStatus
 from artemis.security import check_header_names
 from artemis.sinks import register_sink_secret, resolve_output, seal_output
+from artemis.sinks.sealing import SECRET_REF, is_credential_name
 from artemis.tasks.registry import get_task
 from artemis.taskstore import TaskData, TaskStorage
 from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
 from artemis.tracing import TraceContext, otel_context_for
-from artemis.vault import RunSecrets
+from artemis.vault import CALLBACK_TOKEN, START_SEP, RunSecrets
 from starter.run_reads import (
+    KEY_OWNER,
     KEY_RUN_ID,
     KEY_TASK_CODE,
     KEY_TASK_ID,
@@ -143,8 +146,15 @@ class RunService(RunReads):
         return self._secrets
 
     async def start(
-        self, code: str, ask: StartRequest, trace: TraceContext, request_id: str | None
+        self,
+        code: str,
+        ask: StartRequest,
+        trace: TraceContext,
+        request_id: str | None,
+        owner: str = DEFAULT_OWNER,
     ) -> Started:
+        """Start ``owner``'s run of task ``code`` (its task id is ``owner``'s own:
+        ``artemis.owners``)."""
         task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = ask.params
         # Validate now, so a bad request is a 422 and not a failed run (in a thread when
@@ -155,8 +165,9 @@ class RunService(RunReads):
             else task.prepare_params(params, self.settings)
         )
         lock = task.lock_name(prepared)
+        check_request_secrets(ask)
         callback = self._callback_target(ask)
-        await check_request_urls(self.settings, task, params, ask.output, callback)
+        await check_request_urls(self.settings, code, task, params, ask.output, callback)
         # The run's sinks, resolved once now and carried by the run (like its contract):
         # a worker with another configuration sends this run's records to the same places.
         output = resolve_output(
@@ -166,7 +177,7 @@ class RunService(RunReads):
             task.record_spec(prepared),
             self.settings.database.url,
         )
-        task_id = ask.task_id or uuid.uuid4().hex
+        task_id = owned_task_id(owner, ask.task_id or uuid.uuid4().hex)
         workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)
         if lock and ask.task_id:
             # A lock's workflow id outlives its executions: a repeat of a finished task id
@@ -176,19 +187,20 @@ class RunService(RunReads):
                 handle = self.client.get_workflow_handle(workflow_id)
                 done = from_record(record)
                 return Started(handle, task_id, workflow_id, None, "none", existing_result=done)
-        if ask.callback_token:
-            # Insert-if-absent: a repeat of a running task id attaches to that run and
-            # must never swap the token it calls back with.
-            await asyncio.to_thread(
-                self.secrets.put, f"{code}/{task_id}", "callback_token", ask.callback_token, False
-            )
-        # Sink header values and credential-bearing URLs are run secrets: history carries
-        # only their names (insert-if-absent, as the token above).
+        # The run's secrets (its callback token; sink header values and credential-bearing
+        # URLs, of which history carries only the names) go under this start's own key:
+        # a start that is refused or attaches to a running run drops them again, so they
+        # never reach a run they were not sent with.
         stored: dict[str, str] = {}
+        if ask.callback_token:
+            stored[CALLBACK_TOKEN] = ask.callback_token
         output = seal_output(output, stored.__setitem__)
         for name, value in stored.items():
-            register_sink_secret(name, value)
-            await asyncio.to_thread(self.secrets.put, f"{code}/{task_id}", name, value, False)
+            if name != CALLBACK_TOKEN:
+                register_sink_secret(name, value)
+        secrets_key = f"{code}/{task_id}{START_SEP}{uuid.uuid4().hex[:16]}" if stored else None
+        if secrets_key is not None:
+            await asyncio.to_thread(self.secrets.put_many, secrets_key, stored)
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
         tuning = self.settings.runs.run_tuning()
         req = RunRequest(
@@ -202,6 +214,7 @@ class RunService(RunReads):
             callback=callback,
             timeout_s=ask.timeout_s or self.settings.server.run_timeout_s,
             tuning=tuning,
+            secrets_key=secrets_key,
             flow=CURRENT_FLOW,
         )
         callback_mode = "progress_and_finalize" if callback else "none"
@@ -216,11 +229,19 @@ class RunService(RunReads):
                 summary=(code, task.describe(prepared), f"task {task_id}"),
                 details=f"Task `{code}` started by request `{req.request_id}`; "
                 f"trace `{trace.trace_id}`.",
+                owner=owner,
             )
         except WorkflowAlreadyStartedError:
+            await self._drop_secrets(secrets_key)
             return await self._already_started(task_id, workflow_id, lock, callback_mode)
+        except BaseException:
+            await self._drop_secrets(secrets_key)
+            raise
         finally:
             otel_context.detach(otel_token)
+        if not _started_new(handle):
+            # a repeat of a running task id: attached to that run, which has its own
+            await self._drop_secrets(secrets_key)
         # Listed as pending from now on, even before a worker picks the run up: written
         # beside the answer, never in its way (insert-if-absent, so it cannot overwrite
         # what the run itself recorded meanwhile).
@@ -231,8 +252,19 @@ class RunService(RunReads):
             task_id=task_id,
             workflow_id=workflow_id,
             run_id=handle.result_run_id,
+            owner=owner,
         )
         return Started(handle, task_id, workflow_id, handle.result_run_id, callback_mode)
+
+    async def _drop_secrets(self, key: str | None) -> None:
+        """A refused or attached start's own secrets (best effort: the clean-up drops any
+        left behind)."""
+        if key is None:
+            return
+        try:
+            await asyncio.to_thread(self.secrets.drop_key, key)
+        except Exception as e:
+            log.warning("run_secret_not_dropped", error=f"{type(e).__name__}: {e}")
 
     async def _start_workflow(
         self,
@@ -242,6 +274,7 @@ class RunService(RunReads):
         exclusive: bool,
         summary: Sequence[str],
         details: str,
+        owner: str = DEFAULT_OWNER,
     ) -> WorkflowHandle:
         """Start the run's workflow. ``exclusive`` (a lock, a retry): a new execution once
         the last one closed, never two at once; otherwise a repeat of the id attaches to
@@ -259,7 +292,7 @@ class RunService(RunReads):
             else WorkflowIDConflictPolicy.USE_EXISTING,
             # Set at start, so that a competing start can tell who holds a lock.
             search_attributes=_run_attributes(
-                req.task_code, req.task_id, str((req.callback or {}).get("run_id") or "")
+                req.task_code, req.task_id, owner, str((req.callback or {}).get("run_id") or "")
             ),
             static_summary=" · ".join(x for x in summary if x),
             static_details=details,
@@ -269,7 +302,7 @@ class RunService(RunReads):
 
     def _callback_target(self, ask: StartRequest) -> dict[str, Any] | None:
         """The CronJob callback of seed 000 §13, checked up front (host allowed, header
-        names not reserved); its token is registered for redaction."""
+        names not reserved); its token is redacted in this request's text."""
         if ask.callback is None:
             return None
         target = dataclasses.replace(
@@ -278,7 +311,7 @@ class RunService(RunReads):
         if target.auth_header is not None:
             check_header_names([target.auth_header], "meta.callback.auth_header")
         if ask.callback_token:
-            register_secret(ask.callback_token)
+            scoped(ask.callback_token)  # in this request's text only
         if not target.enabled:
             return None
         resolve_base_url(target, self.settings.callback, self.settings.callback_hosts())
@@ -490,6 +523,13 @@ class RunService(RunReads):
             # be an earlier build's)
         )
         wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
+        try:
+            # Its URLs again, against today's allow-list and DNS: a saved request may be
+            # up to runs.retain_failed_s old.
+            await self._check_saved_urls(req)
+        except BaseException:
+            await asyncio.to_thread(retained.release, kept_key)
+            raise
         what = await asyncio.to_thread(_what, req.task_code, req.params, self.settings)
         # Open again before the run starts (it records `running` itself once it does).
         before = await self._reopen(task_id, req.task_code, wf_id, carry.stats)
@@ -531,6 +571,23 @@ class RunService(RunReads):
             "undelivered": carry.undelivered,
             "links": {"self": f"/tasks/{task_id}", "events": f"/tasks/{task_id}/events"},
         }
+
+    async def _check_saved_urls(self, req: RunRequest) -> None:
+        """A saved run's request URLs (source params, sink endpoint, callback) checked as
+        a new start's are: INVALID_INPUT naming the field when one may no longer be
+        reached."""
+        endpoint = req.output.get("http_endpoint")
+        if endpoint == SECRET_REF:
+            key = req.secrets_key or f"{req.task_code}/{req.task_id}"
+            endpoint = await asyncio.to_thread(self.secrets.get, key, "output.http_endpoint")
+        await check_request_urls(
+            self.settings,
+            req.task_code,
+            get_task(req.task_code),
+            req.params,
+            {"http_endpoint": endpoint} if isinstance(endpoint, str) else None,
+            req.callback,
+        )
 
     async def _reopen(self, task_id: str, code: str, workflow_id: str, stats: dict) -> Any:
         """The task store's record of a retried run: open again, its old error gone.
@@ -579,13 +636,64 @@ class RunService(RunReads):
         }
 
 
-def _run_attributes(code: str, task_id: str, cron_run_id: str = "") -> TypedSearchAttributes:
-    """The search attributes a run starts with (the UI's filters; a lock's holder; the
-    CronJob's run id): set here, the workflow does not write them again."""
-    pairs = [SearchAttributePair(KEY_TASK_CODE, code), SearchAttributePair(KEY_TASK_ID, task_id)]
+def _run_attributes(
+    code: str, task_id: str, owner: str, cron_run_id: str = ""
+) -> TypedSearchAttributes:
+    """The search attributes a run starts with (the UI's filters; a lock's holder; who
+    started it; the CronJob's run id): set here, the workflow does not write them again."""
+    pairs = [
+        SearchAttributePair(KEY_TASK_CODE, code),
+        SearchAttributePair(KEY_TASK_ID, task_id),
+        SearchAttributePair(KEY_OWNER, owner),
+    ]
     if cron_run_id:
         pairs.append(SearchAttributePair(KEY_RUN_ID, cron_run_id))
     return TypedSearchAttributes(pairs)
+
+
+def _started_new(handle: WorkflowHandle) -> bool:
+    """Whether the start made a new execution (False: it attached to the open run of the
+    same id). Read from the start's answer; a client library that does not keep it counts
+    as new (the run's end then drops what the start wrote)."""
+    answer = getattr(handle, "_start_workflow_response", None)
+    return bool(getattr(answer, "started", True))
+
+
+# What a request may send as a secret: a value long enough to be a credential (shorter
+# ones would also match ordinary words in the run's lines), and bounded headers.
+MAX_HEADERS = 32
+MAX_HEADER_VALUE = 4096
+
+
+def check_request_secrets(ask: StartRequest) -> None:
+    """INVALID_INPUT naming the field: a callback token or credential-named sink header
+    shorter than MIN_REQUEST_SECRET, too many sink headers, or a value too long."""
+    token = ask.callback_token
+    if token is not None and len(token) < MIN_REQUEST_SECRET:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"meta.callback.auth_token: at least {MIN_REQUEST_SECRET} characters",
+        )
+    headers = (ask.output or {}).get("http_headers")
+    if not isinstance(headers, dict):
+        return
+    if len(headers) > MAX_HEADERS:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"output.http_headers: at most {MAX_HEADERS} headers"
+        )
+    for name, value in headers.items():
+        text = str(value)
+        if len(text) > MAX_HEADER_VALUE:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"output.http_headers.{name}: at most {MAX_HEADER_VALUE} characters",
+            )
+        if is_credential_name(str(name)) and len(text) < MIN_REQUEST_SECRET:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"output.http_headers.{name}: a credential of at least {MIN_REQUEST_SECRET} "
+                "characters",
+            )
 
 
 def _what(code: str, params: dict[str, Any], settings: Settings) -> str:

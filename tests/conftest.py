@@ -166,6 +166,8 @@ def base_settings(
                 "detail_timeout_s": 2.0,
             },
             "runs": {"heartbeat_timeout_s": 2.0, "pages_per_fetch": 5, "provenance_refresh_s": 0.5},
+            # The sample servers listen on loopback at ports of the moment.
+            "security": {"allowed_hosts": ["127.0.0.1", "localhost", "::1"]},
         },
     )
     upgrade(db_url)

@@ -92,6 +92,7 @@ class FanOut(RunCore):
                         timeout_s=req.timeout_s,
                         tuning=req.tuning,
                         root_task_id=self._run.root_task_id,
+                        secrets_key=req.secrets_key,
                         flow=CURRENT_FLOW,
                     ),
                     id=workflow_id_for(req.task_code, child_id),

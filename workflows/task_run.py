@@ -164,6 +164,7 @@ class TaskRunWorkflow(BatchLoop, Ending):
             parent_span_id=req.parent_span_id,
             request_id=req.request_id,
             root_task_id=req.root_task_id or req.task_id,
+            secrets_key=req.secrets_key,
         )
         self._log_fields = {
             "trace_id": req.trace_id,

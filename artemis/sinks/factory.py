@@ -11,6 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.security import same_origin
 from artemis.sinks.base import Sink
 from artemis.sinks.files import FileSink, check_format
 from artemis.sinks.http import HttpSink, LogSink
@@ -67,17 +68,29 @@ def check_sinks(spec: dict[str, Any], record: RecordSpec | None = None) -> list[
 
 
 def build_sinks(
-    spec: dict[str, Any], record: RecordSpec | None = None, database_url: str = ""
+    spec: dict[str, Any],
+    record: RecordSpec | None = None,
+    database_url: str = "",
+    trusted_endpoint: str | None = None,
 ) -> list[Sink]:
     """Build sinks from an ``output_defaults.<code>`` mapping (request overrides merged in),
     checked first by ``check_sinks``.
 
     ``record``: the task's record model and key (the sql and files sinks need it);
-    ``database_url``: the Artemis database (the files sink records what it wrote there)."""
+    ``database_url``: the Artemis database (the files sink records what it wrote there);
+    ``trusted_endpoint``: the operator's ``http_endpoint`` (an endpoint on another origin
+    came from a request, and its connections are checked where they are made)."""
     sinks: list[Sink] = []
     for name in check_sinks(spec, record):
         if name == "http":
-            sinks.append(HttpSink(spec["http_endpoint"], headers=spec.get("http_headers") or {}))
+            endpoint = spec["http_endpoint"]
+            sinks.append(
+                HttpSink(
+                    endpoint,
+                    headers=spec.get("http_headers") or {},
+                    guarded=not same_origin(str(endpoint), trusted_endpoint),
+                )
+            )
         elif name == "log":
             sinks.append(LogSink())
         elif name == "sql":
@@ -114,8 +127,17 @@ def _section(spec: dict[str, Any], name: str, required: tuple[str, ...]) -> dict
 
 def merge_output(defaults: dict[str, Any], request: dict[str, Any] | None) -> dict[str, Any]:
     """A request's ``output`` over ``output_defaults.<code>``; the ``sql`` and ``files``
-    sections are merged key by key (a request may pick a table or a format)."""
+    sections are merged key by key (a request may pick a table or a format).
+
+    The operator's ``http_headers`` belong to the endpoint they were configured with: a
+    request that names an endpoint on another origin gets none of them (its own headers,
+    if any, are all it sends), so a credential never follows a URL a request picked."""
     merged = {**defaults, **(request or {})}
+    endpoint = (request or {}).get("http_endpoint")
+    if endpoint is not None and not same_origin(str(endpoint), defaults.get("http_endpoint")):
+        merged["http_headers"] = dict((request or {}).get("http_headers") or {})
+        if not merged["http_headers"]:
+            del merged["http_headers"]
     for name in OPERATOR_ONLY:
         if isinstance(defaults.get(name), dict) and isinstance((request or {}).get(name), dict):
             merged[name] = {**defaults[name], **(request or {})[name]}

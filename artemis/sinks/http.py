@@ -16,9 +16,14 @@ log = get_logger(__name__)
 class HttpSink(Sink):
     name = "http"
 
-    def __init__(self, endpoint: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, endpoint: str, headers: dict[str, str] | None = None, guarded: bool = False
+    ) -> None:
         self.endpoint = endpoint
         self.headers = headers or {}
+        # A request's endpoint (not the operator's): its connections go through the
+        # guarded client, which checks the address each one is made to.
+        self.guarded = guarded
 
     async def emit(
         self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
@@ -35,6 +40,8 @@ class HttpSink(Sink):
         body = jsonio.dumps(records)
         what = f"http sink POST {shown_url(self.endpoint)} (batch {ctx.seq})"
         try:
+            if self.guarded:
+                client = client.guarded()
             resp = await client.post(self.endpoint, content=body, headers=headers)
         except TransportError as e:
             raise transport_error(ErrorCode.SINK_ERROR, what, e) from None

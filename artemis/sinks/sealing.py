@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.redact import register_secret
+from artemis.redact import scoped
 from artemis.sinks.factory import OPERATOR_ONLY
 
 # A request's sink secrets (SPEC §5): header values of ``output.http_headers`` and an
@@ -58,9 +58,14 @@ def _has_credentials(url: str) -> bool:
         return False
 
 
-def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
-    """``output`` with its run secrets read back by ``get(name)`` (inside an activity);
-    its credentials are registered for redaction. A secret that is gone is INVALID_INPUT."""
+def unseal_output(
+    output: dict[str, Any], get: Any, opened_secrets: list[tuple[str, str]] | None = None
+) -> dict[str, Any]:
+    """``output`` with its run secrets read back by ``get(name)`` (inside an activity). Each
+    secret read is appended to ``opened_secrets`` as (name, value) for the caller to redact
+    in its own context (``register_sink_secret``; a thread's context is not the caller's),
+    or redacted in the current context when no list is given. A secret that is gone is
+    INVALID_INPUT."""
 
     def read(name: str) -> str:
         value = get(name)
@@ -70,7 +75,10 @@ def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
                 f"{name.rstrip(':')}: the run's secret is gone (cleaned up)",
                 retryable=False,
             )
-        register_sink_secret(name, str(value))
+        if opened_secrets is None:
+            register_sink_secret(name, str(value))
+        else:
+            opened_secrets.append((name, str(value)))
         return str(value)
 
     if not output:
@@ -99,20 +107,26 @@ def unseal_output(output: dict[str, Any], get: Any) -> dict[str, Any]:
 _SECRET_NAME = re.compile(r"auth|token|key|secret|pass|cookie|session|sig|cred", re.I)
 
 
+def is_credential_name(name: str) -> bool:
+    """Whether a header or query key's name says its value is a credential."""
+    return bool(_SECRET_NAME.search(name))
+
+
 def register_sink_secret(name: str, value: str) -> None:
-    """Register for redaction what in the run secret ``name`` (``output.http_headers:H``,
-    ``output.http_endpoint``, ``output.sql.url`` …) is a credential."""
+    """Redact, in the current run's text only, what in the run secret ``name``
+    (``output.http_headers:H``, ``output.http_endpoint``, ``output.sql.url`` …) is a
+    credential."""
     if name.startswith(_HEADER_SECRET):
         if _SECRET_NAME.search(name[len(_HEADER_SECRET) :]):
-            register_secret(value)
+            scoped(value)
         return
     try:
         parts = urlsplit(value)
     except ValueError:
-        register_secret(value)
+        scoped(value)
         return
     if parts.password:
-        register_secret(parts.password)
+        scoped(parts.password)
     for key, v in parse_qsl(parts.query):
         if _SECRET_NAME.search(key):
-            register_secret(v)
+            scoped(v)

@@ -26,6 +26,7 @@ from artemis.errors import (
 )
 from artemis.http import HttpClient
 from artemis.ratelimit import bucket_for
+from artemis.security import same_origin
 from artemis.sinks import (
     EmitContext,
     RecordSpec,
@@ -120,8 +121,19 @@ class TaskUnit:
     internal_params: ClassVar[tuple[str, ...]] = ()
 
     # Params holding a URL the run will call: from a request, its host must be in
-    # security.allowed_hosts (SPEC §5); from task_defaults (config) it is trusted.
+    # security.allowed_hosts; on the origin of task_defaults (config) it is trusted.
     request_url_params: ClassVar[tuple[str, ...]] = ()
+
+    def source_client(self, client: HttpClient, ctx: TaskContext) -> HttpClient:
+        """The client the run's source is fetched with: the guarded one (each connection's
+        address checked against the allow-list) when a URL param is not on the origin
+        the operator configured in ``task_defaults.<code>``, i.e. a request named it."""
+        defaults = ctx.settings.task_defaults.get(self.code, {})
+        for name in self.request_url_params:
+            value = getattr(ctx.params, name, None)
+            if isinstance(value, str) and not same_origin(value, defaults.get(name)):
+                return client.guarded()
+        return client
 
     def plan_children(self, ctx: TaskContext) -> tuple[list[dict[str, Any]], int] | None:
         """Fan the run out into child runs (their params, how many at once), or None."""
@@ -247,12 +259,12 @@ class TaskUnit:
         the same places. A run of an earlier build carried only its request's output:
         resolved here, against this worker's configuration."""
         record, database_url = self.record_spec(ctx.params), ctx.settings.database.url
+        defaults = ctx.settings.output_defaults.get(self.code, {})
         spec = resolved_spec(ctx.output or {})
         if spec is None:
-            defaults = ctx.settings.output_defaults.get(self.code, {})
             resolved = resolve_output(self.code, defaults, ctx.output, record, database_url)
             spec = resolved_spec(resolved) or {}
-        return build_sinks(spec, record, database_url)
+        return build_sinks(spec, record, database_url, defaults.get("http_endpoint"))
 
     async def emit(
         self,

@@ -174,9 +174,10 @@ class TaskStorage(ABC):
         code: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        owner: str | None = None,
     ) -> tuple[list[TaskData], str | None]:
-        """Tasks newest first, filtered by status and task code; returns the page and the
-        cursor of the next one (None at the end)."""
+        """Tasks newest first, filtered by status, task code and owner (``artemis.owners``);
+        returns the page and the cursor of the next one (None at the end)."""
 
     @abstractmethod
     def record_feedback(self, task_id: str, status: str, comment: str | None = None) -> TaskData:

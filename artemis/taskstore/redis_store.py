@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from artemis.owners import owner_of
 from artemis.run_state import Verdict
 from artemis.taskstore.base import (
     TERMINAL,
@@ -238,6 +239,7 @@ class RedisTaskStorage(TaskStorage):
         code: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        owner: str | None = None,
     ) -> tuple[list[TaskData], str | None]:
         max_score: float | str = "+inf"
         after_id: str | None = None
@@ -265,6 +267,8 @@ class RedisTaskStorage(TaskStorage):
                 if data is None:
                     continue  # its keys expired (the clean-up drops the index entry)
                 if (status and data.status != status) or (code and data.task_code != code):
+                    continue
+                if owner and owner_of(data.task_id) != owner:
                     continue
                 items.append(data)
         page = items[:limit]

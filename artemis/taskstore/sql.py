@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Field, SQLModel
 
 from artemis.db import UTCDateTime, get_engine, on_loop, run_transaction, upsert_insert, utcnow
+from artemis.owners import DEFAULT_OWNER, SEP, owned_task_id
 from artemis.run_state import RunStatus, Verdict
 from artemis.taskstore.base import (
     TERMINAL,
@@ -277,8 +278,13 @@ class SqlTaskStorage(TaskStorage):
         code: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        owner: str | None = None,
     ) -> tuple[list[TaskData], str | None]:
         q = select(_t).where(_t.c.expires_at > datetime.now(UTC))
+        if owner == DEFAULT_OWNER:
+            q = q.where(~_t.c.task_id.contains(SEP, autoescape=True))
+        elif owner:
+            q = q.where(_t.c.task_id.startswith(owned_task_id(owner, ""), autoescape=True))
         if status:
             q = q.where(_t.c.status == status)
         if code:

@@ -22,7 +22,7 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode, invalid_fields
 from artemis.logsetup import get_logger
 from artemis.tracing import exporting
-from starter.api.auth import GUARDED_RESPONSES, refusal, require_token
+from starter.api.auth import GUARDED_RESPONSES, refusal, require_admin, require_token
 from starter.api.envelope import BodyTooLarge, RequestContextMiddleware, error_response
 from starter.api.routes import codec, events, health, notes, task_types, tasks
 from starter.service import RunService
@@ -68,7 +68,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             advice="callback.default_token is sent only to callback.base_url's origin: "
             "set callback.base_url (the CronJob) or give a token in each request",
         )
-    short = [n + 1 for n, t in enumerate(settings.server.api_tokens) if len(t) < 16]
+    short = [t.name for t in settings.server.tokens() if len(t.token) < 16]
     if short:
         log.warning(
             "api_token_short",
@@ -89,7 +89,10 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.include_router(events.router, **guarded)
     app.include_router(notes.router, **guarded)
     if settings.temporal.payload_encryption:
-        app.include_router(codec.router, **guarded)
+        # The codec decrypts any run's payloads: admins only.
+        app.include_router(
+            codec.router, dependencies=[Depends(require_admin)], responses=GUARDED_RESPONSES
+        )
 
     @app.exception_handler(ArtemisError)
     async def _artemis_error(request: Request, exc: ArtemisError):

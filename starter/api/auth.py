@@ -20,8 +20,9 @@ from typing import Any
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from artemis.config import DEFAULT_OWNER, ApiToken
+from artemis.config import ApiToken
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.owners import DEFAULT_OWNER
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -74,7 +75,8 @@ async def require_admin(request: Request, _: None = Depends(require_token)) -> N
     who = principal(request)
     if not who.is_admin:
         raise ArtemisError(
-            ErrorCode.FORBIDDEN, f"this route needs an admin token (token {who.name!r} is a {who.role})"
+            ErrorCode.FORBIDDEN,
+            f"this route needs an admin token (token {who.name!r} is a {who.role})",
         )
 
 

@@ -73,6 +73,7 @@ async def test_progress_zero_total_is_not_sent_and_throttle_lets_the_last_throug
             http,
             extract_trace(None),
             token="tkn-abcdef",
+            allowed_hosts=["127.0.0.1"],
         )
         last = await c.progress(1, 0, "nothing yet", None)
         assert last is None
@@ -92,6 +93,7 @@ async def test_progress_failure_never_raises():
             http,
             extract_trace(None),
             token=None,
+            allowed_hosts=["127.0.0.1"],
         )
         assert await c.progress(1, 2, "x", None) is not None
         outcome, detail = await c.finalize({"result": "success"}, 1)
@@ -107,6 +109,7 @@ async def test_no_run_id_means_no_callback(cron):
             http,
             extract_trace(None),
             token=None,
+            allowed_hosts=["127.0.0.1"],
         )
         assert (await c.finalize({"result": "success"}, 1))[0] == FinalizeOutcome.SKIPPED
         assert (await http.get(f"{cron.url}/_cronjob/calls")).json() == []

@@ -123,7 +123,7 @@ def test_callbacks_have_their_own_allow_list(tmp_path):
     s = load_settings(cfg)
     # a callback host is not a host sources and sinks may reach (issue 19): the security
     # list stays its default, loopback only (pinned here on purpose)
-    assert s.security.allowed_hosts == ["127.0.0.1", "localhost", "::1"]
+    assert s.security.allowed_hosts == ["127.0.0.1:8300", "localhost:8300", "[::1]:8300"]
     assert s.callback_hosts() == ["cron.internal"]
     s = load_settings(None, callback={"base_url": "https://cron.example:8443/runs"})
     assert s.callback_hosts() == ["cron.example:8443"]  # the CronJob's origin only

@@ -28,13 +28,26 @@ def test_entries_may_pin_a_port():
     assert "security.allowed_hosts" in e.value.message
 
 
-async def test_a_wildcard_name_resolving_inside_is_refused_unless_the_address_is_named():
-    # "localhost" resolves to a loopback address: through a wildcard it is refused
+async def test_a_name_resolving_inside_is_refused_unless_an_ip_entry_contains_the_address():
+    # "localhost" resolves to a loopback address: through a wildcard, or even named, it
+    # is refused: a host *name* in the list never admits an internal answer
+    for allowed in (["*"], ["localhost"]):
+        with pytest.raises(ArtemisError) as e:
+            await check_resolved("localhost", allowed, "output")
+        assert "internal addresses only" in e.value.message
+    await check_resolved("localhost", ["*", "127.0.0.1", "::1"], "output")  # IPs listed
+    await check_resolved("localhost", ["localhost", "127.0.0.0/8"], "output")  # a CIDR entry
+    # an entry pinned to a port admits the address on that port only
+    await check_resolved("localhost", ["localhost", "127.0.0.1:8300"], "output", 8300)
+    with pytest.raises(ArtemisError):
+        await check_resolved("localhost", ["localhost", "127.0.0.1:8300"], "output", 6379)
+
+
+async def test_a_name_that_does_not_resolve_is_refused_with_a_clear_error():
     with pytest.raises(ArtemisError) as e:
-        await check_resolved("localhost", ["*"], "output")
-    assert "internal address" in e.value.message
-    await check_resolved("localhost", ["*", "127.0.0.1", "::1"], "output")  # named: allowed
-    await check_resolved("localhost", ["localhost"], "output")  # the name itself: trusted
+        await check_resolved("no-such-host.invalid", ["*"], "params.base_url", 443)
+    assert e.value.code.value == "INVALID_INPUT"
+    assert "params.base_url" in e.value.message and "does not resolve" in e.value.message
 
 
 def test_next_pages_stay_on_the_sources_origin():

@@ -20,7 +20,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, OutEvent, PlanTracker, cursor_of, now_ms
 from artemis.logsetup import get_logger
-from starter.api.deps import get_service, get_settings
+from starter.api.deps import caller_task_id, get_service, get_settings
 from starter.api.schemas import INVALID, Envelope
 from starter.service import RunService
 
@@ -67,8 +67,8 @@ def _log(request: Request) -> EventLog:
     },
 )
 async def task_events(
-    task_id: str,
     request: Request,
+    task_id: str = Depends(caller_task_id),
     last_event_id: str | None = Query(None, max_length=40),
     follow: bool = Query(True),
     service: RunService = Depends(get_service),

@@ -23,7 +23,8 @@ from artemis.taskstore import (
     TaskValidationError,
     make_task_storage,
 )
-from starter.api.deps import get_service, get_settings
+from starter.api.auth import principal
+from starter.api.deps import caller_task_id, get_service, get_settings
 from starter.api.envelope import envelope, error_response
 from starter.api.schemas import (
     INVALID,
@@ -168,7 +169,13 @@ async def _run(
     """The run route's answer and its outcome for the metric: accepted (async), running
     (sync, still running at the sync timeout) or how the run ended."""
     state = request.scope["state"]
-    started = await service.start(code, _start_request(body), state["trace"], state["request_id"])
+    started = await service.start(
+        code,
+        _start_request(body),
+        state["trace"],
+        state["request_id"],
+        owner=principal(request).name,
+    )
     accepted = {
         "task_code": code,
         "accepted": True,
@@ -200,7 +207,9 @@ async def _run(
     responses={**documented(TaskView), 404: CONTROL_ERRORS[404], **INVALID},
 )
 async def get_task(
-    task_id: str, request: Request, service: RunService = Depends(get_service)
+    request: Request,
+    task_id: str = Depends(caller_task_id),
+    service: RunService = Depends(get_service),
 ) -> JSONResponse:
     # The answer is a TaskView: its status one of RunStatus, checked on the way out.
     view = TaskView.model_validate(await service.status(task_id))
@@ -209,8 +218,8 @@ async def get_task(
 
 @control_route("/tasks/{task_id}/cancel", "cancel_task", "Cancel a run", CancelAnswer)
 async def cancel_task(
-    task_id: str,
     request: Request,
+    task_id: str = Depends(caller_task_id),
     body: CancelBody | None = Body(None),
     service: RunService = Depends(get_service),
 ) -> JSONResponse:
@@ -220,7 +229,9 @@ async def cancel_task(
 
 @control_route("/tasks/{task_id}", None, "Cancel a run", CancelAnswer, method="DELETE")
 async def delete_task(
-    task_id: str, request: Request, service: RunService = Depends(get_service)
+    request: Request,
+    task_id: str = Depends(caller_task_id),
+    service: RunService = Depends(get_service),
 ) -> JSONResponse:
     return envelope(request, await service.cancel(task_id, CancelBody().reason), status=202)
 
@@ -253,7 +264,9 @@ def _store(request: Request) -> TaskStorage:
     },
 )
 async def retry_task(
-    task_id: str, request: Request, service: RunService = Depends(get_service)
+    request: Request,
+    task_id: str = Depends(caller_task_id),
+    service: RunService = Depends(get_service),
 ) -> JSONResponse:
     """A run that failed SOURCE_UNAVAILABLE, SINK_UNAVAILABLE, INTERNAL or TIMEOUT_ERROR
     starts again under the same task id from its last checkpoint: the pages it delivered
@@ -267,8 +280,8 @@ async def retry_task(
 
 @control_route("/tasks/{task_id}/pause", "pause_task", "Pause a running task")
 async def pause_task(
-    task_id: str,
     request: Request,
+    task_id: str = Depends(caller_task_id),
     body: PauseBody | None = Body(None),
     service: RunService = Depends(get_service),
 ) -> JSONResponse:
@@ -279,7 +292,9 @@ async def pause_task(
 
 @control_route("/tasks/{task_id}/resume", "resume_task", "Resume a paused task")
 async def resume_task(
-    task_id: str, request: Request, service: RunService = Depends(get_service)
+    request: Request,
+    task_id: str = Depends(caller_task_id),
+    service: RunService = Depends(get_service),
 ) -> JSONResponse:
     return envelope(request, await service.control(task_id, "resume"), status=202)
 
@@ -288,9 +303,9 @@ async def resume_task(
     "/tasks/{task_id}/rate-limit", "rate_limit_task", "Set a running task's requests per second"
 )
 async def rate_limit_task(
-    task_id: str,
     request: Request,
     body: RateLimitBody,
+    task_id: str = Depends(caller_task_id),
     service: RunService = Depends(get_service),
 ) -> JSONResponse:
     """The source's requests per second from the next batch on."""
@@ -312,10 +327,24 @@ async def list_tasks(
     code: str | None = Query(None, max_length=100),
     limit: int = Query(50, ge=1, le=500),
     cursor: str | None = Query(None, max_length=500),
+    owner: str | None = Query(
+        None,
+        max_length=32,
+        description="only this owner's runs (an operator's or admin's filter; a client "
+        "always sees its own runs only)",
+    ),
 ) -> JSONResponse:
+    who = principal(request)
+    if not who.sees_all:
+        owner = who.name
     try:
         items, nxt = await asyncio.to_thread(
-            _store(request).list, status=status, code=code, limit=limit, cursor=cursor
+            _store(request).list,
+            status=status,
+            code=code,
+            limit=limit,
+            cursor=cursor,
+            owner=owner,
         )
     except TaskValidationError as e:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"cursor: {e}") from None
@@ -332,7 +361,9 @@ async def list_tasks(
     summary="Record a user's verdict on a run",
     responses={**documented(FeedbackAnswer), 404: CONTROL_ERRORS[404], 422: CONTROL_ERRORS[422]},
 )
-async def task_feedback(task_id: str, request: Request, body: FeedbackBody) -> JSONResponse:
+async def task_feedback(
+    request: Request, body: FeedbackBody, task_id: str = Depends(caller_task_id)
+) -> JSONResponse:
     try:
         data = await asyncio.to_thread(
             _store(request).record_feedback, task_id, body.status, body.comment
