@@ -244,12 +244,16 @@ class Stack:
         )
 
     async def wait_status(
-        self, task_id: str, statuses: Collection[str] | None = None, timeout: float = 60
+        self,
+        task_id: str,
+        statuses: Collection[str] | None = None,
+        timeout: float = 60,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         statuses = statuses or TERMINAL
         deadline = time.monotonic() + timeout
         while True:
-            resp = await self.http.get(f"/tasks/{task_id}")
+            resp = await self.http.get(f"/tasks/{task_id}", headers=headers)
             data = resp.json()["data"]
             if data and data.get("status") in statuses:
                 return data

@@ -173,3 +173,15 @@ def slow_callbacks_reported(slow_s: float) -> Iterator[SlowCallbacks]:
         loop.set_debug(was_debug)
         loop.slow_callback_duration = was_slow
         asyncio_log.removeHandler(handler)
+
+
+def secret_keys(stack: Any, task_id: str) -> list[str]:
+    """The keys under which run secrets of ``task_id`` are stored in the stack's database."""
+    from sqlalchemy import select
+
+    from artemis.db import RunSecret, get_engine
+
+    engine = get_engine(stack.settings.database.url)
+    with engine.connect() as conn:
+        rows = conn.execute(select(RunSecret.__table__.c.run_key)).scalars().all()  # type: ignore[attr-defined]
+    return [k for k in rows if f"/{task_id}" in k]

@@ -262,7 +262,9 @@ async def test_clean_up_is_its_own_step_after_the_finalize(stack):
     from artemis.staging import Staging
     from artemis.vault import RunSecrets
 
-    task_id, run_id, body = stack.callback_run(["AAPL"], callback={"auth_token": "tok-0123456789"})
+    task_id, run_id, body = stack.callback_run(
+        ["AAPL"], callback={"auth_token": "tok-0123456789abcdef"}
+    )
     resp = await stack.run(body)
     assert resp.json()["data"]["callback"] == "delivered"
     assert len(await stack.finals(run_id)) == 1
@@ -284,7 +286,7 @@ async def test_clean_up_is_its_own_step_after_the_finalize(stack):
     ]
     # the finalize, then the clean-up, then the final record in task storage
     assert steps[-3:] == ["finalize_run", "cleanup_run", "mirror_state"], steps
-    assert {c["token"] for c in await stack.finals(run_id)} == {"tok-0123456789"}
+    assert {c["token"] for c in await stack.finals(run_id)} == {"tok-0123456789abcdef"}
     staging = Staging(stack.settings.database.url)
     assert staging.get_pages(f"pull_stock_quotes/{task_id}", "raw", 0, 100) == []
     secrets = RunSecrets(stack.settings.database.url, stack.settings.vault.master_key_file)

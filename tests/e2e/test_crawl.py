@@ -34,7 +34,7 @@ from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, ReclaimR
 from artemis.samples.platform import note_ids
 from artemis.temporal.client import connect
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
-from tests.helpers import ending, eventually
+from tests.helpers import ending, eventually, secret_keys
 from workers.main import (
     WORKFLOWS,
     housekeeping_jobs,
@@ -155,14 +155,24 @@ async def test_a_second_start_of_the_same_workflow_name_gets_409(make_stack):
     status = await stack.http.get(f"/tasks/{first_id}")
     assert status.status_code == 200, status.text
     assert status.json()["data"]["status"] in ("pending", "running"), status.text
+    callback = {
+        "run_id": f"cron-{second_id}",
+        "callback": {
+            "base_url": f"{stack.samples_url}/cronjob/runs",
+            "auth_token": "refused-start-token-0123456789",
+        },
+    }
     second = await stack.run(
-        {"meta": {"task_id": second_id}, "params": params}, code="crawl_notes", mode="async"
+        {"meta": {"task_id": second_id, **callback}, "params": params},
+        code="crawl_notes",
+        mode="async",
     )
     assert second.status_code == 409, second.text
     err = second.json()["error"]
     assert err["code"] == "EXECUTION_LOCKED" and first_id in err["message"]
-    # The refused start left nothing behind in task storage.
+    # The refused start left nothing behind in task storage, nor a run secret.
     assert (await stack.http.get(f"/tasks/{second_id}")).status_code == 404
+    assert secret_keys(stack, second_id) == []
     again = await stack.run(
         {"meta": {"task_id": first_id}, "params": params}, code="crawl_notes", mode="async"
     )

@@ -325,18 +325,24 @@ async def test_a_repeated_task_id_never_swaps_the_running_runs_token(stack):
             "run_id": run_id,
             "callback": {
                 "base_url": f"{stack.samples_url}/cronjob/runs",
-                "auth_token": "first-token",
+                "auth_token": "first-token-0123456789",
             },
         }
         body = {"meta": meta, "params": {"symbols": ["TOK"], "page_size": 2}}
         assert (await stack.run(body, mode="async")).status_code == 202
-        again = {**body, "meta": {**meta, "callback": {**meta["callback"], "auth_token": "evil"}}}
+        again = {
+            **body,
+            "meta": {
+                **meta,
+                "callback": {**meta["callback"], "auth_token": "evil-token-0123456789"},
+            },
+        }
         assert (await stack.run(again, mode="async")).status_code == 202  # attached
         await stack.wait_status(task_id, timeout=90)
     finally:
         await stack.fault("latency", latency_ms=0)
     tokens = {c["token"] for c in await stack.cronjob_calls(run_id)}
-    assert tokens == {"first-token"}, tokens
+    assert tokens == {"first-token-0123456789"}, tokens
 
 
 async def test_the_default_token_goes_only_to_the_configured_cronjob(make_stack, samples):
