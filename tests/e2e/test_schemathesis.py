@@ -17,9 +17,17 @@ TOKEN = "schemathesis-token-0123456789abcdef"
 
 
 async def test_the_api_holds_to_its_openapi_contract(make_stack):
-    # With a token: the security scheme is declared, and its checks (ST401) prove that
-    # every guarded route refuses a request without it or with a wrong one.
-    stack = await make_stack(server={"api_tokens": [TOKEN]})
+    # With role tokens, called as the CronJob's client token: the security scheme is
+    # declared, its checks (ST401) prove that every guarded route refuses a request without
+    # it or with a wrong one, and the stateful links follow the client's own task ids.
+    stack = await make_stack(
+        server={
+            "api_tokens": [
+                {"name": "cron", "token": TOKEN, "role": "client"},
+                {"name": "ops", "token": "schemathesis-operator-0123456789", "role": "operator"},
+            ]
+        }
+    )
     # a pooled cookie, so that a generated POST /notes/details can succeed
     vault = vault_for(stack.settings)
     add_cookie(vault.engine, vault, "sample", f"st-{new_task_id()}", "web_session=sample-st", 1)
