@@ -195,6 +195,8 @@ class DevStack:
             },
             "crawler": {"platforms": {"sample": {"base_url": f"{samples_url}/platform"}}},
             "alerts": {"webhook_url": f"{samples_url}/alerts/webhook"},
+            # a request may name the sample servers (and only them) on their port
+            "security": {"allowed_hosts": _sample_hosts(samples_url)},
         }
 
     async def _serve(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
@@ -486,3 +488,11 @@ class DevStack:
         console.print(t)
         console.print("try `artemis cookies list` and `artemis audit` against this stack")
         return final["status"] == RunStatus.COMPLETED and once and stored == len(sent)
+
+
+def _sample_hosts(samples_url: str) -> list[str]:
+    """The allow-list of a stack whose sample servers listen at ``samples_url``: their
+    port on loopback, by IP (an internal address is admitted by an IP entry only) and by
+    name."""
+    port = samples_url.rsplit(":", 1)[1]
+    return [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
