@@ -342,3 +342,21 @@ def test_list_newest_first_filtered_and_paginated(storage):
     assert [d.task_id for d in both] == [made[3], made[1]]
     with pytest.raises(TaskValidationError):
         storage.list(cursor="not-a-cursor")
+
+
+def test_list_filters_by_owner(storage):
+    """A named owner's runs have ids ``owner~id``; the default owner's have none: each
+    sees only its own, and an owner name is matched whole (``a_b`` is not ``a%b``)."""
+    ids = {
+        "default": f"plain-{tid()[:8]}",
+        "cron": f"cron~{tid()[:8]}",
+        "cron_2": f"cron_2~{tid()[:8]}",
+        "cronx2": f"cronx2~{tid()[:8]}",
+    }
+    for task_id in ids.values():
+        storage.save(task_id, TaskData(task_id=task_id, task_code="own", status="running"))
+    for owner, task_id in ids.items():
+        page, _ = storage.list(owner=owner, code="own", limit=50)
+        assert [d.task_id for d in page] == [task_id], owner
+    everyone, _ = storage.list(code="own", limit=50)
+    assert {d.task_id for d in everyone} == set(ids.values())
