@@ -114,6 +114,8 @@ def bench_stack(
             "file": {"path": str(tmp / "a.log")},
         },
         "server": {"port": api_port, "sync_timeout_s": 600},
+        # requests name the sample servers, on loopback at a port of the moment
+        "security": {"allowed_hosts": ["127.0.0.1"]},
     }
     text = yaml.safe_dump({**base, **config}).replace("{samples}", samples)
     (tmp / "config.yaml").write_text(text)
