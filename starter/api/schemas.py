@@ -228,6 +228,7 @@ class TaskView(BaseModel):
     task_id: str
     task_code: str | None = None
     workflow_id: str | None = None
+    owner: str | None = Field(None, description="The name of the API token that started it")
     status: RunStatus
     progress: dict[str, Any] | None = None
     stats: dict[str, Any] = Field(default_factory=dict)

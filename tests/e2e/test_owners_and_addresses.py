@@ -233,6 +233,7 @@ async def test_clients_own_their_runs_and_operators_see_all(make_stack):
         for path in (f"/tasks/{shared}", f"/tasks/{a_id}"):
             mine = await stack.http.get(path, headers=_auth("a"))
             assert mine.status_code == 200 and mine.json()["data"]["task_id"] == a_id
+            assert mine.json()["data"]["owner"] == "a"
         # the operator sees both and controls both
         for tid in (a_id, b_id):
             seen = await stack.http.get(f"/tasks/{tid}", headers=_auth("ops"))

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from artemis.callback import CallbackTarget
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import RUN_REQUESTS
+from artemis.owners import owner_of
 from artemis.run_state import TERMINAL, RunStatus, StoredStatus, end_code
 from artemis.taskstore import (
     StorageUnavailable,
@@ -212,7 +213,7 @@ async def get_task(
     service: RunService = Depends(get_service),
 ) -> JSONResponse:
     # The answer is a TaskView: its status one of RunStatus, checked on the way out.
-    view = TaskView.model_validate(await service.status(task_id))
+    view = TaskView.model_validate({**await service.status(task_id), "owner": owner_of(task_id)})
     return envelope(request, view.model_dump(mode="json", exclude_unset=True))
 
 
