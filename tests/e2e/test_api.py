@@ -295,23 +295,43 @@ async def test_a_request_cannot_point_a_run_at_a_host_outside_the_allow_list(sta
     assert ok.status_code == 200 and ok.json()["data"]["status"] == "completed"
 
 
-async def test_allowed_hosts_setting_opens_a_host(make_stack):
-    stack = await make_stack(security={"allowed_hosts": ["127.0.0.1", "*.partner.example"]})
-    resp = await stack.run(
-        {
-            "params": {"symbols": ["A"]},
-            "output": {"sinks": ["http"], "http_endpoint": "http://feed.partner.example/in"},
-        },
-        mode="async",
-    )
-    assert resp.status_code == 202, resp.text  # accepted: the host is on the list
-    refused = await stack.run(
-        {
-            "params": {"symbols": ["A"]},
-            "output": {"sinks": ["http"], "http_endpoint": "http://partner.example.evil/in"},
-        },
-    )
-    assert refused.status_code == 422
+async def test_allowed_hosts_setting_opens_a_host(make_stack, samples):
+    """A wildcard opens a partner's names; the name must resolve, and to an address the
+    list admits (here the partner's name points at the sample sink on 127.0.0.1, which
+    the IP entry admits)."""
+    from tests.dnsstub import DnsStub
+
+    dns = DnsStub().start()
+    try:
+        dns.set("feed.partner.example", ["127.0.0.1"])
+        stack = await make_stack(
+            security={
+                "allowed_hosts": ["127.0.0.1", "*.partner.example"],
+                "dns_server": dns.address,
+            }
+        )
+        task_id = new_task_id()
+        endpoint = f"http://feed.partner.example:{samples.port}/sink/partner"
+        resp = await stack.run(
+            {
+                "meta": {"task_id": task_id},
+                "params": {"symbols": ["A"]},
+                "output": {"sinks": ["http"], "http_endpoint": endpoint},
+            },
+        )
+        assert resp.status_code == 200, resp.text  # accepted: the host is on the list
+        assert resp.json()["data"]["status"] == "completed", resp.text
+        batches = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
+        assert batches and {b["name"] for b in batches} == {"partner"}
+        refused = await stack.run(
+            {
+                "params": {"symbols": ["A"]},
+                "output": {"sinks": ["http"], "http_endpoint": "http://partner.example.evil/in"},
+            },
+        )
+        assert refused.status_code == 422
+    finally:
+        dns.stop()
 
 
 def test_the_api_keeps_an_idle_connection_for_server_keep_alive_s(tmp_path):
