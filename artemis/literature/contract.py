@@ -31,6 +31,7 @@ from artemis.ratelimit import TokenBucket, gate_for
 from artemis.redact import register_secret
 from artemis.registry.models import PAGINATION_MODES, RegProvCredential
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
+from artemis.registry.secret_env import check_secret_env, placement
 from artemis.security import check_same_origin
 from artemis.sources.paginators import (
     CursorPaginator,
@@ -124,6 +125,14 @@ class Credentials:
 
     def __init__(self, contract: Contract, settings: Settings) -> None:
         self.rows = [c for c in contract.credentials if c.get("has_secret")]
+        # A row written around the import's checks may hold one of the service's own
+        # variables: the run stops before that secret is sent anywhere.
+        for cred in self.rows:
+            check_secret_env(
+                cred.get("secret_env_name"),
+                ErrorCode.CONFIG_ERROR,
+                f"credential {cred.get('credential_name')!r}: secret_env",
+            )
         self.settings = settings
         self._secrets: dict[int, str] = {}
 
@@ -162,17 +171,13 @@ class Credentials:
         cred = self.current()
         if cred is None:
             return None
+        where, name = placement(cred)
         secret = self._secret(cred["id"])
-        name = cred.get("param_or_header_name")
-        kind = cred.get("auth_type_code")
-        if kind == "API_KEY_QUERY":
-            params[name or "api_key"] = secret
-        elif kind == "API_KEY_HEADER":
-            headers[name or "X-API-Key"] = secret
-        elif kind == "BEARER":
-            headers[name or "Authorization"] = f"Bearer {secret}"
+        if where == "query":
+            params[name] = secret
         else:
-            raise ArtemisError(ErrorCode.CONFIG_ERROR, f"auth_type_code {kind!r} is unknown")
+            bearer = cred.get("auth_type_code") == "BEARER"
+            headers[name] = f"Bearer {secret}" if bearer else secret
         return int(cred["id"])
 
     def bench(self, cred_id: int, resp: Answer) -> bool:

@@ -168,7 +168,9 @@ FIELDS: dict[str, dict[str, str]] = {
         "lifecycle_status_code": "`ACTIVE` keys are used; any other value sets one aside",
         "deleted": "a deleted key is never used",
         "secret_env": "the environment variable holding the secret at import (stored "
-        "encrypted; never written in the file)",
+        "encrypted; never written in the file); never one of the service's own "
+        "(`COOKIE_MASTER_KEY`, `ARTEMIS_*`, `DATABASE_URL`, `PG*`, `TEMPORAL_*`, `REDIS_*`, "
+        "`AWS_*`, `GOOGLE_*`, `AZURE_*`…)",
         "endpoint_name": "binds the key to one endpoint (tried first there)",
     },
 }

@@ -38,6 +38,7 @@ from artemis.registry.models import (
     DimensionBase,
     RegProvenance,
 )
+from artemis.registry.secret_env import refused_secret_env
 from artemis.sinks.records import RecordModelDecl, did_you_mean
 
 # Columns the import sets (ids, audit times, sealed secrets): never read from a file.
@@ -121,6 +122,13 @@ def _no_inline_secret(cls: Any, data: Any) -> Any:
     return data
 
 
+def _secret_env_ok(value: str | None) -> str | None:
+    why = refused_secret_env(value) if value is not None else None
+    if why:
+        raise ValueError(why)
+    return value
+
+
 def _markers_ok(self: Any) -> Any:
     """``next_page_jsonpath`` / ``has_more_jsonpath``: page-number and offset paging only,
     one of the two."""
@@ -152,6 +160,7 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["jsonpaths"] = field_validator(*paths)(_jsonpath_ok)
     if dim == "credential":
         validators["no_inline_secret"] = model_validator(mode="before")(_no_inline_secret)
+        validators["secret_env_ok"] = field_validator("secret_env")(_secret_env_ok)
     if dim == "pagination_cfg":
         validators["markers"] = model_validator(mode="after")(_markers_ok)
     return create_model(  # type: ignore[call-overload, no-any-return]

@@ -22,11 +22,14 @@ from sqlalchemy.engine import Connection
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.models import (
     DIMENSIONS,
+    TASK_TYPES,
     DimensionBase,
     RegProvCredential,
     RegProvenance,
     RegProvEndpointDef,
+    RegProvHttpCfg,
 )
+from artemis.registry.secret_env import origin
 
 # Columns that hold secrets: never part of a contract, a print-out or an export.
 SECRET_COLUMNS = ("secret_ciphertext",)
@@ -274,6 +277,37 @@ def base_url(contract: Contract, default: str | None = None) -> str:
             "base URL (http_cfg.base_url_override or base_url_default)",
         )
     return url.rstrip("/")
+
+
+def credential_origins(conn: Connection, provenance_id: int, cred: dict[str, Any]) -> list[str]:
+    """Every origin (``scheme://host:port``) a credential row may be sent to: the base URL
+    (``http_cfg.base_url_override`` > ``base_url_default``) of each contract that can offer
+    it, over its interval and the task types its scope covers. A run sends a credential
+    only to its contract's base origin, and that base changes only where an ``http_cfg``
+    interval starts or ends, so resolving at those instants finds them all."""
+    ht = RegProvHttpCfg.__table__  # type: ignore[attr-defined]
+    pt = RegProvenance.__table__  # type: ignore[attr-defined]
+    default = conn.execute(
+        select(pt.c.base_url_default).where(pt.c.id == provenance_id)
+    ).scalar_one_or_none()
+    start = as_utc(cred["effective_from"])
+    end = as_utc(cred["effective_to"]) if cred.get("effective_to") else None
+    instants = {start}
+    for r in conn.execute(
+        select(ht.c.effective_from, ht.c.effective_to).where(ht.c.provenance_id == provenance_id)
+    ):
+        for edge in (r.effective_from, r.effective_to):
+            if edge is not None and start <= as_utc(edge) and (end is None or as_utc(edge) < end):
+                instants.add(as_utc(edge))
+    tasks = [cred.get("task_type")] if cred.get("scope_code") == "TASK" else [None, *TASK_TYPES]
+    found: set[str] = set()
+    for task in tasks:
+        for at in instants:
+            row = current_row(conn, RegProvHttpCfg, provenance_id, task, at)
+            url = (row.base_url_override if row is not None else None) or default
+            if url:
+                found.add(origin(url))
+    return sorted(found)
 
 
 def provenance_rates(conn: Connection, at: datetime | None = None) -> dict[str, dict[str, Any]]:

@@ -23,6 +23,7 @@ from artemis.registry.models import (
     utcnow,
 )
 from artemis.registry.resolve import as_utc, current_row
+from artemis.registry.secret_env import check_secret_env, refused_secret_env
 
 
 def model_for(table_name: str) -> type[DimensionBase]:
@@ -139,8 +140,16 @@ def normalise(model: type[DimensionBase], values: dict[str, Any]) -> dict[str, A
     return out
 
 
+def _check_credential(model: type[DimensionBase], values: dict[str, Any]) -> None:
+    """A credential written by any path (import, switch, rollback) names no variable of
+    the service's own."""
+    if model is RegProvCredential and "secret_env_name" in values:
+        check_secret_env(values["secret_env_name"])
+
+
 def add_row(conn: Connection, model: type[DimensionBase], values: dict[str, Any]) -> int:
     values = normalise(model, values)
+    _check_credential(model, values)
     validate_scope(model, values)
     refuse_overlaps(conn, model, values)
     now = utcnow()
@@ -163,6 +172,8 @@ def update_row(
     validate_scope(model, merged)
     refuse_overlaps(conn, model, merged, exclude_id=row_id)
     values = normalise(model, values)
+    # Only what is written is checked: a reserved row can still be closed or deleted.
+    _check_credential(model, values)
     conn.execute(update(t).where(t.c.id == row_id).values(**values, updated_at=utcnow()))
 
 
@@ -243,7 +254,8 @@ def rollback(
 
 def check_registry(conn: Connection) -> list[dict[str, Any]]:
     """Findings: overlapping intervals, TASK rows without a task type, provenances with
-    no SEARCH endpoint in force now, credentials without a secret."""
+    no SEARCH endpoint in force now, credentials without a secret or holding one of the
+    service's own variables."""
     findings: list[dict[str, Any]] = []
     for model in DIMENSIONS.values():
         t = model.__table__  # type: ignore[attr-defined]
@@ -315,6 +327,16 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
                     "table": ct.name,
                     "id": r.id,
                     "message": f"{describe(RegProvCredential, r)} has no secret",
+                }
+            )
+        why = refused_secret_env(r.secret_env_name) if r.secret_env_name else None
+        if why:
+            findings.append(
+                {
+                    "kind": "reserved_secret_env",
+                    "table": ct.name,
+                    "id": r.id,
+                    "message": f"{describe(RegProvCredential, r)}: secret_env {why}",
                 }
             )
     return findings

@@ -10,6 +10,12 @@ its endpoint by name (``endpoint_name: efetch``).
 Importing again updates the provenance in place: rows match on (table, scope, task type,
 effective_from, and the endpoint or credential name); an unchanged file writes nothing;
 any refused row (an overlapping interval, a missing secret) leaves the whole file unwritten.
+
+A file is at most ``MAX_FILE_BYTES`` and holds no anchors or aliases: a registry file is
+written out plainly, and a small file whose aliases expand to a huge document (the
+"billion laughs") is refused before it is built. A credential's ``secret_env`` may not name
+one of the service's own variables (``artemis.registry.secret_env``); the report lists
+each credential with the origins it will be sent to and how, never its value.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from artemis.registry.models import (
     RegProvEndpointDef,
     utcnow,
 )
-from artemis.registry.resolve import as_utc, find_provenance
+from artemis.registry.resolve import as_utc, credential_origins, find_provenance
+from artemis.registry.secret_env import check_secret_env, placement
 from artemis.registry.writes import add_row, describe, update_row
 from artemis.vault import master_key, read_master_keys
 
@@ -49,6 +56,8 @@ ORDER = (
     "rate_limit_cfg",
     "credential",
 )
+# The largest registry file read (a provenance's file is a few KiB).
+MAX_FILE_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -57,6 +66,8 @@ class ImportReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: int = 0
+    # Each credential of the file: where its secret is sent and how (never the value).
+    credentials: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +75,7 @@ class ImportReport:
             "created": self.created,
             "updated": self.updated,
             "unchanged": self.unchanged,
+            "credentials": self.credentials,
         }
 
 
@@ -82,9 +94,41 @@ class CredentialBox:
         return self.vault.open(self.conn, token, key_id)
 
 
+class _AliasRefused(yaml.YAMLError):
+    pass
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """The safe loader without anchors and aliases (refused where the first one stands)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+            line = event.start_mark.line + 1 if event.start_mark is not None else "?"
+            raise _AliasRefused(
+                f"YAML anchors and aliases are not accepted ({sign}{event.anchor} at line "
+                f"{line}): write each value out"
+            )
+        return super().compose_node(parent, index)
+
+
+def check_size(size: int, source: str) -> None:
+    """Refuse a file over ``MAX_FILE_BYTES`` (``size`` in bytes)."""
+    if size > MAX_FILE_BYTES:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"{source}: {size} bytes, over the registry file limit of {MAX_FILE_BYTES} "
+            "bytes (1 MiB): one provenance per file",
+        )
+
+
 def _load(text: str, source: str) -> dict[str, Any]:
+    check_size(len(text.encode("utf-8", "surrogatepass")), source)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_PlainLoader)  # a SafeLoader
+    except _AliasRefused as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: {e}") from None
     except yaml.YAMLError as e:
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: not valid YAML: {e}") from None
     return parse_file(data, source)
@@ -127,15 +171,39 @@ def _import(
             report.updated.append(f"reg_provenance {code}: {', '.join(sorted(changed))}")
         else:
             report.unchanged += 1
+    credentials: list[tuple[str | None, dict[str, Any]]] = []
     for dim in ORDER:
         model = DIMENSIONS[dim]
         for i, raw in enumerate(data.get(dim) or []):
             where = f"{source}: {dim}[{i}]"
+            row = dict(raw)
             try:
-                _import_row(conn, model, pid, dict(raw), box, report)
+                _import_row(conn, model, pid, row, box, report)
             except ArtemisError as e:
                 raise ArtemisError(e.code, f"{where}: {e.message}", details=e.details) from None
+            if model is RegProvCredential:
+                credentials.append((raw.get("endpoint_name"), row))
+    # After every row is in: the origins come from the file's http_cfg and provenance.
+    report.credentials = [_destination(conn, pid, ep, row) for ep, row in credentials]
     return report
+
+
+def _destination(
+    conn: Connection, pid: int, endpoint_name: str | None, row: dict[str, Any]
+) -> dict[str, Any]:
+    """Where a credential's secret goes: the origins, the endpoint it is bound to (None:
+    every endpoint of the provenance) and the query parameter or header it rides in."""
+    where, name = placement(row)
+    how = f"query parameter {name}" if where == "query" else f"header {name}"
+    if row.get("auth_type_code") == "BEARER":
+        how += " (Bearer)"
+    return {
+        "credential": row.get("credential_name"),
+        "secret_env": row.get("secret_env_name"),
+        "endpoint": endpoint_name,
+        "sent_to": credential_origins(conn, pid, row),
+        "as": how,
+    }
 
 
 def _import_row(
@@ -150,6 +218,7 @@ def _import_row(
     if model is RegProvCredential:
         env = raw.pop("secret_env", None)
         if env:
+            check_secret_env(env)
             secret = os.environ.get(env)
             if not secret:
                 raise ArtemisError(

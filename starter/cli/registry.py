@@ -26,13 +26,16 @@ def _engine(config: Path | None):
 
 @registry_app.command("import")
 def registry_import(file: Path, config: Path | None = ConfigOpt) -> None:
-    """Create or update one provenance from a YAML file (all of it or nothing)."""
+    """Create or update one provenance from a YAML file (all of it or nothing). The report
+    lists each credential with the origins its secret is sent to and how (never the value)."""
     # lazy: importing it costs every `artemis` start-up ~0.6 s
-    from artemis.registry.yaml_io import import_yaml
+    from artemis.registry.yaml_io import check_size, import_yaml
 
     settings = _settings(config)
     if not file.is_file():
         _fail(f"no such file: {file}")
+    # Before reading it: an oversized file is refused without being loaded.
+    check_size(file.stat().st_size, str(file))
     report = import_yaml(
         _registry_engine(settings), file.read_text(), _key_file(settings), source=str(file)
     )
