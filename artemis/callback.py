@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from artemis.config import CallbackSettings, SecuritySettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import Answer, AnswerTooLarge, HttpClient, TransportError
+from artemis.http import Answer, AnswerTooLarge, HttpClient, TransportError, body_excerpt
 from artemis.logsetup import get_logger
 from artemis.metrics import CALLBACKS
 from artemis.redact import scoped
@@ -243,7 +243,8 @@ class CallbackClient:
                 attempt=attempt,
             )
             return FinalizeOutcome.DELIVERED, str(resp.status_code)
-        detail = f"HTTP {resp.status_code}: {resp.text[:200]}"
+        # the CronJob's reply is its own text: a short, redacted excerpt of it only
+        detail = f"HTTP {resp.status_code}: {body_excerpt(resp)}"
         log.warning(
             "callback_finalize_failure",
             run_id=self.target.run_id,

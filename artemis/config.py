@@ -81,6 +81,13 @@ class ServerSettings(_Section):
     # server closes first, a client that sends on the connection at that moment gets
     # "server disconnected" for its POST (uvicorn's own default is 5 s).
     keep_alive_s: int = Field(75, gt=0)
+    # Event streams (GET /tasks/{id}/events) one API process serves at once, per token
+    # name and in all: each holds a connection and polls the event log until its run ends.
+    sse_max_streams_per_token: int = Field(16, ge=1)
+    sse_max_streams: int = Field(256, ge=1)
+    # A stream ends cleanly after this long even while its run goes on; the client
+    # reconnects with Last-Event-ID and gets the events after it.
+    sse_max_lifetime_s: float = Field(3600.0, gt=0, allow_inf_nan=False)
 
     @field_validator("api_tokens")
     @classmethod

@@ -89,12 +89,20 @@ class Answer:
 
     @property
     def text(self) -> str:
+        return self._decode(self.content)
+
+    def head(self, chars: int) -> str:
+        """The body's first ``chars`` characters, decoded from a prefix of it only: an
+        error text needs a few hundred characters of a body that may be many MiB."""
+        return self._decode(self.content[: chars * 4])[:chars]
+
+    def _decode(self, raw: bytes) -> str:
         charset = self._charset or "utf-8"
         try:
             codecs.lookup(charset)
         except LookupError:  # a charset nobody knows (``utf8mb4``): read as UTF-8
             charset = "utf-8"
-        return self.content.decode(charset, errors="replace")
+        return raw.decode(charset, errors="replace")
 
     def json(self) -> Any:
         try:
@@ -657,13 +665,35 @@ def transport_error(code: ErrorCode, what: str, exc: TransportError) -> ArtemisE
     return ArtemisError(code, message, retryable=True, details={"reason": exc.reason})
 
 
+# An answer's body in an error text or a log line: a short, redacted excerpt.
+EXCERPT_CHARS = 160
+# Redaction reads this far past the excerpt, so that a secret which starts inside the
+# excerpt and runs past its end is found whole (replaced, not half shown).
+REDACT_MARGIN = 1024
+
+
+def excerpt(body: str | bytes, limit: int = EXCERPT_CHARS) -> str:
+    """At most ``limit`` characters of an answer's ``body``, redacted: cut to a bounded
+    window first (a body may be many MiB, and redaction scans all it is given), redacted,
+    then cut to ``limit``."""
+    window = limit + REDACT_MARGIN
+    if isinstance(body, bytes):
+        body = body[: window * 4].decode("utf-8", errors="replace")
+    return redact_text(body[:window])[:limit]
+
+
+def body_excerpt(response: Answer, limit: int = EXCERPT_CHARS) -> str:
+    """``excerpt`` of an answer's body, decoded in the answer's own charset."""
+    return excerpt(response.head(limit + REDACT_MARGIN), limit)
+
+
 def status_error(code: ErrorCode, what: str, response: Answer) -> ArtemisError:
-    """An error answer: 408/425/429 and 5xx may pass on retry; any other 4xx cannot."""
+    """An error answer: 408/425/429 and 5xx may pass on retry; any other 4xx cannot.
+    The text carries the status and a short, redacted excerpt of the body."""
     status = response.status_code
     return ArtemisError(
         code,
-        # redacted before it is cut: a secret across the cut would leave its start
-        f"{what} answered {status}: {redact_text(response.text)[:300]}",
+        f"{what} answered {status}: {body_excerpt(response)}",
         retryable=is_transient_status(status),
         details={"status": status, "reason": status_reason(status)},
         retry_after_s=retry_after_seconds(response),

@@ -9,12 +9,14 @@ through it.
 
 from __future__ import annotations
 
+import reprlib
 from functools import cache
 from typing import Any
 
 import jsonpath
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.redact import redact_text
 
 
 class _Missing:
@@ -51,11 +53,17 @@ def json_path_get(data: Any, path: str) -> Any:
     return None if value is MISSING else value
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 400, 400, 400
+
+
 def describe(value: Any) -> str:
     """What was found, for an error message: the type and a short repr."""
     if value is MISSING:
         return "no such key"
-    text = repr(value)
+    # A bounded repr (a value found may be most of a large answer), redacted before the
+    # cut below so that a secret across it is still found whole.
+    text = redact_text(_SHORT.repr(value))
     if len(text) > 80:
         text = text[:77] + "..."
     return f"{type(value).__name__} {text}"

@@ -148,8 +148,13 @@ RESERVED_HEADERS = frozenset(
         "transfer-encoding",
         "connection",
         "x-request-id",
+        # what a server would take for the caller's session, proxy login or address
+        "cookie",
+        "proxy-authorization",
     }
 )
+# Every X-Forwarded-* header (For, Host, Proto, ...): a server behind a proxy trusts them.
+RESERVED_PREFIXES = ("x-forwarded-",)
 
 
 def check_header_names(names: list[str], what: str) -> None:
@@ -159,7 +164,8 @@ def check_header_names(names: list[str], what: str) -> None:
                 ErrorCode.INVALID_INPUT,
                 f"{what}: {str(name)[:60]!r} is not a header name (1-40 token characters)",
             )
-        if str(name).strip().lower() in RESERVED_HEADERS:
+        lowered = str(name).strip().lower()
+        if lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_PREFIXES):
             raise ArtemisError(
                 ErrorCode.INVALID_INPUT, f"{what}: a request may not set the {name!r} header"
             )

@@ -25,6 +25,7 @@ from artemis.http import (
     HttpClient,
     TransportError,
     TransportTimeout,
+    body_excerpt,
     retry_after_seconds,
 )
 from artemis.jsonpaths import as_count, contract_error, json_path_lookup
@@ -96,7 +97,7 @@ class HttpJsonPlatform:
         except ValueError:
             raise ArtemisError(
                 ErrorCode.SOURCE_CONTRACT,
-                f"{self.name} {what}: the answer is not JSON: {resp.text[:200]!r}",
+                f"{self.name} {what}: the answer is not JSON: {body_excerpt(resp)!r}",
             ) from None
 
     async def search(

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from artemis.bounds import OutageTolerance
 from artemis.completeness import check_loop, page_digest
 from artemis.config import Settings
 from artemis.crawler.alerts import record_outcome
@@ -59,7 +60,7 @@ class CrawlParams(BaseModel):
     workflow_name: str | None = Field(None, min_length=1, max_length=150)
     # How long an outage of the source or a sink is waited out (SPEC §4 "Outages");
     # default: runs.outage_tolerance_s. 0: fail fast.
-    outage_tolerance_s: float | None = Field(None, ge=0)
+    outage_tolerance_s: OutageTolerance = None
 
     @field_validator("keywords")
     @classmethod

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.http import excerpt
 
 _MONTHS = {
     m: i
@@ -54,9 +55,9 @@ def parse_pubmed_xml(body: bytes | str, provenance: str = "pubmed") -> list[dict
     try:
         root = ET.fromstring(body.encode() if isinstance(body, str) else body)
     except ET.ParseError as e:
-        snippet = (body if isinstance(body, str) else body[:200].decode("utf-8", "replace"))[:200]
         raise ArtemisError(
-            ErrorCode.SOURCE_CONTRACT, f"pubmed efetch: the answer is not XML ({e}): {snippet!r}"
+            ErrorCode.SOURCE_CONTRACT,
+            f"pubmed efetch: the answer is not XML ({e}): {excerpt(body)!r}",
         ) from None
     if root.tag == "eFetchResult" or root.find("ERROR") is not None:
         raise ArtemisError(

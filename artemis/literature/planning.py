@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from artemis.bounds import OutageTolerance
 from artemis.errors import ArtemisError, ErrorCode
 
 _UNITS = {
@@ -32,11 +33,11 @@ class LiteratureParams(BaseModel):
     parallelism: int | None = Field(None, ge=1, le=32)  # backfill: windows run at once
     # The shortfall against the source's stated total this run accepts (percent); default:
     # the registry's pagination_cfg.completeness_tolerance_pct, else 0.
-    completeness_tolerance_pct: float | None = Field(None, ge=0, le=100)
+    completeness_tolerance_pct: float | None = Field(None, ge=0, le=100, allow_inf_nan=False)
     # How long an outage of the source or a sink is waited out (SPEC §4 "Outages");
     # default: the registry's retry_cfg.outage_tolerance_millis, else
     # runs.outage_tolerance_s. 0: fail fast.
-    outage_tolerance_s: float | None = Field(None, ge=0)
+    outage_tolerance_s: OutageTolerance = None
     # Filled by prepare_params: the frozen contract and the window actually harvested.
     contract: dict[str, Any] | None = None
     window_start: datetime | None = None

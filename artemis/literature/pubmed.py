@@ -10,7 +10,7 @@ from typing import Any
 
 from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import Answer, HttpClient
+from artemis.http import Answer, HttpClient, body_excerpt
 from artemis.jsonpaths import MISSING, as_count, describe, json_path_lookup
 from artemis.literature.contract import ContractClient
 from artemis.literature.normalize import parse_pubmed_xml
@@ -185,7 +185,7 @@ class PubMedSource(Source):
             raise ArtemisError(
                 ErrorCode.SOURCE_CONTRACT,
                 f"pubmed esearch: the answer is not JSON (HTTP {resp.status_code}): "
-                f"{resp.text[:200]!r} (request: {request})",
+                f"{body_excerpt(resp)!r} (request: {request})",
             ) from None
         result = data.get("esearchresult") if isinstance(data, dict) else None
         if not isinstance(result, dict):

@@ -11,7 +11,14 @@ from urllib.parse import urlencode
 from artemis import jsonio
 from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import Answer, Headers, HttpClient, TransportError, transport_error
+from artemis.http import (
+    Answer,
+    Headers,
+    HttpClient,
+    TransportError,
+    body_excerpt,
+    transport_error,
+)
 from artemis.http import status_error as status_error_default
 from artemis.jsonpaths import contract_error, json_path_lookup
 from artemis.logsetup import get_logger
@@ -217,7 +224,7 @@ class RestSource(Source):
             raise ArtemisError(
                 ErrorCode.SOURCE_CONTRACT,
                 f"{what}: the answer is not JSON (HTTP {resp.status_code}, "
-                f"{resp.headers.get('content-type', 'no content type')}): {resp.text[:200]!r}",
+                f"{resp.headers.get('content-type', 'no content type')}): {body_excerpt(resp)!r}",
             ) from None
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from artemis.bounds import OutageTolerance
 from artemis.sources import PageNumberPaginator, RestSource, Source
 from artemis.tasks.base import TaskContext, TaskUnit
 
@@ -21,7 +22,7 @@ class QuoteParams(BaseModel):
     base_url: str = "http://127.0.0.1:8300"
     # How long an outage of the source or a sink is waited out (SPEC §4 "Outages");
     # default: runs.outage_tolerance_s. 0: fail fast.
-    outage_tolerance_s: float | None = Field(None, ge=0)
+    outage_tolerance_s: OutageTolerance = None
 
     @field_validator("symbols")
     @classmethod

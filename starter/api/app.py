@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import Client
 
 from artemis.config import Settings
@@ -150,13 +151,32 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     if settings.temporal.payload_encryption:
         # The Temporal UI calls the codec endpoints from the browser, from its own origin.
         app.add_middleware(
-            CORSMiddleware,
+            CodecCors,
             allow_origins=[settings.temporal.ui_url.rstrip("/")],
             allow_methods=["POST", "OPTIONS"],
             allow_headers=["content-type", "x-namespace", "authorization"],
             allow_credentials=True,
         )
     return app
+
+
+CODEC_PATHS = "/codec/"
+
+
+class CodecCors:
+    """CORS for the codec routes only: the Temporal UI calls them from its own origin,
+    and no other route has a reason to answer a page of another origin (no
+    ``Access-Control-*`` header on ``/tasks``, not even to the UI's origin)."""
+
+    def __init__(self, app: ASGIApp, /, **options: Any) -> None:
+        self.app = app
+        self.cors = CORSMiddleware(app, **options)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(CODEC_PATHS):
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 def _invalid(exc: RequestValidationError) -> ArtemisError:

@@ -4,6 +4,7 @@ line. Who may call is not decided here: ``starter/api/auth.py``'s security depen
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any
@@ -61,6 +62,19 @@ def error_response(
     return envelope(request, data, status=err.code.http_status, error=payload, state=state)
 
 
+# A caller's X-Request-ID reaches log lines, the Temporal UI's details and the headers of
+# the worker's outgoing requests: only a plain token of this shape is kept.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id_of(given: str | None) -> str:
+    """The caller's request id when it is a plain token, else a new one (never an error:
+    a bad id is the caller's to fix, not a reason to refuse the request)."""
+    if given and _REQUEST_ID.fullmatch(given):
+        return given
+    return uuid.uuid4().hex
+
+
 class RequestContextMiddleware:
     """Pure ASGI so that it can refuse an over-long body while it streams in."""
 
@@ -73,7 +87,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        request_id = request_id_of(headers.get("x-request-id"))
         trace = extract_trace(headers.get("traceparent"))
         state = scope.setdefault("state", {})
         state.update(request_id=request_id, trace=trace, started=time.perf_counter())

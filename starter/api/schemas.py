@@ -71,7 +71,7 @@ class RunMeta(BaseModel):
     exec_type: str | None = None
     request_id: str | None = None
     # A run's deadline: at most 30 days (a Temporal timer needs a finite duration).
-    timeout_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
+    timeout_s: float | None = Field(None, gt=0, le=30 * 24 * 3600, allow_inf_nan=False)
     callback: CallbackMeta | None = None
 
     @field_validator("task_id")
@@ -158,7 +158,9 @@ class PauseBody(_Body):
 
 
 class RateLimitBody(_Body):
-    qps: float = Field(gt=0, le=10_000, description="requests per second at the source")
+    qps: float = Field(
+        gt=0, le=10_000, allow_inf_nan=False, description="requests per second at the source"
+    )
 
 
 class FeedbackBody(_Body):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse
 
 from artemis.callback import (
     CallbackClient,
@@ -133,7 +135,50 @@ def test_override_host_is_a_bare_host_and_the_built_url_is_what_is_checked():
 def test_reserved_headers_cannot_come_from_a_request():
     from artemis.security import check_header_names
 
-    for name in ("Host", "idempotency-KEY", "Traceparent", "Content-Type"):
+    for name in (
+        "Host",
+        "idempotency-KEY",
+        "Traceparent",
+        "Content-Type",
+        "Cookie",
+        "Proxy-Authorization",
+        "X-Forwarded-For",
+        "x-forwarded-proto",
+    ):
         with pytest.raises(ArtemisError, match=name):
             check_header_names([name], "output.http_headers")
-    check_header_names(["X-Api-Key", "Authorization"], "output.http_headers")
+    check_header_names(["X-Api-Key", "Authorization", "X-Forwarder"], "output.http_headers")
+
+
+@pytest.fixture(scope="module")
+def chatty_cron():
+    """A CronJob that refuses a finalize with a 1 MiB reply echoing the callback token
+    just before the 160th character."""
+    app = FastAPI()
+
+    @app.post("/runs/{run_id}/{kind}")
+    async def reply(run_id: str, kind: str, request: Request) -> PlainTextResponse:
+        token = request.headers.get("x-callback-token", "")
+        return PlainTextResponse("#" * 150 + token + "=" * (1 << 20) + "TAIL", 400)
+
+    server = ThreadedServer(app).start()
+    yield server
+    server.stop()
+
+
+async def test_a_refused_finalize_keeps_a_short_redacted_excerpt_of_the_reply(chatty_cron):
+    token = "finalize-token-0123456789"
+    async with http_client() as http:
+        c = CallbackClient(
+            CallbackTarget(run_id="r-chatty", base_url=f"{chatty_cron.url}/runs"),
+            CallbackSettings(),
+            http,
+            extract_trace(None),
+            token=token,
+            allowed_hosts=["127.0.0.1"],
+        )
+        outcome, detail = await c.finalize({"result": "success"}, 1)
+    assert outcome == FinalizeOutcome.REJECTED
+    assert detail.startswith("HTTP 400: " + "#" * 150)
+    assert token[:10] not in detail and "***RED" in detail
+    assert len(detail) <= len("HTTP 400: ") + 160 and "TAIL" not in detail

@@ -5,6 +5,10 @@ The stream replays the run's recorded events through the plan tracker, sends tho
 then tails the event log until the terminal event, after which it closes. A run that
 ended without recording its end (terminated in Temporal) gets its terminal event from
 the task store or Temporal. ``?follow=false`` returns what is recorded so far and closes.
+
+Streams are bounded: an API process serves at most ``server.sse_max_streams_per_token``
+per token name and ``server.sse_max_streams`` in all (429 past either), and a stream
+ends after ``server.sse_max_lifetime_s`` (the client resumes with ``Last-Event-ID``).
 """
 
 from __future__ import annotations
@@ -12,14 +16,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Receive, Scope, Send
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, OutEvent, PlanTracker, cursor_of, now_ms
 from artemis.logsetup import get_logger
+from starter.api.auth import principal
 from starter.api.deps import caller_task_id, get_service, get_settings
 from starter.api.schemas import INVALID, Envelope
 from starter.service import RunService
@@ -28,6 +38,89 @@ router = APIRouter(tags=["tasks"])
 log = get_logger("artemis.api.events")
 
 CLOSED_CHECK_S = 1.0
+
+# The event log is read on threads of this pool, not asyncio's default one: hundreds of
+# open streams, each polling several times a second, would otherwise queue the API's
+# other blocking calls (a start's secrets, the task store) behind their reads. A stream
+# waits for its read before it sleeps, so at most one read per stream is queued; the
+# pool's size bounds the database connections the streams use at once.
+POLL_THREADS = 4
+_poll_pool: ThreadPoolExecutor | None = None
+
+R = TypeVar("R")
+
+
+async def _read(fn: Callable[..., R], *args: Any) -> R:
+    global _poll_pool
+    if _poll_pool is None:
+        _poll_pool = ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="sse-poll")
+    return await asyncio.get_running_loop().run_in_executor(_poll_pool, fn, *args)
+
+
+class StreamSlots:
+    """The event streams one API process serves: at most ``per_token`` per token name
+    and ``total`` in all."""
+
+    def __init__(self, per_token: int, total: int) -> None:
+        self.per_token = per_token
+        self.total = total
+        self.open: Counter[str] = Counter()
+        self.count = 0
+
+    def take(self, who: str) -> Callable[[], None]:
+        """A slot for one stream of token ``who``; the call returned gives it back (once).
+        429 TOO_MANY_REQUESTS when ``who`` or the process has no slot left."""
+        if self.open[who] >= self.per_token:
+            raise ArtemisError(
+                ErrorCode.TOO_MANY_REQUESTS,
+                f"token {who!r} already has {self.per_token} event streams open "
+                "(server.sse_max_streams_per_token): close one first",
+            )
+        if self.count >= self.total:
+            raise ArtemisError(
+                ErrorCode.TOO_MANY_REQUESTS,
+                f"this API process already serves {self.total} event streams "
+                "(server.sse_max_streams): try again later",
+            )
+        self.open[who] += 1
+        self.count += 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.count -= 1
+                self.open[who] -= 1
+                if not self.open[who]:
+                    del self.open[who]
+
+        return release
+
+
+def _slots(request: Request) -> StreamSlots:
+    state = request.app.state
+    if getattr(state, "sse_slots", None) is None:
+        server = state.settings.server
+        state.sse_slots = StreamSlots(server.sse_max_streams_per_token, server.sse_max_streams)
+    return state.sse_slots
+
+
+class HeldStream(EventSourceResponse):
+    """An event stream that gives its slot back when it ends, however it ends (the run's
+    end, its lifetime, the client gone, the server stopping) — or, never sent, when it
+    is collected."""
+
+    def __init__(self, *args: Any, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+        weakref.finalize(self, release)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def sse(ev: OutEvent) -> ServerSentEvent:
@@ -63,6 +156,11 @@ def _log(request: Request) -> EventLog:
             "paused, resumed, rate_changed, complete, error or cancelled",
         },
         404: {"model": Envelope[None], "description": "TASK_NOT_FOUND"},
+        429: {
+            "model": Envelope[None],
+            "description": "TOO_MANY_REQUESTS: the token (server.sse_max_streams_per_token) "
+            "or the API process (server.sse_max_streams) has no event stream left",
+        },
         **INVALID,
     },
 )
@@ -76,22 +174,24 @@ async def task_events(
 ) -> EventSourceResponse:
     events = _log(request)
     after = cursor_of(request.headers.get("last-event-id") or last_event_id)
-    recorded = await asyncio.to_thread(events.since, task_id, 0, 1)
+    recorded = await _read(events.since, task_id, 0, 1)
     if not recorded and await service.record(task_id) is None:
         if await service.find(task_id) is None:
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
     poll_s = settings.events.poll_interval_ms / 1000
     keepalive_s = settings.events.keepalive_s
+    lifetime_s = settings.server.sse_max_lifetime_s
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         tracker = PlanTracker(task_id)
         seq = 0
         checked = time.monotonic()
+        ends_at = checked + lifetime_s
 
         async def drain() -> AsyncIterator[ServerSentEvent]:
             nonlocal seq
             while True:
-                raws = await asyncio.to_thread(events.since, task_id, seq)
+                raws = await _read(events.since, task_id, seq)
                 for raw in raws:
                     seq = raw.seq
                     for ev in tracker.feed(raw):
@@ -120,8 +220,20 @@ async def task_events(
                         if ev.cursor > after:
                             yield sse(ev)
                     return
+            if now >= ends_at:
+                # A clean end: the client reconnects with the last id it got.
+                log.info("events_stream_lifetime", task_id=task_id, lifetime_s=lifetime_s)
+                yield ServerSentEvent(
+                    comment="stream lifetime reached: reconnect with Last-Event-ID"
+                )
+                return
             await asyncio.sleep(poll_s)
 
-    # sse-starlette frames the events, sends a comment ping every keepalive_s, notices a
-    # client that went away and sets the no-cache / no-buffering headers.
-    return EventSourceResponse(stream(), ping=keepalive_s, sep="\n")
+    release = _slots(request).take(principal(request).name)
+    try:
+        # sse-starlette frames the events, sends a comment ping every keepalive_s, notices
+        # a client that went away and sets the no-cache / no-buffering headers.
+        return HeldStream(stream(), ping=keepalive_s, sep="\n", release=release)
+    except BaseException:
+        release()
+        raise
