@@ -17,8 +17,8 @@ from pydantic import BaseModel, ValidationError
 from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.literature.contract import ContractClient, api_family
-from artemis.literature.generic import rest_source
+from artemis.registry.client import ContractClient, api_family
+from artemis.registry.rest_source import rest_source
 from artemis.literature.planning import (
     LiteratureParams,
     backfill_windows,
@@ -28,6 +28,7 @@ from artemis.literature.planning import (
     update_window,
     window_params,
 )
+from artemis.literature.normalize import normalize_crossref
 from artemis.literature.pubmed import PubMedSource
 from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.watermark import advance_watermark, read_watermark
@@ -181,7 +182,19 @@ class LiteratureHarvest(TaskUnit):
         parallel = 1 if p.parent else self.fetch_concurrency(ctx)
         if family == "eutils":
             return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size, parallel)]
-        return [rest_source(cc, family, p.query, window, p.page_size, parallel)]
+        code = cc.code
+        crossref = family == "crossref"
+        return [
+            rest_source(
+                cc,
+                p.query,
+                window,
+                p.page_size,
+                parallel,
+                transform=(lambda item: normalize_crossref(item, code)) if crossref else None,
+                record_key="$.DOI" if crossref else None,
+            )
+        ]
 
     def completeness_tolerance(self, ctx: TaskContext) -> float:
         """The run's own tolerance, else the provenance's (pagination cfg), else 0."""

@@ -12,7 +12,7 @@ from sqlalchemy import insert, select
 
 from artemis.config import load_settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.literature.contract import Credentials
+from artemis.registry.client import Credentials
 from artemis.registry.models import RegProvCredential, RegProvenance
 from artemis.registry.resolve import find_provenance, resolve_contract
 from artemis.registry.writes import check_registry, gray_switch

@@ -427,7 +427,7 @@ async def test_a_sources_read_timeout_is_its_provenances_else_the_clients(http_c
     one the client's own ``timeout_seconds`` cuts them."""
     from artemis.config import load_settings
     from artemis.errors import ArtemisError
-    from artemis.literature.contract import ContractClient
+    from artemis.registry.client import ContractClient
     from artemis.registry.resolve import Contract
 
     released = asyncio.Event()

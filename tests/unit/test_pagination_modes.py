@@ -6,7 +6,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from artemis.literature.contract import paginator_for
+from artemis.registry.client import paginator_for
 from artemis.registry.resolve import Contract
 from artemis.samples.server import ThreadedServer
 from artemis.sources.paginators import paginator_from_checkpoint

@@ -1,31 +1,33 @@
-"""A JSON search API (Crossref's ``/works`` among them) as a ``RestSource`` built from the
-contract: its paginator, default query params, records and record-key paths."""
+"""A registry source's SEARCH endpoint as a ``RestSource``: its paginator, default query
+params, records and record-key paths, all from the frozen contract."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from artemis.literature.contract import ContractClient, paginator_for
-from artemis.literature.normalize import normalize_crossref
+from artemis.registry.client import ContractClient, paginator_for
 from artemis.registry.resolve import merge_params
 from artemis.sources.rest import RestSource
 
 
 def rest_source(
     cc: ContractClient,
-    family: str,
     query: str | None,
     window: dict[str, Any],
     page_size: int | None,
     parallel: int = 1,
+    *,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    record_key: str | None = None,
 ) -> RestSource:
-    """The contract's SEARCH endpoint paged by its pagination cfg; ``family`` (of
-    ``api_family``) ``crossref`` adds the Crossref record shape and ``$.DOI`` as key."""
+    """The contract's SEARCH endpoint paged by its pagination cfg. ``transform`` turns a
+    raw record into the task's shape; ``record_key`` is the key path used when the
+    pagination cfg names none."""
     contract, code = cc.contract, cc.code
     ep = contract.endpoint or {}
     asked = {"query": query} if query else {}
     params = merge_params(ep.get("default_query_params"), {**asked, **window})
-    transform = (lambda item: normalize_crossref(item, code)) if family == "crossref" else None
     pg = contract.pagination or {}
     return RestSource(
         cc.url(ep),
@@ -33,7 +35,7 @@ def rest_source(
         params=params,
         records_path=pg.get("records_jsonpath") or "$.items",
         name=code,
-        record_key=pg.get("record_key_jsonpath") or ("$.DOI" if family == "crossref" else None),
+        record_key=pg.get("record_key_jsonpath") or record_key,
         transform=transform,
         status_error=cc.status_error,
         send=lambda client, url, q: cc.send(client, "GET", url, q, f"{code} GET {url}"),
