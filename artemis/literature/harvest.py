@@ -54,7 +54,12 @@ class LiteratureRecord(BaseModel):
 def _declared_model(params: BaseModel | None) -> dict[str, Any] | None:
     """The record model a run's frozen contract declares for its provenance, or None."""
     contract = getattr(params, "contract", None) or {}
-    return (contract.get("provenance") or {}).get("record_model")
+    row = contract.get("record_model")
+    if row is None:  # a contract frozen before the record model was a dimension
+        return (contract.get("provenance") or {}).get("record_model")
+    if row.get("fields_json") is None:
+        return None
+    return {"key": row.get("key_json"), "fields": row["fields_json"]}
 
 
 class LiteratureHarvest(TaskUnit):

@@ -21,10 +21,14 @@ SECTIONS = {
     "retry_cfg": "which statuses are retried, back-off, circuit breaker, outage tolerance",
     "rate_limit_cfg": "the provenance's request rate, held across every worker",
     "credential": "API keys and tokens; the secret is named by environment variable",
-    "record_model": "the records' own model, for an API whose records are not papers; "
-    "the `sql` sink's table columns (the key its primary key) and the Parquet schema. "
-    'Records are checked strictly (`"1.5"` is not a float, `1` not a bool; an ISO '
-    "string is a date): a mismatch is a `SINK_ERROR` naming the record and the field",
+    "record_model": "the shape of the provenance's records, dated like every dimension: "
+    "a family Artemis normalises (`PUBMED`, `CROSSREF`: the paper shape) or the records' "
+    "own fields and key, which are the `sql` sink's table columns (the key its primary "
+    "key) and the Parquet schema. Records are checked strictly (`\"1.5\"` is not a float, "
+    "`1` not a bool; an ISO string is a date). A model that only adds nullable fields "
+    "adds their columns; a changed type or key is refused when a run starts",
+    "record_model_shorthand": "the short form of one `record_model` row (scope `SOURCE`, "
+    "in force from 1970-01-01): `{key: [...], fields: {...}}`",
 }
 
 # Every dimension row has these (scope and effective interval, seed 002).
@@ -43,9 +47,17 @@ FIELDS: dict[str, dict[str, str]] = {
         "timezone_default": "the source's time zone" + NOT_READ,
         "docs_url": "where the source's API is documented",
         "lifecycle_status_code": "e.g. `ACTIVE`" + NOT_READ,
-        "record_model": "the records' own model, e.g. `{key: [id], fields: {id: int, name: "
-        "str, price: float | None}}`: records keep these fields, and the `sql` and `files` "
-        "sinks type them by it (null: the built-in paper model)",
+        "record_model": "short for one `record_model` row from 1970 on: `{key: [id], "
+        "fields: {id: int, name: str, price: float | None}}`",
+    },
+    "record_model": {
+        "record_family_code": "`PUBMED` (E-utilities esearch + efetch, PubMed XML) or "
+        "`CROSSREF` (Crossref works JSON): records normalised to the paper shape of "
+        "`literature_harvest`; leave out to declare fields",
+        "key_json": "the fields that identify a record, e.g. `[id]` (the table's primary key)",
+        "fields_json": "field name to type: `str`, `int`, `float`, `bool`, `date`, "
+        "`datetime`, `list[str]`, `dict` (a Parquet struct of what the records hold; JSON "
+        "in SQL), `json` (kept as JSON text), each `| None` when it may be null",
     },
     "endpoint_def": {
         "endpoint_name": "a name, unique within the provenance (a credential may name it)",
@@ -83,6 +95,20 @@ FIELDS: dict[str, dict[str, str]] = {
         "offset_type_code": "`DATE`, `ID` or `COMPOSITE`" + NOT_READ,
         "default_date_field_name": "the source's date field a window filters on (PubMed "
         "`EDAT`, Crossref `index-date`)",
+        "window_start_param_name": "where a window's first instant is sent, e.g. "
+        "`updated_since` (sources of no paper family; without it a run asks no window)",
+        "window_end_param_name": "where a window's end is sent (exclusive; leave out when "
+        "the source takes only a start)",
+        "window_time_format": "how an instant is written in those parameters: a `strftime` "
+        "pattern (`%Y-%m-%d`), `ISO` (default, `2024-05-01T00:00:00+00:00` in the source's "
+        "`timezone_default`), `EPOCH` or `EPOCH_MS`",
+        "watermark_field_name": "the record field an `update` keeps its pointer from: the "
+        "largest value among the run's records (DATE, COMPOSITE: a timestamp; ID: an id); "
+        "without it the pointer is the window's end",
+        "watermark_id_field_name": "COMPOSITE: the record's id field, which orders records "
+        "of the same timestamp",
+        "watermark_id_param_name": "ID: the parameter the pointer (minus `overlap_value` "
+        "ids) is sent in; COMPOSITE: where the pointer's id is sent beside its timestamp",
     },
     "pagination_cfg": {
         "pagination_mode_code": 'how the source pages (`LINK_HEADER`: RFC 8288 `rel="next"`)',

@@ -14,6 +14,7 @@ A refused file lists every problem, each with the closest valid name or value.
 from __future__ import annotations
 
 import types
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -32,7 +33,9 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry import field_docs
 from artemis.registry.models import (
     DIMENSIONS,
+    OFFSET_TYPES,
     PAGINATION_MODES,
+    RECORD_FAMILIES,
     SCOPES,
     TASK_TYPES,
     DimensionBase,
@@ -62,8 +65,10 @@ PROVENANCE_COLUMNS = (
     "timezone_default",
     "docs_url",
     "lifecycle_status_code",
-    "record_model",
 )
+# ``provenance.record_model`` is the short form of one ``record_model`` row: SOURCE
+# scope, in force from the epoch.
+SHORTHAND_FROM = datetime(1970, 1, 1, tzinfo=UTC)
 _STRICT = ConfigDict(extra="forbid")
 _UNITS = ("MINUTE", "HOUR", "DAY", "WEEK", "MONTH")
 # Code columns whose values Artemis acts on: any other value is refused, naming these.
@@ -78,6 +83,8 @@ CODES: dict[str, tuple[str, ...]] = {
     "lookback_unit_code": _UNITS,
     "backoff_policy_code": ("FIXED", "EXPONENTIAL"),
     "auth_type_code": ("API_KEY_QUERY", "API_KEY_HEADER", "BEARER"),
+    "record_family_code": RECORD_FAMILIES,
+    "offset_type_code": OFFSET_TYPES,
 }
 # The marker paths only page-number and offset paging read.
 _MARKERS = ("next_page_jsonpath", "has_more_jsonpath")
@@ -145,6 +152,30 @@ def _markers_ok(self: Any) -> Any:
     return self
 
 
+def _record_model_ok(self: Any) -> Any:
+    """A record model row: a family, or fields and a key (checked as a declared model)."""
+    family, fields, key = self.record_family_code, self.fields_json, self.key_json
+    if family is not None and (fields is not None or key is not None):
+        raise ValueError(
+            f"record_family_code {family} brings its own shape: "
+            "leave fields_json and key_json out"
+        )
+    if family is None:
+        if fields is None or key is None:
+            raise ValueError("set record_family_code, or fields_json and key_json")
+        try:
+            checked = RecordModelDecl.model_validate({"key": key, "fields": fields})
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            name = {"key": "key_json", "fields": "fields_json"}.get(where.split(".")[0], where)
+            rest = where.split(".", 1)[1] if "." in where else ""
+            loc = f"{name}.{rest}" if rest else name
+            raise ValueError(f"{loc}: {str(err['msg']).removeprefix('Value error, ')}") from None
+        self.fields_json = checked.fields  # the canonical spelling (`float | None`)
+    return self
+
+
 @cache
 def row_model(dim: str) -> type[BaseModel]:
     """One row of a dimension section as the file writes it."""
@@ -163,6 +194,8 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["secret_env_ok"] = field_validator("secret_env")(_secret_env_ok)
     if dim == "pagination_cfg":
         validators["markers"] = model_validator(mode="after")(_markers_ok)
+    if dim == "record_model":
+        validators["record_model"] = model_validator(mode="after")(_record_model_ok)
     return create_model(  # type: ignore[call-overload, no-any-return]
         f"{table.__name__}Row",
         __config__=_STRICT,
@@ -226,7 +259,24 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
             f"{source}: {count}{'; '.join(problems)}",
             details={"errors": [_short(err) for err in e.errors()]},
         ) from None
-    return doc.model_dump(exclude_unset=True)
+    out: dict[str, Any] = doc.model_dump(exclude_unset=True)
+    short = out["provenance"].pop("record_model", None)
+    if short is not None:
+        if out.get("record_model"):
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{source}: provenance.record_model: the file has a record_model section; "
+                "write the model there only",
+            )
+        out["record_model"] = [
+            {
+                "scope_code": "SOURCE",
+                "effective_from": SHORTHAND_FROM,
+                "key_json": short["key"],
+                "fields_json": short["fields"],
+            }
+        ]
+    return out
 
 
 def _where(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -360,7 +410,7 @@ def reference() -> str:
         out += ["", f"`{section}` ({shape}): {field_docs.SECTIONS[section]}", ""]
         out += _table(fields)
     decl = RecordModelDecl.model_fields
-    out += ["", f"`provenance.record_model`: {field_docs.SECTIONS['record_model']}", ""]
+    out += ["", f"`provenance.record_model`: {field_docs.SECTIONS['record_model_shorthand']}", ""]
     out += _table([(n, decl[n], True) for n in decl])
     return "\n".join(out) + "\n"
 

@@ -18,6 +18,9 @@ from artemis.db import UTCDateTime, utcnow
 SCOPES = ("SOURCE", "TASK")
 TASK_TYPES = ("harvest", "update", "backfill")
 PAGINATION_MODES = ("PAGE_NUMBER", "OFFSET", "CURSOR", "TOKEN", "LINK_HEADER")
+RECORD_FAMILIES = ("PUBMED", "CROSSREF")
+OFFSET_TYPES = ("DATE", "ID", "COMPOSITE")
+LIFECYCLE_STATUSES = ("ACTIVE", "PAUSED", "DEPRECATED", "RETIRED")
 
 
 def _task_type_key() -> Column:
@@ -35,10 +38,6 @@ class RegProvenance(SQLModel, table=True):
     timezone_default: str = Field(default="UTC", max_length=64)
     docs_url: str | None = Field(default=None, max_length=500)
     lifecycle_status_code: str = Field(default="ACTIVE", max_length=16)
-    # The shape of the provenance's records (artemis.sinks.records.RecordModelDecl:
-    # ``{key: [...], fields: {name: type}}``) for the sql and files sinks; None: the
-    # harvest's built-in paper model.
-    record_model: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
@@ -111,6 +110,17 @@ class RegProvWindowOffsetCfg(DimensionBase, table=True):
     watermark_lag_seconds: int | None = None
     offset_type_code: str | None = Field(default=None, max_length=16)  # DATE | ID | COMPOSITE
     default_date_field_name: str | None = Field(default=None, max_length=64)
+    # How a window is asked of a source of no paper family: the parameters its ends go in
+    # and how an instant is written there.
+    window_start_param_name: str | None = Field(default=None, max_length=64)
+    window_end_param_name: str | None = Field(default=None, max_length=64)
+    window_time_format: str | None = Field(default=None, max_length=64)
+    # Incremental pointers read from the records: the field whose largest value becomes
+    # the watermark (DATE: a timestamp, ID: an id, COMPOSITE: the timestamp), the id that
+    # breaks ties (COMPOSITE) and the parameter an ID/COMPOSITE pointer's id is sent in.
+    watermark_field_name: str | None = Field(default=None, max_length=64)
+    watermark_id_field_name: str | None = Field(default=None, max_length=64)
+    watermark_id_param_name: str | None = Field(default=None, max_length=64)
 
 
 class RegProvPaginationCfg(DimensionBase, table=True):
@@ -218,6 +228,22 @@ class RegProvRateLimitCfg(DimensionBase, table=True):
     bucket_granularity_code: str | None = Field(default=None, max_length=16)
 
 
+class RegProvRecordModel(DimensionBase, table=True):
+    """The shape of a provenance's records: a family Artemis normalises (PubMed, Crossref:
+    the paper shape) or a model of fields and key (``artemis.sinks.records.RecordModelDecl``)
+    the sql and files sinks type by. Dated like every dimension, so a model change switches
+    over at an instant and each run keeps the model it started with."""
+
+    __tablename__ = "reg_prov_record_model"
+    __table_args__ = _interval_index("reg_prov_record_model")
+    dimension: ClassVar[str] = "record_model"
+
+    task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    record_family_code: str | None = Field(default=None, max_length=16)  # PUBMED | CROSSREF
+    key_json: list[str] | None = Field(default=None, sa_type=JSON)
+    fields_json: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+
+
 class RegProvCredential(DimensionBase, table=True):
     """Keys and tokens. Several may be valid at once (rotation); the secret is stored
     encrypted and never leaves an activity in clear."""
@@ -264,6 +290,8 @@ class RegProvWatermark(SQLModel, table=True):
     task_type: str = Field(max_length=16)
     watermark_key: str = Field(default="default", max_length=200)
     watermark_value: datetime = Field(sa_type=UTCDateTime)
+    # An ID or COMPOSITE pointer taken from the records (JSON: the id, or [instant, id]).
+    watermark_cursor: str | None = Field(default=None, max_length=500)
     last_run_id: str | None = Field(default=None, max_length=200)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
@@ -278,6 +306,7 @@ DIMENSIONS: dict[str, type[DimensionBase]] = {
         RegProvBatchingCfg,
         RegProvRetryCfg,
         RegProvRateLimitCfg,
+        RegProvRecordModel,
         RegProvCredential,
     )
 }

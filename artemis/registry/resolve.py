@@ -42,6 +42,7 @@ CONTRACT_KEYS = (
     "retry",
     "rate_limit",
     "credential",
+    "record_model",
 )
 _CFG_FOR_KEY = {
     "pagination": "pagination_cfg",
@@ -50,6 +51,7 @@ _CFG_FOR_KEY = {
     "batching": "batching_cfg",
     "retry": "retry_cfg",
     "rate_limit": "rate_limit_cfg",
+    "record_model": "record_model",
 }
 
 
@@ -166,6 +168,8 @@ class Contract:
     retry: dict[str, Any] | None
     rate_limit: dict[str, Any] | None
     credentials: list[dict[str, Any]] = field(default_factory=list)
+    # None in the contracts of runs started before the record model was a dimension.
+    record_model: dict[str, Any] | None = None
 
     @property
     def credential(self) -> dict[str, Any] | None:

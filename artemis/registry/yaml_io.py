@@ -54,6 +54,7 @@ ORDER = (
     "batching_cfg",
     "retry_cfg",
     "rate_limit_cfg",
+    "record_model",
     "credential",
 )
 # The largest registry file read (a provenance's file is a few KiB).
