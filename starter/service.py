@@ -176,6 +176,7 @@ class RunService(RunReads):
             ask.output,
             task.record_spec(prepared),
             self.settings.database.url,
+            task.output_place(prepared),
         )
         task_id = owned_task_id(owner, ask.task_id or uuid.uuid4().hex)
         workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)

@@ -158,6 +158,10 @@ def base_settings(
                     "sinks": ["http"],
                     "http_endpoint": f"{samples.url}/sink/literature",
                 },
+                "source_harvest": {
+                    "sinks": ["http"],
+                    "http_endpoint": f"{samples.url}/sink/sources",
+                },
                 "crawl_notes": {"sinks": ["http"], "http_endpoint": f"{samples.url}/sink/notes"},
             },
             "crawler": {

@@ -12,9 +12,9 @@ from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, HttpClient, body_excerpt
 from artemis.jsonpaths import MISSING, as_count, describe, json_path_lookup
-from artemis.registry.client import ContractClient
 from artemis.literature.normalize import parse_pubmed_xml
 from artemis.logsetup import get_logger
+from artemis.registry.client import ContractClient
 from artemis.registry.resolve import merge_params, param_name
 from artemis.sources import Page, PageInfo, Source
 from artemis.sources.rest import describe_request

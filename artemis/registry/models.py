@@ -296,6 +296,22 @@ class RegProvWatermark(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
+class RegProvWatermarkSeen(SQLModel, table=True):
+    """The largest pointer value a running update has seen in its records, one row per
+    processed batch (a retried batch adds a row; the maximum is the same). The run's end
+    takes the maximum into ``reg_prov_watermark`` and removes its rows."""
+
+    __tablename__ = "reg_prov_watermark_seen"
+    __table_args__ = (Index("ix_reg_prov_watermark_seen_run", "provenance_id", "run_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    provenance_id: int = Field(foreign_key="reg_provenance.id")
+    run_id: str = Field(max_length=200)
+    watermark_key: str = Field(default="default", max_length=200)
+    seen_value: str = Field(max_length=500)  # JSON: an instant, an id, or [instant, id]
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
 DIMENSIONS: dict[str, type[DimensionBase]] = {
     cls.dimension: cls
     for cls in (

@@ -3,13 +3,16 @@ advanced only when the run completes (never backwards)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
 from artemis.db import utcnow
-from artemis.registry.models import RegProvWatermark
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.registry.models import RegProvWatermark, RegProvWatermarkSeen
 from artemis.registry.resolve import as_utc
 
 _t = RegProvWatermark.__table__  # type: ignore[attr-defined]
@@ -56,5 +59,161 @@ def advance_watermark(
             _t.c.watermark_key == key,
         )
         .values(watermark_value=as_utc(value), last_run_id=run_id, updated_at=utcnow())
+    )
+    return True
+
+
+# -- pointers read from the records (offset_type_code DATE / ID / COMPOSITE) ----------------
+_seen = RegProvWatermarkSeen.__table__  # type: ignore[attr-defined]
+
+
+def read_pointer(
+    conn: Connection, provenance_id: int, task_type: str, key: str
+) -> tuple[datetime | None, Any]:
+    """The watermark's instant and its cursor (an ID pointer's id, a COMPOSITE pointer's
+    ``[instant, id]``; None for a window's end)."""
+    row = conn.execute(
+        select(_t.c.watermark_value, _t.c.watermark_cursor).where(
+            _t.c.provenance_id == provenance_id,
+            _t.c.task_type == task_type,
+            _t.c.watermark_key == (key or "default"),
+        )
+    ).first()
+    if row is None:
+        return None, None
+    cursor = json.loads(row.watermark_cursor) if row.watermark_cursor else None
+    return as_utc(row.watermark_value), cursor
+
+
+def pointer_of(record: dict[str, Any], win: dict[str, Any]) -> Any:
+    """A record's pointer value: its ``watermark_field_name`` (DATE: an instant, ID: an
+    id), or ``[instant, id]`` (COMPOSITE); None when the record lacks it."""
+    kind = win.get("offset_type_code") or "DATE"
+    field = win.get("watermark_field_name")
+    value = record.get(field) if field else None
+    if value is None:
+        return None
+    if kind == "ID":
+        return _id(value, field)
+    instant = _instant(value, field)
+    if kind == "COMPOSITE":
+        id_field = win.get("watermark_id_field_name")
+        ident = record.get(id_field) if id_field else None
+        return [instant, None if ident is None else _id(ident, id_field)]
+    return instant
+
+
+def _id(value: Any, field: str | None) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"record field {field!r} holds {value!r}: an ID pointer reads an integer or a string",
+        )
+    return value
+
+
+def _instant(value: Any, field: str | None) -> str:
+    try:
+        return as_utc(str(value)).isoformat()
+    except ArtemisError:
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"record field {field!r} holds {str(value)[:60]!r}: a DATE pointer reads an "
+            "ISO 8601 timestamp",
+        ) from None
+
+
+def _order(value: Any) -> tuple[Any, ...]:
+    """Pointer values in order: instants by time, ids numerically before strings."""
+    if isinstance(value, list):
+        return (_order(value[0]), _order(value[1]) if value[1] is not None else ())
+    if isinstance(value, int):
+        return (0, value, "")
+    if isinstance(value, str) and value[:4].isdigit() and "T" in value:
+        return (1, as_utc(value).timestamp(), "")
+    return (2, 0, str(value))
+
+
+def largest(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return max(present, key=_order) if present else None
+
+
+def note_seen(conn: Connection, provenance_id: int, run_id: str, key: str, value: Any) -> None:
+    """Keep a batch's largest pointer for the run's end."""
+    conn.execute(
+        _seen.insert().values(
+            provenance_id=provenance_id,
+            run_id=run_id,
+            watermark_key=key or "default",
+            seen_value=json.dumps(value),
+            created_at=utcnow(),
+        )
+    )
+
+
+def take_seen(conn: Connection, provenance_id: int, run_id: str, key: str) -> Any:
+    """The largest pointer the run's batches saw (None: none), its rows removed."""
+    where = (
+        _seen.c.provenance_id == provenance_id,
+        _seen.c.run_id == run_id,
+        _seen.c.watermark_key == (key or "default"),
+    )
+    values = [
+        json.loads(v) for v in conn.execute(select(_seen.c.seen_value).where(*where)).scalars()
+    ]
+    conn.execute(delete(_seen).where(*where))
+    return largest(values)
+
+
+def drop_seen(conn: Connection, provenance_id: int, run_id: str) -> None:
+    conn.execute(
+        delete(_seen).where(_seen.c.provenance_id == provenance_id, _seen.c.run_id == run_id)
+    )
+
+
+def advance_pointer(
+    conn: Connection,
+    provenance_id: int,
+    task_type: str,
+    key: str,
+    value: datetime,
+    cursor: Any,
+    run_id: str,
+) -> bool:
+    """Move the watermark to ``value`` with ``cursor`` (an ID or COMPOSITE pointer), never
+    backwards: a cursor at or before the current one leaves it."""
+    key = key or "default"
+    current, old = read_pointer(conn, provenance_id, task_type, key)
+    if current is None:
+        conn.execute(
+            _t.insert().values(
+                provenance_id=provenance_id,
+                task_type=task_type,
+                watermark_key=key,
+                watermark_value=as_utc(value),
+                watermark_cursor=None if cursor is None else json.dumps(cursor),
+                last_run_id=run_id,
+                updated_at=utcnow(),
+            )
+        )
+        return True
+    if cursor is not None and old is not None and _order(cursor) <= _order(old):
+        return False
+    if cursor is None and as_utc(value) <= current:
+        return False
+    conn.execute(
+        update(_t)
+        .where(
+            _t.c.provenance_id == provenance_id,
+            _t.c.task_type == task_type,
+            _t.c.watermark_key == key,
+        )
+        .values(
+            watermark_value=max(as_utc(value), current),
+            watermark_cursor=None if cursor is None else json.dumps(cursor),
+            last_run_id=run_id,
+            updated_at=utcnow(),
+        )
     )
     return True

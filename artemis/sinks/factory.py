@@ -5,6 +5,7 @@ the activities emit to)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy.engine import make_url
@@ -21,7 +22,10 @@ from artemis.sinks.sql import SqlSink, sql_key
 # Where records land is the operator's choice (config), never a request's: a request may
 # pick among the configured sinks and a file format, not a database, table or key, a path
 # on the workers' disks or an object store.
-OPERATOR_ONLY = {"sql": ("url", "table", "key"), "files": ("url", "endpoint_url")}
+OPERATOR_ONLY = {
+    "sql": ("url", "table", "tables", "key"),
+    "files": ("url", "endpoint_url", "folder"),
+}
 
 
 def check_sinks(spec: dict[str, Any], record: RecordSpec | None = None) -> list[str]:
@@ -106,6 +110,7 @@ def build_sinks(
                     record,
                     database_url,
                     endpoint_url=cfg.get("endpoint_url"),
+                    folder=cfg.get("folder"),
                 )
             )
     return sinks
@@ -155,10 +160,15 @@ def resolve_output(
     request: dict[str, Any] | None,
     record: RecordSpec | None,
     database_url: str,
+    place: str | None = None,
 ) -> dict[str, Any]:
     """A run's output, resolved once when it starts: the request's ``output`` over
     ``output_defaults.<code>``, checked against the sinks' models (check_sinks: nothing
     built, no connection opened), marked RESOLVED.
+
+    ``place``: the run's own place (a registry run's provenance): its sql table is
+    ``sql.tables[place]``, else ``place`` as a table name; its files go under
+    ``{files.url}/{place}/{task_id}/``.
 
     A problem of the request is INVALID_INPUT naming ``output.…``; one of the
     configuration alone (the request said nothing) is CONFIG_ERROR naming
@@ -168,6 +178,8 @@ def resolve_output(
     try:
         if request:
             check_request_output(request)
+        if place is not None:
+            spec = _placed(spec, place, record)
         check_sinks(spec, record)
     except ArtemisError as e:
         message = e.message.replace("output_defaults.<code>", where)
@@ -177,6 +189,51 @@ def resolve_output(
             message = where + message[len("output") :]
         raise ArtemisError(ErrorCode.CONFIG_ERROR, message, retryable=False) from None
     return {**spec, RESOLVED: True}
+
+
+def table_name_for(place: str) -> str:
+    """A place's default table: its name with anything but letters, digits and ``_`` as
+    ``_`` (``my-shop`` → ``my_shop``), so it needs no quoting in SQL."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", place)
+    return name if name[:1].isalpha() or name[:1] == "_" else f"t_{name}"
+
+
+def _placed(spec: dict[str, Any], place: str, record: RecordSpec | None) -> dict[str, Any]:
+    """``spec`` with the place's own table and folder; a sink that types records by a
+    model (sql, Parquet) without one is refused naming the place's missing model."""
+    names = spec.get("sinks") or []
+    names = [names] if isinstance(names, str) else list(names)
+    out = dict(spec)
+    files = spec.get("files") if isinstance(spec.get("files"), dict) else None
+    typed = "sql" in names or (
+        "files" in names and files is not None and files.get("format") == "parquet"
+    )
+    if typed and record is None:
+        sink = "sql" if "sql" in names else "files (parquet)"
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR,
+            f"provenance {place!r} declares no record model (its registry record_model "
+            f"fields_json and key_json), and the {sink} sink types records by one",
+        )
+    sql = spec.get("sql")
+    if isinstance(sql, dict):
+        if sql.get("table"):
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                "output_defaults.<code>.sql.table: one table for every provenance; name "
+                "a provenance's table in sql.tables ({provenance: table}; default: its code)",
+            )
+        tables = sql.get("tables") or {}
+        if not isinstance(tables, dict):
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                "output_defaults.<code>.sql.tables: a mapping {provenance: table}",
+            )
+        table = str(tables.get(place) or table_name_for(place))
+        out["sql"] = {k: v for k, v in sql.items() if k != "tables"} | {"table": table}
+    if files is not None:
+        out["files"] = {**files, "folder": place}
+    return out
 
 
 # Sinks built without I/O (an endpoint and headers; nothing): the sql sink opens an

@@ -76,8 +76,12 @@ class FileSink(Sink):
         record: RecordSpec | None,
         database_url: str,
         endpoint_url: str | None = None,
+        folder: str | None = None,
     ) -> None:
         check_format(fmt, record)
+        # The folder a run's files go under (default: its task code); a registry run's is
+        # its provenance, so each source has a folder of its own.
+        self.folder = folder
         self.url = url.rstrip("/")
         self.format = fmt
         self.record = record
@@ -101,7 +105,7 @@ class FileSink(Sink):
                 f"files sink: task id {task_id!r} cannot name a folder",
                 retryable=False,
             )
-        return f"{self.root}/{task_code}/{task_id}"
+        return f"{self.root}/{self.folder or task_code}/{task_id}"
 
     def page_path(self, ctx: EmitContext) -> str:
         ext = FORMATS[self.format]

@@ -253,6 +253,11 @@ class TaskUnit:
         model) overrides this."""
         return RecordSpec(self.Record, self.record_key) if self.Record is not None else None
 
+    def output_place(self, params: BaseModel) -> str | None:
+        """The run's own place among the sinks: a table (``sql.tables`` by it, else it)
+        and a folder of its own. None: the task's (``sql.table``, ``{url}/{code}/``)."""
+        return None
+
     def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
         """The run's sinks, from the output it resolved when it started (request over
         ``output_defaults``): a worker with another configuration sends its records to
@@ -262,7 +267,14 @@ class TaskUnit:
         defaults = ctx.settings.output_defaults.get(self.code, {})
         spec = resolved_spec(ctx.output or {})
         if spec is None:
-            resolved = resolve_output(self.code, defaults, ctx.output, record, database_url)
+            resolved = resolve_output(
+                self.code,
+                defaults,
+                ctx.output,
+                record,
+                database_url,
+                self.output_place(ctx.params),
+            )
             spec = resolved_spec(resolved) or {}
         return build_sinks(spec, record, database_url, defaults.get("http_endpoint"))
 

@@ -7,9 +7,10 @@ from artemis.crawler.task import CrawlNotes
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.literature.harvest import LiteratureHarvest
 from artemis.tasks.base import TaskUnit
+from artemis.tasks.source_harvest import SourceHarvest
 from artemis.tasks.stock_quotes import PullStockQuotes
 
-TASKS: tuple[type[TaskUnit], ...] = (PullStockQuotes, LiteratureHarvest, CrawlNotes)
+TASKS: tuple[type[TaskUnit], ...] = (PullStockQuotes, SourceHarvest, LiteratureHarvest, CrawlNotes)
 _BY_CODE = {task.code: task for task in TASKS}
 
 

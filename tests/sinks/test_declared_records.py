@@ -14,12 +14,12 @@ import sqlalchemy as sa
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.literature.harvest import LiteratureHarvest, LiteratureRecord
-from artemis.literature.planning import LiteratureParams
 from artemis.migrate import upgrade
 from artemis.sinks import EmitContext
 from artemis.sinks.files import FileSink
 from artemis.sinks.records import declared_spec
 from artemis.sinks.sql import SqlSink
+from artemis.tasks.source_harvest import SourceHarvest, SourceParams
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
 
 STOCK = {
@@ -97,19 +97,33 @@ def test_a_record_the_declared_model_does_not_fit_is_a_sink_error_naming_it(
     assert needle in e.value.message
 
 
-def params(record_model: dict[str, Any] | None) -> LiteratureParams:
+def params(record_model: dict[str, Any] | None) -> SourceParams:
+    row = (
+        {"key_json": record_model["key"], "fields_json": record_model["fields"]}
+        if record_model
+        else None
+    )
+    contract = {"provenance": {"provenance_code": "my-shop"}, "record_model": row}
+    return SourceParams(provenance="my-shop", contract=contract)
+
+
+def old_params(record_model: dict[str, Any]) -> SourceParams:
+    # A run started before the record model was a dimension froze it in its provenance.
     provenance = {"provenance_code": "my-shop", "record_model": record_model}
-    return LiteratureParams(provenance="my-shop", contract={"provenance": provenance})
+    return SourceParams(provenance="my-shop", contract={"provenance": provenance})
 
 
 def test_the_harvest_takes_its_record_model_from_the_runs_contract():
-    task = LiteratureHarvest()
-    assert task.record_spec().model is LiteratureRecord  # type: ignore[union-attr]
-    assert task.record_spec(params(None)).model is LiteratureRecord  # type: ignore[union-attr]
+    task = SourceHarvest()
+    assert task.record_spec() is None and task.record_spec(params(None)) is None
     own = task.record_spec(params(STOCK))
     assert own is not None and own.key == ("sku",) and own.model.__name__ == "MyShopRecord"
     # the same declaration is the same model (a sink prepares its table once per model)
     assert task.record_spec(params(STOCK)).model is own.model  # type: ignore[union-attr]
+    assert task.record_spec(old_params(STOCK)).model is own.model  # type: ignore[union-attr]
+    # the papers task's records are papers, whatever the contract
+    paper = LiteratureHarvest().record_spec(params(STOCK))
+    assert paper is not None and paper.model is LiteratureRecord
 
 
 def test_the_harvest_keeps_the_fields_its_record_model_names():
@@ -117,11 +131,11 @@ def test_the_harvest_keeps_the_fields_its_record_model_names():
     from artemis.tasks.base import TaskContext
 
     ctx = TaskContext(
-        "literature_harvest", "t-1", params(STOCK), Settings(), TraceContext(new_trace_id(), "")
+        "source_harvest", "t-1", params(STOCK), Settings(), TraceContext(new_trace_id(), "")
     )
     raw = [{"sku": "S1", "quantity": 2, "counted_at": "2025-03-01T00:00:00Z", "shelf": "B4"}]
     # not named: left out; nullable and absent: null; required and absent: left absent
-    assert LiteratureHarvest().process(raw, ctx) == [
+    assert SourceHarvest().process(raw, ctx) == [
         {
             "sku": "S1",
             "quantity": 2,
@@ -130,7 +144,7 @@ def test_the_harvest_keeps_the_fields_its_record_model_names():
             "tags": None,
         }
     ]
-    assert LiteratureHarvest().process([{"sku": "S2"}], ctx) == [
+    assert SourceHarvest().process([{"sku": "S2"}], ctx) == [
         {"sku": "S2", "note": None, "tags": None}
     ]
 
@@ -138,6 +152,6 @@ def test_the_harvest_keeps_the_fields_its_record_model_names():
 def test_a_record_model_edited_by_hand_into_nonsense_is_a_config_error():
     bad = {"key": ["id"], "fields": {"id": "integer"}}
     with pytest.raises(ArtemisError) as e:
-        LiteratureHarvest().record_spec(params(bad))
+        SourceHarvest().record_spec(params(bad))
     assert e.value.code is ErrorCode.CONFIG_ERROR
     assert "provenance 'my-shop': record_model.fields" in e.value.message

@@ -58,6 +58,22 @@ def upgrade() -> None:
         "reg_prov_record_model",
         ["provenance_id", "scope_code", "task_type", "effective_to"],
     )
+    op.create_table(
+        "reg_prov_watermark_seen",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("provenance_id", sa.Integer(), nullable=False),
+        sa.Column("run_id", sa.String(length=200), nullable=False),
+        sa.Column("watermark_key", sa.String(length=200), nullable=False),
+        sa.Column("seen_value", sa.String(length=500), nullable=False),
+        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.ForeignKeyConstraint(["provenance_id"], ["reg_provenance.id"]),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index(
+        "ix_reg_prov_watermark_seen_run",
+        "reg_prov_watermark_seen",
+        ["provenance_id", "run_id"],
+    )
     with op.batch_alter_table("reg_prov_watermark") as batch:
         batch.add_column(sa.Column("watermark_cursor", sa.String(500), nullable=True))
     for name in (
@@ -137,6 +153,8 @@ def downgrade() -> None:
     ):
         op.drop_column("reg_prov_window_offset_cfg", name)
     op.drop_column("reg_prov_watermark", "watermark_cursor")
+    op.drop_index("ix_reg_prov_watermark_seen_run", "reg_prov_watermark_seen")
+    op.drop_table("reg_prov_watermark_seen")
     op.drop_index("ix_reg_prov_record_model_lookup", "reg_prov_record_model")
     op.drop_index("uq_reg_prov_record_model_interval", "reg_prov_record_model")
     op.drop_table("reg_prov_record_model")

@@ -1,0 +1,168 @@
+"""The windows a registry run covers, from its contract's ``window_offset_cfg``: an update's
+window from its watermark (or its lookback), a backfill's windows (calendar months or
+fixed sizes, aligned in the source's time zone), the halves of a window over the result
+cap, and how a window's ends are written in the source's own parameters."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from artemis.errors import ArtemisError, ErrorCode
+
+UNITS = {
+    "MINUTE": timedelta(minutes=1),
+    "HOUR": timedelta(hours=1),
+    "DAY": timedelta(days=1),
+    "WEEK": timedelta(weeks=1),
+    "MONTH": timedelta(days=30),
+}
+# The earliest instant a window without a start asks for.
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+
+
+def span(value: int | None, unit: str | None) -> timedelta:
+    """``value`` ``unit``s (``MONTH``: 30 days); zero when no value."""
+    if not value:
+        return timedelta(0)
+    if unit not in UNITS:
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR, f"window unit {unit!r} is not one of {', '.join(UNITS)}"
+        )
+    return value * UNITS[unit]
+
+
+def source_zone(contract: dict[str, Any] | None) -> tzinfo:
+    """The provenance's ``timezone_default`` (an IANA name; default UTC)."""
+    name = ((contract or {}).get("provenance") or {}).get("timezone_default") or "UTC"
+    return zone(name)
+
+
+def zone(name: str) -> tzinfo:
+    if name.upper() == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR,
+            f"timezone_default {name!r} is not an IANA time zone (e.g. Europe/Berlin, UTC)",
+        ) from None
+
+
+def day_start(day: date | None, tz: tzinfo = UTC) -> datetime | None:
+    """Midnight at the start of ``day`` in ``tz``, as a UTC instant."""
+    if day is None:
+        return None
+    return datetime.combine(day, datetime.min.time(), tz).astimezone(UTC)
+
+
+def update_window(
+    win: dict[str, Any],
+    mark: datetime | None,
+    start: datetime | None,
+    end: datetime | None,
+    now: datetime,
+) -> tuple[datetime | None, datetime | None]:
+    """An update run's window: from the watermark minus the contract's overlap up to
+    ``end``, else now minus the contract's lag. Without a watermark (the first update of a
+    query): from ``start``, else now minus ``lookback``."""
+    lag = timedelta(seconds=win.get("watermark_lag_seconds") or 0)
+    if mark is None and start is None:
+        lookback = span(win.get("lookback_value"), win.get("lookback_unit_code"))
+        if not lookback:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                "params.start: the first update run of a query needs a start (there is "
+                "no watermark yet, and window_offset_cfg.lookback_value is not set)",
+            )
+        start = now - lag - lookback
+    overlap = span(win.get("overlap_value"), win.get("overlap_unit_code"))
+    start = (mark - overlap) if mark is not None else start
+    end = end or (now - lag)
+    return start, end
+
+
+def backfill_windows(first: date, last: date, win: dict[str, Any]) -> list[tuple[date, date]]:
+    """``first``..``last`` cut into the contract's windows: calendar months or fixed sizes
+    (at least a day), both ends inclusive, as days of the source's zone."""
+    windows: list[tuple[date, date]] = []
+    cur = first
+    while cur <= last:
+        if (
+            win.get("window_mode_code") == "CALENDAR"
+            and win.get("window_size_unit_code") == "MONTH"
+        ):
+            months = win.get("window_size_value") or 1
+            y, m = divmod(cur.month - 1 + months, 12)
+            nxt = date(cur.year + y, m + 1, 1)
+        elif win.get("window_mode_code") == "CALENDAR" and win.get("window_size_unit_code") == (
+            "WEEK"
+        ):
+            # Calendar weeks start on Monday.
+            weeks = win.get("window_size_value") or 1
+            nxt = cur - timedelta(days=cur.weekday()) + timedelta(weeks=weeks)
+        else:
+            size = span(
+                win.get("window_size_value") or 1, win.get("window_size_unit_code") or "DAY"
+            )
+            nxt = cur + max(timedelta(days=1), size)
+        windows.append((cur, min(last, nxt - timedelta(days=1))))
+        cur = nxt
+    return windows
+
+
+def halves(first: date, last: date) -> list[tuple[date, date]] | None:
+    """``first``..``last`` in two, or None for a single day."""
+    if first >= last:
+        return None
+    mid = first + (last - first) // 2
+    return [(first, mid), (mid + timedelta(days=1), last)]
+
+
+def format_instant(value: datetime, fmt: str | None, tz: tzinfo) -> str:
+    """An instant as a source's parameter takes it: ``ISO`` (default: ISO 8601 in the
+    source's zone), ``EPOCH`` / ``EPOCH_MS`` (seconds / milliseconds since 1970), or a
+    ``strftime`` pattern applied in the source's zone."""
+    local = value.astimezone(tz)
+    if not fmt or fmt == "ISO":
+        return local.isoformat()
+    if fmt == "EPOCH":
+        return str(int(value.timestamp()))
+    if fmt == "EPOCH_MS":
+        return str(int(value.timestamp() * 1000))
+    return local.strftime(fmt)
+
+
+def check_time_format(fmt: str | None) -> str | None:
+    """A ``window_time_format`` that names something: ISO, EPOCH, EPOCH_MS or a pattern
+    with at least one ``%`` directive."""
+    if fmt is None or fmt in ("ISO", "EPOCH", "EPOCH_MS"):
+        return fmt
+    if "%" not in fmt:
+        raise ValueError(
+            f"{fmt!r} is not ISO, EPOCH, EPOCH_MS or a strftime pattern (e.g. %Y-%m-%d)"
+        )
+    try:
+        datetime(2024, 5, 1, tzinfo=UTC).strftime(fmt)
+    except ValueError as e:
+        raise ValueError(f"{fmt!r}: {e}") from None
+    return fmt
+
+
+def window_query(
+    contract: dict[str, Any], start: datetime | None, end: datetime | None
+) -> dict[str, Any]:
+    """A window ``[start, end)`` in the parameters the contract names for it
+    (``window_start_param_name`` / ``window_end_param_name``, written as
+    ``window_time_format``); nothing when the contract names none."""
+    win = contract.get("window_offset") or {}
+    tz = source_zone(contract)
+    fmt = win.get("window_time_format")
+    out: dict[str, Any] = {}
+    if start is not None and win.get("window_start_param_name"):
+        out[win["window_start_param_name"]] = format_instant(start, fmt, tz)
+    if end is not None and win.get("window_end_param_name"):
+        out[win["window_end_param_name"]] = format_instant(end, fmt, tz)
+    return out

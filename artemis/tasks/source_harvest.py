@@ -1,0 +1,461 @@
+"""``source_harvest``: harvest any registry provenance in its own record model, through the
+execution contract resolved from the registry once per run and frozen in its params (so
+in history). Nothing about the source is code: the provenance's registry entry says where
+to ask, how to page, what the records are and where the run's pointer is read.
+
+- ``harvest``: the whole query (optionally within ``start``..``end``);
+- ``update``: from the watermark minus the contract's overlap (the first run: ``start``,
+  else now minus the lookback) up to now minus its lag; or, with an ``ID``/``COMPOSITE``
+  pointer, from the largest id the last run saw. The watermark advances only when the
+  run completes;
+- ``backfill``: ``start``..``end`` cut into the contract's windows, each a child run.
+
+``literature_harvest`` (artemis/literature/harvest.py) is this task for the paper
+families, its records normalised to the paper shape.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from sqlalchemy.engine import Connection
+
+from artemis.bounds import OutageTolerance
+from artemis.config import Settings
+from artemis.db import get_engine
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import get_logger
+from artemis.registry.client import ContractClient
+from artemis.registry.resolve import Contract, as_utc, resolve_contract
+from artemis.registry.rest_source import rest_source
+from artemis.registry.watermark import (
+    advance_pointer,
+    drop_seen,
+    largest,
+    note_seen,
+    pointer_of,
+    read_pointer,
+    take_seen,
+)
+from artemis.registry.windows import (
+    backfill_windows,
+    day_start,
+    halves,
+    source_zone,
+    update_window,
+    window_query,
+)
+from artemis.sinks.records import RecordSpec, declared_spec, record_model_name
+from artemis.sources import Source
+from artemis.tasks.base import TaskContext, TaskUnit, describe_validation_error
+
+log = get_logger(__name__)
+
+
+class SourceParams(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    provenance: str = Field(min_length=1)
+    task_type: Literal["harvest", "update", "backfill"] = "harvest"
+    start: date | None = None
+    end: date | None = None
+    query: str | None = None
+    page_size: int | None = Field(None, ge=1, le=10_000)
+    parallelism: int | None = Field(None, ge=1, le=32)  # backfill: windows run at once
+    # The shortfall against the source's stated total this run accepts (percent); default:
+    # the registry's pagination_cfg.completeness_tolerance_pct, else 0.
+    completeness_tolerance_pct: float | None = Field(None, ge=0, le=100, allow_inf_nan=False)
+    # How long an outage of the source or a sink is waited out; default: the registry's
+    # retry_cfg.outage_tolerance_millis, else runs.outage_tolerance_s. 0: fail fast.
+    outage_tolerance_s: OutageTolerance = None
+    # Filled by prepare_params: the frozen contract, the window actually harvested and an
+    # ID/COMPOSITE update's pointer.
+    contract: dict[str, Any] | None = None
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+    pointer: Any = None
+    parent: str | None = None  # the task id of the run that fanned this one out
+
+    @model_validator(mode="after")
+    def _window(self) -> SourceParams:
+        if self.start and self.end and self.end < self.start:
+            raise ValueError(f"end ({self.end}) is before start ({self.start})")
+        return self
+
+
+def child_params(p: SourceParams, start: date, end: date, parent: str) -> dict[str, Any]:
+    """A child run's params: ``p``'s query and frozen contract over ``start``..``end``."""
+    return {
+        "provenance": p.provenance,
+        "task_type": "harvest",
+        "query": p.query,
+        "page_size": p.page_size,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "contract": p.contract,
+        "completeness_tolerance_pct": p.completeness_tolerance_pct,
+        "outage_tolerance_s": p.outage_tolerance_s,
+        "window_start": None,
+        "window_end": None,
+        "parent": parent,
+    }
+
+
+def record_model_row(contract: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The contract's record model row; a contract frozen before the record model was a
+    dimension carried it in its provenance (fields only)."""
+    contract = contract or {}
+    row = contract.get("record_model")
+    if row is None and "record_model" not in contract:
+        old = (contract.get("provenance") or {}).get("record_model")
+        if old:
+            return {"key_json": old["key"], "fields_json": old["fields"]}
+    return row
+
+
+def declared_model(contract: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The record model a contract declares as fields and key, or None."""
+    row = record_model_row(contract)
+    if not row or row.get("fields_json") is None:
+        return None
+    return {"key": row.get("key_json"), "fields": row["fields_json"]}
+
+
+def record_family(contract: dict[str, Any] | None) -> str | None:
+    return (record_model_row(contract) or {}).get("record_family_code")
+
+
+class SourceHarvest(TaskUnit):
+    code = "source_harvest"
+    Params: ClassVar[type[BaseModel]] = SourceParams
+    summary = "Harvest any registry source in its own record model"
+
+    internal_params = ("contract", "window_start", "window_end", "parent", "pointer")
+    prepare_blocks = True  # the registry's contract and watermark, read in the database
+
+    # -- which provenances this task runs -------------------------------------------------
+    def check_provenance(self, contract: Contract) -> None:
+        """A paper family is the papers task's: its records are normalised there."""
+        family = record_family(contract.to_dict())
+        if family is not None:
+            code = contract.provenance["provenance_code"]
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"provenance {code!r} declares the paper family {family} "
+                f"(record_model.record_family_code): harvest it with literature_harvest "
+                f"-p provenance={code}",
+            )
+
+    def window_of(
+        self, start: date | None, end: date | None, contract: dict[str, Any]
+    ) -> tuple[datetime | None, datetime | None]:
+        """Days ``start``..``end`` (inclusive) as instants ``[from, to)`` in the source's
+        zone."""
+        tz = source_zone(contract)
+        return day_start(start, tz), day_start(end + timedelta(days=1), tz) if end else None
+
+    # -- 1. params ------------------------------------------------------------------------
+    def prepare_params(
+        self, incoming: dict[str, Any], settings: Settings, trusted: bool = False
+    ) -> BaseModel:
+        params: SourceParams = super().prepare_params(  # type: ignore[assignment]
+            incoming, settings, trusted
+        )
+        if params.parent and params.contract:
+            # A child run: its parent's frozen contract, over its own window.
+            params.window_start, params.window_end = self.window_of(
+                params.start, params.end, params.contract
+            )
+            return params
+        now = datetime.now(UTC)
+        with get_engine(settings.database.url).connect() as conn:
+            contract = resolve_contract(conn, params.provenance, params.task_type, now)
+            self._check_contract(contract, params)
+            frozen = contract.to_dict()
+            start, end = self.window_of(params.start, params.end, frozen)
+            if params.task_type == "update":
+                start, end = self._update_window(conn, contract, params, start, end, now)
+        params.contract = frozen
+        params.window_start, params.window_end = start, end
+        return params
+
+    def _check_contract(self, contract: Contract, params: SourceParams) -> None:
+        code = contract.provenance["provenance_code"]
+        status = contract.provenance.get("lifecycle_status_code") or "ACTIVE"
+        if status != "ACTIVE":
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"provenance {code!r} is {status} (provenance.lifecycle_status_code): "
+                "only ACTIVE sources run",
+            )
+        if contract.endpoint is None:
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"provenance {code!r} has no SEARCH endpoint in force for task_type "
+                f"{params.task_type}",
+            )
+        self.check_provenance(contract)
+        self.record_spec(SourceParams(provenance=code, contract=contract.to_dict()))
+        _require_credentials(contract)
+        if params.task_type == "backfill" and (params.start is None or params.end is None):
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT, "params.start and params.end: a backfill needs both"
+            )
+
+    def _update_window(
+        self,
+        conn: Connection,
+        contract: Contract,
+        params: SourceParams,
+        start: datetime | None,
+        end: datetime | None,
+        now: datetime,
+    ) -> tuple[datetime | None, datetime | None]:
+        win = contract.window_offset or {}
+        mark, cursor = read_pointer(conn, contract.provenance["id"], "update", params.query or "")
+        kind = win.get("offset_type_code") or "DATE"
+        if kind == "ID":
+            # The pointer is the largest id seen; no time window is asked.
+            params.pointer = cursor
+            return (start, params.end and end)
+        if kind == "COMPOSITE" and cursor is not None:
+            params.pointer = cursor
+            mark = as_utc(cursor[0])
+        elif kind == "DATE" and cursor is not None:
+            mark = as_utc(cursor)
+        return update_window(win, mark, start, params.end and end, now)
+
+    def plan_children(self, ctx: TaskContext) -> tuple[list[dict[str, Any]], int] | None:
+        """A backfill: its range cut into the contract's windows (calendar months or fixed
+        sizes), each a child run; ``parallelism`` (else ``rate_limit.max_concurrency``, else
+        2) at once."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        if p.task_type != "backfill" or p.parent:
+            return None
+        assert p.start is not None and p.end is not None
+        contract = self._contract(ctx)
+        windows = backfill_windows(p.start, p.end, contract.window_offset or {})
+        children = [child_params(p, a, b, ctx.task_id) for a, b in windows]
+        return children, self._parallelism(ctx)
+
+    def _parallelism(self, ctx: TaskContext) -> int:
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        contract = self._contract(ctx)
+        return int(p.parallelism or (contract.rate_limit or {}).get("max_concurrency") or 2)
+
+    def split_parallelism(self, ctx: TaskContext) -> int:
+        """A window or piece (it has a parent) splits inside its parent's slot: one piece
+        at a time; a top-level run uses its own parallelism."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        return 1 if p.parent else self._parallelism(ctx)
+
+    def split(self, ctx: TaskContext, details: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Halve the window whose hits exceed the result cap (down to single days)."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        if p.start is None or p.end is None:
+            return None
+        pieces = halves(p.start, p.end)
+        if pieces is None:
+            return None
+        return [child_params(p, a, b, ctx.task_id) for a, b in pieces]
+
+    def _contract(self, ctx: TaskContext) -> Contract:
+        return Contract(**ctx.params.contract)  # type: ignore[attr-defined]
+
+    # -- records ------------------------------------------------------------------------
+    def record_spec(self, params: BaseModel | None = None) -> RecordSpec | None:
+        """The provenance's own record model (its ``record_model`` row, frozen in the run's
+        contract); None when it declares none (records go as the source gives them, to
+        sinks that need no model)."""
+        declared = declared_model(getattr(params, "contract", None))
+        if declared is None:
+            return None
+        code = str(getattr(params, "provenance", "") or "")
+        try:
+            return declared_spec(declared, record_model_name(code))
+        except ValidationError as e:  # checked at import: a row edited by hand
+            why = describe_validation_error(e, "record_model")
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR, f"provenance {code!r}: {why}", retryable=False
+            ) from None
+
+    def output_place(self, params: BaseModel) -> str | None:
+        """Each provenance lands in its own table and folder."""
+        return str(getattr(params, "provenance", "") or "") or None
+
+    def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
+        """An update's pointer is noted from the raw records; then a provenance with a
+        record model keeps the fields the model names: a field the model allows to be null
+        and the record lacks is null; one it requires and the record lacks stays absent,
+        for the sinks to refuse by name."""
+        self._note_pointer(records, ctx)
+        declared = declared_model(getattr(ctx.params, "contract", None))
+        if declared is None:
+            return records
+        spec = self.record_spec(ctx.params)
+        assert spec is not None
+        optional = {n for n, f in spec.model.model_fields.items() if not f.is_required()}
+        names = list(spec.model.model_fields)
+        return [
+            {n: r.get(n) for n in names if n in r or n in optional} if isinstance(r, dict) else r
+            for r in records
+        ]
+
+    def _pointer_cfg(self, ctx: TaskContext) -> dict[str, Any] | None:
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        win = (p.contract or {}).get("window_offset") or {}
+        if p.task_type != "update" or not win.get("watermark_field_name"):
+            return None
+        return win
+
+    def _note_pointer(self, records: list[dict[str, Any]], ctx: TaskContext) -> None:
+        win = self._pointer_cfg(ctx)
+        if win is None or not records:
+            return
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        top = largest([pointer_of(r, win) for r in records if isinstance(r, dict)])
+        if top is None:
+            return
+        contract = p.contract or {}
+        with get_engine(ctx.settings.database.url).begin() as conn:
+            note_seen(conn, contract["provenance"]["id"], ctx.task_id, p.query or "", top)
+
+    # -- 2. sources ------------------------------------------------------------------------
+    def build_sources(self, ctx: TaskContext) -> list[Source]:
+        """The contract's SEARCH endpoint over the run's window (and pointer)."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        contract = self._contract(ctx)
+        cc = ContractClient(contract, ctx.settings, ctx.controls.qps)
+        window = {
+            **window_query(p.contract or {}, p.window_start, p.window_end),
+            **self._pointer_query(p),
+        }
+        # A backfill's window runs already fetch `parallelism` at once: one request each,
+        # so the provenance's max_concurrency stays the bound of the whole.
+        parallel = 1 if p.parent else self.fetch_concurrency(ctx)
+        return [rest_source(cc, p.query, window, p.page_size, parallel)]
+
+    def _pointer_query(self, p: SourceParams) -> dict[str, Any]:
+        """An ID pointer (minus ``overlap_value`` ids when numeric) or a COMPOSITE
+        pointer's id, in ``watermark_id_param_name``."""
+        win = (p.contract or {}).get("window_offset") or {}
+        name = win.get("watermark_id_param_name")
+        if p.pointer is None or not name:
+            return {}
+        ident = p.pointer[1] if isinstance(p.pointer, list) else p.pointer
+        if ident is None:
+            return {}
+        if isinstance(ident, int) and win.get("offset_type_code") == "ID":
+            ident = max(0, ident - int(win.get("overlap_value") or 0))
+        return {name: ident}
+
+    def completeness_tolerance(self, ctx: TaskContext) -> float:
+        """The run's own tolerance, else the provenance's (pagination cfg), else 0."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        if p.completeness_tolerance_pct is not None:
+            return p.completeness_tolerance_pct
+        own = (self._contract(ctx).pagination or {}).get("completeness_tolerance_pct")
+        return float(own) if own is not None else 0.0
+
+    def search_attributes(self, ctx: TaskContext) -> dict[str, str]:
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        return {"ArtemisProvenance": p.provenance, "ArtemisTaskType": p.task_type}
+
+    def rate_key(self, ctx: TaskContext) -> str | None:
+        contract = self._contract(ctx)
+        if (contract.rate_limit or {}).get("qps_limit"):
+            return str(contract.provenance["provenance_code"])
+        return None
+
+    def describe(self, params: BaseModel) -> str:
+        p: SourceParams = params  # type: ignore[assignment]
+        start = p.start or (p.window_start.date() if p.window_start else None)
+        end = p.end
+        window = f" {start or ''}..{end or ''}" if start or end else ""
+        query = f" {p.query!r}" if p.query else ""
+        return f"{p.provenance} {p.task_type}{window}{query}"
+
+    def source_name(self, ctx: TaskContext) -> str:
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        return p.provenance
+
+    def outage_tolerance(self, ctx: TaskContext) -> float | None:
+        own = super().outage_tolerance(ctx)
+        if own is not None:
+            return own
+        millis = (self._contract(ctx).retry or {}).get("outage_tolerance_millis")
+        return millis / 1000 if millis is not None else None
+
+    def circuit_breaker(self, ctx: TaskContext) -> dict[str, Any] | None:
+        rt = self._contract(ctx).retry or {}
+        if not rt.get("circuit_break_threshold"):
+            return None
+        return {
+            "threshold": int(rt["circuit_break_threshold"]),
+            "cool_down_s": (rt.get("circuit_cool_down_millis") or 60_000) / 1000,
+        }
+
+    def fetch_retry(self, ctx: TaskContext) -> dict[str, Any] | None:
+        """The contract's retry_cfg as the fetch activity's Temporal retry policy."""
+        rt = self._contract(ctx).retry
+        if not rt:
+            return None
+        retries = rt.get("max_retries")
+        return {
+            "initial_s": (rt.get("initial_delay_millis") or 1000) / 1000,
+            "backoff": 1.0 if rt.get("backoff_policy_code") == "FIXED" else 2.0,
+            "maximum_s": (rt.get("max_delay_millis") or 30_000) / 1000,
+            "maximum_attempts": (4 if retries is None else int(retries)) + 1,
+        }
+
+    # -- 7. finalize -------------------------------------------------------------------------
+    def finalize(self, ctx: TaskContext, stats: dict[str, Any]) -> dict[str, Any]:
+        """An update moves its watermark: to the largest pointer its records held (a
+        ``watermark_field_name`` is set), else to its window's end."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        if p.task_type != "update":
+            return stats
+        contract = self._contract(ctx)
+        pid = contract.provenance["id"]
+        win = self._pointer_cfg(ctx)
+        with get_engine(ctx.settings.database.url).begin() as conn:
+            if win is None:
+                if p.window_end is None:
+                    return stats
+                advance_pointer(conn, pid, "update", p.query or "", p.window_end, None, ctx.task_id)
+                return {**stats, "watermark": as_utc(p.window_end).isoformat()}
+            seen = take_seen(conn, pid, ctx.task_id, p.query or "")
+            if seen is None:
+                return {**stats, "watermark": None}  # no record: the pointer stays
+            kind = win.get("offset_type_code") or "DATE"
+            instant = as_utc(seen[0] if kind == "COMPOSITE" else seen) if kind != "ID" else None
+            advance_pointer(
+                conn,
+                pid,
+                "update",
+                p.query or "",
+                instant or p.window_end or datetime.now(UTC),
+                seen,
+                ctx.task_id,
+            )
+        return {**stats, "watermark": seen}
+
+    def run_ended(self, ctx: TaskContext, status: str, error_code: str | None) -> None:
+        """A run that did not complete leaves no pointer behind."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        if status == "completed" or self._pointer_cfg(ctx) is None:
+            return
+        with get_engine(ctx.settings.database.url).begin() as conn:
+            drop_seen(conn, (p.contract or {})["provenance"]["id"], ctx.task_id)
+
+
+def _require_credentials(contract: Contract) -> None:
+    """An endpoint that needs auth and a contract with no usable credential: refused
+    when the run starts (``endpoint_def.is_auth_required``)."""
+    from artemis.registry import client
+
+    check = getattr(client, "require_credentials", None)
+    if check is not None:
+        check(contract)
