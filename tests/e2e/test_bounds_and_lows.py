@@ -29,7 +29,7 @@ from artemis.samples.server import ThreadedServer
 from tests.conftest import new_task_id
 from tests.e2e.test_completeness import generic_doc
 from tests.e2e.test_events import read_sse
-from tests.e2e.test_literature import harvest, import_doc
+from tests.e2e.test_literature import harvest_source, import_doc
 from tests.helpers import eventually
 
 JSON = {"Content-Type": "application/json"}
@@ -261,7 +261,7 @@ async def test_a_long_error_body_reaches_the_run_only_as_a_short_redacted_excerp
     doc["endpoint_def"][0]["is_auth_required"] = True
     import_doc(stack, doc)
     task_id = new_task_id()
-    resp = await harvest(stack, task_id, provenance=code)
+    resp = await harvest_source(stack, task_id, provenance=code)
     data = resp.json()["data"]
     assert data["status"] == "failed" and data["error"]["code"] == "SOURCE_ERROR", data
     message = data["error"]["message"]

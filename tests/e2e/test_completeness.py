@@ -19,7 +19,14 @@ from artemis.samples.server import ThreadedServer
 from tests import recordings
 from tests.conftest import new_task_id
 from tests.e2e.test_crawl import crawl_stack, rows
-from tests.e2e.test_literature import _delivered, _delivered_tree, harvest, import_doc, variant
+from tests.e2e.test_literature import (
+    _delivered,
+    _delivered_tree,
+    harvest,
+    harvest_source,
+    import_doc,
+    variant,
+)
 
 
 def generic_doc(code: str, base_url: str, **pagination: Any) -> dict[str, Any]:
@@ -147,7 +154,7 @@ async def test_source_stating_100_serving_60_fails_incomplete_and_a_tolerance_le
     payload = await _fail(
         stack,
         {"meta": {"task_id": new_task_id()}, "params": {"provenance": "short_api"}},
-        "literature_harvest",
+        "source_harvest",
     )
     error = payload["error"]
     assert error["code"] == "INCOMPLETE" and error["retryable"] is False
@@ -156,13 +163,15 @@ async def test_source_stating_100_serving_60_fails_incomplete_and_a_tolerance_le
     stats = payload["data"]["stats"]
     assert stats["expected_total"] == 100 and stats["records_fetched"] == 60
     # what the source gave was still delivered, once
-    batches = await stack.sink_batches(f"literature_harvest/{payload['data']['task_id']}:")
+    batches = await stack.sink_batches(f"source_harvest/{payload['data']['task_id']}:")
     by_key = {b["idempotency_key"]: b["records"] for b in batches if b["status"] == 200}
     ids = Counter(r["id"] for records in by_key.values() for r in records)
     assert len(ids) == 60 and set(ids.values()) == {1}
 
     task_id = new_task_id()
-    resp = await harvest(stack, task_id, provenance="short_api", completeness_tolerance_pct=50)
+    resp = await harvest_source(
+        stack, task_id, provenance="short_api", completeness_tolerance_pct=50
+    )
     data = resp.json()["data"]
     assert resp.status_code == 200 and data["status"] == "completed", data
     assert data["stats"]["expected_total"] == 100 and data["stats"]["records_fetched"] == 60
@@ -185,7 +194,7 @@ async def test_a_source_serving_the_previous_page_again_fails_source_loop_at_onc
     payload = await _fail(
         stack,
         {"meta": {"task_id": new_task_id()}, "params": {"provenance": "loop_api"}},
-        "literature_harvest",
+        "source_harvest",
     )
     assert payload["error"]["code"] == "SOURCE_LOOP", payload
     assert "page=3" in payload["error"]["message"]  # the page that repeated its predecessor
@@ -201,7 +210,7 @@ async def test_a_source_serving_an_earlier_page_again_fails_source_loop(stack, s
     payload = await _fail(
         stack,
         {"meta": {"task_id": new_task_id()}, "params": {"provenance": "alternate_api"}},
-        "literature_harvest",
+        "source_harvest",
     )
     assert payload["error"]["code"] == "SOURCE_LOOP", payload
     message = payload["error"]["message"]

@@ -50,6 +50,13 @@ async def harvest(stack, task_id: str, mode: str = "sync", **params):
     )
 
 
+async def harvest_source(stack, task_id: str, mode: str = "sync", **params):
+    """Start source_harvest (a registry source of no paper family) with ``params``."""
+    return await stack.run(
+        {"meta": {"task_id": task_id}, "params": params}, code="source_harvest", mode=mode
+    )
+
+
 async def _delivered(stack, task_id: str) -> Counter:
     batches = await stack.sink_batches(f"literature_harvest/{task_id}:")
     by_key = {b["idempotency_key"]: b["records"] for b in batches if b["status"] == 200}

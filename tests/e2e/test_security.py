@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from artemis.samples.server import ThreadedServer
 from tests.conftest import new_task_id
 from tests.e2e.test_completeness import generic_doc
-from tests.e2e.test_literature import harvest, import_doc
+from tests.e2e.test_literature import harvest_source, import_doc
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ async def test_a_next_link_to_another_host_is_not_followed_and_gets_no_key(
     ]
     doc["endpoint_def"][0]["is_auth_required"] = True
     import_doc(stack, doc)
-    resp = await harvest(stack, new_task_id(), provenance=code)
+    resp = await harvest_source(stack, new_task_id(), provenance=code)
     data = resp.json()["data"]
     assert data["status"] == "failed", data
     assert data["error"]["code"] == "SOURCE_CONTRACT", data["error"]
@@ -233,7 +233,7 @@ async def test_an_upstream_echoing_the_key_does_not_put_it_in_failures_events_or
     doc["endpoint_def"][0]["is_auth_required"] = True
     import_doc(stack, doc)
     task_id = new_task_id()
-    resp = await harvest(stack, task_id, provenance=code)
+    resp = await harvest_source(stack, task_id, provenance=code)
     data = resp.json()["data"]
     assert data["status"] == "failed" and data["error"]["code"] == "SOURCE_ERROR", data
     assert "is not valid for this account" in data["error"]["message"]  # the text stays
