@@ -57,8 +57,9 @@ from artemis.run_models import (
 )
 from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, RunStatus
 from artemis.security import check_header_names
-from artemis.sinks import register_sink_secret, resolve_output, seal_output
+from artemis.sinks import register_sink_secret, resolve_output, resolved_spec, seal_output
 from artemis.sinks.sealing import SECRET_REF, is_credential_name
+from artemis.sinks.sql import check_sql_output
 from artemis.tasks.registry import get_task
 from artemis.taskstore import TaskData, TaskStorage
 from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
@@ -115,6 +116,13 @@ class Started:
     run_id: str | None
     callback_mode: str
     existing_result: dict[str, Any] | None = None
+
+
+async def check_sql_output_async(output: dict[str, Any], record: Any) -> None:
+    spec = resolved_spec(output) or {}
+    names = spec.get("sinks") or []
+    if "sql" in ([names] if isinstance(names, str) else names):
+        await asyncio.to_thread(check_sql_output, spec, record)
 
 
 class RunService(RunReads):
@@ -178,6 +186,8 @@ class RunService(RunReads):
             self.settings.database.url,
             task.output_place(prepared),
         )
+        # A table that does not fit the records is found now, not after the fetch.
+        await check_sql_output_async(output, task.record_spec(prepared))
         task_id = owned_task_id(owner, ask.task_id or uuid.uuid4().hex)
         workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)
         if lock and ask.task_id:

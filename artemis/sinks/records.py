@@ -185,21 +185,35 @@ class RecordSpec:
             )
         return cols
 
-    def check_table(self, table: sa.Table, where: str) -> None:
+    def check_table(self, table: sa.Table, where: str) -> list[sa.Column]:
         """An existing table holds the model's values: every field a column of a fitting
-        type, the load columns present."""
-        for name, kind in self.kinds.items():
-            col = table.columns.get(name)
-            if col is None:
-                raise schema_error(f"{where}: table {table.name!r} has no column {name!r}")
-            if not isinstance(col.type, _AFFINITY[kind]):
+        type, the load columns present. Returns the columns of nullable fields the table
+        lacks (a model that grew: they are added); any other misfit is an error naming
+        the column and what to do."""
+        missing: list[sa.Column] = []
+        for col in self.sql_columns():
+            have = table.columns.get(col.name)
+            kind = self.kinds[col.name]
+            if have is None:
+                if col.nullable and not col.primary_key:
+                    missing.append(col)
+                    continue
                 raise schema_error(
-                    f"{where}: column {name!r} of table {table.name!r} is {col.type}, "
-                    f"the records hold {kind.replace('_', ' of ')} values"
+                    f"{where}: table {table.name!r} has no column {col.name!r}, which the "
+                    "model requires: declare the field `| None` (a new column is added for "
+                    "it), or move the table aside"
+                )
+            if not isinstance(have.type, _AFFINITY[kind]):
+                raise schema_error(
+                    f"{where}: column {col.name!r} of table {table.name!r} is {have.type}, "
+                    f"the records hold {kind.replace('_', ' of ')} values: a changed type "
+                    "needs a table of its own (map the source to a new table, or migrate "
+                    "this one)"
                 )
         for name in LOAD_COLUMNS:
             if name not in table.columns:
                 raise schema_error(f"{where}: table {table.name!r} has no column {name!r}")
+        return missing
 
     @cached_property
     def arrow_schema(self) -> pa.Schema:

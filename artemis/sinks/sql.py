@@ -112,7 +112,20 @@ class SqlSink(Sink):
             inspector = sa.inspect(conn)
             if inspector.has_table(self.table_name):
                 table = sa.Table(self.table_name, metadata, autoload_with=conn)
-                self.record.check_table(table, self._where())
+                added = self.record.check_table(table, self._where())
+                for col in added:
+                    # A model that grew a nullable field: its column joins the table.
+                    conn.execute(
+                        sa.text(
+                            f"ALTER TABLE {_quoted(conn, self.table_name)} ADD COLUMN "
+                            f"{sa.schema.CreateColumn(col).compile(dialect=conn.dialect)}"
+                        )
+                    )
+                    log.info("sql_sink_column_added", table=self.table_name, column=col.name)
+                if added:
+                    metadata = sa.MetaData()
+                    ledger = _ledger_table(metadata)
+                    table = sa.Table(self.table_name, metadata, autoload_with=conn)
                 keyed = set(self.key)
                 name = self.table_name
                 unique = (
@@ -125,9 +138,11 @@ class SqlSink(Sink):
                     ]
                 )
                 if keyed not in unique:
+                    pk = ", ".join(table.primary_key.columns.keys()) or "none"
                     raise schema_error(
                         f"{self._where()}: the table has no primary key or unique constraint "
-                        f"on the record key ({', '.join(self.key)}): upserts need one"
+                        f"on the record key ({', '.join(self.key)}; its primary key: {pk}): "
+                        "upserts need one (a changed key needs a table of its own)"
                     )
             else:
                 columns = self.record.sql_columns()
@@ -266,6 +281,30 @@ class SqlSink(Sink):
                 details={"reason": "database unreachable"},
             )
         return schema_error(f"{where}: the database refused the page: {first}")
+
+
+def _quoted(conn: sa.Connection, name: str) -> str:
+    return conn.dialect.identifier_preparer.quote(name)
+
+
+def check_sql_output(spec: dict[str, Any], record: RecordSpec | None) -> None:
+    """When a run starts: its sql table fits its records (created when absent, a grown
+    model's nullable columns added); a misfit is CONFIG_ERROR naming the column, found
+    before anything is fetched. Tables already checked by this process are not read
+    again."""
+    names = spec.get("sinks") or []
+    if "sql" not in ([names] if isinstance(names, str) else names) or record is None:
+        return
+    cfg = spec["sql"]
+    sink = SqlSink(str(cfg["url"]), str(cfg["table"]), record, sql_key(cfg, record))
+    try:
+        sink._tables()
+    except ArtemisError as e:
+        if e.code is ErrorCode.SINK_ERROR and not e.retryable:
+            raise ArtemisError(ErrorCode.CONFIG_ERROR, e.message, retryable=False) from None
+        raise
+    except DBAPIError as e:
+        raise sink._db_error(e, sink._where()) from None
 
 
 def _sortable(key: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:

@@ -31,6 +31,7 @@ from tests.helpers import eventually, stop_processes
 
 README = ROOT / "README.md"
 CATALOG = ROOT / "infra" / "registry" / "catalog.yaml"
+STOCK = ROOT / "infra" / "registry" / "stock.yaml"
 CONFIG = ROOT / "infra" / "catalog.config.yaml"
 # The dev stack's sample server, as the walk-through names it (the test's runs elsewhere).
 DEV_SAMPLES = "http://127.0.0.1:8300"
@@ -48,7 +49,11 @@ def blocks(text: str, lang: str) -> list[str]:
 
 def test_the_walkthroughs_yaml_is_the_bundled_files():
     # the README shows the files the test (and a user) imports and runs with, verbatim
-    assert blocks(walkthrough(), "yaml") == [CATALOG.read_text(), CONFIG.read_text()]
+    assert blocks(walkthrough(), "yaml") == [
+        CATALOG.read_text(),
+        STOCK.read_text(),
+        CONFIG.read_text(),
+    ]
 
 
 def test_the_walkthroughs_refusal_is_what_the_import_says():
@@ -122,8 +127,10 @@ async def test_the_readme_walkthrough_runs_as_written(
         worker = artemis(["worker"], "worker.log")
         await api_answers(api, env["ARTEMIS_API"], tmp_path / "api.log")
         outputs = run_the_commands(commands[1:], env, tmp_path)
-        ran = re.sub(r"\s+", " ", outputs[-1])
-        assert '"status": "completed"' in ran and '"records_emitted": 23' in ran, outputs[-1]
+        for out, records in ((outputs[-2], 23), (outputs[-1], 31)):
+            ran = re.sub(r"\s+", " ", out)
+            assert '"status": "completed"' in ran, out
+            assert f'"records_emitted": {records}' in ran, out
 
         # every record once, as the README shows it
         for command, shown in _console(blocks(section, "console")[0]):
@@ -155,9 +162,10 @@ def walkthrough_folder(
     (its Temporal, a task queue and an API port of its own, the walk-through's outputs)
     in a config file. The environment of the walk-through's commands, and the API's port."""
     (tmp_path / "infra" / "registry").mkdir(parents=True)
-    (tmp_path / "infra" / "registry" / "catalog.yaml").write_text(
-        CATALOG.read_text().replace(DEV_SAMPLES, samples_url)
-    )
+    for path in (CATALOG, STOCK):
+        (tmp_path / "infra" / "registry" / path.name).write_text(
+            path.read_text().replace(DEV_SAMPLES, samples_url)
+        )
     shutil.copy(CONFIG, tmp_path / "infra" / "catalog.config.yaml")
     own = yaml.safe_load(CONFIG.read_text())
     port = free_port()
@@ -240,7 +248,7 @@ async def _harvest(stack, code: str, doc: dict) -> tuple[dict, int]:
     before = len((await stack.samples_http.get("/_catalog/calls")).json())
     resp = await stack.run(
         {"meta": {"task_id": new_task_id()}, "params": {"provenance": code}},
-        code="literature_harvest",
+        code="source_harvest",
     )
     data = resp.json()["data"]
     assert resp.status_code == 200 and data["status"] == "completed", resp.text
@@ -255,7 +263,7 @@ async def test_page_number_paging_ends_on_the_sources_next_page_marker(stack) ->
     task_id = data["task_id"]
     calls = await calls_of(stack, "/catalog/products", before)
     assert [int(c["params"]["page"]) for c in calls] == [1, 2, 3, 4, 5]
-    batches = await stack.sink_batches(f"literature_harvest/{task_id}:")
+    batches = await stack.sink_batches(f"source_harvest/{task_id}:")
     records = [r for b in batches if b["status"] == 200 for r in b["records"]]
     assert sorted(r["id"] for r in records) == list(range(1, 24))
     # the records carry the fields of the declared model, nothing else
@@ -270,14 +278,14 @@ async def test_offset_paging_ends_on_has_more_into_sqlite_and_parquet(
     lake_db = f"sqlite:///{tmp_path / 'lake.db'}"
     stack = await make_stack(
         output_defaults={
-            "literature_harvest": {
+            "source_harvest": {
                 "sinks": ["sql", "files"],
-                "sql": {"url": lake_db, "table": "stock"},
+                "sql": {"url": lake_db, "tables": {"stock-main": "stock"}},
                 "files": {"url": str(tmp_path / "lake"), "format": "parquet"},
             }
         }
     )
-    code = f"stock-{uuid.uuid4().hex[:6]}"
+    code = "stock-main"
     doc = stock_doc(code, f"{stack.samples_url}/catalog")
     data, before = await _harvest(stack, code, doc)
     task_id = data["task_id"]
@@ -291,7 +299,7 @@ async def test_offset_paging_ends_on_has_more_into_sqlite_and_parquet(
         table = sa.Table("stock", sa.MetaData(), autoload_with=conn)
     assert (count, distinct) == (31, 31)
     assert [c.name for c in table.primary_key.columns] == ["sku"]
-    parquet = pq.read_table(tmp_path / "lake" / "literature_harvest" / task_id)
+    parquet = pq.read_table(tmp_path / "lake" / code / task_id)
     assert parquet.num_rows == 31 and len(set(parquet["sku"].to_pylist())) == 31
     assert parquet.schema.field("counted_at").type == pa.timestamp("us", tz="UTC")
     assert parquet.schema.field("quantity").type == pa.int64()
@@ -336,3 +344,68 @@ def stock_doc(code: str, base: str) -> dict[str, Any]:
             }
         ],
     }
+
+
+async def test_two_apis_of_different_shapes_land_in_their_own_tables_and_folders(
+    make_stack, tmp_path: Path
+) -> None:
+    """The walk-through's two provenances on one stack with one config: each in its own
+    SQLite table (by its code, or mapped) and Parquet folder, every record once; a second
+    run of each updates the same rows."""
+    lake_db = f"sqlite:///{tmp_path / 'lake.db'}"
+    own = yaml.safe_load(CONFIG.read_text())["output_defaults"]["source_harvest"]
+    stack = await make_stack(
+        output_defaults={
+            "source_harvest": {
+                **own,
+                "sql": {**own["sql"], "url": lake_db},
+                "files": {**own["files"], "url": str(tmp_path / "lake")},
+            }
+        }
+    )
+    base = f"{stack.samples_url}/catalog"
+    for path in (CATALOG, STOCK):
+        doc = yaml.safe_load(path.read_text())
+        doc["provenance"]["base_url_default"] = base
+        import_doc(stack.settings, doc)
+    runs: dict[str, list[str]] = {"catalog": [], "stock": []}
+    for _ in range(2):
+        for code in runs:
+            resp = await stack.run(
+                {"meta": {"task_id": new_task_id()}, "params": {"provenance": code}},
+                code="source_harvest",
+            )
+            data = resp.json()["data"]
+            assert resp.status_code == 200 and data["status"] == "completed", resp.text
+            runs[code].append(data["task_id"])
+    with sa.create_engine(lake_db).connect() as conn:
+        products = conn.execute(
+            sa.text(
+                "SELECT COUNT(*), COUNT(DISTINCT id), MIN(_artemis_task_id), "
+                "MAX(_artemis_task_id) FROM products"
+            )
+        ).one()
+        stock = conn.execute(
+            sa.text(
+                "SELECT COUNT(*), COUNT(DISTINCT sku), MIN(_artemis_task_id), "
+                "MAX(_artemis_task_id) FROM stock"
+            )
+        ).one()
+        tables = set(sa.inspect(conn).get_table_names())
+        keys = {
+            name: sa.Table(name, sa.MetaData(), autoload_with=conn).primary_key.columns.keys()
+            for name in ("products", "stock")
+        }
+    # every record once, each row last written by the second run
+    assert tuple(products) == (23, 23, runs["catalog"][1], runs["catalog"][1])
+    assert tuple(stock) == (31, 31, runs["stock"][1], runs["stock"][1])
+    assert {"products", "stock"} <= tables and "catalog" not in tables
+    assert keys == {"products": ["id"], "stock": ["sku"]}
+    # each provenance's own folder, one sub-folder per run
+    for code, key, count in (("catalog", "id", 23), ("stock", "sku", 31)):
+        folders = sorted(p.name for p in (tmp_path / "lake" / code).iterdir())
+        assert folders == sorted(runs[code])
+        for task_id in runs[code]:
+            table = pq.read_table(tmp_path / "lake" / code / task_id)
+            assert table.num_rows == count and len(set(table[key].to_pylist())) == count
+    assert not (tmp_path / "lake" / "source_harvest").exists()
