@@ -70,7 +70,9 @@ def _kind(annotation: Any) -> str:
         return "date"
     if origin is list and get_args(base) in ((str,),):
         return "list_str"
-    if origin in (list, dict):
+    if origin is dict:
+        return "struct"
+    if origin is list or base is Any:
         return "json"
     raise TypeError(
         f"record models support str, int, float, bool, date, datetime, list, dict: {base!r}"
@@ -86,6 +88,7 @@ _SQL: dict[str, Callable[[], sa.types.TypeEngine[Any]]] = {
     "date": sa.Date,
     "list_str": sa.JSON,
     "json": sa.JSON,
+    "struct": sa.JSON,
 }
 # The column types of an existing table that take the model's values as they are.
 _AFFINITY: dict[str, tuple[type[Any], ...]] = {
@@ -97,6 +100,7 @@ _AFFINITY: dict[str, tuple[type[Any], ...]] = {
     "date": (sa.Date,),
     "list_str": (sa.JSON,),
     "json": (sa.JSON,),
+    "struct": (sa.JSON,),
 }
 _ARROW = {
     "bool": pa.bool_(),
@@ -215,27 +219,32 @@ class RecordSpec:
                 raise schema_error(f"{where}: table {table.name!r} has no column {name!r}")
         return missing
 
-    @cached_property
-    def arrow_schema(self) -> pa.Schema:
-        fields = []
+    def arrow_table(self, rows: list[dict[str, Any]]) -> pa.Table:
+        """Rows (from ``rows``) as an Arrow table of the model's schema. A ``dict`` field is
+        a struct of the keys its values hold (inferred per file: a file's schema names the
+        keys of its own records); a ``json`` or ``list`` field is JSON text."""
+        columns, fields = [], []
         for name, field in self.model.model_fields.items():
             _, nullable = _base(field.annotation)
-            fields.append(pa.field(name, _ARROW[self.kinds[name]], nullable=nullable))
-        return pa.schema(fields)
-
-    def arrow_table(self, rows: list[dict[str, Any]]) -> pa.Table:
-        """Rows (from ``rows``) as an Arrow table of the model's schema."""
-        schema = self.arrow_schema
-        columns = []
-        for field in schema:
-            values = [r.get(field.name) for r in rows]
-            if self.kinds[field.name] == "json":
+            kind = self.kinds[name]
+            values = [r.get(name) for r in rows]
+            if kind == "json":
                 values = [None if v is None else jsonio.dumps(v).decode() for v in values]
             try:
-                columns.append(pa.array(values, type=field.type))
+                if kind == "struct":
+                    array = pa.array(values)
+                    if array.type == pa.null():
+                        array = pa.array(values, type=pa.struct([]))
+                    elif not pa.types.is_struct(array.type):
+                        raise pa.ArrowInvalid(f"not objects: {array.type}")
+                else:
+                    array = pa.array(values, type=_ARROW[kind])
             except (pa.ArrowException, OverflowError) as e:
-                raise schema_error(f"column {field.name!r}: {type(e).__name__}: {e}") from None
-        return pa.Table.from_arrays(columns, schema=schema)
+                hint = " (declare it `json` to keep it as JSON text)" if kind == "struct" else ""
+                raise schema_error(f"column {name!r}: {type(e).__name__}: {e}{hint}") from None
+            columns.append(array)
+            fields.append(pa.field(name, array.type, nullable=nullable))
+        return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
 def schema_error(message: str) -> ArtemisError:
@@ -256,6 +265,7 @@ FIELD_TYPES: dict[str, Any] = {
     "list[str]": list[str],
     "list": list[Any],
     "dict": dict[str, Any],
+    "json": Any,
 }
 # Names other schema languages use, offered as "did you mean" (never accepted as such).
 _TYPE_HINTS = {
@@ -271,7 +281,6 @@ _TYPE_HINTS = {
     "timestamp": "datetime",
     "array": "list",
     "object": "dict",
-    "json": "dict",
 }
 _FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 

@@ -155,3 +155,36 @@ def test_a_record_model_edited_by_hand_into_nonsense_is_a_config_error():
         SourceHarvest().record_spec(params(bad))
     assert e.value.code is ErrorCode.CONFIG_ERROR
     assert "provenance 'my-shop': record_model.fields" in e.value.message
+
+
+def test_a_dict_field_is_a_parquet_struct_and_a_json_field_json_text(tmp_path: Path):
+    spec = declared_spec(
+        {
+            "key": ["id"],
+            "fields": {"id": "int", "meta": "dict | None", "raw": "json | None"},
+        },
+        "ShapedRecord",
+    )
+    sink = FileSink(str(tmp_path / "lake"), "parquet", spec, _ledger_db(tmp_path))
+    records = [
+        {"id": 1, "meta": {"color": "red", "size": 3}, "raw": {"a": [1, 2]}},
+        {"id": 2, "meta": None, "raw": [1, "x"]},
+    ]
+    sink.write(records, page(1))
+    table = pq.read_table(tmp_path / "lake" / "literature_harvest" / "t-1")
+    meta = table.schema.field("meta").type
+    assert pa.types.is_struct(meta)
+    assert {meta.field(i).name for i in range(meta.num_fields)} == {"color", "size"}
+    assert table["meta"].to_pylist() == [{"color": "red", "size": 3}, None]
+    assert table.schema.field("raw").type == pa.string()
+    assert table["raw"].to_pylist() == ['{"a":[1,2]}', '[1,"x"]']
+    # a dict field whose values are not objects is refused naming the column
+    with pytest.raises(ArtemisError) as e:
+        sink.write([{"id": 3, "meta": {"a": 1}}, {"id": 4, "meta": {"a": "x"}}], page(2))
+    assert "column 'meta'" in e.value.message and "json" in e.value.message
+
+
+def _ledger_db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'artemis.db'}"
+    upgrade(url)
+    return url
