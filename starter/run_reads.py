@@ -20,6 +20,7 @@ from artemis.logsetup import get_logger
 from artemis.outage import waiting_line
 from artemis.run_models import (
     SA_OWNER,
+    SA_PROVENANCE,
     SA_RUN_ID,
     SA_TASK_CODE,
     SA_TASK_ID,
@@ -37,6 +38,7 @@ KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
 KEY_OWNER = SearchAttributeKey.for_keyword(SA_OWNER)
 KEY_RUN_ID = SearchAttributeKey.for_keyword(SA_RUN_ID)
+KEY_PROVENANCE = SearchAttributeKey.for_keyword(SA_PROVENANCE)
 
 # How long GET /tasks/{id} waits for a worker to answer the progress query.
 QUERY_TIMEOUT_S = 3.0
@@ -142,6 +144,7 @@ class RunReads:
         out: dict[str, Any] = {
             "task_id": task_id,
             "task_code": code,
+            "provenance": desc.typed_search_attributes.get(KEY_PROVENANCE),
             "workflow_id": handle.id,
             "run_id": desc.run_id,
             "started_at": desc.start_time.isoformat() if desc.start_time else None,
@@ -184,6 +187,14 @@ class RunReads:
 RUNS_QUERY = f'WorkflowType = "{WORKFLOW_NAME}"'
 
 
+def provenance_of(payload: dict[str, Any] | None) -> str | None:
+    """The source a run harvests, from its request (a registry run's provenance, a crawl's
+    platform)."""
+    params = (payload or {}).get("params") or {}
+    value = params.get("provenance") or params.get("platform")
+    return value if isinstance(value, str) else None
+
+
 def from_record(record: Any) -> dict[str, Any]:
     """A run answered from the task store alone (its start and end are the workflow's:
     the duration is the run's own)."""
@@ -193,6 +204,7 @@ def from_record(record: Any) -> dict[str, Any]:
     return {
         "task_id": record.task_id,
         "task_code": record.task_code,
+        "provenance": provenance_of(record.payload),
         "workflow_id": record.workflow_id,
         "status": record.status,
         "created_at": record.created_at.isoformat(),

@@ -229,6 +229,9 @@ class TaskView(BaseModel):
     model_config = ConfigDict(extra="allow")
     task_id: str
     task_code: str | None = None
+    provenance: str | None = Field(
+        None, description="The source it harvests (a registry provenance, a crawl's platform)"
+    )
     workflow_id: str | None = None
     owner: str | None = Field(None, description="The name of the API token that started it")
     status: RunStatus

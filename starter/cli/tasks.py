@@ -27,7 +27,7 @@ from starter.cli.watch import iter_events, watch_task
 tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True, rich_markup_mode=None)
 
 # kubectl-style: the default columns fit a terminal; -o wide adds the rest.
-_COLUMNS = ("task id", "code", "status", "records", "age")
+_COLUMNS = ("task id", "code", "source", "status", "records", "age")
 _WIDE = (*_COLUMNS, "started", "completed", "error", "workflow id")
 
 
@@ -171,6 +171,7 @@ def _task_row(t: dict[str, Any], wide: bool) -> tuple[str, ...]:
     row = (
         t["task_id"],
         t["task_code"],
+        t.get("provenance") or "",
         t["status"],
         str((t.get("result") or {}).get("records_emitted", "")),
         _age(t.get("started_at") or t.get("created_at")),

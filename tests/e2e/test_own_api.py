@@ -409,3 +409,11 @@ async def test_two_apis_of_different_shapes_land_in_their_own_tables_and_folders
             table = pq.read_table(tmp_path / "lake" / code / task_id)
             assert table.num_rows == count and len(set(table[key].to_pylist())) == count
     assert not (tmp_path / "lake" / "source_harvest").exists()
+    # each run is named by its provenance: in its status and in the task list
+    for code, ids in runs.items():
+        view = (await stack.http.get(f"/tasks/{ids[0]}")).json()["data"]
+        assert (view["task_code"], view["provenance"]) == ("source_harvest", code)
+    listed = (await stack.http.get("/tasks", params={"code": "source_harvest"})).json()
+    by_id = {i["task_id"]: i["provenance"] for i in listed["data"]["items"]}
+    assert {by_id[t] for t in runs["stock"]} == {"stock"}
+    assert {by_id[t] for t in runs["catalog"]} == {"catalog"}

@@ -46,6 +46,7 @@ from starter.api.schemas import (
     TaskView,
     documented,
 )
+from starter.run_reads import provenance_of
 from starter.service import RunService, StartRequest, ui_url
 
 router = APIRouter(tags=["tasks"])
@@ -352,7 +353,14 @@ async def list_tasks(
     except StorageUnavailable as e:
         raise ArtemisError(ErrorCode.NOT_READY, f"task storage unavailable: {e}") from None
     return envelope(
-        request, {"items": [json.loads(d.model_dump_json()) for d in items], "next_cursor": nxt}
+        request,
+        {
+            "items": [
+                {**json.loads(d.model_dump_json()), "provenance": provenance_of(d.payload)}
+                for d in items
+            ],
+            "next_cursor": nxt,
+        },
     )
 
 
