@@ -81,6 +81,11 @@ class LiteratureHarvest(SourceHarvest):
     def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
         return records  # normalised by the source
 
+    def _pointer_cfg(self, ctx: TaskContext) -> dict[str, Any] | None:
+        # A paper API's date field is its filter's (EDAT, index-date), not a record field:
+        # an update's pointer is its window's end.
+        return None
+
     def build_sources(self, ctx: TaskContext) -> list[Source]:
         """PubMed's E-utilities source, or Crossref's works through the REST source."""
         p: LiteratureParams = ctx.params  # type: ignore[assignment]

@@ -85,11 +85,21 @@ def read_pointer(
     return as_utc(row.watermark_value), cursor
 
 
+def pointer_field(win: dict[str, Any]) -> str | None:
+    """The record field an update's pointer is read from: ``watermark_field_name``, else
+    (a DATE or COMPOSITE pointer) the source's date field, ``default_date_field_name``."""
+    if win.get("watermark_field_name"):
+        return str(win["watermark_field_name"])
+    if (win.get("offset_type_code") or "DATE") != "ID" and win.get("default_date_field_name"):
+        return str(win["default_date_field_name"])
+    return None
+
+
 def pointer_of(record: dict[str, Any], win: dict[str, Any]) -> Any:
     """A record's pointer value: its ``watermark_field_name`` (DATE: an instant, ID: an
     id), or ``[instant, id]`` (COMPOSITE); None when the record lacks it."""
     kind = win.get("offset_type_code") or "DATE"
-    field = win.get("watermark_field_name")
+    field = pointer_field(win)
     value = record.get(field) if field else None
     if value is None:
         return None

@@ -35,6 +35,7 @@ from artemis.registry.watermark import (
     drop_seen,
     largest,
     note_seen,
+    pointer_field,
     pointer_of,
     read_pointer,
     take_seen,
@@ -306,7 +307,7 @@ class SourceHarvest(TaskUnit):
     def _pointer_cfg(self, ctx: TaskContext) -> dict[str, Any] | None:
         p: SourceParams = ctx.params  # type: ignore[assignment]
         win = (p.contract or {}).get("window_offset") or {}
-        if p.task_type != "update" or not win.get("watermark_field_name"):
+        if p.task_type != "update" or pointer_field(win) is None:
             return None
         return win
 
