@@ -22,9 +22,25 @@ from artemis.registry.windows import day_start
 from artemis.sinks.records import RecordSpec
 from artemis.sources import Source
 from artemis.tasks.base import TaskContext, TaskUnit
-from artemis.tasks.source_harvest import SourceHarvest, record_family
+from artemis.tasks.source_harvest import SourceHarvest, declared_model, record_family
 
 PAPER_FAMILIES = ("PUBMED", "CROSSREF")
+
+
+def started_before_families(contract: dict[str, Any] | None) -> bool:
+    """A run started by a build whose contracts had no record model dimension: it goes on
+    as it began (its family read from its SEARCH path, its own model if it declared one)."""
+    return contract is not None and "record_model" not in contract
+
+
+def _family_of_earlier_run(contract: dict[str, Any]) -> str | None:
+    endpoints = contract.get("endpoints") or {}
+    path = (endpoints.get("SEARCH") or contract.get("endpoint") or {}).get("path_template") or ""
+    if "esearch" in path:
+        return "PUBMED"
+    if path.rstrip("/").endswith("/works"):
+        return "CROSSREF"
+    return None
 
 
 class LiteratureRecord(BaseModel):
@@ -72,6 +88,9 @@ class LiteratureHarvest(SourceHarvest):
         return day_start(start), day_start(end)
 
     def record_spec(self, params: BaseModel | None = None) -> RecordSpec | None:
+        contract = getattr(params, "contract", None)
+        if started_before_families(contract) and declared_model(contract) is not None:
+            return SourceHarvest.record_spec(self, params)
         return TaskUnit.record_spec(self, params)
 
     def output_place(self, params: BaseModel) -> str | None:
@@ -79,6 +98,9 @@ class LiteratureHarvest(SourceHarvest):
         return None
 
     def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
+        contract = getattr(ctx.params, "contract", None)
+        if started_before_families(contract) and declared_model(contract) is not None:
+            return SourceHarvest.process(self, records, ctx)
         return records  # normalised by the source
 
     def _pointer_cfg(self, ctx: TaskContext) -> dict[str, Any] | None:
@@ -91,12 +113,20 @@ class LiteratureHarvest(SourceHarvest):
         p: LiteratureParams = ctx.params  # type: ignore[assignment]
         contract = self._contract(ctx)
         cc = ContractClient(contract, ctx.settings, ctx.controls.qps)
-        family = record_family(p.contract)
+        family = (
+            _family_of_earlier_run(p.contract or {})
+            if started_before_families(p.contract)
+            else record_family(p.contract)
+        )
         date_field = (contract.window_offset or {}).get("default_date_field_name")
-        window = window_params(str(family), date_field, p.window_start, p.window_end)
+        window = (
+            window_params(family, date_field, p.window_start, p.window_end) if family else {}
+        )
         parallel = 1 if p.parent else self.fetch_concurrency(ctx)
         if family == "PUBMED":
             return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size, parallel)]
+        if family is None:  # an earlier build's run of a source of no paper family
+            return [rest_source(cc, p.query, window, p.page_size, parallel)]
         code = cc.code
         return [
             rest_source(

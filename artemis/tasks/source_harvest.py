@@ -220,13 +220,13 @@ class SourceHarvest(TaskUnit):
         if kind == "ID":
             # The pointer is the largest id seen; no time window is asked.
             params.pointer = cursor
-            return (start, params.end and end)
+            return (start, end if params.end else None)
         if kind == "COMPOSITE" and cursor is not None:
             params.pointer = cursor
             mark = as_utc(cursor[0])
         elif kind == "DATE" and cursor is not None:
             mark = as_utc(cursor)
-        return update_window(win, mark, start, params.end and end, now)
+        return update_window(win, mark, start, end if params.end else None, now)
 
     def plan_children(self, ctx: TaskContext) -> tuple[list[dict[str, Any]], int] | None:
         """A backfill: its range cut into the contract's windows (calendar months or fixed
