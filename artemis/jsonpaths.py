@@ -29,6 +29,18 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
+class Document:
+    """An answer read by paths of its own language (an XML answer): the lookups below
+    hand it its path instead of reading it as JSON."""
+
+    def lookup(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def as_flag(self, value: Any) -> Any:
+        """A value found in it read as true/false (unchanged when it is neither)."""
+        return value
+
+
 @cache
 def _compiled(path: str) -> Any:
     return jsonpath.compile(path.strip())
@@ -39,6 +51,8 @@ def json_path_lookup(data: Any, path: str) -> Any:
     python-jsonpath); ``MISSING`` when nothing is there, so that "absent" and "null" stay
     different answers. A path that selects several values (``$.data[*].attributes``)
     gives the list of them."""
+    if isinstance(data, Document):
+        return data.lookup(path)
     query = _compiled(path)
     if query.singular_query():
         match = query.match(data)
@@ -101,6 +115,8 @@ def required_count(data: Any, path: str, who: str) -> int:
 def required_flag(data: Any, path: str, who: str) -> bool:
     """A "has more" flag: present on every page, true or false (nothing else ends)."""
     value = json_path_lookup(data, path)
+    if isinstance(data, Document):
+        value = data.as_flag(value)
     if not isinstance(value, bool):
         raise contract_error(who, path, "true or false (are there more pages)", value)
     return value

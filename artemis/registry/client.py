@@ -39,8 +39,10 @@ from artemis.sources.paginators import (
     OffsetPaginator,
     PageNumberPaginator,
     Paginator,
+    ScrollPaginator,
     TokenPaginator,
 )
+from artemis.sources.rest import JSON_TYPE, encode_body
 
 log = get_logger(__name__)
 
@@ -95,9 +97,29 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
             token_path=pg.get("next_token_jsonpath") or "$.next_page_token",
             total_path=total_path,
             absent_ends=bool(pg.get("absent_token_is_last")),
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
+        )
+    if mode == "SCROLL":
+        base = base_url(contract)
+        release = pg.get("scroll_release_path_template")
+        return ScrollPaginator(
+            scroll_url=base + (pg.get("scroll_path_template") or ""),
+            release_url=base + release if release else None,
+            keep_alive=pg.get("scroll_keep_alive_value") or "1m",
+            keep_alive_param=pg.get("scroll_keep_alive_param_name") or "scroll",
+            scroll_id_param=pg.get("scroll_id_param_name") or "scroll_id",
+            scroll_id_path=pg.get("scroll_id_jsonpath") or "$._scroll_id",
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "size"),
+            total_path=total_path,
         )
     if mode == "LINK_HEADER":
-        return LinkHeaderPaginator(total_path=total_path)
+        return LinkHeaderPaginator(
+            total_path=total_path,
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
+        )
     raise ArtemisError(
         ErrorCode.CONFIG_ERROR,
         f"pagination_mode_code {mode!r} is not one of {', '.join(PAGINATION_MODES)}",
@@ -255,10 +277,23 @@ class ContractClient:
             await self.gate.acquire()
 
     async def send(
-        self, client: HttpClient, method: str, url: str, params: dict[str, Any], what: str
+        self,
+        client: HttpClient,
+        method: str,
+        url: str,
+        params: dict[str, Any],
+        what: str,
+        *,
+        body: dict[str, Any] | None = None,
+        content_type: str | None = None,
     ) -> Answer:
         """One request under the rate limit with the first healthy credential; on 401/403/429
-        the key is benched and the request goes again with the next one."""
+        the key is benched and the request goes again with the next one.
+
+        ``body``: the request's body, encoded as ``content_type`` (JSON by default, or a
+        form), with ``params`` in the query string. Without one, a POST sends ``params``
+        as its form body (E-utilities' efetch by POST) and any other method in the query
+        string."""
         # Credentials go only to the contract's own origin (SPEC §5): a URL elsewhere is
         # never sent, with or without them.
         check_same_origin(url, self.base, f"{self.code} {what}")
@@ -267,9 +302,29 @@ class ContractClient:
             cred_id = self.credentials.apply(p, headers)
             await self.throttle()
             try:
-                if method == "POST":
+                if body is not None:
+                    kind = content_type or JSON_TYPE
+                    resp = await client.request(
+                        method,
+                        url,
+                        params=p or None,
+                        content=encode_body(body, kind),
+                        headers={**headers, "Content-Type": kind},
+                        timeout=self.timeout,
+                        max_bytes=self.max_bytes,
+                    )
+                elif method == "POST":
                     resp = await client.post(
                         url, data=p, headers=headers, timeout=self.timeout, max_bytes=self.max_bytes
+                    )
+                elif method != "GET":
+                    resp = await client.request(
+                        method,
+                        url,
+                        params=p or None,
+                        headers=headers,
+                        timeout=self.timeout,
+                        max_bytes=self.max_bytes,
                     )
                 else:
                     resp = await client.get(

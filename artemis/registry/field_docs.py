@@ -17,7 +17,8 @@ SECTIONS = {
     "window_offset_cfg": "time windows of `update` and `backfill` runs",
     "pagination_cfg": "how the SEARCH endpoint pages, where its records are and how paging ends",
     "http_cfg": "base URL override, headers, timeouts",
-    "batching_cfg": "detail requests by id batch (E-utilities efetch)",
+    "batching_cfg": "DETAIL requests by id batch: E-utilities efetch, or any source's "
+    "DETAIL endpoint fed the ids its SEARCH pages give",
     "retry_cfg": "which statuses are retried, back-off, circuit breaker, outage tolerance",
     "rate_limit_cfg": "the provenance's request rate, held across every worker",
     "credential": "API keys and tokens; the secret is named by environment variable",
@@ -62,15 +63,34 @@ FIELDS: dict[str, dict[str, str]] = {
     "endpoint_def": {
         "endpoint_name": "a name, unique within the provenance (a credential may name it)",
         "endpoint_usage_code": "what the endpoint is for: `SEARCH` (the one a harvest pages "
-        "through), `DETAIL` (records by id, E-utilities efetch)",
-        "http_method_code": "a DETAIL endpoint's method (a JSON SEARCH endpoint is always "
-        "read by GET)",
+        "through), `DETAIL` (records by id: E-utilities efetch, or the ids a SEARCH's "
+        "records give, see `batching_cfg`)",
+        "http_method_code": "`GET` (default) or `POST`. A GET search sends a run's values "
+        "(`query`, the window) in the query string; a POST search sends them in its body "
+        "over `default_body_payload` (a dot in a name nests it), and "
+        "`default_query_params` in the query string. A DETAIL endpoint's method (id lists "
+        "longer than `post_threshold_ids` go by POST)",
         "path_template": "the path after the base URL, e.g. `/products`",
         "default_query_params": "query parameters sent on every request "
         "(`{format: json}`; a run's own values override them, a null removes one)",
-        "default_body_payload": "a request body" + NOT_READ,
-        "request_content_type": "the request body's content type" + NOT_READ,
-        "response_format_code": "`JSON` or `XML`" + NOT_READ,
+        "default_body_payload": "a POST request's body, a mapping (`{query: {match_all: "
+        "{}}, sort: [_doc]}`): a run's own values and the paging parameters (with "
+        "`paging_params_in_code: BODY`) override its keys, a null removes one. Refused on "
+        "a GET search; on a GET DETAIL endpoint it is the body of the batches sent by POST "
+        "(`post_threshold_ids`)",
+        "request_content_type": "how a request body is written: `application/json` "
+        "(default) or `application/x-www-form-urlencoded` (text, numbers and lists of "
+        "them: a nested value is refused)",
+        "response_format_code": "`JSON` (default) or `XML`. An XML answer is read by XML "
+        "paths (ElementTree's XPath subset from the root element, starting with `.`: "
+        "`./channel/item`, `.//entry`, `./result[@type='hits']/doc`; a trailing `/@name` "
+        "reads an attribute; `{*}tag` matches any namespace) in the pagination and "
+        "batching `*_jsonpath` columns; a value is the element's text (an empty element is "
+        "null). Each record element becomes a mapping: attributes as `@name`, child "
+        "elements by tag (namespace dropped), a leaf child as its text, any other as a "
+        "nested mapping (its text as `#text`), a repeated tag as a list; fields the record "
+        "model types `int`, `float`, `bool` or as a list are converted. Entity "
+        "declarations are refused",
         "is_auth_required": "whether a credential is needed" + NOT_READ,
         "page_param_name": "the page-number parameter for this endpoint "
         "(wins over `pagination_cfg.page_number_param_name`)",
@@ -111,11 +131,17 @@ FIELDS: dict[str, dict[str, str]] = {
         "ids) is sent in; COMPOSITE: where the pointer's id is sent beside its timestamp",
     },
     "pagination_cfg": {
-        "pagination_mode_code": 'how the source pages (`LINK_HEADER`: RFC 8288 `rel="next"`)',
+        "pagination_mode_code": "how the source pages: `PAGE_NUMBER`, `OFFSET`, `CURSOR`, "
+        '`TOKEN`, `SCROLL` (a scroll id carried from answer to answer, as Elasticsearch\'s '
+        "`_search?scroll=1m`: see the `scroll_*` fields) or `LINK_HEADER` (RFC 8288 "
+        '`rel="next"`)',
         "page_size_value": "records per page asked for (a run's `page_size` wins)",
         "max_page_size_value": "the largest page size the source allows",
         "page_number_param_name": "PAGE_NUMBER: the page parameter (default `page`)",
-        "page_size_param_name": "the page-size parameter (default `page_size`; CURSOR `rows`)",
+        "page_size_param_name": "the page-size parameter, sent in every mode when a page "
+        "size is set (default `page_size`; CURSOR `rows`; SCROLL `size`, on the opening "
+        "request only; LINK_HEADER on the first request, and on a next URL only when it "
+        "lacks it)",
         "start_page_number": "PAGE_NUMBER: the first page's number (default 1)",
         "offset_param_name": "OFFSET: the offset parameter (default `offset`)",
         "limit_param_name": "OFFSET: the limit parameter (default `limit`)",
@@ -128,14 +154,17 @@ FIELDS: dict[str, dict[str, str]] = {
         "`$.next_page_token`)",
         "total_count_jsonpath": "where the source states how many records there are "
         "(checked at the end: a shortfall fails `INCOMPLETE`)",
-        "records_jsonpath": "where a page's records are (default `$.items`)",
+        "records_jsonpath": "where a page's records are (default `$.items`; with an XML "
+        "SEARCH endpoint this and the other answer paths are XML paths, e.g. "
+        "`./channel/item`, `./@total`, required)",
         "max_result_window": "the most records the source lists for one query (a bigger "
         "window is split in halves)",
         "short_page_is_last": "the source documents that a page shorter than the page size "
         "is the last",
         "absent_token_is_last": "TOKEN: the source leaves the token out on the last page",
-        "record_key_jsonpath": "what identifies a raw record (a page repeating the last "
-        "one's keys is `SOURCE_LOOP`; default the whole record)",
+        "record_key_jsonpath": "what identifies a raw record, a JSONPath into the record "
+        "(an XML record is a mapping: `$['@id']`); a page repeating the last one's keys is "
+        "`SOURCE_LOOP`; default the whole record",
         "completeness_tolerance_pct": "the shortfall against the stated total a run "
         "accepts, in percent (default 0)",
         "stateful_cursor": "CURSOR: the server keeps the walk's position (a retry re-opens "
@@ -144,6 +173,30 @@ FIELDS: dict[str, dict[str, str]] = {
         "next offset) is, on every page; null or false ends paging",
         "has_more_jsonpath": "PAGE_NUMBER/OFFSET: where the source's true/false \"more "
         'pages" flag is, on every page; false ends paging',
+        "paging_params_in_code": "where the paging parameters (page, size, offset, limit, "
+        "cursor, token, scroll id) go: `QUERY` (default, the query string) or `BODY` (the "
+        "body of a POST search, where a dot in a parameter name nests it: `page.size` is "
+        "`{page: {size: 50}}`); not with `LINK_HEADER`",
+        "scroll_path_template": "SCROLL (required): where a scroll continues, after the "
+        "base URL (`/_search/scroll`). A continue request carries only the keep-alive and "
+        "the latest scroll id (where `paging_params_in_code` says); the first request is "
+        "the search itself. Paging ends on an empty page (or the stated total). A resumed "
+        "attempt or an expired scroll (404) opens a new scroll from the start (at most 3 "
+        "times in a row for expiry): a scroll cannot be rewound, so records already "
+        "delivered come again (sinks write by key) and the count starts over",
+        "scroll_keep_alive_value": "SCROLL: how long the server keeps the scroll between "
+        "requests (default `1m`)",
+        "scroll_keep_alive_param_name": "SCROLL: the keep-alive's parameter (default "
+        "`scroll`; on the opening request always in the query string)",
+        "scroll_id_jsonpath": "SCROLL: where an answer's scroll id is (default "
+        "`$._scroll_id`; required on a page with records; the latest one is used)",
+        "scroll_id_param_name": "SCROLL: the scroll id's parameter in continue and release "
+        "requests (default `scroll_id`)",
+        "scroll_release_path_template": "SCROLL: where a scroll is released by `DELETE` "
+        "with its id (`/_search/scroll`): after the last page, before a re-opened scroll, "
+        "and when the fetch fails or is cancelled. A fetch that stops between pages "
+        "keeps it (the next batch continues it); without this field the server lets it "
+        "expire",
     },
     "http_cfg": {
         "base_url_override": "replaces `provenance.base_url_default`",
@@ -161,9 +214,23 @@ FIELDS: dict[str, dict[str, str]] = {
         "detail_batch_size": "ids per DETAIL request (default 200)",
         "id_param_name": "the id-list parameter (default `id`)",
         "id_joiner": "what joins the ids (default `,`)",
-        "max_parallel_requests": "DETAIL requests in flight at once",
-        "post_threshold_ids": "id lists longer than this go by POST (default 200)",
-        "request_template_json": "a request template" + NOT_READ,
+        "max_parallel_requests": "DETAIL requests in flight at once (bounded by the run's "
+        "fetch concurrency and `max_concurrency`)",
+        "post_threshold_ids": "id lists longer than this go by POST (PubMed default 200; "
+        "other sources: none, the endpoint's method)",
+        "request_template_json": "how a DETAIL request carries a batch of ids: "
+        "`{params: {...}, body: {...}}` merged over the DETAIL endpoint's query parameters "
+        "and (on a POST) body. In its string values and in the endpoint's `path_template`, "
+        "`{ids}` is the ids joined by `id_joiner`, `{id}` the one id of a batch "
+        "(`detail_batch_size: 1`, e.g. `/items/{id}`), and a value that is exactly "
+        "`\"{ids_json}\"` becomes the list of ids. Without it the ids go in `id_param_name` "
+        "(query string of a GET, body of a POST)",
+        "detail_id_jsonpath": "where a SEARCH record's id is, a JSONPath into the record "
+        "(default `pagination_cfg.record_key_jsonpath`; one of the two is required with a "
+        "DETAIL endpoint)",
+        "detail_records_jsonpath": "where a DETAIL answer's records are (default `$.items`; "
+        "an object there is one record, as `GET /items/{id}` answers; an XML path for an "
+        "XML DETAIL endpoint, required there)",
     },
     "retry_cfg": {
         "max_retries": "retries of a failed fetch (default 4)",

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin
 
-import jsonpath
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -33,13 +32,24 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry import field_docs
 from artemis.registry.models import (
     DIMENSIONS,
+    ENDPOINT_USAGES,
     OFFSET_TYPES,
     PAGINATION_MODES,
+    PAGING_PLACES,
     RECORD_FAMILIES,
+    REQUEST_CONTENT_TYPES,
+    RESPONSE_FORMATS,
     SCOPES,
     TASK_TYPES,
     DimensionBase,
     RegProvenance,
+)
+from artemis.registry.request_modes import (
+    batching_problems,
+    check_path,
+    endpoint_problems,
+    file_problems,
+    pagination_problems,
 )
 from artemis.registry.secret_env import refused_secret_env
 from artemis.sinks.records import RecordModelDecl, did_you_mean
@@ -76,7 +86,11 @@ CODES: dict[str, tuple[str, ...]] = {
     "scope_code": SCOPES,
     "task_type": TASK_TYPES,
     "pagination_mode_code": PAGINATION_MODES,
+    "paging_params_in_code": PAGING_PLACES,
+    "endpoint_usage_code": ENDPOINT_USAGES,
     "http_method_code": ("GET", "POST"),
+    "request_content_type": REQUEST_CONTENT_TYPES,
+    "response_format_code": RESPONSE_FORMATS,
     "window_mode_code": ("SLIDING", "CALENDAR"),
     "window_size_unit_code": _UNITS,
     "overlap_unit_code": _UNITS,
@@ -91,12 +105,20 @@ _MARKERS = ("next_page_jsonpath", "has_more_jsonpath")
 
 
 def _jsonpath_ok(value: str | None) -> str | None:
-    if value is not None:
-        try:
-            jsonpath.compile(value)
-        except jsonpath.JSONPathError as e:
-            raise ValueError(f"not a JSONPath: {str(e).splitlines()[0]}") from None
-    return value
+    # A JSONPath, or an XML path (./...) for an endpoint that answers XML.
+    return check_path(value)
+
+
+def _problems_ok(check: Any) -> Any:
+    """A row validator raising the problems ``check`` finds in the row, all of them."""
+
+    def validate(self: Any) -> Any:
+        problems = check(self.model_dump())
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    return validate
 
 
 def _fields(model: type[BaseModel], skip: frozenset[str], section: str) -> dict[str, Any]:
@@ -194,6 +216,11 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["secret_env_ok"] = field_validator("secret_env")(_secret_env_ok)
     if dim == "pagination_cfg":
         validators["markers"] = model_validator(mode="after")(_markers_ok)
+        validators["modes"] = model_validator(mode="after")(_problems_ok(pagination_problems))
+    if dim == "endpoint_def":
+        validators["modes"] = model_validator(mode="after")(_problems_ok(endpoint_problems))
+    if dim == "batching_cfg":
+        validators["modes"] = model_validator(mode="after")(_problems_ok(batching_problems))
     if dim == "record_model":
         validators["record_model"] = model_validator(mode="after")(_record_model_ok)
     return create_model(  # type: ignore[call-overload, no-any-return]
@@ -276,6 +303,12 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
                 "fields_json": short["fields"],
             }
         ]
+    # Rows of different sections that cannot work together (a POST body on a GET
+    # search, JSONPaths into an XML answer...), each named by the rows' places.
+    together = file_problems(out)
+    if together:
+        count = f"{len(together)} problems: " if len(together) > 1 else ""
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: {count}{'; '.join(together)}")
     return out
 
 

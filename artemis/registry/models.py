@@ -17,7 +17,11 @@ from artemis.db import UTCDateTime, utcnow
 
 SCOPES = ("SOURCE", "TASK")
 TASK_TYPES = ("harvest", "update", "backfill")
-PAGINATION_MODES = ("PAGE_NUMBER", "OFFSET", "CURSOR", "TOKEN", "LINK_HEADER")
+PAGINATION_MODES = ("PAGE_NUMBER", "OFFSET", "CURSOR", "TOKEN", "SCROLL", "LINK_HEADER")
+ENDPOINT_USAGES = ("SEARCH", "DETAIL", "TOKEN")
+RESPONSE_FORMATS = ("JSON", "XML")
+REQUEST_CONTENT_TYPES = ("application/json", "application/x-www-form-urlencoded")
+PAGING_PLACES = ("QUERY", "BODY")
 RECORD_FAMILIES = ("PUBMED", "CROSSREF")
 OFFSET_TYPES = ("DATE", "ID", "COMPOSITE")
 LIFECYCLE_STATUSES = ("ACTIVE", "PAUSED", "DEPRECATED", "RETIRED")
@@ -129,7 +133,7 @@ class RegProvPaginationCfg(DimensionBase, table=True):
     dimension: ClassVar[str] = "pagination_cfg"
 
     task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
-    # PAGE_NUMBER | OFFSET | CURSOR | TOKEN | LINK_HEADER
+    # PAGE_NUMBER | OFFSET | CURSOR | TOKEN | SCROLL | LINK_HEADER
     pagination_mode_code: str = Field(max_length=16)
     page_size_value: int | None = None
     max_page_size_value: int | None = None
@@ -161,6 +165,18 @@ class RegProvPaginationCfg(DimensionBase, table=True):
     # page number (offset) or null/false on the last page, or a true/false "has more".
     next_page_jsonpath: str | None = Field(default=None, max_length=200)
     has_more_jsonpath: str | None = Field(default=None, max_length=200)
+    # Where the paging parameters go: the query string, or the body of a POST search (a
+    # dot in a parameter name nests it there).
+    paging_params_in_code: str | None = Field(default=None, max_length=16)  # QUERY | BODY
+    # SCROLL: the request that continues a scroll (its path, the keep-alive sent with it
+    # and where the scroll id is read and sent) and the path a finished scroll is
+    # released at (DELETE).
+    scroll_path_template: str | None = Field(default=None, max_length=500)
+    scroll_keep_alive_value: str | None = Field(default=None, max_length=32)
+    scroll_keep_alive_param_name: str | None = Field(default=None, max_length=64)
+    scroll_id_jsonpath: str | None = Field(default=None, max_length=200)
+    scroll_id_param_name: str | None = Field(default=None, max_length=64)
+    scroll_release_path_template: str | None = Field(default=None, max_length=500)
 
 
 class RegProvHttpCfg(DimensionBase, table=True):
@@ -194,6 +210,10 @@ class RegProvBatchingCfg(DimensionBase, table=True):
     max_parallel_requests: int | None = None
     post_threshold_ids: int | None = None  # id lists longer than this go by POST
     request_template_json: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    # The DETAIL flow of a source of no paper family: where a SEARCH record's id is (None:
+    # pagination_cfg.record_key_jsonpath) and where a DETAIL answer's records are.
+    detail_id_jsonpath: str | None = Field(default=None, max_length=200)
+    detail_records_jsonpath: str | None = Field(default=None, max_length=200)
 
 
 class RegProvRetryCfg(DimensionBase, table=True):

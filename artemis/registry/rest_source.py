@@ -1,14 +1,20 @@
 """A registry source's SEARCH endpoint as a ``RestSource``: its paginator, default query
-params, records and record-key paths, all from the frozen contract."""
+params and body, records and record-key paths, all from the frozen contract; with a
+DETAIL endpoint, the search's ids fetched by it (``DetailSource``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.client import ContractClient, paginator_for
-from artemis.registry.resolve import merge_params
-from artemis.sources.rest import RestSource
+from artemis.registry.request_modes import contract_problems
+from artemis.registry.resolve import merge_params, param_name
+from artemis.sources.base import Source
+from artemis.sources.detail import DetailRequests, DetailSource
+from artemis.sources.rest import JSON_TYPE, Request, RestSource, place
+from artemis.sources.xmldoc import base_types
 
 
 def rest_source(
@@ -20,28 +26,106 @@ def rest_source(
     *,
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     record_key: str | None = None,
-) -> RestSource:
+) -> Source:
     """The contract's SEARCH endpoint paged by its pagination cfg. ``transform`` turns a
     raw record into the task's shape; ``record_key`` is the key path used when the
-    pagination cfg names none."""
+    pagination cfg names none.
+
+    A GET search sends the run's own values (``query``, the window) in the query string
+    over ``default_query_params``; a POST search sends them in its body over
+    ``default_body_payload`` (a dot in a name nests it), with ``default_query_params`` in
+    the query string. With a DETAIL endpoint, the search's records are ids and the
+    records delivered are the DETAIL answers'."""
     contract, code = cc.contract, cc.code
+    problems = contract_problems(contract)
+    if problems:
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR, f"provenance {code!r}: {'; '.join(problems)}", retryable=False
+        )
     ep = contract.endpoint or {}
     asked = {"query": query} if query else {}
-    params = merge_params(ep.get("default_query_params"), {**asked, **window})
+    runtime = {**asked, **window}
+    method = (ep.get("http_method_code") or "GET").upper()
+    if method == "POST":
+        params = merge_params(ep.get("default_query_params"), None)
+        body: dict[str, Any] | None = place(ep.get("default_body_payload"), runtime)
+    else:
+        params = merge_params(ep.get("default_query_params"), runtime)
+        body = None
     pg = contract.pagination or {}
-    return RestSource(
+    fields = (contract.record_model or {}).get("fields_json")
+    fmt = ep.get("response_format_code") or "JSON"
+    detail = contract.endpoints.get("DETAIL")
+
+    def send(client: Any, req: Request) -> Any:
+        return cc.send(
+            client,
+            req.method,
+            req.url,
+            req.params,
+            f"{code} {req.method} {req.url}",
+            body=req.body,
+            content_type=req.content_type,
+        )
+
+    search = RestSource(
         cc.url(ep),
         paginator_for(contract, page_size),
         params=params,
         records_path=pg.get("records_jsonpath") or "$.items",
         name=code,
         record_key=pg.get("record_key_jsonpath") or record_key,
-        transform=transform,
+        transform=None if detail else transform,
         status_error=cc.status_error,
-        send=lambda client, url, q: cc.send(client, "GET", url, q, f"{code} GET {url}"),
+        send=send,
         # Page-number/offset pages once the total is known: the run's fetch concurrency,
         # bounded by the provenance's max_concurrency (the rate is its gate's).
         parallel_pages=min(
             [parallel, *[v for v in [(contract.rate_limit or {}).get("max_concurrency")] if v]]
         ),
+        method=method,
+        body=body,
+        content_type=ep.get("request_content_type") or JSON_TYPE,
+        paging_in=pg.get("paging_params_in_code") or "QUERY",
+        response_format=fmt,
+        # The search's own records are ids when a DETAIL endpoint follows: typed as text.
+        record_types=base_types(fields) if fmt == "XML" and not detail else None,
+    )
+    if not detail:
+        return search
+    bt = contract.batching or {}
+    detail_fmt = detail.get("response_format_code") or "JSON"
+    limits = [
+        v
+        for v in (
+            bt.get("max_parallel_requests"),
+            (contract.rate_limit or {}).get("max_concurrency"),
+        )
+        if v
+    ]
+    details = DetailRequests(
+        url=cc.url(detail),
+        method=(detail.get("http_method_code") or "GET").upper(),
+        params=merge_params(detail.get("default_query_params"), None),
+        body=detail.get("default_body_payload"),
+        content_type=detail.get("request_content_type") or JSON_TYPE,
+        id_param=param_name("id", detail, bt, "id_param_name", "id"),
+        joiner=bt.get("id_joiner") or ",",
+        batch_size=bt.get("detail_batch_size") or 200,
+        post_over=bt.get("post_threshold_ids"),
+        template=bt.get("request_template_json"),
+        records_path=bt.get("detail_records_jsonpath") or "$.items",
+        response_format=detail_fmt,
+        record_types=base_types(fields) if detail_fmt == "XML" else None,
+    )
+    return DetailSource(
+        search,
+        details,
+        # Named by one of the two (contract_problems refuses a contract without).
+        id_path=str(bt.get("detail_id_jsonpath") or pg.get("record_key_jsonpath")),
+        send=send,
+        status_error=cc.status_error,
+        transform=transform,
+        parallel=max(1, min([parallel, *limits])),
+        name=code,
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Headers, header_links
@@ -55,6 +56,24 @@ class Paginator:
     def request_url(self, url: str) -> str:
         """The URL for the current page (a Link header paginator replaces it)."""
         return url
+
+    def own_request(self) -> bool:
+        """True when the current request is the paginator's alone (a scroll's continue
+        request): the search's own parameters and body are not sent with it."""
+        return False
+
+    def query_keys(self) -> frozenset[str]:
+        """Paging parameters that go in the query string wherever the others go (the
+        keep-alive of a scroll's opening request)."""
+        return frozenset()
+
+    def release_request(self) -> tuple[str, dict[str, Any]] | None:
+        """The URL and parameters that release the server session this paginator holds
+        (sent by DELETE), or None when it holds none to release."""
+        return None
+
+    def released(self) -> None:
+        """The session named by ``release_request`` was released (or given up)."""
 
     def take(self, records: list[Any]) -> list[Any]:
         """The records of this answer that are new (all, unless the session re-opened)."""
@@ -382,9 +401,14 @@ class TokenPaginator(Paginator):
     token_param: str = "page_token"
     token_path: str = "$.next_page_token"
     absent_ends: bool = False
+    page_size: int | None = None
+    page_size_param: str | None = None
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {**params, self.token_param: self.token} if self.token else dict(params)
+        params = {**params, self.token_param: self.token} if self.token else dict(params)
+        if self.page_size is not None and self.page_size_param:
+            params[self.page_size_param] = self.page_size
+        return params
 
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
@@ -416,17 +440,29 @@ class LinkHeaderPaginator(Paginator):
     The next request goes to the ``rel="next"`` URL as given; a ``Link`` header without
     one ends paging. An answer without any ``Link`` header is a single page when it is
     the first; on a later page (the previous one promised more) it breaks the contract.
+    The page size (``page_size_param``) goes with the first request; a next URL carries
+    it as the server wrote it, and gets it only when it lacks it.
     """
 
     kind: ClassVar[str] = "link_header"
     next_url: str | None = None
+    page_size: int | None = None
+    page_size_param: str | None = None
 
     def request_url(self, url: str) -> str:
         return self.next_url or url
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
-        # The next URL already carries its query; only the first request sends params.
-        return {} if self.next_url else dict(params)
+        size = (
+            {self.page_size_param: self.page_size}
+            if self.page_size is not None and self.page_size_param
+            else {}
+        )
+        if self.next_url:
+            # The next URL already carries its query; only the first request sends params.
+            given = parse_qs(urlsplit(self.next_url).query, keep_blank_values=True)
+            return {} if not size or self.page_size_param in given else size
+        return {**params, **size}
 
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
@@ -455,6 +491,101 @@ class LinkHeaderPaginator(Paginator):
             self.has_more = False
 
 
+@dataclass
+class ScrollPaginator(Paginator):
+    """Scroll paging, for APIs shaped like Elasticsearch's and OpenSearch's::
+
+        POST /index/_search?scroll=1m      {"size": 100, "query": {...}}
+        {"_scroll_id": "DXF1...", "hits": {"total": {"value": 230}, "hits": [...]}}
+        POST /_search/scroll               {"scroll": "1m", "scroll_id": "DXF1..."}
+        ...                                (an empty hits list: the end)
+        DELETE /_search/scroll             {"scroll_id": "DXF1..."}
+
+    The opening request is the search itself, with the keep-alive (``keep_alive_param``,
+    always in the query string) and the page size; each later request goes to
+    ``scroll_url`` with the keep-alive and the latest scroll id (``scroll_id_path`` in
+    every answer that has records) and nothing else. Paging ends on an empty page or
+    the stated total; the scroll is then released (``release_url``, by DELETE).
+
+    A scroll cannot be rewound: a resumed attempt (whose last request may have been
+    served, its answer lost) and a scroll that expired (the server answers 404) open a
+    new scroll from the start, releasing the old one, and deliver its records again
+    (sinks write by key, so a record delivered twice is stored once); the count of
+    records delivered starts over with it, against the new scroll's total.
+    """
+
+    kind: ClassVar[str] = "scroll"
+    scroll_id: str | None = None
+    scroll_url: str = ""
+    release_url: str | None = None
+    keep_alive: str | None = "1m"
+    keep_alive_param: str = "scroll"
+    scroll_id_param: str = "scroll_id"
+    scroll_id_path: str = "$._scroll_id"
+    page_size: int | None = None
+    page_size_param: str | None = "size"
+    reopened: int = 0
+    max_reopen: int = 3
+
+    def request_url(self, url: str) -> str:
+        return self.scroll_url if self.scroll_id is not None else url
+
+    def own_request(self) -> bool:
+        return self.scroll_id is not None
+
+    def query_keys(self) -> frozenset[str]:
+        return frozenset({self.keep_alive_param}) if self.scroll_id is None else frozenset()
+
+    def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
+        alive = {self.keep_alive_param: self.keep_alive} if self.keep_alive else {}
+        if self.scroll_id is not None:
+            return {**alive, self.scroll_id_param: self.scroll_id}
+        params = {**params, **alive}
+        if self.page_size is not None and self.page_size_param:
+            params[self.page_size_param] = self.page_size
+        return params
+
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.pages_seen += 1
+        self.read_total(data)
+        found = json_path_lookup(data, self.scroll_id_path)
+        if isinstance(found, str) and found:
+            self.scroll_id = found
+        elif records:
+            raise contract_error(
+                "ScrollPaginator", self.scroll_id_path, "the scroll id (a string)", found
+            )
+        if not records or self.total_reached():
+            self.has_more = False
+
+    def release_request(self) -> tuple[str, dict[str, Any]] | None:
+        if self.scroll_id is None or not self.release_url:
+            return None
+        return self.release_url, {self.scroll_id_param: self.scroll_id}
+
+    def released(self) -> None:
+        self.scroll_id = None
+
+    def reopen(self) -> bool:
+        if self.scroll_id is None or self.reopened >= self.max_reopen:
+            return False
+        self.reopened += 1
+        self._restart()
+        return True
+
+    def resume(self) -> bool:
+        if self.scroll_id is None or not self.has_more:
+            return False
+        self._restart()
+        return True
+
+    def _restart(self) -> None:
+        self.scroll_id, self.has_more, self.taken = None, True, 0
+        self.total, self.last_page_digest = None, None
+
+
 _KINDS: dict[str, type[Paginator]] = {
     cls.kind: cls
     for cls in (
@@ -462,6 +593,7 @@ _KINDS: dict[str, type[Paginator]] = {
         CursorPaginator,
         OffsetPaginator,
         TokenPaginator,
+        ScrollPaginator,
         LinkHeaderPaginator,
     )
 }

@@ -1,10 +1,17 @@
-"""A REST source: GET a URL page after page through a paginator, pick the records out of
-each JSON body, and classify failures into error codes."""
+"""A REST source: request a URL page after page through a paginator, pick the records out
+of each JSON (or XML) answer, and classify failures into error codes.
+
+A search is a GET with its parameters in the query string, or a POST with a body
+(``method``, ``body``, ``content_type``); the paginator's parameters go in the query
+string or in that body (``paging_in``), where a dot in a parameter name nests it
+(``page.size`` → ``{"page": {"size": 50}}``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,8 +32,74 @@ from artemis.logsetup import get_logger
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
 from artemis.sources.paginators import Paginator, paginator_from_checkpoint
+from artemis.sources.xmldoc import XmlDocument, parse_xml
 
 log = get_logger(__name__)
+
+JSON_TYPE = "application/json"
+FORM_TYPE = "application/x-www-form-urlencoded"
+# How long a session's release (a scroll's DELETE) is waited for when the fetch stops on
+# an error: it is a courtesy to the server, never a reason to hold the stop up.
+RELEASE_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Request:
+    """One request of a source: method, URL, query parameters and body (a mapping, sent
+    as ``content_type``; None: no body)."""
+
+    method: str
+    url: str
+    params: dict[str, Any]
+    body: dict[str, Any] | None = None
+    content_type: str = JSON_TYPE
+
+    def describe(self) -> str:
+        """``GET url?query`` (``POST url?query {body}``) for error messages and for telling
+        requests apart (credentials are added later, by the sender, so they are never
+        part of it)."""
+        line = describe_request(self.url, self.params).replace("GET ", f"{self.method} ", 1)
+        if self.body is not None:
+            line += " " + json.dumps(self.body, sort_keys=True, default=str)
+        return line
+
+
+def encode_body(body: dict[str, Any], content_type: str) -> bytes:
+    """A request body as ``content_type`` says: JSON, or a form of scalar values (a list
+    repeats its key)."""
+    if content_type == FORM_TYPE:
+        pairs: list[tuple[str, Any]] = []
+        for key, value in body.items():
+            for one in value if isinstance(value, list) else [value]:
+                if isinstance(one, dict | list):
+                    raise ArtemisError(
+                        ErrorCode.CONFIG_ERROR,
+                        f"a form body holds scalar values: {key!r} is {type(one).__name__}",
+                    )
+                pairs.append((key, "true" if one is True else "false" if one is False else one))
+        return urlencode(pairs).encode()
+    return jsonio.dumps(body)
+
+
+def place(body: dict[str, Any] | None, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` merged into a copy of ``body``: a dot in a name nests it, a value
+    overrides the one there, a None removes it."""
+    out = json.loads(json.dumps(body or {}, default=str))
+    for name, value in values.items():
+        *parents, leaf = name.split(".")
+        node = out
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                if value is None:
+                    break
+                node[part] = {}
+            node = node[part]
+        else:
+            if value is None:
+                node.pop(leaf, None)
+            else:
+                node[leaf] = value
+    return out
 
 
 class RestSource(Source):
@@ -44,8 +117,14 @@ class RestSource(Source):
         timeout: float | None = None,
         before_request: Callable[[], Awaitable[None]] | None = None,
         status_error: Callable[[str, Answer], ArtemisError] | None = None,
-        send: Callable[[HttpClient, str, dict[str, Any]], Awaitable[Answer]] | None = None,
+        send: Callable[[HttpClient, Request], Awaitable[Answer]] | None = None,
         parallel_pages: int = 1,
+        method: str = "GET",
+        body: dict[str, Any] | None = None,
+        content_type: str = JSON_TYPE,
+        paging_in: str = "QUERY",
+        response_format: str = "JSON",
+        record_types: dict[str, str] | None = None,
     ) -> None:
         self.url = url
         self.paginator = paginator
@@ -60,9 +139,18 @@ class RestSource(Source):
         self.timeout = timeout
         # Awaited before every request: a rate limiter's acquire, for instance.
         self.before_request = before_request
-        # Sends one GET (client, url, params): a contract client adds auth, rate limit and
-        # key rotation; the default is a plain GET with this source's headers.
+        # Sends one request: a contract client adds auth, rate limit and key rotation; the
+        # default is a plain request with this source's headers.
         self.send = send
+        # The search's method and body (POST), and where the paging parameters go.
+        self.method = method
+        self.body = body
+        self.content_type = content_type
+        self.paging_in = paging_in
+        # JSON, or XML read by XML paths (``artemis.sources.xmldoc``); an XML record's
+        # text is typed by the record model's field types.
+        self.response_format = response_format
+        self.record_types = record_types
         # Classifies error answers (default: 408/425/429/5xx retryable, other 4xx final).
         # Requests in flight at once for pages whose position is known in advance
         # (page-number or offset paging once the source stated its total).
@@ -80,8 +168,12 @@ class RestSource(Source):
         self, client: HttpClient, checkpoint: dict[str, Any] | None
     ) -> AsyncIterator[Page]:
         paginator = paginator_from_checkpoint(checkpoint) if checkpoint else self.paginator
-        if self.resumed and checkpoint and paginator.resume():
-            log.warning("source_session_reopened", source=self.name, reason="resumed attempt")
+        if self.resumed and checkpoint:
+            stale = paginator.release_request()
+            if paginator.resume():
+                log.warning("source_session_reopened", source=self.name, reason="resumed attempt")
+                if stale is not None:
+                    await self._release(client, stale)
         # Requests sent ahead, by request: each answer is still read in order below, and
         # one never asked for (a guess a short page made wrong) is dropped. On a retry the
         # checkpoint holds the last page handed over: at most these are requested again.
@@ -89,10 +181,59 @@ class RestSource(Source):
         try:
             async for page in self._pages(client, paginator, ahead):
                 yield page
+        except (Exception, asyncio.CancelledError):
+            # A fetch that fails or is cancelled resumes (if at all) as a retried attempt,
+            # which opens a new session: the one held now is released. A fetch closed
+            # between pages keeps it: the next batch continues it from the checkpoint.
+            held = paginator.release_request()
+            if held is not None:
+                try:
+                    async with asyncio.timeout(RELEASE_TIMEOUT_S):
+                        await self._release(client, held)
+                except TimeoutError:
+                    log.warning("source_session_not_released", source=self.name)
+            raise
         finally:
             for task in ahead.values():
                 task.cancel()
             await asyncio.gather(*ahead.values(), return_exceptions=True)
+
+    def build_request(self, paginator: Paginator) -> Request:
+        """The request for the paginator's current page."""
+        url = paginator.request_url(self.url)
+        own = paginator.own_request()
+        method = self.method
+        if self.paging_in != "BODY":
+            params = paginator.update_request({} if own else self.params)
+            body = None if own or method == "GET" else (self.body or {})
+            return Request(method, url, params, body, self.content_type)
+        paging = paginator.update_request({})
+        pinned = paginator.query_keys()
+        params = {} if own else dict(self.params)
+        params.update({k: v for k, v in paging.items() if k in pinned})
+        rest = {k: v for k, v in paging.items() if k not in pinned}
+        body = place(None if own else self.body, rest)
+        return Request(method, url, params, body, self.content_type)
+
+    async def _release(self, client: HttpClient, held: tuple[str, dict[str, Any]]) -> None:
+        """Release a server session (a scroll): DELETE with its id where the paging
+        parameters go. Best effort: a failure is logged, never raised (the server lets
+        the session expire)."""
+        url, values = held
+        if self.paging_in == "BODY":
+            request = Request("DELETE", url, {}, place(None, values), self.content_type)
+        else:
+            request = Request("DELETE", url, dict(values))
+        try:
+            check_same_origin(url, self.url, f"{self.name}: release")
+            resp = await self._send(client, request)
+            # 404: the session had expired already.
+            if resp.status_code >= 400 and resp.status_code != 404:
+                log.warning(
+                    "source_session_not_released", source=self.name, status=resp.status_code
+                )
+        except (ArtemisError, TransportError) as e:
+            log.warning("source_session_not_released", source=self.name, error=str(e))
 
     async def _pages(
         self,
@@ -102,11 +243,10 @@ class RestSource(Source):
     ) -> AsyncIterator[Page]:
         guessing = self.parallel_pages > 1
         while paginator.has_more:
-            params = paginator.update_request(self.params)
-            url = paginator.request_url(self.url)
-            if url != self.url:
-                check_same_origin(url, self.url, f"{self.name}: {type(paginator).__name__}")
-            request = describe_request(url, params)
+            req = self.build_request(paginator)
+            if req.url != self.url:
+                check_same_origin(req.url, self.url, f"{self.name}: {type(paginator).__name__}")
+            request = req.describe()
             if guessing and ahead and request not in ahead:
                 # The guesses missed (the source answers fewer records a page than asked,
                 # say): every further guess would be a wasted request and rate-limit slot.
@@ -122,10 +262,11 @@ class RestSource(Source):
                 if sent is not None:
                     data, headers = await sent
                 else:
-                    data, headers = await self._request(client, url, params)
+                    data, headers = await self._request(client, req)
             except ArtemisError as e:
-                # An expired server session (a cursor): re-open it from the last committed
-                # position instead of failing or starting over.
+                # An expired server session (a cursor, a scroll): re-open it instead of
+                # failing (a cursor from the last committed position, a scroll from the
+                # start).
                 if e.details.get("status") in (400, 404, 410) and paginator.reopen():
                     log.warning(
                         "source_session_reopened",
@@ -136,7 +277,7 @@ class RestSource(Source):
                     continue
                 raise
             try:
-                records = json_path_lookup(data, self.records_path)
+                records = self.records_of(data)
                 if not isinstance(records, list):
                     raise contract_error(
                         self.name, self.records_path, "the list of records", records
@@ -150,6 +291,13 @@ class RestSource(Source):
                 if e.code in (ErrorCode.SOURCE_CONTRACT, ErrorCode.SOURCE_LOOP):
                     raise e.with_request(request) from None
                 raise
+            if not paginator.has_more:
+                # The session ends with its last page: released before the page is handed
+                # over (a retry from the checkpoint before it opens a new one anyway).
+                held = paginator.release_request()
+                if held is not None:
+                    await self._release(client, held)
+                    paginator.released()
             if self.transform:
                 new = [self.transform(r) for r in new]
             yield Page(
@@ -175,49 +323,62 @@ class RestSource(Source):
         guesses = paginator.ahead(self.parallel_pages - 1)
         if not guesses:
             return
-        wanted: dict[str, tuple[str, dict[str, Any]]] = {}
+        wanted: dict[str, Request] = {}
         for guess in [paginator, *guesses]:
-            params = guess.update_request(self.params)
-            url = guess.request_url(self.url)
-            if url != self.url:
-                check_same_origin(url, self.url, f"{self.name}: {type(guess).__name__}")
-            wanted[describe_request(url, params)] = (url, params)
+            req = self.build_request(guess)
+            if req.url != self.url:
+                check_same_origin(req.url, self.url, f"{self.name}: {type(guess).__name__}")
+            wanted[req.describe()] = req
         for request in [r for r in ahead if r not in wanted]:
             ahead.pop(request).cancel()
-        for request, (url, params) in wanted.items():
+        for request, req in wanted.items():
             if request not in ahead:
-                task = asyncio.create_task(self._request(client, url, params))
+                task = asyncio.create_task(self._request(client, req))
                 # A guess dropped unused may have failed: its error is read here (the page
                 # that is needed still raises it when awaited).
                 task.add_done_callback(_read_error)
                 ahead[request] = task
 
-    async def _request(
-        self, client: HttpClient, url: str, params: dict[str, Any]
-    ) -> tuple[Any, Headers]:
+    def records_of(self, data: Any) -> Any:
+        """The records of an answer at ``records_path`` (an XML answer's elements made
+        records)."""
+        if isinstance(data, XmlDocument):
+            return data.records(self.records_path, self.record_types)
+        return json_path_lookup(data, self.records_path)
+
+    async def _request(self, client: HttpClient, req: Request) -> tuple[Any, Headers]:
         if self.before_request is not None:
             await self.before_request()
-        return await self._get(client, url, params)
+        return await self._get(client, req)
 
-    async def _get(
-        self, client: HttpClient, url: str, params: dict[str, Any]
-    ) -> tuple[Any, Headers]:
-        what = f"{self.name} GET {url}"
+    async def _send(self, client: HttpClient, req: Request) -> Answer:
+        if self.send is not None:
+            return await self.send(client, req)
+        headers = dict(self.headers)
+        content = None
+        if req.body is not None:
+            content = encode_body(req.body, req.content_type)
+            headers["Content-Type"] = req.content_type
+        return await client.request(
+            req.method,
+            req.url,
+            # An empty mapping would wipe the query of a next-page URL: send None.
+            params=req.params or None,
+            content=content,
+            headers=headers,
+            timeout=self.timeout,
+        )
+
+    async def _get(self, client: HttpClient, req: Request) -> tuple[Any, Headers]:
+        what = f"{self.name} {req.method} {req.url}"
         try:
-            if self.send is not None:
-                resp = await self.send(client, url, params)
-            else:
-                resp = await client.get(
-                    url,
-                    # An empty mapping would wipe the query of a next-page URL: send None.
-                    params=params or None,
-                    headers=self.headers,
-                    timeout=self.timeout,
-                )
+            resp = await self._send(client, req)
         except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         if resp.status_code >= 400:
             raise self.status_error(what, resp)
+        if self.response_format == "XML":
+            return parse_xml(resp.content, what), resp.headers
         try:
             return jsonio.loads(resp.content), resp.headers
         except ValueError:

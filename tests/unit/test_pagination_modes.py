@@ -188,8 +188,8 @@ async def test_mode_reads_every_item_once_and_resumes_from_any_checkpoint(server
 def test_unknown_mode_is_a_config_error():
     from artemis.errors import ArtemisError
 
-    with pytest.raises(ArtemisError, match="SCROLL"):
-        paginator_for(contract({"pagination_mode_code": "SCROLL"}))
+    with pytest.raises(ArtemisError, match="RANGE"):
+        paginator_for(contract({"pagination_mode_code": "RANGE"}))
 
 
 @pytest.mark.parametrize(
