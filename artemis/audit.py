@@ -106,17 +106,18 @@ class Auditor:
                         Finding(where, f"does not decrypt with its key: {type(e).__name__}")
                     )
             c = RegProvCredential.__table__  # type: ignore[attr-defined]
-            for row in conn.execute(select(c.c.id, c.c.secret_ciphertext, c.c.encryption_key_id)):
-                if row.secret_ciphertext:
-                    try:
-                        self.know(vault.open(conn, row.secret_ciphertext, row.encryption_key_id))
-                    except Exception:
-                        self.report.findings.append(
-                            Finding(
-                                f"db:reg_prov_credential.secret_ciphertext id={row.id}",
-                                "does not decrypt with the master key",
+            for column in ("secret_ciphertext", "principal_ciphertext"):
+                for row in conn.execute(select(c.c.id, c.c[column], c.c.encryption_key_id)):
+                    if row[1]:
+                        try:
+                            self.know(vault.open(conn, row[1], row.encryption_key_id))
+                        except Exception:
+                            self.report.findings.append(
+                                Finding(
+                                    f"db:reg_prov_credential.{column} id={row.id}",
+                                    "does not decrypt with the master key",
+                                )
                             )
-                        )
 
     def scan_database(self, engine: Engine) -> None:
         names = set(inspect(engine).get_table_names())

@@ -17,6 +17,7 @@ import re
 import socket
 import ssl
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -174,6 +175,25 @@ class AnswerTooLarge(TransportError):
         self.limit = limit
 
 
+@dataclass(frozen=True)
+class Transport:
+    """How one source's requests travel where its configuration differs from the
+    client's settings (a registry provenance's ``http_cfg``).
+
+    ``proxy``: an ``http://`` proxy for every request (an https URL goes through it by
+    CONNECT), instead of the environment's. ``verify`` false: no certificate check;
+    ``ca_bundle``: a PEM file the certificates are checked against instead of the trust
+    store. ``connect_timeout``: seconds a connection (TCP and TLS handshake) may take.
+    ``compress`` false: ``Accept-Encoding: identity`` (else the encodings the client
+    decodes are offered)."""
+
+    proxy: str | None = None
+    verify: bool = True
+    ca_bundle: str | None = None
+    connect_timeout: float | None = None
+    compress: bool = True
+
+
 class HttpClient:
     """The workers' HTTP client for sources, sinks and callbacks.
 
@@ -189,11 +209,16 @@ class HttpClient:
     belongs to the one request that names it).
 
     Timeouts: a request's ``timeout=`` (a provenance's ``timeout_read_millis``), else
-    ``timeout_seconds``, is T. A connection must be had within T and no single read may
-    wait longer than T; besides, the answer's headers must arrive within 2T (connect plus
-    read) of the start, the upload included (aiohttp has no write timeout: a hung upload
-    is cut there), and its body must be read whole within T of the headers, so an answer
-    that trickles in a byte at a time is a :class:`ReadTimeout` too."""
+    ``timeout_seconds``, is T; its transport's ``connect_timeout`` (a provenance's
+    ``timeout_connect_millis``), else T, is C. A connection must be made within C (and
+    had, a pooled one waited for included, within the larger of C and T) and no single
+    read may wait longer than T; besides, the answer's headers must arrive within that
+    connect bound plus T of the start, the upload included (aiohttp has no write timeout:
+    a hung upload is cut there), and its body must be read whole within T of the headers,
+    so an answer that trickles in a byte at a time is a :class:`ReadTimeout` too.
+
+    A request's ``transport=`` sets a proxy, TLS verification and compression for that
+    request (:class:`Transport`)."""
 
     def __init__(
         self,
@@ -278,9 +303,16 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         max_bytes: int | None = None,
+        transport: Transport | None = None,
     ) -> Answer:
         return await self.request(
-            "GET", url, params=params, headers=headers, timeout=timeout, max_bytes=max_bytes
+            "GET",
+            url,
+            params=params,
+            headers=headers,
+            timeout=timeout,
+            max_bytes=max_bytes,
+            transport=transport,
         )
 
     async def post(
@@ -293,6 +325,7 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         max_bytes: int | None = None,
+        transport: Transport | None = None,
     ) -> Answer:
         if json is not None:
             content = jsonio.dumps(json)
@@ -305,6 +338,7 @@ class HttpClient:
             headers=headers,
             timeout=timeout,
             max_bytes=max_bytes,
+            transport=transport,
         )
 
     async def request(
@@ -318,6 +352,7 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         max_bytes: int | None = None,
+        transport: Transport | None = None,
     ) -> Answer:
         """One request, its answer read whole; raises only :class:`TransportError`s."""
         try:
@@ -335,12 +370,29 @@ class HttpClient:
                 send_headers["Content-Type"] = "application/x-www-form-urlencoded"
         session = self._open()
         wait = self._settings.timeout_seconds if timeout is None else timeout
+        proxy = self._proxy_for(target)
+        tls: ssl.SSLContext | bool = True  # True: the connector's own (the settings')
+        connect = wait
+        sock_connect: float | None = None
+        if transport is not None:
+            proxy = transport.proxy or proxy
+            if not transport.verify:
+                tls = False
+            elif transport.ca_bundle:
+                tls = _ca_bundle_context(transport.ca_bundle)
+            if transport.connect_timeout is not None:
+                sock_connect = transport.connect_timeout
+                connect = max(wait, sock_connect)
+            if not transport.compress and not any(
+                k.lower() == "accept-encoding" for k in send_headers
+            ):
+                send_headers["Accept-Encoding"] = "identity"
         loop = asyncio.get_running_loop()
         # aiohttp's connect and sock_read bound a connection and every single read; these
         # deadlines bound the whole answer, so one that trickles in is a timeout too: its
         # headers within connect + read timeout of the request, its body within the read
         # timeout of the headers.
-        deadline = asyncio.timeout(wait + wait)  # connect + read (the same value)
+        deadline = asyncio.timeout(connect + wait)
         headers_in = False
         try:
             async with deadline:
@@ -350,9 +402,12 @@ class HttpClient:
                     data=body,
                     headers=send_headers,
                     allow_redirects=False,
-                    proxy=self._proxy_for(target),
-                    timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
-                    if timeout is not None
+                    proxy=proxy,
+                    ssl=tls,
+                    timeout=aiohttp.ClientTimeout(
+                        total=None, connect=connect, sock_connect=sock_connect, sock_read=wait
+                    )
+                    if timeout is not None or sock_connect is not None
                     else self._timeout,
                 ) as resp:
                     headers_in = True
@@ -463,6 +518,32 @@ def _ssl_context() -> ssl.SSLContext:
     if os.environ.get("SSL_CERT_DIR"):
         return ssl.create_default_context(capath=os.environ["SSL_CERT_DIR"])
     return ssl.create_default_context(cafile=certifi.where())
+
+
+@functools.lru_cache(maxsize=32)
+def _ca_bundle_file_context(path: str, mtime_ns: int) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=path)
+
+
+def _ca_bundle_context(path: str) -> ssl.SSLContext:
+    """A context trusting the CAs of the PEM file at ``path`` only (read again when the
+    file changes). A file that cannot be read or holds no certificate is a
+    :class:`ConnectError`."""
+    try:
+        return _ca_bundle_file_context(path, os.stat(path).st_mtime_ns)
+    except (OSError, ssl.SSLError) as e:
+        raise ConnectError(
+            f"CA bundle {path}: {type(e).__name__}: {e}", reason="CA bundle unreadable"
+        ) from None
+
+
+def ca_bundle_problem(path: str) -> str | None:
+    """Why the CA bundle at ``path`` cannot verify anything (None: it can)."""
+    try:
+        _ca_bundle_context(path)
+    except ConnectError as e:
+        return str(e)
+    return None
 
 
 def _header_value(raw: bytes) -> str:
@@ -620,6 +701,8 @@ def _mapped(e: BaseException, url: str) -> TransportError:
         return ReadTimeout(text)
     if isinstance(getattr(e, "os_error", None), socket.gaierror):
         return ConnectError(text, reason="name not resolved")
+    if isinstance(e, aiohttp.ClientConnectorCertificateError):
+        return ConnectError(text, reason="TLS certificate not trusted")
     if isinstance(e, aiohttp.ClientSSLError):
         return ConnectError(text, reason="TLS handshake failed")
     if isinstance(e, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):

@@ -58,6 +58,14 @@ def register_secret(value: str | None) -> None:
     _registered_secrets.add(value)
 
 
+def forget_secret(value: str | None) -> None:
+    """Stop redacting a value the process itself replaced: an OAuth2 access token that a
+    newer one superseded. It is never used again, and a worker that fetches a token an
+    hour for months would otherwise fill ``MAX_REGISTERED`` with dead ones."""
+    if value:
+        _registered_secrets.discard(value)
+
+
 class _Held:
     """The request secrets of one scope; counted while some context still holds it."""
 

@@ -202,15 +202,17 @@ class CookieVault:
             new_fernet = _derive(target, self._row(conn, new_id).salt)  # type: ignore[attr-defined]
             old = {r.key_id: self._fernet(r) for r in old_rows}
             count = 0
-            # Cookies, then the registry's credential secrets (legacy rows by purpose).
-            for table, column, purpose in (
-                (_c, "cookie_encrypted", "artemis-cookies"),
-                (_r, "secret_ciphertext", "registry-credentials"),
+            # Cookies, then the registry's credential secrets (legacy rows by purpose). A
+            # credential's second secret (a user, a client id) shares its row's key: both
+            # move to the new key together.
+            for table, columns, purpose in (
+                (_c, ("cookie_encrypted",), "artemis-cookies"),
+                (_r, ("secret_ciphertext", "principal_ciphertext"), "registry-credentials"),
             ):
                 rows = conn.execute(
-                    select(table.c.id, table.c[column], table.c.encryption_key_id).where(
-                        table.c[column].is_not(None)
-                    )
+                    select(
+                        table.c.id, table.c.encryption_key_id, *(table.c[c] for c in columns)
+                    ).where(table.c[columns[0]].is_not(None))
                 ).all()
                 for r in rows:
                     kid = r.encryption_key_id
@@ -220,15 +222,21 @@ class CookieVault:
                         if kid not in old:
                             old[kid] = self._fernet(self._row(conn, kid))
                         fernet = old[kid]
-                    try:
-                        token = new_fernet.encrypt(fernet.decrypt(r[1].encode())).decode()
-                    except InvalidToken:
-                        raise ArtemisError(
-                            ErrorCode.CONFIG_ERROR,
-                            f"{table.name} row {r.id} does not decrypt with its key "
-                            f"{kid}: nothing was rotated",
-                        ) from None
-                    values: dict[str, object] = {column: token, "encryption_key_id": new_id}
+                    values: dict[str, object] = {"encryption_key_id": new_id}
+                    for column in columns:
+                        sealed = r._mapping[column]
+                        if not sealed:
+                            continue
+                        try:
+                            values[column] = new_fernet.encrypt(
+                                fernet.decrypt(sealed.encode())
+                            ).decode()
+                        except InvalidToken:
+                            raise ArtemisError(
+                                ErrorCode.CONFIG_ERROR,
+                                f"{table.name} row {r.id} does not decrypt with its key "
+                                f"{kid}: nothing was rotated",
+                            ) from None
                     if "updated_at" in table.c:
                         values["updated_at"] = utcnow()
                     conn.execute(update(table).where(table.c.id == r.id).values(**values))

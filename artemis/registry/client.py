@@ -1,6 +1,8 @@
 """The frozen registry contract as requests: its pagination cfg as a paginator, the API
-family of its SEARCH endpoint, and the request plumbing (base URL, headers, timeouts, rate
-limit, credentials, retry classes) every literature source shares.
+family of its SEARCH endpoint, and the request plumbing (base URL, headers, timeouts,
+proxy and TLS, rate limits, credentials, retry classes) every registry source shares.
+Transport and credentials are ``artemis.registry.auth``'s (``Credentials`` and
+``require_credentials`` are named here too).
 
 Crossref has no module of its own: the generic REST source over this client and the
 registry's settings serves it (its ``$.DOI`` key and ``normalize_crossref`` are in
@@ -9,29 +11,28 @@ registry's settings serves it (its ``$.DOI`` key and ``normalize_crossref`` are 
 
 from __future__ import annotations
 
-import time
-from typing import Any, ClassVar
-
-from sqlalchemy import select
+from typing import Any
 
 from artemis.config import Settings
-from artemis.crawler.vault import vault_for
-from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import (
     Answer,
     HttpClient,
     TransportError,
-    retry_after_seconds,
     status_error,
     transport_error,
 )
 from artemis.logsetup import get_logger
-from artemis.ratelimit import TokenBucket, gate_for
-from artemis.redact import register_secret
-from artemis.registry.models import PAGINATION_MODES, RegProvCredential
+from artemis.ratelimit import RateGate, TokenBucket, gate_for
+from artemis.registry.auth import (
+    Credentials,
+    _TokenRefused,
+    require_credentials,
+    transport_for,
+)
+from artemis.registry.http_rules import OAUTH2, TOKEN_USAGE
+from artemis.registry.models import PAGINATION_MODES
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
-from artemis.registry.secret_env import check_secret_env, placement
 from artemis.security import check_same_origin
 from artemis.sources.paginators import (
     CursorPaginator,
@@ -137,85 +138,6 @@ def api_family(contract: Contract) -> str:
     return "generic"
 
 
-class Credentials:
-    """The contract's credentials in priority order, with per-key health: a key answered
-    401/403 is benched for an hour, one answered 429 until its Retry-After (else a minute),
-    and the next healthy key takes over. Secrets are decrypted here, on use."""
-
-    # credential id -> monotonic time until which the key is not used (per worker process)
-    _benched: ClassVar[dict[int, float]] = {}
-
-    def __init__(self, contract: Contract, settings: Settings) -> None:
-        self.rows = [c for c in contract.credentials if c.get("has_secret")]
-        # A row written around the import's checks may hold one of the service's own
-        # variables: the run stops before that secret is sent anywhere.
-        for cred in self.rows:
-            check_secret_env(
-                cred.get("secret_env_name"),
-                ErrorCode.CONFIG_ERROR,
-                f"credential {cred.get('credential_name')!r}: secret_env",
-            )
-        self.settings = settings
-        self._secrets: dict[int, str] = {}
-
-    def _secret(self, cred_id: int) -> str:
-        if cred_id not in self._secrets:
-            t = RegProvCredential.__table__  # type: ignore[attr-defined]
-            with get_engine(self.settings.database.url).connect() as conn:
-                row = conn.execute(
-                    select(t.c.secret_ciphertext, t.c.encryption_key_id).where(t.c.id == cred_id)
-                ).first()
-            if row is None or not row.secret_ciphertext:
-                raise ArtemisError(ErrorCode.CONFIG_ERROR, f"credential {cred_id} has no secret")
-            secret = vault_for(self.settings).decrypt(row.secret_ciphertext, row.encryption_key_id)
-            register_secret(secret)
-            self._secrets[cred_id] = secret
-        return self._secrets[cred_id]
-
-    def current(self) -> dict[str, Any] | None:
-        """The first healthy key; when every key is benched, a retryable error that says
-        when the first comes back."""
-        if not self.rows:
-            return None
-        now = time.monotonic()
-        for cred in self.rows:
-            if self._benched.get(cred["id"], 0) <= now:
-                return cred
-        wait = min(self._benched[c["id"]] for c in self.rows) - now
-        raise ArtemisError(
-            ErrorCode.SOURCE_ERROR,
-            f"every credential is benched (next back in {wait:.0f} s)",
-            retryable=True,
-            retry_after_s=max(1.0, wait),
-        )
-
-    def apply(self, params: dict[str, Any], headers: dict[str, str]) -> int | None:
-        cred = self.current()
-        if cred is None:
-            return None
-        where, name = placement(cred)
-        secret = self._secret(cred["id"])
-        if where == "query":
-            params[name] = secret
-        else:
-            bearer = cred.get("auth_type_code") == "BEARER"
-            headers[name] = f"Bearer {secret}" if bearer else secret
-        return int(cred["id"])
-
-    def bench(self, cred_id: int, resp: Answer) -> bool:
-        """Take a key out after 401/403/429; True when another key is healthy now."""
-        if resp.status_code == 429:
-            seconds = retry_after_seconds(resp) or 60.0
-        else:
-            seconds = 3600.0
-        self._benched[cred_id] = time.monotonic() + seconds
-        log.warning(
-            "credential_benched", credential_id=cred_id, status=resp.status_code, seconds=seconds
-        )
-        now = time.monotonic()
-        return any(self._benched.get(c["id"], 0) <= now for c in self.rows)
-
-
 class ContractClient:
     """Request plumbing shared by literature sources: base URL, headers, timeouts, the rate
     limit and credentials, all from the frozen contract."""
@@ -228,30 +150,37 @@ class ContractClient:
         self.base = base_url(contract)
         http = contract.http or {}
         self.headers: dict[str, str] = {
-            k: v for k, v in merge_params(http.get("default_headers_json"), None).items()
+            k: str(v) for k, v in merge_params(http.get("default_headers_json"), None).items()
         }
         # The largest answer read from this source (None: http_client.max_body_bytes).
         self.max_bytes = http.get("max_body_bytes")
         read_ms = http.get("timeout_read_millis")
         # None: the client's own read timeout (http_client.timeout_seconds)
         self.timeout = read_ms / 1000 if read_ms else None
+        # Proxy, TLS verification, connect timeout and compression of this source.
+        self.transport = transport_for(contract)
+        self.settings = settings
         rl = contract.rate_limit or {}
-        # The provenance's limit, held across every worker process (one database gate).
+        # The provenance's limit, held across every worker process (database gates):
+        # one gate for the provenance, or one per credential or per endpoint.
         qps = rl.get("qps_limit")
-        self.gate = (
-            gate_for(
-                settings.database.url,
-                f"provenance:{self.code}",
-                float(qps) * settings.runs.rate_limit_headroom,
-                rl.get("burst_capacity"),
-            )
-            if qps
-            else None
-        )
+        self.qps = float(qps) * settings.runs.rate_limit_headroom if qps else None
+        self.burst = rl.get("burst_capacity")
+        self.granularity = rl.get("bucket_granularity_code") or "GLOBAL"
+        self.gate = self.gate_for() if self.granularity == "GLOBAL" else None
         # An operator's live rate for this run (POST /tasks/{id}/rate-limit): held evenly
         # (no burst) on top of the provenance's limit, by the one activity fetching the run.
         self.run_bucket = TokenBucket(qps_override, 1) if qps_override else None
-        self.credentials = Credentials(contract, settings)
+        require_credentials(contract)
+        self.credentials = Credentials(
+            contract,
+            settings,
+            base=self.base,
+            headers=self.headers,
+            transport=self.transport,
+            timeout=self.timeout,
+            max_bytes=self.max_bytes,
+        )
 
     def status_error(self, what: str, resp: Answer) -> ArtemisError:
         """An error answer classified by the contract's retry cfg: statuses in
@@ -270,11 +199,39 @@ class ContractClient:
     def url(self, endpoint: dict[str, Any]) -> str:
         return f"{self.base}{endpoint['path_template']}"
 
-    async def throttle(self) -> None:
+    def gate_for(
+        self, cred: dict[str, Any] | None = None, endpoint: dict[str, Any] | None = None
+    ) -> RateGate | None:
+        """The database gate a request with ``cred`` to ``endpoint`` passes
+        (``bucket_granularity_code``): the provenance's, the credential's (requests
+        without one share one) or the endpoint's; None without a ``qps_limit``."""
+        if not self.qps:
+            return None
+        key = f"provenance:{self.code}"
+        if self.granularity == "PER_KEY":
+            key += f":key:{cred['credential_name'] if cred else '-'}"
+        elif self.granularity == "PER_ENDPOINT":
+            ep = endpoint if endpoint is not None else self.contract.endpoint
+            key += f":endpoint:{ep['endpoint_name'] if ep else '-'}"
+        return gate_for(self.settings.database.url, key, self.qps, self.burst)
+
+    async def throttle(
+        self, cred: dict[str, Any] | None = None, endpoint: dict[str, Any] | None = None
+    ) -> None:
         if self.run_bucket is not None:
             await self.run_bucket.acquire()
-        if self.gate is not None:
-            await self.gate.acquire()
+        gate = self.gate if self.granularity == "GLOBAL" else self.gate_for(cred, endpoint)
+        if gate is not None:
+            await gate.acquire()
+
+    def endpoint_of(self, url: str) -> dict[str, Any] | None:
+        """The contract's endpoint a URL is a request to (its path template after the base
+        URL); else the contract's own (a next-page URL the source handed back)."""
+        bare = url.split("?", 1)[0]
+        for usage, ep in self.contract.endpoints.items():
+            if usage != TOKEN_USAGE and ep.get("path_template") and self.url(ep) == bare:
+                return ep
+        return self.contract.endpoint
 
     async def send(
         self,
@@ -286,9 +243,12 @@ class ContractClient:
         *,
         body: dict[str, Any] | None = None,
         content_type: str | None = None,
+        endpoint: dict[str, Any] | None = None,
     ) -> Answer:
-        """One request under the rate limit with the first healthy credential; on 401/403/429
-        the key is benched and the request goes again with the next one.
+        """One request under the rate limit with the first healthy credential for
+        ``endpoint`` (default: the one ``url`` names, else the contract's own); on
+        401/403/429 the key is benched and the request goes again with the next one. An
+        OAuth2 access token answered 401 is fetched again once before its key is benched.
 
         ``body``: the request's body, encoded as ``content_type`` (JSON by default, or a
         form), with ``params`` in the query string. Without one, a POST sends ``params``
@@ -297,10 +257,20 @@ class ContractClient:
         # Credentials go only to the contract's own origin (SPEC §5): a URL elsewhere is
         # never sent, with or without them.
         check_same_origin(url, self.base, f"{self.code} {what}")
-        for _ in range(len(self.credentials.rows) + 1):
+        ep = endpoint if endpoint is not None else self.endpoint_of(url)
+        renewed: set[int] = set()
+        while True:
             p, headers = dict(params), dict(self.headers)
-            cred_id = self.credentials.apply(p, headers)
-            await self.throttle()
+            cred = self.credentials.current(ep)
+            sent: str | None = None
+            if cred is not None:
+                try:
+                    sent = await self.credentials.apply(cred, p, headers, client)
+                except _TokenRefused as e:
+                    if self.credentials.bench(cred["id"], None, ep):
+                        continue
+                    raise e.error from None
+            await self.throttle(cred, ep)
             try:
                 if body is not None:
                     kind = content_type or JSON_TYPE
@@ -312,10 +282,16 @@ class ContractClient:
                         headers={**headers, "Content-Type": kind},
                         timeout=self.timeout,
                         max_bytes=self.max_bytes,
+                        transport=self.transport,
                     )
                 elif method == "POST":
                     resp = await client.post(
-                        url, data=p, headers=headers, timeout=self.timeout, max_bytes=self.max_bytes
+                        url,
+                        data=p,
+                        headers=headers,
+                        timeout=self.timeout,
+                        max_bytes=self.max_bytes,
+                        transport=self.transport,
                     )
                 elif method != "GET":
                     resp = await client.request(
@@ -325,6 +301,7 @@ class ContractClient:
                         headers=headers,
                         timeout=self.timeout,
                         max_bytes=self.max_bytes,
+                        transport=self.transport,
                     )
                 else:
                     resp = await client.get(
@@ -333,14 +310,23 @@ class ContractClient:
                         headers=headers,
                         timeout=self.timeout,
                         max_bytes=self.max_bytes,
+                        transport=self.transport,
                     )
             except TransportError as e:
                 raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+            if cred is None or resp.status_code not in (401, 403, 429):
+                return resp
             if (
-                cred_id is not None
-                and resp.status_code in (401, 403, 429)
-                and self.credentials.bench(cred_id, resp)
+                resp.status_code == 401
+                and cred.get("auth_type_code") == OAUTH2
+                and cred["id"] not in renewed
+                and sent is not None
             ):
+                # An access token expired early or was revoked: one new token, then the
+                # key's health decides.
+                renewed.add(cred["id"])
+                self.credentials.expire(cred, sent)
+                continue
+            if self.credentials.bench(cred["id"], resp, ep):
                 continue
             return resp
-        return resp

@@ -16,16 +16,18 @@ SECTIONS = {
     "`DETAIL` fetches them by id)",
     "window_offset_cfg": "time windows of `update` and `backfill` runs",
     "pagination_cfg": "how the SEARCH endpoint pages, where its records are and how paging ends",
-    "http_cfg": "base URL override, headers, timeouts",
+    "http_cfg": "how requests travel: base URL override, headers, timeouts, TLS, proxy, "
+    "compression",
     "batching_cfg": "DETAIL requests by id batch: E-utilities efetch, or any source's "
     "DETAIL endpoint fed the ids its SEARCH pages give",
     "retry_cfg": "which statuses are retried, back-off, circuit breaker, outage tolerance",
     "rate_limit_cfg": "the provenance's request rate, held across every worker",
-    "credential": "API keys and tokens; the secret is named by environment variable",
+    "credential": "API keys, tokens, HTTP Basic logins and OAuth2 clients; secrets are "
+    "named by environment variable",
     "record_model": "the shape of the provenance's records, dated like every dimension: "
     "a family Artemis normalises (`PUBMED`, `CROSSREF`: the paper shape) or the records' "
     "own fields and key, which are the `sql` sink's table columns (the key its primary "
-    "key) and the Parquet schema. Records are checked strictly (`\"1.5\"` is not a float, "
+    'key) and the Parquet schema. Records are checked strictly (`"1.5"` is not a float, '
     "`1` not a bool; an ISO string is a date). A model that only adds nullable fields "
     "adds their columns; a changed type or key is refused when a run starts",
     "record_model_shorthand": "the short form of one `record_model` row (scope `SOURCE`, "
@@ -64,7 +66,10 @@ FIELDS: dict[str, dict[str, str]] = {
         "endpoint_name": "a name, unique within the provenance (a credential may name it)",
         "endpoint_usage_code": "what the endpoint is for: `SEARCH` (the one a harvest pages "
         "through), `DETAIL` (records by id: E-utilities efetch, or the ids a SEARCH's "
-        "records give, see `batching_cfg`)",
+        "records give, see `batching_cfg`), `TOKEN` (where an "
+        "`OAUTH2_CLIENT_CREDENTIALS` credential gets its access tokens: always a POST of "
+        "`grant_type=client_credentials`; its `path_template` may be a whole `https://` URL "
+        "when the authorization server is elsewhere)",
         "http_method_code": "`GET` (default) or `POST`. A GET search sends a run's values "
         "(`query`, the window) in the query string; a POST search sends them in its body "
         "over `default_body_payload` (a dot in a name nests it), and "
@@ -91,7 +96,10 @@ FIELDS: dict[str, dict[str, str]] = {
         "nested mapping (its text as `#text`), a repeated tag as a list; fields the record "
         "model types `int`, `float`, `bool` or as a list are converted. Entity "
         "declarations are refused",
-        "is_auth_required": "whether a credential is needed" + NOT_READ,
+        "is_auth_required": "a run using this endpoint needs a usable credential for it "
+        "(`ACTIVE`, in force, with its secrets; bound to this endpoint or to none): without "
+        "one the run fails `CONFIG_ERROR` when it starts, before any request (default "
+        "false)",
         "page_param_name": "the page-number parameter for this endpoint "
         "(wins over `pagination_cfg.page_number_param_name`)",
         "page_size_param_name": "the page-size parameter (wins over `pagination_cfg`'s)",
@@ -200,13 +208,26 @@ FIELDS: dict[str, dict[str, str]] = {
     },
     "http_cfg": {
         "base_url_override": "replaces `provenance.base_url_default`",
-        "default_headers_json": "headers sent on every request (`{User-Agent: ...}`)",
-        "timeout_connect_millis": "connect timeout" + NOT_READ,
+        "default_headers_json": "headers sent on every request (`{User-Agent: ...}`; a "
+        "null removes one); never `Authorization`, `Proxy-Authorization` or `Cookie` (a "
+        "secret belongs in a credential) nor `Accept-Encoding` (`accept_compress`)",
+        "timeout_connect_millis": "how long establishing a connection (TCP and TLS "
+        "handshake, or to the proxy) may take (default: the read timeout)",
         "timeout_read_millis": "read timeout (default `http_client.timeout_seconds`)",
-        "tls_verify_enabled": "verify TLS certificates" + NOT_READ,
-        "proxy_url": "an HTTP proxy" + NOT_READ,
-        "accept_compress": "ask for compressed answers" + NOT_READ,
-        "prefer_http2": "use HTTP/2" + NOT_READ,
+        "tls_verify_enabled": "false: this source's TLS certificates are not verified "
+        "(default true: verified against the workers' trust store, or "
+        "`tls_ca_bundle_path`)",
+        "tls_ca_bundle_path": "a CA bundle file (PEM) on the workers that this source's "
+        "certificates are verified against instead of the trust store (an absolute path; "
+        "not with `tls_verify_enabled: false`)",
+        "proxy_url": "an `http://` proxy every request of this source goes "
+        "through (an `https` source by `CONNECT`); it replaces the environment's "
+        "`HTTP(S)_PROXY`. No user or password in it (a proxy login is not supported)",
+        "accept_compress": "true or absent: answers may come gzip- or deflate-compressed "
+        "(`Accept-Encoding` lists what the client decodes); false: `Accept-Encoding: "
+        "identity`",
+        "prefer_http2": "only false is accepted: the workers' HTTP client speaks HTTP/1.1 "
+        "(true is refused)",
         "max_body_bytes": "the largest answer read, after decompression (default "
         "`http_client.max_body_bytes`)",
     },
@@ -249,14 +270,25 @@ FIELDS: dict[str, dict[str, str]] = {
         "qps_limit": "requests per second, across every worker process",
         "burst_capacity": "requests allowed ahead of the rate (1: evenly spaced)",
         "max_concurrency": "requests in flight at once per worker",
-        "bucket_granularity_code": "e.g. `GLOBAL`" + NOT_READ,
+        "bucket_granularity_code": "what `qps_limit` and `burst_capacity` hold, across "
+        "every worker: `GLOBAL` (default) the provenance's requests together; `PER_KEY` "
+        "each credential's (requests without one share a gate); `PER_ENDPOINT` each "
+        "endpoint's",
     },
     "credential": {
         "credential_name": "a name, unique within the provenance",
-        "auth_type_code": "how the secret is sent: a query parameter, a header, or "
-        "`Authorization: Bearer`",
+        "auth_type_code": "how the secret is sent: `API_KEY_QUERY` (a query parameter), "
+        "`API_KEY_HEADER` (a header), `BEARER` (`Authorization: Bearer`), `BASIC` (HTTP "
+        "Basic: `principal_env` the user, `secret_env` the password) or "
+        "`OAUTH2_CLIENT_CREDENTIALS` (`principal_env` the client id, `secret_env` the "
+        "client secret, sent only to the provenance's `TOKEN` endpoint; the access token it "
+        "issues goes as `Authorization: Bearer`, kept until `expires_in` (less a margin) or "
+        "a 401, then fetched again)",
         "param_or_header_name": "the query parameter or header it goes in (defaults "
         "`api_key`, `X-API-Key`, `Authorization`)",
+        "token_auth_method_code": "`OAUTH2_CLIENT_CREDENTIALS`: how the client id and secret "
+        "reach the token endpoint: `CLIENT_SECRET_BASIC` (default, an HTTP Basic header) "
+        "or `CLIENT_SECRET_POST` (`client_id` and `client_secret` in the form body)",
         "is_default_preferred": "tried before the other keys",
         "lifecycle_status_code": "`ACTIVE` keys are used; any other value sets one aside",
         "deleted": "a deleted key is never used",
@@ -264,7 +296,11 @@ FIELDS: dict[str, dict[str, str]] = {
         "encrypted; never written in the file); never one of the service's own "
         "(`COOKIE_MASTER_KEY`, `ARTEMIS_*`, `DATABASE_URL`, `PG*`, `TEMPORAL_*`, `REDIS_*`, "
         "`AWS_*`, `GOOGLE_*`, `AZURE_*`…)",
-        "endpoint_name": "binds the key to one endpoint (tried first there)",
+        "principal_env": "`BASIC` and `OAUTH2_CLIENT_CREDENTIALS`: the environment "
+        "variable holding the user or the client id at import (stored encrypted like the "
+        "secret; the same rules as `secret_env`)",
+        "endpoint_name": "binds the key to one endpoint: it is used there only, before the "
+        "unbound keys (an OAuth2 client: the endpoint its access token is for)",
     },
 }
 

@@ -30,6 +30,13 @@ from pydantic import (
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry import field_docs
+from artemis.registry.http_rules import (
+    AUTH_TYPES,
+    BUCKET_GRANULARITIES,
+    TOKEN_AUTH_METHODS,
+    credential_problem,
+    http_cfg_problem,
+)
 from artemis.registry.models import (
     DIMENSIONS,
     ENDPOINT_USAGES,
@@ -65,6 +72,8 @@ HIDDEN = frozenset(
         "secret_ciphertext",
         "encryption_key_id",
         "secret_env_name",
+        "principal_ciphertext",
+        "principal_env_name",
         "endpoint_id",
     }
 )
@@ -96,7 +105,9 @@ CODES: dict[str, tuple[str, ...]] = {
     "overlap_unit_code": _UNITS,
     "lookback_unit_code": _UNITS,
     "backoff_policy_code": ("FIXED", "EXPONENTIAL"),
-    "auth_type_code": ("API_KEY_QUERY", "API_KEY_HEADER", "BEARER"),
+    "auth_type_code": AUTH_TYPES,
+    "token_auth_method_code": TOKEN_AUTH_METHODS,
+    "bucket_granularity_code": BUCKET_GRANULARITIES,
     "record_family_code": RECORD_FAMILIES,
     "offset_type_code": OFFSET_TYPES,
 }
@@ -158,6 +169,20 @@ def _secret_env_ok(value: str | None) -> str | None:
     return value
 
 
+def _http_cfg_ok(self: Any) -> Any:
+    why = http_cfg_problem(self.model_dump())
+    if why:
+        raise ValueError(why)
+    return self
+
+
+def _credential_ok(self: Any) -> Any:
+    why = credential_problem(self.model_dump())
+    if why:
+        raise ValueError(why)
+    return self
+
+
 def _markers_ok(self: Any) -> Any:
     """``next_page_jsonpath`` / ``has_more_jsonpath``: page-number and offset paging only,
     one of the two."""
@@ -205,7 +230,7 @@ def row_model(dim: str) -> type[BaseModel]:
     fields = _fields(table, HIDDEN, dim)
     if dim == "credential":
         # Secrets are named by environment variable, endpoints by name.
-        for name in ("secret_env", "endpoint_name"):
+        for name in ("secret_env", "principal_env", "endpoint_name"):
             fields[name] = (str | None, Field(None, description=field_docs.FIELDS[dim][name]))
     paths = tuple(n for n in fields if n.endswith("_jsonpath"))
     validators: dict[str, Any] = {}
@@ -213,7 +238,12 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["jsonpaths"] = field_validator(*paths)(_jsonpath_ok)
     if dim == "credential":
         validators["no_inline_secret"] = model_validator(mode="before")(_no_inline_secret)
-        validators["secret_env_ok"] = field_validator("secret_env")(_secret_env_ok)
+        validators["secret_env_ok"] = field_validator("secret_env", "principal_env")(
+            _secret_env_ok
+        )
+        validators["auth_fields"] = model_validator(mode="after")(_credential_ok)
+    if dim == "http_cfg":
+        validators["http_cfg"] = model_validator(mode="after")(_http_cfg_ok)
     if dim == "pagination_cfg":
         validators["markers"] = model_validator(mode="after")(_markers_ok)
         validators["modes"] = model_validator(mode="after")(_problems_ok(pagination_problems))

@@ -190,6 +190,9 @@ class RegProvHttpCfg(DimensionBase, table=True):
     timeout_connect_millis: int | None = None
     timeout_read_millis: int | None = None
     tls_verify_enabled: bool | None = None
+    # A CA bundle file on the worker that this source's certificates are verified against
+    # (None: the client's own trust store).
+    tls_ca_bundle_path: str | None = Field(default=None, max_length=500)
     proxy_url: str | None = Field(default=None, max_length=500)
     accept_compress: bool | None = None
     prefer_http2: bool | None = None
@@ -287,11 +290,19 @@ class RegProvCredential(DimensionBase, table=True):
     task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
     endpoint_id: int | None = Field(default=None, foreign_key="reg_prov_endpoint_def.id")
     credential_name: str = Field(max_length=100)
-    auth_type_code: str = Field(max_length=32)  # API_KEY_QUERY | API_KEY_HEADER | BEARER
+    # API_KEY_QUERY | API_KEY_HEADER | BEARER | BASIC | OAUTH2_CLIENT_CREDENTIALS
+    auth_type_code: str = Field(max_length=32)
     param_or_header_name: str | None = Field(default=None, max_length=64)
     secret_env_name: str | None = Field(default=None, max_length=100)
     secret_ciphertext: str | None = Field(default=None, max_length=4000)
+    # The second secret of a pair (BASIC: the user; OAuth2: the client id), sealed under
+    # the same key as the first (``encryption_key_id``).
+    principal_env_name: str | None = Field(default=None, max_length=100)
+    principal_ciphertext: str | None = Field(default=None, max_length=4000)
     encryption_key_id: str | None = Field(default=None, max_length=64)
+    # OAuth2: how the client authenticates at the token endpoint (CLIENT_SECRET_BASIC |
+    # CLIENT_SECRET_POST).
+    token_auth_method_code: str | None = Field(default=None, max_length=32)
     is_default_preferred: bool = False
     lifecycle_status_code: str = Field(default="ACTIVE", max_length=16)
     deleted: bool = False

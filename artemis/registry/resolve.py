@@ -32,7 +32,7 @@ from artemis.registry.models import (
 from artemis.registry.secret_env import origin
 
 # Columns that hold secrets: never part of a contract, a print-out or an export.
-SECRET_COLUMNS = ("secret_ciphertext",)
+SECRET_COLUMNS = ("secret_ciphertext", "principal_ciphertext")
 CONTRACT_KEYS = (
     "endpoint",
     "pagination",
@@ -80,6 +80,8 @@ def row_dict(row: Any) -> dict[str, Any]:
         out[key] = value
     if "secret_ciphertext" in dict(row._mapping):
         out["has_secret"] = row._mapping["secret_ciphertext"] is not None
+    if "principal_ciphertext" in dict(row._mapping):
+        out["has_principal"] = row._mapping["principal_ciphertext"] is not None
     return out
 
 
@@ -233,6 +235,15 @@ def resolve_contract(
     creds = credentials_in_order(
         conn, prov.id, task_type, when, endpoint["id"] if endpoint else None
     )
+    # Then the keys bound to the contract's other endpoints (DETAIL, TOKEN...): a request
+    # to one of them carries its own keys first, and never another endpoint's.
+    for other in endpoints.values():
+        if endpoint is None or other["id"] != endpoint["id"]:
+            creds += [
+                r
+                for r in credentials_in_order(conn, prov.id, task_type, when, other["id"])
+                if r.endpoint_id == other["id"]
+            ]
     return Contract(
         provenance=row_dict(prov),
         task_type=task_type,

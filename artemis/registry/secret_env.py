@@ -82,6 +82,9 @@ PLACEMENT: dict[str, tuple[str, str]] = {
     "API_KEY_QUERY": ("query", "api_key"),
     "API_KEY_HEADER": ("header", "X-API-Key"),
     "BEARER": ("header", "Authorization"),
+    "BASIC": ("header", "Authorization"),
+    # The access token fetched from the TOKEN endpoint (the secret goes there only).
+    "OAUTH2_CLIENT_CREDENTIALS": ("header", "Authorization"),
 }
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import and_, false, not_, or_, select, update
 from sqlalchemy.engine import Connection
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.registry.http_rules import PAIRED_AUTH_TYPES
 from artemis.registry.models import (
     DIMENSIONS,
     SCOPES,
@@ -145,6 +146,8 @@ def _check_credential(model: type[DimensionBase], values: dict[str, Any]) -> Non
     the service's own."""
     if model is RegProvCredential and "secret_env_name" in values:
         check_secret_env(values["secret_env_name"])
+    if model is RegProvCredential and "principal_env_name" in values:
+        check_secret_env(values["principal_env_name"], label="principal_env")
 
 
 def add_row(conn: Connection, model: type[DimensionBase], values: dict[str, Any]) -> int:
@@ -329,14 +332,28 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
                     "message": f"{describe(RegProvCredential, r)} has no secret",
                 }
             )
-        why = refused_secret_env(r.secret_env_name) if r.secret_env_name else None
-        if why:
+        for field, env in (
+            ("secret_env", r.secret_env_name),
+            ("principal_env", r.principal_env_name),
+        ):
+            why = refused_secret_env(env) if env else None
+            if why:
+                findings.append(
+                    {
+                        "kind": "reserved_secret_env",
+                        "table": ct.name,
+                        "id": r.id,
+                        "message": f"{describe(RegProvCredential, r)}: {field} {why}",
+                    }
+                )
+        if r.auth_type_code in PAIRED_AUTH_TYPES and not r.principal_ciphertext:
             findings.append(
                 {
-                    "kind": "reserved_secret_env",
+                    "kind": "credential_without_principal",
                     "table": ct.name,
                     "id": r.id,
-                    "message": f"{describe(RegProvCredential, r)}: secret_env {why}",
+                    "message": f"{describe(RegProvCredential, r)}: {r.auth_type_code} "
+                    "without its principal (principal_env)",
                 }
             )
     return findings

@@ -4,8 +4,9 @@ Format: a top-level ``provenance`` mapping (the ``reg_provenance`` columns) and 
 per dimension named after its table without the ``reg_prov_`` prefix (``endpoint_def``,
 ``window_offset_cfg``, ``pagination_cfg``, ``http_cfg``, ``batching_cfg``, ``retry_cfg``,
 ``rate_limit_cfg``, ``credential``), each row with the seed's column names and no ids.
-A credential names its secret by environment variable (``secret_env: NCBI_API_KEY``) and
-its endpoint by name (``endpoint_name: efetch``).
+A credential names its secret by environment variable (``secret_env: NCBI_API_KEY``), the
+second secret of a pair (HTTP Basic's user, an OAuth2 client id) the same way
+(``principal_env``), and its endpoint by name (``endpoint_name: efetch``).
 
 Importing again updates the provenance in place: rows match on (table, scope, task type,
 effective_from, and the endpoint or credential name); an unchanged file writes nothing;
@@ -32,6 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 from artemis.crawler.vault import CookieVault
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.file_models import HIDDEN, PROVENANCE_COLUMNS, parse_file
+from artemis.registry.http_rules import OAUTH2, TOKEN_USAGE, basic_user_problem, url_problem
 from artemis.registry.models import (
     DIMENSIONS,
     DimensionBase,
@@ -41,7 +43,7 @@ from artemis.registry.models import (
     utcnow,
 )
 from artemis.registry.resolve import as_utc, credential_origins, find_provenance
-from artemis.registry.secret_env import check_secret_env, placement
+from artemis.registry.secret_env import check_secret_env, origin, placement
 from artemis.registry.writes import add_row, describe, update_row
 from artemis.vault import master_key, read_master_keys
 
@@ -184,27 +186,96 @@ def _import(
                 raise ArtemisError(e.code, f"{where}: {e.message}", details=e.details) from None
             if model is RegProvCredential:
                 credentials.append((raw.get("endpoint_name"), row))
+    _check_token_endpoints(conn, pid, data, source)
     # After every row is in: the origins come from the file's http_cfg and provenance.
     report.credentials = [_destination(conn, pid, ep, row) for ep, row in credentials]
     return report
+
+
+def _token_endpoints(conn: Connection, pid: int) -> list[Any]:
+    t = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+    return list(
+        conn.execute(
+            select(t).where(t.c.provenance_id == pid, t.c.endpoint_usage_code == TOKEN_USAGE)
+        ).fetchall()
+    )
+
+
+def _check_token_endpoints(conn: Connection, pid: int, data: dict[str, Any], source: str) -> None:
+    """An OAuth2 client needs a TOKEN endpoint to get its access tokens from, is not bound
+    to it, and that endpoint is asked by POST at an http(s) URL without a login in it."""
+    for i, ep in enumerate(data.get("endpoint_def") or []):
+        if ep.get("endpoint_usage_code") != TOKEN_USAGE:
+            continue
+        where = f"{source}: endpoint_def[{i}]"
+        if ep.get("http_method_code", "POST") != "POST":
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{where}: a TOKEN endpoint is asked by POST (RFC 6749 §3.2), not "
+                f"{ep['http_method_code']}",
+            )
+        path = ep.get("path_template") or ""
+        if "://" in path:
+            why = url_problem(path, "path_template")
+            if why:
+                raise ArtemisError(ErrorCode.INVALID_INPUT, f"{where}: {why}")
+    tokens = _token_endpoints(conn, pid)
+    for i, cred in enumerate(data.get("credential") or []):
+        if cred.get("auth_type_code") != OAUTH2:
+            continue
+        where = f"{source}: credential[{i}]"
+        if not tokens:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{where}: {OAUTH2} needs an endpoint_def row with endpoint_usage_code "
+                f"{TOKEN_USAGE} (where its access tokens are fetched)",
+            )
+        if cred.get("endpoint_name") in {t.endpoint_name for t in tokens}:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{where}: endpoint_name binds the credential to the endpoint its access "
+                f"token is for, not to the {TOKEN_USAGE} endpoint (leave it out for every "
+                "endpoint)",
+            )
 
 
 def _destination(
     conn: Connection, pid: int, endpoint_name: str | None, row: dict[str, Any]
 ) -> dict[str, Any]:
     """Where a credential's secret goes: the origins, the endpoint it is bound to (None:
-    every endpoint of the provenance) and the query parameter or header it rides in."""
+    every endpoint of the provenance) and the query parameter or header it rides in. An
+    OAuth2 client's id and secret go to its TOKEN endpoint's origins only; the access
+    token it gets goes where another key would (``token_sent_to``)."""
     where, name = placement(row)
+    kind = row.get("auth_type_code")
     how = f"query parameter {name}" if where == "query" else f"header {name}"
-    if row.get("auth_type_code") == "BEARER":
+    if kind in ("BEARER", OAUTH2):
         how += " (Bearer)"
-    return {
+    elif kind == "BASIC":
+        how += " (Basic, with the user of principal_env)"
+    out = {
         "credential": row.get("credential_name"),
         "secret_env": row.get("secret_env_name"),
         "endpoint": endpoint_name,
         "sent_to": credential_origins(conn, pid, row),
         "as": how,
     }
+    if row.get("principal_env_name"):
+        out["principal_env"] = row["principal_env_name"]
+    if kind == OAUTH2:
+        token_origins = set()
+        for ep in _token_endpoints(conn, pid):
+            path = ep.path_template or ""
+            if "://" in path:
+                token_origins.add(origin(path))
+            else:
+                token_origins.update(credential_origins(conn, pid, row))
+        by = row.get("token_auth_method_code") or "CLIENT_SECRET_BASIC"
+        out["token_sent_to"], out["sent_to"] = out["sent_to"], sorted(token_origins)
+        out["as"] = (
+            f"client credentials to the {TOKEN_USAGE} endpoint ({by}); its access token as {how}"
+        )
+    return out
 
 
 def _import_row(
@@ -216,16 +287,19 @@ def _import_row(
     report: ImportReport,
 ) -> None:
     secret: str | None = None
+    principal: str | None = None
     if model is RegProvCredential:
         env = raw.pop("secret_env", None)
         if env:
-            check_secret_env(env)
-            secret = os.environ.get(env)
-            if not secret:
-                raise ArtemisError(
-                    ErrorCode.INVALID_INPUT, f"environment variable {env} (secret_env) is not set"
-                )
+            secret = _read_env(env, "secret_env")
             raw["secret_env_name"] = env
+        env = raw.pop("principal_env", None)
+        if env:
+            principal = _read_env(env, "principal_env")
+            why = basic_user_problem(principal) if raw.get("auth_type_code") == "BASIC" else None
+            if why:
+                raise ArtemisError(ErrorCode.INVALID_INPUT, f"principal_env {env}: {why}")
+        raw["principal_env_name"] = env
         ep_name = raw.pop("endpoint_name", None)
         raw["endpoint_id"] = _endpoint_id(conn, pid, ep_name, raw) if ep_name else None
     raw["provenance_id"] = pid
@@ -245,6 +319,10 @@ def _import_row(
         if secret is not None:
             token, key_id = box.seal(secret)
             raw.update(secret_ciphertext=token, encryption_key_id=key_id)
+        if principal is not None:
+            # Sealed in the same transaction, so under the same key as the secret.
+            raw["principal_ciphertext"], key_id = box.seal(principal)
+            raw["encryption_key_id"] = key_id
         new_id = add_row(conn, model, raw)
         report.created.append(describe(model, {**raw, "id": new_id}))
         return
@@ -262,19 +340,34 @@ def _import_row(
         ):
             changed[col] = None
     if model is RegProvCredential:
-        old_secret = (
-            box.open(cur["secret_ciphertext"], cur["encryption_key_id"])
-            if cur["secret_ciphertext"]
-            else None
+        old_secret, old_principal = (
+            box.open(cur[col], cur["encryption_key_id"]) if cur[col] else None
+            for col in ("secret_ciphertext", "principal_ciphertext")
         )
-        if secret != old_secret:
+        if secret != old_secret or principal != old_principal:
+            # Both sealed again, under one key (the row names one).
             sealed: tuple[str | None, str | None] = box.seal(secret) if secret else (None, None)
             changed["secret_ciphertext"], changed["encryption_key_id"] = sealed
+            changed["principal_ciphertext"] = None
+            if principal is not None:
+                changed["principal_ciphertext"], changed["encryption_key_id"] = box.seal(principal)
     if changed:
         update_row(conn, model, cur["id"], changed)
         report.updated.append(f"{describe(model, current)}: {', '.join(sorted(changed))}")
     else:
         report.unchanged += 1
+
+
+def _read_env(env: str, field: str) -> str:
+    """The value of a credential's variable at import (refused when it is one of the
+    service's own, or unset)."""
+    check_secret_env(env, label=field)
+    value = os.environ.get(env)
+    if not value:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"environment variable {env} ({field}) is not set"
+        )
+    return value
 
 
 def _endpoint_id(conn: Connection, pid: int, name: str, raw: dict[str, Any]) -> int:
@@ -339,6 +432,8 @@ def export_yaml(engine: Engine, code: str) -> str:
                         item["endpoint_name"] = names[m["endpoint_id"]]
                     if m["secret_env_name"]:
                         item["secret_env"] = m["secret_env_name"]
+                    if m["principal_env_name"]:
+                        item["principal_env"] = m["principal_env_name"]
                 items.append(item)
             out[dim] = items
     return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)

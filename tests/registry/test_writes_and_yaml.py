@@ -246,8 +246,9 @@ def pubmed_with_two_keys() -> dict:
 
 def sealed_and_resolved_by_usage(reg) -> list:
     """Both keys are stored sealed (no clear value); a DETAIL contract offers efetch's own
-    key first, a search contract the source-wide one only; a printed contract holds no
-    secret. The stored rows."""
+    key first, a search contract the source-wide one first and efetch's after it (bound to
+    efetch: the run's efetch requests carry it, its searches never); a printed contract
+    holds no secret. The stored rows."""
     with reg.connect() as conn:
         rows = conn.execute(select(RegProvCredential.__table__)).fetchall()
         assert len(rows) == 2
@@ -256,7 +257,9 @@ def sealed_and_resolved_by_usage(reg) -> list:
         detail = resolve_contract(conn, "pubmed", None, "2026-01-01T00:00:00Z", usage="DETAIL")
         search = resolve_contract(conn, "pubmed", None, "2026-01-01T00:00:00Z")
     assert [c["credential_name"] for c in detail.credentials] == ["ncbi-b", "ncbi-a"]
-    assert [c["credential_name"] for c in search.credentials] == ["ncbi-a"]
+    assert [c["credential_name"] for c in search.credentials] == ["ncbi-a", "ncbi-b"]
+    efetch = detail.endpoint
+    assert search.credentials[1]["endpoint_id"] == efetch["id"]
     printed = json.dumps(detail.public())
     assert "plain-key" not in printed and "secret_ciphertext" not in printed
     assert detail.credential["has_secret"] is True

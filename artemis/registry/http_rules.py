@@ -1,0 +1,122 @@
+"""What a provenance's HTTP transport and credentials may say: the closed sets of their
+codes and the rules a row must keep. The file models refuse a row that breaks one at
+import (the reason is the error), and a run meeting such a row written another way (a
+switch, a hand) stops with CONFIG_ERROR before a request goes out: nothing is stored that
+Artemis would then ignore or half-honour.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+# How a credential's secret is sent. BASIC and OAUTH2_CLIENT_CREDENTIALS hold a pair: the
+# second secret (``principal_env``) is the user, or the OAuth2 client id.
+AUTH_TYPES = (
+    "API_KEY_QUERY",
+    "API_KEY_HEADER",
+    "BEARER",
+    "BASIC",
+    "OAUTH2_CLIENT_CREDENTIALS",
+)
+PAIRED_AUTH_TYPES = ("BASIC", "OAUTH2_CLIENT_CREDENTIALS")
+OAUTH2 = "OAUTH2_CLIENT_CREDENTIALS"
+# RFC 6749 §2.3.1: the client id and secret in an HTTP Basic header (the method every
+# authorization server supports), or as form fields of the token request's body. The
+# names are OAuth's own (RFC 7591 token_endpoint_auth_method).
+TOKEN_AUTH_METHODS = ("CLIENT_SECRET_BASIC", "CLIENT_SECRET_POST")
+# One rate gate per provenance, per credential or per endpoint.
+BUCKET_GRANULARITIES = ("GLOBAL", "PER_KEY", "PER_ENDPOINT")
+# The usage of the endpoint that issues OAuth2 access tokens.
+TOKEN_USAGE = "TOKEN"
+
+# Headers a provenance's default_headers_json may not carry: a value there is written in
+# the registry file in clear (a credential seals its secret), or is set by another field.
+_SECRET_HEADERS = ("authorization", "proxy-authorization", "cookie")
+_OWN_HEADERS = {"accept-encoding": "accept_compress"}
+
+
+def url_problem(url: str, what: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+    """Why ``url`` cannot be a proxy or token URL: not one of ``schemes``, no host, or a
+    user and password in it (a secret in the registry file)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError as e:
+        return f"{what} is not a valid URL ({e})"
+    if parts.scheme not in schemes or not parts.hostname:
+        shown = " or ".join(f"{s}://" for s in schemes)
+        return f"{what} must be an {shown} URL, got {url.split('@')[-1]!r}"
+    if parts.username is not None or parts.password is not None:
+        return (
+            f"{what} carries a user or password: the registry file would hold a secret "
+            "in clear (a login at the proxy is not supported; use one that admits the "
+            "workers by address)"
+            if what == "proxy_url"
+            else f"{what} carries a user or password: a secret in the registry file"
+        )
+    return None
+
+
+def http_cfg_problem(row: dict[str, Any]) -> str | None:
+    """Why an ``http_cfg`` row cannot act as written (None: it can)."""
+    if row.get("prefer_http2"):
+        return (
+            "prefer_http2: true is not supported: the workers' HTTP client (aiohttp) "
+            "speaks HTTP/1.1 only; leave it out or set it false"
+        )
+    proxy = row.get("proxy_url")
+    if proxy is not None:
+        # An http:// proxy (an https source goes through it by CONNECT); TLS to the proxy
+        # itself is not offered.
+        why = url_problem(proxy, "proxy_url", ("http",))
+        if why:
+            return why
+    bundle = row.get("tls_ca_bundle_path")
+    if bundle is not None:
+        if row.get("tls_verify_enabled") is False:
+            return (
+                "tls_ca_bundle_path verifies certificates against that CA, "
+                "tls_verify_enabled: false verifies none: set one of them"
+            )
+        if not bundle.startswith("/"):
+            return f"tls_ca_bundle_path must be an absolute path on the workers, got {bundle!r}"
+    for name, value in (row.get("default_headers_json") or {}).items():
+        lowered = str(name).lower()
+        if lowered in _SECRET_HEADERS:
+            return (
+                f"default_headers_json: {name} would be a secret in the registry file: "
+                "declare a credential (its secret is sealed)"
+            )
+        if lowered in _OWN_HEADERS:
+            return f"default_headers_json: {name} is set by {_OWN_HEADERS[lowered]}"
+        if value is not None and not isinstance(value, str | int | float):
+            return f"default_headers_json: {name} must be a text value (null removes it)"
+    for name in ("timeout_connect_millis", "timeout_read_millis"):
+        value = row.get(name)
+        if value is not None and value <= 0:
+            return f"{name} must be positive (leave it out for the client's default)"
+    return None
+
+
+def credential_problem(row: dict[str, Any], principal_key: str = "principal_env") -> str | None:
+    """Why a credential row's auth fields do not go together (None: they do).
+    ``principal_key`` is the name the second secret has where the row comes from: the
+    file's ``principal_env``, the table's ``principal_env_name``."""
+    kind = row.get("auth_type_code")
+    principal = row.get(principal_key)
+    if kind in PAIRED_AUTH_TYPES and not principal:
+        what = "the user" if kind == "BASIC" else "the client id"
+        return f"{kind} needs {principal_key} ({what}) beside secret_env"
+    if kind not in PAIRED_AUTH_TYPES and principal:
+        return f"{principal_key} is for {' and '.join(PAIRED_AUTH_TYPES)} credentials, not {kind}"
+    if row.get("token_auth_method_code") is not None and kind != OAUTH2:
+        return f"token_auth_method_code is for {OAUTH2} credentials, not {kind}"
+    return None
+
+
+def basic_user_problem(user: str) -> str | None:
+    """RFC 7617 §2: the user of HTTP Basic may not contain a colon."""
+    if ":" in user:
+        return "a BASIC user may not contain ':' (RFC 7617)"
+    return None
