@@ -39,6 +39,7 @@ RESERVED_ENV: tuple[tuple[str, str], ...] = (
     ("CLOUDSDK_*", "cloud credentials"),
     ("AZURE_*", "cloud credentials"),
     ("SSL_*", "the TLS trust settings"),
+    ("OTEL_*", "the telemetry exporter's settings (OTLP headers carry its credentials)"),
     ("*_PROXY", "the proxy settings (a proxy URL may carry a password)"),
 )
 # A POSIX environment variable name (and the column's width).

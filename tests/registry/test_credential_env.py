@@ -51,6 +51,7 @@ def with_credential(env: str, **cols) -> dict:
         ("PGPASSWORD", "PG*"),
         ("TEMPORAL_TLS_KEY", "TEMPORAL_*"),
         ("https_proxy", "*_PROXY"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_*"),
     ],
 )
 def test_the_service_variables_are_refused_at_import(reg, key_file, monkeypatch, env, rule):
