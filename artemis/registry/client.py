@@ -11,6 +11,7 @@ registry's settings serves it (its ``$.DOI`` key and ``normalize_crossref`` are 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from artemis.config import Settings
@@ -226,12 +227,22 @@ class ContractClient:
 
     def endpoint_of(self, url: str) -> dict[str, Any] | None:
         """The contract's endpoint a URL is a request to (its path template after the base
-        URL); else the contract's own (a next-page URL the source handed back)."""
+        URL, a ``{placeholder}`` standing for one path segment); the contract's own when
+        it is one of several that fit or none fits (a next-page URL the source handed
+        back). A caller that knows the endpoint says so (``send(endpoint=...)``)."""
         bare = url.split("?", 1)[0]
+        found = []
         for usage, ep in self.contract.endpoints.items():
-            if usage != TOKEN_USAGE and ep.get("path_template") and self.url(ep) == bare:
-                return ep
-        return self.contract.endpoint
+            if usage == TOKEN_USAGE or not ep.get("path_template"):
+                continue
+            pattern = re.escape(self.url(ep))
+            pattern = re.sub(r"\\\{[^}]*\\\}", "[^/?#]+", pattern)
+            if re.fullmatch(pattern, bare):
+                found.append(ep)
+        own = self.contract.endpoint
+        if len(found) == 1:
+            return found[0]
+        return own
 
     async def send(
         self,

@@ -57,16 +57,21 @@ def rest_source(
     fmt = ep.get("response_format_code") or "JSON"
     detail = contract.endpoints.get("DETAIL")
 
-    def send(client: Any, req: Request) -> Any:
-        return cc.send(
-            client,
-            req.method,
-            req.url,
-            req.params,
-            f"{code} {req.method} {req.url}",
-            body=req.body,
-            content_type=req.content_type,
-        )
+    def sender(endpoint: dict[str, Any] | None) -> Any:
+        # The endpoint a request is for picks its credential and its rate bucket.
+        def send(client: Any, req: Request) -> Any:
+            return cc.send(
+                client,
+                req.method,
+                req.url,
+                req.params,
+                f"{code} {req.method} {req.url}",
+                body=req.body,
+                content_type=req.content_type,
+                endpoint=endpoint,
+            )
+
+        return send
 
     search = RestSource(
         cc.url(ep),
@@ -77,7 +82,7 @@ def rest_source(
         record_key=pg.get("record_key_jsonpath") or record_key,
         transform=None if detail else transform,
         status_error=cc.status_error,
-        send=send,
+        send=sender(contract.endpoint),
         # Page-number/offset pages once the total is known: the run's fetch concurrency,
         # bounded by the provenance's max_concurrency (the rate is its gate's).
         parallel_pages=min(
@@ -123,7 +128,7 @@ def rest_source(
         details,
         # Named by one of the two (contract_problems refuses a contract without).
         id_path=str(bt.get("detail_id_jsonpath") or pg.get("record_key_jsonpath")),
-        send=send,
+        send=sender(detail),
         status_error=cc.status_error,
         transform=transform,
         parallel=max(1, min([parallel, *limits])),

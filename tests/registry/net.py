@@ -58,21 +58,24 @@ class Server:
     async def start(self) -> Server:
         app = web.Application()
 
-        async def record(request: web.Request) -> web.StreamResponse:
-            self.seen.append(
-                Seen(
-                    request.method,
-                    request.path,
-                    dict(request.query),
-                    dict(request.headers),
-                    await request.read(),
-                    asyncio.get_running_loop().time(),
+        def recording(handler: Handler) -> Handler:
+            async def record(request: web.Request) -> web.StreamResponse:
+                self.seen.append(
+                    Seen(
+                        request.method,
+                        request.path,
+                        dict(request.query),
+                        dict(request.headers),
+                        await request.read(),
+                        asyncio.get_running_loop().time(),
+                    )
                 )
-            )
-            return await self.routes[(request.method, request.path)](request)
+                return await handler(request)
 
-        for method, path in self.routes:
-            app.router.add_route(method, path, record)
+            return record
+
+        for (method, path), handler in self.routes.items():
+            app.router.add_route(method, path, recording(handler))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)

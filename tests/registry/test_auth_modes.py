@@ -510,6 +510,84 @@ async def test_a_key_bound_to_an_endpoint_is_used_there_only(reg, key_file, sour
     ]
 
 
+async def test_a_search_then_detail_run_sends_each_endpoint_its_own_key(reg, key_file, monkeypatch):
+    """Through the registry's REST source: the search pages carry the unbound key, each
+    per-id DETAIL request (a path template) the key bound to DETAIL, each endpoint under
+    its own rate bucket."""
+    from artemis.registry.rest_source import rest_source
+
+    search_key, detail_key = secret_value("search"), secret_value("detail")
+    monkeypatch.setenv("SEARCH_KEY", search_key)
+    monkeypatch.setenv("DETAIL_KEY", detail_key)
+
+    async def ids(request: web.Request) -> web.Response:
+        return web.json_response({"hits": [{"ref": n} for n in (1, 2, 3)]})
+
+    async def one(request: web.Request) -> web.Response:
+        return web.json_response({"id": int(request.match_info["ident"])})
+
+    server = await Server({("GET", "/ids"): ids, ("GET", "/detail/{ident}"): one}).start()
+    try:
+        code = unique_code("search_detail")
+        doc = provenance(
+            code,
+            server.url,
+            endpoint_def=[
+                {
+                    "endpoint_name": "detail",
+                    "endpoint_usage_code": "DETAIL",
+                    "path_template": "/detail/{id}",
+                }
+            ],
+            batching_cfg=[
+                {
+                    "detail_batch_size": 1,
+                    "detail_id_jsonpath": "$.ref",
+                    "detail_records_jsonpath": "$",
+                }
+            ],
+            rate_limit_cfg=[
+                {"qps_limit": 50, "burst_capacity": 5, "bucket_granularity_code": "PER_ENDPOINT"}
+            ],
+            credential=[
+                {
+                    "credential_name": "s",
+                    "auth_type_code": "API_KEY_HEADER",
+                    "secret_env": "SEARCH_KEY",
+                },
+                {
+                    "credential_name": "d",
+                    "auth_type_code": "API_KEY_HEADER",
+                    "secret_env": "DETAIL_KEY",
+                    "endpoint_name": "detail",
+                },
+            ],
+        )
+        doc["endpoint_def"][0]["path_template"] = "/ids"
+        doc["pagination_cfg"][0].update(
+            records_jsonpath="$.hits",
+            record_key_jsonpath="$.ref",
+            short_page_is_last=True,
+            page_size_value=10,
+        )
+        cc = contract_client(reg, key_file, doc)
+        detail_ep = cc.contract.endpoints["DETAIL"]
+        assert cc.endpoint_of(f"{server.url}/detail/7") == detail_ep
+        assert cc.endpoint_of(f"{server.url}/ids?page=2") == cc.contract.endpoint
+        async with http_client() as http:
+            pages = [p async for p in rest_source(cc, None, {}, None).pages(http, None)]
+    finally:
+        await server.stop()
+    assert sorted(r["id"] for p in pages for r in p.records) == [1, 2, 3]
+    sent = [(s.path, s.headers.get("X-API-Key")) for s in server.seen]
+    assert sent[0] == ("/ids", search_key)
+    assert sorted(sent[1:]) == [(f"/detail/{n}", detail_key) for n in (1, 2, 3)]
+    assert _gate_keys(reg, code) == {
+        f"provenance:{code}:endpoint:items",
+        f"provenance:{code}:endpoint:detail",
+    }
+
+
 # -- bucket_granularity_code -------------------------------------------------------------------
 def _gate_keys(reg, code: str) -> set[str]:
     with reg.connect() as conn:
