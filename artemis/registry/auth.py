@@ -16,6 +16,7 @@ import base64
 import hashlib
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote_plus
@@ -192,7 +193,9 @@ class Credentials:
     _benched: ClassVar[dict[int, float]] = {}
     # OAuth2 access tokens by client (a digest of the token URL, client id and secret)
     _tokens: ClassVar[dict[str, _Token]] = {}
-    _locks: ClassVar[dict[tuple[int, str], asyncio.Lock]] = {}
+    # One fetch at a time per client, per event loop (an asyncio lock belongs to one).
+    _locks: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]]]
+    _locks = weakref.WeakKeyDictionary()
 
     def __init__(
         self,
@@ -208,6 +211,14 @@ class Credentials:
         self.contract = contract
         self.code = contract.provenance.get("provenance_code")
         self.rows = [c for c in contract.credentials if _usable(c)]
+        for cred in contract.credentials:
+            if cred.get("has_secret") and not _usable(cred):
+                # A pair with one half (a row written around the import): not skipped in
+                # silence, the run says which.
+                raise _config_error(
+                    f"provenance {self.code!r}: credential {cred.get('credential_name')!r} "
+                    f"({cred.get('auth_type_code')}) has no principal (principal_env)"
+                )
         for cred in self.rows:
             label = f"credential {cred.get('credential_name')!r}"
             # A row written around the import's checks may hold one of the service's own
@@ -343,11 +354,10 @@ class Credentials:
         return hashlib.sha256(raw.encode()).hexdigest()
 
     def _lock(self, key: str) -> asyncio.Lock:
-        # asyncio locks belong to one event loop (tests run several).
-        slot = (id(asyncio.get_running_loop()), key)
-        if slot not in self._locks:
-            self._locks[slot] = asyncio.Lock()
-        return self._locks[slot]
+        locks = self._locks.setdefault(asyncio.get_running_loop(), {})
+        if key not in locks:
+            locks[key] = asyncio.Lock()
+        return locks[key]
 
     async def _access_token(self, client: HttpClient, cred: dict[str, Any]) -> str:
         key = self._client_key(cred)

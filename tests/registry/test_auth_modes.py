@@ -137,6 +137,40 @@ async def test_a_basic_login_still_works_after_the_vault_key_is_rotated(
     assert base64.b64decode(header[6:]).decode() == f"{user}:{password}"
 
 
+def test_a_pair_missing_its_principal_stops_the_run(reg, key_file, monkeypatch):
+    """A row written around the import (its principal dropped by hand) is not skipped in
+    silence: the run names it, and registry check reports it."""
+    from sqlalchemy import update
+
+    from artemis.registry.writes import check_registry
+
+    monkeypatch.setenv("SRC_USER", "someone")
+    monkeypatch.setenv("SRC_PASSWORD", secret_value("pw"))
+    code = unique_code("half")
+    doc = provenance(
+        code,
+        "http://127.0.0.1:9",
+        credential=[
+            {
+                "credential_name": "login",
+                "auth_type_code": "BASIC",
+                "principal_env": "SRC_USER",
+                "secret_env": "SRC_PASSWORD",
+            }
+        ],
+    )
+    import_yaml(reg, yaml.safe_dump(doc), key_file)
+    table = RegProvCredential.__table__  # type: ignore[attr-defined]
+    with reg.begin() as conn:
+        conn.execute(update(table).values(principal_ciphertext=None))
+        kinds = [f["kind"] for f in check_registry(conn)]
+    assert "credential_without_principal" in kinds
+    with pytest.raises(ArtemisError) as e:
+        ContractClient(contract_of(reg, code), settings_for(reg, key_file))
+    assert e.value.code is ErrorCode.CONFIG_ERROR
+    assert "credential 'login' (BASIC) has no principal" in e.value.message
+
+
 @pytest.mark.parametrize(
     "cred, why",
     [
