@@ -16,7 +16,7 @@ from activities.run_base import RunData, log, off_loop
 from artemis.config import Settings
 from artemis.errors import ErrorCode
 from artemis.events import EventLog
-from artemis.run_models import CleanupInput, CleanupResult, workflow_id_for
+from artemis.run_models import SA_TASK_ID, CleanupInput, CleanupResult, workflow_id_for
 from artemis.run_state import OPEN, RunStatus, end_error
 from artemis.sinks.files import drop_file_records_older_than
 from artemis.taskstore import ConcurrentModification, TaskNotFound, TaskStorage, make_task_storage
@@ -56,7 +56,7 @@ class HousekeepingActivities:
         for key in expired:
             await off_loop(self.data.drop, key)
         keep = await off_loop(self.retained.live_keys, now)
-        secrets = await off_loop(self._drop_orphan_secrets, now - ORPHAN_SECRET_AGE, keep)
+        secrets = await self._drop_orphan_secrets(now - ORPHAN_SECRET_AGE, keep)
         pages = await off_loop(self.staging.drop_older_than, before, keep)
         events = await off_loop(self.events.drop_older_than, before)
         # A run may write files for up to 30 days (meta.timeout_s); its records go once it
@@ -82,23 +82,58 @@ class HousekeepingActivities:
             sink_files_forgotten=files,
         )
 
-    def _drop_orphan_secrets(self, before: datetime, kept: set[str]) -> int:
-        """Secrets written before ``before`` whose run is not open (pending or running in
-        task storage) and not kept for a retry: a start that never became a run, a run
-        terminated in Temporal (it never reached its own clean-up), a start whose refusal
-        could not drop them. Returns how many keys were dropped."""
+    async def _drop_orphan_secrets(self, before: datetime, kept: set[str]) -> int:
+        """Secrets written before ``before`` whose run is not open and not kept for a
+        retry: a start that never became a run, a run terminated in Temporal (it never
+        reached its own clean-up), a start whose refusal could not drop them. A key whose
+        run cannot be told (a storage or Temporal error) is kept for the next pass, and
+        the rest of the clean-up goes on. Returns how many keys were dropped."""
+        try:
+            keys = await off_loop(self.data.secrets.keys_older_than, before)
+        except Exception as e:
+            log.warning("run_secrets_not_swept", error=f"{type(e).__name__}: {e}")
+            return 0
         dropped = 0
-        for key in self.data.secrets.keys_older_than(before):
+        for key in keys:
             run = key.split(START_SEP, 1)[0]
             if run in kept:
                 continue
-            _, _, task_id = run.partition("/")
-            record = self.task_store.load(task_id) if task_id else None
-            if record is not None and record.status in OPEN:
+            code, _, task_id = run.partition("/")
+            try:
+                if await self._run_open(code, task_id):
+                    continue
+                await off_loop(self.data.secrets.drop_key, key)
+            except Exception as e:
+                log.warning("run_secret_not_swept", run_key=run, error=f"{type(e).__name__}: {e}")
                 continue
-            self.data.secrets.drop_key(key)
             dropped += 1
         return dropped
+
+    async def _run_open(self, code: str, task_id: str) -> bool:
+        """Whether the run of these secrets may still read them: its task-store record
+        says it is open, or — without a record (a run quiet for longer than the store's
+        ttl, a start whose answer was lost) — Temporal has its workflow open."""
+        if not task_id:
+            return False
+        record = await off_loop(self.task_store.load, task_id)
+        if record is not None:
+            return record.status in OPEN
+        client = activity.client()
+        try:
+            desc = await client.get_workflow_handle(workflow_id_for(code, task_id)).describe()
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+        else:
+            if desc.status in OPEN_STATUSES:
+                return True
+        if "'" in task_id or "\\" in task_id:
+            return False  # no task id holds them: nothing to look up
+        # A lock's run has its lock's workflow id, found by its task id.
+        query = f"{SA_TASK_ID} = '{task_id}' AND ExecutionStatus = 'Running'"
+        async for _ in client.list_workflows(query, limit=1):
+            return True
+        return False
 
     async def _reconcile_open_runs(self, quiet_since: Any) -> int:
         """Runs the task store holds open (pending/running), untouched since

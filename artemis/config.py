@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -371,17 +372,33 @@ class SecuritySettings(_Section):
     allowed_hosts: list[str] = Field(
         default_factory=lambda: ["127.0.0.1:8300", "localhost:8300", "[::1]:8300"]
     )
-    # A DNS server ("host:port") to resolve request URLs' names with, instead of the
-    # system's resolver (the API's check and the workers' connections ask the same one).
+    # A DNS server ("ip:port", "[v6]:port") to resolve request URLs' names with, instead
+    # of the system's resolver (the API's check and the workers' connections ask the same
+    # one). An IP literal: a name would have to be resolved by some other resolver first.
     dns_server: str | None = None
 
     @field_validator("dns_server")
     @classmethod
     def _dns_server(cls, v: str | None) -> str | None:
-        if v is not None:
-            host, sep, port = v.rpartition(":")
-            if not sep or not port.isdigit() or not host:
-                raise ValueError(f"a DNS server as host:port, got {v!r}")
+        if v is None:
+            return v
+        host, sep, port = v.rpartition(":")
+        bracketed = host.startswith("[") and host.endswith("]")
+        try:
+            ip = ipaddress.ip_address(host[1:-1] if bracketed else host)
+        except ValueError:
+            ip = None
+        if (
+            not sep
+            or ip is None
+            or (ip.version == 6) != bracketed
+            or not port.isdigit()
+            or not 1 <= int(port) <= 65535
+        ):
+            raise ValueError(
+                "security.dns_server: an IP address and port (1.2.3.4:53, [2001:db8::1]:53), "
+                f"got {v!r}: a host name would need a resolver of its own"
+            )
         return v
 
 

@@ -18,6 +18,13 @@ def owned_task_id(owner: str, task_id: str) -> str:
     return task_id if owner == DEFAULT_OWNER else f"{owner}{SEP}{task_id}"
 
 
+def owned_lock(owner: str, lock: str) -> str:
+    """The name of ``owner``'s execution lock ``lock`` (a crawl's ``workflow_name``): each
+    owner holds its own, so nobody can keep another owner's runs from starting, and a
+    refusal names only the caller's own holder."""
+    return owned_task_id(owner, lock)
+
+
 def owner_of(task_id: str) -> str:
     """The owner of the run with this (full) task id."""
     owner, sep, _ = task_id.partition(SEP)

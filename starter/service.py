@@ -34,6 +34,7 @@ from temporalio.common import (
 )
 from temporalio.converter import value_to_type
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from artemis.callback import CallbackTarget, resolve_base_url
 from artemis.config import Settings
@@ -41,7 +42,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.event_kinds import Control
 from artemis.events import EventLog
 from artemis.logsetup import get_logger
-from artemis.owners import DEFAULT_OWNER, owned_task_id
+from artemis.owners import DEFAULT_OWNER, owned_lock, owned_task_id, owner_of
 from artemis.redact import MIN_REQUEST_SECRET, scoped
 from artemis.retained import Retained
 from artemis.run_models import (
@@ -160,9 +161,11 @@ class RunService(RunReads):
         trace: TraceContext,
         request_id: str | None,
         owner: str = DEFAULT_OWNER,
+        sees_all: bool = False,
     ) -> Started:
-        """Start ``owner``'s run of task ``code`` (its task id is ``owner``'s own:
-        ``artemis.owners``)."""
+        """Start ``owner``'s run of task ``code`` (its task id and its execution lock are
+        ``owner``'s own: ``artemis.owners``). ``sees_all``: the caller may see other
+        owners' runs (an operator, an admin)."""
         task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = ask.params
         # Validate now, so a bad request is a 422 and not a failed run (in a thread when
@@ -173,6 +176,7 @@ class RunService(RunReads):
             else task.prepare_params(params, self.settings)
         )
         lock = task.lock_name(prepared)
+        lock_id = owned_lock(owner, lock) if lock else None
         check_request_secrets(ask)
         callback = self._callback_target(ask)
         await check_request_urls(self.settings, code, task, params, ask.output, callback)
@@ -189,7 +193,7 @@ class RunService(RunReads):
         # A table that does not fit the records is found now, not after the fetch.
         await check_sql_output_async(output, task.record_spec(prepared))
         task_id = owned_task_id(owner, ask.task_id or uuid.uuid4().hex)
-        workflow_id = lock_workflow_id(lock) if lock else workflow_id_for(code, task_id)
+        workflow_id = lock_workflow_id(lock_id) if lock_id else workflow_id_for(code, task_id)
         if lock and ask.task_id:
             # A lock's workflow id outlives its executions: a repeat of a finished task id
             # is answered from the task store, never started again.
@@ -244,9 +248,23 @@ class RunService(RunReads):
             )
         except WorkflowAlreadyStartedError:
             await self._drop_secrets(secrets_key)
-            return await self._already_started(task_id, workflow_id, lock, callback_mode)
-        except BaseException:
-            await self._drop_secrets(secrets_key)
+            return await self._already_started(
+                task_id, workflow_id, lock, callback_mode, owner, sees_all
+            )
+        except BaseException as e:
+            # Only a start Temporal refused is known not to have made the run; after any
+            # other failure (the answer lost on its way back) the run may exist and read
+            # these secrets: the clean-up drops them once Temporal says it is not open.
+            if not_created(e):
+                await self._drop_secrets(secrets_key)
+            else:
+                log.warning(
+                    "run_start_unconfirmed",
+                    task_code=code,
+                    task_id=task_id,
+                    workflow_id=workflow_id,
+                    error=f"{type(e).__name__}: {e}",
+                )
             raise
         finally:
             otel_context.detach(otel_token)
@@ -329,18 +347,30 @@ class RunService(RunReads):
         return target.to_dict()
 
     async def _already_started(
-        self, task_id: str, workflow_id: str, lock: str | None, callback_mode: str
+        self,
+        task_id: str,
+        workflow_id: str,
+        lock: str | None,
+        callback_mode: str,
+        owner: str = DEFAULT_OWNER,
+        sees_all: bool = False,
     ) -> Started:
-        """A start that met a workflow of the same id: a lock held by another task is 409;
-        the same task while it runs is attached to; a finished one answers its result."""
+        """A start that met a workflow of the same id: a lock held by another task is 409
+        (naming the holder to its owner, an operator or an admin only); the same task
+        while it runs is attached to; a finished one answers its result."""
         handle = self.client.get_workflow_handle(workflow_id)
         if lock:
             holder = await self._holder(handle)
             if holder != task_id:
+                details: dict[str, Any] = {"workflow_name": lock}
+                running = "another task"
+                if holder is not None and (sees_all or owner_of(holder) == owner):
+                    details["running_task_id"] = holder
+                    running = f"task {holder}"
                 raise ArtemisError(
                     ErrorCode.EXECUTION_LOCKED,
-                    f"{lock} is already running (task {holder}); one execution at a time",
-                    details={"workflow_name": lock, "running_task_id": holder},
+                    f"{lock} is already running ({running}); one execution at a time",
+                    details=details,
                 ) from None
             return Started(handle, task_id, workflow_id, None, callback_mode)
         status = await self.status(task_id, handle=handle)
@@ -552,6 +582,7 @@ class RunService(RunReads):
                 summary=(req.task_code, what, f"task {task_id}", f"retry {carry.retry_attempt}"),
                 details=f"Retry {carry.retry_attempt} of task `{task_id}` (failed "
                 f"`{kept['error_code']}`), from page #{carry.next_seq}.",
+                owner=owner_of(task_id),  # the retried run stays its owner's
             )
         except WorkflowAlreadyStartedError:
             await self._restore(task_id, before)
@@ -660,6 +691,30 @@ def _run_attributes(
     if cron_run_id:
         pairs.append(SearchAttributePair(KEY_RUN_ID, cron_run_id))
     return TypedSearchAttributes(pairs)
+
+
+# Temporal's answers that refuse a start outright: the request was understood and
+# turned down, so no workflow was created (an already-started id has its own exception).
+_REFUSALS = frozenset(
+    {
+        RPCStatusCode.INVALID_ARGUMENT,
+        RPCStatusCode.NOT_FOUND,
+        RPCStatusCode.PERMISSION_DENIED,
+        RPCStatusCode.UNAUTHENTICATED,
+        RPCStatusCode.FAILED_PRECONDITION,
+        RPCStatusCode.OUT_OF_RANGE,
+        RPCStatusCode.UNIMPLEMENTED,
+    }
+)
+
+
+def not_created(e: BaseException) -> bool:
+    """Whether a failed start certainly made no run: Temporal refused it (a workflow of
+    the id exists, a bad request, no permission). A timeout, a lost connection or a
+    cancelled request may have started the run all the same."""
+    if isinstance(e, WorkflowAlreadyStartedError):
+        return True
+    return isinstance(e, RPCError) and e.status in _REFUSALS
 
 
 def _started_new(handle: WorkflowHandle) -> bool:

@@ -3,8 +3,9 @@ claimed note's details with a pooled cookie, write it once to ``tbl_source`` and
 to the sinks of ``output_defaults.crawl_notes`` (seed 004, SPEC §10).
 
 One run is one *execution* of its workflow name (the execution lock: workflow id
-``artemis/lock/{workflow_name}``, mirrored in ``tbl_crawl_execution``); its task id is
-the execution id that locks the candidates it claims.
+``artemis/lock/{workflow_name}``, a named token's ``artemis/lock/{owner}~{workflow_name}``,
+mirrored in ``tbl_crawl_execution`` under the same name); its task id is the execution id
+that locks the candidates it claims.
 
 - fetch: the search phase pages through the keywords (``max_pages`` per keyword),
   ``runs.fetch_concurrency`` of them at a time, each with its own checkpoint, and adds
@@ -41,6 +42,7 @@ from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.logsetup import get_logger
+from artemis.owners import owned_lock, owner_of
 from artemis.sinks import EmitContext, Sink
 from artemis.sources import Page, PageInfo, Source
 from artemis.tasks.base import TaskContext, TaskUnit
@@ -302,7 +304,11 @@ class CrawlNotes(TaskUnit):
         p = crawl.params
         cp = _search_checkpoint(checkpoint)
         wind_down = ctx.controls.wind_down
-        await crawl._db(crawl.claims.start_execution, p.workflow_name, crawl.execution, utcnow())
+        # the lock's name as the run's owner holds it: another owner's execution of the
+        # same workflow name is not this one's stale twin
+        assert p.workflow_name is not None  # its default is set when the params are read
+        lock = owned_lock(owner_of(ctx.task_id), p.workflow_name)
+        await crawl._db(crawl.claims.start_execution, lock, crawl.execution, utcnow())
         if cp["phase"] == "search":
             searches = [_KeywordSearch(crawl, kw) for kw in p.keywords]
             units = cp.get("units")

@@ -61,7 +61,8 @@ class CallbackMeta(_Body):
     override_host: str | None = None
     override_port: int | None = Field(None, ge=1, le=65535)
     auth_header: str | None = None
-    auth_token: str | None = None
+    # A run secret: bounded like a sink header's value (a longer one is no token).
+    auth_token: str | None = Field(None, max_length=4096)
 
 
 class RunMeta(BaseModel):

@@ -7,22 +7,37 @@ real processes with the input that shows it:
   public address for the API and to loopback when the worker connects is never fetched;
 - a request token equal to a task code is redacted in its own run's lines only;
 - client tokens see and control only their own runs, task ids are per owner, an
-  operator sees and controls all, the codec route is for admins.
+  operator sees and controls all, the codec route is for admins;
+- execution locks are per owner, a retried run stays its owner's;
+- a run's secrets stay while its workflow is open, though its task record expired or its
+  start's answer was lost, and a clean-up pass gets past a store that fails.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
+from temporalio.client import Client, Interceptor, OutboundInterceptor
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import ActivityEnvironment
 
+from activities.housekeeping import HousekeepingActivities
+from artemis.db import RunSecret, get_engine
+from artemis.run_models import CleanupInput
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
-from tests.conftest import new_task_id
+from artemis.taskstore import StorageUnavailable
+from artemis.taskstore.sql import AsyncTask, SqlTaskStorage
+from artemis.vault import CALLBACK_TOKEN, START_SEP, RunSecrets
+from starter.run_reads import KEY_OWNER
+from tests.conftest import new_task_id, serve_api
 from tests.dnsstub import DnsStub
 from tests.helpers import eventually, secret_keys
 
@@ -304,3 +319,163 @@ async def test_a_run_keeps_its_secrets_only_while_it_runs(stack):
         return secret_keys(stack, task_id) == []
 
     await eventually(gone, "the run's secrets to go with its end", timeout=30)
+
+
+def _crawl(workflow_name: str) -> dict[str, Any]:
+    return {
+        "meta": {"task_id": new_task_id()},
+        "params": {"platform": "sample", "keywords": ["k"], "workflow_name": workflow_name},
+    }
+
+
+async def test_execution_locks_are_per_owner(make_stack):
+    stack = await make_stack(worker=False, server={"api_tokens": ROLE_TOKENS})
+    name = f"w-{new_task_id()}"
+    opened: list[str] = []
+    try:
+        started = {}
+        for who in ("a", "b"):
+            resp = await stack.run(_crawl(name), "async", "crawl_notes", _auth(who))
+            assert resp.status_code == 202, (who, resp.text)  # B is not locked out by A
+            data = resp.json()["data"]
+            assert data["workflow_id"] == f"artemis/lock/{who}~{name}"
+            opened.append(data["workflow_id"])
+            started[who] = data["task_id"]
+        # a second start of one owner's lock is refused naming that owner's own holder
+        for who, other in (("a", "b"), ("b", "a")):
+            resp = await stack.run(_crawl(name), "async", "crawl_notes", _auth(who))
+            assert resp.status_code == 409, resp.text
+            err = resp.json()["error"]
+            assert err["code"] == "EXECUTION_LOCKED" and started[who] in err["message"]
+            assert started[other] not in resp.text
+    finally:
+        for wf in opened:
+            await stack.client.get_workflow_handle(wf).terminate("test")
+
+
+async def test_a_retried_run_stays_its_owners(make_stack):
+    stack = await make_stack(
+        server={"api_tokens": ROLE_TOKENS},
+        runs={"retry_max_interval_s": 1.0, "outage_tolerance_s": 1},
+    )
+    await stack.fault("sink", status=503, for_s=3600)
+    try:
+        resp = await stack.run(
+            {"meta": {"task_id": new_task_id()}, "params": {"symbols": ["RTO"]}},
+            headers=_auth("a"),
+        )
+    finally:
+        await stack.fault("sink")
+    data = resp.json()["data"]
+    assert data["status"] == "failed" and data["error"]["code"] == "SINK_UNAVAILABLE", data
+    task_id = data["task_id"]
+    retried = await stack.http.post(f"/tasks/{task_id}/retry", json={}, headers=_auth("a"))
+    assert retried.status_code == 202, retried.text
+    handle = stack.client.get_workflow_handle(retried.json()["data"]["workflow_id"])
+    desc = await handle.describe()
+    assert desc.run_id == retried.json()["data"]["run_id"]  # the retry's own execution
+    assert desc.typed_search_attributes.get(KEY_OWNER) == "a"
+    done = await stack.wait_status(task_id, timeout=90, headers=_auth("a"))
+    assert done["status"] == "completed", done
+
+
+async def test_the_clean_up_keeps_the_secrets_of_open_runs_and_gets_past_a_failing_store(
+    make_stack, monkeypatch
+):
+    """A run quiet for longer than the task store's ttl has no record; its workflow is
+    still open, so its secrets stay. A closed run's and a start's that never became a run
+    go. A key whose run the store cannot tell is kept, and the pass goes on."""
+    stack = await make_stack(worker=False)  # nobody picks the runs up: they stay open
+    ids: dict[str, str] = {}
+    workflows: dict[str, str] = {}
+    for name in ("open", "closed", "flaky"):
+        ids[name], _, body = stack.callback_run(
+            [name.upper()], callback={"auth_token": f"{name}-run-token-0123456789"}
+        )
+        resp = await stack.run(body, mode="async")
+        assert resp.status_code == 202, resp.text
+        workflows[name] = resp.json()["data"]["workflow_id"]
+    await stack.client.get_workflow_handle(workflows["closed"]).terminate("test")
+    never = new_task_id()  # a start that never became a run
+    RunSecrets(stack.settings.database.url, stack.settings.vault.master_key_file).put_many(
+        f"pull_stock_quotes/{never}{START_SEP}0123456789abcdef",
+        {CALLBACK_TOKEN: "never-run-token-0123456789"},
+    )
+    store = SqlTaskStorage(stack.settings.database.url)
+
+    def recorded() -> bool:
+        return all(store.load(task_id) is not None for task_id in ids.values())
+
+    await eventually(recorded, "the pending records", timeout=10)
+    # a day later: their records have expired, their secrets are past the orphan age
+    now = datetime.now(UTC)
+    mine = [*ids.values(), never]
+    engine = get_engine(stack.settings.database.url)
+    with engine.begin() as conn:
+        conn.execute(
+            update(AsyncTask.__table__)  # type: ignore[attr-defined]
+            .where(AsyncTask.__table__.c.task_id.in_(mine))  # type: ignore[attr-defined]
+            .values(expires_at=now - timedelta(seconds=1))
+        )
+        for task_id in mine:
+            conn.execute(
+                update(RunSecret.__table__)  # type: ignore[attr-defined]
+                .where(RunSecret.__table__.c.run_key.like(f"pull_stock_quotes/{task_id}@%"))  # type: ignore[attr-defined]
+                .values(created_at=now - timedelta(hours=2))
+            )
+    assert all(store.load(task_id) is None for task_id in mine)
+    housekeeping = HousekeepingActivities(stack.settings)
+    real_load = housekeeping.task_store.load
+
+    def failing_load(task_id: str) -> Any:
+        if task_id == ids["flaky"]:
+            raise StorageUnavailable("the database is unreachable")
+        return real_load(task_id)
+
+    monkeypatch.setattr(housekeeping.task_store, "load", failing_load)
+    try:
+        result = await ActivityEnvironment(client=stack.client).run(
+            housekeeping.cleanup_old_tasks, CleanupInput(hours=24)
+        )
+        assert result is not None  # the pass ended, past the store's failure
+        assert len(secret_keys(stack, ids["open"])) == 1  # its workflow is open
+        assert len(secret_keys(stack, ids["flaky"])) == 1  # not known: kept for next time
+        assert secret_keys(stack, ids["closed"]) == []
+        assert secret_keys(stack, never) == []
+    finally:
+        for name in ("open", "flaky"):
+            await stack.client.get_workflow_handle(workflows[name]).terminate("test")
+
+
+class _LoseStartAnswer(Interceptor):
+    """Temporal starts the workflow; the answer never reaches the API (a timeout)."""
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        class Lose(OutboundInterceptor):
+            async def start_workflow(self, input: Any) -> Any:
+                await super().start_workflow(input)
+                raise RPCError("deadline exceeded", RPCStatusCode.DEADLINE_EXCEEDED, b"")
+
+        return Lose(next)
+
+
+async def test_a_start_whose_answer_was_lost_keeps_its_secrets_for_its_run(make_stack):
+    stack = await make_stack()
+    lossy = Client(**{**stack.client.config(), "interceptors": [_LoseStartAnswer()]})
+    server, serving, url = await serve_api(stack.settings, lossy)
+    try:
+        task_id, run_id, body = stack.callback_run(
+            ["LST"], callback={"auth_token": "lost-answer-token-0123456789"}
+        )
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            resp = await http.post(
+                "/tasks/pull_stock_quotes/run", params={"mode": "async"}, json=body
+            )
+        assert resp.status_code >= 500, resp.text  # the API cannot say it started
+    finally:
+        server.should_exit = True
+        await serving
+    # the run was made all the same, and it calls back with the token it was sent with
+    done = await stack.wait_status(task_id, timeout=90)
+    assert done["status"] == "completed", done
+    assert {c["token"] for c in await stack.finals(run_id)} == {"lost-answer-token-0123456789"}

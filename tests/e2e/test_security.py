@@ -254,6 +254,10 @@ async def test_bad_ids_urls_and_sizes_are_422_naming_the_field(stack):
     # run_id becomes a path segment of the CronJob's URLs
     resp = await run({"meta": {"run_id": "../../admin?x=", "callback": cb}, "params": {}})
     assert resp.status_code == 422 and "meta.run_id" in resp.text, resp.text
+    # a callback token is a run secret of bounded size
+    long_token = {**cb, "auth_token": "t" * 4097}
+    resp = await run({"meta": {"run_id": "r-long", "callback": long_token}, "params": {}})
+    assert resp.status_code == 422 and "meta.callback.auth_token" in resp.text, resp.text
     # malformed URLs: 422, never 500
     for url in ("http://[::1", "http://127.0.0.1:99999/x"):
         resp = await run({"meta": {"run_id": "r1", "callback": {"base_url": url}}, "params": {}})

@@ -129,3 +129,21 @@ def test_callbacks_have_their_own_allow_list(tmp_path):
     assert s.callback_hosts() == ["cron.example:8443"]  # the CronJob's origin only
     # nothing set: the callback hosts are the security list
     assert load_settings(None).callback_hosts() == SecuritySettings().allowed_hosts
+
+
+@pytest.mark.parametrize(
+    "value", ["dns.example:53", "localhost:53", "127.0.0.1", "127.0.0.1:0", "::1:53", "[x]:53"]
+)
+def test_the_dns_server_is_an_ip_address_and_port(tmp_path, value):
+    # a host name would itself need resolving, by a resolver the setting is meant to replace
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"security:\n  dns_server: {value!r}\n")
+    with pytest.raises(ArtemisError) as e:
+        load_settings(cfg)
+    assert e.value.code is ErrorCode.CONFIG_ERROR
+    assert "security.dns_server" in e.value.message and "IP address" in e.value.message
+
+
+def test_a_dns_server_may_be_ipv4_or_bracketed_ipv6():
+    assert SecuritySettings(dns_server="10.0.0.53:53").dns_server == "10.0.0.53:53"
+    assert SecuritySettings(dns_server="[2001:db8::1]:5353").dns_server == "[2001:db8::1]:5353"

@@ -177,6 +177,7 @@ async def _run(
         state["trace"],
         state["request_id"],
         owner=principal(request).name,
+        sees_all=principal(request).sees_all,
     )
     accepted = {
         "task_code": code,
