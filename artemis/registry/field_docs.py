@@ -44,12 +44,16 @@ COMMON = {
 
 FIELDS: dict[str, dict[str, str]] = {
     "provenance": {
-        "provenance_code": "the provenance's code: `literature_harvest -p provenance=CODE`",
+        "provenance_code": "the provenance's code: `source_harvest -p provenance=CODE` "
+        "(a paper family: `literature_harvest`); its default table and folder name",
         "provenance_name": "a display name (default: the code)",
         "base_url_default": "the base URL requests go to (`http_cfg.base_url_override` wins)",
-        "timezone_default": "the source's time zone" + NOT_READ,
+        "timezone_default": "the source's IANA time zone (default `UTC`): a run's days "
+        "start at its midnight, calendar windows align to it, `ISO` window parameters are "
+        "written in it",
         "docs_url": "where the source's API is documented",
-        "lifecycle_status_code": "e.g. `ACTIVE`" + NOT_READ,
+        "lifecycle_status_code": "`ACTIVE` (default) runs; any other status (`PAUSED`, "
+        "`RETIRED`…) is refused when a run starts, naming it",
         "record_model": "short for one `record_model` row from 1970 on: `{key: [id], "
         "fields: {id: int, name: str, price: float | None}}`",
     },
@@ -116,13 +120,17 @@ FIELDS: dict[str, dict[str, str]] = {
         "window_size_unit_code": "unit of `window_size_value`",
         "overlap_value": "an update starts this far before the watermark",
         "overlap_unit_code": "unit of `overlap_value`",
-        "lookback_value": "how far back a first update looks" + NOT_READ,
-        "lookback_unit_code": "unit of `lookback_value`" + NOT_READ,
+        "lookback_value": "how far back the first update of a query looks when it has no "
+        "`start` (without it, that run needs `start`)",
+        "lookback_unit_code": "unit of `lookback_value`",
         "watermark_lag_seconds": "an update ends this long before now (records the source "
         "has not indexed yet)",
-        "offset_type_code": "`DATE`, `ID` or `COMPOSITE`" + NOT_READ,
+        "offset_type_code": "what an update's pointer is: `DATE` (default; an instant: the "
+        "window's end, or the largest `watermark_field_name`), `ID` (the largest id), "
+        "`COMPOSITE` (the largest timestamp, ties broken by id)",
         "default_date_field_name": "the source's date field a window filters on (PubMed "
-        "`EDAT`, Crossref `index-date`)",
+        "`EDAT`, Crossref `index-date`); for a source of no paper family, the record field "
+        "a DATE or COMPOSITE pointer is read from when `watermark_field_name` is not set",
         "window_start_param_name": "where a window's first instant is sent, e.g. "
         "`updated_since` (sources of no paper family; without it a run asks no window)",
         "window_end_param_name": "where a window's end is sent (exclusive; leave out when "
@@ -132,7 +140,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "`timezone_default`), `EPOCH` or `EPOCH_MS`",
         "watermark_field_name": "the record field an `update` keeps its pointer from: the "
         "largest value among the run's records (DATE, COMPOSITE: a timestamp; ID: an id); "
-        "without it the pointer is the window's end",
+        "without it (and without `default_date_field_name`) the pointer is the window's end",
         "watermark_id_field_name": "COMPOSITE: the record's id field, which orders records "
         "of the same timestamp",
         "watermark_id_param_name": "ID: the parameter the pointer (minus `overlap_value` "

@@ -59,6 +59,7 @@ from artemis.registry.request_modes import (
     pagination_problems,
 )
 from artemis.registry.secret_env import refused_secret_env
+from artemis.registry.windows import check_time_format, zone
 from artemis.sinks.records import RecordModelDecl, did_you_mean
 
 # Columns the import sets (ids, audit times, sealed secrets): never read from a file.
@@ -223,6 +224,19 @@ def _record_model_ok(self: Any) -> Any:
     return self
 
 
+def _time_format_ok(value: str | None) -> str | None:
+    return check_time_format(value)
+
+
+def _zone_ok(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            zone(value)
+        except ArtemisError as e:
+            raise ValueError(e.message.removeprefix(f"timezone_default {value!r} ")) from None
+    return value
+
+
 @cache
 def row_model(dim: str) -> type[BaseModel]:
     """One row of a dimension section as the file writes it."""
@@ -253,6 +267,8 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["modes"] = model_validator(mode="after")(_problems_ok(batching_problems))
     if dim == "record_model":
         validators["record_model"] = model_validator(mode="after")(_record_model_ok)
+    if dim == "window_offset_cfg":
+        validators["time_format"] = field_validator("window_time_format")(_time_format_ok)
     return create_model(  # type: ignore[call-overload, no-any-return]
         f"{table.__name__}Row",
         __config__=_STRICT,
@@ -283,6 +299,7 @@ def file_model() -> type[BaseModel]:
     provenance = create_model(
         "ProvenanceSection",
         __config__=_STRICT,
+        __validators__={"zone": field_validator("timezone_default")(_zone_ok)},
         __doc__=field_docs.SECTIONS["provenance"],
         **prov_fields,
     )

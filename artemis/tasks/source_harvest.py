@@ -27,7 +27,7 @@ from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
-from artemis.registry.client import ContractClient
+from artemis.registry.client import ContractClient, require_credentials
 from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.rest_source import rest_source
 from artemis.registry.watermark import (
@@ -199,7 +199,7 @@ class SourceHarvest(TaskUnit):
             )
         self.check_provenance(contract)
         self.record_spec(SourceParams(provenance=code, contract=contract.to_dict()))
-        _require_credentials(contract)
+        require_credentials(contract)
         if params.task_type == "backfill" and (params.start is None or params.end is None):
             raise ArtemisError(
                 ErrorCode.INVALID_INPUT, "params.start and params.end: a backfill needs both"
@@ -450,13 +450,3 @@ class SourceHarvest(TaskUnit):
             return
         with get_engine(ctx.settings.database.url).begin() as conn:
             drop_seen(conn, (p.contract or {})["provenance"]["id"], ctx.task_id)
-
-
-def _require_credentials(contract: Contract) -> None:
-    """An endpoint that needs auth and a contract with no usable credential: refused
-    when the run starts (``endpoint_def.is_auth_required``)."""
-    from artemis.registry import client
-
-    check = getattr(client, "require_credentials", None)
-    if check is not None:
-        check(contract)

@@ -141,7 +141,11 @@ async def test_the_readme_walkthrough_runs_as_written(
     # the source's own end marker ended paging: page 6 (a 404) was never asked for
     async with httpx.AsyncClient() as http:
         calls = (await http.get(f"{samples.url}/_catalog/calls")).json()
-    assert sorted(int(c["params"]["page"]) for c in calls) == [1, 2, 3, 4, 5]
+    pages = [c for c in calls if c["path"] == "/catalog/products"]
+    assert sorted(int(c["params"]["page"]) for c in pages) == [1, 2, 3, 4, 5]
+    # the stock list's own end marker (has_more false at offset 30) ended its paging
+    offsets = [c for c in calls if c["path"] == "/catalog/stock"]
+    assert sorted(int(c["params"]["offset"]) for c in offsets) == [0, 10, 20, 30]
 
 
 async def the_shown_api_answers_as_shown(section: str, curl_block: str, samples_url: str) -> None:

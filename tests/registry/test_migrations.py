@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from alembic import command
 import json
 
+from alembic import command
 from sqlalchemy import inspect, text
 
 from artemis.migrate import alembic_config
