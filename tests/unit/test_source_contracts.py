@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse, Response
 
 from artemis.config import load_settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.registry.client import ContractClient
 from artemis.literature.pubmed import PubMedSource
+from artemis.registry.client import ContractClient
 from artemis.registry.resolve import Contract
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
