@@ -1,12 +1,9 @@
-"""The frozen registry contract as requests: its pagination cfg as a paginator, the API
-family of its SEARCH endpoint, and the request plumbing (base URL, headers, timeouts,
-proxy and TLS, rate limits, credentials, retry classes) every registry source shares.
-Transport and credentials are ``artemis.registry.auth``'s (``Credentials`` and
-``require_credentials`` are named here too).
-
-Crossref has no module of its own: the generic REST source over this client and the
-registry's settings serves it (its ``$.DOI`` key and ``normalize_crossref`` are in
-``generic``, its date filter in ``planning``).
+"""The frozen registry contract as requests: its pagination cfg as a paginator, and the
+request plumbing (base URL, headers, timeouts, proxy and TLS, rate limits, credentials,
+retry classes) every registry source shares. Transport and credentials are
+``artemis.registry.auth``'s (``Credentials`` and ``require_credentials`` are named here
+too). What shape a provenance's records have is declared in its registry entry
+(``record_model``), never read from its paths.
 """
 
 from __future__ import annotations
@@ -126,17 +123,6 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
         ErrorCode.CONFIG_ERROR,
         f"pagination_mode_code {mode!r} is not one of {', '.join(PAGINATION_MODES)}",
     )
-
-
-def api_family(contract: Contract) -> str:
-    """Which API a provenance speaks, from its SEARCH endpoint: ``eutils`` (esearch +
-    efetch), ``crossref`` (/works) or ``generic`` JSON."""
-    path = (contract.endpoints.get("SEARCH") or contract.endpoint or {}).get("path_template") or ""
-    if "esearch" in path:
-        return "eutils"
-    if path.rstrip("/").endswith("/works"):
-        return "crossref"
-    return "generic"
 
 
 class ContractClient:

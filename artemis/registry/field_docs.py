@@ -2,13 +2,11 @@
 (``file_models.py``), so ``artemis registry schema``, its JSON Schema and the README's field
 reference say the same thing. A column with no entry here fails the test suite.
 
-``NOT_READ`` marks columns of the seed's tables that are stored and exported but that no
-part of Artemis reads yet.
+Every column acts: a field Artemis cannot honour is refused at import with the reason,
+never stored to do nothing.
 """
 
 from __future__ import annotations
-
-NOT_READ = " (stored; not read by Artemis yet)"
 
 SECTIONS = {
     "provenance": "the source itself (`reg_provenance`); one per file",

@@ -245,6 +245,20 @@ def test_every_field_of_the_file_is_described():
     for model in models:
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description (field_docs)"
+            # every column acts: none is stored to do nothing
+            assert "not read" not in field.description, f"{model.__name__}.{name}"
+
+
+def test_every_column_of_the_seeds_tables_is_in_the_file():
+    # A column the file cannot set would be stored to do nothing (or never set at all).
+    from artemis.registry.file_models import HIDDEN, PROVENANCE_COLUMNS, row_model
+    from artemis.registry.models import DIMENSIONS, RegProvenance
+
+    for dim, table in DIMENSIONS.items():
+        columns = set(table.model_fields) - HIDDEN - {"dimension", "identity"}
+        assert columns <= set(row_model(dim).model_fields), dim
+    own = set(RegProvenance.model_fields) - {"id", "created_at", "updated_at"}
+    assert own == set(PROVENANCE_COLUMNS)
 
 
 def test_registry_schema_prints_the_reference_and_the_json_schema():
