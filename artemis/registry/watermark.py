@@ -4,7 +4,7 @@ advanced only when the run completes (never backwards)."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -95,9 +95,10 @@ def pointer_field(win: dict[str, Any]) -> str | None:
     return None
 
 
-def pointer_of(record: dict[str, Any], win: dict[str, Any]) -> Any:
+def pointer_of(record: dict[str, Any], win: dict[str, Any], tz: tzinfo = UTC) -> Any:
     """A record's pointer value: its ``watermark_field_name`` (DATE: an instant, ID: an
-    id), or ``[instant, id]`` (COMPOSITE); None when the record lacks it."""
+    id), or ``[instant, id]`` (COMPOSITE); None when the record lacks it. ``tz``: the
+    source's zone, which a timestamp written without an offset is in."""
     kind = win.get("offset_type_code") or "DATE"
     field = pointer_field(win)
     value = record.get(field) if field else None
@@ -105,7 +106,7 @@ def pointer_of(record: dict[str, Any], win: dict[str, Any]) -> Any:
         return None
     if kind == "ID":
         return _id(value, field)
-    instant = _instant(value, field)
+    instant = _instant(value, field, tz)
     if kind == "COMPOSITE":
         id_field = win.get("watermark_id_field_name")
         ident = record.get(id_field) if id_field else None
@@ -122,23 +123,32 @@ def _id(value: Any, field: str | None) -> int | str:
     return value
 
 
-def _instant(value: Any, field: str | None) -> str:
+def _instant(value: Any, field: str | None, tz: tzinfo = UTC) -> str:
     try:
-        return as_utc(str(value)).isoformat()
-    except ArtemisError:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
         raise ArtemisError(
             ErrorCode.SOURCE_CONTRACT,
             f"record field {field!r} holds {str(value)[:60]!r}: a DATE pointer reads an "
             "ISO 8601 timestamp",
         ) from None
+    if parsed.tzinfo is None:
+        # A source that writes its times without an offset writes its own wall clock (the
+        # zone its window parameters are written in): read as UTC, a zone east of UTC
+        # would put the pointer ahead of the records and the next update would skip some.
+        parsed = parsed.replace(tzinfo=tz)
+    return parsed.astimezone(UTC).isoformat()
 
 
 def _order(value: Any) -> tuple[Any, ...]:
-    """Pointer values in order: instants by time, ids numerically before strings."""
+    """Pointer values in order: instants by time, ids numerically (an id written as a
+    string of digits too: "100" after "99") before other strings."""
     if isinstance(value, list):
         return (_order(value[0]), _order(value[1]) if value[1] is not None else ())
     if isinstance(value, int):
         return (0, value, "")
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return (0, int(value), "")
     if isinstance(value, str) and value[:4].isdigit() and "T" in value:
         return (1, as_utc(value).timestamp(), "")
     return (2, 0, str(value))

@@ -316,10 +316,11 @@ class SourceHarvest(TaskUnit):
         if win is None or not records:
             return
         p: SourceParams = ctx.params  # type: ignore[assignment]
-        top = largest([pointer_of(r, win) for r in records if isinstance(r, dict)])
+        contract = p.contract or {}
+        tz = source_zone(contract)
+        top = largest([pointer_of(r, win, tz) for r in records if isinstance(r, dict)])
         if top is None:
             return
-        contract = p.contract or {}
         with get_engine(ctx.settings.database.url).begin() as conn:
             note_seen(conn, contract["provenance"]["id"], ctx.task_id, p.query or "", top)
 
@@ -348,8 +349,13 @@ class SourceHarvest(TaskUnit):
         ident = p.pointer[1] if isinstance(p.pointer, list) else p.pointer
         if ident is None:
             return {}
-        if isinstance(ident, int) and win.get("offset_type_code") == "ID":
-            ident = max(0, ident - int(win.get("overlap_value") or 0))
+        if win.get("offset_type_code") == "ID":
+            overlap = int(win.get("overlap_value") or 0)
+            if isinstance(ident, int):
+                ident = max(0, ident - overlap)
+            elif isinstance(ident, str) and ident.isascii() and ident.isdigit() and overlap:
+                # An id the source writes as a string of digits is still a number.
+                ident = str(max(0, int(ident) - overlap))
         return {name: ident}
 
     def completeness_tolerance(self, ctx: TaskContext) -> float:
@@ -428,9 +434,17 @@ class SourceHarvest(TaskUnit):
                 advance_pointer(conn, pid, "update", p.query or "", p.window_end, None, ctx.task_id)
                 return {**stats, "watermark": as_utc(p.window_end).isoformat()}
             seen = take_seen(conn, pid, ctx.task_id, p.query or "")
-            if seen is None:
-                return {**stats, "watermark": None}  # no record: the pointer stays
             kind = win.get("offset_type_code") or "DATE"
+            if seen is None:
+                # No record: the pointer stays. A first update (no pointer yet) keeps where
+                # its window started, so the next one asks from there: asked from its own
+                # lookback instead, it would skip what changed between the two runs.
+                first = read_pointer(conn, pid, "update", p.query or "")[0] is None
+                if first and kind != "ID" and p.window_start is not None:
+                    advance_pointer(
+                        conn, pid, "update", p.query or "", p.window_start, None, ctx.task_id
+                    )
+                return {**stats, "watermark": None}
             instant = as_utc(seen[0] if kind == "COMPOSITE" else seen) if kind != "ID" else None
             advance_pointer(
                 conn,
