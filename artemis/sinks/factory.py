@@ -179,7 +179,7 @@ def resolve_output(
         if request:
             check_request_output(request)
         if place is not None:
-            spec = _placed(spec, place, record)
+            spec = _placed(spec, place, record, None if request is None else defaults)
         check_sinks(spec, record)
     except ArtemisError as e:
         message = e.message.replace("output_defaults.<code>", where)
@@ -198,23 +198,42 @@ def table_name_for(place: str) -> str:
     return name if name[:1].isalpha() or name[:1] == "_" else f"t_{name}"
 
 
-def _placed(spec: dict[str, Any], place: str, record: RecordSpec | None) -> dict[str, Any]:
-    """``spec`` with the place's own table and folder; a sink that types records by a
-    model (sql, Parquet) without one is refused naming the place's missing model."""
+def _typed_sink(spec: dict[str, Any]) -> str | None:
+    """The sink of ``spec`` that types records by a model (sql, Parquet files), or None."""
     names = spec.get("sinks") or []
     names = [names] if isinstance(names, str) else list(names)
+    files = spec.get("files") if isinstance(spec.get("files"), dict) else None
+    if "sql" in names:
+        return "sql"
+    if "files" in names and files is not None and files.get("format") == "parquet":
+        return "files (parquet)"
+    return None
+
+
+def _placed(
+    spec: dict[str, Any],
+    place: str,
+    record: RecordSpec | None,
+    configured: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``spec`` with the place's own table and folder; a sink that types records by a
+    model (sql, Parquet) without one is refused naming the place's missing model.
+
+    ``configured``: the configuration alone, when a request's output was merged into
+    ``spec``: a typed sink only the request picked is the request's to change
+    (INVALID_INPUT naming what it set), not the operator's."""
     out = dict(spec)
     files = spec.get("files") if isinstance(spec.get("files"), dict) else None
-    typed = "sql" in names or (
-        "files" in names and files is not None and files.get("format") == "parquet"
-    )
-    if typed and record is None:
-        sink = "sql" if "sql" in names else "files (parquet)"
-        raise ArtemisError(
-            ErrorCode.CONFIG_ERROR,
+    sink = _typed_sink(spec)
+    if sink is not None and record is None:
+        why = (
             f"provenance {place!r} declares no record model (its registry record_model "
-            f"fields_json and key_json), and the {sink} sink types records by one",
+            f"fields_json and key_json), and the {sink} sink types records by one"
         )
+        if configured is not None and _typed_sink(configured) is None:
+            field = "output.sinks" if sink == "sql" else "output.files.format"
+            raise ArtemisError(ErrorCode.INVALID_INPUT, f"{field}: {why}")
+        raise ArtemisError(ErrorCode.CONFIG_ERROR, why)
     sql = spec.get("sql")
     if isinstance(sql, dict):
         if sql.get("table"):

@@ -1013,6 +1013,8 @@ async def test_each_provenance_lands_in_its_own_table_and_folder(
     a = await run_ok(stack, provenance=plain)
     b = await run_ok(stack, provenance=mapped)
     assert a["stats"]["sinks"] == b["stats"]["sinks"] == {"sql": 3, "files": 3}
+    # each run asked the source for its two pages
+    assert [r["params"].get("page") for r in gh.requests()] == [None, "2"] * 2
     with sa.create_engine(lake_url).connect() as conn:
         tables = set(sa.inspect(conn).get_table_names())
     assert {f"GH_issues_{gh.ns}", f"mapped_{gh.ns}"} <= tables
@@ -1057,6 +1059,40 @@ async def test_a_provenance_without_a_record_model_is_refused_by_typed_sinks_onl
     (written,) = (tmp_path / code / data["task_id"]).glob("*.jsonl")
     record = json.loads(written.read_text().splitlines()[0])
     assert record["id"] == 1 and record["user"] == {"login": "octocat", "id": 1}
+
+
+async def test_a_request_picking_a_typed_sink_for_a_provenance_without_a_model_is_its_error(
+    make_stack, gh, tmp_path
+):
+    """The configuration alone is fine (JSON lines, an sql section not in use): the
+    request's own pick is refused as the request's, naming what it set."""
+    code = f"gh-untyped-ask-{gh.ns}"
+    doc = issues_doc(code, gh.base)
+    del doc["provenance"]["record_model"]
+    stack = await make_stack(
+        output_defaults={
+            "source_harvest": {
+                "sinks": ["files"],
+                "files": {"url": str(tmp_path / "files")},
+                "sql": {"url": f"sqlite:///{tmp_path / 'lake.db'}"},
+            }
+        }
+    )
+    import_doc(stack, doc)
+    for output, field in (
+        ({"files": {"format": "parquet"}}, "output.files.format"),
+        ({"sinks": ["sql"]}, "output.sinks"),
+    ):
+        resp = await stack.run(
+            {"meta": {"task_id": new_task_id()}, "params": {"provenance": code}, "output": output},
+            code="source_harvest",
+        )
+        assert resp.status_code == 422, resp.text
+        error = resp.json()["error"]
+        assert error["code"] == "INVALID_INPUT" and error["message"].startswith(field), error
+        assert "declares no record model" in error["message"]
+    assert gh.requests() == []
+    assert not (tmp_path / "lake.db").exists()
 
 
 async def test_one_sql_table_for_every_provenance_is_refused_pointing_to_sql_tables(
@@ -1109,7 +1145,8 @@ async def test_an_existing_table_of_another_shape_is_refused_at_start_naming_the
 async def test_a_model_grown_by_a_nullable_field_adds_its_column_and_fills_it(
     make_stack, gh, lake_url, tmp_path
 ):
-    code = f"gh_grown_{gh.ns}"
+    # a code that is not an identifier as it is: its table is quoted in every statement
+    code, table = f"GH-grown.{gh.ns}", f"GH_grown_{gh.ns}"
     stack = await lake_stack(make_stack, lake_url, tmp_path)
     small = issues_doc(code, gh.base)
     small["provenance"]["record_model"] = {
@@ -1119,8 +1156,8 @@ async def test_a_model_grown_by_a_nullable_field_adds_its_column_and_fills_it(
     import_doc(stack, small)
     gh.issues.extend(issue(n, n, f"2025-03-01T1{n}:00:00Z", state="closed") for n in (1, 2))
     first = await run_ok(stack, provenance=code)
-    assert set(columns(lake_url, code)) >= {"id", "number", "title"}
-    assert "state" not in columns(lake_url, code)
+    assert set(columns(lake_url, table)) >= {"id", "number", "title"}
+    assert "state" not in columns(lake_url, table)
 
     grown = issues_doc(code, gh.base)
     grown["provenance"]["record_model"] = {
@@ -1130,14 +1167,16 @@ async def test_a_model_grown_by_a_nullable_field_adds_its_column_and_fills_it(
     import_doc(stack, grown)
     gh.issues.append(issue(3, 3, "2025-03-01T13:00:00Z"))
     second = await run_ok(stack, provenance=code)
-    assert "state" in columns(lake_url, code)
-    got = rows(lake_url, code)
+    assert "state" in columns(lake_url, table)
+    got = rows(lake_url, table)
     assert [(r["id"], r["state"], r["_artemis_task_id"]) for r in got] == [
         (1, "closed", second["task_id"]),
         (2, "closed", second["task_id"]),
         (3, "open", second["task_id"]),
     ]
     assert first["stats"]["sinks"]["sql"] == 2 and second["stats"]["sinks"]["sql"] == 3
+    # the second run asked the source once its table fitted: both of its pages
+    assert [r["params"].get("page") for r in gh.requests()] == [None, None, "2"]
 
 
 @pytest.mark.parametrize(
@@ -1152,7 +1191,7 @@ async def test_a_model_grown_by_a_nullable_field_adds_its_column_and_fills_it(
 async def test_a_model_that_no_longer_fits_its_table_is_refused_at_start_naming_the_column(
     make_stack, gh, lake_url, tmp_path, change, column
 ):
-    code = f"gh_changed_{gh.ns}"
+    code, table = f"GH-changed.{gh.ns}", f"GH_changed_{gh.ns}"
     stack = await lake_stack(make_stack, lake_url, tmp_path)
     import_doc(stack, issues_doc(code, gh.base))
     gh.issues.extend(issue(n, n, f"2025-03-01T1{n}:00:00Z") for n in (1, 2))
@@ -1167,4 +1206,4 @@ async def test_a_model_that_no_longer_fits_its_table_is_refused_at_start_naming_
     assert error["code"] == "CONFIG_ERROR" and error["retryable"] is False, resp.text
     assert repr(column) in error["message"] or f"({column};" in error["message"], error
     assert len(gh.requests()) == asked  # nothing fetched
-    assert len(rows(lake_url, code)) == 2
+    assert len(rows(lake_url, table)) == 2

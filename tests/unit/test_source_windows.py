@@ -481,3 +481,19 @@ def test_a_typed_sink_for_a_place_without_a_model_is_refused_naming_it(out, sink
 def test_json_lines_need_no_model():
     out = {"sinks": ["files", "log"], "files": {"url": "/l"}}
     assert _placed(out, "src", None)["files"] == {"url": "/l", "folder": "src"}
+
+
+def test_a_typed_sink_only_a_request_picked_is_the_requests_error():
+    configured = {"sinks": ["files"], "files": {"url": "/l"}, "sql": {"url": "sqlite://"}}
+    for merged, field in (
+        ({**configured, "files": {"url": "/l", "format": "parquet"}}, "output.files.format"),
+        ({**configured, "sinks": ["sql"]}, "output.sinks"),
+    ):
+        with pytest.raises(ArtemisError) as e:
+            _placed(merged, "src", None, configured)
+        assert e.value.code is ErrorCode.INVALID_INPUT and e.value.message.startswith(field)
+    # the configuration's own typed sink stays the operator's
+    typed = {"sinks": ["sql"], "sql": {"url": "sqlite://"}}
+    with pytest.raises(ArtemisError) as e:
+        _placed({**typed, "sinks": ["sql", "log"]}, "src", None, typed)
+    assert e.value.code is ErrorCode.CONFIG_ERROR
