@@ -1185,8 +1185,10 @@ async def test_a_model_grown_by_a_nullable_field_adds_its_column_and_fills_it(
         ({"fields": {**ISSUE_MODEL["fields"], "number": "str"}}, "number"),
         ({"key": ["number"]}, "number"),
         ({"fields": {**ISSUE_MODEL["fields"], "milestone": "int"}}, "milestone"),
+        # its column may not be null, and no record fills it any more
+        ({"fields": {k: v for k, v in ISSUE_MODEL["fields"].items() if k != "number"}}, "number"),
     ],
-    ids=["changed-type", "changed-key", "new-required-field"],
+    ids=["changed-type", "changed-key", "new-required-field", "dropped-required-field"],
 )
 async def test_a_model_that_no_longer_fits_its_table_is_refused_at_start_naming_the_column(
     make_stack, gh, lake_url, tmp_path, change, column
