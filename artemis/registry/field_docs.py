@@ -61,8 +61,10 @@ FIELDS: dict[str, dict[str, str]] = {
         "`literature_harvest`; leave out to declare fields",
         "key_json": "the fields that identify a record, e.g. `[id]` (the table's primary key)",
         "fields_json": "field name to type: `str`, `int`, `float`, `bool`, `date`, "
-        "`datetime`, `list[str]`, `dict` (a Parquet struct of what the records hold; JSON "
-        "in SQL), `json` (kept as JSON text), each `| None` when it may be null",
+        "`datetime`, `list[str]`, `list`, `dict` or `json` (JSON text in Parquet, JSON in "
+        "SQL), each `| None` when it may be null; or a mapping of sub-fields typed the "
+        "same way: a struct (a Parquet struct of those fields, JSON in SQL; null or absent "
+        "allowed)",
     },
     "endpoint_def": {
         "endpoint_name": "a name, unique within the provenance (a credential may name it)",

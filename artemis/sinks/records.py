@@ -70,9 +70,9 @@ def _kind(annotation: Any) -> str:
         return "date"
     if origin is list and get_args(base) in ((str,),):
         return "list_str"
-    if origin is dict:
+    if isinstance(base, type) and issubclass(base, BaseModel):
         return "struct"
-    if origin is list or base is Any:
+    if origin in (list, dict) or base is Any:
         return "json"
     raise TypeError(
         f"record models support str, int, float, bool, date, datetime, list, dict: {base!r}"
@@ -164,6 +164,11 @@ class RecordSpec:
                 problem = f"column {column!r}: {err.get('msg')} (got {got!r})"
             raise schema_error(f"{where}: record {index} {problem}") from None
         rows = [m.__dict__ for m in models]
+        for name in self._structs:
+            for row in rows:
+                value = row.get(name)
+                if isinstance(value, BaseModel):
+                    row[name] = value.model_dump()
         for name in self._datetimes:
             for row in rows:
                 value = row.get(name)
@@ -214,37 +219,67 @@ class RecordSpec:
                     "needs a table of its own (map the source to a new table, or migrate "
                     "this one)"
                 )
+            if col.nullable and not have.nullable and not have.primary_key:
+                raise schema_error(
+                    f"{where}: column {col.name!r} of table {table.name!r} is NOT NULL, the "
+                    "model lets it be null: allow nulls in the column (ALTER TABLE … DROP "
+                    "NOT NULL), or declare the field without '| None'"
+                )
         for name in LOAD_COLUMNS:
             if name not in table.columns:
                 raise schema_error(f"{where}: table {table.name!r} has no column {name!r}")
+        own = set(self.kinds) | set(LOAD_COLUMNS)
+        for have in table.columns:
+            if have.name in own or have.nullable or have.server_default is not None:
+                continue
+            # A field the model no longer has: every row written now would lack it.
+            raise schema_error(
+                f"{where}: table {table.name!r} has a NOT NULL column {have.name!r} the model "
+                "has no field for: declare the field again, allow nulls in the column, or "
+                "map the source to a new table"
+            )
         return missing
 
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return _arrow_schema(self.model)
+
     def arrow_table(self, rows: list[dict[str, Any]]) -> pa.Table:
-        """Rows (from ``rows``) as an Arrow table of the model's schema. A ``dict`` field is
-        a struct of the keys its values hold (inferred per file: a file's schema names the
-        keys of its own records); a ``json`` or ``list`` field is JSON text."""
-        columns, fields = [], []
-        for name, field in self.model.model_fields.items():
-            _, nullable = _base(field.annotation)
-            kind = self.kinds[name]
-            values = [r.get(name) for r in rows]
-            if kind == "json":
+        """Rows (from ``rows``) as an Arrow table of the model's schema: a declared struct
+        is a Parquet struct of its declared fields; a ``dict``, ``list`` or ``json`` field
+        is JSON text (its keys are the records', so no one schema holds them)."""
+        schema = self.arrow_schema
+        columns = []
+        for field in schema:
+            values = [r.get(field.name) for r in rows]
+            if self.kinds[field.name] == "json":
                 values = [None if v is None else jsonio.dumps(v).decode() for v in values]
             try:
-                if kind == "struct":
-                    array = pa.array(values)
-                    if array.type == pa.null():
-                        array = pa.array(values, type=pa.struct([]))
-                    elif not pa.types.is_struct(array.type):
-                        raise pa.ArrowInvalid(f"not objects: {array.type}")
-                else:
-                    array = pa.array(values, type=_ARROW[kind])
+                columns.append(pa.array(values, type=field.type))
             except (pa.ArrowException, OverflowError) as e:
-                hint = " (declare it `json` to keep it as JSON text)" if kind == "struct" else ""
-                raise schema_error(f"column {name!r}: {type(e).__name__}: {e}{hint}") from None
-            columns.append(array)
-            fields.append(pa.field(name, array.type, nullable=nullable))
-        return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+                raise schema_error(f"column {field.name!r}: {type(e).__name__}: {e}") from None
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    def sql_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A row as a SQL table takes it: a struct as JSON (its dates as ISO text)."""
+        for name in self._structs:
+            if row.get(name) is not None:
+                row[name] = jsonio.loads(jsonio.dumps(row[name]))
+        return row
+
+    @cached_property
+    def _structs(self) -> list[str]:
+        return [n for n, k in self.kinds.items() if k == "struct"]
+
+
+def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    fields = []
+    for name, field in model.model_fields.items():
+        base, nullable = _base(field.annotation)
+        kind = _kind(field.annotation)
+        typ = pa.struct(list(_arrow_schema(base))) if kind == "struct" else _ARROW[kind]
+        fields.append(pa.field(name, typ, nullable=nullable))
+    return pa.schema(fields)
 
 
 def schema_error(message: str) -> ArtemisError:
@@ -338,32 +373,19 @@ class RecordModelDecl(BaseModel):
         min_length=1,
         description="the fields that identify a record (the SQL table's primary key); never null",
     )
-    fields: dict[str, str] = Field(
+    fields: dict[str, str | dict[str, Any]] = Field(
         min_length=1,
         description="field name → type, in column order; types: "
         + ", ".join(FIELD_TYPES)
-        + ", each optionally '| None' (may be null or absent). A record keeps only these "
-        "fields",
+        + ", each optionally '| None' (may be null or absent), or a mapping of sub-fields "
+        "typed the same way (a struct: a Parquet struct, JSON in SQL; it may be null or "
+        "absent). A record keeps only these fields",
     )
 
     @field_validator("fields")
     @classmethod
-    def _fields_ok(cls, value: dict[str, str]) -> dict[str, str]:
-        out = {}
-        for name, text in value.items():
-            if not _FIELD_NAME.match(name):
-                raise ValueError(
-                    f"field {name!r}: a name starts with a letter and holds letters, digits, "
-                    "'_' or '-' (at most 63)"
-                )
-            if hasattr(BaseModel, name):
-                raise ValueError(f"field {name!r}: the name is taken by Pydantic's BaseModel")
-            try:
-                kind, nullable = parse_field_type(text)
-            except ValueError as e:
-                raise ValueError(f"field {name!r}: {e}") from None
-            out[name] = f"{kind} | None" if nullable else kind
-        return out
+    def _fields_ok(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _canonical_fields(value, "")
 
     @model_validator(mode="after")
     def _key_ok(self) -> RecordModelDecl:
@@ -372,11 +394,40 @@ class RecordModelDecl(BaseModel):
                 raise ValueError(
                     f"key {name!r} is not one of the fields{did_you_mean(name, list(self.fields))}"
                 )
-            if parse_field_type(self.fields[name])[1]:
+            text = self.fields[name]
+            if not isinstance(text, str):
+                raise ValueError(f"key {name!r} is a struct: a key is a plain field")
+            if parse_field_type(text)[1]:
                 raise ValueError(f"key {name!r} may not be null: declare it without '| None'")
         if len(set(self.key)) != len(self.key):
             raise ValueError(f"key {self.key} names a field twice")
         return self
+
+
+def _canonical_fields(value: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Declared fields checked and spelt one way (``float|None`` → ``float | None``); a
+    mapping is a struct's sub-fields."""
+    out: dict[str, Any] = {}
+    if not value:
+        raise ValueError(f"struct {prefix.rstrip('.')!r} declares no field")
+    for name, text in value.items():
+        where = f"{prefix}{name}"
+        if not _FIELD_NAME.match(name):
+            raise ValueError(
+                f"field {where!r}: a name starts with a letter and holds letters, digits, "
+                "'_' or '-' (at most 63)"
+            )
+        if hasattr(BaseModel, name):
+            raise ValueError(f"field {where!r}: the name is taken by Pydantic's BaseModel")
+        if isinstance(text, dict):
+            out[name] = _canonical_fields(text, f"{where}.")
+            continue
+        try:
+            kind, nullable = parse_field_type(text)
+        except ValueError as e:
+            raise ValueError(f"field {where!r}: {e}") from None
+        out[name] = f"{kind} | None" if nullable else kind
+    return out
 
 
 def declared_spec(decl: dict[str, Any], name: str) -> RecordSpec:
@@ -390,15 +441,22 @@ def declared_spec(decl: dict[str, Any], name: str) -> RecordSpec:
 @cache
 def _declared(decl_json: str, name: str) -> RecordSpec:
     decl = json.loads(decl_json)
+    return RecordSpec(_declared_model(decl["fields"], name), tuple(decl["key"]))
+
+
+def _declared_model(declared: dict[str, Any], name: str) -> type[BaseModel]:
     fields: dict[str, Any] = {}
-    for field, text in decl["fields"].items():
+    for field, text in declared.items():
+        if isinstance(text, dict):
+            struct = _declared_model(text, f"{name}_{field}")
+            fields[field] = (struct | None, None)
+            continue
         kind, nullable = parse_field_type(text)
         annotation = FIELD_TYPES[kind]
         fields[field] = (annotation | None, None) if nullable else (annotation, ...)
-    model = create_model(  # type: ignore[call-overload]
+    return create_model(  # type: ignore[call-overload, no-any-return]
         name, __config__=ConfigDict(protected_namespaces=()), **fields
     )
-    return RecordSpec(model, tuple(decl["key"]))
 
 
 def record_model_name(code: str) -> str:

@@ -192,7 +192,7 @@ class SqlSink(Sink):
         # concurrent pages lock rows in one order. The same key twice in a page is the
         # same record twice, or the page contradicts itself (an error, never a choice).
         by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for row in self.record.rows(records, where):
+        for row in map(self.record.sql_row, self.record.rows(records, where)):
             key = tuple(row[k] for k in self.key)
             if key in by_key and by_key[key] != row:
                 raise schema_error(

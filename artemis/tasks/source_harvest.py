@@ -255,9 +255,13 @@ class SourceHarvest(TaskUnit):
     def split(self, ctx: TaskContext, details: dict[str, Any]) -> list[dict[str, Any]] | None:
         """Halve the window whose hits exceed the result cap (down to single days)."""
         p: SourceParams = ctx.params  # type: ignore[assignment]
-        if p.start is None or p.end is None:
-            return None
-        pieces = halves(p.start, p.end)
+        first, last = p.start, p.end
+        if first is None or last is None:
+            # An update asks its window from the watermark: its days are the window's.
+            if p.window_start is None or p.window_end is None:
+                return None
+            first, last = p.window_start.date(), p.window_end.date()
+        pieces = halves(first, last)
         if pieces is None:
             return None
         return [child_params(p, a, b, ctx.task_id) for a, b in pieces]
@@ -340,11 +344,16 @@ class SourceHarvest(TaskUnit):
         return [rest_source(cc, p.query, window, p.page_size, parallel)]
 
     def _pointer_query(self, p: SourceParams) -> dict[str, Any]:
-        """An ID pointer (minus ``overlap_value`` ids when numeric) or a COMPOSITE
-        pointer's id, in ``watermark_id_param_name``."""
+        """An ID pointer (minus ``overlap_value`` ids when numeric) in
+        ``watermark_id_param_name``; a COMPOSITE pointer's id beside its instant, only
+        without an overlap: the pair is a keyset the source compares together
+        (``(timestamp, id)`` after the pointer's), and an instant moved back by the overlap
+        with the last id would leave out the earlier ids of the overlap."""
         win = (p.contract or {}).get("window_offset") or {}
         name = win.get("watermark_id_param_name")
         if p.pointer is None or not name:
+            return {}
+        if win.get("offset_type_code") == "COMPOSITE" and win.get("overlap_value"):
             return {}
         ident = p.pointer[1] if isinstance(p.pointer, list) else p.pointer
         if ident is None:
@@ -446,6 +455,12 @@ class SourceHarvest(TaskUnit):
                     )
                 return {**stats, "watermark": None}
             instant = as_utc(seen[0] if kind == "COMPOSITE" else seen) if kind != "ID" else None
+            if instant is not None and p.window_end is not None and instant > p.window_end:
+                # A record newer than now minus the lag (a source asked with a start only
+                # answers up to now): the pointer stops at the lag, so records the source
+                # shows late are still asked for next time.
+                instant = as_utc(p.window_end)
+                seen = [instant.isoformat(), None] if kind == "COMPOSITE" else instant.isoformat()
             advance_pointer(
                 conn,
                 pid,

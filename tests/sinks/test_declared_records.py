@@ -157,31 +157,65 @@ def test_a_record_model_edited_by_hand_into_nonsense_is_a_config_error():
     assert "provenance 'my-shop': record_model.fields" in e.value.message
 
 
-def test_a_dict_field_is_a_parquet_struct_and_a_json_field_json_text(tmp_path: Path):
-    spec = declared_spec(
-        {
-            "key": ["id"],
-            "fields": {"id": "int", "meta": "dict | None", "raw": "json | None"},
+def test_a_declared_struct_is_a_parquet_struct_and_a_dict_json_text(tmp_path: Path):
+    decl = {
+        "key": ["id"],
+        "fields": {
+            "id": "int",
+            "size": {"width": "int", "unit": "str | None", "measured": "datetime | None"},
+            "meta": "dict | None",
+            "raw": "json | None",
         },
-        "ShapedRecord",
-    )
+    }
+    spec = declared_spec(decl, "ShapedRecord")
     sink = FileSink(str(tmp_path / "lake"), "parquet", spec, _ledger_db(tmp_path))
     records = [
-        {"id": 1, "meta": {"color": "red", "size": 3}, "raw": {"a": [1, 2]}},
-        {"id": 2, "meta": None, "raw": [1, "x"]},
+        {
+            "id": 1,
+            "size": {"width": 3, "unit": "cm", "measured": "2025-03-01T08:00:00Z"},
+            "meta": {"color": "red"},
+            "raw": {"a": [1, 2]},
+        },
+        {"id": 2, "size": None, "meta": {}, "raw": [1, "x"]},
     ]
     sink.write(records, page(1))
+    # pages where the struct is null or absent, and a dict empty, still write
+    sink.write([{"id": 3}, {"id": 4, "size": None, "meta": None}], page(2))
     table = pq.read_table(tmp_path / "lake" / "literature_harvest" / "t-1")
-    meta = table.schema.field("meta").type
-    assert pa.types.is_struct(meta)
-    assert {meta.field(i).name for i in range(meta.num_fields)} == {"color", "size"}
-    assert table["meta"].to_pylist() == [{"color": "red", "size": 3}, None]
-    assert table.schema.field("raw").type == pa.string()
-    assert table["raw"].to_pylist() == ['{"a":[1,2]}', '[1,"x"]']
-    # a dict field whose values are not objects is refused naming the column
+    size = table.schema.field("size").type
+    assert pa.types.is_struct(size)
+    assert [size.field(i).name for i in range(size.num_fields)] == ["width", "unit", "measured"]
+    assert size.field(2).type == pa.timestamp("us", tz="UTC")
+    by_id = {r["id"]: r for r in table.to_pylist()}
+    assert by_id[1]["size"]["width"] == 3 and by_id[1]["size"]["unit"] == "cm"
+    assert by_id[2]["size"] is None and by_id[3]["size"] is None
+    # every file of the folder has the one declared schema
+    assert table.schema.field("meta").type == pa.string()
+    assert by_id[1]["meta"] == '{"color":"red"}' and by_id[2]["meta"] == "{}"
+    assert by_id[1]["raw"] == '{"a":[1,2]}' and by_id[2]["raw"] == '[1,"x"]'
+    # a struct's sub-field of the wrong type is refused naming it
     with pytest.raises(ArtemisError) as e:
-        sink.write([{"id": 3, "meta": {"a": 1}}, {"id": 4, "meta": {"a": "x"}}], page(2))
-    assert "column 'meta'" in e.value.message and "json" in e.value.message
+        sink.write([{"id": 5, "size": {"width": "wide"}}], page(3))
+    assert "size.width" in e.value.message
+    # the SQL table holds the struct as JSON, its date as ISO text
+    url = f"sqlite:///{tmp_path / 'lake.db'}"
+    assert SqlSink(url, "shaped", spec).write(records, page(1)) is True
+    with sa.create_engine(url).connect() as conn:
+        stored = conn.execute(sa.text("SELECT size FROM shaped WHERE id = 1")).scalar_one()
+    assert '"measured": "2025-03-01T08:00:00' in stored or '"measured":"2025-03-01T08:00:00' in (
+        stored
+    )
+
+
+def test_a_struct_is_declared_with_fields_and_never_as_a_key():
+    from artemis.sinks.records import RecordModelDecl
+
+    with pytest.raises(ValueError, match="declares no field"):
+        RecordModelDecl.model_validate({"key": ["id"], "fields": {"id": "int", "s": {}}})
+    with pytest.raises(ValueError, match="a key is a plain field"):
+        RecordModelDecl.model_validate({"key": ["s"], "fields": {"s": {"a": "int"}}})
+    with pytest.raises(ValueError, match="field 's.a'"):
+        RecordModelDecl.model_validate({"key": ["id"], "fields": {"id": "int", "s": {"a": "x"}}})
 
 
 def _ledger_db(tmp_path: Path) -> str:

@@ -1,0 +1,166 @@
+"""source_harvest's rules that need no stack: an update over the result cap splits its own
+window, a COMPOSITE pointer's id is sent only as an exact keyset, and a table that a model
+no longer fits is refused when the run starts."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from artemis.config import Settings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.sinks.records import declared_spec
+from artemis.sinks.sql import check_sql_output
+from artemis.tasks.base import TaskContext
+from artemis.tasks.source_harvest import SourceHarvest, SourceParams
+from artemis.tracing import TraceContext, new_span_id, new_trace_id
+
+
+def ctx(**params: Any) -> TaskContext:
+    return TaskContext(
+        "source_harvest",
+        "t-1",
+        SourceParams(provenance="p", **params),
+        Settings(),
+        TraceContext(new_trace_id(), new_span_id()),
+    )
+
+
+def test_an_update_over_the_cap_splits_its_window_from_the_watermark():
+    run = ctx(
+        task_type="update",
+        contract={"provenance": {"provenance_code": "p"}},
+        window_start=datetime(2025, 1, 1, tzinfo=UTC),
+        window_end=datetime(2025, 1, 20, tzinfo=UTC),
+    )
+    pieces = SourceHarvest().split(run, {})
+    assert pieces is not None
+    assert [(c["start"], c["end"]) for c in pieces] == [
+        ("2025-01-01", "2025-01-10"),
+        ("2025-01-11", "2025-01-20"),
+    ]
+    # a single day cannot be split
+    one = ctx(start=date(2025, 1, 1), end=date(2025, 1, 1))
+    assert SourceHarvest().split(one, {}) is None
+
+
+def composite(overlap: int | None) -> SourceParams:
+    win = {
+        "offset_type_code": "COMPOSITE",
+        "watermark_field_name": "updated_at",
+        "watermark_id_field_name": "id",
+        "watermark_id_param_name": "after_id",
+        "overlap_value": overlap,
+        "overlap_unit_code": "MINUTE" if overlap else None,
+    }
+    return SourceParams(
+        provenance="p",
+        task_type="update",
+        contract={"window_offset": win},
+        pointer=["2025-01-01T00:00:00+00:00", 41],
+    )
+
+
+def test_a_composite_pointers_id_goes_only_as_an_exact_keyset():
+    task = SourceHarvest()
+    assert task._pointer_query(composite(None)) == {"after_id": 41}
+    # moved back by an overlap, the last id would leave out the overlap's earlier ids
+    assert task._pointer_query(composite(5)) == {}
+
+
+MODEL = {"key": ["sku"], "fields": {"sku": "str", "qty": "int", "note": "str | None"}}
+
+
+def spec_for(tmp_path: Path, fields: dict[str, str]) -> tuple[dict[str, Any], Any]:
+    url = f"sqlite:///{tmp_path / 'lake.db'}"
+    output = {"sinks": ["sql"], "sql": {"url": url, "table": "stock"}}
+    return output, declared_spec({"key": ["sku"], "fields": fields}, "StockRecord")
+
+
+def make_table(tmp_path: Path) -> None:
+    output, spec = spec_for(tmp_path, MODEL["fields"])
+    check_sql_output(output, spec)
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        # a required field dropped from the model: its NOT NULL column would be unfilled
+        ({"sku": "str", "note": "str | None"}, "NOT NULL column 'qty'"),
+        # a field made nullable while its column is NOT NULL
+        ({"sku": "str", "qty": "int | None", "note": "str | None"}, "column 'qty'"),
+        # a changed type
+        ({"sku": "str", "qty": "str", "note": "str | None"}, "column 'qty'"),
+    ],
+)
+def test_a_table_the_model_no_longer_fits_is_refused_at_start(tmp_path, fields, needle):
+    make_table(tmp_path)
+    output, spec = spec_for(tmp_path, fields)
+    with pytest.raises(ArtemisError) as e:
+        check_sql_output(output, spec)
+    assert e.value.code is ErrorCode.CONFIG_ERROR and not e.value.retryable
+    assert needle in e.value.message
+
+
+def test_a_model_that_adds_a_nullable_field_adds_its_column(tmp_path):
+    make_table(tmp_path)
+    output, spec = spec_for(tmp_path, {**MODEL["fields"], "shelf": "str | None"})
+    check_sql_output(output, spec)
+    with sa.create_engine(output["sql"]["url"]).connect() as conn:
+        columns = {c["name"]: c for c in sa.inspect(conn).get_columns("stock")}
+    assert columns["shelf"]["nullable"] is True
+
+
+def test_a_pointer_read_from_the_records_stops_at_the_lag(tmp_path):
+    from artemis.migrate import upgrade
+    from artemis.registry.watermark import note_seen, read_pointer
+
+    url = f"sqlite:///{tmp_path / 'artemis.db'}"
+    upgrade(url)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO reg_provenance (id, provenance_code, provenance_name, "
+                "timezone_default, lifecycle_status_code, created_at, updated_at) "
+                "VALUES (1, 'p', 'p', 'UTC', 'ACTIVE', '2026-01-01', '2026-01-01')"
+            )
+        )
+        # a record newer than the run's window end (now minus the lag)
+        note_seen(conn, 1, "t-1", "", "2025-01-10T12:00:00+00:00")
+    end = datetime(2025, 1, 10, 11, 40, tzinfo=UTC)
+    win = {"offset_type_code": "DATE", "watermark_field_name": "updated_at"}
+    run = TaskContext(
+        "source_harvest",
+        "t-1",
+        SourceParams(
+            provenance="p",
+            task_type="update",
+            contract={
+                "provenance": {"id": 1, "provenance_code": "p"},
+                "task_type": "update",
+                "at": "2025-01-10T12:00:00+00:00",
+                "usage": "SEARCH",
+                "endpoint": None,
+                "endpoints": {},
+                "pagination": None,
+                "window_offset": win,
+                "http": None,
+                "batching": None,
+                "retry": None,
+                "rate_limit": None,
+            },
+            window_end=end,
+        ),
+        Settings(database={"url": url}),
+        TraceContext(new_trace_id(), new_span_id()),
+    )
+    stats = SourceHarvest().finalize(run, {})
+    assert stats["watermark"] == end.isoformat()
+    with engine.connect() as conn:
+        value, cursor = read_pointer(conn, 1, "update", "")
+    assert value == end and cursor == end.isoformat()
