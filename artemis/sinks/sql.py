@@ -113,7 +113,6 @@ class SqlSink(Sink):
             if inspector.has_table(self.table_name):
                 table = sa.Table(self.table_name, metadata, autoload_with=conn)
                 added = self.record.check_table(table, self._where())
-                self._check_unfilled(table)
                 for col in added:
                     # A model that grew a nullable field: its column joins the table.
                     conn.execute(
@@ -163,22 +162,6 @@ class SqlSink(Sink):
                 log.info("sql_sink_table_created", table=self.table_name)
             ledger.create(conn, checkfirst=True)
         return table, ledger
-
-    def _check_unfilled(self, table: sa.Table) -> None:
-        """A column no record fills (a field the model dropped) that may not be null and
-        has no default would refuse every row: found now, naming it, not page by page.
-        Key columns are left to the key check (a surrogate key fills itself)."""
-        fills = set(self.record.model.model_fields) | set(LOAD_COLUMNS)
-        for col in table.columns:
-            if col.name in fills or col.nullable or col.primary_key:
-                continue
-            if col.server_default is not None or col.default is not None:
-                continue
-            raise schema_error(
-                f"{self._where()}: column {col.name!r} of table {table.name!r} may not be "
-                "null and the model has no field for it: declare the field again, make the "
-                "column nullable, or move the table aside"
-            )
 
     async def emit(
         self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
