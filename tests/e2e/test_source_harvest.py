@@ -14,7 +14,10 @@ other's records or requests):
 - Shopify's REST Admin "list orders" (``GET /admin/api/2024-01/orders.json`` with
   ``updated_at_min`` / ``updated_at_max`` (inclusive, ISO 8601 with the shop's offset),
   ``since_id``, ``status``, ``limit``; cursor paging by ``page_info`` in the ``Link``
-  header, whose requests may carry only ``limit``).
+  header, whose requests may carry only ``limit``);
+- WooCommerce's REST "list orders" (``GET /wp-json/wc/v3/orders`` with ``modified_after``,
+  ``orderby``, ``order``, ``per_page``, ``page``): ``date_modified`` written and
+  ``modified_after`` read as the site's wall clock, without an offset.
 
 Each filters by its parameters itself and logs every request it got, so a test asserts
 what the source was asked as well as what landed.
@@ -611,7 +614,23 @@ def order(ident: int, updated_at: str, status: str = "open") -> dict[str, Any]:
     }
 
 
-async def test_a_composite_pointer_sends_its_instant_in_the_zone_and_its_id(stack, gh):
+@pytest.mark.parametrize(
+    "overlap, second_asks, second_gets",
+    [
+        # no overlap: the pair is a keyset, its instant and its id both sent
+        ({}, {"updated_at_min": "2025-03-01T15:00:00-05:00", "since_id": "5"}, [6, 7]),
+        # an overlap moves the instant back; the id would cut the overlap's records out
+        (
+            {"overlap_value": 1, "overlap_unit_code": "MINUTE"},
+            {"updated_at_min": "2025-03-01T14:59:00-05:00"},
+            [4, 5, 6, 7],
+        ),
+    ],
+    ids=["keyset", "overlap"],
+)
+async def test_a_composite_pointer_sends_its_instant_in_the_zone_and_its_id(
+    stack, gh, overlap, second_asks, second_gets
+):
     code = f"shop-orders-{gh.ns}"
     window = {
         "offset_type_code": "COMPOSITE",
@@ -620,8 +639,7 @@ async def test_a_composite_pointer_sends_its_instant_in_the_zone_and_its_id(stac
         "watermark_id_param_name": "since_id",
         "window_start_param_name": "updated_at_min",
         "window_time_format": "ISO",
-        "overlap_value": 1,
-        "overlap_unit_code": "MINUTE",
+        **overlap,
     }
     import_doc(stack, orders_doc(code, gh.base, window))
     gh.orders.extend(
@@ -650,19 +668,11 @@ async def test_a_composite_pointer_sends_its_instant_in_the_zone_and_its_id(stac
     before = len(gh.requests())
     second = await run_ok(stack, provenance=code, task_type="update")
     asked = gh.requests()[before:]
-    # the pointer's instant less the overlap, in the shop's zone, and the pointer's id
-    assert asked == [
-        {
-            "path": f"/{gh.ns}/admin/api/2024-01/orders.json",
-            "params": {
-                "updated_at_min": "2025-03-01T14:59:00-05:00",
-                "since_id": "5",
-                "status": "any",
-                "limit": "3",
-            },
-        }
-    ]
-    assert sorted(await delivered(stack, second["task_id"])) == [6, 7]
+    assert asked[0] == {
+        "path": f"/{gh.ns}/admin/api/2024-01/orders.json",
+        "params": {**second_asks, "status": "any", "limit": "3"},
+    }
+    assert sorted(await delivered(stack, second["task_id"])) == second_gets
     assert watermark(stack, code) == (
         datetime(2025, 3, 2, 14, tzinfo=UTC),
         ["2025-03-02T14:00:00+00:00", 7],
@@ -788,8 +798,11 @@ async def test_the_first_update_without_a_start_asks_from_now_less_lag_and_lookb
     lag_and_lookback = timedelta(seconds=600) + timedelta(days=3)
     assert before - lag_and_lookback <= since <= after - lag_and_lookback
     assert sorted(await delivered(stack, data["task_id"])) == [2, 3]
-    # from then on the pointer: the newest record's updated_at
-    assert watermark(stack, code)[0] == now - timedelta(minutes=5)
+    # the pointer: the newest record's updated_at, but never past now less the lag (a
+    # record the source shows late is asked for next time)
+    mark, cursor = watermark(stack, code)
+    assert before - timedelta(seconds=600) <= mark <= after - timedelta(seconds=600)
+    assert cursor == mark.isoformat()
 
 
 async def test_a_first_update_that_found_nothing_keeps_where_it_started(stack, gh):
