@@ -18,7 +18,7 @@ from artemis.literature.pubmed import PubMedSource
 from artemis.registry.client import ContractClient
 from artemis.registry.resolve import Contract
 from artemis.registry.rest_source import rest_source
-from artemis.registry.windows import day_start
+from artemis.registry.windows import day_start, source_zone
 from artemis.sinks.records import RecordSpec
 from artemis.sources import Source
 from artemis.tasks.base import TaskContext, TaskUnit
@@ -84,8 +84,12 @@ class LiteratureHarvest(SourceHarvest):
     def window_of(
         self, start: date | None, end: date | None, contract: dict[str, Any]
     ) -> tuple[datetime | None, datetime | None]:
-        # The paper APIs take days, both ends inclusive.
-        return day_start(start), day_start(end)
+        # The paper APIs take days, both ends inclusive, as days of the source's zone.
+        tz = source_zone(contract)
+        return day_start(start, tz), day_start(end, tz)
+
+    def check_window(self, contract: Contract) -> None:
+        """The paper APIs' windows are their own date filters (checked at import)."""
 
     def record_spec(self, params: BaseModel | None = None) -> RecordSpec | None:
         contract = getattr(params, "contract", None)
@@ -120,7 +124,9 @@ class LiteratureHarvest(SourceHarvest):
         )
         date_field = (contract.window_offset or {}).get("default_date_field_name")
         window = (
-            window_params(family, date_field, p.window_start, p.window_end) if family else {}
+            window_params(family, date_field, p.window_start, p.window_end, source_zone(p.contract))
+            if family
+            else {}
         )
         parallel = 1 if p.parent else self.fetch_concurrency(ctx)
         if family == "PUBMED":

@@ -3,7 +3,7 @@ inclusive, day precision)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from artemis.errors import ArtemisError, ErrorCode
@@ -15,15 +15,20 @@ class LiteratureParams(SourceParams):
 
 
 def window_params(
-    family: str, date_field: str | None, start: datetime | None, end: datetime | None
+    family: str,
+    date_field: str | None,
+    start: datetime | None,
+    end: datetime | None,
+    tz: tzinfo = UTC,
 ) -> dict[str, Any]:
     """The paper API's own way to ask for a date window (both ends inclusive, day
     precision): E-utilities ``mindate``/``maxdate``/``datetype``, Crossref's
     ``filter=from-…,until-…``."""
     if start is None and end is None:
         return {}
-    lo = (start or datetime(1900, 1, 1, tzinfo=UTC)).date()
-    hi = (end or datetime.now(UTC)).date()
+    # The days of the source's zone the instants fall on.
+    lo = (start or datetime(1900, 1, 1, tzinfo=UTC)).astimezone(tz).date()
+    hi = (end or datetime.now(UTC)).astimezone(tz).date()
     if family == "PUBMED":
         return {
             "mindate": lo.strftime("%Y/%m/%d"),

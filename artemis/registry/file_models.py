@@ -59,7 +59,7 @@ from artemis.registry.request_modes import (
     pagination_problems,
 )
 from artemis.registry.secret_env import refused_secret_env
-from artemis.registry.windows import check_time_format, zone
+from artemis.registry.windows import check_time_format, window_file_problems, zone
 from artemis.sinks.records import RecordModelDecl, did_you_mean
 
 # Columns the import sets (ids, audit times, sealed secrets): never read from a file.
@@ -205,8 +205,7 @@ def _record_model_ok(self: Any) -> Any:
     family, fields, key = self.record_family_code, self.fields_json, self.key_json
     if family is not None and (fields is not None or key is not None):
         raise ValueError(
-            f"record_family_code {family} brings its own shape: "
-            "leave fields_json and key_json out"
+            f"record_family_code {family} brings its own shape: leave fields_json and key_json out"
         )
     if family is None:
         if fields is None or key is None:
@@ -252,9 +251,7 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["jsonpaths"] = field_validator(*paths)(_jsonpath_ok)
     if dim == "credential":
         validators["no_inline_secret"] = model_validator(mode="before")(_no_inline_secret)
-        validators["secret_env_ok"] = field_validator("secret_env", "principal_env")(
-            _secret_env_ok
-        )
+        validators["secret_env_ok"] = field_validator("secret_env", "principal_env")(_secret_env_ok)
         validators["auth_fields"] = model_validator(mode="after")(_credential_ok)
     if dim == "http_cfg":
         validators["http_cfg"] = model_validator(mode="after")(_http_cfg_ok)
@@ -352,7 +349,7 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
         ]
     # Rows of different sections that cannot work together (a POST body on a GET
     # search, JSONPaths into an XML answer...), each named by the rows' places.
-    together = file_problems(out)
+    together = file_problems(out) + window_file_problems(out)
     if together:
         count = f"{len(together)} problems: " if len(together) > 1 else ""
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: {count}{'; '.join(together)}")

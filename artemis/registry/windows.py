@@ -166,3 +166,71 @@ def window_query(
     if end is not None and win.get("window_end_param_name"):
         out[win["window_end_param_name"]] = format_instant(end, fmt, tz)
     return out
+
+
+# Columns of window_offset_cfg the paper families do not read: their APIs take a date
+# filter of their own, and their pointer is the window's end.
+NOT_FOR_PAPERS = (
+    "window_start_param_name",
+    "window_end_param_name",
+    "window_time_format",
+    "watermark_field_name",
+    "watermark_id_field_name",
+    "watermark_id_param_name",
+)
+
+
+def pointer_problems(row: dict[str, Any]) -> list[str]:
+    """What a window_offset_cfg row's pointer settings cannot do: an ID pointer without
+    the field it is read from or the parameter it is sent in, a COMPOSITE one without its
+    id, id settings on a DATE pointer."""
+    kind = row.get("offset_type_code") or "DATE"
+    date_field = row.get("watermark_field_name") or row.get("default_date_field_name")
+    out = []
+    if kind == "ID":
+        if not row.get("watermark_field_name"):
+            out.append("an ID pointer is read from the records' watermark_field_name (e.g. id)")
+        if not row.get("watermark_id_param_name"):
+            out.append("an ID pointer is sent in watermark_id_param_name (e.g. since_id)")
+        if row.get("watermark_id_field_name"):
+            out.append(
+                "watermark_id_field_name is COMPOSITE's tie-break: an ID pointer's id "
+                "is watermark_field_name"
+            )
+    elif kind == "COMPOSITE":
+        if not date_field:
+            out.append(
+                "a COMPOSITE pointer's timestamp is read from watermark_field_name "
+                "(or default_date_field_name)"
+            )
+        if not row.get("watermark_id_field_name"):
+            out.append("a COMPOSITE pointer's id is read from watermark_id_field_name")
+    else:
+        for name in ("watermark_id_field_name", "watermark_id_param_name"):
+            if row.get(name):
+                out.append(f"{name} is read by ID and COMPOSITE pointers, not DATE")
+    return out
+
+
+def window_file_problems(doc: dict[str, Any]) -> list[str]:
+    """The window rows of a file, each named by its place."""
+    family = {r.get("record_family_code") for r in doc.get("record_model") or []} - {None}
+    out = []
+    for i, row in enumerate(doc.get("window_offset_cfg") or []):
+        where = f"window_offset_cfg[{i}]"
+        if family:
+            names = sorted(family)
+            for name in NOT_FOR_PAPERS:
+                if row.get(name) is not None:
+                    out.append(
+                        f"{where}.{name}: not read by the {names[0]} family (its API "
+                        "has its own date filter; its pointer is the window's end)"
+                    )
+            if (row.get("offset_type_code") or "DATE") != "DATE":
+                out.append(
+                    f"{where}.offset_type_code: the {names[0]} family's pointer is a "
+                    "DATE (the window's end)"
+                )
+            continue
+        out += [f"{where}: {p}" for p in pointer_problems(row)]
+    return out

@@ -44,6 +44,7 @@ from artemis.registry.windows import (
     backfill_windows,
     day_start,
     halves,
+    pointer_problems,
     source_zone,
     update_window,
     window_query,
@@ -149,6 +150,16 @@ class SourceHarvest(TaskUnit):
                 f"-p provenance={code}",
             )
 
+    def check_window(self, contract: Contract) -> None:
+        """A window row written around the import's checks stops the run before it asks."""
+        problems = pointer_problems(contract.window_offset or {})
+        if problems:
+            code = contract.provenance["provenance_code"]
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"provenance {code!r}: window_offset_cfg: {'; '.join(problems)}",
+            )
+
     def window_of(
         self, start: date | None, end: date | None, contract: dict[str, Any]
     ) -> tuple[datetime | None, datetime | None]:
@@ -198,6 +209,7 @@ class SourceHarvest(TaskUnit):
                 f"{params.task_type}",
             )
         self.check_provenance(contract)
+        self.check_window(contract)
         self.record_spec(SourceParams(provenance=code, contract=contract.to_dict()))
         require_credentials(contract)
         if params.task_type == "backfill" and (params.start is None or params.end is None):

@@ -164,3 +164,56 @@ def test_a_pointer_read_from_the_records_stops_at_the_lag(tmp_path):
     with engine.connect() as conn:
         value, cursor = read_pointer(conn, 1, "update", "")
     assert value == end and cursor == end.isoformat()
+
+
+def window_file(row: dict[str, Any], family: str | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "provenance": {"provenance_code": "p"},
+        "window_offset_cfg": [
+            {"scope_code": "SOURCE", "effective_from": "2025-01-01T00:00:00Z", **row}
+        ],
+    }
+    if family:
+        doc["record_model"] = [
+            {
+                "scope_code": "SOURCE",
+                "effective_from": "2025-01-01T00:00:00Z",
+                "record_family_code": family,
+            }
+        ]
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("row", "family", "needle"),
+    [
+        ({"offset_type_code": "ID"}, None, "watermark_field_name"),
+        (
+            {"offset_type_code": "ID", "watermark_field_name": "id"},
+            None,
+            "watermark_id_param_name",
+        ),
+        (
+            {"offset_type_code": "COMPOSITE", "watermark_field_name": "updated_at"},
+            None,
+            "watermark_id_field_name",
+        ),
+        ({"watermark_id_param_name": "since_id"}, None, "not DATE"),
+        ({"window_start_param_name": "since"}, "PUBMED", "not read by the PUBMED family"),
+        ({"offset_type_code": "ID"}, "CROSSREF", "CROSSREF family's pointer is a DATE"),
+    ],
+)
+def test_pointer_settings_that_cannot_act_are_refused_at_import(row, family, needle):
+    from artemis.registry.file_models import parse_file
+
+    with pytest.raises(ArtemisError) as e:
+        parse_file(window_file(row, family), "p.yaml")
+    assert e.value.code is ErrorCode.INVALID_INPUT and needle in e.value.message
+    assert "window_offset_cfg[0]" in e.value.message
+
+
+def test_pointer_settings_that_act_are_accepted():
+    from artemis.registry.file_models import parse_file
+
+    ok = {"offset_type_code": "ID", "watermark_field_name": "id", "watermark_id_param_name": "s"}
+    assert parse_file(window_file(ok), "p.yaml")["window_offset_cfg"][0]["offset_type_code"]
