@@ -13,6 +13,7 @@ A refused file lists every problem, each with the closest valid name or value.
 
 from __future__ import annotations
 
+import re
 import types
 from datetime import UTC, datetime
 from functools import cache
@@ -227,6 +228,20 @@ def _time_format_ok(value: str | None) -> str | None:
     return check_time_format(value)
 
 
+_CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _code_ok(value: str) -> str:
+    """A code names a table and a folder: letters, digits, ``_``, ``-`` and ``.``, never a
+    path."""
+    if not _CODE.match(value) or ".." in value:
+        raise ValueError(
+            f"{value!r}: a code starts with a letter or digit and holds letters, digits, "
+            "'_', '-' or '.' (no '..'; at most 64): it names the provenance's table and folder"
+        )
+    return value
+
+
 def _zone_ok(value: str | None) -> str | None:
     if value is not None:
         try:
@@ -296,7 +311,10 @@ def file_model() -> type[BaseModel]:
     provenance = create_model(
         "ProvenanceSection",
         __config__=_STRICT,
-        __validators__={"zone": field_validator("timezone_default")(_zone_ok)},
+        __validators__={
+            "zone": field_validator("timezone_default")(_zone_ok),
+            "code": field_validator("provenance_code")(_code_ok),
+        },
         __doc__=field_docs.SECTIONS["provenance"],
         **prov_fields,
     )

@@ -105,7 +105,14 @@ class FileSink(Sink):
                 f"files sink: task id {task_id!r} cannot name a folder",
                 retryable=False,
             )
-        return f"{self.root}/{self.folder or task_code}/{task_id}"
+        folder = self.folder or task_code
+        if folder in ("", ".", "..") or "/" in folder or "\\" in folder:
+            raise ArtemisError(
+                ErrorCode.SINK_ERROR,
+                f"files sink: {folder!r} cannot name a folder",
+                retryable=False,
+            )
+        return f"{self.root}/{folder}/{task_id}"
 
     def page_path(self, ctx: EmitContext) -> str:
         ext = FORMATS[self.format]

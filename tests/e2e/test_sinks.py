@@ -95,7 +95,7 @@ async def test_a_request_naming_a_sink_destination_is_refused(make_stack, tmp_pa
         assert resp.status_code == 422 and "meta.task_id" in resp.text, resp.text
 
 
-async def test_a_schema_mismatch_fails_the_run_with_sink_error_naming_the_column(
+async def test_a_schema_mismatch_is_refused_at_start_naming_the_column(
     make_stack, tmp_path: Path
 ) -> None:
     lake_db = f"sqlite:///{tmp_path / 'lake.db'}"
@@ -107,9 +107,11 @@ async def test_a_schema_mismatch_fails_the_run_with_sink_error_naming_the_column
     )
     resp = await stack.run({"params": {"symbols": ["AAPL"]}})
     data = resp.json()
-    assert data["data"]["status"] == "failed", data
-    error = data["data"]["error"]
-    assert error["code"] == "SINK_ERROR" and "no column 'volume'" in error["message"]
+    # found when the run starts, before anything is fetched: the configuration's error
+    assert resp.status_code == 500 and data["data"] is None, data
+    error = data["error"]
+    assert error["code"] == "CONFIG_ERROR" and not error["retryable"]
+    assert "no column 'volume'" in error["message"]
     assert _count(lake_db, "SELECT COUNT(*) FROM quotes") == 0
 
 

@@ -217,3 +217,31 @@ def test_pointer_settings_that_act_are_accepted():
 
     ok = {"offset_type_code": "ID", "watermark_field_name": "id", "watermark_id_param_name": "s"}
     assert parse_file(window_file(ok), "p.yaml")["window_offset_cfg"][0]["offset_type_code"]
+
+
+@pytest.mark.parametrize("code", ["../escape", "a/b", "a..b", "-x", "a b"])
+def test_a_code_that_could_not_name_a_table_and_folder_is_refused(code):
+    from artemis.registry.file_models import parse_file
+
+    with pytest.raises(ArtemisError) as e:
+        parse_file({"provenance": {"provenance_code": code}}, "p.yaml")
+    assert "provenance.provenance_code" in e.value.message and "folder" in e.value.message
+
+
+def test_two_codes_of_one_default_table_are_refused(tmp_path):
+    import yaml
+
+    from artemis.registry.yaml_io import import_yaml
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'r.db'}")
+    from artemis.migrate import upgrade
+
+    upgrade(str(engine.url))
+    key = tmp_path / "k"
+    key.write_text("0" * 64)
+    import_yaml(engine, yaml.safe_dump({"provenance": {"provenance_code": "my-shop"}}), str(key))
+    with pytest.raises(ArtemisError) as e:
+        import_yaml(
+            engine, yaml.safe_dump({"provenance": {"provenance_code": "my_shop"}}), str(key)
+        )
+    assert "default table 'my_shop' is provenance 'my-shop'" in e.value.message
