@@ -304,7 +304,13 @@ def check_sql_output(spec: dict[str, Any], record: RecordSpec | None) -> None:
             raise ArtemisError(ErrorCode.CONFIG_ERROR, e.message, retryable=False) from None
         raise
     except DBAPIError as e:
-        raise sink._db_error(e, sink._where()) from None
+        err = sink._db_error(e, sink._where())
+        if err.retryable:
+            # The sink's database is down now: the run starts, and its first write checks
+            # the table again once the database is back (waiting the outage out).
+            log.warning("sql_sink_check_deferred", table=sink.table_name, reason=err.message)
+            return
+        raise ArtemisError(ErrorCode.CONFIG_ERROR, err.message, retryable=False) from None
 
 
 def _sortable(key: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:

@@ -245,3 +245,13 @@ def test_two_codes_of_one_default_table_are_refused(tmp_path):
             engine, yaml.safe_dump({"provenance": {"provenance_code": "my_shop"}}), str(key)
         )
     assert "default table 'my_shop' is provenance 'my-shop'" in e.value.message
+
+
+def test_a_sink_database_down_at_start_defers_the_table_check(tmp_path):
+    # a PostgreSQL URL nothing listens on: the run may start, its writes wait the outage out
+    from infra.devserver import free_port
+
+    url = f"postgresql+psycopg://u:p@127.0.0.1:{free_port()}/lake"
+    output = {"sinks": ["sql"], "sql": {"url": url, "table": "stock"}}
+    spec = declared_spec(MODEL, "StockRecord")
+    check_sql_output(output, spec)  # no error: deferred to the first write
