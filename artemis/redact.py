@@ -60,8 +60,9 @@ def register_secret(value: str | None) -> None:
 
 def forget_secret(value: str | None) -> None:
     """Stop redacting a value the process itself replaced: an OAuth2 access token that a
-    newer one superseded. It is never used again, and a worker that fetches a token an
-    hour for months would otherwise fill ``MAX_REGISTERED`` with dead ones."""
+    newer one superseded, once it has expired (the caller waits for that). It is never
+    used again, and a worker that fetches a token an hour for months would otherwise fill
+    ``MAX_REGISTERED`` with dead ones."""
     if value:
         _registered_secrets.discard(value)
 

@@ -5,8 +5,10 @@ usable credential before the run sends anything.
 
 Secrets are decrypted here, on use, and registered with the log redaction; an OAuth2
 access token lives in this process only (never in a contract, a checkpoint or workflow
-history), is registered with the redaction while it is in use and goes to the source's
-origin only, as the client secret goes to the token endpoint's only.
+history), is registered with the redaction while it is in use and until it has expired
+(a replaced one too), and goes to the source's origin only, as the client secret goes to
+the token endpoint's only. The source's transport and default headers go to the source's
+origin only: a token endpoint elsewhere is reached with the worker's defaults.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import heapq
 import math
 import time
 import weakref
@@ -48,17 +51,22 @@ from artemis.registry.http_rules import (
     basic_user_problem,
     credential_problem,
     http_cfg_problem,
-    url_problem,
+    token_url_problem,
 )
 from artemis.registry.models import RegProvCredential
 from artemis.registry.resolve import Contract
 from artemis.registry.secret_env import check_secret_env, placement
+from artemis.security import same_origin
 
 log = get_logger(__name__)
 
 # An access token is replaced this long before its ``expires_in`` runs out (at most a
 # tenth of its life), so that a request sent just before the end does not meet a 401.
 TOKEN_MARGIN_S = 60.0
+# A replaced access token stays redacted this long past its expiry (or past its
+# replacement when its life is unknown): requests sent with it just before may still be
+# in flight, and their errors and log lines may quote it.
+RETIRED_GRACE_S = 60.0
 
 
 def _config_error(message: str) -> ArtemisError:
@@ -100,12 +108,14 @@ def token_url(contract: Contract, base: str) -> str:
             "(where its access tokens are fetched)"
         )
     path = ep.get("path_template") or ""
-    if path.startswith(("http://", "https://")):
-        why = url_problem(path, f"endpoint {ep.get('endpoint_name')!r} path_template")
-        if why:
-            raise _config_error(why)
-        return path
-    return f"{base}{path}"
+    whole = path.startswith(("http://", "https://"))
+    url = path if whole else f"{base}{path}"
+    # A row written around the import's checks, or a path on an http:// base: the client
+    # secret is not sent in clear.
+    why = token_url_problem(url, f"endpoint {ep.get('endpoint_name')!r} path_template")
+    if why and (whole or base):
+        raise _config_error(why)
+    return url
 
 
 def _bound_to(cred: dict[str, Any], endpoint: dict[str, Any] | None) -> bool | None:
@@ -167,6 +177,8 @@ class _Token:
     value: str
     # monotonic time from which it is fetched again; None: until the source answers 401
     renew_at: float | None
+    # monotonic time at which the authorization server said it expires (None: unsaid)
+    expires_at: float | None = None
 
 
 class _TokenRefused(Exception):
@@ -193,6 +205,9 @@ class Credentials:
     _benched: ClassVar[dict[int, float]] = {}
     # OAuth2 access tokens by client (a digest of the token URL, client id and secret)
     _tokens: ClassVar[dict[str, _Token]] = {}
+    # Replaced access tokens still redacted, as a heap of (monotonic time to forget, value):
+    # one entry per replacement, each gone within its token's life plus RETIRED_GRACE_S.
+    _retired: ClassVar[list[tuple[float, str]]] = []
     # One fetch at a time per client, per event loop (an asyncio lock belongs to one).
     _locks: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]]]
     _locks = weakref.WeakKeyDictionary()
@@ -244,6 +259,19 @@ class Credentials:
             if any(c.get("auth_type_code") == OAUTH2 for c in self.rows)
             else None
         )
+        # The source's http_cfg (proxy, TLS verification or CA bundle, timeouts, body
+        # limit) and default headers say how to reach the source's origin, and go there
+        # only: a token endpoint on that origin gets them. An authorization server
+        # elsewhere is reached as a request without an http_cfg is (the worker's trust
+        # store, with verification; its own timeouts and limits; the environment's proxy,
+        # HTTP(S)_PROXY / NO_PROXY, never the source's proxy_url, a route to the source
+        # that need not reach it nor see its traffic), and its request carries only what
+        # OAuth2 needs, plus the TOKEN endpoint's own params and body.
+        own = self.token_url is not None and same_origin(self.token_url, self.base)
+        self.token_transport = transport if own else None
+        self.token_headers = dict(self.headers) if own else {}
+        self.token_timeout = timeout if own else None
+        self.token_max_bytes = max_bytes if own else None
 
     # -- choosing a key ----------------------------------------------------------------
     def for_endpoint(self, endpoint: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -360,6 +388,7 @@ class Credentials:
         return locks[key]
 
     async def _access_token(self, client: HttpClient, cred: dict[str, Any]) -> str:
+        self._forget_expired()
         key = self._client_key(cred)
         held = self._tokens.get(key)
         if held is not None and (held.renew_at is None or time.monotonic() < held.renew_at):
@@ -371,7 +400,8 @@ class Credentials:
             token = await self._fetch_token(client, cred)
             self._tokens[key] = token
             if held is not None and held.value != token.value:
-                forget_secret(held.value)
+                # Replaced at the margin, so still valid for a while: redacted until then.
+                self._retire(held)
             return token.value
 
     def expire(self, cred: dict[str, Any], used: str) -> None:
@@ -381,7 +411,31 @@ class Credentials:
         held = self._tokens.get(key)
         if held is not None and held.value == used:
             del self._tokens[key]
-            forget_secret(used)
+            # Refused by this source, perhaps still good elsewhere until its expiry.
+            self._retire(held)
+
+    @classmethod
+    def _retire(cls, token: _Token) -> None:
+        """Keep redacting a replaced token until it has expired (its life unknown: until
+        now), plus RETIRED_GRACE_S for requests still in flight with it; then forget it,
+        so that a worker fetching tokens for months holds only the live ones."""
+        now = time.monotonic()
+        end = token.expires_at if token.expires_at is not None else now
+        heapq.heappush(cls._retired, (max(end, now) + RETIRED_GRACE_S, token.value))
+        cls._forget_expired()
+
+    @classmethod
+    def _forget_expired(cls) -> None:
+        now = time.monotonic()
+        live = None
+        while cls._retired and cls._retired[0][0] <= now:
+            _, value = heapq.heappop(cls._retired)
+            if live is None:
+                live = {t.value for t in cls._tokens.values()}
+            # An authorization server may hand the same token out again: a value still in
+            # use stays redacted.
+            if value not in live and not any(v == value for _, v in cls._retired):
+                forget_secret(value)
 
     async def _fetch_token(self, client: HttpClient, cred: dict[str, Any]) -> _Token:
         assert self.token_url is not None
@@ -393,7 +447,7 @@ class Credentials:
             k: v for k, v in (ep.get("default_body_payload") or {}).items() if v is not None
         }
         form["grant_type"] = "client_credentials"
-        headers = {**self.headers, "Accept": "application/json"}
+        headers = {**self.token_headers, "Accept": "application/json"}
         if cred.get("token_auth_method_code") == "CLIENT_SECRET_POST":
             form.update(client_id=client_id, client_secret=secret)
         else:
@@ -408,9 +462,9 @@ class Credentials:
                 with_params(url, query),
                 data=form,
                 headers=headers,
-                timeout=self.timeout,
-                max_bytes=self.max_bytes,
-                transport=self.transport,
+                timeout=self.token_timeout,
+                max_bytes=self.token_max_bytes,
+                transport=self.token_transport,
             )
         except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
@@ -448,11 +502,12 @@ class Credentials:
                 retryable=False,
             )
         lifetime = _seconds(body.get("expires_in"))
-        renew_at = None
+        renew_at = expires_at = None
         if lifetime is not None:
-            renew_at = time.monotonic() + lifetime - min(TOKEN_MARGIN_S, lifetime / 10)
+            expires_at = time.monotonic() + lifetime
+            renew_at = expires_at - min(TOKEN_MARGIN_S, lifetime / 10)
         log.info("oauth2_token_fetched", credential=name, expires_in=lifetime)
-        return _Token(value, renew_at)
+        return _Token(value, renew_at, expires_at)
 
 
 def _basic(user: str, password: str) -> str:

@@ -241,6 +241,7 @@ class ContractClient:
         body: dict[str, Any] | None = None,
         content_type: str | None = None,
         endpoint: dict[str, Any] | None = None,
+        query_only: bool = False,
     ) -> Answer:
         """One request under the rate limit with the first healthy credential for
         ``endpoint`` (default: the one ``url`` names, else the contract's own); on
@@ -250,7 +251,9 @@ class ContractClient:
         ``body``: the request's body, encoded as ``content_type`` (JSON by default, or a
         form), with ``params`` in the query string. Without one, a POST sends ``params``
         as its form body (E-utilities' efetch by POST) and any other method in the query
-        string."""
+        string; ``query_only``: ``params`` always go in the query string, and a POST
+        without a body sends none (a scroll's continue request, which an
+        Elasticsearch-style server refuses as a form)."""
         # Credentials go only to the contract's own origin (SPEC §5): a URL elsewhere is
         # never sent, with or without them.
         check_same_origin(url, self.base, f"{self.code} {what}")
@@ -281,7 +284,7 @@ class ContractClient:
                         max_bytes=self.max_bytes,
                         transport=self.transport,
                     )
-                elif method == "POST":
+                elif method == "POST" and not query_only:
                     resp = await client.post(
                         url,
                         data=p,

@@ -73,7 +73,9 @@ FIELDS: dict[str, dict[str, str]] = {
         "records give, see `batching_cfg`), `TOKEN` (where an "
         "`OAUTH2_CLIENT_CREDENTIALS` credential gets its access tokens: always a POST of "
         "`grant_type=client_credentials`; its `path_template` may be a whole `https://` URL "
-        "when the authorization server is elsewhere)",
+        "(`http://` on loopback only: the client secret is never sent in clear) when the "
+        "authorization server is elsewhere, which is then reached with the workers' "
+        "defaults, not the source's `http_cfg`)",
         "http_method_code": "`GET` (default) or `POST`. A GET search sends a run's values "
         "(`query`, the window) in the query string; a POST search sends them in its body "
         "over `default_body_payload` (a dot in a name nests it), and "
@@ -216,8 +218,9 @@ FIELDS: dict[str, dict[str, str]] = {
     },
     "http_cfg": {
         "base_url_override": "replaces `provenance.base_url_default`",
-        "default_headers_json": "headers sent on every request (`{User-Agent: ...}`; a "
-        "null removes one); never `Authorization`, `Proxy-Authorization` or `Cookie` (a "
+        "default_headers_json": "headers sent on every request to the source's origin "
+        "(`{User-Agent: ...}`; a null removes one; a `TOKEN` endpoint elsewhere gets none); "
+        "never `Authorization`, `Proxy-Authorization` or `Cookie` (a "
         "secret belongs in a credential) nor `Accept-Encoding` (`accept_compress`)",
         "timeout_connect_millis": "how long establishing a connection (TCP and TLS "
         "handshake, or to the proxy) may take (default: the read timeout)",
@@ -228,7 +231,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "tls_ca_bundle_path": "a CA bundle file (PEM) on the workers that this source's "
         "certificates are verified against instead of the trust store (an absolute path; "
         "not with `tls_verify_enabled: false`)",
-        "proxy_url": "an `http://` proxy every request of this source goes "
+        "proxy_url": "an `http://` proxy every request to this source's origin goes "
         "through (an `https` source by `CONNECT`); it replaces the environment's "
         "`HTTP(S)_PROXY`. No user or password in it (a proxy login is not supported)",
         "accept_compress": "true or absent: answers may come gzip- or deflate-compressed "

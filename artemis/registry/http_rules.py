@@ -7,6 +7,7 @@ Artemis would then ignore or half-honour.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,6 +55,37 @@ def url_problem(url: str, what: str, schemes: tuple[str, ...] = ("http", "https"
             "workers by address)"
             if what == "proxy_url"
             else f"{what} carries a user or password: a secret in the registry file"
+        )
+    return None
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """``localhost``, an address of 127.0.0.0/8 or ``::1``: a host whose traffic never
+    leaves the machine."""
+    if not host:
+        return False
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def token_url_problem(url: str, what: str) -> str | None:
+    """Why ``url`` cannot be an OAuth2 token endpoint: ``url_problem``'s reasons, or an
+    ``http://`` URL to a host other than this machine's loopback. The token request
+    carries the client secret (RFC 6749 §2.3.1 and §3.2 require TLS there): in clear on
+    the wire, anyone on the path could take the client and mint tokens of their own."""
+    why = url_problem(url, what)
+    if why:
+        return why
+    parts = urlsplit(url)
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        return (
+            f"{what} must be an https:// URL: the token request carries the client "
+            "secret, which http:// would send in clear (RFC 6749 §3.2; http:// is "
+            f"accepted on loopback only), got {url.split('@')[-1]!r}"
         )
     return None
 

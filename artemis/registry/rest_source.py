@@ -58,7 +58,9 @@ def rest_source(
     detail = contract.endpoints.get("DETAIL")
 
     def sender(endpoint: dict[str, Any] | None) -> Any:
-        # The endpoint a request is for picks its credential and its rate bucket.
+        # The endpoint a request is for picks its credential and its rate bucket. A
+        # request's params are its query string, whatever its method: a POST without a
+        # body (a scroll's continue request in QUERY mode) is not turned into a form.
         def send(client: Any, req: Request) -> Any:
             return cc.send(
                 client,
@@ -69,6 +71,7 @@ def rest_source(
                 body=req.body,
                 content_type=req.content_type,
                 endpoint=endpoint,
+                query_only=True,
             )
 
         return send

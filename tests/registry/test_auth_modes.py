@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import secrets
+import time
 from urllib.parse import parse_qs
 
 import pytest
@@ -21,15 +22,18 @@ from artemis.crawler.vault import vault_for
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.ratelimit import RateGateRow
 from artemis.redact import REDACTED, redact_text
+from artemis.registry import auth as auth_module
 from artemis.registry.client import ContractClient, Credentials, require_credentials
 from artemis.registry.models import RegProvCredential
 from artemis.registry.yaml_io import export_yaml, import_yaml
 from tests.helpers import assert_rate_at_most, http_client
 from tests.registry.net import (
+    CountingProxy,
     Server,
     contract_client,
     contract_of,
     json_ok,
+    make_certs,
     provenance,
     settings_for,
     unique_code,
@@ -453,6 +457,237 @@ async def test_a_token_endpoint_set_up_wrong_is_refused(reg, key_file, client_pa
     with pytest.raises(ArtemisError) as e:
         import_yaml(reg, yaml.safe_dump(doc), key_file)
     assert why in e.value.message and "tok-pass" not in e.value.message
+
+
+# -- the token endpoint's transport, headers and scheme -----------------------------------------
+@pytest.fixture
+async def proxy():
+    p = await CountingProxy().start()
+    yield p
+    await p.stop()
+
+
+async def _servers(
+    client_pair: tuple[str, str], where: str, source_tls=None, token_tls=None
+) -> AuthServer:
+    """An authorization server on an origin of its own, or (own-origin) its token
+    endpoint on the source's server."""
+    auth = AuthServer(*client_pair, uses=100, expires_in=None)
+    auth.source.tls, auth.token_server.tls = source_tls, token_tls
+    if where == "own-origin":
+        auth.source.routes[("POST", "/oauth/token")] = auth.token
+    return await auth.start()
+
+
+def _token_doc(code: str, auth: AuthServer, where: str, **http) -> dict:
+    doc = oauth_doc(code, auth)
+    if where == "own-origin":
+        doc["endpoint_def"][1]["path_template"] = "/oauth/token"
+    doc["http_cfg"] = [{"scope_code": "SOURCE", "effective_from": "2025-01-01T00:00:00Z", **http}]
+    return doc
+
+
+@pytest.mark.parametrize("where", ["elsewhere", "own-origin"])
+async def test_the_source_proxy_and_default_headers_go_to_its_own_origin_only(
+    reg, key_file, client_pair, proxy, where
+):
+    api_key = secret_value("hdr")
+    auth = await _servers(client_pair, where)
+    try:
+        doc = _token_doc(
+            unique_code("oauth_route"),
+            auth,
+            where,
+            proxy_url=proxy.url,
+            default_headers_json={"X-Api-Key": api_key, "X-Team": "data"},
+        )
+        cc = contract_client(reg, key_file, doc)
+        assert (await get(cc, page=1)).status_code == 200
+    finally:
+        await auth.stop()
+    [token_request] = [s for s in auth.token_server.seen + auth.source.seen if s.method == "POST"]
+    [items] = [s for s in auth.source.seen if s.method == "GET"]
+    # The source gets its proxy and default headers wherever the token endpoint is.
+    assert items.headers["X-Api-Key"] == api_key and items.headers["X-Team"] == "data"
+    assert items.headers["Authorization"] == f"Bearer {auth.issued[0]}"
+    if where == "elsewhere":
+        # An authorization server elsewhere: only what OAuth2 needs (and the endpoint's
+        # own body), not through the source's proxy.
+        assert len(auth.token_server.seen) == 1
+        assert proxy.lines == [f"GET {auth.source.url}/items?page=1"]
+        assert "X-Api-Key" not in token_request.headers and "X-Team" not in token_request.headers
+        assert api_key not in " ".join(auth.token_server.texts())
+        assert token_request.headers["Authorization"].startswith("Basic ")
+        assert parse_qs(token_request.body.decode()) == {
+            "grant_type": ["client_credentials"],
+            "scope": ["read:items"],
+        }
+    else:
+        # On the source's own origin, the token request travels as the source's do.
+        assert auth.token_server.seen == []
+        assert proxy.lines == [
+            f"POST {auth.source.url}/oauth/token",
+            f"GET {auth.source.url}/items?page=1",
+        ]
+        assert token_request.headers["X-Api-Key"] == api_key
+
+
+async def test_a_token_endpoint_elsewhere_is_verified_though_the_source_is_not(
+    reg, key_file, client_pair, tmp_path, monkeypatch
+):
+    """``tls_verify_enabled: false`` is the source's: the client secret does not go to an
+    authorization server whose certificate the worker cannot verify."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    certs = make_certs(tmp_path)  # a CA the worker's trust store does not hold
+    auth = await _servers(client_pair, "elsewhere", certs.server, certs.server)
+    try:
+        doc = _token_doc(unique_code("oauth_noverify"), auth, "elsewhere", tls_verify_enabled=False)
+        cc = contract_client(reg, key_file, doc)
+        with pytest.raises(ArtemisError) as e:
+            await get(cc)
+    finally:
+        await auth.stop()
+    assert e.value.code is ErrorCode.SOURCE_ERROR
+    assert "token endpoint 'token'" in e.value.message
+    assert "certificate verify failed" in e.value.message
+    assert client_pair[1] not in e.value.message
+    # the handshake failed: no secret reached the token endpoint, no request the source
+    assert auth.token_server.seen == [] and auth.source.seen == []
+
+
+@pytest.mark.parametrize("where", ["elsewhere", "own-origin"])
+async def test_a_source_ca_bundle_verifies_its_own_origin_and_not_a_token_endpoint_elsewhere(
+    reg, key_file, client_pair, tmp_path, monkeypatch, where
+):
+    """The source is verified against its CA bundle; an authorization server elsewhere
+    (certified by a CA of the worker's trust store, as a public one is) against the trust
+    store; a token endpoint on the source's origin against the source's bundle."""
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "public").mkdir()
+    ours, public = make_certs(tmp_path / "ours"), make_certs(tmp_path / "public")
+    monkeypatch.setenv("SSL_CERT_FILE", str(public.ca_file))  # the worker's trust store
+    auth = await _servers(client_pair, where, ours.server, public.server)
+    try:
+        doc = _token_doc(unique_code("oauth_ca"), auth, where, tls_ca_bundle_path=str(ours.ca_file))
+        cc = contract_client(reg, key_file, doc)
+        assert (await get(cc)).status_code == 200
+    finally:
+        await auth.stop()
+    assert len(auth.issued) == 1
+    token_server = auth.token_server if where == "elsewhere" else auth.source
+    assert [s.path for s in token_server.seen if s.method == "POST"] == ["/oauth/token"]
+    [items] = [s for s in auth.source.seen if s.method == "GET"]
+    assert items.headers["Authorization"] == f"Bearer {auth.issued[0]}"
+
+
+@pytest.mark.parametrize(
+    "url, origin",
+    [
+        ("http://127.0.0.1:8/oauth/token", "http://127.0.0.1:8"),
+        ("http://127.0.0.9/oauth/token", "http://127.0.0.9:80"),
+        ("http://localhost:8/oauth/token", "http://localhost:8"),
+        ("http://[::1]:8/oauth/token", "http://[::1]:8"),
+    ],
+)
+def test_an_http_token_url_on_loopback_is_accepted(reg, key_file, client_pair, url, origin):
+    auth = AuthServer(*client_pair, uses=1, expires_in=None)
+    auth.source.url = "https://api.example"
+    doc = oauth_doc(unique_code("oauth_loop"), auth)
+    doc["endpoint_def"][1]["path_template"] = url
+    report = import_yaml(reg, yaml.safe_dump(doc), key_file)
+    assert report.credentials[0]["sent_to"] == [origin]
+
+
+@pytest.mark.parametrize(
+    "base, token, where",
+    [
+        # a whole token URL in clear to another host
+        ("https://api.example", "http://auth.example/oauth/token", "endpoint_def[1]"),
+        ("https://api.example", "http://10.0.0.7:8080/oauth/token", "endpoint_def[1]"),
+        # a path after a base URL in clear: the secret would go in clear too
+        ("http://api.example", "/oauth/token", "credential[0]"),
+    ],
+)
+def test_an_http_token_url_off_loopback_is_refused(reg, key_file, client_pair, base, token, where):
+    auth = AuthServer(*client_pair, uses=1, expires_in=None)
+    auth.source.url = base
+    doc = oauth_doc(unique_code("oauth_clear"), auth)
+    doc["endpoint_def"][1]["path_template"] = token
+    with pytest.raises(ArtemisError) as e:
+        import_yaml(reg, yaml.safe_dump(doc), key_file, source="t.yaml")
+    assert e.value.code is ErrorCode.INVALID_INPUT
+    message = e.value.message
+    assert f"t.yaml: {where}" in message and "path_template" in message
+    assert "must be an https:// URL" in message and "client secret" in message
+    assert "in clear" in message and "loopback only" in message
+    assert client_pair[1] not in message
+
+
+def test_an_http_token_url_written_around_the_import_stops_the_run(reg, key_file, client_pair):
+    from sqlalchemy import update
+
+    from artemis.registry.models import RegProvEndpointDef
+
+    auth = AuthServer(*client_pair, uses=1, expires_in=None)
+    auth.token_server.url, auth.source.url = "https://auth.example", "https://api.example"
+    code = unique_code("oauth_hand")
+    import_yaml(reg, yaml.safe_dump(oauth_doc(code, auth)), key_file)
+    table = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+    with reg.begin() as conn:
+        conn.execute(
+            update(table)
+            .where(table.c.endpoint_usage_code == "TOKEN")
+            .values(path_template="http://auth.example/oauth/token")
+        )
+    with pytest.raises(ArtemisError) as e:
+        ContractClient(contract_of(reg, code), settings_for(reg, key_file))
+    assert e.value.code is ErrorCode.CONFIG_ERROR
+    assert "path_template must be an https:// URL" in e.value.message
+
+
+# -- a replaced access token stays redacted until it has expired -------------------------------
+async def test_a_token_replaced_at_the_margin_stays_redacted_until_it_expires(
+    reg, key_file, client_pair
+):
+    auth = await oauth(client_pair, uses=100, expires_in=3600)
+    try:
+        cc = contract_client(reg, key_file, oauth_doc(unique_code("oauth_margin"), auth))
+        assert (await get(cc)).status_code == 200
+        [first] = auth.issued
+        # Its renewal point (expires_in less the margin) reached, the token still valid.
+        [held] = [t for t in Credentials._tokens.values() if t.value == first]
+        held.renew_at = time.monotonic() - 1
+        assert (await get(cc)).status_code == 200
+    finally:
+        await auth.stop()
+    assert len(auth.issued) == 2
+    second = auth.issued[1]
+    # Both redacted: the replaced one may still be in a request in flight, or its error.
+    assert redact_text(f"a {first} b {second}") == f"a {REDACTED} b {REDACTED}"
+    # Forgotten only once it has expired, and requests sent with it have ended.
+    assert held.expires_at is not None
+    assert [at for at, value in Credentials._retired if value == first] == [
+        held.expires_at + auth_module.RETIRED_GRACE_S
+    ]
+
+
+async def test_replaced_tokens_are_forgotten_once_expired(reg, key_file, client_pair, monkeypatch):
+    """Bounded: a worker fetching tokens for months does not hold every one it replaced."""
+    monkeypatch.setattr(auth_module, "RETIRED_GRACE_S", 0.0)
+    # expires_in 0: each token has expired by the time the next request replaces it
+    auth = await oauth(client_pair, uses=100, expires_in=0)
+    try:
+        cc = contract_client(reg, key_file, oauth_doc(unique_code("oauth_forget"), auth))
+        for _ in range(3):
+            assert (await get(cc)).status_code == 200
+    finally:
+        await auth.stop()
+    assert len(auth.issued) == 3
+    for old in auth.issued[:2]:
+        assert redact_text(old) == old
+        assert all(value != old for _, value in Credentials._retired)
+    assert redact_text(auth.issued[2]) == REDACTED  # the one in use
 
 
 # -- is_auth_required --------------------------------------------------------------------------

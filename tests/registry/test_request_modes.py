@@ -103,7 +103,8 @@ class ScrollApi:
     ``POST /_search/scroll {"scroll", "scroll_id"}`` continues it (the id may change:
     the latest one is to be used); an empty ``hits.hits`` is the end; ``DELETE
     /_search/scroll {"scroll_id"}`` clears it; an unknown or expired id is 404
-    ``search_context_missing_exception``."""
+    ``search_context_missing_exception``. Each parameter may be in the query string
+    instead (``?scroll=1m&scroll_id=...``); a form body is refused, 406."""
 
     def __init__(self) -> None:
         self.log = Log()
@@ -127,14 +128,33 @@ class ScrollApi:
             }
         )
 
+    @staticmethod
+    def param(seen: dict[str, Any], name: str) -> Any:
+        return (seen["body"] or {}).get(name) or next(iter(seen["query"].get(name, [])), None)
+
+    @staticmethod
+    def refused(seen: dict[str, Any]) -> web.Response | None:
+        kind = seen["content_type"] or ""
+        if kind.startswith("application/x-www-form-urlencoded"):
+            return web.json_response(
+                {"error": f"Content-Type header [{kind}] is not supported", "status": 406},
+                status=406,
+            )
+        return None
+
     async def search(self, request: web.Request) -> web.Response:
         seen = await self.log.note(request)
         assert seen["query"].get("scroll") == ["1m"], seen
-        return self._answer({"pos": 0, "size": int(seen["body"].get("size", 10))})
+        return self.refused(seen) or self._answer(
+            {"pos": 0, "size": int(self.param(seen, "size") or 10)}
+        )
 
     async def scroll(self, request: web.Request) -> web.Response:
         seen = await self.log.note(request)
-        sid = (seen["body"] or {}).get("scroll_id")
+        no = self.refused(seen)
+        if no is not None:
+            return no
+        sid = self.param(seen, "scroll_id")
         ctx = self.open.pop(sid, None)
         self.continued += 1
         if ctx is None or self.expire is None or self.continued in self.expire:
@@ -146,7 +166,7 @@ class ScrollApi:
 
     async def clear(self, request: web.Request) -> web.Response:
         seen = await self.log.note(request)
-        sid = (seen["body"] or {}).get("scroll_id")
+        sid = self.param(seen, "scroll_id")
         freed = 1 if self.open.pop(sid, None) is not None else 0
         return web.json_response({"succeeded": True, "num_freed": freed})
 
@@ -161,10 +181,10 @@ class ScrollApi:
         return [f"{r['method']} {r['path']}" for r in self.log.requests]
 
 
-def scroll_cc(base: str, total: bool) -> ContractClient:
+def scroll_cc(base: str, total: bool, paging_in: str = "BODY") -> ContractClient:
     pagination = {
         "pagination_mode_code": "SCROLL",
-        "paging_params_in_code": "BODY",
+        "paging_params_in_code": paging_in,
         "page_size_value": 4,
         "scroll_path_template": "/_search/scroll",
         "scroll_release_path_template": "/_search/scroll",
@@ -213,6 +233,28 @@ async def test_scroll_carries_the_latest_id_delivers_each_record_once_and_releas
     assert release["body"] == {"scroll_id": f"scroll-{api.made}"}
     assert api.kinds()[-1] == "DELETE /_search/scroll" and api.open == {}
     assert pages[-1].checkpoint is None and pages[-1].info.taken == 10
+
+
+async def test_a_query_mode_scroll_of_a_post_search_continues_in_the_query_string():
+    """``paging_params_in_code: QUERY``: the search's body is its own, the paging in the
+    query string; a continue request is a POST of the keep-alive and scroll id in the
+    query string with no body (an Elasticsearch-style server refuses them as a form)."""
+    api = ScrollApi()
+    async with serve(api.app()) as base:
+        pages = await drain(rest_source(scroll_cc(base, True, "QUERY"), None, {}, None))
+    assert [r["_id"] for r in records(pages)] == [d["_id"] for d in DOCS]
+    first, *rest = api.log.requests
+    assert (first["method"], first["path"]) == ("POST", "/idx/_search")
+    assert first["query"] == {"scroll": ["1m"], "size": ["4"]}
+    assert first["body"] == {"query": {"match_all": {}}, "sort": ["_doc"]}
+    continues = [r for r in rest if r["method"] == "POST"]
+    assert [(r["path"], r["query"], r["body"]) for r in continues] == [
+        ("/_search/scroll", {"scroll": ["1m"], "scroll_id": [f"scroll-{k}"]}, None) for k in (1, 2)
+    ]
+    assert not any((r["content_type"] or "").startswith("application/x-www") for r in rest)
+    [release] = [r for r in rest if r["method"] == "DELETE"]
+    assert release["query"] == {"scroll_id": [f"scroll-{api.made}"]} and release["body"] is None
+    assert api.open == {} and pages[-1].info.taken == 10
 
 
 async def test_a_resumed_scroll_releases_the_old_one_and_reopens_from_the_start():
