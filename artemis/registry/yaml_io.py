@@ -33,7 +33,12 @@ from sqlalchemy.engine import Connection, Engine
 from artemis.crawler.vault import CookieVault
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.file_models import HIDDEN, PROVENANCE_COLUMNS, parse_file
-from artemis.registry.http_rules import OAUTH2, TOKEN_USAGE, basic_user_problem, url_problem
+from artemis.registry.http_rules import (
+    OAUTH2,
+    TOKEN_USAGE,
+    basic_user_problem,
+    token_url_problem,
+)
 from artemis.registry.models import (
     DIMENSIONS,
     DimensionBase,
@@ -187,6 +192,7 @@ def _import(
             if model is RegProvCredential:
                 credentials.append((raw.get("endpoint_name"), row))
     _check_token_endpoints(conn, pid, data, source)
+    _check_token_origins(conn, pid, credentials, source)
     # After every row is in: the origins come from the file's http_cfg and provenance.
     report.credentials = [_destination(conn, pid, ep, row) for ep, row in credentials]
     return report
@@ -203,7 +209,8 @@ def _token_endpoints(conn: Connection, pid: int) -> list[Any]:
 
 def _check_token_endpoints(conn: Connection, pid: int, data: dict[str, Any], source: str) -> None:
     """An OAuth2 client needs a TOKEN endpoint to get its access tokens from, is not bound
-    to it, and that endpoint is asked by POST at an http(s) URL without a login in it."""
+    to it, and that endpoint is asked by POST at an https URL (http on loopback only)
+    without a login in it."""
     for i, ep in enumerate(data.get("endpoint_def") or []):
         if ep.get("endpoint_usage_code") != TOKEN_USAGE:
             continue
@@ -216,7 +223,7 @@ def _check_token_endpoints(conn: Connection, pid: int, data: dict[str, Any], sou
             )
         path = ep.get("path_template") or ""
         if "://" in path:
-            why = url_problem(path, "path_template")
+            why = token_url_problem(path, "path_template")
             if why:
                 raise ArtemisError(ErrorCode.INVALID_INPUT, f"{where}: {why}")
     tokens = _token_endpoints(conn, pid)
@@ -237,6 +244,34 @@ def _check_token_endpoints(conn: Connection, pid: int, data: dict[str, Any], sou
                 f"token is for, not to the {TOKEN_USAGE} endpoint (leave it out for every "
                 "endpoint)",
             )
+
+
+def _check_token_origins(
+    conn: Connection,
+    pid: int,
+    credentials: list[tuple[str | None, dict[str, Any]]],
+    source: str,
+) -> None:
+    """A TOKEN endpoint written as a path is on the source's base URL: an OAuth2 client
+    whose base URL is ``http://`` to another host than loopback would send its secret
+    there in clear, as an ``http://`` token URL would."""
+    paths = [
+        ep.path_template or ""
+        for ep in _token_endpoints(conn, pid)
+        if "://" not in (ep.path_template or "")
+    ]
+    if not paths:
+        return
+    for i, (_, row) in enumerate(credentials):
+        if row.get("auth_type_code") != OAUTH2:
+            continue
+        for base in credential_origins(conn, pid, row):
+            for path in paths:
+                why = token_url_problem(
+                    f"{base}{path}", "the TOKEN endpoint (path_template after the base URL)"
+                )
+                if why:
+                    raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: credential[{i}]: {why}")
 
 
 def _destination(
