@@ -50,6 +50,7 @@ from artemis.registry.models import (
 from artemis.registry.resolve import as_utc, credential_origins, find_provenance
 from artemis.registry.secret_env import check_secret_env, origin, placement
 from artemis.registry.writes import add_row, describe, update_row
+from artemis.sinks.factory import table_name_for
 from artemis.vault import master_key, read_master_keys
 
 # Import order: endpoints before credentials (which may name one).
@@ -164,6 +165,7 @@ def _import(
     existing = conn.execute(select(pt).where(pt.c.provenance_code == code)).first()
     values = {**prov_in, "provenance_name": prov_in.get("provenance_name") or code}
     if existing is None:
+        _refuse_shared_table(conn, code)
         now = utcnow()
         key = conn.execute(
             pt.insert().values(**values, created_at=now, updated_at=now)
@@ -272,6 +274,20 @@ def _check_token_origins(
                 )
                 if why:
                     raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: credential[{i}]: {why}")
+
+
+def _refuse_shared_table(conn: Connection, code: str) -> None:
+    """Two codes whose default tables are one (``my-shop``, ``my_shop``) would write two
+    sources into one table."""
+    pt = RegProvenance.__table__  # type: ignore[attr-defined]
+    mine = table_name_for(code)
+    for other in conn.execute(select(pt.c.provenance_code)).scalars():
+        if other != code and table_name_for(other) == mine:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"provenance_code {code!r}: its default table {mine!r} is provenance "
+                f"{other!r}'s; pick another code",
+            )
 
 
 def _destination(
