@@ -150,7 +150,7 @@ FIELDS: dict[str, dict[str, str]] = {
     },
     "pagination_cfg": {
         "pagination_mode_code": "how the source pages: `PAGE_NUMBER`, `OFFSET`, `CURSOR`, "
-        '`TOKEN`, `SCROLL` (a scroll id carried from answer to answer, as Elasticsearch\'s '
+        "`TOKEN`, `SCROLL` (a scroll id carried from answer to answer, as Elasticsearch's "
         "`_search?scroll=1m`: see the `scroll_*` fields) or `LINK_HEADER` (RFC 8288 "
         '`rel="next"`)',
         "page_size_value": "records per page asked for (a run's `page_size` wins)",
@@ -255,7 +255,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "and (on a POST) body. In its string values and in the endpoint's `path_template`, "
         "`{ids}` is the ids joined by `id_joiner`, `{id}` the one id of a batch "
         "(`detail_batch_size: 1`, e.g. `/items/{id}`), and a value that is exactly "
-        "`\"{ids_json}\"` becomes the list of ids. Without it the ids go in `id_param_name` "
+        '`"{ids_json}"` becomes the list of ids. Without it the ids go in `id_param_name` '
         "(query string of a GET, body of a POST)",
         "detail_id_jsonpath": "where a SEARCH record's id is, a JSONPath into the record "
         "(default `pagination_cfg.record_key_jsonpath`; one of the two is required with a "
