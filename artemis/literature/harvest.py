@@ -6,6 +6,7 @@ Crossref works, each record normalised to one paper shape (artemis/literature/no
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date, datetime
 from typing import Any, ClassVar
 
@@ -31,6 +32,48 @@ def started_before_families(contract: dict[str, Any] | None) -> bool:
     """A run started by a build whose contracts had no record model dimension: it goes on
     as it began (its family read from its SEARCH path, its own model if it declared one)."""
     return contract is not None and "record_model" not in contract
+
+
+# The columns a run started before every registry field acted read: the rest were stored
+# to do nothing then, and such a run goes on without them (none refuses it mid-run).
+_EARLIER_HTTP = ("base_url_override", "default_headers_json", "timeout_read_millis")
+_EARLIER_ENDPOINT_OFF = {
+    "default_body_payload": None,
+    "request_content_type": None,
+    "response_format_code": None,
+    "is_auth_required": False,
+}
+
+
+def as_it_began(contract: Contract, family: str | None) -> Contract:
+    """An earlier build's frozen contract, reduced to what that build read."""
+    http = {
+        k: v
+        for k, v in (contract.http or {}).items()
+        if k in _EARLIER_HTTP or k in ("id", "max_body_bytes")
+    }
+    endpoints = {
+        usage: {**ep, **_EARLIER_ENDPOINT_OFF}
+        for usage, ep in contract.endpoints.items()
+        # only E-utilities read a DETAIL endpoint (efetch)
+        if usage == "SEARCH" or (usage == "DETAIL" and family == "PUBMED")
+    }
+    search = endpoints.get("SEARCH")
+    if search is not None and family != "PUBMED":
+        search["http_method_code"] = "GET"  # a JSON search was always read by GET
+    rate = {**(contract.rate_limit or {}), "bucket_granularity_code": None}
+    return replace(
+        contract,
+        http=http or None,
+        endpoint=search,
+        endpoints=endpoints,
+        rate_limit=rate if contract.rate_limit else None,
+        credentials=[
+            c
+            for c in contract.credentials
+            if c.get("auth_type_code") in ("API_KEY_QUERY", "API_KEY_HEADER", "BEARER")
+        ],
+    )
 
 
 def _family_of_earlier_run(contract: dict[str, Any]) -> str | None:
@@ -116,12 +159,12 @@ class LiteratureHarvest(SourceHarvest):
         """PubMed's E-utilities source, or Crossref's works through the REST source."""
         p: LiteratureParams = ctx.params  # type: ignore[assignment]
         contract = self._contract(ctx)
+        if started_before_families(p.contract):
+            family = _family_of_earlier_run(p.contract or {})
+            contract = as_it_began(contract, family)
+        else:
+            family = record_family(p.contract)
         cc = ContractClient(contract, ctx.settings, ctx.controls.qps)
-        family = (
-            _family_of_earlier_run(p.contract or {})
-            if started_before_families(p.contract)
-            else record_family(p.contract)
-        )
         date_field = (contract.window_offset or {}).get("default_date_field_name")
         window = (
             window_params(family, date_field, p.window_start, p.window_end, source_zone(p.contract))

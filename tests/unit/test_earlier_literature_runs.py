@@ -71,3 +71,21 @@ def test_an_earlier_runs_own_model_is_kept():
     # without a model, the paper shape
     plain = task.record_spec(ctx(earlier_contract("/works")).params)
     assert plain is not None and plain.model is LiteratureRecord
+
+
+def test_an_earlier_run_goes_on_with_what_its_build_read():
+    # Fields its build stored to do nothing: none refuses the run mid-way now.
+    contract = earlier_contract("/products")
+    contract["http"] = {
+        "base_url_override": "http://127.0.0.1:9/api",
+        "prefer_http2": True,
+        "proxy_url": "http://user:secret@127.0.0.1:8/",
+        "timeout_read_millis": 5000,
+    }
+    search = contract["endpoint"]
+    search.update(is_auth_required=True, default_body_payload={"q": 1}, http_method_code="POST")
+    contract["endpoints"]["DETAIL"] = {"path_template": "/x", "endpoint_usage_code": "DETAIL"}
+    contract["rate_limit"] = {"qps_limit": 5, "bucket_granularity_code": "PER_KEY"}
+    [source] = LiteratureHarvest().build_sources(ctx(contract))
+    assert isinstance(source, RestSource) and source.method == "GET" and source.body is None
+    assert source.url == "http://127.0.0.1:9/api/products"
