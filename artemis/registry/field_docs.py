@@ -141,7 +141,8 @@ FIELDS: dict[str, dict[str, str]] = {
         "pattern (`%Y-%m-%d`), `ISO` (default, `2024-05-01T00:00:00+00:00` in the source's "
         "`timezone_default`), `EPOCH` or `EPOCH_MS`",
         "watermark_field_name": "the record field an `update` keeps its pointer from: the "
-        "largest value among the run's records (DATE, COMPOSITE: a timestamp; ID: an id); "
+        "largest value among the run's records (DATE, COMPOSITE: a timestamp, ISO 8601 or "
+        "seconds since 1970 — milliseconds with `EPOCH_MS`; ID: an id); "
         "without it (and without `default_date_field_name`) the pointer is the window's end",
         "watermark_id_field_name": "COMPOSITE: the record's id field, which orders records "
         "of the same timestamp",

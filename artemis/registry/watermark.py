@@ -106,7 +106,7 @@ def pointer_of(record: dict[str, Any], win: dict[str, Any], tz: tzinfo = UTC) ->
         return None
     if kind == "ID":
         return _id(value, field)
-    instant = _instant(value, field, tz)
+    instant = _instant(value, field, tz, win.get("window_time_format"))
     if kind == "COMPOSITE":
         id_field = win.get("watermark_id_field_name")
         ident = record.get(id_field) if id_field else None
@@ -123,14 +123,23 @@ def _id(value: Any, field: str | None) -> int | str:
     return value
 
 
-def _instant(value: Any, field: str | None, tz: tzinfo = UTC) -> str:
+def _instant(value: Any, field: str | None, tz: tzinfo = UTC, fmt: str | None = None) -> str:
+    """A record's timestamp: ISO 8601, or a number of seconds (milliseconds with
+    ``window_time_format: EPOCH_MS``) since 1970 where the source writes its times so."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = value / 1000 if fmt == "EPOCH_MS" else value
+        try:
+            return datetime.fromtimestamp(seconds, UTC).isoformat()
+        except (OverflowError, OSError, ValueError):
+            pass
     try:
         parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         raise ArtemisError(
             ErrorCode.SOURCE_CONTRACT,
             f"record field {field!r} holds {str(value)[:60]!r}: a DATE pointer reads an "
-            "ISO 8601 timestamp",
+            "ISO 8601 timestamp or a number of seconds since 1970 (milliseconds with "
+            "window_time_format EPOCH_MS)",
         ) from None
     if parsed.tzinfo is None:
         # A source that writes its times without an offset writes its own wall clock (the

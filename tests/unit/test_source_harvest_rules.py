@@ -255,3 +255,15 @@ def test_a_sink_database_down_at_start_defers_the_table_check(tmp_path):
     output = {"sinks": ["sql"], "sql": {"url": url, "table": "stock"}}
     spec = declared_spec(MODEL, "StockRecord")
     check_sql_output(output, spec)  # no error: deferred to the first write
+
+
+def test_a_date_pointer_reads_epoch_numbers():
+    from artemis.registry.watermark import pointer_of
+
+    win = {"watermark_field_name": "updated"}
+    assert pointer_of({"updated": 1735689600}, win) == "2025-01-01T00:00:00+00:00"
+    ms = {**win, "window_time_format": "EPOCH_MS"}
+    assert pointer_of({"updated": 1735689600500}, ms) == "2025-01-01T00:00:00.500000+00:00"
+    with pytest.raises(ArtemisError) as e:
+        pointer_of({"updated": "yesterday"}, win)
+    assert e.value.code is ErrorCode.SOURCE_CONTRACT and "'updated'" in e.value.message
