@@ -137,7 +137,7 @@ class DetailSource(Source):
     ) -> AsyncIterator[Page]:
         st: dict[str, Any] = {
             "search": None,
-            "pending": [],
+            "ids_left": [],
             "searched": False,
             "done": False,
             "taken": 0,
@@ -151,7 +151,7 @@ class DetailSource(Source):
         pages = cast(AsyncGenerator[Page, None], self.search.pages(client, start))
         async with aclosing(pages) as search:
             while True:
-                if not st["pending"]:
+                if not st["ids_left"]:
                     if st["done"]:
                         yield self._page([], None, st, None)
                         return
@@ -160,27 +160,27 @@ class DetailSource(Source):
                         st["done"] = True
                         continue
                     st.update(
-                        pending=self.ids_of(page.records),
+                        ids_left=self.ids_of(page.records),
                         search=page.checkpoint,
                         searched=True,
                         done=page.checkpoint is None,
                         total=page.info.expected_total,
                     )
-                    if not st["pending"]:
+                    if not st["ids_left"]:
                         if st["done"]:
                             yield self._page([], None, st, page.info.request)
                             return
                         continue
                 size = self.details.batch_size
                 batches = [
-                    st["pending"][k : k + size]
-                    for k in range(0, min(len(st["pending"]), size * self.parallel), size)
+                    st["ids_left"][k : k + size]
+                    for k in range(0, min(len(st["ids_left"]), size * self.parallel), size)
                 ]
                 answers = await asyncio.gather(*(self._fetch(client, b) for b in batches))
                 for batch, (records, request) in zip(batches, answers, strict=True):
-                    st["pending"] = st["pending"][len(batch) :]
+                    st["ids_left"] = st["ids_left"][len(batch) :]
                     st["taken"] += len(records)
-                    last = st["done"] and not st["pending"]
+                    last = st["done"] and not st["ids_left"]
                     yield self._page(records, None if last else dict(st), st, request)
                     if last:
                         return

@@ -49,6 +49,7 @@ from artemis.registry.windows import (
     update_window,
     window_query,
 )
+from artemis.run_state import RunStatus
 from artemis.sinks.records import RecordSpec, declared_spec, record_model_name
 from artemis.sources import Source
 from artemis.tasks.base import TaskContext, TaskUnit, describe_validation_error
@@ -487,7 +488,7 @@ class SourceHarvest(TaskUnit):
     def run_ended(self, ctx: TaskContext, status: str, error_code: str | None) -> None:
         """A run that did not complete leaves no pointer behind."""
         p: SourceParams = ctx.params  # type: ignore[assignment]
-        if status == "completed" or self._pointer_cfg(ctx) is None:
+        if status == RunStatus.COMPLETED or self._pointer_cfg(ctx) is None:
             return
         with get_engine(ctx.settings.database.url).begin() as conn:
             drop_seen(conn, (p.contract or {})["provenance"]["id"], ctx.task_id)

@@ -649,7 +649,7 @@ async def test_a_detail_run_resumes_with_the_ids_it_had_not_fetched():
     async with serve(detail_app(log)) as base:
         first = await drain(rest_source(batch_cc(base), None, {}, None))
         held = first[2].checkpoint  # after ids 1-8 (the second search page's first batch)
-        assert held is not None and held["pending"] == [9, 10]
+        assert held is not None and held["ids_left"] == [9, 10]
         log.requests.clear()
         rest = await drain(rest_source(batch_cc(base), None, {}, None), held)
     assert [r["id"] for r in records(rest)] == [9, 10, 11]
