@@ -34,7 +34,7 @@ class Document:
     hand it its path instead of reading it as JSON."""
 
     def lookup(self, path: str) -> Any:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement lookup")
 
     def as_flag(self, value: Any) -> Any:
         """A value found in it read as true/false (unchanged when it is neither)."""

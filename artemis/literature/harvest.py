@@ -34,8 +34,8 @@ def started_before_families(contract: dict[str, Any] | None) -> bool:
     return contract is not None and "record_model" not in contract
 
 
-# The columns a run started before every registry field acted read: the rest were stored
-# to do nothing then, and such a run goes on without them (none refuses it mid-run).
+# The columns a contract without a record model dimension was run with: the others did
+# nothing for such a run, and it goes on without them (none refuses it mid-run).
 _EARLIER_HTTP = ("base_url_override", "default_headers_json", "timeout_read_millis")
 _EARLIER_ENDPOINT_OFF = {
     "default_body_payload": None,
@@ -46,7 +46,8 @@ _EARLIER_ENDPOINT_OFF = {
 
 
 def as_it_began(contract: Contract, family: str | None) -> Contract:
-    """An earlier build's frozen contract, reduced to what that build read."""
+    """A contract without a record model dimension, reduced to the columns its run read
+    when it started."""
     http = {
         k: v
         for k, v in (contract.http or {}).items()
@@ -174,7 +175,7 @@ class LiteratureHarvest(SourceHarvest):
         parallel = 1 if p.parent else self.fetch_concurrency(ctx)
         if family == "PUBMED":
             return [PubMedSource(cc, p.query or "all[sb]", window, p.page_size, parallel)]
-        if family is None:  # an earlier build's run of a source of no paper family
+        if family is None:  # such a contract's source of no paper family: plain paging
             return [rest_source(cc, p.query, window, p.page_size, parallel)]
         code = cc.code
         return [

@@ -254,7 +254,7 @@ class ContractClient:
         string; ``query_only``: ``params`` always go in the query string, and a POST
         without a body sends none (a scroll's continue request, which an
         Elasticsearch-style server refuses as a form)."""
-        # Credentials go only to the contract's own origin (SPEC §5): a URL elsewhere is
+        # Credentials go only to the contract's own origin (artemis/security.py): a URL elsewhere is
         # never sent, with or without them.
         check_same_origin(url, self.base, f"{self.code} {what}")
         ep = endpoint if endpoint is not None else self.endpoint_of(url)
