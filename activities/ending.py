@@ -208,7 +208,10 @@ class EndingActivities(RunActivityBase):
                     # The API writes `pending` beside its answer; whichever comes first
                     # creates the record, the other finds it (insert-if-absent).
                     absent=lambda: TaskData(
-                        task_id=run.task_id, task_code=run.task_code, workflow_id=run.workflow_id
+                        task_id=run.task_id,
+                        task_code=run.task_code,
+                        workflow_id=run.workflow_id,
+                        payload={"params": inp.params} if inp.params is not None else {},
                     ),
                 )
             except (StorageUnavailable, TaskNotFound, ConcurrentModification) as e:

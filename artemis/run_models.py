@@ -324,6 +324,10 @@ class MirrorInput:
     ended_ms: int | None = None
     # The run's plan steps at its end (the event stream's last plan); None: earlier builds.
     steps: dict[str, str] | None = None
+    # The request's params, for the record this write creates when the API's `pending`
+    # record is not there yet (a sync run may end before it): the run keeps its source's
+    # name in the task list. None: the record is created without them.
+    params: dict[str, Any] | None = None
 
 
 @dataclass

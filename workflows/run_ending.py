@@ -155,6 +155,7 @@ class Ending(RunCore):
                     started_ms=self._live.started_ms,
                     ended_ms=ended_ms,
                     steps=dict(self._state.steps) if ended_ms is not None else None,
+                    params=self._req.params,
                 ),
                 start_to_close_timeout=timedelta(seconds=15),
                 retry_policy=retry_policies.MIRROR,
