@@ -10,6 +10,7 @@ through it.
 from __future__ import annotations
 
 import reprlib
+from abc import ABC, abstractmethod
 from functools import cache
 from typing import Any
 
@@ -29,12 +30,13 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-class Document:
+class Document(ABC):
     """An answer read by paths of its own language (an XML answer): the lookups below
     hand it its path instead of reading it as JSON."""
 
+    @abstractmethod
     def lookup(self, path: str) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must implement lookup")
+        """The value at ``path``, in the document's own path language."""
 
     def as_flag(self, value: Any) -> Any:
         """A value found in it read as true/false (unchanged when it is neither)."""

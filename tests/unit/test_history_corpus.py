@@ -123,13 +123,20 @@ async def test_the_housekeeping_loop_is_behind_its_patch(monkeypatch):
     for it: both shapes replay on the current code (above)."""
     from temporalio import workflow
 
-    loops = [p for p in FILES if p.name == "ReclaimStaleLocks-loop-continued_as_new.json"]
+    # the earliest build's (labels in version order: 0.10.0 after 0.9.0)
+    loops = sorted(
+        (p for p in FILES if p.name == "ReclaimStaleLocks-loop-continued_as_new.json"),
+        key=lambda p: _version(p.parent.name),
+    )
     assert loops and loops[0].parent.name == "0.6.0"
     monkeypatch.setattr(workflow, "patched", lambda patch_id: False)
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
     result = await replayer.replay_workflow(_history(loops[0]), raise_on_replay_failure=False)
     assert result.replay_failure is not None
-    old = [p for p in FILES if p.name == "ReclaimStaleLocks-reclaimstalelocks-completed.json"]
+    old = sorted(
+        (p for p in FILES if p.name == "ReclaimStaleLocks-reclaimstalelocks-completed.json"),
+        key=lambda p: _version(p.parent.name),
+    )
     assert old and old[0].parent.name == "0.1.0"
     result = await replayer.replay_workflow(_history(old[0]), raise_on_replay_failure=False)
     assert result.replay_failure is None
