@@ -19,14 +19,15 @@ from activities.run_base import (
     off_loop,
     require_every_page,
     run_key,
+    run_place,
     run_sinks,
 )
-from artemis.errors import ArtemisError, ErrorCode
+from artemis.errors import ArtemisError
 from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
+from artemis.quarantine import Outcome, PageJudge
 from artemis.run_models import BatchInput, EmitResult, Outage, ProcessResult
 from artemis.sinks import EmitContext
-from artemis.tasks import TaskContext, TaskUnit
 from artemis.tasks.registry import get_task
 from artemis.tracing import current_trace
 
@@ -44,13 +45,31 @@ class BatchActivities(RunActivityBase):
         key = run_key(inp.run)
         raw = await off_loop(self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq)
         require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
-        # The task's process (its own code: it may be slow, or read a database) and the
-        # batch's staging reads and writes (batch-sized), in threads.
-        out, n_in, n_out = await off_loop(_processed, task, ctx, raw, inp.run.task_code)
+        # The task's process and the record model's check (its own code: it may be slow,
+        # or read a database) and the batch's staging reads and writes, in threads.
+        judge = PageJudge(
+            task,
+            ctx,
+            run_place(inp.run, inp.params, inp.output, ctx),
+            inp.fetched,
+            inp.stated,
+            counts_pages=False,
+        )
+        out, outcomes = await off_loop(_processed, judge, raw)
         await off_loop(self.staging.put_pages, key, "processed", out)
-        if n_out != n_in:
-            log.info("process_dropped_records", dropped=n_in - n_out)
-        return ProcessResult(records_in=n_in, records_out=n_out)
+        for seq, outcome in outcomes:
+            await self.report_judged(inp.run, seq, outcome)
+        n_in = sum(len(records) for _, records in raw)
+        n_out = sum(len(records) for _, records in out)
+        n_bad = sum(o.quarantined for _, o in outcomes)
+        if n_out + n_bad != n_in:
+            log.info("process_dropped_records", dropped=n_in - n_out - n_bad)
+        return ProcessResult(
+            records_in=n_in,
+            records_out=n_out,
+            records_quarantined=n_bad,
+            fields_dropped=sum(o.dropped for _, o in outcomes),
+        )
 
     @activity.defn(name="emit_batch")
     async def emit_batch(self, inp: BatchInput) -> EmitResult:
@@ -170,25 +189,14 @@ class BatchActivities(RunActivityBase):
 
 
 def _processed(
-    task: TaskUnit, ctx: TaskContext, raw: list[tuple[int, Any]], code: str
-) -> tuple[list[tuple[int, list[dict[str, Any]]]], int, int]:
-    """The batch's pages through the task's ``process``: (pages, records in, records out).
-    A record without a field the task needs, or of the wrong type: the source broke its
-    contract (SPEC §4), not a failure a retry can fix."""
+    judge: PageJudge, raw: list[tuple[int, Any]]
+) -> tuple[list[tuple[int, list[dict[str, Any]]]], list[tuple[int, Outcome]]]:
+    """The batch's pages judged (the task's ``process``, then the record model's check):
+    the records that go on, page by page, and each page's outcome."""
     out: list[tuple[int, list[dict[str, Any]]]] = []
-    n_in = n_out = 0
+    outcomes: list[tuple[int, Outcome]] = []
     for seq, records in raw:
-        try:
-            processed = task.process(records, ctx)
-        except ArtemisError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise ArtemisError(
-                ErrorCode.SOURCE_CONTRACT,
-                f"process: a record of page {seq} does not have the shape "
-                f"{code} expects: {type(e).__name__}: {e}",
-            ) from None
-        n_in += len(records)
-        n_out += len(processed)
-        out.append((seq, processed))
-    return out, n_in, n_out
+        outcome = judge.page(seq, records)
+        out.append((seq, outcome.records))
+        outcomes.append((seq, outcome))
+    return out, outcomes

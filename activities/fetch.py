@@ -21,12 +21,14 @@ from activities.run_base import (
     on_loop_if,
     require_every_page,
     run_key,
+    run_place,
     run_sinks,
 )
 from activities.streaming import PageStream
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
 from artemis.outage import outage_of
+from artemis.quarantine import PageJudge
 from artemis.run_models import FetchInput, FetchResult, Outage, Streamed
 from artemis.tasks import FetchControls, TaskUnit
 from artemis.tasks.registry import get_task
@@ -103,6 +105,7 @@ class FetchActivities(RunActivityBase):
                 cursor = {**after, "first_seq": inp.first_seq} if stream is not None else None
                 await self._stage_raw(key, seq, page, cursor)
                 if stream is not None:
+                    stream.judge.stated = page.info.expected_total
                     await stream.put(seq, page.records)
                 state.update(after)
                 beat(state)
@@ -252,7 +255,27 @@ class FetchActivities(RunActivityBase):
         sinks = await run_sinks(task, ctx)
         if inp.first_seq:
             await off_loop(self.staging.prune_below, key, inp.first_seq)
-        stream = PageStream(task, ctx, self.client, sinks, inp.run, key, trace, state, beat)
+        judge = PageJudge(
+            task,
+            ctx,
+            run_place(inp.run, inp.params, inp.output, ctx),
+            inp.records_before + state["stream"]["records_in"],
+            state.get("expected_total"),
+            counts_pages=True,
+        )
+        stream = PageStream(
+            task,
+            ctx,
+            self.client,
+            sinks,
+            inp.run,
+            key,
+            trace,
+            state,
+            beat,
+            judge,
+            lambda seq, outcome: self.report_judged(inp.run, seq, outcome),
+        )
         below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1
         try:
             if staged_to >= below:

@@ -28,6 +28,9 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
 from artemis.logsetup import get_logger
+from artemis.metrics import RECORDS_QUARANTINED, SCHEMA_DRIFT
+from artemis.quarantine import Outcome, RunPlace
+from artemis.redact import redact_text
 from artemis.retained import Retained
 from artemis.run_models import RunRef
 from artemis.security import same_origin
@@ -85,6 +88,22 @@ def own_hooks(task: TaskUnit, *names: str) -> bool:
 
 def run_key(run: RunRef) -> str:
     return f"{run.task_code}/{run.task_id}"
+
+
+def run_place(
+    run: RunRef, params: dict[str, Any], output: dict[str, Any], ctx: TaskContext
+) -> RunPlace:
+    """The run, as the rows about its bad records name it (with what a replay needs: its
+    params and its output as in history, secrets sealed)."""
+    provenance = getattr(ctx.params, "provenance", None)
+    return RunPlace(
+        run_key(run),
+        run.task_code,
+        run.task_id,
+        provenance if isinstance(provenance, str) else None,
+        params,
+        output,
+    )
 
 
 def secrets_key(run: RunRef) -> str:
@@ -302,6 +321,40 @@ class RunActivityBase:
             await self.event_writer.append(run.task_id, kind, data, step, run.root_task_id)
         except Exception as e:
             log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
+
+    async def report_judged(self, run: RunRef, seq: int, outcome: Outcome) -> None:
+        """A judged page's events, log lines and metrics: its quarantined records (one
+        event per page, with a sample reason) and the drift the run had not seen."""
+        if outcome.quarantined:
+            sample = outcome.sample
+            assert sample is not None
+            reason = {
+                "code": sample.code,
+                "field": sample.field,
+                "message": redact_text(sample.message)[:500],
+            }
+            log.info("records_quarantined", seq=seq, records=outcome.quarantined, **reason)
+            RECORDS_QUARANTINED.labels(run.task_code).inc(outcome.quarantined)
+            data: dict[str, Any] = {
+                "page": seq,
+                "records": outcome.quarantined,
+                "held": outcome.held,
+            }
+            await self.record(
+                run, "quarantined", {**data, "sample": reason}, "step_process", soon=True
+            )
+        for d in outcome.new_drift:
+            drift: dict[str, Any] = {
+                "field": d.field,
+                "change": d.kind,
+                "page": seq,
+                "example": None if d.example is None else redact_text(str(d.example))[:200],
+                "type": d.type_name,
+                "evolved": d.field in outcome.evolved,
+            }
+            log.warning("schema_drift", **drift)
+            SCHEMA_DRIFT.labels(run.task_code, d.kind).inc()
+            await self.record(run, "schema_drift", drift, "step_process", soon=True)
 
     async def _context(
         self,

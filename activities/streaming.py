@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from activities.run_base import log, off_loop
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
+from artemis.quarantine import Outcome, PageJudge
 from artemis.redact import redact_text
 from artemis.run_models import RunRef, Streamed
 from artemis.sinks import EmitContext, Sink
@@ -49,8 +50,11 @@ class PageStream:
         trace: TraceContext,
         state: dict[str, Any],
         beat: Callable[..., None],
+        judge: PageJudge,
+        report: Callable[[int, Outcome], Awaitable[None]],
     ) -> None:
         self.task, self.ctx, self.client, self.sinks = task, ctx, client, sinks
+        self.judge, self.report = judge, report
         self.beat = beat
         self.run, self.key, self.trace = run, key, trace
         self.state = state
@@ -64,8 +68,9 @@ class PageStream:
         # Pages put and not yet sent (or skipped), at most: a sink slower than the source
         # slows the fetch down to its pace, and memory holds a few pages, not a batch.
         self._room = asyncio.Semaphore(max(8, 4 * concurrency))
-        # Delivered above the gap: seq → (records in, records out, sink counts).
-        self._above: dict[int, tuple[int, int, dict[str, int]]] = {}
+        # Delivered above the gap: seq → (records in, records out, sink counts, records
+        # quarantined, field values dropped).
+        self._above: dict[int, tuple[int, int, dict[str, int], int, int]] = {}
         self._sending: set[asyncio.Task[None]] = set()
         self._consumer = asyncio.create_task(self._consume())
 
@@ -80,6 +85,8 @@ class PageStream:
             "sinks": {},
             "stopped": None,
             "error": None,
+            "records_quarantined": 0,
+            "fields_dropped": 0,
         }
 
     async def put(self, seq: int, records: list[dict[str, Any]]) -> None:
@@ -104,6 +111,8 @@ class PageStream:
             sinks=dict(m["sinks"]),
             stopped=m["stopped"],
             error=m["error"],
+            records_quarantined=int(m.get("records_quarantined") or 0),
+            fields_dropped=int(m.get("fields_dropped") or 0),
         )
 
     async def abort(self) -> None:
@@ -149,15 +158,16 @@ class PageStream:
                 for _ in pages:
                     self._room.release()
                 continue
-            done = await off_loop(_process_in_order, self.task, self.ctx, pages)
+            done = await off_loop(_judge_in_order, self.judge, pages)
             for i, (seq, records) in enumerate(pages):
-                # (pages after one that failed were not processed: the stream stopped)
+                # (pages after one that failed were not judged: the stream stopped)
                 out = done[i] if i < len(done) else None
                 if isinstance(out, BaseException):  # process_batch meets it again
                     self._stop(seq, out)
                 if out is None or isinstance(out, BaseException) or self.mine["stopped"]:
                     self._room.release()
                     continue
+                await self.report(seq, out)
                 await self._gate.acquire()
                 if self.mine["stopped"] is not None:
                     self._gate.release()
@@ -167,7 +177,8 @@ class PageStream:
                 self._sending.add(sending)
                 sending.add_done_callback(self._sending.discard)
 
-    async def _send(self, seq: int, n_in: int, records: list[dict[str, Any]]) -> None:
+    async def _send(self, seq: int, n_in: int, judged: Outcome) -> None:
+        records = judged.records
         page = EmitContext(
             run_key=self.key,
             seq=seq,
@@ -191,11 +202,13 @@ class PageStream:
         finally:
             self._gate.release()
         self._room.release()
-        self._above[seq] = (n_in, len(records), page.counts)
+        self._above[seq] = (n_in, len(records), page.counts, judged.quarantined, judged.dropped)
         m = self.mine
         # (stopped: the page that failed is the gap; those above it go again, emit_batch)
         while m["next_seq"] in self._above:
-            n_in, n_out, counts = self._above.pop(m["next_seq"])
+            n_in, n_out, counts, n_bad, n_dropped = self._above.pop(m["next_seq"])
+            m["records_quarantined"] = int(m.get("records_quarantined") or 0) + n_bad
+            m["fields_dropped"] = int(m.get("fields_dropped") or 0) + n_dropped
             m["records_in"] += n_in
             m["records_out"] += n_out
             m["records"] += n_out
@@ -206,15 +219,15 @@ class PageStream:
         self.beat(self.state)
 
 
-def _process_in_order(
-    task: TaskUnit, ctx: TaskContext, pages: list[tuple[int, list[dict[str, Any]]]]
-) -> list[list[dict[str, Any]] | BaseException]:
-    """Each page through the task's ``process``, up to the first that fails (its error
-    in its place; the pages after it are not processed)."""
-    out: list[list[dict[str, Any]] | BaseException] = []
-    for _, records in pages:
+def _judge_in_order(
+    judge: PageJudge, pages: list[tuple[int, list[dict[str, Any]]]]
+) -> list[Outcome | BaseException]:
+    """Each page judged (the task's ``process``, then the record model's check), up to the
+    first that fails (its error in its place; the pages after it are not judged)."""
+    out: list[Outcome | BaseException] = []
+    for seq, records in pages:
         try:
-            out.append(task.process(records, ctx))
+            out.append(judge.page(seq, records))
         except Exception as e:
             out.append(e)
             break

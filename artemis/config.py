@@ -219,6 +219,16 @@ class EventSettings(_Section):
     keepalive_s: float = Field(15.0, gt=0)
 
 
+class QuarantineSettings(_Section):
+    """Records a run set aside (artemis/quarantine.py): how long they are kept, how large
+    one may be."""
+
+    # Quarantined records (replayed, discarded or not) are deleted after this many days.
+    retain_days: float = Field(30.0, gt=0)
+    # A record larger than this (as JSON) is kept with its reason but not its body.
+    max_record_bytes: int = Field(1_048_576, ge=1024)
+
+
 class MetricsSettings(_Section):
     """Prometheus. The API serves GET /metrics; a separate worker process serves its own
     registry on ``worker_port``; the Temporal SDK's worker metrics on ``sdk_port``."""
@@ -446,6 +456,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     runs: RunsSettings = Field(default_factory=RunsSettings)
     events: EventSettings = Field(default_factory=EventSettings)
+    quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     vault: VaultSettings = Field(default_factory=VaultSettings)
     crawler: CrawlerSettings = Field(default_factory=CrawlerSettings)

@@ -32,6 +32,8 @@ class ErrorCode(StrEnum):
     SOURCE_CONTRACT = "SOURCE_CONTRACT"
     SOURCE_LOOP = "SOURCE_LOOP"
     INCOMPLETE = "INCOMPLETE"
+    # More records were quarantined than the run's ``max_bad_records`` allows.
+    BAD_RECORDS = "BAD_RECORDS"
     SINK_ERROR = "SINK_ERROR"
     # A source or a sink failed transiently for longer than the run's outage tolerance
     # (SPEC §4 "Outages"): the run kept its state, POST /tasks/{id}/retry finishes it.
@@ -87,6 +89,7 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.SOURCE_CONTRACT: _CodeInfo(False, 0, 502),
     ErrorCode.SOURCE_LOOP: _CodeInfo(False, 0, 502),
     ErrorCode.INCOMPLETE: _CodeInfo(False, 0, 502),
+    ErrorCode.BAD_RECORDS: _CodeInfo(False, 0, 502),
     ErrorCode.SINK_ERROR: _CodeInfo(True, 4, 502),
     ErrorCode.SOURCE_UNAVAILABLE: _CodeInfo(True, 0, 503),
     ErrorCode.SINK_UNAVAILABLE: _CodeInfo(True, 0, 503),

@@ -28,6 +28,14 @@ RUNS_FINISHED = Counter(
 )
 RECORDS_FETCHED = Counter("artemis_records_fetched", "Records fetched from sources", ["task_code"])
 RECORDS_EMITTED = Counter("artemis_records_emitted", "Records delivered to sinks", ["task_code"])
+RECORDS_QUARANTINED = Counter(
+    "artemis_records_quarantined", "Records set aside by the model check or process", ["task_code"]
+)
+SCHEMA_DRIFT = Counter(
+    "artemis_schema_drift",
+    "Fields a run saw a source add or stop sending (once per run and field)",
+    ["task_code", "kind"],
+)
 PAGES_FETCHED = Counter("artemis_pages_fetched", "Pages fetched from sources", ["task_code"])
 ACTIVITY_SECONDS = Histogram(
     "artemis_activity_duration_seconds",

@@ -367,6 +367,9 @@ class FetchInput:
     # when every earlier batch is delivered); what it delivered: ``FetchResult.streamed``.
     stream: bool = False
     output: dict[str, Any] = field(default_factory=dict)
+    # The records the run fetched before this batch (a streaming fetch judges its pages:
+    # what a percentage ``max_bad_records`` is of).
+    records_before: int = 0
 
 
 @dataclass
@@ -380,6 +383,8 @@ class Streamed:
     records_out: int = 0
     records_emitted: int = 0
     batches: int = 0
+    records_quarantined: int = 0
+    fields_dropped: int = 0
     # Records each sink took (name → count).
     sinks: dict[str, int] = field(default_factory=dict)
     # Why it stopped short of the batch's end: the error code (None: it did not).
@@ -423,12 +428,19 @@ class BatchInput:
     report_outages: bool = False
     # Emit: staged pages below this sequence were delivered; their payloads can go.
     prune_below: int | None = None
+    # Process: the records the run had fetched, and the total its sources state (what a
+    # percentage ``max_bad_records`` is of).
+    fetched: int = 0
+    stated: int | None = None
 
 
 @dataclass
 class ProcessResult:
     records_in: int
     records_out: int
+    # Records set aside (artemis/quarantine.py) and unnamed field values dropped.
+    records_quarantined: int = 0
+    fields_dropped: int = 0
 
 
 @dataclass

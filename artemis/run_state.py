@@ -135,7 +135,18 @@ STORED = tuple(StoredStatus)
 # The failures POST /tasks/{id}/retry finishes from the run's kept state (SPEC §4
 # "Outages"): a dependency down past its tolerance, an internal failure, a timeout.
 RETRYABLE_ENDINGS = ("SOURCE_UNAVAILABLE", "SINK_UNAVAILABLE", "INTERNAL", "TIMEOUT_ERROR")
-STAT_KEYS = ("pages", "records_fetched", "records_processed", "records_emitted", "batches")
+STAT_KEYS = (
+    "pages",
+    "records_fetched",
+    "records_processed",
+    "records_emitted",
+    "batches",
+    # Records set aside (artemis/quarantine.py): delivered + quarantined = fetched, when
+    # the task's process keeps one record per record.
+    "records_quarantined",
+    # Values of fields the record model does not name, dropped (a record × a field).
+    "fields_dropped",
+)
 STEPS = ("step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize")
 # The steps of the batch loop, done together when it ends.
 LOOP_STEPS = ("step_fetch", "step_process", "step_emit")
@@ -351,8 +362,12 @@ class RunState:
         if done:
             self.complete("step_fetch")
 
-    def processed(self, records: int) -> None:
+    def processed(self, records: int, quarantined: int = 0, dropped: int = 0) -> None:
         self.stats["records_processed"] += records
+        # (a run carried over from a build that did not count these has no such keys yet)
+        for key, n in (("records_quarantined", quarantined), ("fields_dropped", dropped)):
+            if n or key in self.stats:
+                self.stats[key] = int(self.stats.get(key) or 0) + n
 
     def emitted(self, records: int, sinks: Mapping[str, int]) -> None:
         self.stats["records_emitted"] += records

@@ -254,7 +254,9 @@ class BatchLoop(FanOut, OutageWaits):
         """A fetch's pages processed and emitted beside it: counted; the first page of
         the batch it did not deliver (the rest go through process and emit)."""
         live = self._live
-        self._state.processed(streamed.records_out)
+        self._state.processed(
+            streamed.records_out, streamed.records_quarantined, streamed.fields_dropped
+        )
         self._state.emitted(streamed.records_emitted, streamed.sinks)
         if streamed.next_seq > first:
             live.processed_through = max(live.processed_through, streamed.next_seq - 1)
@@ -285,6 +287,7 @@ class BatchLoop(FanOut, OutageWaits):
                 report_outages=self._reports_outages(),
                 stream=stream,
                 output=req.output if stream else {},
+                records_before=int(self._state.stats.get("records_fetched") or 0),
             ),
             start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
             heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
@@ -333,6 +336,8 @@ class BatchLoop(FanOut, OutageWaits):
             first_seq=first,
             last_seq=last,
             output=req.output,
+            fetched=int(self._state.stats.get("records_fetched") or 0),
+            stated=self._state.stats.get("expected_total"),
         )
         self._state.working("step_process")
         options: dict[str, Any] = {
@@ -367,7 +372,9 @@ class BatchLoop(FanOut, OutageWaits):
             self._recovered("store")
         self._stop_point()
         if not again:
-            self._state.processed(processed.records_out)
+            self._state.processed(
+                processed.records_out, processed.records_quarantined, processed.fields_dropped
+            )
             live.processed_through = max(live.processed_through, last)
         if after is not None:
             await after  # emitted in order: the batch before this one first

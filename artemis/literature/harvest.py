@@ -102,6 +102,8 @@ class LiteratureRecord(BaseModel):
 
 
 class LiteratureHarvest(SourceHarvest):
+    # The paper shape is Artemis' own: a family's model does not evolve.
+    evolves_model = False
     code = "literature_harvest"
     Params: ClassVar[type[BaseModel]] = LiteratureParams
     Record = LiteratureRecord

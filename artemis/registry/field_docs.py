@@ -65,6 +65,17 @@ FIELDS: dict[str, dict[str, str]] = {
         "SQL), each `| None` when it may be null; or a mapping of sub-fields typed the "
         "same way: a struct (a Parquet struct of those fields, JSON in SQL; null or absent "
         "allowed)",
+        "on_bad_record_code": "`QUARANTINE` (default): a record the model or the task's "
+        "process step rejects is kept aside with its reason and the run goes on; `FAIL`: it "
+        "fails the run. A run's `on_bad_record` param wins",
+        "max_bad_records_value": "how many records a run may quarantine before it fails "
+        "`BAD_RECORDS`: a count (`100`) or a percentage of the records fetched (`1%`, the "
+        "default). A run's `max_bad_records` param wins",
+        "schema_contract_code": "a field the model does not name: `DISCARD` (default: "
+        "dropped, a `schema_drift` event), `FREEZE` (the run fails `SOURCE_CONTRACT` "
+        "naming it) or `EVOLVE` (dropped from this run, added to the model of the next "
+        "runs as nullable: a new row of this section from that moment). A run's "
+        "`schema_contract` param wins",
     },
     "endpoint_def": {
         "endpoint_name": "a name, unique within the provenance (a credential may name it)",

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.quarantine import parse_max_bad
 from artemis.registry import field_docs
 from artemis.registry.http_rules import (
     AUTH_TYPES,
@@ -39,6 +40,7 @@ from artemis.registry.http_rules import (
     http_cfg_problem,
 )
 from artemis.registry.models import (
+    BAD_RECORD_POLICIES,
     DIMENSIONS,
     ENDPOINT_USAGES,
     OFFSET_TYPES,
@@ -47,6 +49,7 @@ from artemis.registry.models import (
     RECORD_FAMILIES,
     REQUEST_CONTENT_TYPES,
     RESPONSE_FORMATS,
+    SCHEMA_CONTRACTS,
     SCOPES,
     TASK_TYPES,
     DimensionBase,
@@ -111,6 +114,8 @@ CODES: dict[str, tuple[str, ...]] = {
     "token_auth_method_code": TOKEN_AUTH_METHODS,
     "bucket_granularity_code": BUCKET_GRANULARITIES,
     "record_family_code": RECORD_FAMILIES,
+    "on_bad_record_code": BAD_RECORD_POLICIES,
+    "schema_contract_code": SCHEMA_CONTRACTS,
     "offset_type_code": OFFSET_TYPES,
 }
 # The marker paths only page-number and offset paging read.
@@ -221,6 +226,13 @@ def _record_model_ok(self: Any) -> Any:
             loc = f"{name}.{rest}" if rest else name
             raise ValueError(f"{loc}: {str(err['msg']).removeprefix('Value error, ')}") from None
         self.fields_json = checked.fields  # the canonical spelling (`float | None`)
+    if self.max_bad_records_value is not None:
+        parse_max_bad(self.max_bad_records_value)
+    if family is not None and self.schema_contract_code == "EVOLVE":
+        raise ValueError(
+            f"schema_contract_code EVOLVE: the {family} family's shape is Artemis' own; "
+            "declare fields to evolve them"
+        )
     return self
 
 

@@ -145,6 +145,23 @@ class RecordSpec:
         )
         return TypeAdapter(list[checked])
 
+    def failures(self, records: list[dict[str, Any]]) -> dict[int, RecordFault]:
+        """The records that do not fit the model, by position: each one's first fault (one
+        check of the whole list; an empty mapping when every record fits)."""
+        try:
+            self._adapter.validate_json(jsonio.dumps(records))
+        except ValidationError as e:
+            faults: dict[int, RecordFault] = {}
+            for err in e.errors():
+                loc = err.get("loc") or ()
+                if not loc or not isinstance(loc[0], int) or loc[0] in faults:
+                    continue
+                faults[loc[0]] = _fault(err, self.model.__name__)
+            if not faults:  # not a record's fault (the list itself): say so plainly
+                raise schema_error(f"records do not fit {self.model.__name__}: {e}") from None
+            return faults
+        return {}
+
     def rows(self, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
         """The records checked against the model, as rows of Python values.
 
@@ -156,13 +173,9 @@ class RecordSpec:
             err = e.errors()[0]
             loc = err.get("loc") or ()
             index = loc[0] if loc and isinstance(loc[0], int) else "?"
-            column = ".".join(str(p) for p in loc[1:]) or "?"
-            if err.get("type") == "extra_forbidden":
-                problem = f"has a field {column!r} that {self.model.__name__} has no column for"
-            else:
-                got = str(err.get("input"))[:60]
-                problem = f"column {column!r}: {err.get('msg')} (got {got!r})"
-            raise schema_error(f"{where}: record {index} {problem}") from None
+            raise schema_error(
+                f"{where}: record {index} {_fault(err, self.model.__name__).problem}"
+            ) from None
         rows = [m.__dict__ for m in models]
         for name in self._structs:
             for row in rows:
@@ -272,6 +285,27 @@ class RecordSpec:
     @cached_property
     def _structs(self) -> list[str]:
         return [n for n, k in self.kinds.items() if k == "struct"]
+
+
+@dataclass(frozen=True)
+class RecordFault:
+    """Why one record does not fit a model: the field path, pydantic's error type and
+    the problem in words (``column 'score': Input should be a valid number (got '1.5')``)."""
+
+    field: str
+    kind: str
+    problem: str
+
+
+def _fault(err: Any, model_name: str) -> RecordFault:
+    loc = err.get("loc") or ()
+    column = ".".join(str(p) for p in loc[1:]) or "?"
+    if err.get("type") == "extra_forbidden":
+        problem = f"has a field {column!r} that {model_name} has no column for"
+    else:
+        got = str(err.get("input"))[:60]
+        problem = f"column {column!r}: {err.get('msg')} (got {got!r})"
+    return RecordFault(column, str(err.get("type")), problem)
 
 
 def _arrow_schema(model: type[BaseModel]) -> pa.Schema:

@@ -25,6 +25,7 @@ from artemis.errors import (
     validation_fields,
 )
 from artemis.http import HttpClient
+from artemis.quarantine import RecordPolicy, Rejection
 from artemis.ratelimit import bucket_for
 from artemis.security import same_origin
 from artemis.sinks import (
@@ -70,6 +71,21 @@ class TaskContext:
     output: dict[str, Any] = field(default_factory=dict)
     # The fetch attempt's controls (set by the fetch activity).
     controls: FetchControls = field(default_factory=FetchControls)
+    # The records ``process`` turned down on the page it is processing (``reject``).
+    rejected: list[Rejection] = field(default_factory=list)
+
+    def reject(
+        self,
+        record: Any,
+        reason: str,
+        field: str | None = None,
+        code: str = ErrorCode.SOURCE_CONTRACT.value,
+    ) -> None:
+        """Turn down one record in ``process`` (pass it as ``process`` got it, and leave
+        it out of what ``process`` returns): it is quarantined with ``reason`` and
+        ``field``, or fails the run under ``on_bad_record: fail`` — the rest of the page
+        goes on."""
+        self.rejected.append(Rejection(record, reason, field, code))
 
 
 class TaskUnit:
@@ -104,9 +120,17 @@ class TaskUnit:
                 ErrorCode.INVALID_INPUT, f"params.{internal[0]}: set by Artemis, not by the request"
             )
         try:
-            return self.Params.model_validate(merged)
+            params = self.Params.model_validate(merged)
         except ValidationError as e:
             raise invalid_input(e, "params") from None
+        if getattr(params, "schema_contract", None) == "evolve" and not self.evolves_model:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"params.schema_contract: 'evolve' needs a record model declared as data "
+                f"(a registry provenance's record_model); {self.code}'s is in code: use "
+                "'discard' or 'freeze'",
+            )
+        return params
 
     # -- 2. sources ----------------------------------------------------------------
     def build_sources(self, ctx: TaskContext) -> list[Source]:
@@ -241,6 +265,22 @@ class TaskUnit:
         """Shape one page of records (pure; default: unchanged)."""
         return records
 
+    def record_policy(self, ctx: TaskContext) -> RecordPolicy:
+        """What happens to a record ``process`` or the record model rejects, and to a field
+        the model does not name (``artemis/quarantine.py``): the run's params
+        (``on_bad_record``, ``max_bad_records``, ``schema_contract``, from the request or
+        ``task_defaults.<code>``), else the defaults (quarantine, 1 %, discard)."""
+        return RecordPolicy.of(policy_params(ctx.params))
+
+    # A task whose record model is data (a registry provenance's) may evolve it: a new
+    # field seen is added for the next runs. A model in code cannot.
+    evolves_model: ClassVar[bool] = False
+
+    def evolve_model(self, ctx: TaskContext, fields: dict[str, str]) -> bool:
+        """Add ``fields`` (name → declared type, nullable) to the record model of the next
+        runs; True when the model changed."""
+        return False
+
     # -- 5./6. sinks -------------------------------------------------------------------
     # The shape of a processed record and the fields that identify one (the sql sink's
     # upsert key, the Parquet schema): declared once here, used by every sink that needs it.
@@ -308,6 +348,13 @@ class TaskUnit:
         workflow id is then ``artemis/lock/{name}`` and a second start is refused with
         EXECUTION_LOCKED. None: runs are independent (``artemis/{code}/{task_id}``)."""
         return None
+
+
+def policy_params(params: BaseModel) -> dict[str, Any]:
+    return {
+        name: getattr(params, name, None)
+        for name in ("on_bad_record", "max_bad_records", "schema_contract")
+    }
 
 
 def describe_validation_error(e: ValidationError, prefix: str) -> str:

@@ -27,7 +27,9 @@ from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
+from artemis.quarantine import RecordPolicy, RecordPolicyParams
 from artemis.registry.client import ContractClient, require_credentials
+from artemis.registry.evolve import evolve_record_model
 from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.rest_source import rest_source
 from artemis.registry.watermark import (
@@ -52,12 +54,17 @@ from artemis.registry.windows import (
 from artemis.run_state import RunStatus
 from artemis.sinks.records import RecordSpec, declared_spec, record_model_name
 from artemis.sources import Source
-from artemis.tasks.base import TaskContext, TaskUnit, describe_validation_error
+from artemis.tasks.base import (
+    TaskContext,
+    TaskUnit,
+    describe_validation_error,
+    policy_params,
+)
 
 log = get_logger(__name__)
 
 
-class SourceParams(BaseModel):
+class SourceParams(RecordPolicyParams):
     model_config = {"extra": "forbid"}
 
     provenance: str = Field(min_length=1)
@@ -304,22 +311,33 @@ class SourceHarvest(TaskUnit):
         return str(getattr(params, "provenance", "") or "") or None
 
     def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
-        """An update's pointer is noted from the raw records; then a provenance with a
-        record model keeps the fields the model names: a field the model allows to be null
-        and the record lacks is null; one it requires and the record lacks stays absent,
-        for the sinks to refuse by name."""
+        """An update's pointer is noted from the raw records, which go on as the source
+        gave them: the record model's check drops (and reports) the fields it does not
+        name, and sets aside a record that does not fit (artemis/quarantine.py)."""
         self._note_pointer(records, ctx)
-        declared = declared_model(getattr(ctx.params, "contract", None))
-        if declared is None:
-            return records
-        spec = self.record_spec(ctx.params)
-        assert spec is not None
-        optional = {n for n, f in spec.model.model_fields.items() if not f.is_required()}
-        names = list(spec.model.model_fields)
-        return [
-            {n: r.get(n) for n in names if n in r or n in optional} if isinstance(r, dict) else r
-            for r in records
-        ]
+        return records
+
+    def record_policy(self, ctx: TaskContext) -> RecordPolicy:
+        """The run's params, else the provenance's record model row, else the defaults."""
+        row = (getattr(ctx.params, "contract", None) or {}).get("record_model") or {}
+        registry = {
+            "on_bad_record": (row.get("on_bad_record_code") or "").lower() or None,
+            "max_bad_records": row.get("max_bad_records_value"),
+            "schema_contract": (row.get("schema_contract_code") or "").lower() or None,
+        }
+        return RecordPolicy.of(policy_params(ctx.params), registry)
+
+    evolves_model = True
+
+    def evolve_model(self, ctx: TaskContext, fields: dict[str, str]) -> bool:
+        """A new record model row from now: the one in force with ``fields`` added."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        contract = p.contract or {}
+        if declared_model(contract) is None:
+            return False
+        return evolve_record_model(
+            ctx.settings.database.url, contract["provenance"]["id"], p.task_type, fields
+        )
 
     def _pointer_cfg(self, ctx: TaskContext) -> dict[str, Any] | None:
         p: SourceParams = ctx.params  # type: ignore[assignment]

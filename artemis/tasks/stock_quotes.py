@@ -8,11 +8,12 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from artemis.bounds import OutageTolerance
+from artemis.quarantine import RecordPolicyParams
 from artemis.sources import PageNumberPaginator, RestSource, Source
 from artemis.tasks.base import TaskContext, TaskUnit
 
 
-class QuoteParams(BaseModel):
+class QuoteParams(RecordPolicyParams):
     model_config = {"extra": "forbid"}
 
     symbols: list[str] = Field(min_length=1, max_length=500)

@@ -91,9 +91,7 @@ def upgrade() -> None:
 
 def _move_record_models() -> None:
     conn = op.get_bind()
-    prov = sa.table(
-        "reg_provenance", sa.column("id"), sa.column("record_model", sa.JSON)
-    )
+    prov = sa.table("reg_provenance", sa.column("id"), sa.column("record_model", sa.JSON))
     ep = sa.table(
         "reg_prov_endpoint_def",
         sa.column("provenance_id"),

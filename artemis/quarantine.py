@@ -1,0 +1,830 @@
+"""Bad records and schema drift: where a run's records are judged, once per record,
+before any sink.
+
+A page goes through the task's ``process`` and then the record model's check. A record
+that either rejects is *bad*: with ``on_bad_record: quarantine`` (the default) it is
+kept aside in ``quarantined_record`` with the reason (field path, error code, message),
+the rest of its page goes on to every sink, and ``max_bad_records`` (a count, or a
+percentage of the records fetched) bounds how many a run may set aside before it fails
+``BAD_RECORDS``; with ``fail`` the first bad record fails the run as a page that does not
+fit always did. A page on which *every* record breaks the same rule is not bad records
+but a source that changed under us: ``SOURCE_CONTRACT``, whatever the policy.
+
+A field the model does not name is drift: recorded once per run and field in
+``schema_drift`` (with an example value), and then, by ``schema_contract``: ``discard``
+drops it (the default), ``freeze`` fails the run ``SOURCE_CONTRACT``, ``evolve`` drops it
+from this run and adds it to the provenance's record model (as nullable) for the next
+runs. A field the model names that no record of a page carries is drift too.
+
+Quarantined records are replayed by their own run (``workflows/quarantine_replay.py``):
+each one judged again by the task and model in force then, and landed under an
+idempotency key of its own, fixed per quarantine row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, field_validator
+from sqlalchemy import Column, Index, Text, UniqueConstraint, delete, func, select, update
+from sqlalchemy.engine import Connection
+from sqlmodel import Field as SqlField
+from sqlmodel import SQLModel
+
+from artemis import jsonio
+from artemis.db import UTCDateTime, get_engine, transaction, upsert_insert, utcnow
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.sinks.records import RecordSpec, schema_error
+
+if TYPE_CHECKING:
+    from artemis.tasks.base import TaskContext, TaskUnit
+
+# -- the policy ------------------------------------------------------------------------------
+
+OnBadRecord = Literal["quarantine", "fail"]
+SchemaContract = Literal["evolve", "freeze", "discard"]
+DEFAULT_MAX_BAD = "1%"
+
+
+class QuarantineStatus(StrEnum):
+    QUARANTINED = "quarantined"
+    REPLAYED = "replayed"
+    DISCARDED = "discarded"
+
+
+class Stage(StrEnum):
+    """Which check set a record aside: the replay judges it again from there."""
+
+    PROCESS = "process"  # the raw record as fetched: processed again, then checked
+    MODEL = "model"  # the record as processed (its raw form could not be told): checked
+
+
+def parse_max_bad(value: Any) -> int | float:
+    """``100`` → 100 records; ``"1%"`` / ``"0.5 %"`` → 1.0 / 0.5 percent (a float)."""
+    if isinstance(value, bool):
+        raise ValueError("max_bad_records is a count (e.g. 100) or a percentage ('1%')")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("max_bad_records: a count is 0 or more")
+        return value
+    text = str(value).strip()
+    if text.endswith("%"):
+        try:
+            pct = float(text[:-1].strip())
+        except ValueError:
+            pct = math.nan
+        if not 0 <= pct <= 100:
+            raise ValueError(f"max_bad_records {value!r}: a percentage is 0% to 100%")
+        return pct
+    if text.isdigit():
+        return int(text)
+    raise ValueError(
+        f"max_bad_records {value!r} is neither a count (e.g. 100) nor a percentage ('1%')"
+    )
+
+
+class RecordPolicyParams(BaseModel):
+    """A run's bad-record and drift policy, as params (request or ``task_defaults.<code>``):
+    None leaves it to the provenance's registry entry, then to the defaults."""
+
+    on_bad_record: OnBadRecord | None = None
+    max_bad_records: int | str | None = None
+    schema_contract: SchemaContract | None = None
+
+    @field_validator("max_bad_records")
+    @classmethod
+    def _max_bad(cls, value: Any) -> Any:
+        if value is not None:
+            parse_max_bad(value)
+        return value
+
+
+@dataclass(frozen=True)
+class RecordPolicy:
+    on_bad_record: OnBadRecord = "quarantine"
+    max_bad_records: int | str = DEFAULT_MAX_BAD
+    schema_contract: SchemaContract = "discard"
+
+    @classmethod
+    def of(cls, *layers: dict[str, Any] | None) -> RecordPolicy:
+        """The first value each layer sets (params over the registry), else the defaults."""
+        values: dict[str, Any] = {}
+        for layer in layers:
+            for name in ("on_bad_record", "max_bad_records", "schema_contract"):
+                if name not in values and (layer or {}).get(name) is not None:
+                    values[name] = (layer or {})[name]
+        return cls(**values)
+
+    @property
+    def quarantines(self) -> bool:
+        return self.on_bad_record == "quarantine"
+
+    def bound(self, fetched: int, stated: int | None) -> int:
+        """How many records the run may quarantine: a count as it is; a percentage of the
+        records fetched so far or of the total the source states, whichever is larger."""
+        limit = parse_max_bad(self.max_bad_records)
+        if isinstance(limit, int):
+            return limit
+        return math.floor(limit / 100 * max(fetched, stated or 0))
+
+    def describe_bound(self) -> str:
+        limit = parse_max_bad(self.max_bad_records)
+        return str(limit) if isinstance(limit, int) else f"{limit:g}% of the records fetched"
+
+
+# -- judging a page ---------------------------------------------------------------------------
+
+
+@dataclass
+class BadRecord:
+    """One record set aside: where it was, what it was and why."""
+
+    position: int  # in its page as fetched (or as processed, for a MODEL-stage record)
+    record: Any
+    code: str
+    field: str | None
+    message: str
+    stage: Stage
+    key: dict[str, Any] | None = None
+
+
+@dataclass
+class Drift:
+    field: str
+    kind: Literal["added", "missing"]
+    example: Any = None
+    type_name: str | None = None
+
+
+@dataclass
+class Judged:
+    records: list[dict[str, Any]]  # to every sink
+    bad: list[BadRecord] = field(default_factory=list)
+    drift: list[Drift] = field(default_factory=list)
+    fields_dropped: int = 0  # values of unnamed fields dropped (a record × a field)
+
+
+@dataclass
+class Rejection:
+    """A record the task's ``process`` turned down (``TaskContext.reject``)."""
+
+    record: Any
+    message: str
+    field: str | None = None
+    code: str = ErrorCode.SOURCE_CONTRACT.value
+
+
+_PROCESS_FAULTS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def judge(
+    task: TaskUnit,
+    ctx: TaskContext,
+    seq: int,
+    raw: list[Any],
+    policy: RecordPolicy,
+    spec: RecordSpec | None,
+) -> Judged:
+    """One page through the task's ``process`` and the record model's check (see the
+    module). Raises SOURCE_CONTRACT for a page every record of which breaks one rule (or
+    any bad record under ``fail``: SOURCE_CONTRACT for the process step, SINK_ERROR naming
+    the record and field for the model), and for a new field under ``freeze``."""
+    code = ctx.task_code
+    out, origin, bad = _processed(task, ctx, seq, raw, policy, code)
+    judged = Judged(out, bad)
+    if spec is None or not out:
+        return judged
+    judged.records, judged.drift, judged.fields_dropped = _drift(out, spec, policy, seq)
+    faults = spec.failures(judged.records)
+    if not faults:
+        return judged
+    records = judged.records
+    first = min(faults)
+    if not policy.quarantines:
+        raise schema_error(f"page {seq}: record {first} {faults[first].problem}")
+    _contract_break(
+        seq, len(records), [(f.field, f.kind) for f in faults.values()], faults[first].problem
+    )
+    if origin is None and len(raw) != len(records):
+        origin = _origins(task, ctx, raw, len(records))
+    for i, fault in sorted(faults.items()):
+        known = origin is not None and i < len(origin)
+        judged.bad.append(
+            BadRecord(
+                position=origin[i] if known else i,  # type: ignore[index]
+                record=raw[origin[i]] if known else records[i],  # type: ignore[index]
+                code=ErrorCode.SINK_ERROR.value,
+                field=fault.field,
+                message=f"record {fault.problem}",
+                stage=Stage.PROCESS if known else Stage.MODEL,
+                key=_key_of(records[i], spec),
+            )
+        )
+    judged.records = [r for i, r in enumerate(records) if i not in faults]
+    return judged
+
+
+def _processed(
+    task: TaskUnit, ctx: TaskContext, seq: int, raw: list[Any], policy: RecordPolicy, code: str
+) -> tuple[list[dict[str, Any]], list[int] | None, list[BadRecord]]:
+    """The page through ``process``: (records out, the raw position each came from when
+    that is known, the records set aside)."""
+    ctx.rejected = []
+    try:
+        out = task.process(raw, ctx)
+        origin: list[int] | None = list(range(len(raw))) if len(out) == len(raw) else None
+    except ArtemisError:
+        raise
+    except _PROCESS_FAULTS as e:
+        if not policy.quarantines:
+            raise _shape_error(seq, code, e) from None
+        out, origin, bad = _one_by_one(task, ctx, raw)
+        _contract_break(seq, len(raw), [(b.field, b.message) for b in bad], bad[0].message)
+        return out, origin, bad
+    rejected, ctx.rejected = ctx.rejected, []
+    if not rejected:
+        return out, origin, []
+    if not policy.quarantines:
+        first = rejected[0]
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"process: page {seq}: {code} rejected a record"
+            + (f" (field {first.field!r})" if first.field else "")
+            + f": {first.message}",
+        )
+    bad = [
+        BadRecord(
+            position=_position(raw, r.record),
+            record=r.record,
+            code=r.code,
+            field=r.field,
+            message=r.message,
+            stage=Stage.PROCESS,
+        )
+        for r in rejected
+    ]
+    _contract_break(seq, len(raw), [(b.field, b.message) for b in bad], bad[0].message)
+    return out, None, bad
+
+
+def _one_by_one(
+    task: TaskUnit, ctx: TaskContext, raw: list[Any]
+) -> tuple[list[dict[str, Any]], list[int], list[BadRecord]]:
+    """``process`` failed on the page: each record on its own, to tell the ones it fails."""
+    out: list[dict[str, Any]] = []
+    origin: list[int] = []
+    bad: list[BadRecord] = []
+    for i, record in enumerate(raw):
+        ctx.rejected = []
+        try:
+            got = task.process([record], ctx)
+        except _PROCESS_FAULTS as e:
+            bad.append(
+                BadRecord(
+                    i,
+                    record,
+                    ErrorCode.SOURCE_CONTRACT.value,
+                    _field_of(e),
+                    f"{type(e).__name__}: {e}",
+                    Stage.PROCESS,
+                )
+            )
+            continue
+        for r in ctx.rejected:
+            bad.append(BadRecord(i, record, r.code, r.field, r.message, Stage.PROCESS))
+        out.extend(got)
+        origin.extend([i] * len(got))
+    ctx.rejected = []
+    return out, origin, bad
+
+
+def _origins(task: TaskUnit, ctx: TaskContext, raw: list[Any], n: int) -> list[int] | None:
+    """Which raw record each processed one came from, told by processing them one by one
+    (only for a page with a bad record whose process does not map one to one); None when
+    the records processed alone differ from the page processed whole."""
+    origin: list[int] = []
+    for i, record in enumerate(raw):
+        ctx.rejected = []
+        try:
+            origin.extend([i] * len(task.process([record], ctx)))
+        except _PROCESS_FAULTS:
+            continue
+    ctx.rejected = []
+    return origin if len(origin) == n else None
+
+
+def _contract_break(seq: int, n: int, rules: list[tuple[Any, Any]], example: str) -> None:
+    """Every record of a page (two or more) broke the same rule: the source changed (a
+    renamed key, a records path gone), which no quarantine should hide."""
+    if n >= 2 and len(rules) == n and len(set(rules)) == 1:
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"page {seq}: every one of its {n} records breaks the same rule — the source "
+            f"changed, not a bad record: {example}",
+        )
+
+
+def _drift(
+    records: list[dict[str, Any]], spec: RecordSpec, policy: RecordPolicy, seq: int
+) -> tuple[list[dict[str, Any]], list[Drift], int]:
+    """The records without the fields the model does not name; the drift seen (a new
+    field with its first value; a nullable field no record of the page carries)."""
+    names = spec.model.model_fields
+    added: dict[str, list[Any]] = {}
+    out: list[dict[str, Any]] = []
+    dropped = 0
+    present: set[str] = set()
+    for r in records:
+        if not isinstance(r, dict):
+            out.append(r)
+            continue
+        extra = [k for k in r if k not in names]
+        if not extra:
+            out.append(r)
+            present.update(r)
+            continue
+        for k in extra:
+            added.setdefault(k, []).append(r[k])
+        dropped += len(extra)
+        kept = {k: v for k, v in r.items() if k in names}
+        present.update(kept)
+        out.append(kept)
+    if added and policy.schema_contract == "freeze":
+        name = sorted(added)[0]
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"page {seq}: records carry a field {name!r} the record model does not name "
+            f"(schema_contract: freeze; example value {_example(added[name][0])}): add it "
+            "to the model, or let the provenance's schema_contract evolve or discard",
+            details={"field": name},
+        )
+    drift = [
+        Drift(name, "added", values[0], infer_type(values))
+        for name, values in sorted(added.items())
+    ]
+    if len(out) >= 1:
+        drift += [
+            Drift(name, "missing")
+            for name, f in names.items()
+            if name not in present and not f.is_required()
+        ]
+    return out, drift, dropped
+
+
+def infer_type(values: list[Any]) -> str:
+    """The declared type a new field gets when the model evolves: the one its values
+    share (ints and floats: float), nullable; JSON when nulls only or mixed."""
+    kinds = {_kind_of(v) for v in values if v is not None}
+    if kinds == {"int", "float"}:
+        kinds = {"float"}
+    if len(kinds) != 1:
+        return "json | None"
+    return f"{kinds.pop()} | None"
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "list[str]"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "dict"
+    return "json"
+
+
+def _example(value: Any) -> str:
+    text = jsonio.dumps(value).decode(errors="replace")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _position(raw: list[Any], record: Any) -> int:
+    for i, r in enumerate(raw):
+        if r is record:
+            return i
+    for i, r in enumerate(raw):
+        if r == record:
+            return i
+    return -1
+
+
+def _field_of(e: BaseException) -> str | None:
+    if isinstance(e, KeyError) and e.args:
+        return str(e.args[0])
+    return None
+
+
+def _key_of(record: Any, spec: RecordSpec) -> dict[str, Any] | None:
+    if not isinstance(record, dict):
+        return None
+    key = {k: record.get(k) for k in spec.key if record.get(k) is not None}
+    return key or None
+
+
+def _shape_error(seq: int, code: str, e: BaseException) -> ArtemisError:
+    return ArtemisError(
+        ErrorCode.SOURCE_CONTRACT,
+        f"process: a record of page {seq} does not have the shape {code} expects: "
+        f"{type(e).__name__}: {e}",
+    )
+
+
+# -- the tables --------------------------------------------------------------------------------
+
+
+class QuarantinedRecord(SQLModel, table=True):
+    """A record set aside by a run, replayable. (run_key, page_seq, position) is unique:
+    a page judged again (a retried attempt) keeps one row per record."""
+
+    __tablename__ = "quarantined_record"
+    __table_args__ = (
+        UniqueConstraint("run_key", "page_seq", "position", name="uq_quarantined_record_place"),
+        Index("ix_quarantined_record_run_status", "run_key", "status"),
+        Index("ix_quarantined_record_created", "created_at"),
+    )
+
+    id: int | None = SqlField(default=None, primary_key=True)
+    run_key: str = SqlField(max_length=200)
+    task_code: str = SqlField(max_length=64)
+    task_id: str = SqlField(max_length=200, index=True)
+    provenance: str | None = SqlField(default=None, max_length=64)
+    page_seq: int
+    position: int
+    stage: str = SqlField(max_length=16)
+    record_key: str | None = SqlField(default=None, sa_column=Column(Text))
+    record: str | None = SqlField(default=None, sa_column=Column(Text))
+    record_bytes: int = 0
+    error_code: str = SqlField(max_length=40)
+    field_path: str | None = SqlField(default=None, max_length=300)
+    message: str = SqlField(sa_column=Column(Text, nullable=False))
+    status: str = SqlField(default=QuarantineStatus.QUARANTINED.value, max_length=16)
+    replays: int = 0
+    replayed_by: str | None = SqlField(default=None, max_length=300)
+    created_at: datetime = SqlField(default_factory=utcnow, sa_type=UTCDateTime)
+    updated_at: datetime = SqlField(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class QuarantineRun(SQLModel, table=True):
+    """What a replay needs of the run that quarantined records: its task, params and
+    output (as in its history: sealed secrets stay references)."""
+
+    __tablename__ = "quarantine_run"
+
+    run_key: str = SqlField(primary_key=True, max_length=200)
+    task_code: str = SqlField(max_length=64)
+    task_id: str = SqlField(max_length=200, index=True)
+    provenance: str | None = SqlField(default=None, max_length=64)
+    params: str = SqlField(sa_column=Column(Text, nullable=False))
+    output: str = SqlField(sa_column=Column(Text, nullable=False))
+    created_at: datetime = SqlField(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class SchemaDrift(SQLModel, table=True):
+    """A field a run saw the source add (or stop sending): one row per run and field."""
+
+    __tablename__ = "schema_drift"
+
+    run_key: str = SqlField(primary_key=True, max_length=200)
+    field_name: str = SqlField(primary_key=True, max_length=200)
+    kind: str = SqlField(max_length=16)
+    task_code: str = SqlField(max_length=64)
+    task_id: str = SqlField(max_length=200)
+    provenance: str | None = SqlField(default=None, max_length=64)
+    page_seq: int
+    example: str | None = SqlField(default=None, sa_column=Column(Text))
+    type_name: str | None = SqlField(default=None, max_length=40)
+    action: str = SqlField(max_length=16)
+    created_at: datetime = SqlField(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+_Q = QuarantinedRecord.__table__  # type: ignore[attr-defined]
+_RUNS = QuarantineRun.__table__  # type: ignore[attr-defined]
+_DRIFT = SchemaDrift.__table__  # type: ignore[attr-defined]
+
+
+@dataclass
+class RunPlace:
+    """Which run a page belongs to, for the rows written about it."""
+
+    run_key: str
+    task_code: str
+    task_id: str
+    provenance: str | None
+    params: dict[str, Any]
+    output: dict[str, Any]
+
+
+def store_bad(
+    database_url: str,
+    place: RunPlace,
+    seq: int,
+    bad: list[BadRecord],
+    max_record_bytes: int,
+    conn: Connection | None = None,
+) -> int:
+    """Keep ``bad`` (one row per record and place: a page judged again rewrites its rows);
+    returns how many rows the run holds now. A record larger than ``max_record_bytes`` is
+    kept with its reason but without its body (it cannot be replayed)."""
+    engine = get_engine(database_url)
+    insert = upsert_insert(engine)
+    now = utcnow()
+    rows = []
+    for b in bad:
+        body = jsonio.dumps(b.record)
+        kept = len(body) <= max_record_bytes
+        rows.append(
+            {
+                "run_key": place.run_key,
+                "task_code": place.task_code,
+                "task_id": place.task_id,
+                "provenance": place.provenance,
+                "page_seq": seq,
+                "position": b.position,
+                "stage": b.stage.value,
+                "record_key": jsonio.dumps(b.key).decode() if b.key else None,
+                "record": body.decode() if kept else None,
+                "record_bytes": len(body),
+                "error_code": b.code,
+                "field_path": (b.field or None) and str(b.field)[:300],
+                "message": b.message[:2000]
+                + ("" if kept else f" (record of {len(body)} bytes not kept: over the bound)"),
+                "status": QuarantineStatus.QUARANTINED.value,
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+    with transaction(engine, conn) as c:
+        run = insert(_RUNS).values(
+            run_key=place.run_key,
+            task_code=place.task_code,
+            task_id=place.task_id,
+            provenance=place.provenance,
+            params=jsonio.dumps(place.params).decode(),
+            output=jsonio.dumps(place.output).decode(),
+            created_at=now,
+        )
+        c.execute(run.on_conflict_do_nothing(index_elements=["run_key"]))
+        if rows:
+            stmt = insert(_Q).values(rows)
+            c.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["run_key", "page_seq", "position"],
+                    set_={
+                        k: stmt.excluded[k]
+                        for k in (
+                            "stage",
+                            "record_key",
+                            "record",
+                            "record_bytes",
+                            "error_code",
+                            "field_path",
+                            "message",
+                            "updated_at",
+                        )
+                    },
+                )
+            )
+        return int(
+            c.execute(
+                select(func.count()).select_from(_Q).where(_Q.c.run_key == place.run_key)
+            ).scalar_one()
+        )
+
+
+def note_drift(
+    database_url: str, place: RunPlace, seq: int, drift: list[Drift], action: str
+) -> list[Drift]:
+    """Record drift once per run and field; returns the drift not seen before in the run."""
+    if not drift:
+        return []
+    engine = get_engine(database_url)
+    insert = upsert_insert(engine)
+    new: list[Drift] = []
+    with engine.begin() as conn:
+        for d in drift:
+            done = conn.execute(
+                insert(_DRIFT)
+                .values(
+                    run_key=place.run_key,
+                    field_name=d.field,
+                    kind=d.kind,
+                    task_code=place.task_code,
+                    task_id=place.task_id,
+                    provenance=place.provenance,
+                    page_seq=seq,
+                    example=None if d.example is None else _example(d.example),
+                    type_name=d.type_name,
+                    action=action if d.kind == "added" else "noted",
+                    created_at=utcnow(),
+                )
+                .on_conflict_do_nothing(index_elements=["run_key", "field_name"])
+            )
+            if done.rowcount:
+                new.append(d)
+    return new
+
+
+def run_drift(database_url: str, run_key: str) -> list[dict[str, Any]]:
+    with get_engine(database_url).connect() as conn:
+        rows = conn.execute(
+            select(_DRIFT).where(_DRIFT.c.run_key == run_key).order_by(_DRIFT.c.created_at)
+        ).all()
+    return [dict(r._mapping) for r in rows]
+
+
+# -- reading and replaying ---------------------------------------------------------------------
+
+
+def list_rows(
+    database_url: str,
+    *,
+    task_id: str | None = None,
+    task_ids: list[str] | None = None,
+    status: str | None = None,
+    after_id: int = 0,
+    limit: int = 100,
+    with_record: bool = False,
+) -> list[dict[str, Any]]:
+    cols = [c for c in _Q.c if with_record or c.name != "record"]
+    q = select(*cols).where(_Q.c.id > after_id)
+    if task_id is not None:
+        q = q.where(_Q.c.task_id == task_id)
+    if task_ids is not None:
+        q = q.where(_Q.c.task_id.in_(task_ids))
+    if status is not None:
+        q = q.where(_Q.c.status == status)
+    with get_engine(database_url).connect() as conn:
+        rows = conn.execute(q.order_by(_Q.c.id).limit(limit)).all()
+    return [_shown(dict(r._mapping)) for r in rows]
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    for name in ("record_key", "record"):
+        if isinstance(row.get(name), str):
+            row[name] = jsonio.loads(row[name])
+    return row
+
+
+def get_row(database_url: str, row_id: int) -> dict[str, Any] | None:
+    with get_engine(database_url).connect() as conn:
+        row = conn.execute(select(_Q).where(_Q.c.id == row_id)).first()
+    return _shown(dict(row._mapping)) if row is not None else None
+
+
+def counts(database_url: str, task_id: str) -> dict[str, int]:
+    with get_engine(database_url).connect() as conn:
+        rows = conn.execute(
+            select(_Q.c.status, func.count()).where(_Q.c.task_id == task_id).group_by(_Q.c.status)
+        ).all()
+    return {str(s): int(n) for s, n in rows}
+
+
+def run_of(database_url: str, task_id: str) -> dict[str, Any] | None:
+    with get_engine(database_url).connect() as conn:
+        row = conn.execute(select(_RUNS).where(_RUNS.c.task_id == task_id)).first()
+    if row is None:
+        return None
+    out = dict(row._mapping)
+    out["params"] = jsonio.loads(out["params"])
+    out["output"] = jsonio.loads(out["output"])
+    return out
+
+
+def discard(database_url: str, task_id: str, ids: list[int] | None = None) -> int:
+    """Give up on quarantined records (kept, marked discarded, never replayed)."""
+    q = update(_Q).where(_Q.c.task_id == task_id, _Q.c.status == QuarantineStatus.QUARANTINED.value)
+    if ids is not None:
+        q = q.where(_Q.c.id.in_(ids))
+    with get_engine(database_url).begin() as conn:
+        return conn.execute(
+            q.values(status=QuarantineStatus.DISCARDED.value, updated_at=utcnow())
+        ).rowcount
+
+
+def mark_replayed(conn: Connection, row_id: int, by: str) -> None:
+    conn.execute(
+        update(_Q)
+        .where(_Q.c.id == row_id)
+        .values(
+            status=QuarantineStatus.REPLAYED.value,
+            replays=_Q.c.replays + 1,
+            replayed_by=by,
+            updated_at=utcnow(),
+        )
+    )
+
+
+def mark_still_bad(conn: Connection, row_id: int, bad: BadRecord) -> None:
+    conn.execute(
+        update(_Q)
+        .where(_Q.c.id == row_id)
+        .values(
+            error_code=bad.code,
+            field_path=bad.field,
+            message=bad.message[:2000],
+            replays=_Q.c.replays + 1,
+            updated_at=utcnow(),
+        )
+    )
+
+
+def drop_older_than(database_url: str, days: float) -> int:
+    """Housekeeping: rows (and their runs' replay data) older than ``days``."""
+    before = utcnow() - timedelta(days=days)
+    with get_engine(database_url).begin() as conn:
+        n = conn.execute(delete(_Q).where(_Q.c.created_at < before)).rowcount
+        kept = select(_Q.c.run_key).distinct()
+        conn.execute(delete(_RUNS).where(_RUNS.c.created_at < before, _RUNS.c.run_key.not_in(kept)))
+        conn.execute(delete(_DRIFT).where(_DRIFT.c.created_at < before))
+    return int(n or 0)
+
+
+def check_bound(count: int, policy: RecordPolicy, fetched: int, stated: int | None) -> None:
+    """BAD_RECORDS once the run holds more quarantined records than it may."""
+    bound = policy.bound(fetched, stated)
+    if count > bound:
+        raise ArtemisError(
+            ErrorCode.BAD_RECORDS,
+            f"{count} records quarantined, more than max_bad_records allows "
+            f"({policy.describe_bound()}: {bound} of {max(fetched, stated or 0)} records): the "
+            "quarantined records are kept (artemis quarantine list)",
+            retryable=False,
+            details={"quarantined": count, "bound": bound},
+        )
+
+
+# -- a run's pages judged (what the process activities use) -----------------------------------
+
+
+@dataclass
+class Outcome:
+    """One page judged and its rows written: what goes on, and what to count and tell."""
+
+    records: list[dict[str, Any]]
+    quarantined: int = 0
+    dropped: int = 0
+    sample: BadRecord | None = None
+    new_drift: list[Drift] = field(default_factory=list)
+    evolved: list[str] = field(default_factory=list)
+    held: int = 0  # the run's quarantined records in all, after this page
+
+
+class PageJudge:
+    """A run's pages judged one after another in one activity (``judge``), the bad records
+    kept, the run's bound checked, drift recorded once per run and field (and the model
+    evolved when the run's contract says so).
+
+    ``fetched``: the records the run had fetched when the activity started (a streaming
+    fetch: before its batch, and it adds each page it judges; ``counts_pages``)."""
+
+    def __init__(
+        self,
+        task: TaskUnit,
+        ctx: TaskContext,
+        place: RunPlace,
+        fetched: int,
+        stated: int | None,
+        counts_pages: bool,
+    ) -> None:
+        self.task, self.ctx, self.place = task, ctx, place
+        self.policy = task.record_policy(ctx)
+        self.spec = task.record_spec(ctx.params)
+        self.fetched, self.stated, self.counts_pages = fetched, stated, counts_pages
+        self.database_url = ctx.settings.database.url
+        self.max_record_bytes = ctx.settings.quarantine.max_record_bytes
+        self._noted: set[str] = set()
+
+    def page(self, seq: int, raw: list[Any]) -> Outcome:
+        if self.counts_pages:
+            self.fetched += len(raw)
+        judged = judge(self.task, self.ctx, seq, raw, self.policy, self.spec)
+        out = Outcome(judged.records, len(judged.bad), judged.fields_dropped)
+        if judged.bad:
+            out.sample = judged.bad[0]
+            out.held = store_bad(
+                self.database_url, self.place, seq, judged.bad, self.max_record_bytes
+            )
+            check_bound(out.held, self.policy, self.fetched, self.stated)
+        fresh = [d for d in judged.drift if d.field not in self._noted]
+        if fresh:
+            self._noted.update(d.field for d in fresh)
+            action = {"evolve": "evolved", "freeze": "frozen"}.get(
+                self.policy.schema_contract, "discarded"
+            )
+            out.new_drift = note_drift(self.database_url, self.place, seq, fresh, action)
+            added = {d.field: d.type_name or "json | None" for d in fresh if d.kind == "added"}
+            if added and self.policy.schema_contract == "evolve":
+                if self.task.evolve_model(self.ctx, added):
+                    out.evolved = sorted(added)
+        return out

@@ -1,0 +1,46 @@
+"""A record model that grows: fields a run saw the source add, added to the provenance's
+record model for the runs that start from now (``schema_contract: evolve``). The model
+in force is closed now and a copy with the new fields (nullable) opens now, so each run
+keeps the model it started with and the next one's table check adds the columns."""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import IntegrityError
+
+from artemis.db import get_engine, utcnow
+from artemis.errors import ArtemisError
+from artemis.logsetup import get_logger
+from artemis.registry.models import RegProvRecordModel
+from artemis.registry.resolve import current_row
+from artemis.registry.writes import gray_switch
+
+log = get_logger(__name__)
+
+
+def evolve_record_model(
+    database_url: str, provenance_id: int, task_type: str | None, fields: dict[str, str]
+) -> bool:
+    """Add ``fields`` (name → declared type) to the record model in force for
+    ``task_type``; True when this call changed it. Two runs adding the same field at once
+    (a backfill's windows) change it once: the second finds the field there."""
+    for _ in range(3):
+        try:
+            with get_engine(database_url).begin() as conn:
+                row = current_row(conn, RegProvRecordModel, provenance_id, task_type, utcnow())
+                if row is None or row.fields_json is None:
+                    return False
+                new = {k: v for k, v in fields.items() if k not in row.fields_json}
+                if not new:
+                    return False
+                gray_switch(
+                    conn,
+                    RegProvRecordModel.__tablename__,
+                    row.id,
+                    {"fields_json": {**row.fields_json, **new}},
+                    utcnow(),
+                )
+                log.info("record_model_evolved", provenance_id=provenance_id, fields=sorted(new))
+                return True
+        except (IntegrityError, ArtemisError) as e:  # another run switched it meanwhile
+            log.info("record_model_evolve_raced", error=str(e)[:200])
+    return False
