@@ -6,6 +6,7 @@ live in their own module:
 - ``fetch``: fetch_pages
 - ``batches``: process_batch, emit_batch
 - ``ending``: finalize_run, retain_run, cleanup_run, note_outage, mirror_state
+- ``quarantine``: replay_quarantined (the replay workflow's)
 
 The clean-up loop's activity is not a run's: ``activities/housekeeping.py``.
 """
@@ -19,12 +20,15 @@ from activities.batches import BatchActivities
 from activities.ending import EndingActivities
 from activities.fetch import FetchActivities
 from activities.prepare import PrepareActivities
+from activities.quarantine import QuarantineActivities
 from activities.run_base import run_key
 
 __all__ = ["TaskRunActivities", "run_key"]
 
 
-class TaskRunActivities(PrepareActivities, FetchActivities, BatchActivities, EndingActivities):
+class TaskRunActivities(
+    PrepareActivities, FetchActivities, BatchActivities, EndingActivities, QuarantineActivities
+):
     """Every activity of a run, sharing one set of clients (``RunActivityBase``)."""
 
     def all(self) -> list[Callable[..., Any]]:
@@ -39,4 +43,5 @@ class TaskRunActivities(PrepareActivities, FetchActivities, BatchActivities, End
             self.emit_batch,
             self.note_outage,
             self.finalize_run,
+            self.replay_quarantined,
         ]

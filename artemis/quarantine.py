@@ -188,13 +188,18 @@ def judge(
     raw: list[Any],
     policy: RecordPolicy,
     spec: RecordSpec | None,
+    process: bool = True,
 ) -> Judged:
     """One page through the task's ``process`` and the record model's check (see the
     module). Raises SOURCE_CONTRACT for a page every record of which breaks one rule (or
     any bad record under ``fail``: SOURCE_CONTRACT for the process step, SINK_ERROR naming
-    the record and field for the model), and for a new field under ``freeze``."""
+    the record and field for the model), and for a new field under ``freeze``.
+    ``process``: False for records processed already (checked against the model only)."""
     code = ctx.task_code
-    out, origin, bad = _processed(task, ctx, seq, raw, policy, code)
+    if process:
+        out, origin, bad = _processed(task, ctx, seq, raw, policy, code)
+    else:
+        out, origin, bad = list(raw), None, []
     judged = Judged(out, bad)
     if spec is None or not out:
         return judged
@@ -655,9 +660,12 @@ def list_rows(
     after_id: int = 0,
     limit: int = 100,
     with_record: bool = False,
+    ids: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     cols = [c for c in _Q.c if with_record or c.name != "record"]
     q = select(*cols).where(_Q.c.id > after_id)
+    if ids is not None:
+        q = q.where(_Q.c.id.in_(ids))
     if task_id is not None:
         q = q.where(_Q.c.task_id == task_id)
     if task_ids is not None:

@@ -330,6 +330,48 @@ class MirrorInput:
     params: dict[str, Any] | None = None
 
 
+# The workflow that replays a run's quarantined records (workflows/quarantine_replay.py).
+REPLAY_WORKFLOW_NAME = "QuarantineReplay"
+
+
+def replay_workflow_id(task_id: str) -> str:
+    """One replay at a time per run: a second start while one runs is refused."""
+    return f"artemis/quarantine-replay/{task_id}"
+
+
+@dataclass
+class ReplayRequest:
+    """Replay the quarantined records of run ``task_id`` (``ids``: those rows only)."""
+
+    task_id: str
+    ids: list[int] | None = None
+    trace_id: str = ""
+    request_id: str | None = None
+    # Quarantine rows per activity (each row is sent on its own, under its own key).
+    batch: int = 200
+
+
+@dataclass
+class ReplayBatchInput:
+    task_id: str
+    after_id: int
+    limit: int
+    ids: list[int] | None = None
+    trace_id: str = ""
+    request_id: str | None = None
+
+
+@dataclass
+class ReplayResult:
+    """Rows landed (marked replayed), rows judged bad again (kept, with the new reason),
+    and where the next batch starts."""
+
+    landed: int = 0
+    still_bad: int = 0
+    next_after: int = 0
+    done: bool = False
+
+
 @dataclass
 class SplitInput:
     run: RunRef

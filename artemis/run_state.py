@@ -492,6 +492,8 @@ class RunState:
             f" · {s['pages']} pages · {s['records_fetched']} fetched · "
             f"{s['records_emitted']} emitted"
         )
+        if s.get("records_quarantined"):
+            line += f" · {s['records_quarantined']} quarantined"
         if waiting_text:
             line += f"\n\n**{waiting_text}**"
         return line

@@ -33,6 +33,7 @@ from workers.boundary import RunActivityBoundary
 from workflows.alerts import AlertsWorkflow
 from workflows.cleanup import CleanupWorkflow
 from workflows.note_details import NoteDetailsWorkflow
+from workflows.quarantine_replay import QuarantineReplayWorkflow
 from workflows.reclaim import ReclaimWorkflow
 from workflows.task_run import TaskRunWorkflow
 
@@ -133,7 +134,14 @@ class ProvenanceWorkers:
 
 
 # Every workflow type a worker serves (the replay corpus covers each of them).
-WORKFLOWS = (TaskRunWorkflow, CleanupWorkflow, ReclaimWorkflow, NoteDetailsWorkflow, AlertsWorkflow)
+WORKFLOWS = (
+    TaskRunWorkflow,
+    CleanupWorkflow,
+    ReclaimWorkflow,
+    NoteDetailsWorkflow,
+    AlertsWorkflow,
+    QuarantineReplayWorkflow,
+)
 
 
 # The schedules earlier builds created at start-up, each starting one workflow execution

@@ -91,3 +91,12 @@ ALERTS_PASS = RetryPolicy(maximum_attempts=2)
 # A note's details (workflows/note_details.py): one try — the batch answers within its
 # time, a failed item says so (PARTIAL_FAIL), the caller may ask again.
 NOTE_DETAIL = RetryPolicy(maximum_attempts=1)
+# A replay of quarantined records: a sink down is retried for about ten minutes (the
+# rows sent go again under their own keys), a refusal for good ends it.
+REPLAY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=15,
+    non_retryable_error_types=NON_RETRYABLE,
+)

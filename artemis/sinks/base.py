@@ -24,12 +24,17 @@ class EmitContext:
     task_id: str = ""
     # Records each sink took from this page (for the run's stats).
     counts: dict[str, int] = field(default_factory=dict)
+    # A quarantined record replayed (its quarantine row's id): it goes under a key of its
+    # own, fixed per row, never under its page's (whose body it would change).
+    replay_row: int | None = None
 
     def delivered(self, sink_name: str, records: int) -> None:
         self.counts[sink_name] = self.counts.get(sink_name, 0) + records
 
     def idempotency_key(self, sink_name: str) -> str:
         # Derived from the run and the batch only: every retry of this batch sends the same key.
+        if self.replay_row is not None:
+            return f"{self.run_key}:{sink_name}:quarantine:{self.replay_row}"
         return f"{self.run_key}:{sink_name}:{self.seq}"
 
 

@@ -116,7 +116,8 @@ class FileSink(Sink):
 
     def page_path(self, ctx: EmitContext) -> str:
         ext = FORMATS[self.format]
-        return f"{self.run_dir(ctx.task_code, ctx.task_id)}/{self.name}-{ctx.seq:06d}.{ext}"
+        part = "" if ctx.replay_row is None else f"-q{ctx.replay_row}"
+        return f"{self.run_dir(ctx.task_code, ctx.task_id)}/{self.name}-{ctx.seq:06d}{part}.{ext}"
 
     def location(self, path: str) -> str:
         """A path as the user would open it (with its scheme for remote stores)."""
@@ -144,7 +145,10 @@ class FileSink(Sink):
         data = self.encode(records, f"files sink ({self.location(path)})")
         self._put(path, data)
         written = Written(self.location(path), len(records), len(data))
-        self._record(ctx, written)
+        if ctx.replay_row is None:
+            # (a replayed record's file is named by its row: written again, it is the same
+            # file; the run's manifest, written at its end, lists its pages only)
+            self._record(ctx, written)
         return written
 
     def _put(self, path: str, data: bytes) -> None:

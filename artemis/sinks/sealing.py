@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.redact import scoped
+from artemis.security import same_origin
 from artemis.sinks.factory import OPERATOR_ONLY
 
 # A request's sink secrets (SPEC §5): header values of ``output.http_headers`` and an
@@ -130,3 +131,21 @@ def register_sink_secret(name: str, value: str) -> None:
     for key, v in parse_qsl(parts.query):
         if _SECRET_NAME.search(key):
             scoped(v)
+
+
+def operator_secret(name: str, output: dict[str, Any], defaults: dict[str, Any]) -> str | None:
+    """A run secret as the operator's configuration (``output_defaults.<code>``) holds it
+    now, for a replay after the run's own secrets were cleaned up: an operator's URL
+    (``output.sql.url`` …), or a header of the operator's endpoint when the run sent to
+    that endpoint. A request's own secret has no such fallback (None)."""
+    if name.startswith(_HEADER_SECRET):
+        endpoint = output.get("http_endpoint")
+        if endpoint == SECRET_REF or not same_origin(str(endpoint), defaults.get("http_endpoint")):
+            return None
+        value = (defaults.get("http_headers") or {}).get(name[len(_HEADER_SECRET) :])
+        return None if value is None else str(value)
+    parts = name.split(".")
+    if len(parts) == 3 and parts[0] == "output" and parts[1] in OPERATOR_ONLY:
+        value = (defaults.get(parts[1]) or {}).get(parts[2])
+        return None if value is None else str(value)
+    return None

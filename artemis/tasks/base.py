@@ -281,6 +281,11 @@ class TaskUnit:
         runs; True when the model changed."""
         return False
 
+    def replay_params(self, params: dict[str, Any], settings: Settings) -> dict[str, Any]:
+        """The params a replay of a run's quarantined records judges them by: the run's
+        own (a task whose record model is data refreshes it to the one in force now)."""
+        return params
+
     # -- 5./6. sinks -------------------------------------------------------------------
     # The shape of a processed record and the fields that identify one (the sql sink's
     # upsert key, the Parquet schema): declared once here, used by every sink that needs it.

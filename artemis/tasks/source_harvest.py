@@ -329,6 +329,19 @@ class SourceHarvest(TaskUnit):
 
     evolves_model = True
 
+    def replay_params(self, params: dict[str, Any], settings: Settings) -> dict[str, Any]:
+        """The run's params with the provenance's record model (and its policy) in force
+        now: a model fixed since the run lets its quarantined records land."""
+        contract = dict(params.get("contract") or {})
+        if not contract:
+            return params
+        with get_engine(settings.database.url).connect() as conn:
+            fresh = resolve_contract(
+                conn, params["provenance"], params.get("task_type") or "harvest", datetime.now(UTC)
+            ).to_dict()
+        contract["record_model"] = fresh.get("record_model")
+        return {**params, "contract": contract}
+
     def evolve_model(self, ctx: TaskContext, fields: dict[str, str]) -> bool:
         """A new record model row from now: the one in force with ``fields`` added."""
         p: SourceParams = ctx.params  # type: ignore[assignment]

@@ -25,7 +25,7 @@ from artemis.logsetup import get_logger
 from artemis.tracing import exporting
 from starter.api.auth import GUARDED_RESPONSES, refusal, require_admin, require_token
 from starter.api.envelope import BodyTooLarge, RequestContextMiddleware, error_response
-from starter.api.routes import codec, events, health, notes, task_types, tasks
+from starter.api.routes import codec, events, health, notes, quarantine, task_types, tasks
 from starter.service import RunService
 
 log = get_logger("artemis.api")
@@ -89,6 +89,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app.include_router(task_types.router, **guarded)
     app.include_router(events.router, **guarded)
     app.include_router(notes.router, **guarded)
+    app.include_router(quarantine.router, **guarded)
     if settings.temporal.payload_encryption:
         # The codec decrypts any run's payloads: admins only.
         app.include_router(

@@ -99,9 +99,11 @@ def _progress_text(c: dict[str, Any]) -> str:
     units = f"{c.get('current', 0)}/{total} units · " if total else ""
     flight = c.get("in_flight") or {}
     fetching = f" (+{flight['pages']} fetching)" if flight.get("pages") else ""
+    bad = c.get("records_quarantined") or 0
     return (
         f"{units}{c.get('pages', 0)} pages{fetching} · "
         f"{c.get('records_fetched', 0)} fetched · {c.get('records_emitted', 0)} emitted"
+        + (f" · {bad} quarantined" if bad else "")
     )
 
 
@@ -116,6 +118,9 @@ class StepView:
         self.ended: dict[str, Any] | None = None
         # What the run waits on while a dependency is down (a `waiting` event's line).
         self.waiting = ""
+        # Records set aside (``quarantined`` events) and fields the source changed.
+        self.quarantined = 0
+        self.drift: list[str] = []
 
     def apply(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
@@ -139,6 +144,18 @@ class StepView:
                 f"{ev.get('dependency')} {ev.get('name')} back after "
                 f"{ev.get('waited_s')} s ({ev.get('attempts')} attempts)"
             )
+        elif kind == "quarantined":
+            self.quarantined += int(ev.get("records") or 0)
+            sample = ev.get("sample") or {}
+            self.last = (
+                f"page {ev.get('page')}: {ev.get('records')} quarantined "
+                f"({sample.get('field') or sample.get('code')}: {sample.get('message')})"
+            )
+        elif kind == "schema_drift":
+            verb = "new" if ev.get("change") == "added" else "missing"
+            self.drift.append(
+                f"{verb} {ev.get('field')}" + (" (evolved)" if ev.get("evolved") else "")
+            )
         elif kind in TERMINAL_EVENTS:
             self.ended = ev
 
@@ -156,6 +173,10 @@ class StepView:
             table.add_row("progress", _progress_text(self.counters))
         if self.waiting:
             table.add_row("waiting", f"[yellow]{self.waiting}[/yellow]")
+        if self.quarantined:
+            table.add_row("quarantined", f"[yellow]{self.quarantined} records[/yellow]")
+        if self.drift:
+            table.add_row("schema drift", escape(", ".join(self.drift)))
         if self.last:
             table.add_row("latest", self.last)
         if self.ended:

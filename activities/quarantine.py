@@ -1,0 +1,141 @@
+"""The replay of a run's quarantined records: each row judged again by the task and the
+record model in force now, and, when it fits, sent to the run's sinks under a key of its
+own (``{run}:{sink}:quarantine:{row}``) and marked replayed. A row sent and not yet
+marked (a worker lost between the two) is sent again under the same key: each sink's
+ledger takes it once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import activity
+
+from activities.run_base import RunActivityBase, heartbeating, log, off_loop, secrets_key
+from artemis import quarantine
+from artemis.db import get_engine
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.quarantine import RecordPolicy, Stage, judge
+from artemis.run_models import ReplayBatchInput, ReplayResult, RunRef
+from artemis.sinks import EmitContext
+from artemis.sinks.sealing import operator_secret, register_sink_secret, unseal_output
+from artemis.tasks import TaskContext
+from artemis.tasks.registry import get_task
+from artemis.tracing import current_trace
+
+
+class QuarantineActivities(RunActivityBase):
+    @activity.defn(name="replay_quarantined")
+    async def replay_quarantined(self, inp: ReplayBatchInput) -> ReplayResult:
+        async with heartbeating():
+            return await self._replay(inp)
+
+    async def _replay(self, inp: ReplayBatchInput) -> ReplayResult:
+        db = self.settings.database.url
+        run = await off_loop(quarantine.run_of, db, inp.task_id)
+        if run is None:
+            raise ArtemisError(
+                ErrorCode.NOT_FOUND,
+                f"run {inp.task_id!r} has no quarantined records",
+                retryable=False,
+            )
+        task = get_task(run["task_code"])
+        ref = RunRef(
+            task_code=run["task_code"],
+            task_id=run["task_id"],
+            workflow_id=activity.info().workflow_id or "",
+            trace_id=inp.trace_id,
+            request_id=inp.request_id,
+        )
+        params = await off_loop(task.replay_params, run["params"], self.settings)
+        output, opened = await off_loop(self._output, ref, run["output"])
+        for name, value in opened:  # redacted in this activity's text
+            register_sink_secret(name, value)
+        ctx = TaskContext(
+            task_code=ref.task_code,
+            task_id=ref.task_id,
+            params=task.Params.model_validate(params),
+            settings=self.settings,
+            trace=current_trace(),
+            request_id=inp.request_id,
+            output=output,
+        )
+        sinks = await off_loop(task.decide_sinks, ctx)
+        spec = task.record_spec(ctx.params)
+        # Each row on its own: a replay lands what fits and leaves the rest, whatever the
+        # run's bound; a field the model does not name is dropped, as the run did.
+        policy = RecordPolicy(on_bad_record="quarantine", max_bad_records=2**62)
+        rows = await off_loop(
+            quarantine.list_rows,
+            db,
+            task_id=inp.task_id,
+            status=quarantine.QuarantineStatus.QUARANTINED.value,
+            after_id=inp.after_id,
+            limit=inp.limit,
+            with_record=True,
+            ids=inp.ids,
+        )
+        result = ReplayResult(next_after=inp.after_id, done=len(rows) < inp.limit)
+        for row in rows:
+            result.next_after = row["id"]
+            if row["record"] is None:  # kept without its body (over the size bound)
+                continue
+            judged = await off_loop(
+                judge,
+                task,
+                ctx,
+                row["page_seq"],
+                [row["record"]],
+                policy,
+                spec,
+                row["stage"] == Stage.PROCESS.value,
+            )
+            if judged.bad:
+                await off_loop(self._still_bad, row["id"], judged.bad[0])
+                result.still_bad += 1
+                continue
+            page = EmitContext(
+                run_key=f"{ref.task_code}/{ref.task_id}",
+                seq=row["page_seq"],
+                trace=ctx.trace,
+                request_id=inp.request_id,
+                task_code=ref.task_code,
+                task_id=ref.task_id,
+                replay_row=row["id"],
+            )
+            if judged.records:
+                await task.emit(self.client, sinks, judged.records, page)
+            await off_loop(self._replayed, row["id"], ref.workflow_id)
+            result.landed += 1
+            activity.heartbeat(result.next_after)
+        log.info(
+            "quarantine_replayed",
+            task_id=inp.task_id,
+            landed=result.landed,
+            still_bad=result.still_bad,
+            after=result.next_after,
+        )
+        return result
+
+    def _output(
+        self, ref: RunRef, output: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """The run's output with its sink secrets: the run's own while they are kept, else
+        the operator's configuration's (a request's own secret gone: the replay fails
+        naming it)."""
+        defaults = self.settings.output_defaults.get(ref.task_code, {})
+        key = secrets_key(ref)
+
+        def get(name: str) -> str | None:
+            value = self.secrets.get(key, name)
+            return value if value is not None else operator_secret(name, output, defaults)
+
+        opened: list[tuple[str, str]] = []
+        return unseal_output(output, get, opened), opened
+
+    def _replayed(self, row_id: int, by: str) -> None:
+        with get_engine(self.settings.database.url).begin() as conn:
+            quarantine.mark_replayed(conn, row_id, by)
+
+    def _still_bad(self, row_id: int, bad: quarantine.BadRecord) -> None:
+        with get_engine(self.settings.database.url).begin() as conn:
+            quarantine.mark_still_bad(conn, row_id, bad)

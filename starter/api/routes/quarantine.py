@@ -1,0 +1,219 @@
+"""The records runs set aside (artemis/quarantine.py): list and show them, replay them
+once the model or the task is fixed, or discard them. A run's quarantined records are
+its owner's: another owner's are not found, as its runs are not."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from artemis import quarantine
+from artemis.config import Settings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.owners import owner_of, task_id_for
+from artemis.run_models import REPLAY_WORKFLOW_NAME, ReplayRequest, replay_workflow_id
+from starter.api.auth import principal, require_token
+from starter.api.deps import get_service, get_settings
+from starter.api.envelope import envelope
+from starter.api.schemas import INVALID, Envelope, documented
+from starter.service import RunService
+
+router = APIRouter(tags=["quarantine"])
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": Envelope[None], "description": "TASK_NOT_FOUND / NOT_FOUND"}
+}
+
+
+class QuarantinedRow(BaseModel):
+    """One record a run set aside, and why."""
+
+    id: int
+    task_code: str
+    task_id: str
+    provenance: str | None = None
+    page_seq: int = Field(description="The page it came on")
+    position: int = Field(description="Its place on that page")
+    stage: str = Field(description="`process` (judged again from the raw record) or `model`")
+    record_key: dict[str, Any] | None = Field(None, description="Its key fields, when it has them")
+    record: Any = Field(None, description="The record (GET /quarantine/{id} only)")
+    record_bytes: int
+    error_code: str
+    field_path: str | None = None
+    message: str
+    status: str = Field(description="`quarantined`, `replayed` or `discarded`")
+    replays: int = Field(description="How many replays judged it")
+    replayed_by: str | None = Field(None, description="The replay that landed it")
+    created_at: datetime
+    updated_at: datetime
+
+
+class QuarantineList(BaseModel):
+    """GET /quarantine: a run's quarantined records, oldest first, and counts by status."""
+
+    task_id: str
+    counts: dict[str, int]
+    items: list[QuarantinedRow]
+    next_after: int | None = Field(None, description="Pass as `after` for the next page")
+
+
+class ReplayBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str = Field(min_length=1, max_length=300)
+    ids: list[int] | None = Field(
+        None, min_length=1, max_length=10_000, description="These rows only (default: all)"
+    )
+
+
+class ReplayAccepted(BaseModel):
+    """POST /quarantine/replay: the replay's own workflow (the Temporal UI shows it)."""
+
+    task_id: str
+    workflow_id: str
+    run_id: str | None = None
+    rows: int = Field(description="Quarantined rows it will judge")
+
+
+class DiscardAnswer(BaseModel):
+    task_id: str
+    discarded: int
+
+
+def _task_id(request: Request, given: str) -> str:
+    who = principal(request)
+    return task_id_for(who.name, who.sees_all, given)
+
+
+@router.get(
+    "/quarantine",
+    operation_id="list_quarantine",
+    summary="A run's quarantined records",
+    responses={**documented(QuarantineList), **NOT_FOUND, **INVALID},
+    dependencies=[Depends(require_token)],
+)
+async def list_quarantine(
+    request: Request,
+    task_id: str = Query(min_length=1, max_length=300),
+    status: quarantine.QuarantineStatus | None = Query(None),
+    after: int = Query(0, ge=0, le=2**62),
+    limit: int = Query(100, ge=1, le=1000),
+    settings: Settings = Depends(get_settings),
+) -> JSONResponse:
+    full = _task_id(request, task_id)
+    db = settings.database.url
+    rows = await asyncio.to_thread(
+        quarantine.list_rows,
+        db,
+        task_id=full,
+        status=status.value if status else None,
+        after_id=after,
+        limit=limit,
+    )
+    counts = await asyncio.to_thread(quarantine.counts, db, full)
+    body = QuarantineList(
+        task_id=full,
+        counts=counts,
+        items=[QuarantinedRow(**r) for r in rows],
+        next_after=rows[-1]["id"] if len(rows) == limit else None,
+    )
+    return envelope(request, body.model_dump(mode="json"))
+
+
+@router.get(
+    "/quarantine/{row_id}",
+    operation_id="get_quarantined",
+    summary="One quarantined record, with the record itself",
+    responses={**documented(QuarantinedRow), **NOT_FOUND, **INVALID},
+    dependencies=[Depends(require_token)],
+)
+async def get_quarantined(
+    request: Request,
+    row_id: int = Path(ge=1, le=2**62),
+    settings: Settings = Depends(get_settings),
+) -> JSONResponse:
+    row = await asyncio.to_thread(quarantine.get_row, settings.database.url, row_id)
+    who = principal(request)
+    if row is None or (owner_of(row["task_id"]) != who.name and not who.sees_all):
+        raise ArtemisError(ErrorCode.NOT_FOUND, f"no quarantined record {row_id}")
+    return envelope(request, QuarantinedRow(**row).model_dump(mode="json"))
+
+
+@router.post(
+    "/quarantine/replay",
+    operation_id="replay_quarantine",
+    status_code=202,
+    summary="Judge a run's quarantined records again and land those that fit, once",
+    responses={
+        **documented(ReplayAccepted, 202),
+        **NOT_FOUND,
+        409: {"model": Envelope[None], "description": "CONFLICT: a replay of it is running"},
+        **INVALID,
+    },
+    dependencies=[Depends(require_token)],
+)
+async def replay_quarantine(
+    request: Request,
+    body: ReplayBody,
+    service: RunService = Depends(get_service),
+    settings: Settings = Depends(get_settings),
+) -> JSONResponse:
+    """Each quarantined record is judged by the task and the record model in force now;
+    one that fits is sent to the run's sinks under a key of its own (fixed per record,
+    so a replay retried or run again lands it once) and marked `replayed`; one that
+    still does not fit stays quarantined with the new reason."""
+    full = _task_id(request, body.task_id)
+    counts = await asyncio.to_thread(quarantine.counts, settings.database.url, full)
+    waiting = counts.get(quarantine.QuarantineStatus.QUARANTINED.value, 0)
+    if not counts:
+        raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"run {body.task_id!r} quarantined nothing")
+    state = request.scope["state"]
+    workflow_id = replay_workflow_id(full)
+    try:
+        handle = await service.client.start_workflow(
+            REPLAY_WORKFLOW_NAME,
+            ReplayRequest(
+                task_id=full,
+                ids=body.ids,
+                trace_id=state["trace"].trace_id,
+                request_id=state.get("request_id"),
+            ),
+            id=workflow_id,
+            task_queue=settings.temporal.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            static_summary=f"quarantine replay · {full}",
+        )
+    except WorkflowAlreadyStartedError:
+        raise ArtemisError(
+            ErrorCode.CONFLICT, f"a replay of {body.task_id!r} is running ({workflow_id})"
+        ) from None
+    answer = ReplayAccepted(
+        task_id=full,
+        workflow_id=workflow_id,
+        run_id=handle.result_run_id,
+        rows=len(body.ids) if body.ids is not None else waiting,
+    )
+    return envelope(request, answer.model_dump(), status=202)
+
+
+@router.post(
+    "/quarantine/discard",
+    operation_id="discard_quarantine",
+    summary="Give up on a run's quarantined records (kept, never replayed)",
+    responses={**documented(DiscardAnswer), **NOT_FOUND, **INVALID},
+    dependencies=[Depends(require_token)],
+)
+async def discard_quarantine(
+    request: Request, body: ReplayBody, settings: Settings = Depends(get_settings)
+) -> JSONResponse:
+    full = _task_id(request, body.task_id)
+    n = await asyncio.to_thread(quarantine.discard, settings.database.url, full, body.ids)
+    return envelope(request, DiscardAnswer(task_id=full, discarded=n).model_dump())
