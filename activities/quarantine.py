@@ -6,6 +6,7 @@ ledger takes it once."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from temporalio import activity
@@ -14,13 +15,13 @@ from activities.run_base import RunActivityBase, heartbeating, log, off_loop, se
 from artemis import quarantine
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.quarantine import RecordPolicy, Stage, judge
+from artemis.quarantine import Stage, judge
 from artemis.run_models import ReplayBatchInput, ReplayResult, RunRef
 from artemis.sinks import EmitContext
 from artemis.sinks.sealing import operator_secret, register_sink_secret, unseal_output
 from artemis.tasks import TaskContext
 from artemis.tasks.registry import get_task
-from artemis.tracing import current_trace
+from artemis.tracing import TraceContext, new_span_id, new_trace_id
 
 
 class QuarantineActivities(RunActivityBase):
@@ -55,7 +56,7 @@ class QuarantineActivities(RunActivityBase):
             task_id=ref.task_id,
             params=task.Params.model_validate(params),
             settings=self.settings,
-            trace=current_trace(),
+            trace=TraceContext(inp.trace_id or new_trace_id(), new_span_id()),
             request_id=inp.request_id,
             output=output,
         )
@@ -63,7 +64,12 @@ class QuarantineActivities(RunActivityBase):
         spec = task.record_spec(ctx.params)
         # Each row on its own: a replay lands what fits and leaves the rest, whatever the
         # run's bound; a field the model does not name is dropped, as the run did.
-        policy = RecordPolicy(on_bad_record="quarantine", max_bad_records=2**62)
+        policy = dataclasses.replace(
+            task.record_policy(ctx),
+            on_bad_record="quarantine",
+            max_bad_records=2**62,
+            schema_contract="discard",
+        )
         rows = await off_loop(
             quarantine.list_rows,
             db,

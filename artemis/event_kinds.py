@@ -33,3 +33,6 @@ class Ending(StrEnum):
 TERMINAL_EVENTS = tuple(Ending)
 # A run waiting out an outage, and its recovery (recorded by the workflow's note_outage).
 OUTAGE_EVENTS = ("waiting", "recovered")
+# A page's records set aside, and a field the source added or stopped sending
+# (artemis/quarantine.py).
+RECORD_EVENTS = ("quarantined", "schema_drift")

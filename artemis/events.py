@@ -39,7 +39,7 @@ from artemis.db import (
     run_transaction,
     utcnow,
 )
-from artemis.event_kinds import CONTROL_EVENTS, OUTAGE_EVENTS, Ending
+from artemis.event_kinds import CONTROL_EVENTS, OUTAGE_EVENTS, RECORD_EVENTS, Ending
 from artemis.logsetup import get_logger
 from artemis.outage import waiting_line
 from artemis.run_state import (
@@ -465,6 +465,10 @@ class PlanTracker:
             if raw.kind == "waiting":
                 payload["line"] = waiting_line(payload)
             emit(raw.kind, payload, raw.step)
+        elif raw.kind in RECORD_EVENTS:
+            if first:
+                self._plan_if_changed(emit, force=True)
+            emit(raw.kind, dict(raw.data), raw.step)
         elif raw.kind == "run_status":
             status = str(raw.data.get("status"))
             if not is_terminal(status):

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 OnBadRecord = Literal["quarantine", "fail"]
 SchemaContract = Literal["evolve", "freeze", "discard"]
 DEFAULT_MAX_BAD = "1%"
+# The fewest records a percentage max_bad_records is taken of.
+PERCENT_FLOOR = 1000
+POLICY_FIELDS = ("on_bad_record", "max_bad_records", "schema_contract", "coerce_types")
 
 
 class QuarantineStatus(StrEnum):
@@ -94,6 +97,8 @@ class RecordPolicyParams(BaseModel):
     on_bad_record: OnBadRecord | None = None
     max_bad_records: int | str | None = None
     schema_contract: SchemaContract | None = None
+    # Read the record model's types laxly ("1.5" a float, "7" an int, "true" a bool).
+    coerce_types: bool | None = None
 
     @field_validator("max_bad_records")
     @classmethod
@@ -108,13 +113,14 @@ class RecordPolicy:
     on_bad_record: OnBadRecord = "quarantine"
     max_bad_records: int | str = DEFAULT_MAX_BAD
     schema_contract: SchemaContract = "discard"
+    coerce_types: bool = False
 
     @classmethod
     def of(cls, *layers: dict[str, Any] | None) -> RecordPolicy:
         """The first value each layer sets (params over the registry), else the defaults."""
         values: dict[str, Any] = {}
         for layer in layers:
-            for name in ("on_bad_record", "max_bad_records", "schema_contract"):
+            for name in POLICY_FIELDS:
                 if name not in values and (layer or {}).get(name) is not None:
                     values[name] = (layer or {})[name]
         return cls(**values)
@@ -125,11 +131,13 @@ class RecordPolicy:
 
     def bound(self, fetched: int, stated: int | None) -> int:
         """How many records the run may quarantine: a count as it is; a percentage of the
-        records fetched so far or of the total the source states, whichever is larger."""
+        records fetched so far, or of the total the source states, or of PERCENT_FLOOR
+        records, whichever is largest (so the second bad record of a run's first page
+        does not fail it: a percentage needs records to be one of)."""
         limit = parse_max_bad(self.max_bad_records)
         if isinstance(limit, int):
             return limit
-        return math.floor(limit / 100 * max(fetched, stated or 0))
+        return math.floor(limit / 100 * max(fetched, stated or 0, PERCENT_FLOOR))
 
     def describe_bound(self) -> str:
         limit = parse_max_bad(self.max_bad_records)
@@ -204,10 +212,15 @@ def judge(
     if spec is None or not out:
         return judged
     judged.records, judged.drift, judged.fields_dropped = _drift(out, spec, policy, seq)
-    faults = spec.failures(judged.records)
-    if not faults:
-        return judged
     records = judged.records
+    if policy.coerce_types:
+        converted, faults = spec.coerced(records)
+    else:
+        converted, faults = None, spec.failures(records)
+    if not faults:
+        if converted is not None:
+            judged.records = converted
+        return judged
     first = min(faults)
     if not policy.quarantines:
         raise schema_error(f"page {seq}: record {first} {faults[first].problem}")
@@ -229,7 +242,11 @@ def judge(
                 key=_key_of(records[i], spec),
             )
         )
-    judged.records = [r for i, r in enumerate(records) if i not in faults]
+    judged.records = (
+        converted
+        if converted is not None
+        else [r for i, r in enumerate(records) if i not in faults]
+    )
     return judged
 
 
@@ -765,7 +782,8 @@ def check_bound(count: int, policy: RecordPolicy, fetched: int, stated: int | No
         raise ArtemisError(
             ErrorCode.BAD_RECORDS,
             f"{count} records quarantined, more than max_bad_records allows "
-            f"({policy.describe_bound()}: {bound} of {max(fetched, stated or 0)} records): the "
+            f"({policy.describe_bound()}: {bound} of "
+            f"{max(fetched, stated or 0, PERCENT_FLOOR)} records): the "
             "quarantined records are kept (artemis quarantine list)",
             retryable=False,
             details={"quarantined": count, "bound": bound},

@@ -76,6 +76,10 @@ FIELDS: dict[str, dict[str, str]] = {
         "naming it) or `EVOLVE` (dropped from this run, added to the model of the next "
         "runs as nullable: a new row of this section from that moment). A run's "
         "`schema_contract` param wins",
+        "coerce_types_enabled": "`true`: values are read laxly against the fields' types "
+        '(`"1.5"` a float, `"7"` an int, `"true"` a bool: a source that writes numbers '
+        "as strings) and land converted; default `false`: a value of another JSON type "
+        "does not fit. A run's `coerce_types` param wins",
     },
     "endpoint_def": {
         "endpoint_name": "a name, unique within the provenance (a credential may name it)",

@@ -272,6 +272,7 @@ class RegProvRecordModel(DimensionBase, table=True):
     on_bad_record_code: str | None = Field(default=None, max_length=16)
     max_bad_records_value: str | None = Field(default=None, max_length=16)
     schema_contract_code: str | None = Field(default=None, max_length=16)
+    coerce_types_enabled: bool | None = None
 
 
 class RegProvCredential(DimensionBase, table=True):

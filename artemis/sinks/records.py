@@ -148,8 +148,36 @@ class RecordSpec:
     def failures(self, records: list[dict[str, Any]]) -> dict[int, RecordFault]:
         """The records that do not fit the model, by position: each one's first fault (one
         check of the whole list; an empty mapping when every record fits)."""
+        return self.failures_of(self._adapter, records)
+
+    @cached_property
+    def _lax_adapter(self) -> TypeAdapter[list[Any]]:
+        # The same model with pydantic's lax conversions: "1.5" is a float, "7" an int,
+        # "true" a bool (a source that writes its numbers as strings).
+        fields: dict[str, Any] = {
+            name: (f.annotation, f) for name, f in self.model.model_fields.items()
+        }
+        checked = create_model(  # type: ignore[call-overload]
+            f"{self.model.__name__}Lax", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        return TypeAdapter(list[checked])
+
+    def coerced(
+        self, records: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], dict[int, RecordFault]]:
+        """The records converted to the model's types where a lax reading can (their
+        values as JSON writes them), and the faults of those that cannot be."""
+        faults = self.failures_of(self._lax_adapter, records)
+        good = [r for i, r in enumerate(records) if i not in faults]
+        models = self._lax_adapter.validate_json(jsonio.dumps(good))
+        out = [m.model_dump(mode="json") for m in models]
+        return out, faults
+
+    def failures_of(
+        self, adapter: TypeAdapter[list[Any]], records: list[dict[str, Any]]
+    ) -> dict[int, RecordFault]:
         try:
-            self._adapter.validate_json(jsonio.dumps(records))
+            adapter.validate_json(jsonio.dumps(records))
         except ValidationError as e:
             faults: dict[int, RecordFault] = {}
             for err in e.errors():

@@ -25,7 +25,7 @@ from artemis.errors import (
     validation_fields,
 )
 from artemis.http import HttpClient
-from artemis.quarantine import RecordPolicy, Rejection
+from artemis.quarantine import POLICY_FIELDS, RecordPolicy, Rejection
 from artemis.ratelimit import bucket_for
 from artemis.security import same_origin
 from artemis.sinks import (
@@ -356,10 +356,7 @@ class TaskUnit:
 
 
 def policy_params(params: BaseModel) -> dict[str, Any]:
-    return {
-        name: getattr(params, name, None)
-        for name in ("on_bad_record", "max_bad_records", "schema_contract")
-    }
+    return {name: getattr(params, name, None) for name in POLICY_FIELDS}
 
 
 def describe_validation_error(e: ValidationError, prefix: str) -> str:

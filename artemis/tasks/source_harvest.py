@@ -314,8 +314,14 @@ class SourceHarvest(TaskUnit):
         """An update's pointer is noted from the raw records, which go on as the source
         gave them: the record model's check drops (and reports) the fields it does not
         name, and sets aside a record that does not fit (artemis/quarantine.py)."""
-        self._note_pointer(records, ctx)
-        return records
+        kept = []
+        for r in records:
+            if isinstance(r, dict):
+                kept.append(r)
+            else:  # a null or a bare value where the records path has objects
+                ctx.reject(r, f"a record is a JSON object, not {type(r).__name__} {r!r:.60}")
+        self._note_pointer(kept, ctx)
+        return kept
 
     def record_policy(self, ctx: TaskContext) -> RecordPolicy:
         """The run's params, else the provenance's record model row, else the defaults."""
@@ -324,6 +330,7 @@ class SourceHarvest(TaskUnit):
             "on_bad_record": (row.get("on_bad_record_code") or "").lower() or None,
             "max_bad_records": row.get("max_bad_records_value"),
             "schema_contract": (row.get("schema_contract_code") or "").lower() or None,
+            "coerce_types": row.get("coerce_types_enabled"),
         }
         return RecordPolicy.of(policy_params(ctx.params), registry)
 

@@ -72,9 +72,13 @@ def upgrade() -> None:
     )
     for name, size in POLICY:
         op.add_column("reg_prov_record_model", sa.Column(name, sa.String(size), nullable=True))
+    op.add_column(
+        "reg_prov_record_model", sa.Column("coerce_types_enabled", sa.Boolean(), nullable=True)
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("reg_prov_record_model", "coerce_types_enabled")
     for name, _ in reversed(POLICY):
         op.drop_column("reg_prov_record_model", name)
     op.drop_table("schema_drift")

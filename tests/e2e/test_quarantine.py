@@ -1,0 +1,357 @@
+"""Bad records and schema drift end to end: a registry source whose records do not all
+fit its model, harvested through the real API, worker and Temporal into a real SQLite
+table; the quarantine read and replayed over HTTP.
+
+The source is GitHub's "list repository issues" as its documentation describes it
+(``per_page`` up to 100, ``page``, a ``Link`` header on every page of an answer of more
+than one, ``rel="next"`` on all but the last), serving each test's records as they are stored — spoilt ones included, which
+is the point (a real API that sends a bad record sends it in its place)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from artemis import quarantine
+from artemis.samples.server import ThreadedServer
+from tests.conftest import new_task_id
+from tests.e2e.test_events import read_sse
+from tests.e2e.test_literature import import_doc
+
+MODEL = {
+    "key": ["id"],
+    "fields": {
+        "id": "int",
+        "number": "int",
+        "title": "str",
+        "state": "str",
+        "updated_at": "datetime",
+        "score": "float | None",
+    },
+}
+
+
+class Issues:
+    """Records per namespace, served in the order stored."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, list[Any]] = {}
+
+
+def issues_app(state: Issues) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/{ns}/repos/{owner}/{repo}/issues")
+    async def list_issues(
+        ns: str, owner: str, repo: str, request: Request, per_page: int = 30, page: int = 1
+    ) -> JSONResponse:
+        per_page = min(per_page, 100)
+        items = state.records.get(ns, [])
+        last = max(1, math.ceil(len(items) / per_page))
+        links = {}
+        if page < last:
+            links |= {"next": page + 1, "last": last}
+        if page > 1:
+            links |= {"first": 1, "prev": page - 1}
+        headers = {}
+        if links:
+            headers["Link"] = ", ".join(
+                f'<{request.url.include_query_params(page=n)}>; rel="{rel}"'
+                for rel, n in links.items()
+            )
+        return JSONResponse(items[(page - 1) * per_page : page * per_page], headers=headers)
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def issues_server() -> Iterator[tuple[ThreadedServer, Issues]]:
+    state = Issues()
+    server = ThreadedServer(issues_app(state)).start()
+    yield server, state
+    server.stop()
+
+
+class Source:
+    def __init__(self, server: ThreadedServer, state: Issues) -> None:
+        self.ns = f"n{uuid.uuid4().hex[:10]}"
+        self.base = f"{server.url}/{self.ns}"
+        self.state = state
+
+    def serve(self, records: list[Any]) -> None:
+        self.state.records[self.ns] = records
+
+
+@pytest.fixture
+def gh(issues_server) -> Source:
+    return Source(*issues_server)
+
+
+def issue(ident: int) -> dict[str, Any]:
+    """An issue as GitHub's REST API answers it (the fields the model names, and some)."""
+    return {
+        "id": ident,
+        "node_id": f"I_{ident}",
+        "number": ident,
+        "title": f"issue {ident}",
+        "state": "open",
+        "user": {"login": "octocat", "id": 1},
+        "updated_at": f"2025-03-01T{ident // 3600 % 24:02d}:{ident // 60 % 60:02d}:"
+        f"{ident % 60:02d}Z",
+        "score": ident / 10,
+    }
+
+
+def doc(code: str, base: str, model: dict[str, Any] | None = None, **record: Any) -> dict:
+    """The issues endpoint, a hundred a page, in a record model of its own (``record``:
+    more columns of the record_model row)."""
+    return {
+        "provenance": {"provenance_code": code, "base_url_default": base},
+        "record_model": [
+            {
+                "scope_code": "SOURCE",
+                "effective_from": "2025-01-01T00:00:00Z",
+                "key_json": (model or MODEL)["key"],
+                "fields_json": (model or MODEL)["fields"],
+                **record,
+            }
+        ],
+        "endpoint_def": [
+            {
+                "scope_code": "SOURCE",
+                "effective_from": "2025-01-01T00:00:00Z",
+                "endpoint_name": "issues",
+                "endpoint_usage_code": "SEARCH",
+                "path_template": "/repos/octo/hello/issues",
+                "default_query_params": {"state": "all", "sort": "updated", "direction": "asc"},
+            }
+        ],
+        "pagination_cfg": [
+            {
+                "scope_code": "SOURCE",
+                "effective_from": "2025-01-01T00:00:00Z",
+                "pagination_mode_code": "LINK_HEADER",
+                "page_size_value": 100,
+                "page_size_param_name": "per_page",
+                "records_jsonpath": "$",
+            }
+        ],
+    }
+
+
+def issues(n: int) -> list[dict[str, Any]]:
+    return [issue(i) for i in range(1, n + 1)]
+
+
+def poison(records: list[dict[str, Any]], wrong: int, no_key: int, not_object: int) -> dict:
+    """Spoil records in place, spread over the pages: ``wrong`` get a score written as a
+    string, ``no_key`` lose their id, ``not_object`` become a bare string. Returns the
+    spoilt positions by kind."""
+    rng = random.Random(37)
+    picked = rng.sample(range(len(records)), wrong + no_key + not_object)
+    kinds = {
+        "score": picked[:wrong],
+        "id": picked[wrong : wrong + no_key],
+        None: picked[wrong + no_key :],
+    }
+    for i in kinds["score"]:
+        records[i]["score"] = str(records[i]["score"])
+    for i in kinds["id"]:
+        del records[i]["id"]
+    for i in kinds[None]:
+        records[i] = f"broken record {i}"  # type: ignore[call-overload]
+    return kinds
+
+
+def table_rows(url: str, table: str) -> list[dict[str, Any]]:
+    with sa.create_engine(url).connect() as conn:
+        t = sa.Table(table, sa.MetaData(), autoload_with=conn)
+        return [dict(r._mapping) for r in conn.execute(sa.select(t))]
+
+
+def ledger_keys(url: str, prefix: str) -> list[str]:
+    with sa.create_engine(url).connect() as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                sa.text(
+                    "SELECT idempotency_key FROM _artemis_sink_ledger WHERE idempotency_key LIKE :p"
+                ),
+                {"p": prefix + "%"},
+            )
+        ]
+
+
+async def sql_stack(make_stack, tmp_path: Path):
+    lake = f"sqlite:///{tmp_path / 'lake.db'}"
+    stack = await make_stack(
+        output_defaults={"source_harvest": {"sinks": ["sql"], "sql": {"url": lake}}}
+    )
+    return stack, lake
+
+
+def fixed(code: str, base: str, **record: Any) -> dict:
+    """The provenance's record model switched now: the old row closed, a new one (with
+    ``record``'s columns) in force from now."""
+    now = datetime.now(UTC).isoformat()
+    d = doc(code, base)
+    row = d["record_model"][0]
+    old = {**json.loads(json.dumps(row)), "effective_to": now}
+    new = {**json.loads(json.dumps(row)), "effective_from": now, **record}
+    return d | {"record_model": [old, new]}
+
+
+async def start(stack, code: str, **params: Any) -> tuple[str, str, dict[str, Any]]:
+    """A run of ``code`` with a CronJob callback: (task id, run id, the sync answer)."""
+    task_id, run_id = new_task_id(), f"cron-{new_task_id()}"
+    cb = {"base_url": f"{stack.samples_url}/cronjob/runs"}
+    resp = await stack.run(
+        {
+            "meta": {"task_id": task_id, "run_id": run_id, "callback": cb},
+            "params": {"provenance": code, **params},
+        },
+        code="source_harvest",
+    )
+    assert resp.status_code in (200, 502), resp.text
+    return task_id, run_id, resp.json()
+
+
+async def replay(stack, task_id: str, **body: Any) -> dict[str, Any]:
+    """POST /quarantine/replay, then the replay workflow's result."""
+    resp = await stack.http.post("/quarantine/replay", json={"task_id": task_id, **body})
+    assert resp.status_code == 202, resp.text
+    accepted = resp.json()["data"]
+    handle = stack.client.get_workflow_handle(accepted["workflow_id"])
+    return {**accepted, "result": await handle.result()}
+
+
+async def test_one_percent_bad_records_are_quarantined_counted_everywhere(make_stack, gh, tmp_path):
+    stack, lake = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    records = issues(10_000)
+    poison(records, wrong=40, no_key=30, not_object=30)
+    gh.serve(records)
+    import_doc(stack, doc(code, gh.base))
+    task_id, run_id, answer = await start(stack, code, max_bad_records=150)
+    data = answer["data"]
+    assert data["status"] == "completed", answer["error"]
+    stats = data["stats"]
+    assert stats["records_fetched"] == 10_000
+    assert stats["records_quarantined"] == 100 and stats["records_emitted"] == 9_900
+    assert stats["sinks"] == {"sql": 9_900}
+    table = code.replace("-", "_")
+    assert len(table_rows(lake, table)) == 9_900
+    # The quarantine: every bad record once, with the field that broke it.
+    rows = quarantine.list_rows(stack.settings.database.url, task_id=task_id, limit=1000)
+    assert len(rows) == 100 and {r["status"] for r in rows} == {"quarantined"}
+    by_field: dict[Any, int] = {}
+    for r in rows:
+        by_field[r["field_path"]] = by_field.get(r["field_path"], 0) + 1
+    assert by_field == {"score": 40, "id": 30, None: 30}
+    assert all(r["error_code"] == "SINK_ERROR" for r in rows if r["field_path"])
+    assert all(
+        r["error_code"] == "SOURCE_CONTRACT" and "JSON object" in r["message"]
+        for r in rows
+        if r["field_path"] is None
+    )
+    # GET /tasks/{id}, the finalize body, the SSE stream and the Temporal UI's line.
+    shown = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]
+    assert shown["stats"]["records_quarantined"] == 100
+    finals = await stack.finals(run_id)
+    assert len(finals) == 1
+    assert json.loads(finals[0]["body"]["body"])["records_quarantined"] == 100
+    events = await read_sse(stack.api_url, task_id)
+    quarantined = [e for e in events if e["event"] == "quarantined"]
+    assert sum(e["records"] for e in quarantined) == 100
+    assert all(e["sample"]["message"] for e in quarantined)
+    handle = stack.client.get_workflow_handle(data["workflow_id"])
+    meta = await handle.query("__temporal_workflow_metadata")
+    assert "100 quarantined" in meta.current_details
+    # Over HTTP: the list, one row with its record.
+    listed = (await stack.http.get("/quarantine", params={"task_id": task_id})).json()["data"]
+    assert listed["counts"] == {"quarantined": 100} and len(listed["items"]) == 100
+    one = (await stack.http.get(f"/quarantine/{listed['items'][0]['id']}")).json()["data"]
+    assert one["record"] is not None and one["task_id"] == task_id
+
+    # The model fixed (numbers written as strings read laxly): the 40 land, once; the
+    # records without an id and the bare strings stay, judged again.
+    import_doc(stack, fixed(code, gh.base, coerce_types_enabled=True))
+    done = await replay(stack, task_id)
+    assert done["rows"] == 100
+    assert (done["result"]["landed"], done["result"]["still_bad"]) == (40, 60)
+    assert len(table_rows(lake, table)) == 9_940
+    counts = quarantine.counts(stack.settings.database.url, task_id)
+    assert counts == {"quarantined": 60, "replayed": 40}
+    left = quarantine.list_rows(stack.settings.database.url, task_id=task_id, status="quarantined")
+    assert {r["replays"] for r in left} == {1}
+
+
+async def test_the_model_fixed_a_replay_lands_every_record_once(make_stack, gh, tmp_path):
+    stack, lake = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    records = issues(10_000)
+    kinds = poison(records, wrong=100, no_key=0, not_object=0)
+    gh.serve(records)
+    import_doc(stack, doc(code, gh.base))
+    task_id, _, answer = await start(stack, code, max_bad_records=100)
+    assert answer["data"]["stats"]["records_quarantined"] == 100, answer
+    table = code.replace("-", "_")
+    import_doc(stack, fixed(code, gh.base, coerce_types_enabled=True))
+    done = await replay(stack, task_id)
+    assert (done["result"]["landed"], done["result"]["still_bad"]) == (100, 0)
+    landed = table_rows(lake, table)
+    assert len(landed) == 10_000 and len({r["id"] for r in landed}) == 10_000
+    by_id = {r["id"]: r for r in landed}
+    assert all(by_id[i + 1]["score"] == (i + 1) / 10 for i in kinds["score"])
+    keys = ledger_keys(lake, f"source_harvest/{task_id}:")
+    assert len(keys) == len(set(keys)) == 100 + 100  # 100 pages, 100 replayed records
+    assert quarantine.counts(stack.settings.database.url, task_id) == {"replayed": 100}
+    # Replayed again: nothing is left to land, nothing lands twice.
+    again = await replay(stack, task_id)
+    assert again["result"]["landed"] == 0 and len(table_rows(lake, table)) == 10_000
+
+
+async def test_past_max_bad_records_the_run_fails_and_keeps_what_it_set_aside(
+    make_stack, gh, tmp_path
+):
+    stack, _ = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    records = issues(10_000)
+    poison(records, wrong=100, no_key=0, not_object=0)
+    gh.serve(records)
+    import_doc(stack, doc(code, gh.base))
+    task_id, _, answer = await start(stack, code, max_bad_records=10)
+    error = answer["error"]
+    assert answer["data"]["status"] == "failed" and error["code"] == "BAD_RECORDS", answer
+    assert "more than max_bad_records allows (10" in error["message"]
+    held = quarantine.counts(stack.settings.database.url, task_id)["quarantined"]
+    assert 10 < held <= 100  # the run stopped once past the bound, and kept them
+
+
+async def test_on_bad_record_fail_fails_naming_the_record_and_field_and_writes_none_of_its_page(
+    make_stack, gh, tmp_path
+):
+    stack, lake = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    records = issues(300)
+    records[150]["score"] = "1.5"  # on the second page
+    gh.serve(records)
+    import_doc(stack, doc(code, gh.base))
+    task_id, _, answer = await start(stack, code, on_bad_record="fail")
+    error = answer["error"]
+    assert answer["data"]["status"] == "failed" and error["code"] == "SINK_ERROR", answer
+    assert "record 50" in error["message"] and "'score'" in error["message"]
+    ids = {r["id"] for r in table_rows(lake, code.replace("-", "_"))}
+    assert not ids & set(range(101, 201))  # nothing of that page
+    assert quarantine.counts(stack.settings.database.url, task_id) == {}
