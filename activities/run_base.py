@@ -29,7 +29,7 @@ from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.metrics import RECORDS_QUARANTINED, SCHEMA_DRIFT
-from artemis.quarantine import Outcome, RunPlace
+from artemis.quarantine import Outcome, RunPlace, example_text
 from artemis.redact import redact_text
 from artemis.retained import Retained
 from artemis.run_models import RunRef
@@ -348,7 +348,7 @@ class RunActivityBase:
                 "field": d.field,
                 "change": d.kind,
                 "page": seq,
-                "example": None if d.example is None else redact_text(str(d.example))[:200],
+                "example": None if d.example is None else redact_text(example_text(d.example)),
                 "type": d.type_name,
                 "evolved": d.field in outcome.evolved,
             }

@@ -380,7 +380,7 @@ def _drift(
         raise ArtemisError(
             ErrorCode.SOURCE_CONTRACT,
             f"page {seq}: records carry a field {name!r} the record model does not name "
-            f"(schema_contract: freeze; example value {_example(added[name][0])}): add it "
+            f"(schema_contract: freeze; example value {example_text(added[name][0])}): add it "
             "to the model, or let the provenance's schema_contract evolve or discard",
             details={"field": name},
         )
@@ -426,7 +426,7 @@ def _kind_of(value: Any) -> str:
     return "json"
 
 
-def _example(value: Any) -> str:
+def example_text(value: Any) -> str:
     text = jsonio.dumps(value).decode(errors="replace")
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -645,7 +645,7 @@ def note_drift(
                     task_id=place.task_id,
                     provenance=place.provenance,
                     page_seq=seq,
-                    example=None if d.example is None else _example(d.example),
+                    example=None if d.example is None else example_text(d.example),
                     type_name=d.type_name,
                     action=action if d.kind == "added" else "noted",
                     created_at=utcnow(),
@@ -824,8 +824,9 @@ class PageJudge:
         counts_pages: bool,
     ) -> None:
         self.task, self.ctx, self.place = task, ctx, place
-        self.policy = task.record_policy(ctx)
-        self.spec = task.record_spec(ctx.params)
+        judges = task.judges_records
+        self.policy = task.record_policy(ctx) if judges else RecordPolicy(on_bad_record="fail")
+        self.spec = task.record_spec(ctx.params) if judges else None
         self.fetched, self.stated, self.counts_pages = fetched, stated, counts_pages
         self.database_url = ctx.settings.database.url
         self.max_record_bytes = ctx.settings.quarantine.max_record_bytes

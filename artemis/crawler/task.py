@@ -273,6 +273,8 @@ class CrawlNotes(TaskUnit):
     record_key = ("note_id",)
     summary = "Search a platform's keywords and collect each note once"
     error_budgets = True
+    # A note's candidate is collected, retried or failed by the crawl's own rules.
+    judges_records = False
 
     def emit_concurrency(self, ctx: TaskContext) -> int:
         return 1  # tbl_source first, page by page, inside the claim's fence

@@ -272,6 +272,11 @@ class TaskUnit:
         ``task_defaults.<code>``), else the defaults (quarantine, 1 %, discard)."""
         return RecordPolicy.of(policy_params(ctx.params))
 
+    # False: records are not judged before the sinks (no quarantine, no drift): the
+    # task's own rules hold (a crawl's candidates fail and retry on their own), and a
+    # sink's model check fails the run as it always did.
+    judges_records: ClassVar[bool] = True
+
     # A task whose record model is data (a registry provenance's) may evolve it: a new
     # field seen is added for the next runs. A model in code cannot.
     evolves_model: ClassVar[bool] = False

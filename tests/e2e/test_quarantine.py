@@ -4,8 +4,9 @@ table; the quarantine read and replayed over HTTP.
 
 The source is GitHub's "list repository issues" as its documentation describes it
 (``per_page`` up to 100, ``page``, a ``Link`` header on every page of an answer of more
-than one, ``rel="next"`` on all but the last), serving each test's records as they are stored — spoilt ones included, which
-is the point (a real API that sends a bad record sends it in its place)."""
+than one, ``rel="next"`` on all but the last), serving each test's records as they are
+stored — spoilt ones included, which is the point (a real API that sends a bad record
+sends it in its place)."""
 
 from __future__ import annotations
 
@@ -355,3 +356,86 @@ async def test_on_bad_record_fail_fails_naming_the_record_and_field_and_writes_n
     ids = {r["id"] for r in table_rows(lake, code.replace("-", "_"))}
     assert not ids & set(range(101, 201))  # nothing of that page
     assert quarantine.counts(stack.settings.database.url, task_id) == {}
+
+
+def with_priority(n: int, from_id: int) -> list[dict[str, Any]]:
+    """Issues whose source starts sending a ``priority`` field at ``from_id``."""
+    records = issues(n)
+    for r in records[from_id - 1 :]:
+        r["priority"] = "high" if r["id"] % 2 else "low"
+    return records
+
+
+def columns(url: str, table: str) -> set[str]:
+    with sa.create_engine(url).connect() as conn:
+        return {c["name"] for c in sa.inspect(conn).get_columns(table)}
+
+
+async def test_a_field_the_source_adds_is_an_event_and_dropped_by_default(make_stack, gh, tmp_path):
+    stack, lake = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    records = with_priority(300, from_id=151)
+    for r in records[200:]:  # and stops sending a nullable field on the third page
+        del r["score"]
+    gh.serve(records)
+    import_doc(stack, doc(code, gh.base))
+    task_id, _, answer = await start(stack, code)
+    data = answer["data"]
+    assert data["status"] == "completed", answer["error"]
+    # node_id and user on every record (the model leaves them out), priority on 150
+    assert data["stats"]["fields_dropped"] == 2 * 300 + 150
+    assert data["stats"]["records_emitted"] == 300
+    drift = [e for e in await read_sse(stack.api_url, task_id) if e["event"] == "schema_drift"]
+    assert [(e["field"], e["change"], e["page"]) for e in drift] == [
+        ("node_id", "added", 0),
+        ("user", "added", 0),
+        ("priority", "added", 1),
+        ("score", "missing", 2),
+    ]
+    priority = drift[2]
+    assert priority["example"] in ('"high"', '"low"')
+    assert priority["type"] == "str | None" and priority["evolved"] is False
+    assert drift[1]["type"] == "dict | None"
+    table = code.replace("-", "_")
+    assert "priority" not in columns(lake, table) and len(table_rows(lake, table)) == 300
+
+
+async def test_freeze_fails_naming_the_new_field(make_stack, gh, tmp_path):
+    stack, _ = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    gh.serve(with_priority(300, from_id=151))
+    whole = {**MODEL, "fields": {**MODEL["fields"], "node_id": "str", "user": "dict"}}
+    import_doc(stack, doc(code, gh.base, whole, schema_contract_code="FREEZE"))
+    _, _, answer = await start(stack, code)
+    error = answer["error"]
+    assert answer["data"]["status"] == "failed" and error["code"] == "SOURCE_CONTRACT", answer
+    assert "'priority'" in error["message"] and "freeze" in error["message"]
+    assert error["message"].startswith("page 1:")  # the page it first came on
+
+
+async def test_evolve_adds_the_field_to_the_next_runs_table(make_stack, gh, tmp_path):
+    stack, lake = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    gh.serve(with_priority(300, from_id=151))
+    import_doc(stack, doc(code, gh.base))
+    task_id, _, answer = await start(stack, code, schema_contract="evolve")
+    assert answer["data"]["status"] == "completed", answer["error"]
+    table = code.replace("-", "_")
+    assert "priority" not in columns(lake, table)  # this run's model is the one it began with
+    drift = [e for e in await read_sse(stack.api_url, task_id) if e["event"] == "schema_drift"]
+    assert [(e["field"], e["evolved"]) for e in drift] == [
+        ("node_id", True),
+        ("user", True),
+        ("priority", True),
+    ]
+    # The next run: the model has the field (nullable), the table the column, filled.
+    _, _, again = await start(stack, code)
+    assert again["data"]["status"] == "completed", again["error"]
+    assert again["data"]["stats"]["fields_dropped"] == 0
+    assert "priority" in columns(lake, table)
+    by_id = {r["id"]: r for r in table_rows(lake, table)}
+    assert by_id[151]["priority"] == "high" and by_id[152]["priority"] == "low"
+    assert by_id[1]["priority"] is None and by_id[1]["node_id"] == "I_1"
+    # Evolving again with a field already there is no change.
+    _, _, third = await start(stack, code, schema_contract="evolve")
+    assert third["data"]["status"] == "completed", third["error"]
