@@ -10,9 +10,11 @@ sends it in its place)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
+import signal
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -26,9 +28,11 @@ from fastapi.responses import JSONResponse
 
 from artemis import quarantine
 from artemis.samples.server import ThreadedServer
-from tests.conftest import new_task_id
+from tests.conftest import new_task_id, start_worker_process
 from tests.e2e.test_events import read_sse
 from tests.e2e.test_literature import import_doc
+from tests.e2e.test_worker_crash import worker_config
+from tests.helpers import eventually, stop_processes
 
 MODEL = {
     "key": ["id"],
@@ -48,6 +52,7 @@ class Issues:
 
     def __init__(self) -> None:
         self.records: dict[str, list[Any]] = {}
+        self.delay_s: dict[str, float] = {}
 
 
 def issues_app(state: Issues) -> FastAPI:
@@ -58,6 +63,7 @@ def issues_app(state: Issues) -> FastAPI:
         ns: str, owner: str, repo: str, request: Request, per_page: int = 30, page: int = 1
     ) -> JSONResponse:
         per_page = min(per_page, 100)
+        await asyncio.sleep(state.delay_s.get(ns, 0))
         items = state.records.get(ns, [])
         last = max(1, math.ceil(len(items) / per_page))
         links = {}
@@ -194,10 +200,10 @@ def ledger_keys(url: str, prefix: str) -> list[str]:
         ]
 
 
-async def sql_stack(make_stack, tmp_path: Path):
+async def sql_stack(make_stack, tmp_path: Path, **overrides: Any):
     lake = f"sqlite:///{tmp_path / 'lake.db'}"
     stack = await make_stack(
-        output_defaults={"source_harvest": {"sinks": ["sql"], "sql": {"url": lake}}}
+        output_defaults={"source_harvest": {"sinks": ["sql"], "sql": {"url": lake}}}, **overrides
     )
     return stack, lake
 
@@ -439,3 +445,51 @@ async def test_evolve_adds_the_field_to_the_next_runs_table(make_stack, gh, tmp_
     # Evolving again with a field already there is no change.
     _, _, third = await start(stack, code, schema_contract="evolve")
     assert third["data"]["status"] == "completed", third["error"]
+
+
+async def test_a_worker_killed_mid_page_leaves_every_record_delivered_or_quarantined_once(
+    make_stack, gh, tmp_path
+):
+    stack, lake = await sql_stack(
+        make_stack, tmp_path, worker=False, runs={"pages_per_fetch": 4, "heartbeat_timeout_s": 2}
+    )
+    code = f"q-{gh.ns}"
+    records = issues(3_000)
+    kinds = poison(records, wrong=15, no_key=0, not_object=15)
+    gh.serve(records)
+    gh.state.delay_s[gh.ns] = 0.05
+    import_doc(stack, doc(code, gh.base))
+    config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 0.2})
+    first = start_worker_process(config, tmp_path / "worker1.out")
+    second = None
+    try:
+        task_id = new_task_id()
+        resp = await stack.run(
+            {"meta": {"task_id": task_id}, "params": {"provenance": code, "max_bad_records": 100}},
+            code="source_harvest",
+            mode="async",
+        )
+        assert resp.status_code == 202, resp.text
+
+        async def halfway() -> bool:
+            stats = (await stack.http.get(f"/tasks/{task_id}")).json()["data"]["stats"]
+            return 800 <= stats.get("records_fetched", 0) <= 2_200
+
+        await eventually(halfway, "the run to be halfway", interval=0.02)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        second = start_worker_process(config, tmp_path / "worker2.out")
+        final = await stack.wait_status(task_id, timeout=120)
+    finally:
+        stop_processes(first, second)
+    assert final["status"] == "completed", final
+    assert final["stats"]["records_quarantined"] == 30
+    assert final["stats"]["records_emitted"] == 2_970
+    landed = [r["id"] for r in table_rows(lake, code.replace("-", "_"))]
+    held = quarantine.list_rows(stack.settings.database.url, task_id=task_id, limit=1000)
+    assert len(held) == 30 and len({(r["page_seq"], r["position"]) for r in held}) == 30
+    bad = set(kinds["score"]) | set(kinds[None])
+    assert sorted(landed) == [i + 1 for i in range(3_000) if i not in bad]
+    assert sorted(r["page_seq"] * 100 + r["position"] for r in held) == sorted(bad)
+    # the second worker went on from where the killed one's heartbeat or staging stood
+    assert "fetch_resumed" in (tmp_path / "worker.log").read_text()
