@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.run_base import RunData, log, off_loop
+from artemis import quarantine
 from artemis.config import Settings
 from artemis.errors import ErrorCode
 from artemis.events import EventLog
@@ -63,6 +64,12 @@ class HousekeepingActivities:
         # has been quiet longer than that and the clean-up's own age.
         quiet = min(before, now - timedelta(days=30, hours=1))
         files = await off_loop(drop_file_records_older_than, self.settings.database.url, quiet)
+        # Quarantined records (and what a replay needs of their runs) past their keeping.
+        held = await off_loop(
+            quarantine.drop_older_than,
+            self.settings.database.url,
+            self.settings.quarantine.retain_days,
+        )
         log.info(
             "cleanup_done",
             hours=inp.hours,
@@ -73,6 +80,7 @@ class HousekeepingActivities:
             sink_files_forgotten=files,
             retained_expired=len(expired),
             run_secrets_dropped=secrets,
+            quarantined_records_removed=held,
         )
         return CleanupResult(
             tasks_removed=tasks,

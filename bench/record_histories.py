@@ -47,6 +47,11 @@ def prepare(stack: BenchStack) -> None:
         doc["provenance"]["base_url_default"] = base
         (stack.tmp / f"{name}.yaml").write_text(yaml.safe_dump(doc))
         stack.cli("registry", "import", str(stack.tmp / f"{name}.yaml"))
+    # The walk-through's catalogue: a harvest that quarantines a record, then its replay.
+    doc = yaml.safe_load((ROOT / "infra" / "registry" / "catalog.yaml").read_text())
+    doc["provenance"]["base_url_default"] = f"{stack.samples}/catalog"
+    (stack.tmp / "catalog.yaml").write_text(yaml.safe_dump(doc))
+    stack.cli("registry", "import", str(stack.tmp / "catalog.yaml"))
     # A PubMed twin with a tiny result cap, so that a window splits cheaply.
     doc = yaml.safe_load((ROOT / "infra" / "registry" / "pubmed.yaml").read_text())
     doc["provenance"]["base_url_default"] = f"{stack.samples}/entrez"
@@ -207,6 +212,17 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
                 {"provenance": "pubmedsplit", "start": "2025-01-01", "end": "2025-01-03"},
             )
         )
+        # A record set aside (a price written as a string), then replayed.
+        await d.control("catalog", reset=True, spoil=[5])
+        t = await d.start("quarantine", "source_harvest", {"provenance": "catalog"})
+        if await d.wait(t) != RunStatus.COMPLETED:
+            raise SystemExit("quarantine: the run did not complete")
+        resp = await http.post(f"{stack.api}/quarantine/replay", json={"task_id": t})
+        if resp.status_code != 202:
+            raise SystemExit(f"quarantine replay: {resp.text[:300]}")
+        replay = resp.json()["data"]["workflow_id"]
+        d.scenarios[replay] = "replay"
+        await client.get_workflow_handle(replay).result()
         # The crawler: a crawl, then note details.
         await d.control("platform", reset=True, notes_per_keyword=12)
         await d.wait(
@@ -322,6 +338,7 @@ def main() -> None:
             "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/quotes"},
             "literature_harvest": {"sinks": ["http"], "http_endpoint": "{samples}/sink/lit"},
             "crawl_notes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/notes"},
+            "source_harvest": {"sinks": ["http"], "http_endpoint": "{samples}/sink/catalog"},
         },
         "security": {"allowed_hosts": ["127.0.0.1"]},
         "crawler": {"platforms": {"sample": {"base_url": "{samples}/platform"}}},

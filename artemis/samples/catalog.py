@@ -9,7 +9,9 @@ real APIs answer, so a client that does not heed the marker fails visibly.
 - ``GET /catalog/stock?offset=O&limit=L`` → ``{"items": [{"sku", "product_id",
   "quantity", "warehouse", "counted_at"}], "has_more"}`` (31 items);
 - ``GET /_catalog/calls`` lists the requests (path and query), ``POST /_control/catalog``
-  ``{"reset": true}`` clears them.
+  ``{"reset": true}`` clears them and the spoilt prices; ``{"spoil": [3, 7]}`` has those
+  products' prices written as strings (``"8.25"``), as some shops' APIs write money: the
+  records that do not fit a ``float`` model, for the quarantine walk-through.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ PRODUCTS = 23
 STOCK = 31
 
 
-def product(i: int) -> dict[str, Any]:
+def product(i: int, spoilt: bool = False) -> dict[str, Any]:
+    price = round(4.5 + i * 1.25, 2)
     return {
         "id": i,
         "name": f"Product {i}",
-        "price": round(4.5 + i * 1.25, 2),
+        "price": f"{price:.2f}" if spoilt else price,
         "in_stock": i % 3 != 0,
         "added": (date(2025, 1, 1) + timedelta(days=i * 3)).isoformat(),
         "tags": ["sample", "even" if i % 2 == 0 else "odd"],
@@ -49,9 +52,11 @@ def stock_item(i: int) -> dict[str, Any]:
 @dataclass
 class CatalogState:
     calls: list[dict[str, Any]] = field(default_factory=list)
+    spoilt: set[int] = field(default_factory=set)
 
     def reset(self) -> None:
         self.calls.clear()
+        self.spoilt.clear()
 
 
 def build_router(state: CatalogState) -> APIRouter:
@@ -73,7 +78,7 @@ def build_router(state: CatalogState) -> APIRouter:
         first = (page - 1) * per_page + 1
         ids = range(first, min(first + per_page, PRODUCTS + 1))
         return {
-            "products": [product(i) for i in ids],
+            "products": [product(i, i in state.spoilt) for i in ids],
             "page": page,
             "per_page": per_page,
             "total": PRODUCTS,
@@ -101,6 +106,8 @@ def build_router(state: CatalogState) -> APIRouter:
         spec = await request.json()
         if isinstance(spec, dict) and spec.get("reset"):
             state.reset()
+        if isinstance(spec, dict) and isinstance(spec.get("spoil"), list):
+            state.spoilt = {int(i) for i in spec["spoil"]}
         return {"ok": True}
 
     return router

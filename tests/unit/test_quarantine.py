@@ -205,3 +205,36 @@ def test_evolve_is_refused_for_a_model_in_code():
     with pytest.raises(ArtemisError) as e:
         Items().prepare_params({"schema_contract": "evolve"}, Settings())
     assert e.value.code is ErrorCode.INVALID_INPUT and "params.schema_contract" in e.value.message
+
+
+def test_rows_are_kept_once_per_place_counted_and_dropped_after_their_days(db_engine):
+    from datetime import timedelta
+
+    import sqlalchemy as sa
+
+    from artemis import quarantine as q
+    from artemis.db import utcnow
+
+    url = db_engine.url.render_as_string(hide_password=False)
+    task_id = f"t-keep-{utcnow().timestamp()}"
+    place = q.RunPlace(f"items/{task_id}", "items", task_id, None, {"a": 1}, {})
+    bad = [q.BadRecord(0, {"id": "x"}, "SINK_ERROR", "id", "not an int", Stage.PROCESS)]
+    assert q.store_bad(url, place, 3, bad, 1 << 20) == 1
+    assert q.store_bad(url, place, 3, bad, 1 << 20) == 1  # the page judged again
+    big = [q.BadRecord(1, {"x": "y" * 2000}, "SINK_ERROR", "x", "too big", Stage.PROCESS)]
+    assert q.store_bad(url, place, 3, big, 1024) == 2
+    rows = q.list_rows(url, task_id=task_id, with_record=True)
+    assert [r["record"] for r in rows] == [{"id": "x"}, None]
+    assert "not kept" in rows[1]["message"]
+    assert q.run_of(url, task_id)["params"] == {"a": 1}
+    assert q.discard(url, task_id, [rows[1]["id"]]) == 1
+    assert q.counts(url, task_id) == {"quarantined": 1, "discarded": 1}
+    table = q.QuarantinedRecord.__table__  # type: ignore[attr-defined]
+    with db_engine.begin() as conn:
+        conn.execute(
+            sa.update(table)
+            .where(table.c.task_id == task_id, table.c.position == 0)
+            .values(created_at=utcnow() - timedelta(days=31))
+        )
+    assert q.drop_older_than(url, 30) == 1
+    assert q.counts(url, task_id) == {"discarded": 1}
