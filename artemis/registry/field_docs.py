@@ -27,7 +27,10 @@ SECTIONS = {
     "own fields and key, which are the `sql` sink's table columns (the key its primary "
     'key) and the Parquet schema. Records are checked strictly (`"1.5"` is not a float, '
     "`1` not a bool; an ISO string is a date). A model that only adds nullable fields "
-    "adds their columns; a changed type or key is refused when a run starts",
+    "adds their columns; a changed type or key is refused when a run starts. A record "
+    "that does not fit is quarantined (kept aside with its reason, the run goes on; "
+    "`artemis quarantine replay` lands it once the model is fixed) or fails the run, and "
+    "a field the model does not name is a `schema_drift` event: the policy columns below",
     "record_model_shorthand": "the short form of one `record_model` row (scope `SOURCE`, "
     "in force from 1970-01-01): `{key: [...], fields: {...}}`",
 }
