@@ -10,6 +10,7 @@ from artemis.config import Settings
 from artemis.literature.harvest import LiteratureHarvest, LiteratureRecord
 from artemis.literature.planning import LiteratureParams
 from artemis.literature.pubmed import PubMedSource
+from artemis.quarantine import judge
 from artemis.sources.rest import RestSource
 from artemis.tasks.base import TaskContext
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
@@ -67,7 +68,9 @@ def test_an_earlier_runs_own_model_is_kept():
     run = ctx(earlier_contract("/products", model))
     spec = task.record_spec(run.params)
     assert spec is not None and spec.key == ("id",) and spec.model.__name__ == "OldRecord"
-    assert task.process([{"id": 1, "extra": 2}], run) == [{"id": 1, "name": None}]
+    # its records judged by that model: the field it does not name dropped and reported
+    judged = judge(task, run, 0, [{"id": 1, "extra": 2}], task.record_policy(run), spec)
+    assert judged.records == [{"id": 1}] and [d.field for d in judged.drift] == ["extra", "name"]
     # without a model, the paper shape
     plain = task.record_spec(ctx(earlier_contract("/works")).params)
     assert plain is not None and plain.model is LiteratureRecord
