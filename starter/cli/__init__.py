@@ -2,9 +2,10 @@
 per command group.
 
 `_common` (settings, failing, calling the API), `servers` (api, samples, db), `cookies`,
-`audit`, `registry`, `tasks` (run, tasks …) and `watch` (the run's event stream and its
-live view). The full `artemis` command adds `worker`, `dev` and `demo` on top of this app
-(`infra/devstack/cli.py`): nothing here imports a worker.
+`audit`, `registry`, `tasks` (run, tasks …), `quarantine` (the records runs set aside)
+and `watch` (the run's event stream and its live view). The full `artemis` command adds
+`worker`, `dev` and `demo` on top of this app (`infra/devstack/cli.py`): nothing here
+imports a worker.
 
 Every command module is imported at every start-up, so code that is slow to import (the
 registry, the vault, the API: 0.2–1.5 s each) is imported inside the command that needs
@@ -24,6 +25,7 @@ from artemis.redact import redact_text
 from starter.cli import audit, servers, tasks
 from starter.cli._common import err_console
 from starter.cli.cookies import cookies_app
+from starter.cli.quarantine import quarantine_app
 from starter.cli.registry import registry_app
 from starter.cli.watch import StepView, iter_events, watch_task
 
@@ -47,6 +49,7 @@ for _command in (servers.api, audit.audit, tasks.run):
     app.command()(_command)
 app.command("task-types")(tasks.task_types)
 app.add_typer(tasks.tasks_app, name="tasks")
+app.add_typer(quarantine_app, name="quarantine")
 app.add_typer(servers.samples_app, name="samples")
 app.add_typer(servers.db_app, name="db")
 app.add_typer(registry_app, name="registry")

@@ -1,0 +1,287 @@
+"""`artemis quarantine`: the records runs set aside, through the starter API
+(starter/api/routes/quarantine.py): list and show them, replay them once the model or
+the task is fixed, or discard them."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from artemis.config import Settings
+from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _settings, console
+from starter.cli.tasks import _resolve_id
+
+quarantine_app = typer.Typer(
+    help="The records runs set aside: list, show, replay, discard.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+_COLUMNS = ("id", "page", "position", "field", "code", "status", "message")
+# The API's largest page: a replay's rows are read in as few calls as it allows.
+_PAGE = 1000
+_MESSAGE_CHARS = 80
+_POLL_S = 0.5
+
+
+class Status(StrEnum):
+    """A quarantined row's status (artemis.quarantine.QuarantineStatus, spelt again here:
+    importing that module loads SQLAlchemy, which no API-only command may)."""
+
+    quarantined = "quarantined"
+    replayed = "replayed"
+    discarded = "discarded"
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def _short(text: str | None, size: int = _MESSAGE_CHARS) -> str:
+    """The first line, cut to ``size`` characters."""
+    lines = (text or "").strip().splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= size else line[: size - 1] + "…"
+
+
+def _rows_text(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    known = [s.value for s in Status]
+    order = known + sorted(set(counts) - set(known))
+    parts = [f"{s} {counts[s]}" for s in order if s in counts]
+    return " · ".join(parts) if parts else "nothing quarantined"
+
+
+def _page(
+    base: str,
+    settings: Settings,
+    task_id: str,
+    *,
+    status: str | None = None,
+    after: int = 0,
+    limit: int = _PAGE,
+) -> dict[str, Any]:
+    query: dict[str, Any] = {"task_id": task_id, "after": after, "limit": limit}
+    if status:
+        query["status"] = status
+    return _call("GET", f"{base}/quarantine", settings, params=query)["data"]
+
+
+def _rows(
+    base: str,
+    settings: Settings,
+    task_id: str,
+    *,
+    status: str | None = None,
+    after: int = 0,
+    until: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The run's rows after ``after``, oldest first, page by page (up to ``until``)."""
+    while True:
+        data = _page(base, settings, task_id, status=status, after=after)
+        for row in data["items"]:
+            if until is not None and row["id"] > until:
+                return
+            yield row
+        after = data.get("next_after") or 0
+        if not after:
+            return
+
+
+@quarantine_app.command("list")
+def quarantine_list(
+    task_id: str = typer.Argument(..., help="the run's task id (or a unique prefix of it)"),
+    status: Status | None = typer.Option(None, "--status", help="these rows only"),
+    limit: int = typer.Option(100, "--limit", min=1, max=_PAGE),
+    after: int = typer.Option(0, "--after", min=0, help="the next page (printed below)"),
+    output: Output = typer.Option(Output.table, "-o", "--output"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """A run's quarantined records, oldest first, and how many there are by status."""
+    settings = _settings(config)
+    base = _api_url(settings, api)
+    task_id = _resolve_id(base, settings, task_id)
+    data = _page(
+        base, settings, task_id, status=status.value if status else None, after=after, limit=limit
+    )
+    if output == Output.json:
+        console.print_json(data=data)
+        return
+    table = Table()
+    for col in _COLUMNS:
+        table.add_column(col, no_wrap=col != "message")
+    for r in data["items"]:
+        table.add_row(
+            str(r["id"]),
+            str(r["page_seq"]),
+            str(r["position"]),
+            escape(r.get("field_path") or ""),
+            escape(r["error_code"]),
+            escape(r["status"]),
+            escape(_short(r.get("message"))),
+        )
+    console.print(table)
+    console.print(f"{escape(data['task_id'])}: {_counts_line(data['counts'])}", highlight=False)
+    if data.get("next_after"):
+        console.print(f"more: --after {data['next_after']}", highlight=False)
+
+
+@quarantine_app.command("show")
+def quarantine_show(
+    row_id: int = typer.Argument(..., min=1, help="the row's id (as `list` shows it)"),
+    output: Output = typer.Option(Output.json, "-o", "--output"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """One quarantined record: why it was set aside, and the record itself."""
+    settings = _settings(config)
+    row = _call("GET", f"{_api_url(settings, api)}/quarantine/{row_id}", settings)["data"]
+    if output == Output.json:
+        console.print_json(data=row)
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    key = row.get("record_key")
+    shown = {
+        "id": row["id"],
+        "task id": row["task_id"],
+        "task code": row["task_code"],
+        "provenance": row.get("provenance") or "",
+        "page": row["page_seq"],
+        "position": row["position"],
+        "stage": row["stage"],
+        "key": json.dumps(key, ensure_ascii=False) if key is not None else "",
+        "code": row["error_code"],
+        "field": row.get("field_path") or "",
+        "message": row["message"],
+        "status": row["status"],
+        "replays": row["replays"],
+        "replayed by": row.get("replayed_by") or "",
+        "bytes": row["record_bytes"],
+        "created": row["created_at"],
+        "updated": row["updated_at"],
+    }
+    for name, value in shown.items():
+        table.add_row(name, escape(str(value)))
+    console.print(table)
+    console.print("record:", highlight=False)
+    console.print_json(data=row.get("record"))
+
+
+def _wait_replay(
+    base: str, settings: Settings, task_id: str, asked: dict[int, int], timeout: float
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Wait until the replay has judged every row in ``asked`` (id: its replays before);
+    return the rows as they are then, and those it cannot judge (kept without a body).
+
+    A row is judged once its status changed or its replay count went up. The replay goes
+    through the rows in id order and passes over a row kept without its record, which
+    would otherwise hold the wait forever: so the lowest row not judged yet is looked at
+    once, and left out when it has no record."""
+    pending = dict(asked)
+    judged: list[dict[str, Any]] = []
+    skipped: list[int] = []
+    with_record: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        if pending:
+            now = {
+                r["id"]: r
+                for r in _rows(base, settings, task_id, after=min(pending) - 1, until=max(pending))
+            }
+            for row_id, replays in list(pending.items()):
+                row = now.get(row_id)
+                if row is None:  # gone meanwhile (the retention clean-up): nothing to wait for
+                    del pending[row_id]
+                elif row["status"] != Status.quarantined or row["replays"] > replays:
+                    judged.append(row)
+                    del pending[row_id]
+        while pending and min(pending) not in with_record:
+            low = min(pending)
+            row = _call("GET", f"{base}/quarantine/{low}", settings)["data"]
+            if row.get("record") is not None:
+                with_record.add(low)
+            else:
+                skipped.append(low)
+                del pending[low]
+        if not pending:
+            return judged, skipped
+        if time.monotonic() > deadline:
+            _fail(
+                f"the replay of {task_id} has not ended after {timeout:g} s: {len(pending)} "
+                "rows not judged yet (it goes on; `artemis quarantine list` shows where it is)"
+            )
+        time.sleep(_POLL_S)
+
+
+@quarantine_app.command("replay")
+def quarantine_replay(
+    task_id: str = typer.Argument(..., help="the run's task id (or a unique prefix of it)"),
+    ids: list[int] = typer.Option([], "--id", help="this row only (repeatable; default: all)"),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until the replay ends"),
+    timeout: float = typer.Option(600, "--timeout", min=1, help="seconds to wait at most"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Judge a run's quarantined records again, by the task and record model in force now:
+    those that fit land in the run's sinks (once), the rest stay quarantined."""
+    settings = _settings(config)
+    base = _api_url(settings, api)
+    task_id = _resolve_id(base, settings, task_id)
+    wanted = set(ids)
+    asked: dict[int, int] = {}
+    if wait:  # what the replay will judge, before it starts
+        for r in _rows(base, settings, task_id, status=Status.quarantined.value):
+            if not wanted or r["id"] in wanted:
+                asked[r["id"]] = r["replays"]
+    body: dict[str, Any] = {"task_id": task_id, **({"ids": sorted(wanted)} if wanted else {})}
+    accepted = _call("POST", f"{base}/quarantine/replay", settings, json=body)["data"]
+    console.print(
+        f"replay of {escape(accepted['task_id'])} started · workflow "
+        f"{escape(accepted['workflow_id'])} · {_rows_text(accepted['rows'])}",
+        highlight=False,
+    )
+    if not wait:
+        return
+    judged, skipped = _wait_replay(base, settings, accepted["task_id"], asked, timeout)
+    landed = sum(1 for r in judged if r["status"] == Status.replayed)
+    still_bad = sum(1 for r in judged if r["status"] == Status.quarantined)
+    line = f"landed {landed} · still bad {still_bad}"
+    if skipped:
+        line += f" · {len(skipped)} kept without their record (cannot be replayed)"
+    console.print(line, highlight=False)
+    counts = _page(base, settings, accepted["task_id"], limit=1)["counts"]
+    console.print(
+        f"{escape(accepted['task_id'])}: {_counts_line(counts)}",
+        highlight=False,
+    )
+
+
+@quarantine_app.command("discard")
+def quarantine_discard(
+    task_id: str = typer.Argument(..., help="the run's task id (or a unique prefix of it)"),
+    ids: list[int] = typer.Option([], "--id", help="this row only (repeatable; default: all)"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Give up on a run's quarantined records: kept, marked discarded, never replayed."""
+    settings = _settings(config)
+    base = _api_url(settings, api)
+    task_id = _resolve_id(base, settings, task_id)
+    body: dict[str, Any] = {"task_id": task_id, **({"ids": sorted(set(ids))} if ids else {})}
+    data = _call("POST", f"{base}/quarantine/discard", settings, json=body)["data"]
+    console.print(f"discarded {data['discarded']} of {escape(data['task_id'])}", highlight=False)

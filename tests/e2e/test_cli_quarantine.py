@@ -1,0 +1,135 @@
+"""`artemis quarantine` against a real stack: a registry source whose records do not all
+fit its model, harvested into SQLite; the CLI lists the quarantined records, shows one,
+discards one, and replays the rest once the model is fixed, waiting for the replay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+from artemis import quarantine
+from tests.conftest import ROOT
+from tests.e2e.test_literature import import_doc
+from tests.e2e.test_quarantine import (  # noqa: F401  (gh, issues_server: fixtures)
+    doc,
+    fixed,
+    gh,
+    issues,
+    issues_server,
+    poison,
+    sql_stack,
+    start,
+    table_rows,
+)
+
+
+def _cli(stack, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "starter.cli", "quarantine", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ARTEMIS_API": stack.api_url, "COLUMNS": "200"},
+        cwd=ROOT,
+    )
+
+
+async def cli(stack, *args: str) -> subprocess.CompletedProcess:
+    # in a thread: the API under test is served by this event loop
+    return await asyncio.to_thread(_cli, stack, *args)
+
+
+async def cli_json(stack, *args: str) -> Any:
+    out = await cli(stack, *args, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+# (gh is the fixture imported above, asked for by name)
+async def test_list_show_discard_and_replay_through_the_cli(make_stack, gh, tmp_path):  # noqa: F811
+    stack, lake = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    records = issues(300)
+    kinds = poison(records, wrong=3, no_key=1, not_object=1)
+    gh.serve(records)
+    import_doc(stack, doc(code, gh.base))
+    task_id, _, answer = await start(stack, code, max_bad_records=10)
+    assert answer["data"]["status"] == "completed", answer["error"]
+    assert answer["data"]["stats"]["records_quarantined"] == 5
+    rows = quarantine.list_rows(stack.settings.database.url, task_id=task_id)
+    by_field = {r["field_path"]: r for r in rows}
+    assert len(rows) == 5 and by_field.keys() == {"score", "id", None}
+
+    # list -o json: the API's page as it is
+    listed = await cli_json(stack, "list", task_id)
+    assert listed["task_id"] == task_id and listed["counts"] == {"quarantined": 5}
+    assert [r["id"] for r in listed["items"]] == [r["id"] for r in rows]
+    assert all("record" not in r or r["record"] is None for r in listed["items"])
+
+    # list as a table: a line per row, then the counts; --limit pages
+    table = await cli(stack, "list", task_id)
+    assert table.returncode == 0, table.stderr
+    lines = {
+        int(m.group(1)): line
+        for line in table.stdout.splitlines()
+        if (m := re.match(r"\W*(\d+)\s", line))
+    }
+    assert lines.keys() == {r["id"] for r in rows}
+    for r in rows:
+        line = lines[r["id"]]
+        assert r["error_code"] in line and (r["field_path"] or "") in line
+        assert f" {r['page_seq']} " in line and "quarantined" in line
+        assert r["message"].splitlines()[0][:60] in line
+    assert f"{task_id}: quarantined 5" in table.stdout
+    first = await cli(stack, "list", task_id, "--limit", "2")
+    assert f"more: --after {rows[1]['id']}" in first.stdout
+    rest = await cli_json(stack, "list", task_id, "--after", str(rows[1]["id"]))
+    assert [r["id"] for r in rest["items"]] == [r["id"] for r in rows[2:]]
+
+    # show: the record itself, as the source sent it
+    bare = by_field[None]
+    shown = await cli_json(stack, "show", str(bare["id"]))
+    assert shown["record"] == records[kinds[None][0]] and shown["error_code"] == "SOURCE_CONTRACT"
+    no_key = by_field["id"]
+    as_table = await cli(stack, "show", str(no_key["id"]), "-o", "table")
+    assert as_table.returncode == 0, as_table.stderr
+    assert "record:" in as_table.stdout and no_key["message"].splitlines()[0] in as_table.stdout
+    record = json.loads(as_table.stdout[as_table.stdout.index("record:") + len("record:") :])
+    assert record == records[kinds["id"][0]] and "id" not in record
+    missing = await cli(stack, "show", "999999999")
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+
+    # discard the bare string: kept, never replayed
+    discarded = await cli(stack, "discard", task_id, "--id", str(bare["id"]))
+    assert discarded.returncode == 0, discarded.stderr
+    assert f"discarded 1 of {task_id}" in discarded.stdout
+
+    # The model fixed: the replay lands the three numbers written as strings; the record
+    # without an id stays, judged again.
+    import_doc(stack, fixed(code, gh.base, coerce_types_enabled=True))
+    replayed = await cli(stack, "replay", task_id)
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"workflow artemis/quarantine-replay/{task_id}" in replayed.stdout
+    assert "· 4 rows" in replayed.stdout and "landed 3 · still bad 1" in replayed.stdout
+    assert f"{task_id}: quarantined 1 · replayed 3 · discarded 1" in replayed.stdout
+    assert len(table_rows(lake, code.replace("-", "_"))) == 298
+    left = await cli_json(stack, "list", task_id, "--status", "quarantined")
+    assert [(r["id"], r["replays"]) for r in left["items"]] == [(no_key["id"], 1)]
+    assert left["counts"] == {"quarantined": 1, "replayed": 3, "discarded": 1}
+
+    # --no-wait: started and left to run (the workflow's own result says how it ended)
+    started = await cli(stack, "replay", task_id, "--id", str(no_key["id"]), "--no-wait")
+    assert started.returncode == 0, started.stderr
+    assert "· 1 row\n" in started.stdout and "landed" not in started.stdout
+    handle = stack.client.get_workflow_handle(f"artemis/quarantine-replay/{task_id}")
+    result = await handle.result()
+    assert (result["landed"], result["still_bad"]) == (0, 1)
+
+    # A run that quarantined nothing: the API's error, exit 1
+    unknown = await cli(stack, "replay", "t-nothing-here")
+    assert unknown.returncode == 1 and "TASK_NOT_FOUND" in unknown.stderr
