@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -68,7 +68,7 @@ class ReplayBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task_id: str = Field(min_length=1, max_length=300)
-    ids: list[int] | None = Field(
+    ids: list[Annotated[int, Field(ge=1, le=2**62)]] | None = Field(
         None, min_length=1, max_length=10_000, description="These rows only (default: all)"
     )
 
