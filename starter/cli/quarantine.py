@@ -148,7 +148,7 @@ def quarantine_show(
 ) -> None:
     """One quarantined record: why it was set aside, and the record itself."""
     settings = _settings(config)
-    row = _call("GET", f"{_api_url(settings, api)}/quarantine/{row_id}", settings)["data"]
+    row = _call("GET", f"{_api_url(settings, api)}/quarantine/records/{row_id}", settings)["data"]
     if output == Output.json:
         console.print_json(data=row)
         return
@@ -212,7 +212,7 @@ def _wait_replay(
                     del pending[row_id]
         while pending and min(pending) not in with_record:
             low = min(pending)
-            row = _call("GET", f"{base}/quarantine/{low}", settings)["data"]
+            row = _call("GET", f"{base}/quarantine/records/{low}", settings)["data"]
             if row.get("record") is not None:
                 with_record.add(low)
             else:

@@ -288,7 +288,7 @@ async def test_one_percent_bad_records_are_quarantined_counted_everywhere(make_s
     # Over HTTP: the list, one row with its record.
     listed = (await stack.http.get("/quarantine", params={"task_id": task_id})).json()["data"]
     assert listed["counts"] == {"quarantined": 100} and len(listed["items"]) == 100
-    one = (await stack.http.get(f"/quarantine/{listed['items'][0]['id']}")).json()["data"]
+    one = (await stack.http.get(f"/quarantine/records/{listed['items'][0]['id']}")).json()["data"]
     assert one["record"] is not None and one["task_id"] == task_id
 
     # The model fixed (numbers written as strings read laxly): the 40 land, once; the

@@ -43,7 +43,7 @@ class QuarantinedRow(BaseModel):
     position: int = Field(description="Its place on that page")
     stage: str = Field(description="`process` (judged again from the raw record) or `model`")
     record_key: dict[str, Any] | None = Field(None, description="Its key fields, when it has them")
-    record: Any = Field(None, description="The record (GET /quarantine/{id} only)")
+    record: Any = Field(None, description="The record (GET /quarantine/records/{id} only)")
     record_bytes: int
     error_code: str
     field_path: str | None = None
@@ -128,7 +128,7 @@ async def list_quarantine(
 
 
 @router.get(
-    "/quarantine/{row_id}",
+    "/quarantine/records/{row_id}",
     operation_id="get_quarantined",
     summary="One quarantined record, with the record itself",
     responses={**documented(QuarantinedRow), **NOT_FOUND, **INVALID},
