@@ -59,6 +59,7 @@ class QuarantineActivities(RunActivityBase):
             trace=TraceContext(inp.trace_id or new_trace_id(), new_span_id()),
             request_id=inp.request_id,
             output=output,
+            replaying=True,
         )
         sinks = await off_loop(task.decide_sinks, ctx)
         spec = task.record_spec(ctx.params)

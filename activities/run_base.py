@@ -94,12 +94,14 @@ def run_place(
     run: RunRef, params: dict[str, Any], output: dict[str, Any], ctx: TaskContext
 ) -> RunPlace:
     """The run, as the rows about its bad records name it (with what a replay needs: its
-    params and its output as in history, secrets sealed)."""
+    params and its output as in history, secrets sealed). A backfill's window or a split's
+    piece files its records under the run that was started (its top run's task id): one
+    quarantine, one bound and one drift report per run the user started."""
     provenance = getattr(ctx.params, "provenance", None)
     return RunPlace(
         run_key(run),
         run.task_code,
-        run.task_id,
+        run.root_task_id or run.task_id,
         provenance if isinstance(provenance, str) else None,
         params,
         output,
@@ -334,7 +336,7 @@ class RunActivityBase:
                 "message": redact_text(sample.message)[:500],
             }
             log.info("records_quarantined", seq=seq, records=outcome.quarantined, **reason)
-            RECORDS_QUARANTINED.labels(run.task_code).inc(outcome.quarantined)
+            RECORDS_QUARANTINED.labels(run.task_code).inc(outcome.new)
             data: dict[str, Any] = {
                 "page": seq,
                 "records": outcome.quarantined,

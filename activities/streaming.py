@@ -68,9 +68,9 @@ class PageStream:
         # Pages put and not yet sent (or skipped), at most: a sink slower than the source
         # slows the fetch down to its pace, and memory holds a few pages, not a batch.
         self._room = asyncio.Semaphore(max(8, 4 * concurrency))
-        # Delivered above the gap: seq → (records in, records out, sink counts, records
-        # quarantined, field values dropped).
-        self._above: dict[int, tuple[int, int, dict[str, int], int, int]] = {}
+        # Delivered above the gap: seq → (records in, records out, sink counts, the page's
+        # judgement).
+        self._above: dict[int, tuple[int, int, dict[str, int], Outcome]] = {}
         self._sending: set[asyncio.Task[None]] = set()
         self._consumer = asyncio.create_task(self._consume())
 
@@ -167,7 +167,6 @@ class PageStream:
                 if out is None or isinstance(out, BaseException) or self.mine["stopped"]:
                     self._room.release()
                     continue
-                await self.report(seq, out)
                 await self._gate.acquire()
                 if self.mine["stopped"] is not None:
                     self._gate.release()
@@ -202,11 +201,14 @@ class PageStream:
         finally:
             self._gate.release()
         self._room.release()
-        self._above[seq] = (n_in, len(records), page.counts, judged.quarantined, judged.dropped)
+        self._above[seq] = (n_in, len(records), page.counts, judged)
         m = self.mine
+        counted: list[tuple[int, Outcome]] = []
         # (stopped: the page that failed is the gap; those above it go again, emit_batch)
         while m["next_seq"] in self._above:
-            n_in, n_out, counts, n_bad, n_dropped = self._above.pop(m["next_seq"])
+            n_in, n_out, counts, outcome = self._above.pop(m["next_seq"])
+            counted.append((m["next_seq"], outcome))
+            n_bad, n_dropped = outcome.quarantined, outcome.dropped
             m["records_quarantined"] = int(m.get("records_quarantined") or 0) + n_bad
             m["fields_dropped"] = int(m.get("fields_dropped") or 0) + n_dropped
             m["records_in"] += n_in
@@ -217,6 +219,10 @@ class PageStream:
                 m["sinks"][name] = m["sinks"].get(name, 0) + taken
             m["next_seq"] += 1
         self.beat(self.state)
+        # A page's quarantine and drift are told where it is counted: a page above the
+        # gap when the stream stops is judged and told again by process_batch, not twice.
+        for at, outcome in counted:
+            await self.report(at, outcome)
 
 
 def _judge_in_order(

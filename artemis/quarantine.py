@@ -227,26 +227,42 @@ def judge(
     _contract_break(
         seq, len(records), [(f.field, f.kind) for f in faults.values()], faults[first].problem
     )
-    if origin is None and len(raw) != len(records):
+    if origin is None and process:
         origin = _origins(task, ctx, raw, len(records))
+    good = [i for i in range(len(records)) if i not in faults]
+    values = converted if converted is not None else [records[i] for i in good]
+    # One row per raw record set aside: a raw record any of whose processed records does
+    # not fit is set aside whole (a replay processes it again), its other records with it.
+    taken = {b.position for b in judged.bad}
+    aside: set[int] = set()
     for i, fault in sorted(faults.items()):
         known = origin is not None and i < len(origin)
+        if known:
+            o = origin[i]  # type: ignore[index]
+            aside.add(o)
+            if o in taken:
+                continue
+            taken.add(o)
+            position, record, stage = o, raw[o], Stage.PROCESS
+        else:
+            # (after every raw position: rows of one page never share a place)
+            position, record, stage = 2 * len(raw) + i, records[i], Stage.MODEL
         judged.bad.append(
             BadRecord(
-                position=origin[i] if known else i,  # type: ignore[index]
-                record=raw[origin[i]] if known else records[i],  # type: ignore[index]
+                position=position,
+                record=record,
                 code=ErrorCode.SINK_ERROR.value,
                 field=fault.field,
                 message=f"record {fault.problem}",
-                stage=Stage.PROCESS if known else Stage.MODEL,
+                stage=stage,
                 key=_key_of(records[i], spec),
             )
         )
-    judged.records = (
-        converted
-        if converted is not None
-        else [r for i, r in enumerate(records) if i not in faults]
-    )
+    judged.records = [
+        v
+        for i, v in zip(good, values, strict=True)
+        if not (origin is not None and i < len(origin) and origin[i] in aside)
+    ]
     return judged
 
 
@@ -265,6 +281,8 @@ def _processed(
         if not policy.quarantines:
             raise _shape_error(seq, code, e) from None
         out, origin, bad = _one_by_one(task, ctx, raw)
+        if not bad:  # it fails on the page, on no record alone: the page's shape
+            raise _shape_error(seq, code, e) from None
         _contract_break(seq, len(raw), [(b.field, b.message) for b in bad], bad[0].message)
         return out, origin, bad
     rejected, ctx.rejected = ctx.rejected, []
@@ -278,19 +296,28 @@ def _processed(
             + (f" (field {first.field!r})" if first.field else "")
             + f": {first.message}",
         )
-    bad = [
-        BadRecord(
-            position=_position(raw, r.record),
-            record=r.record,
-            code=r.code,
-            field=r.field,
-            message=r.message,
-            stage=Stage.PROCESS,
+    turned: list[BadRecord] = []
+    seen: set[int] = set()
+    for k, r in enumerate(rejected):
+        at = _position(raw, r.record)
+        if at in seen:
+            continue  # turned down twice: one row
+        seen.add(at)
+        # A record that is not one of the page's (process built it) is kept as given and
+        # judged by the model alone on replay, at a place after the page's own.
+        found = at >= 0
+        turned.append(
+            BadRecord(
+                position=at if found else len(raw) + k,
+                record=r.record,
+                code=r.code,
+                field=r.field,
+                message=r.message,
+                stage=Stage.PROCESS if found else Stage.MODEL,
+            )
         )
-        for r in rejected
-    ]
-    _contract_break(seq, len(raw), [(b.field, b.message) for b in bad], bad[0].message)
-    return out, None, bad
+    _contract_break(seq, len(raw), [(b.field, b.message) for b in turned], turned[0].message)
+    return out, None, turned
 
 
 def _one_by_one(
@@ -380,8 +407,8 @@ def _drift(
         raise ArtemisError(
             ErrorCode.SOURCE_CONTRACT,
             f"page {seq}: records carry a field {name!r} the record model does not name "
-            f"(schema_contract: freeze; example value {example_text(added[name][0])}): add it "
-            "to the model, or let the provenance's schema_contract evolve or discard",
+            f"(schema_contract: freeze; its values look like {infer_type(added[name])}): add "
+            "it to the model, or let the provenance's schema_contract evolve or discard",
             details={"field": name},
         )
     drift = [
@@ -537,7 +564,8 @@ _DRIFT = SchemaDrift.__table__  # type: ignore[attr-defined]
 
 @dataclass
 class RunPlace:
-    """Which run a page belongs to, for the rows written about it."""
+    """Which run a page belongs to, for the rows written about it: ``run_key`` the run
+    that fetched it (a window's own), ``task_id`` the run that was started."""
 
     run_key: str
     task_code: str
@@ -554,10 +582,11 @@ def store_bad(
     bad: list[BadRecord],
     max_record_bytes: int,
     conn: Connection | None = None,
-) -> int:
+) -> tuple[int, int]:
     """Keep ``bad`` (one row per record and place: a page judged again rewrites its rows);
-    returns how many rows the run holds now. A record larger than ``max_record_bytes`` is
-    kept with its reason but without its body (it cannot be replayed)."""
+    returns how many rows the started run (``place.task_id``) holds now, and how many of
+    ``bad`` are new. A record larger than ``max_record_bytes`` is kept with its reason but
+    without its body (it cannot be replayed)."""
     engine = get_engine(database_url)
     insert = upsert_insert(engine)
     now = utcnow()
@@ -597,6 +626,8 @@ def store_bad(
             created_at=now,
         )
         c.execute(run.on_conflict_do_nothing(index_elements=["run_key"]))
+        count = select(func.count()).select_from(_Q).where(_Q.c.task_id == place.task_id)
+        before = int(c.execute(count).scalar_one())
         if rows:
             stmt = insert(_Q).values(rows)
             c.execute(
@@ -617,11 +648,8 @@ def store_bad(
                     },
                 )
             )
-        return int(
-            c.execute(
-                select(func.count()).select_from(_Q).where(_Q.c.run_key == place.run_key)
-            ).scalar_one()
-        )
+        held = int(c.execute(count).scalar_one())
+        return held, held - before
 
 
 def note_drift(
@@ -638,7 +666,8 @@ def note_drift(
             done = conn.execute(
                 insert(_DRIFT)
                 .values(
-                    run_key=place.run_key,
+                    # once per started run and field (a backfill's windows report it once)
+                    run_key=f"{place.task_code}/{place.task_id}",
                     field_name=d.field,
                     kind=d.kind,
                     task_code=place.task_code,
@@ -740,7 +769,7 @@ def discard(database_url: str, task_id: str, ids: list[int] | None = None) -> in
 def mark_replayed(conn: Connection, row_id: int, by: str) -> None:
     conn.execute(
         update(_Q)
-        .where(_Q.c.id == row_id)
+        .where(_Q.c.id == row_id, _Q.c.status == QuarantineStatus.QUARANTINED.value)
         .values(
             status=QuarantineStatus.REPLAYED.value,
             replays=_Q.c.replays + 1,
@@ -804,6 +833,7 @@ class Outcome:
     new_drift: list[Drift] = field(default_factory=list)
     evolved: list[str] = field(default_factory=list)
     held: int = 0  # the run's quarantined records in all, after this page
+    new: int = 0  # rows this page added (a page judged again adds none)
 
 
 class PageJudge:
@@ -839,7 +869,7 @@ class PageJudge:
         out = Outcome(judged.records, len(judged.bad), judged.fields_dropped)
         if judged.bad:
             out.sample = judged.bad[0]
-            out.held = store_bad(
+            out.held, out.new = store_bad(
                 self.database_url, self.place, seq, judged.bad, self.max_record_bytes
             )
             check_bound(out.held, self.policy, self.fetched, self.stated)

@@ -71,6 +71,8 @@ class TaskContext:
     output: dict[str, Any] = field(default_factory=dict)
     # The fetch attempt's controls (set by the fetch activity).
     controls: FetchControls = field(default_factory=FetchControls)
+    # A replay of quarantined records (their run ended): no run-scoped side effects.
+    replaying: bool = False
     # The records ``process`` turned down on the page it is processing (``reject``).
     rejected: list[Rejection] = field(default_factory=list)
 

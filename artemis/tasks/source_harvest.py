@@ -319,8 +319,9 @@ class SourceHarvest(TaskUnit):
             if isinstance(r, dict):
                 kept.append(r)
             else:  # a null or a bare value where the records path has objects
-                ctx.reject(r, f"a record is a JSON object, not {type(r).__name__} {r!r:.60}")
-        self._note_pointer(kept, ctx)
+                ctx.reject(r, f"a record is a JSON object, not {_json_kind(r)}")
+        if not ctx.replaying:  # a replay's records moved no pointer of its own
+            self._note_pointer(kept, ctx)
         return kept
 
     def record_policy(self, ctx: TaskContext) -> RecordPolicy:
@@ -530,3 +531,18 @@ class SourceHarvest(TaskUnit):
             return
         with get_engine(ctx.settings.database.url).begin() as conn:
             drop_seen(conn, (p.contract or {})["provenance"]["id"], ctx.task_id)
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, by its JSON name (never its content)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

@@ -257,6 +257,8 @@ async def test_one_percent_bad_records_are_quarantined_counted_everywhere(make_s
     assert stats["records_fetched"] == 10_000
     assert stats["records_quarantined"] == 100 and stats["records_emitted"] == 9_900
     assert stats["sinks"] == {"sql": 9_900}
+    # delivered + quarantined = fetched (source_harvest keeps one record per record)
+    assert stats["records_processed"] + stats["records_quarantined"] == stats["records_fetched"]
     table = code.replace("-", "_")
     assert len(table_rows(lake, table)) == 9_900
     # The quarantine: every bad record once, with the field that broke it.

@@ -137,8 +137,63 @@ def test_a_process_that_does_not_map_one_to_one_still_finds_the_raw_record():
     raw = [{"id": 1, "name": "a"}, {"id": 2, "name": 5}, {"id": 3, "name": "c"}]
     judged = judge(task, ctx(task), 0, raw, QUARANTINE, SPEC)
     assert [r["id"] for r in judged.records] == [1, 1, 3, 3]
-    assert {(b.position, b.stage) for b in judged.bad} == {(1, Stage.PROCESS)}
-    assert all(b.record is raw[1] for b in judged.bad)
+    # one row for the raw record both of whose records do not fit
+    [bad] = judged.bad
+    assert (bad.position, bad.stage) == (1, Stage.PROCESS) and bad.record is raw[1]
+
+
+class Splitting(TaskUnit):
+    """One good and one bad record out of each record marked ``split``; it turns down a
+    copy of a record marked ``copy`` (not the page's own)."""
+
+    code = "splitting"
+    Params = Params
+
+    def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
+        out = []
+        for r in records:
+            if r.get("copy"):
+                ctx.reject(dict(r, copied=True), "a copy", field="copy")
+                continue
+            out.append({"id": r["id"], "name": r["name"]})
+            if r.get("split"):
+                out.append({"id": r["id"] + 100, "name": 7})
+        return out
+
+
+def test_a_raw_record_is_set_aside_whole_and_every_row_has_a_place_of_its_own():
+    task = Splitting()
+    raw = [
+        {"id": 1, "name": "a"},
+        {"id": 2, "name": "b", "split": True},
+        {"id": 3, "name": "c", "copy": True},
+        {"id": 4, "name": "d"},
+    ]
+    judged = judge(task, ctx(task), 0, raw, QUARANTINE, SPEC)
+    # the split record's good sibling goes with it: a replay processes it again
+    assert [r["id"] for r in judged.records] == [1, 4]
+    places = sorted((b.position, b.stage) for b in judged.bad)
+    assert places == [(1, Stage.PROCESS), (len(raw) + 0, Stage.MODEL)]
+    assert len({b.position for b in judged.bad}) == len(judged.bad)
+
+
+class Whole(TaskUnit):
+    """Fails on a page of more than one record, never on a record alone."""
+
+    code = "whole"
+    Params = Params
+
+    def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
+        if len(records) > 1:
+            raise ValueError("records must come one at a time")
+        return records
+
+
+def test_a_process_that_fails_on_the_page_and_on_no_record_is_the_pages_shape():
+    task = Whole()
+    with pytest.raises(ArtemisError) as e:
+        judge(task, ctx(task), 2, [item(1), item(2)], QUARANTINE, None)
+    assert e.value.code is ErrorCode.SOURCE_CONTRACT and "one at a time" in e.value.message
 
 
 def test_unnamed_fields_are_dropped_counted_and_reported_and_freeze_refuses_them():
@@ -219,10 +274,10 @@ def test_rows_are_kept_once_per_place_counted_and_dropped_after_their_days(db_en
     task_id = f"t-keep-{utcnow().timestamp()}"
     place = q.RunPlace(f"items/{task_id}", "items", task_id, None, {"a": 1}, {})
     bad = [q.BadRecord(0, {"id": "x"}, "SINK_ERROR", "id", "not an int", Stage.PROCESS)]
-    assert q.store_bad(url, place, 3, bad, 1 << 20) == 1
-    assert q.store_bad(url, place, 3, bad, 1 << 20) == 1  # the page judged again
+    assert q.store_bad(url, place, 3, bad, 1 << 20) == (1, 1)
+    assert q.store_bad(url, place, 3, bad, 1 << 20) == (1, 0)  # the page judged again
     big = [q.BadRecord(1, {"x": "y" * 2000}, "SINK_ERROR", "x", "too big", Stage.PROCESS)]
-    assert q.store_bad(url, place, 3, big, 1024) == 2
+    assert q.store_bad(url, place, 3, big, 1024) == (2, 1)
     rows = q.list_rows(url, task_id=task_id, with_record=True)
     assert [r["record"] for r in rows] == [{"id": "x"}, None]
     assert "not kept" in rows[1]["message"]
