@@ -31,6 +31,8 @@ from artemis.samples.server import ThreadedServer
 from tests.conftest import new_task_id, start_worker_process
 from tests.e2e.test_events import read_sse
 from tests.e2e.test_literature import import_doc
+from tests.e2e.test_source_harvest import SHOP_WINDOW, Api, order, orders_doc
+from tests.e2e.test_source_harvest import api as shop_api  # noqa: F401  (a fixture)
 from tests.e2e.test_worker_crash import retried_after_heartbeat_timeout, worker_config
 from tests.helpers import eventually, stop_processes
 
@@ -496,3 +498,49 @@ async def test_a_worker_killed_mid_page_leaves_every_record_delivered_or_quarant
     # the batch in flight when the worker died ran again on the second worker
     history = await stack.client.get_workflow_handle(final["workflow_id"]).fetch_history()
     retried_after_heartbeat_timeout(history)
+
+
+async def test_a_backfills_windows_set_records_aside_under_the_run_that_was_started(
+    stack,
+    shop_api,  # noqa: F811
+):
+    """Shopify's "list orders" (the server of tests/e2e/test_source_harvest.py), backfilled
+    in daily windows, one bad order a day."""
+    shop = Api(*shop_api)
+    code = f"shop-q-{shop.ns}"
+    backfill = {
+        "scope_code": "TASK",
+        "task_type": "backfill",
+        "effective_from": "2025-01-01T00:00:00Z",
+        "window_mode_code": "CALENDAR",
+        "window_size_value": 1,
+        "window_size_unit_code": "DAY",
+        **SHOP_WINDOW,
+    }
+    import_doc(stack, orders_doc(code, shop.base, SHOP_WINDOW, task_windows=[backfill]))
+    for day in (3, 4, 5):
+        for n in range(4):
+            o = order(day * 10 + n, f"2025-03-0{day}T1{n}:00:00-05:00")
+            if n == 1:
+                o["total_price"] = 12.5  # a number where the model says str
+            shop.orders.append(o)
+    task_id, _, answer = await start(
+        stack,
+        code,
+        task_type="backfill",
+        start="2025-03-03",
+        end="2025-03-05",
+        max_bad_records=5,
+    )
+    data = answer["data"]
+    assert data["status"] == "completed", answer["error"]
+    assert data["stats"]["records_quarantined"] == 3 and data["stats"]["records_emitted"] == 9
+    # one quarantine for the run the user started, over its three windows
+    listed = (await stack.http.get("/quarantine", params={"task_id": task_id})).json()["data"]
+    assert listed["counts"] == {"quarantined": 3}
+    assert {r["field_path"] for r in listed["items"]} == {"total_price"}
+    assert len({r["run_key"] for r in listed["items"]}) == 3  # each window's own page
+    drift = [e for e in await read_sse(stack.api_url, task_id) if e["event"] == "schema_drift"]
+    assert sorted(e["field"] for e in drift) == ["line_items", "status"]  # once per run
+    done = await replay(stack, task_id)  # nothing fixed: judged again, still bad
+    assert (done["result"]["landed"], done["result"]["still_bad"]) == (0, 3)

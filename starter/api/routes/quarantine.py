@@ -37,7 +37,8 @@ class QuarantinedRow(BaseModel):
 
     id: int
     task_code: str
-    task_id: str
+    task_id: str = Field(description="The run that was started (a backfill's, not its window's)")
+    run_key: str = Field(description="The run that fetched it: `{code}/{task id}` of a window")
     provenance: str | None = None
     page_seq: int = Field(description="The page it came on")
     position: int = Field(description="Its place on that page")
