@@ -17,6 +17,7 @@ from activities.run_base import (
     heartbeating,
     log,
     off_loop,
+    on_loop_if,
     require_every_page,
     run_key,
     run_place,
@@ -56,6 +57,8 @@ class BatchActivities(RunActivityBase):
             counts_pages=False,
         )
         out, outcomes = await off_loop(_processed, judge, raw)
+        for _, outcome in outcomes:
+            await on_loop_if(self.db_here and outcome.keeps_briefly, judge.keep, outcome)
         await off_loop(self.staging.put_pages, key, "processed", out)
         for seq, outcome in outcomes:
             await self.report_judged(inp.run, seq, outcome)

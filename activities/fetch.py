@@ -274,6 +274,7 @@ class FetchActivities(RunActivityBase):
             state,
             beat,
             judge,
+            lambda outcome: on_loop_if(self.db_here and outcome.keeps_briefly, judge.keep, outcome),
             lambda seq, outcome: self.report_judged(inp.run, seq, outcome),
         )
         below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1

@@ -51,10 +51,11 @@ class PageStream:
         state: dict[str, Any],
         beat: Callable[..., None],
         judge: PageJudge,
+        keep: Callable[[Outcome], Awaitable[Outcome]],
         report: Callable[[int, Outcome], Awaitable[None]],
     ) -> None:
         self.task, self.ctx, self.client, self.sinks = task, ctx, client, sinks
-        self.judge, self.report = judge, report
+        self.judge, self.keep, self.report = judge, keep, report
         self.beat = beat
         self.run, self.key, self.trace = run, key, trace
         self.state = state
@@ -164,6 +165,11 @@ class PageStream:
                 out = done[i] if i < len(done) else None
                 if isinstance(out, BaseException):  # process_batch meets it again
                     self._stop(seq, out)
+                if out is not None and not isinstance(out, BaseException):
+                    try:  # its bad records kept (and the bound checked) before it is sent
+                        out = await self.keep(out)
+                    except Exception as e:  # process_batch meets it again
+                        self._stop(seq, e)
                 if out is None or isinstance(out, BaseException) or self.mine["stopped"]:
                     self._room.release()
                     continue

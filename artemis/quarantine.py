@@ -27,16 +27,27 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, field_validator
-from sqlalchemy import Column, Index, Text, UniqueConstraint, delete, func, select, update
+from sqlalchemy import (
+    Column,
+    Index,
+    Text,
+    UniqueConstraint,
+    bindparam,
+    delete,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlmodel import Field as SqlField
 from sqlmodel import SQLModel
 
 from artemis import jsonio
-from artemis.db import UTCDateTime, get_engine, transaction, upsert_insert, utcnow
+from artemis.db import UTCDateTime, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.sinks.records import RecordSpec, schema_error
 
@@ -575,20 +586,50 @@ class RunPlace:
     output: dict[str, Any]
 
 
+@cache
+def _statements(dialect: str) -> tuple[Any, Any, Any]:
+    """(the run's row, a page's rows, the started run's count), built once per dialect: a
+    page's rows go in one executemany of a statement compiled once."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    run = insert(_RUNS).on_conflict_do_nothing(index_elements=["run_key"])
+    rows = insert(_Q)
+    rows = rows.on_conflict_do_update(
+        index_elements=["run_key", "page_seq", "position"],
+        set_={
+            k: rows.excluded[k]
+            for k in (
+                "stage",
+                "record_key",
+                "record",
+                "record_bytes",
+                "error_code",
+                "field_path",
+                "message",
+                "updated_at",
+            )
+        },
+    )
+    count = select(func.count()).select_from(_Q).where(_Q.c.task_id == bindparam("p_task_id"))
+    return run, rows, count
+
+
 def store_bad(
     database_url: str,
     place: RunPlace,
     seq: int,
     bad: list[BadRecord],
     max_record_bytes: int,
-    conn: Connection | None = None,
+    with_run: bool = True,
 ) -> tuple[int, int]:
     """Keep ``bad`` (one row per record and place: a page judged again rewrites its rows);
     returns how many rows the started run (``place.task_id``) holds now, and how many of
     ``bad`` are new. A record larger than ``max_record_bytes`` is kept with its reason but
-    without its body (it cannot be replayed)."""
+    without its body (it cannot be replayed). ``with_run``: write what a replay needs of
+    the run too (once per activity is enough)."""
     engine = get_engine(database_url)
-    insert = upsert_insert(engine)
+    run_stmt, rows_stmt, count = _statements(engine.dialect.name)
     now = utcnow()
     rows = []
     for b in bad:
@@ -611,45 +652,32 @@ def store_bad(
                 "message": b.message[:2000]
                 + ("" if kept else f" (record of {len(body)} bytes not kept: over the bound)"),
                 "status": QuarantineStatus.QUARANTINED.value,
+                "replays": 0,
+                "replayed_by": None,
                 "created_at": now,
                 "updated_at": now,
             }
         )
-    with transaction(engine, conn) as c:
-        run = insert(_RUNS).values(
-            run_key=place.run_key,
-            task_code=place.task_code,
-            task_id=place.task_id,
-            provenance=place.provenance,
-            params=jsonio.dumps(place.params).decode(),
-            output=jsonio.dumps(place.output).decode(),
-            created_at=now,
-        )
-        c.execute(run.on_conflict_do_nothing(index_elements=["run_key"]))
-        count = select(func.count()).select_from(_Q).where(_Q.c.task_id == place.task_id)
-        before = int(c.execute(count).scalar_one())
-        if rows:
-            stmt = insert(_Q).values(rows)
+    counted = {"p_task_id": place.task_id}
+    with engine.begin() as c:
+        if with_run:
             c.execute(
-                stmt.on_conflict_do_update(
-                    index_elements=["run_key", "page_seq", "position"],
-                    set_={
-                        k: stmt.excluded[k]
-                        for k in (
-                            "stage",
-                            "record_key",
-                            "record",
-                            "record_bytes",
-                            "error_code",
-                            "field_path",
-                            "message",
-                            "updated_at",
-                        )
-                    },
-                )
+                run_stmt,
+                {
+                    "run_key": place.run_key,
+                    "task_code": place.task_code,
+                    "task_id": place.task_id,
+                    "provenance": place.provenance,
+                    "params": jsonio.dumps(place.params).decode(),
+                    "output": jsonio.dumps(place.output).decode(),
+                    "created_at": now,
+                },
             )
-        held = int(c.execute(count).scalar_one())
-        return held, held - before
+        before = int(c.execute(count, counted).scalar_one())
+        if rows:
+            c.execute(rows_stmt, rows)
+        held = int(c.execute(count, counted).scalar_one())
+    return held, held - before
 
 
 def note_drift(
@@ -834,6 +862,14 @@ class Outcome:
     evolved: list[str] = field(default_factory=list)
     held: int = 0  # the run's quarantined records in all, after this page
     new: int = 0  # rows this page added (a page judged again adds none)
+    seq: int = 0
+    bad: list[BadRecord] = field(default_factory=list)
+    drift: list[Drift] = field(default_factory=list)  # not seen before in this activity
+
+    @property
+    def keeps_briefly(self) -> bool:
+        """Keeping it is a few short statements (no drift: no registry write)."""
+        return not self.drift
 
 
 class PageJudge:
@@ -861,26 +897,41 @@ class PageJudge:
         self.database_url = ctx.settings.database.url
         self.max_record_bytes = ctx.settings.quarantine.max_record_bytes
         self._noted: set[str] = set()
+        self._run_written = False
 
     def page(self, seq: int, raw: list[Any]) -> Outcome:
+        """The page judged (CPU only: the task's process and the model's check)."""
         if self.counts_pages:
             self.fetched += len(raw)
         judged = judge(self.task, self.ctx, seq, raw, self.policy, self.spec)
         out = Outcome(judged.records, len(judged.bad), judged.fields_dropped)
-        if judged.bad:
-            out.sample = judged.bad[0]
+        out.seq, out.bad = seq, judged.bad
+        out.sample = judged.bad[0] if judged.bad else None
+        out.drift = [d for d in judged.drift if d.field not in self._noted]
+        self._noted.update(d.field for d in out.drift)
+        return out
+
+    def keep(self, out: Outcome) -> Outcome:
+        """A judged page's rows kept, the run's bound checked (BAD_RECORDS past it), its
+        drift recorded once per run and field (and the model evolved): before any of the
+        page is counted as delivered."""
+        if out.bad:
             out.held, out.new = store_bad(
-                self.database_url, self.place, seq, judged.bad, self.max_record_bytes
+                self.database_url,
+                self.place,
+                out.seq,
+                out.bad,
+                self.max_record_bytes,
+                with_run=not self._run_written,
             )
+            self._run_written = True
             check_bound(out.held, self.policy, self.fetched, self.stated)
-        fresh = [d for d in judged.drift if d.field not in self._noted]
-        if fresh:
-            self._noted.update(d.field for d in fresh)
+        if out.drift:
             action = {"evolve": "evolved", "freeze": "frozen"}.get(
                 self.policy.schema_contract, "discarded"
             )
-            out.new_drift = note_drift(self.database_url, self.place, seq, fresh, action)
-            added = {d.field: d.type_name or "json | None" for d in fresh if d.kind == "added"}
+            out.new_drift = note_drift(self.database_url, self.place, out.seq, out.drift, action)
+            added = {d.field: d.type_name or "json | None" for d in out.drift if d.kind == "added"}
             if added and self.policy.schema_contract == "evolve":
                 if self.task.evolve_model(self.ctx, added):
                     out.evolved = sorted(added)
