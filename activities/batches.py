@@ -57,8 +57,8 @@ class BatchActivities(RunActivityBase):
             counts_pages=False,
         )
         out, outcomes = await off_loop(_processed, judge, raw)
-        for _, outcome in outcomes:
-            await on_loop_if(self.db_here and outcome.keeps_briefly, judge.keep, outcome)
+        judged = [o for _, o in outcomes]
+        await on_loop_if(self.db_here and judge.brief(judged), judge.keep, judged)
         await off_loop(self.staging.put_pages, key, "processed", out)
         for seq, outcome in outcomes:
             await self.report_judged(inp.run, seq, outcome)

@@ -274,7 +274,9 @@ class FetchActivities(RunActivityBase):
             state,
             beat,
             judge,
-            lambda outcome: on_loop_if(self.db_here and outcome.keeps_briefly, judge.keep, outcome),
+            lambda outcomes: on_loop_if(
+                self.db_here and judge.brief(outcomes), judge.keep, outcomes
+            ),
             lambda seq, outcome: self.report_judged(inp.run, seq, outcome),
         )
         below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1

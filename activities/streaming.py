@@ -51,7 +51,7 @@ class PageStream:
         state: dict[str, Any],
         beat: Callable[..., None],
         judge: PageJudge,
-        keep: Callable[[Outcome], Awaitable[Outcome]],
+        keep: Callable[[list[Outcome]], Awaitable[None]],
         report: Callable[[int, Outcome], Awaitable[None]],
     ) -> None:
         self.task, self.ctx, self.client, self.sinks = task, ctx, client, sinks
@@ -160,16 +160,17 @@ class PageStream:
                     self._room.release()
                 continue
             done = await off_loop(_judge_in_order, self.judge, pages)
+            judged = [o for o in done if isinstance(o, Outcome)]
+            if judged:
+                try:  # their bad records kept (and the bound checked) before any is sent
+                    await self.keep(judged)
+                except Exception as e:  # process_batch meets it again
+                    self._stop(judged[0].seq, e)
             for i, (seq, records) in enumerate(pages):
                 # (pages after one that failed were not judged: the stream stopped)
                 out = done[i] if i < len(done) else None
                 if isinstance(out, BaseException):  # process_batch meets it again
                     self._stop(seq, out)
-                if out is not None and not isinstance(out, BaseException):
-                    try:  # its bad records kept (and the bound checked) before it is sent
-                        out = await self.keep(out)
-                    except Exception as e:  # process_batch meets it again
-                        self._stop(seq, e)
                 if out is None or isinstance(out, BaseException) or self.mine["stopped"]:
                     self._room.release()
                     continue

@@ -586,51 +586,9 @@ class RunPlace:
     output: dict[str, Any]
 
 
-@cache
-def _statements(dialect: str) -> tuple[Any, Any, Any]:
-    """(the run's row, a page's rows, the started run's count), built once per dialect: a
-    page's rows go in one executemany of a statement compiled once."""
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    run = insert(_RUNS).on_conflict_do_nothing(index_elements=["run_key"])
-    rows = insert(_Q)
-    rows = rows.on_conflict_do_update(
-        index_elements=["run_key", "page_seq", "position"],
-        set_={
-            k: rows.excluded[k]
-            for k in (
-                "stage",
-                "record_key",
-                "record",
-                "record_bytes",
-                "error_code",
-                "field_path",
-                "message",
-                "updated_at",
-            )
-        },
-    )
-    count = select(func.count()).select_from(_Q).where(_Q.c.task_id == bindparam("p_task_id"))
-    return run, rows, count
-
-
-def store_bad(
-    database_url: str,
-    place: RunPlace,
-    seq: int,
-    bad: list[BadRecord],
-    max_record_bytes: int,
-    with_run: bool = True,
-) -> tuple[int, int]:
-    """Keep ``bad`` (one row per record and place: a page judged again rewrites its rows);
-    returns how many rows the started run (``place.task_id``) holds now, and how many of
-    ``bad`` are new. A record larger than ``max_record_bytes`` is kept with its reason but
-    without its body (it cannot be replayed). ``with_run``: write what a replay needs of
-    the run too (once per activity is enough)."""
-    engine = get_engine(database_url)
-    run_stmt, rows_stmt, count = _statements(engine.dialect.name)
-    now = utcnow()
+def _rows(
+    place: RunPlace, seq: int, bad: list[BadRecord], max_record_bytes: int, now: datetime
+) -> list[dict[str, Any]]:
     rows = []
     for b in bad:
         body = jsonio.dumps(b.record)
@@ -658,6 +616,62 @@ def store_bad(
                 "updated_at": now,
             }
         )
+    return rows
+
+
+@cache
+def _statements(dialect: str) -> tuple[Any, Any, Any, Any]:
+    """(the run's row, new rows, rows rewritten, the started run's count), built once per
+    dialect: a page's rows go in one executemany of a statement compiled once."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    run = insert(_RUNS).on_conflict_do_nothing(index_elements=["run_key"])
+    rows = insert(_Q)
+    rows = rows.on_conflict_do_update(
+        index_elements=["run_key", "page_seq", "position"],
+        set_={
+            k: rows.excluded[k]
+            for k in (
+                "stage",
+                "record_key",
+                "record",
+                "record_bytes",
+                "error_code",
+                "field_path",
+                "message",
+                "updated_at",
+            )
+        },
+    )
+    fresh = (
+        insert(_Q)
+        .on_conflict_do_nothing(index_elements=["run_key", "page_seq", "position"])
+        .returning(_Q.c.id)
+    )
+    count = select(func.count()).select_from(_Q).where(_Q.c.task_id == bindparam("p_task_id"))
+    return run, fresh, rows, count
+
+
+def store_bad(
+    database_url: str,
+    place: RunPlace,
+    pages: list[tuple[int, list[BadRecord]]],
+    max_record_bytes: int,
+    with_run: bool = True,
+) -> tuple[int, int]:
+    """Keep each page's bad records, ``[(seq, bad)]`` (one row per record and place: a page
+    judged again rewrites its rows); returns how many rows the started run
+    (``place.task_id``) holds now, and how many of these are new. A record larger than
+    ``max_record_bytes`` is kept with its reason but without its body (it cannot be
+    replayed). ``with_run``: write what a replay needs of the run too (once per activity
+    is enough)."""
+    engine = get_engine(database_url)
+    run_stmt, fresh_stmt, rows_stmt, count = _statements(engine.dialect.name)
+    now = utcnow()
+    rows = []
+    for seq, bad in pages:
+        rows.extend(_rows(place, seq, bad, max_record_bytes, now))
     counted = {"p_task_id": place.task_id}
     with engine.begin() as c:
         if with_run:
@@ -673,11 +687,11 @@ def store_bad(
                     "created_at": now,
                 },
             )
-        before = int(c.execute(count, counted).scalar_one())
-        if rows:
+        new = len(c.execute(fresh_stmt, rows).all()) if rows else 0
+        if new < len(rows):  # a page judged again (a retried attempt): its rows rewritten
             c.execute(rows_stmt, rows)
         held = int(c.execute(count, counted).scalar_one())
-    return held, held - before
+    return held, new
 
 
 def note_drift(
@@ -866,11 +880,6 @@ class Outcome:
     bad: list[BadRecord] = field(default_factory=list)
     drift: list[Drift] = field(default_factory=list)  # not seen before in this activity
 
-    @property
-    def keeps_briefly(self) -> bool:
-        """Keeping it is a few short statements (no drift: no registry write)."""
-        return not self.drift
-
 
 class PageJudge:
     """A run's pages judged one after another in one activity (``judge``), the bad records
@@ -911,22 +920,32 @@ class PageJudge:
         self._noted.update(d.field for d in out.drift)
         return out
 
-    def keep(self, out: Outcome) -> Outcome:
-        """A judged page's rows kept, the run's bound checked (BAD_RECORDS past it), its
-        drift recorded once per run and field (and the model evolved): before any of the
-        page is counted as delivered."""
-        if out.bad:
-            out.held, out.new = store_bad(
+    @staticmethod
+    def brief(outcomes: list[Outcome]) -> bool:
+        """Keeping them is a few short statements (no drift: no registry write)."""
+        return not any(o.drift for o in outcomes)
+
+    def keep(self, outcomes: list[Outcome]) -> None:
+        """Judged pages' rows kept in one transaction, the run's bound checked
+        (BAD_RECORDS past it), their drift recorded once per run and field (and the model
+        evolved): before any of these pages is counted as delivered."""
+        pages = [(o.seq, o.bad) for o in outcomes if o.bad]
+        if pages:
+            held, new = store_bad(
                 self.database_url,
                 self.place,
-                out.seq,
-                out.bad,
+                pages,
                 self.max_record_bytes,
                 with_run=not self._run_written,
             )
             self._run_written = True
-            check_bound(out.held, self.policy, self.fetched, self.stated)
-        if out.drift:
+            for o in outcomes:
+                o.held = held
+            next(o for o in reversed(outcomes) if o.bad).new = new
+            check_bound(held, self.policy, self.fetched, self.stated)
+        for out in outcomes:
+            if not out.drift:
+                continue
             action = {"evolve": "evolved", "freeze": "frozen"}.get(
                 self.policy.schema_contract, "discarded"
             )
@@ -935,4 +954,3 @@ class PageJudge:
             if added and self.policy.schema_contract == "evolve":
                 if self.task.evolve_model(self.ctx, added):
                     out.evolved = sorted(added)
-        return out

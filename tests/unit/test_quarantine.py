@@ -274,10 +274,10 @@ def test_rows_are_kept_once_per_place_counted_and_dropped_after_their_days(db_en
     task_id = f"t-keep-{utcnow().timestamp()}"
     place = q.RunPlace(f"items/{task_id}", "items", task_id, None, {"a": 1}, {})
     bad = [q.BadRecord(0, {"id": "x"}, "SINK_ERROR", "id", "not an int", Stage.PROCESS)]
-    assert q.store_bad(url, place, 3, bad, 1 << 20) == (1, 1)
-    assert q.store_bad(url, place, 3, bad, 1 << 20) == (1, 0)  # the page judged again
+    assert q.store_bad(url, place, [(3, bad)], 1 << 20) == (1, 1)
+    assert q.store_bad(url, place, [(3, bad)], 1 << 20) == (1, 0)  # the page judged again
     big = [q.BadRecord(1, {"x": "y" * 2000}, "SINK_ERROR", "x", "too big", Stage.PROCESS)]
-    assert q.store_bad(url, place, 3, big, 1024) == (2, 1)
+    assert q.store_bad(url, place, [(3, big)], 1024) == (2, 1)
     rows = q.list_rows(url, task_id=task_id, with_record=True)
     assert [r["record"] for r in rows] == [{"id": "x"}, None]
     assert "not kept" in rows[1]["message"]
