@@ -426,7 +426,7 @@ def _drift(
         Drift(name, "added", values[0], infer_type(values))
         for name, values in sorted(added.items())
     ]
-    if len(out) >= 1:
+    if len(out) >= 2:  # (one record alone says little about a field that is often null)
         drift += [
             Drift(name, "missing")
             for name, f in names.items()
