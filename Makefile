@@ -6,7 +6,7 @@ UV_VERSION := 0.13.8
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: install install-dev demo test lint bench histories clean
+.PHONY: install install-dev demo test check lint bench histories clean
 
 # `make demo` installs what runs; `make test` adds the dev extras (pytest, mypy, moto,
 # schemathesis, ...). --inexact: a demo after a test keeps the extras already there.
@@ -37,6 +37,12 @@ test: install-dev
 	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
 	$(VENV)/bin/mypy artemis activities workflows workers starter infra bench
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The fast tier: lint, types and the tests that start no server (a minute or two).
+check: install-dev
+	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
+	$(VENV)/bin/mypy artemis activities workflows workers starter infra bench
+	$(VENV)/bin/python -m pytest -m "not servers" -q $(PYTEST_ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench

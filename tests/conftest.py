@@ -39,6 +39,24 @@ ROOT = Path(__file__).resolve().parent.parent
 # production `artemis worker` / `api` refuses to start without COOKIE_MASTER_KEY).
 allow_generated_key_file()
 
+# The fixtures that start a server process (Temporal, PostgreSQL, Redis, an object store,
+# the sample servers): a test that needs none of them is in the fast tier (`make check`).
+SERVER_FIXTURES = frozenset({"temporal_server", "pg_server", "redis_url", "s3_server", "samples"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test that needs a server ``servers`` (``-m "not servers"``: the fast tier):
+    every end-to-end test (tests/e2e: the API, the CLI and `artemis dev` as processes), and
+    any test whose fixtures start one. A database-parametrised test needs PostgreSQL in
+    its ``postgresql`` case only."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        postgres = "postgresql" in (params.get("db_engine"), params.get("lake_url"))
+        e2e = item.path.parent.name == "e2e"
+        if e2e or names & SERVER_FIXTURES or postgres:
+            item.add_marker(pytest.mark.servers)
+
 
 @pytest.fixture(scope="session")
 def tmp_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
