@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -199,6 +200,16 @@ def test_worker_and_api_refuse_to_start_without_the_master_key(tmp_path, command
     assert "secrets.token_urlsafe" in proc.stderr + proc.stdout  # how to make one
     assert not key_file.exists() and not (tmp_path / ".artemis").exists()
     assert time.monotonic() - started < 30  # generous for a loaded 2-core machine
+
+
+async def test_watching_a_run_that_failed_exits_1(stack):
+    await stack.fault("sink", status=400, times=1)
+    resp = await stack.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["X"]}})
+    data = resp.json()["data"]
+    assert data["status"] == "failed", resp.text
+    watched = await asyncio.to_thread(_cli, "tasks", "watch", data["task_id"], api=stack.api_url)
+    assert watched.returncode == 1, watched.stderr
+    assert '"status": "failed"' in watched.stdout and "SINK_ERROR" in watched.stdout
 
 
 async def test_cli_conventions_prefix_ids_output_formats_cursor_task_types_and_lists(stack):
