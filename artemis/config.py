@@ -163,6 +163,9 @@ class TemporalSettings(_Section):
     address: str = "127.0.0.1:7233"
     namespace: str = "default"
     task_queue: str = "artemis"
+    # The Worker Deployment the workers poll as (artemis/temporal/versioning.py): one
+    # per task queue unless named. No '.' in it.
+    deployment_name: str | None = None
     tls: TemporalTLS = Field(default_factory=TemporalTLS)
     api_key: str | None = None
     payload_encryption: bool = False
@@ -357,6 +360,10 @@ class WorkerSettings(_Section):
     # rejects non-deterministic calls and module state in workflows/. On: the sandbox
     # in production too.
     sandboxed_workflows: bool = False
+    # The build this worker polls as. Unset: a digest of the code the workflows execute,
+    # so that a run pinned to a build never meets changed workflow code. Set it (the image
+    # tag, say) only to a value that changes whenever that code does.
+    build_id: str | None = None
 
 
 # Where the master key is read from when COOKIE_MASTER_KEY is not set (the embedded dev

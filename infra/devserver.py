@@ -24,6 +24,13 @@ EAGER_DYNAMIC_CONFIG = {
     "system.enableEagerWorkflowStart": "true",
 }
 
+# How soon the dev server reports a build drained once no run is pinned to it (minutes
+# by default): the tests and the dev stack watch a build drain.
+DRAINAGE_DYNAMIC_CONFIG = {
+    "matching.wv.VersionDrainageStatusRefreshInterval": '"1s"',
+    "matching.wv.VersionDrainageStatusVisibilityGracePeriod": '"1s"',
+}
+
 
 def dynamic_config_args(values: dict[str, str]) -> list[str]:
     """The dev server's command-line flags for dynamic config ``values``."""

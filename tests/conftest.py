@@ -29,7 +29,7 @@ from artemis.run_state import TERMINAL
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from artemis.vault import allow_generated_key_file
-from infra.devserver import DevServer, free_port
+from infra.devserver import DRAINAGE_DYNAMIC_CONFIG, DevServer, dynamic_config_args, free_port
 from infra.redisserver import RedisServer  # noqa: F401  (tests import it from here)
 from tests.helpers import eventually
 
@@ -71,7 +71,11 @@ def log_file(tmp_root: Path) -> Path:
 @pytest.fixture(scope="session")
 def temporal_server(tmp_root: Path):
     server = DevServer(
-        port=free_port(), ui_port=None, db_file=None, log_file=tmp_root / "temporal.log"
+        port=free_port(),
+        ui_port=None,
+        db_file=None,
+        log_file=tmp_root / "temporal.log",
+        extra_args=dynamic_config_args(DRAINAGE_DYNAMIC_CONFIG),
     ).start()
     yield server
     server.stop()

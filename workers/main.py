@@ -28,6 +28,7 @@ from artemis.metrics import serve as serve_metrics
 from artemis.registry.resolve import provenance_rates
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
 from artemis.temporal.client import connect
+from artemis.temporal.versioning import Build, make_current, worker_build
 from artemis.tracing import exporting
 from workers.boundary import RunActivityBoundary
 from workflows.alerts import AlertsWorkflow
@@ -51,9 +52,15 @@ class ProvenanceWorkers:
     the next refresh."""
 
     def __init__(
-        self, client: Client, settings: Settings, activities: TaskRunActivities, task_queue: str
+        self,
+        client: Client,
+        settings: Settings,
+        activities: TaskRunActivities,
+        task_queue: str,
+        build: Build,
     ) -> None:
         self.client = client
+        self.build = build
         self.settings = settings
         self.activities = activities
         self.task_queue = task_queue
@@ -105,6 +112,8 @@ class ProvenanceWorkers:
                     seconds=self.settings.worker.graceful_shutdown_s
                 ),
                 max_heartbeat_throttle_interval=heartbeat_throttle(self.settings),
+                # the queue is part of this build: a pinned run's fetches stay on it
+                deployment_config=self.build.config(),
             )
             self.running[code] = (rate, worker, asyncio.create_task(worker.run()))
             log.info("provenance_queue_polled", provenance=code, task_queue=queue, **rate)
@@ -315,11 +324,13 @@ def build_worker(
     activities: TaskRunActivities,
     task_queue: str | None = None,
     crawl: CrawlActivities | None = None,
+    build: Build | None = None,
 ) -> Worker:
     crawl = crawl or CrawlActivities(settings, activities.client)
+    queue = task_queue or settings.temporal.task_queue
     return Worker(
         client,
-        task_queue=task_queue or settings.temporal.task_queue,
+        task_queue=queue,
         workflows=list(WORKFLOWS),
         activities=[*activities.all(), *HousekeepingActivities(settings).all(), *crawl.all()],
         interceptors=[RunActivityBoundary(activities.record, exporting(settings.telemetry))],
@@ -330,6 +341,16 @@ def build_worker(
         max_concurrent_activities=100,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker.graceful_shutdown_s),
         max_heartbeat_throttle_interval=heartbeat_throttle(settings),
+        deployment_config=(build or settings_build(settings, queue)).config(),
+    )
+
+
+def settings_build(settings: Settings, task_queue: str | None = None) -> Build:
+    """The build a worker with these settings polls as on ``task_queue``."""
+    return worker_build(
+        settings.temporal.deployment_name,
+        task_queue or settings.temporal.task_queue,
+        settings.worker.build_id,
     )
 
 
@@ -341,23 +362,31 @@ def heartbeat_throttle(settings: Settings) -> timedelta:
 
 @asynccontextmanager
 async def running_worker(
-    settings: Settings, client: Client | None = None, task_queue: str | None = None
+    settings: Settings,
+    client: Client | None = None,
+    task_queue: str | None = None,
+    *,
+    build: Build | None = None,
+    promote: bool = False,
 ):
-    """Run a worker for the duration of the ``async with`` block."""
+    """Run a worker for the duration of the ``async with`` block, polling as ``build``
+    (default: the settings'). Its build becomes the deployment's current version when
+    there is none yet, or, with ``promote``, in any case (the dev stack's own worker)."""
     client = client or await connect(settings)
     if settings.worker.sandboxed_workflows:
         await asyncio.to_thread(cache_workflow_bytecode)
+    queue = task_queue or settings.temporal.task_queue
+    build = build or settings_build(settings, queue)
     activities = TaskRunActivities(settings)
-    worker = build_worker(client, settings, activities, task_queue)
-    provenances = ProvenanceWorkers(
-        client, settings, activities, task_queue or settings.temporal.task_queue
-    )
+    worker = build_worker(client, settings, activities, queue, build=build)
+    provenances = ProvenanceWorkers(client, settings, activities, queue, build)
     # A run prepared here polls its provenance's queue at once (a registry just imported).
     activities.on_rate_key = provenances.ensure
     try:
         async with worker:
             await provenances.start()
-            queue = task_queue or settings.temporal.task_queue
+            current = await make_current(client, build, replace=promote)
+            log.info("worker_build", build=str(build), current=current)
             await ensure_housekeeping(client, settings, queue)
             keeper = asyncio.create_task(keep_housekeeping(client, settings, queue))
             log.info(

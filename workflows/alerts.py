@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 from workflows import retry_policies
 
@@ -19,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
 from workflows.housekeeping import HousekeepingLoop
 
 
-@workflow.defn(name="EvaluateAlerts")
+@workflow.defn(name="EvaluateAlerts", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class AlertsWorkflow:
     def __init__(self) -> None:
         self.loop: HousekeepingLoop[AlertsInput, AlertsResult] = HousekeepingLoop(

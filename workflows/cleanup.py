@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 from workflows import retry_policies
 
@@ -18,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
 from workflows.housekeeping import HousekeepingLoop
 
 
-@workflow.defn(name="CleanupOldTasks")
+@workflow.defn(name="CleanupOldTasks", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class CleanupWorkflow:
     def __init__(self) -> None:
         self.loop: HousekeepingLoop[CleanupInput, CleanupResult] = HousekeepingLoop("clean-up")

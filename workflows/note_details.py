@@ -8,6 +8,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, TimeoutError
 
 from workflows import retry_policies
@@ -17,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from artemis.run_models import NoteDetailInput, NoteDetailOutcome, NoteDetailsRequest
 
 
-@workflow.defn(name="NoteDetails")
+@workflow.defn(name="NoteDetails", versioning_behavior=VersioningBehavior.PINNED)
 class NoteDetailsWorkflow:
     @workflow.run
     async def run(self, req: NoteDetailsRequest) -> list[NoteDetailOutcome]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 from workflows import retry_policies
 
@@ -21,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-@workflow.defn(name=REPLAY_WORKFLOW_NAME)
+@workflow.defn(name=REPLAY_WORKFLOW_NAME, versioning_behavior=VersioningBehavior.PINNED)
 class QuarantineReplayWorkflow:
     def __init__(self) -> None:
         self._totals = ReplayResult()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 from workflows import retry_policies
 
@@ -21,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
 from workflows.housekeeping import HousekeepingLoop
 
 
-@workflow.defn(name="ReclaimStaleLocks")
+@workflow.defn(name="ReclaimStaleLocks", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class ReclaimWorkflow:
     def __init__(self) -> None:
         self.loop: HousekeepingLoop[ReclaimInput, ReclaimResult] = HousekeepingLoop("reclaim")

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 from workflows.run_core import Stop, quietly
@@ -72,7 +72,7 @@ KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
 KEY_RUN_ID = SearchAttributeKey.for_keyword(SA_RUN_ID)
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=WORKFLOW_NAME, versioning_behavior=VersioningBehavior.PINNED)
 class TaskRunWorkflow(BatchLoop, Ending):
     # -- queries and signals ---------------------------------------------------------------
     @workflow.query

@@ -231,7 +231,9 @@ class DevStack:
                 )
             )
             api.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
-            async with running_worker(self.settings, client):
+            # The dev stack's database keeps runs between sessions: its build is made
+            # current, a run pinned to an older build waits for that build's worker.
+            async with running_worker(self.settings, client, promote=True):
                 api_task = asyncio.create_task(api.serve())
                 while not api.started:
                     if api_task.done():

@@ -104,9 +104,7 @@ def test_record_models_and_the_paper_families_move_into_their_dimension(db_engin
                     "ORDER BY provenance_id"
                 )
             ).fetchall()
-        got = [
-            (r[0], r[1], r[2], _json(r[3]), _json(r[4])) for r in rows
-        ]
+        got = [(r[0], r[1], r[2], _json(r[3]), _json(r[4])) for r in rows]
         assert got == [
             (901, "SOURCE", None, ["id"], model["fields"]),
             (902, "SOURCE", "PUBMED", None, None),
