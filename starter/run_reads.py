@@ -31,6 +31,7 @@ from artemis.run_state import OPEN, TERMINAL, RunStatus, stats_view
 from artemis.tasks.registry import task_codes
 from artemis.taskstore import StorageUnavailable, TaskStorage, make_task_storage
 from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
+from artemis.temporal.versioning import polled_builds
 
 log = get_logger("artemis.starter")
 
@@ -152,6 +153,8 @@ class RunReads:
         }
         st = desc.status
         if st in OPEN_STATUSES:
+            # the worker build the run is pinned to (none before its first step)
+            out["build"] = _pinned_build(desc)
             try:
                 # A query needs a live worker; answer from Temporal alone when none responds.
                 progress = await asyncio.wait_for(handle.query("progress"), QUERY_TIMEOUT_S)
@@ -162,7 +165,7 @@ class RunReads:
                 progress = {
                     "status": stored if stored in OPEN else RunStatus.PENDING.value,
                     "stage": "unknown",
-                    "note": f"progress query unanswered: {type(e).__name__}",
+                    "note": await self._unanswered(desc, e),
                 }
             out.update(
                 status=progress.get("status") or RunStatus.RUNNING.value,
@@ -180,6 +183,29 @@ class RunReads:
             return out
         out.update(await closed_run_end(handle, st))
         return out
+
+    async def _unanswered(self, desc: Any, error: BaseException) -> str:
+        """Why the progress query went unanswered, as far as Temporal tells: a run pinned
+        to a build that no worker polls waits for a worker of that build."""
+        note = f"progress query unanswered: {type(error).__name__}"
+        build = _pinned_build(desc)
+        if build is None:
+            return note
+        try:
+            polled = await polled_builds(self.client, desc.task_queue)
+        except RPCError:
+            return note
+        if build in polled:
+            return note
+        return (
+            f"{note}; the run is pinned to worker build {build}, which no worker polls: "
+            "start a worker of that build (artemis builds list)"
+        )
+
+
+def _pinned_build(desc: Any) -> str | None:
+    info = desc.raw_description.workflow_execution_info.versioning_info
+    return info.deployment_version.build_id or None
 
 
 # The Temporal UI's list filtered to the task runs alone (the housekeeping loops and the

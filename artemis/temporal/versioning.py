@@ -236,3 +236,71 @@ async def drainage(client: Client, build: Build) -> str:
     )
     status = r.worker_deployment_version_info.drainage_info.status
     return VersionDrainageStatus.Name(status).removeprefix("VERSION_DRAINAGE_STATUS_")
+
+
+# A worker long-polls for up to a minute: a build polled within this long has a worker.
+POLLED_WITHIN_S = 90.0
+
+
+async def polled_builds(client: Client, task_queue: str) -> set[str]:
+    """The builds whose workers poll ``task_queue`` for workflow tasks now."""
+    from datetime import UTC, datetime
+
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    r = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    now = datetime.now(UTC)
+    return {
+        p.deployment_options.build_id
+        for p in r.pollers
+        if p.deployment_options.build_id
+        and (now - p.last_access_time.ToDatetime(UTC)).total_seconds() <= POLLED_WITHIN_S
+    }
+
+
+@dataclass(frozen=True)
+class BuildState:
+    """One build of a deployment as Temporal has it, and whether a worker polls it."""
+
+    build_id: str
+    status: str  # CURRENT | RAMPING | DRAINING | DRAINED | INACTIVE
+    polled: bool
+    created_at: str | None
+
+    @property
+    def stranded(self) -> bool:
+        """Runs are pinned to it (DRAINING) and no worker of it polls: they wait."""
+        return self.status == "DRAINING" and not self.polled
+
+
+async def builds(client: Client, deployment: str, task_queue: str) -> list[BuildState]:
+    """Every build of ``deployment``, newest first."""
+    from temporalio.api.enums.v1 import WorkerDeploymentVersionStatus
+
+    info = await describe(client, deployment)
+    if info is None:
+        return []
+    polled = await polled_builds(client, task_queue)
+    out = []
+    for s in info.worker_deployment_info.version_summaries:
+        name = WorkerDeploymentVersionStatus.Name(s.status)
+        created = (
+            s.create_time.ToDatetime().isoformat() + "Z" if s.HasField("create_time") else None
+        )
+        out.append(
+            BuildState(
+                build_id=s.deployment_version.build_id,
+                status=name.removeprefix("WORKER_DEPLOYMENT_VERSION_STATUS_"),
+                polled=s.deployment_version.build_id in polled,
+                created_at=created,
+            )
+        )
+    return sorted(out, key=lambda b: b.created_at or "", reverse=True)

@@ -241,6 +241,9 @@ class TaskView(BaseModel):
     error: dict[str, Any] | None = None
     paused: bool | None = None
     qps: float | None = None
+    build: str | None = Field(
+        None, description="While it runs: the worker build it is pinned to (artemis builds)"
+    )
 
 
 class RetryAnswer(BaseModel):

@@ -3,7 +3,8 @@ per command group.
 
 `_common` (settings, failing, calling the API), `servers` (api, samples, db), `cookies`,
 `audit`, `registry`, `tasks` (run, tasks …), `quarantine` (the records runs set aside)
-and `watch` (the run's event stream and its live view). The full `artemis` command adds
+`watch` (the run's event stream and its live view) and `builds` (the worker builds
+Temporal knows). The full `artemis` command adds
 `worker`, `dev` and `demo` on top of this app (`infra/devstack/cli.py`): nothing here
 imports a worker.
 
@@ -24,6 +25,7 @@ from artemis.errors import ArtemisError
 from artemis.redact import redact_text
 from starter.cli import audit, servers, tasks
 from starter.cli._common import err_console
+from starter.cli.builds import builds_app
 from starter.cli.cookies import cookies_app
 from starter.cli.quarantine import quarantine_app
 from starter.cli.registry import registry_app
@@ -54,6 +56,7 @@ app.add_typer(servers.samples_app, name="samples")
 app.add_typer(servers.db_app, name="db")
 app.add_typer(registry_app, name="registry")
 app.add_typer(cookies_app, name="cookies")
+app.add_typer(builds_app, name="builds")
 
 
 # Commands that serve until stopped: a closed output pipe must not end them.

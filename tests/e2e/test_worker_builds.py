@@ -7,6 +7,11 @@ becomes current, while new runs start on B.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from contextlib import AsyncExitStack
@@ -16,6 +21,7 @@ import pytest
 from temporalio.common import VersioningBehavior
 from temporalio.worker import Replayer
 
+from artemis.temporal import versioning
 from artemis.temporal.client import data_converter
 from artemis.temporal.versioning import (
     Build,
@@ -24,8 +30,9 @@ from artemis.temporal.versioning import (
     drainage,
     make_current,
 )
+from starter.cli.audit import _audit
 from tests.builds.task_run_b import TaskRunB
-from tests.conftest import new_task_id
+from tests.conftest import ROOT, new_task_id
 from tests.helpers import eventually
 from workers import main as worker_main
 from workers.main import running_worker
@@ -162,3 +169,78 @@ async def _drained(stack, build: Build) -> bool:
 async def _on(stack, workflow_id: str, build: Build) -> bool:
     """Whether the run is pinned to ``build`` (once its first workflow task is done)."""
     return await pinned_to(stack, workflow_id) == ("PINNED", build.build_id)
+
+
+async def test_a_run_pinned_to_a_build_no_worker_polls_is_shown_as_waiting_for_it(
+    make_stack, monkeypatch
+):
+    # A worker long-polls for up to a minute; here a build counts as polled only if it
+    # polled in the last two seconds, so that the stopped build is seen within the test.
+    monkeypatch.setattr(versioning, "POLLED_WITHIN_S", 2.0)
+    stack = await make_stack(worker=False, runs={"pages_per_fetch": 1})
+    deployment = stack.settings.temporal.task_queue
+    a = Build(deployment, f"a{uuid.uuid4().hex[:8]}")
+    b = Build(deployment, f"b{uuid.uuid4().hex[:8]}")
+    await stack.fault("latency", latency_ms=60)
+    try:
+        async with running_worker(stack.settings, stack.client, build=a):
+            task_a, wf_a = await start(stack, "OLD")
+            await eventually(lambda: _at_least(stack, task_a, 2), "build A to fetch 2 pages")
+        # A's worker is gone mid-run; B is deployed and made current by the operator
+        async with running_worker(stack.settings, stack.client, build=b):
+            promoted = await builds_cli(stack, "promote", b.build_id)
+            assert promoted.returncode == 0, promoted.stderr
+            assert promoted.stdout.strip() == f"current build: {b.build_id}"
+
+            async def told() -> dict | None:
+                data = (await stack.http.get(f"/tasks/{task_a}")).json()["data"]
+                note = (data.get("progress") or {}).get("note") or ""
+                return data if "which no worker polls" in note else None
+
+            data = await eventually(told, "the status to say no worker polls build A")
+            assert data["build"] == a.build_id and data["status"] == "running", data
+            assert a.build_id in data["progress"]["note"]
+
+            async def stranded() -> list[str]:
+                return [
+                    s.build_id
+                    for s in await versioning.builds(stack.client, deployment, deployment)
+                    if s.stranded
+                ]
+
+            assert await eventually(stranded, "build A to be listed stranded") == [a.build_id]
+            listed = await builds_cli(stack, "list", "-o", "json")
+            # (its own process counts a build polled within the last 90 s: A still is)
+            assert listed.returncode == 0, listed.stderr
+            rows = {r["build_id"]: r for r in json.loads(listed.stdout)}
+            assert rows[a.build_id]["status"] == "DRAINING", rows
+            assert rows[b.build_id]["status"] == "CURRENT" and rows[b.build_id]["polled"]
+            report = await asyncio.to_thread(_audit, stack.settings, 1)
+            assert any(a.build_id in f.what for f in report.findings), report.findings
+            # a worker of A's build comes back: the run finishes there
+            await stack.fault("latency", latency_ms=0)
+            async with running_worker(stack.settings, stack.client, build=a):
+                final = await stack.wait_status(task_a, timeout=120)
+        assert final["status"] == "completed", final
+        assert await pinned_to(stack, wf_a) == ("PINNED", a.build_id)
+    finally:
+        await stack.fault("latency", latency_ms=0)
+    await records_once(stack, task_a)
+
+
+async def builds_cli(stack, *args: str) -> subprocess.CompletedProcess:
+    """`artemis builds …` in its own process, against the stack's Temporal."""
+    env = {
+        **os.environ,
+        "ARTEMIS__TEMPORAL__ADDRESS": stack.settings.temporal.address,
+        "ARTEMIS__TEMPORAL__TASK_QUEUE": stack.settings.temporal.task_queue,
+    }
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "starter.cli", "builds", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
