@@ -31,6 +31,7 @@ from artemis.run_models import (
     RetainInput,
     RunRef,
 )
+from artemis.retained import KEPT_FORMAT
 from artemis.run_state import WAITING_STEP, RunStatus, is_terminal
 from artemis.sinks import RunEnd
 from artemis.tasks.registry import get_task
@@ -165,7 +166,12 @@ class EndingActivities(RunActivityBase):
             inp.run.workflow_id,
             inp.error_code,
             inp.error_message,
-            {"request": asdict(inp.request), "carry": asdict(inp.carry)},
+            {
+                "format": KEPT_FORMAT,
+                "build": self.build_id,
+                "request": asdict(inp.request),
+                "carry": asdict(inp.carry),
+            },
             inp.retain_s,
         )
         log.info(

@@ -294,6 +294,8 @@ class RunActivityBase:
         self._task_store: TaskStorage | None = None
         # Set by the worker: poll a provenance's queue now (a run is about to fetch from it).
         self.on_rate_key: Callable[[str], Awaitable[None]] | None = None
+        # Set by the worker: the build it polls as (named in a state kept for a retry).
+        self.build_id: str | None = settings.worker.build_id
 
     async def aclose(self) -> None:
         await self.client.aclose()

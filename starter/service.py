@@ -44,7 +44,7 @@ from artemis.events import EventLog
 from artemis.logsetup import get_logger
 from artemis.owners import DEFAULT_OWNER, owned_lock, owned_task_id, owner_of
 from artemis.redact import MIN_REQUEST_SECRET, scoped
-from artemis.retained import Retained
+from artemis.retained import KEPT_FORMAT, Retained
 from artemis.run_models import (
     CURRENT_FLOW,
     WORKFLOW_NAME,
@@ -502,7 +502,7 @@ class RunService(RunReads):
         "Outages"): a new execution under the same workflow id that first delivers what
         was staged and not delivered, then fetches on from the checkpoint. 404 unknown;
         409 running, completed, cancelled or failed for good (naming why); 410 its state
-        was cleaned up."""
+        was cleaned up, or was kept by a build whose format this one does not read."""
         record = await self.record(task_id)
         retained = Retained(self.settings.database.url)
         kept_key = await asyncio.to_thread(retained.key_of, task_id)
@@ -544,6 +544,16 @@ class RunService(RunReads):
                 f"({self.settings.runs.retain_failed_s:g} s) or never kept",
             )
         assert kept_key is not None
+        kept_format = kept["state"].get("format", 1)
+        if kept_format != KEPT_FORMAT:
+            raise ArtemisError(
+                ErrorCode.GONE,
+                f"task {task_id}: its kept state was written by worker build "
+                f"{kept['state'].get('build') or 'unknown'} in format {kept_format}, which "
+                f"this build (format {KEPT_FORMAT}) does not read: start the task again "
+                f"(POST /tasks/{kept_key.split('/')[0]}/run)",
+                details={"kept_by_build": kept["state"].get("build"), "format": kept_format},
+            )
         if not await asyncio.to_thread(retained.take, kept_key):
             raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id}: a retry is already starting")
         state = kept["state"]

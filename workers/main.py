@@ -378,6 +378,7 @@ async def running_worker(
     queue = task_queue or settings.temporal.task_queue
     build = build or settings_build(settings, queue)
     activities = TaskRunActivities(settings)
+    activities.build_id = build.build_id
     worker = build_worker(client, settings, activities, queue, build=build)
     provenances = ProvenanceWorkers(client, settings, activities, queue, build)
     # A run prepared here polls its provenance's queue at once (a registry just imported).

@@ -6,6 +6,7 @@ the defaults (1800 s, 60 s) ride out the same shapes for longer."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 from collections import Counter
@@ -325,10 +326,13 @@ async def test_retry_refusals_name_why(make_stack):
         await stack2.fault("sink")
     data = gone.json()["data"]
     assert data["status"] == "failed" and data["error"]["code"] == "SINK_UNAVAILABLE", data
-    from artemis.retained import Retained
+    from artemis.retained import KEPT_FORMAT, Retained
 
     kept = Retained(stack2.settings.database.url)
     key = f"pull_stock_quotes/{data['task_id']}"
+    state = kept.load(key)
+    if state is not None:  # (it may have expired already on a slow machine)
+        assert state["state"]["format"] == KEPT_FORMAT and state["state"]["build"]
     await eventually(lambda: kept.load(key) is None, "the kept state to expire", timeout=30)
     resp = await stack2.http.post(f"/tasks/{data['task_id']}/retry")
     assert resp.status_code == 410, resp.text
@@ -508,3 +512,37 @@ async def test_a_provenances_own_tolerance_and_a_per_task_one(make_stack):
         await stack.fault("quotes")
     data = resp.json()["data"]
     assert data["status"] == "failed" and data["error"]["code"] == "SOURCE_ERROR", data
+
+
+async def test_a_state_kept_by_a_build_of_another_format_is_gone_naming_the_build(make_stack):
+    """A retry runs on the current build: a state kept in a format it does not read is
+    refused (410) before it is taken, naming the build that kept it."""
+    from sqlalchemy import text
+
+    from artemis.db import get_engine
+    from artemis.retained import KEPT_FORMAT, Retained
+
+    stack = await make_stack(runs={**SCALED, "outage_tolerance_s": 1, "retain_failed_s": 3600})
+    try:
+        await stack.fault("sink", status=503, for_s=3600)
+        failed = await stack.run({"meta": {"task_id": new_task_id()}, "params": {"symbols": ["Z"]}})
+    finally:
+        await stack.fault("sink")
+    data = failed.json()["data"]
+    assert data["error"]["code"] == "SINK_UNAVAILABLE", data
+    key = f"pull_stock_quotes/{data['task_id']}"
+    kept = Retained(stack.settings.database.url)
+    state = kept.load(key)["state"]
+    assert state["format"] == KEPT_FORMAT
+    other = {**state, "format": KEPT_FORMAT + 1, "build": "otherbuild01"}
+    with get_engine(stack.settings.database.url).begin() as conn:
+        conn.execute(
+            text("UPDATE retained_run SET state = :s WHERE run_key = :k"),
+            {"s": json.dumps(other), "k": key},
+        )
+    resp = await stack.http.post(f"/tasks/{data['task_id']}/retry")
+    assert resp.status_code == 410, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "GONE" and "otherbuild01" in error["message"], error
+    assert f"format {KEPT_FORMAT + 1}" in error["message"]
+    assert kept.load(key)["taken_at"] is None  # refused before it was taken
