@@ -87,6 +87,17 @@ def list_builds(
     _exit(1 if any(r["stranded"] for r in rows) else 0)
 
 
+@builds_app.command("id")
+def build_id(config: Path | None = ConfigOpt) -> None:
+    """The build a worker started here polls as (worker.build_id, else the digest of the
+    workflow code in this installation)."""
+    from artemis.temporal.versioning import worker_build
+
+    settings = _settings(config)
+    t = settings.temporal
+    console.print(worker_build(t.deployment_name, t.task_queue, settings.worker.build_id).build_id)
+
+
 @builds_app.command("promote")
 def promote(
     build_id: str = typer.Argument(..., help="the build new runs start on from now"),
