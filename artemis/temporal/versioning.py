@@ -168,12 +168,21 @@ def _has(info: DescribeWorkerDeploymentResponse | None, build_id: str) -> bool:
 
 
 async def make_current(
-    client: Client, build: Build, *, replace: bool = False, timeout: float = 60.0
+    client: Client,
+    build: Build,
+    *,
+    replace: bool = False,
+    polled: bool = True,
+    timeout: float = 60.0,
 ) -> str:
-    """Wait until Temporal knows ``build`` (its worker polls), then make it the current
-    version when the deployment has none — or, with ``replace``, whatever is current.
-    Returns the build that is current afterwards. Several workers starting at once: the
-    one whose change lands first wins, the others see it done (the conflict token)."""
+    """Make ``build`` the current version when the deployment has none, or, with
+    ``replace``, whatever is current; returns the build current afterwards.
+
+    ``polled``: the build is this process's own, whose workers are starting: it is set
+    without waiting for Temporal to have seen them poll. Otherwise (an operator naming a
+    build) Temporal must list the build first, so that new runs never go to a build no
+    worker serves. Several workers starting at once: the first change wins, the others
+    see it done (the conflict token)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     pause = 0.05
@@ -182,19 +191,20 @@ async def make_current(
         current = current_build(info)
         if current is not None and (current == build.build_id or not replace):
             return current
-        if _has(info, build.build_id):
-            assert info is not None
+        if polled or _has(info, build.build_id):
             try:
                 await client.workflow_service.set_worker_deployment_current_version(
                     SetWorkerDeploymentCurrentVersionRequest(
                         namespace=client.namespace,
                         deployment_name=build.deployment,
                         build_id=build.build_id,
-                        conflict_token=info.conflict_token,
+                        conflict_token=info.conflict_token if info is not None else b"",
                         # a provenance queue the build before polled and this one not yet
                         ignore_missing_task_queues=True,
+                        allow_no_pollers=polled,
                     )
                 )
+                pause = 0.0
             except RPCError as e:
                 # another worker changed the deployment first: look again
                 if e.status not in (
@@ -203,14 +213,14 @@ async def make_current(
                     RPCStatusCode.ALREADY_EXISTS,
                 ):
                     raise
-            pause = 0.05
         if loop.time() > deadline:
             raise ArtemisError(
                 ErrorCode.INTERNAL,
-                f"Temporal did not list worker build {build} within {timeout:.0f} s",
+                f"Temporal did not list worker build {build} within {timeout:.0f} s"
+                " (is a worker of it running?)",
             )
         await asyncio.sleep(pause)
-        pause = min(pause * 2, 1.0)
+        pause = min(max(pause * 2, 0.05), 1.0)
 
 
 def worker_build(deployment_name: str | None, task_queue: str, build_id: str | None) -> Build:

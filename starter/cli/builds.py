@@ -115,7 +115,7 @@ def promote(
 
         client = await connect(settings)
         build = build_of(_deployment(settings)[0], build_id)
-        return await make_current(client, build, replace=True, timeout=wait_s)
+        return await make_current(client, build, replace=True, polled=False, timeout=wait_s)
 
     try:
         current = asyncio.run(go())
