@@ -22,6 +22,7 @@ from activities.run_base import (
 from artemis.callback import FINALIZE_MAX_ATTEMPTS, FinalizeOutcome, finalize_body
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import CALLBACKS, RUNS_FINISHED, RUNS_STARTED, WAITING
+from artemis.retained import KEPT_FORMAT
 from artemis.run_models import (
     CleanupRunInput,
     FinalizeInput,
@@ -31,7 +32,6 @@ from artemis.run_models import (
     RetainInput,
     RunRef,
 )
-from artemis.retained import KEPT_FORMAT
 from artemis.run_state import WAITING_STEP, RunStatus, is_terminal
 from artemis.sinks import RunEnd
 from artemis.tasks.registry import get_task
@@ -113,10 +113,6 @@ class EndingActivities(RunActivityBase):
                 )
                 outcome = FinalizeOutcome.GAVE_UP
         CALLBACKS.labels("finalize", outcome.value).inc()
-        if inp.cleanup:
-            # Histories of earlier builds clean up here; new runs do it in cleanup_run, so a
-            # failed clean-up can never send the finalize again.
-            await self._drop_run_data(inp.run)
         log.info(
             "run_finalized",
             status=inp.status,

@@ -132,13 +132,8 @@ class RunCarry:
     rate_key: str | None = None
     pages_per_fetch: int | None = None
     tolerance_pct: float = 0.0
-    # Outages are waited out (runs of this build); the run's tolerance (None: tuning's).
-    waits: bool = False
+    # How long an outage is waited out (None: the tuning's).
     outage_tolerance_s: float | None = None
-    # A pause reaches the fetch in flight (runs of this build).
-    pause_at_page: bool = False
-    # Pages are emitted while the batch is fetched (runs of this build).
-    streams: bool = False
     # Pages fetched and staged but not yet delivered ([first, last] ranges, and pages of
     # them already delivered): a retried run emits these before it fetches on.
     undelivered: list[list[int]] = field(default_factory=list)
@@ -171,18 +166,6 @@ class RunRequest:
     # own, so a start that is refused or attaches to a running run drops what it wrote
     # and never hands it to another run. None: the secrets are under `{code}/{task id}`.
     secrets_key: str | None = None
-    # The workflow path the starter chose (SPEC §4 "Versioning"), in the run's input and so
-    # in its history: 0 (runs started by builds before 0.9.0) asks each per-run patch, its
-    # marker in the history or written now; CURRENT_FLOW takes every per-run patch of
-    # workflows/ (task_run.PATCH_STREAM and those under it, run_loop's, run_fanout's)
-    # without a marker: no RecordMarker command and no TemporalChangeVersion upsert (a
-    # visibility write) per run. A later change to the command sequence raises it and
-    # puts its patch behind the new flow as `RunCore._takes` does.
-    flow: int = 0
-
-
-# The flow this build starts runs on (RunRequest.flow).
-CURRENT_FLOW = 1
 
 
 @dataclass
@@ -506,9 +489,6 @@ class FinalizeInput:
     error_message: str | None = None
     callback: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
-    # Drop the run's staged data and secret here (the path of earlier builds); new runs
-    # do it in its own step after the finalize (cleanup_run).
-    cleanup: bool = True
     # The run's sink overrides, and whether its sinks finish here (a manifest); a parent
     # run's children finish their own.
     output: dict[str, Any] | None = None

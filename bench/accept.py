@@ -73,7 +73,6 @@ sys.path.insert(0, str(ROOT))
 
 from artemis.config import load_settings  # noqa: E402
 from artemis.run_models import (  # noqa: E402
-    CURRENT_FLOW,
     WORKFLOW_NAME,
     RunRequest,
     workflow_id_for,
@@ -142,7 +141,6 @@ class RawWaves:
             output=output,
             timeout_s=settings.server.run_timeout_s,
             tuning=self.tuning,
-            flow=CURRENT_FLOW,
         )
 
     async def start(self, req: RunRequest) -> tuple[float, WorkflowHandle]:

@@ -46,7 +46,6 @@ from artemis.owners import DEFAULT_OWNER, owned_lock, owned_task_id, owner_of
 from artemis.redact import MIN_REQUEST_SECRET, scoped
 from artemis.retained import KEPT_FORMAT, Retained
 from artemis.run_models import (
-    CURRENT_FLOW,
     WORKFLOW_NAME,
     CancelRequest,
     PauseRequest,
@@ -230,7 +229,6 @@ class RunService(RunReads):
             timeout_s=ask.timeout_s or self.settings.server.run_timeout_s,
             tuning=tuning,
             secrets_key=secrets_key,
-            flow=CURRENT_FLOW,
         )
         callback_mode = "progress_and_finalize" if callback else "none"
         # Make Temporal's tracing interceptor continue the caller's trace.
@@ -559,9 +557,7 @@ class RunService(RunReads):
         state = kept["state"]
         req: RunRequest = value_to_type(RunRequest, state["request"], [])
         carry: RunCarry = value_to_type(RunCarry, state["carry"], [])
-        carry = dataclasses.replace(
-            carry, retry_start=True, retry_attempt=carry.retry_attempt + 1, waits=True
-        )
+        carry = dataclasses.replace(carry, retry_start=True, retry_attempt=carry.retry_attempt + 1)
         req = dataclasses.replace(
             req,
             carry=carry,
@@ -570,8 +566,6 @@ class RunService(RunReads):
             request_id=request_id or req.request_id,
             # The operator's current outage settings (a longer tolerance, say).
             tuning=self.settings.runs.run_tuning(),
-            flow=CURRENT_FLOW,  # started by this build (a failed run's kept request may
-            # be an earlier build's)
         )
         wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
         try:

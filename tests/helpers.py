@@ -70,7 +70,7 @@ def ending(history: WorkflowHistory) -> str:
 async def patch_traces(client: Any, workflow_id: str) -> list[str]:
     """What patch markers left in every execution of ``workflow_id`` (each generation of
     a continued run, a retried one): ``core_patch`` markers and upserts of
-    ``TemporalChangeVersion``. Runs this build starts (``RunRequest.flow``) leave none."""
+    ``TemporalChangeVersion``. A task run has no patch to leave any."""
     found: list[str] = []
     async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()

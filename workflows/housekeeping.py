@@ -1,9 +1,7 @@
 """The loop the housekeeping workflows share (CleanupOldTasks, ReclaimStaleLocks,
 EvaluateAlerts).
 
-Earlier builds started each of them from a Temporal schedule, one execution per tick:
-a closed row in the UI's workflow list every tick (1,440 a day for the alerts). Now each
-worker start makes sure one execution per job and task queue is running (signal-with-
+Each worker start makes sure one execution per job and task queue is running (signal-with-
 start on a fixed id: a second worker, or a restart, signals the running one instead of
 starting another). The execution sleeps on a Temporal timer until the next tick, runs
 its activity, and so on; it continues as new after ``run_for_s`` (a day) or when
@@ -15,9 +13,11 @@ so a config change applies at the next worker start: a new interval re-plans the
 wait at once (the next tick is the last one plus the new interval), other fields apply
 from the next tick. ``every_s: None`` in the signal ends the loop (alerts turned off).
 
-An input without ``every_s`` runs one pass and completes — the shape of the executions
-the schedules of earlier builds started, which is how their stored histories replay; the
-loop itself is behind the ``housekeeping-loop-v1`` patch (SPEC §4 "Versioning")."""
+An input without ``every_s`` runs one pass and completes.
+
+The loops move to the current worker build at their next step (auto-upgrade), so a
+loop's history must replay on the next build: tests/unit/test_history_corpus.py replays
+the loops recorded by the release before."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from typing import Generic, Protocol, TypeVar
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
+# Loops started before the loop was unconditional hold this marker: accepted, no longer
+# written.
 LOOP_PATCH = "housekeeping-loop-v1"
 
 
@@ -65,8 +67,9 @@ class HousekeepingLoop(Generic[C, R]):
 
     @staticmethod
     def wanted(inp: LoopInput) -> bool:
-        """Loop (True) or one pass (False, an earlier build's shape)?"""
-        return inp.every_s is not None and workflow.patched(LOOP_PATCH)
+        """Loop (True) or one pass (False)?"""
+        workflow.deprecate_patch(LOOP_PATCH)
+        return inp.every_s is not None
 
     async def run(
         self,

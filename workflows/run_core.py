@@ -19,7 +19,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from artemis.outage import waiting_line
-    from artemis.run_models import CURRENT_FLOW, RunCarry, RunRef, RunRequest
+    from artemis.run_models import RunCarry, RunRef, RunRequest
     from artemis.run_state import CircuitState, RunState, RunStatus
 
 
@@ -57,9 +57,6 @@ class RunCore:
         self._stopping = False
         # Outages being waited out, by dependency: {"since", "attempt", "waiting"}.
         self._outages: dict[str, dict[str, Any]] = {}
-        # A run (or generation) of this build (task_run.PATCH_STREAM, or its flow): it
-        # takes every per-run behaviour at once.
-        self._current = False
         # Every page below this sequence was delivered (of those above: live.delivered_above).
         self._delivered_below = 0
         # Bookkeeping started beside the run (awaited before it ends).
@@ -69,27 +66,6 @@ class RunCore:
     def _params(self) -> dict[str, Any] | None:
         """The prepared params (None until prepare ran)."""
         return self._live.params if self._prepared else None
-
-    def _takes(self, patch_id: str) -> bool:
-        """A per-run behaviour behind ``patch_id``: a run started on this build's flow
-        (``RunRequest.flow``, in its input) takes it without writing a marker; a run
-        started earlier asks the patch (the marker its history holds, or one written now).
-
-        A run of this flow may have begun on a worker of the build before it (the API
-        deployed first: that worker ignores ``flow`` and wrote the marker as it took the
-        patch). Replaying, the patch is asked all the same: it matches such a marker, and
-        where there is none it answers False and adds no command. Either way the run is on
-        the same path (the build before took every patch on a fresh run)."""
-        if self._req.flow >= CURRENT_FLOW:
-            if workflow.unsafe.is_replaying():
-                workflow.patched(patch_id)
-            return True
-        return workflow.patched(patch_id)
-
-    @property
-    def _waits(self) -> bool:
-        """Outages are waited out (runs of this build, SPEC §4 "Outages")."""
-        return self._live.waits
 
     def _carry(self, **more: Any) -> RunCarry:
         """The run's state for its next generation (continue-as-new) or, kept in the

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -27,10 +26,6 @@ with workflow.unsafe.imports_passed_through():
     from artemis.run_state import RunStatus
     from artemis.temporal.failures import message_of
 
-# The clean-up after a delivered finalize is its own step: a failed clean-up can never
-# send the finalize again (histories of earlier builds keep the old path).
-PATCH_CLEANUP_STEP = "cleanup-after-finalize-v1"
-
 
 class Ending(RunCore):
     async def _finalize(
@@ -41,17 +36,12 @@ class Ending(RunCore):
         retain: bool = False,
     ) -> str:
         self._enter("step_finalize")
-        separate_cleanup = self._current or workflow.patched(PATCH_CLEANUP_STEP)
-        # Runs of this build: a local activity (the hooks, the sinks' last word and the
-        # CronJob call, retried by the same policy), in the workflow task the batch loop
-        # ended in — no task-queue round trip; earlier builds' histories: an activity.
-        execute = (
-            workflow.execute_local_activity_method
-            if self._current
-            else workflow.execute_activity_method
-        )
+        # A local activity (the hooks, the sinks' last word and the CronJob call, retried
+        # by the same policy), in the workflow task the batch loop ended in: no task-queue
+        # round trip. The clean-up is a step of its own after it, so that a failed
+        # clean-up can never send the finalize again.
         try:
-            fin: FinalizeResult = await execute(
+            fin: FinalizeResult = await workflow.execute_local_activity_method(
                 TaskRunActivities.finalize_run,
                 FinalizeInput(
                     run=self._run,
@@ -61,7 +51,6 @@ class Ending(RunCore):
                     error_message=error_message,
                     callback=self._req.callback,
                     params=self._params,
-                    cleanup=not separate_cleanup,
                     output=self._req.output,
                     # A run kept for a retry finishes its sinks when it really ends.
                     finish_sinks=not self._parent and not retain,
@@ -85,33 +74,23 @@ class Ending(RunCore):
             except ActivityError as e:
                 # Not kept: the run cannot be retried, its data goes as after any ending.
                 self._log("retain_failed", error=message_of(e))
-        if separate_cleanup:
-            options: dict[str, Any] = {
-                "start_to_close_timeout": timedelta(seconds=60),
-                "retry_policy": retry_policies.HOUSEKEEPING,
-                "summary": "Drop the run's staged pages and secret",
-            }
-            try:
-                if self._current:
-                    # Runs of this build: a local activity (four deletes), in the workflow
-                    # task that records the run's end — no task-queue round trip.
-                    await workflow.execute_local_activity_method(
-                        TaskRunActivities.cleanup_run,
-                        # (told only once the fetching is done: an attempt that failed or
-                        # was stopped may have staged up to a batch past next_seq)
-                        CleanupRunInput(
-                            run=self._run,
-                            pages=self._live.next_seq if self._live.fetch_done else None,
-                        ),
-                        **options,
-                    )
-                else:
-                    await workflow.execute_activity_method(
-                        TaskRunActivities.cleanup_run, CleanupRunInput(run=self._run), **options
-                    )
-            except ActivityError as e:
-                # Left over, the data is dropped by the clean-up loop.
-                self._log("cleanup_failed", error=message_of(e))
+        try:
+            # A local activity (four deletes), in the workflow task that records the run's
+            # end: no task-queue round trip.
+            await workflow.execute_local_activity_method(
+                TaskRunActivities.cleanup_run,
+                # (told only once the fetching is done: an attempt that failed or was
+                # stopped may have staged up to a batch past next_seq)
+                CleanupRunInput(
+                    run=self._run, pages=self._live.next_seq if self._live.fetch_done else None
+                ),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=retry_policies.HOUSEKEEPING,
+                summary="Drop the run's staged pages and secret",
+            )
+        except ActivityError as e:
+            # Left over, the data is dropped by the clean-up loop.
+            self._log("cleanup_failed", error=message_of(e))
         return outcome
 
     async def _retain(self, status: RunStatus, error_code: str, error_message: str) -> None:

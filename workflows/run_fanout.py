@@ -18,7 +18,6 @@ with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.completeness import is_short
     from artemis.run_models import (
-        CURRENT_FLOW,
         WORKFLOW_NAME,
         RunRequest,
         RunResult,
@@ -28,10 +27,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from artemis.run_state import LOOP_STEPS
     from artemis.temporal.failures import details_of
-
-# A split's pieces are reconciled with the source's count of the whole window (SPEC §4
-# "Versioning": histories of earlier builds keep the old path).
-PATCH_SPLIT_RECONCILE = "split-window-reconciled-v1"
 
 
 class FanOut(RunCore):
@@ -49,7 +44,7 @@ class FanOut(RunCore):
         self._state.split_into(len(split.children))
         await self._run_children(split.children, split.parallelism, prefix="s")
         count = details.get("count")
-        if self._takes(PATCH_SPLIT_RECONCILE) and isinstance(count, int):
+        if isinstance(count, int):
             # The pieces must add up to the window the source counted: a gap between
             # them would lose records while every piece looks complete.
             self._state.expect(count)
@@ -93,7 +88,6 @@ class FanOut(RunCore):
                         tuning=req.tuning,
                         root_task_id=self._run.root_task_id,
                         secrets_key=req.secrets_key,
-                        flow=CURRENT_FLOW,
                     ),
                     id=workflow_id_for(req.task_code, child_id),
                     result_type=RunResult,

@@ -25,7 +25,6 @@ from workflows.run_outages import OutageWaits
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.run_models import (
-        CURRENT_FLOW,
         SA_PROVENANCE,
         SA_TASK_TYPE,
         BatchInput,
@@ -40,10 +39,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from artemis.run_state import LOOP_STEPS
     from artemis.temporal.failures import code_of, was_cancelled
-
-# A batch followed by more fetching is processed by a regular activity: a local activity
-# holds the workflow task open, and with it the next fetch's start.
-PATCH_PROCESS_ACTIVITY = "process-beside-fetch-v1"
 
 KEY_PROVENANCE = SearchAttributeKey.for_keyword(SA_PROVENANCE)
 KEY_TASK_TYPE = SearchAttributeKey.for_keyword(SA_TASK_TYPE)
@@ -61,17 +56,11 @@ class BatchLoop(FanOut, OutageWaits):
             "summary": f"Validate params of {req.task_code}",
         }
         inp = PrepareInput(run=self._run, params=req.params)
-        prepared: PrepareResult
-        if self._current:
-            # Runs of this build: a local activity (a validation, perhaps a registry read),
-            # decided in the run's first workflow task — no task-queue round trip.
-            prepared = await workflow.execute_local_activity_method(
-                TaskRunActivities.prepare_params, inp, **options
-            )
-        else:
-            prepared = await workflow.execute_activity_method(
-                TaskRunActivities.prepare_params, inp, **options
-            )
+        # A local activity (a validation, perhaps a registry read), decided in the run's
+        # first workflow task: no task-queue round trip.
+        prepared: PrepareResult = await workflow.execute_local_activity_method(
+            TaskRunActivities.prepare_params, inp, **options
+        )
         self._prepared = True
         self._state.sized(prepared.total)
         self._live = dataclasses.replace(
@@ -104,8 +93,8 @@ class BatchLoop(FanOut, OutageWaits):
         # Batches being processed and emitted, in order (each waits for the one before it
         # to be emitted). At most `ahead` batches are fetched but not emitted: a batch is
         # handed over once at most ahead - 2 are still on their way, and the next fetch
-        # starts once at most ahead - 1 are (earlier builds: 2).
-        ahead = max(1, self._req.tuning.max_batches_ahead) if self._waits else 2
+        # starts once at most ahead - 1 are.
+        ahead = max(1, self._req.tuning.max_batches_ahead)
         pending: list[asyncio.Task[None]] = []
 
         def hand_over(first: int, last: int, beside_fetch: bool, again: bool = False) -> None:
@@ -144,11 +133,10 @@ class BatchLoop(FanOut, OutageWaits):
                     await workflow.wait_condition(lambda: not self._state.paused or self._stopping)
                     self._stop_point()
                 await drain(ahead - 1)
-                if live.streams:
-                    while pending and pending[0].done():
-                        await pending.pop(0)  # (a batch that failed fails the run here)
+                while pending and pending[0].done():
+                    await pending.pop(0)  # (a batch that failed fails the run here)
                 # Emit while fetching once every earlier batch is delivered (in order).
-                stream = live.streams and self._req.tuning.emit_while_fetching and not pending
+                stream = self._req.tuning.emit_while_fetching and not pending
                 self._enter("step_fetch")
                 if stream:
                     self._state.working("step_process")
@@ -156,7 +144,7 @@ class BatchLoop(FanOut, OutageWaits):
                 try:
                     fetched = await self._fetched(self._start_fetch(stream))
                 except ActivityError as e:
-                    if live.pause_at_page and self._state.paused and was_cancelled(e):
+                    if self._state.paused and was_cancelled(e):
                         # Paused before it staged a page it could report: fetch afresh.
                         self._resume_fetch = True
                         continue
@@ -188,7 +176,7 @@ class BatchLoop(FanOut, OutageWaits):
                 done = fetched.done
                 if done:
                     live.fetch_done = True
-                if self._waits and (fetched.pages or fetched.outage is None):
+                if fetched.pages or fetched.outage is None:
                     self._recovered("source")  # pages came: a new outage counts afresh
                 self._details()
                 if fetched.streamed is not None:
@@ -245,10 +233,7 @@ class BatchLoop(FanOut, OutageWaits):
         self._log(
             "continue_as_new", next_seq=self._live.next_seq, generation=self._live.generation + 1
         )
-        # The next generation starts on this build: its flow (no patch markers).
-        workflow.continue_as_new(
-            dataclasses.replace(self._req, carry=self._carry(), flow=CURRENT_FLOW)
-        )
+        workflow.continue_as_new(dataclasses.replace(self._req, carry=self._carry()))
 
     def _streamed(self, streamed: Streamed, first: int) -> int:
         """A fetch's pages processed and emitted beside it: counted; the first page of
@@ -261,8 +246,7 @@ class BatchLoop(FanOut, OutageWaits):
         if streamed.next_seq > first:
             live.processed_through = max(live.processed_through, streamed.next_seq - 1)
             self._delivered_below = streamed.next_seq
-            if self._waits:
-                self._recovered("sink")  # pages went through: a new outage counts afresh
+            self._recovered("sink")  # pages went through: a new outage counts afresh
         return streamed.next_seq
 
     def _start_fetch(self, stream: bool = False) -> workflow.ActivityHandle[FetchResult]:
@@ -303,8 +287,6 @@ class BatchLoop(FanOut, OutageWaits):
     async def _fetched(self, fetch: workflow.ActivityHandle[FetchResult]) -> FetchResult:
         """The fetch's result; a pause meanwhile cancels it, and the fetch (learning of
         it through its heartbeat) returns the pages it has staged so far."""
-        if not self._live.pause_at_page:
-            return await fetch
 
         async def pause_it() -> None:
             await workflow.wait_condition(lambda: self._state.paused)
@@ -348,7 +330,7 @@ class BatchLoop(FanOut, OutageWaits):
         processed: ProcessResult
         while True:
             try:
-                if beside_fetch and self._takes(PATCH_PROCESS_ACTIVITY):
+                if beside_fetch:
                     # A heartbeat timeout: a batch lost with its worker runs again in seconds.
                     processed = await workflow.execute_activity_method(
                         TaskRunActivities.process_batch,
@@ -368,8 +350,7 @@ class BatchLoop(FanOut, OutageWaits):
                 if store is None:
                     raise
                 await self._wait_out(store)
-        if self._waits:
-            self._recovered("store")
+        self._recovered("store")
         self._stop_point()
         if not again:
             self._state.processed(
@@ -389,8 +370,7 @@ class BatchLoop(FanOut, OutageWaits):
                     raise
                 await self._wait_out(store)
                 continue
-            if self._waits:
-                self._recovered("store")
+            self._recovered("store")
             self._state.emitted(emitted.records_emitted, emitted.sinks)
             if emitted.outage is None:
                 break
@@ -401,8 +381,7 @@ class BatchLoop(FanOut, OutageWaits):
                 self._recovered("sink")  # pages went through: a new outage counts afresh
             self._details()
             await self._wait_out(emitted.outage)
-        if self._waits:
-            self._recovered("sink")
+        self._recovered("sink")
         self._delivered_below = last + 1
         live.delivered_above = []
         self._details()
@@ -416,7 +395,7 @@ class BatchLoop(FanOut, OutageWaits):
                 batch,
                 skip_seqs=skip,
                 report_outages=self._reports_outages(),
-                prune_below=first if self._waits else None,
+                prune_below=first,
             ),
             start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),
             heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),

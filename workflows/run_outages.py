@@ -29,7 +29,7 @@ class OutageWaits(RunCore):
     def _reports_outages(self) -> bool:
         """Activities report a dependency's transient failure to the workflow (which
         waits) instead of failing; with a tolerance of 0 their retry policies decide."""
-        return self._waits and self._tolerance() > 0
+        return self._tolerance() > 0
 
     def _store_outage(self, e: ActivityError) -> Outage | None:
         """The staging store unreachable, past the activity's own quick retries."""

@@ -41,32 +41,6 @@ with workflow.unsafe.imports_passed_through():
     from artemis.run_state import RETRYABLE_ENDINGS, RunState, RunStatus, end_code
     from artemis.temporal.failures import code_of, message_of
 
-# Patch ids (SPEC §4 "Versioning"): a change to the command sequence runs only where the
-# history has not already taken the old path. Remove one only when no kept history needs
-# it. Those of the parts are defined beside them (run_fanout: split-window-reconciled-v1,
-# run_ending: cleanup-after-finalize-v1, run_loop: process-beside-fetch-v1).
-# Outages are waited out on timers (SPEC §4 "Outages"), the fetch side stays at most
-# runs.max_batches_ahead batches ahead of emitting, delivered pages leave staging, and a
-# run failing with a retryable code keeps its state for POST /tasks/{id}/retry. Asked
-# once, when a run (or a generation of it) starts: a generation begun by an earlier build
-# keeps that build's behaviour (its next generation takes this one's).
-PATCH_OUTAGE_WAIT = "outage-wait-v1"
-# A pause reaches the fetch in flight: the workflow cancels it, the activity learns of it
-# with its next heartbeat's answer and returns the pages it has staged, checkpointed.
-# Asked once per run (or generation), as PATCH_OUTAGE_WAIT.
-PATCH_PAUSE_AT_PAGE = "pause-at-page-v1"
-# Emit while fetching: a fetch started while every earlier batch is delivered processes
-# and emits its pages beside the fetch (a run's tail is its last page's emit, not its last
-# batch's); what it leaves (a sink down) goes through process and emit as before. Asked
-# once per run (or generation), first: a run that takes it takes every behaviour of the
-# patches above and of run_ending's PATCH_CLEANUP_STEP on this one marker (Temporal's SDK
-# upserts the TemporalChangeVersion search attribute with each patch marker — a
-# visibility write per patch per run), the search attributes it started with are not
-# written again, and its prepare, finalize and clean-up are local activities (a small
-# run: one activity — the fetch — and two workflow tasks). Histories of earlier builds
-# replay through the separate markers.
-PATCH_STREAM = "emit-while-fetching-v1"
-
 KEY_TASK_CODE = SearchAttributeKey.for_keyword(SA_TASK_CODE)
 KEY_TASK_ID = SearchAttributeKey.for_keyword(SA_TASK_ID)
 KEY_RUN_ID = SearchAttributeKey.for_keyword(SA_RUN_ID)
@@ -115,8 +89,7 @@ class TaskRunWorkflow(BatchLoop, Ending):
         status, error_code, error_message, temporal_cancel = await self._run_until_end(req)
         self._state.end(status, error_code, error_message)
         retain = (
-            self._waits
-            and not self._parent
+            not self._parent
             and self._params is not None
             and status in (RunStatus.FAILED, RunStatus.TIMEOUT)
             and (error_code or "INTERNAL") in RETRYABLE_ENDINGS
@@ -174,20 +147,6 @@ class TaskRunWorkflow(BatchLoop, Ending):
             "workflow_id": info.workflow_id,
         }
         carry = req.carry
-        # This build's handling of outages, pauses and emits, for runs (and generations)
-        # it starts (the order of the patch calls is part of the history).
-        self._current = self._takes(PATCH_STREAM)
-        waits = (
-            self._current
-            or bool(carry is not None and carry.waits)
-            or workflow.patched(PATCH_OUTAGE_WAIT)
-        )
-        pause_at_page = (
-            self._current
-            or bool(carry is not None and carry.pause_at_page)
-            or workflow.patched(PATCH_PAUSE_AT_PAGE)
-        )
-        streams = self._current or bool(carry is not None and carry.streams)
         run_id_attribute = KEY_RUN_ID.value_set(str((req.callback or {}).get("run_id") or ""))
         if carry is None:
             self._prepared = False
@@ -218,8 +177,6 @@ class TaskRunWorkflow(BatchLoop, Ending):
                 # A new attempt: its own deadline, counted from now.
                 carry.started_ms = _now_ms()
                 self._upsert_new([run_id_attribute])
-        self._live.waits, self._live.pause_at_page = waits, pause_at_page
-        self._live.streams = streams
         self._state.start()
         retry_start = carry is not None and carry.retry_start
         if retry_start:
@@ -234,14 +191,12 @@ class TaskRunWorkflow(BatchLoop, Ending):
         self._details()
 
     def _upsert_new(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
-        """Set search attributes; runs of this build leave out those the run already
-        holds with the same value (the API sets them at start; an empty one is unset)."""
-        if self._current:
-            held = workflow.info().typed_search_attributes
-            updates = [u for u in updates if held.get(u.key) != (u.value or None)]
-            if not updates:
-                return
-        workflow.upsert_search_attributes(updates)
+        """Set search attributes, leaving out those the run already holds with the same
+        value (the API sets them at start; an empty one is unset)."""
+        held = workflow.info().typed_search_attributes
+        updates = [u for u in updates if held.get(u.key) != (u.value or None)]
+        if updates:
+            workflow.upsert_search_attributes(updates)
 
     async def _run_until_end(
         self, req: RunRequest
@@ -283,8 +238,6 @@ class TaskRunWorkflow(BatchLoop, Ending):
             status, error_code, error_message = RunStatus.FAILED, e.type or "INTERNAL", e.message
             stopper.cancel()
         except ChildWorkflowError as e:
-            if not self._waits:
-                raise  # earlier builds failed the workflow here, without a finalize
             # A window (child run) failed: the run fails with its code, and finalizes.
             status, error_code, error_message = RunStatus.FAILED, code_of(e), message_of(e)
             stopper.cancel()
