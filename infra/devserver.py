@@ -24,11 +24,13 @@ EAGER_DYNAMIC_CONFIG = {
     "system.enableEagerWorkflowStart": "true",
 }
 
-# How soon the dev server reports a build drained once no run is pinned to it (minutes
-# by default): the tests and the dev stack watch a build drain.
-DRAINAGE_DYNAMIC_CONFIG = {
+# The test suite's server: a build is reported drained within seconds once no run is
+# pinned to it (minutes by default), and one build may poll as many task queues as the
+# suite's stacks make (each stack has its own; 100 by default).
+TEST_DYNAMIC_CONFIG = {
     "matching.wv.VersionDrainageStatusRefreshInterval": '"1s"',
     "matching.wv.VersionDrainageStatusVisibilityGracePeriod": '"1s"',
+    "matching.maxTaskQueuesInDeploymentVersion": "10000",
 }
 
 

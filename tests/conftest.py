@@ -29,7 +29,7 @@ from artemis.run_state import TERMINAL
 from artemis.samples.app import create_app as create_samples_app
 from artemis.samples.server import ThreadedServer
 from artemis.vault import allow_generated_key_file
-from infra.devserver import DRAINAGE_DYNAMIC_CONFIG, DevServer, dynamic_config_args, free_port
+from infra.devserver import TEST_DYNAMIC_CONFIG, DevServer, dynamic_config_args, free_port
 from infra.redisserver import RedisServer  # noqa: F401  (tests import it from here)
 from tests.helpers import eventually
 
@@ -75,7 +75,7 @@ def temporal_server(tmp_root: Path):
         ui_port=None,
         db_file=None,
         log_file=tmp_root / "temporal.log",
-        extra_args=dynamic_config_args(DRAINAGE_DYNAMIC_CONFIG),
+        extra_args=dynamic_config_args(TEST_DYNAMIC_CONFIG),
     ).start()
     yield server
     server.stop()
@@ -161,7 +161,14 @@ def base_settings(
     settings = load_settings(
         None,
         **{
-            "temporal": {"address": temporal_server.address, "task_queue": "unused"},
+            # Every stack's task queue is one more queue of one deployment: Temporal
+            # limits the deployments of a namespace (100 by default), and every worker
+            # of this code polls as the same build.
+            "temporal": {
+                "address": temporal_server.address,
+                "task_queue": "unused",
+                "deployment_name": "artemis-tests",
+            },
             "database": {"url": db_url},
             "vault": {"master_key_file": str(tmp_root / "master.key")},
             "logging": {"output": "file", "level": "INFO", "file": {"path": str(log_file)}},
