@@ -20,11 +20,11 @@ from artemis.db import RetainedRun, get_engine, transaction, upsert_insert, utcn
 
 _t = RetainedRun.__table__  # type: ignore[attr-defined]
 _DROP = delete(_t).where(_t.c.run_key == bindparam("p_run_key"))  # every run's clean-up
-# The format of a kept state ({"request", "carry"}: RunRequest and RunCarry as dicts).
+# The format of a kept state ({"request", "carry"}: RunRequest and RunState as dicts).
 # Raise it when either changes so that a state kept by another build no longer reads as
-# this build's: a retry of such a state answers 410 naming the build that kept it. A
+# this one's: a retry of such a state answers 410 naming the build that kept it. A
 # state without one was kept in format 1.
-KEPT_FORMAT = 1
+KEPT_FORMAT = 2
 # A retried run may last this long (meta.timeout_s is at most 30 days).
 TAKEN_BACKSTOP = timedelta(days=30, hours=1)
 

@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from artemis.run_state import CircuitBreaker, FetchRetry, RunState
+
 WORKFLOW_NAME = "TaskRunWorkflow"
 
 
@@ -112,43 +114,6 @@ class Outage:
 
 
 @dataclass
-class RunCarry:
-    """State carried across continue-as-new."""
-
-    params: dict[str, Any]
-    total: int
-    checkpoint: dict[str, Any] | None
-    next_seq: int
-    stats: dict[str, Any]
-    steps: dict[str, str]
-    progress_last_ms: float | None
-    units_done: int
-    started_ms: int
-    generation: int = 1
-    fetch_retry: FetchRetry | None = None
-    circuit: CircuitBreaker | None = None
-    qps: float | None = None
-    paused: bool = False
-    rate_key: str | None = None
-    pages_per_fetch: int | None = None
-    tolerance_pct: float = 0.0
-    # How long an outage is waited out (None: the tuning's).
-    outage_tolerance_s: float | None = None
-    # Pages fetched and staged but not yet delivered ([first, last] ranges, and pages of
-    # them already delivered): a retried run emits these before it fetches on.
-    undelivered: list[list[int]] = field(default_factory=list)
-    delivered_above: list[int] = field(default_factory=list)
-    # Pages up to this sequence were processed (and counted in records_processed).
-    processed_through: int = -1
-    # The fetch side had reached the source's end (only emitting was left).
-    fetch_done: bool = False
-    # A run started again by POST /tasks/{id}/retry (how many times, from 1); set on the
-    # first generation of that start only.
-    retry_attempt: int = 0
-    retry_start: bool = False
-
-
-@dataclass
 class RunRequest:
     task_code: str
     task_id: str
@@ -160,7 +125,9 @@ class RunRequest:
     callback: dict[str, Any] | None = None
     timeout_s: float = 3600.0
     tuning: RunTuning = field(default_factory=RunTuning)
-    carry: RunCarry | None = None
+    # Set when the run goes on from a state: its next generation (continue-as-new) or
+    # a retry of a failed run.
+    carry: RunState | None = None
     root_task_id: str | None = None  # set on child runs: the top ancestor's task id
     # The key of the run's secrets (its callback token, sink credentials): the start's
     # own, so a start that is refused or attaches to a running run drops what it wrote
@@ -172,16 +139,6 @@ class RunRequest:
 class PrepareInput:
     run: RunRef
     params: dict[str, Any]
-
-
-@dataclass
-class FetchRetry:
-    """A task's own retry policy for its fetch activity (e.g. the registry's retry_cfg)."""
-
-    initial_s: float = 1.0
-    backoff: float = 2.0
-    maximum_s: float = 30.0
-    maximum_attempts: int = 5
 
 
 @dataclass
@@ -522,7 +479,7 @@ class RetainInput:
 
     run: RunRef
     request: RunRequest
-    carry: RunCarry
+    carry: RunState
     error_code: str
     error_message: str
     retain_s: float
@@ -548,16 +505,6 @@ class PauseRequest:
 @dataclass
 class RateLimitRequest:
     qps: float
-
-
-@dataclass
-class CircuitBreaker:
-    """After ``threshold`` failed attempts in a row the source rests ``cool_down_s`` on a
-    durable timer (no worker held), then the run goes on; at most ``max_opens`` times."""
-
-    threshold: int
-    cool_down_s: float
-    max_opens: int = 5
 
 
 @dataclass

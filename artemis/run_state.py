@@ -14,12 +14,13 @@ terminal events and the API.
   status vocabulary of the codebase, here once (no status string literal elsewhere).
 - ``status_of_closed``: Temporal's status of a closed workflow → the run's status.
 
-Stdlib, ``artemis.errors`` and ``artemis.run_models`` only: the workflow sandbox
-imports it.
+Stdlib and ``artemis.errors`` only: the workflow sandbox imports it, and
+``artemis.run_models`` builds on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from artemis.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from artemis.run_models import FetchResult, RunCarry
+    from artemis.run_models import FetchResult, PrepareResult
 
 
 class RunStatus(StrEnum):
@@ -134,7 +135,12 @@ OPEN = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
 STORED = tuple(StoredStatus)
 # The failures POST /tasks/{id}/retry finishes from the run's kept state (SPEC §4
 # "Outages"): a dependency down past its tolerance, an internal failure, a timeout.
-RETRYABLE_ENDINGS = ("SOURCE_UNAVAILABLE", "SINK_UNAVAILABLE", "INTERNAL", "TIMEOUT_ERROR")
+RETRYABLE_ENDINGS = (
+    ErrorCode.SOURCE_UNAVAILABLE,
+    ErrorCode.SINK_UNAVAILABLE,
+    ErrorCode.INTERNAL,
+    ErrorCode.TIMEOUT_ERROR,
+)
 STAT_KEYS = (
     "pages",
     "records_fetched",
@@ -261,52 +267,131 @@ def end_error(status: str, code: str | None, message: str | None) -> dict[str, A
 
 
 @dataclass
-class RunState:
-    """What a run is doing, as its ``progress`` query answers (and GET /tasks/{id}
-    shows while it runs). The workflow changes it through these methods only; the
-    mirror, the event stream's end, the API and the CronJob's finalize body read it."""
+class FetchRetry:
+    """A task's own retry policy for its fetch activity (e.g. the registry's retry_cfg)."""
 
+    initial_s: float = 1.0
+    backoff: float = 2.0
+    maximum_s: float = 30.0
+    maximum_attempts: int = 5
+
+
+@dataclass
+class CircuitBreaker:
+    """After ``threshold`` failed attempts in a row the source rests ``cool_down_s`` on a
+    durable timer (no worker held), then the run goes on; at most ``max_opens`` times."""
+
+    threshold: int
+    cool_down_s: float
+    max_opens: int = 5
+
+
+@dataclass
+class RunState:
+    """A run's one state: what it shows (its ``progress`` query, GET /tasks/{id} while it
+    runs, the UI's details line) and what goes on with it (continue-as-new passes it
+    whole; a run that fails with a retryable code is kept with it for a retry). The
+    workflow changes it through these methods; the mirror, the event stream's end, the
+    API and the CronJob's finalize body read its snapshot."""
+
+    # -- what it shows --------------------------------------------------------------------
     status: RunStatus = RunStatus.PENDING
     stage: str = RunStatus.PENDING.value
     steps: dict[str, str] = field(
         default_factory=lambda: dict.fromkeys(STEPS, StepStatus.PENDING.value)
     )
     stats: dict[str, Any] = field(default_factory=new_stats)
-    current: int = 0
+    current: int = 0  # units (symbols, windows, ids) done
     total: int = 0
     error: dict[str, Any] | None = None
     paused: bool = False
     qps: float | None = None
     circuit: str | None = None
     task_store: str = MirrorHealth.PENDING.value
-    # Waiting out an outage (SPEC §4): {dependency, name, since, reason, error, attempt,
+    # Waiting out an outage: {dependency, name, since, reason, error, attempt,
     # next_attempt_at, next_in_s, tolerance_s}; None while nothing is down.
     waiting: dict[str, Any] | None = None
 
-    # -- carried across continue-as-new (and kept for a retry) ------------------------------
-    @classmethod
-    def from_carry(cls, carry: RunCarry) -> RunState:
-        return cls(
-            status=RunStatus.RUNNING,
-            steps=dict(carry.steps),
-            stats=dict(carry.stats),
-            current=carry.units_done,
-            total=carry.total,
-            paused=carry.paused,
-            qps=carry.qps,
-            circuit=CircuitState.CLOSED.value,
-        )
+    # -- where it stands (carried to the next generation, kept for a retry) ----------------
+    # The prepared params; None until prepare ran.
+    params: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+    next_seq: int = 0
+    progress_last_ms: float | None = None
+    started_ms: int = 0
+    generation: int = 1
+    fetch_retry: FetchRetry | None = None
+    breaker: CircuitBreaker | None = None
+    # Rate-limited sources: the provenance whose queue the fetches go to, and its pages
+    # per fetch.
+    rate_key: str | None = None
+    pages_per_fetch: int | None = None
+    tolerance_pct: float = 0.0
+    # How long an outage is waited out (None: the tuning's).
+    outage_tolerance_s: float | None = None
+    # Pages fetched and staged but not yet delivered ([first, last] ranges, and pages of
+    # them already delivered): a retried run emits these before it fetches on.
+    undelivered: list[list[int]] = field(default_factory=list)
+    delivered_above: list[int] = field(default_factory=list)
+    # Every page below this sequence was delivered (above it: delivered_above).
+    delivered_below: int = 0
+    # Pages up to this sequence were processed (and counted in records_processed).
+    processed_through: int = -1
+    # The fetch side had reached the source's end (only emitting was left).
+    fetch_done: bool = False
+    # A run started again by POST /tasks/{id}/retry (how many times, from 1); set on the
+    # first generation of that start only.
+    retry_attempt: int = 0
+    retry_start: bool = False
 
-    def carried(self) -> dict[str, Any]:
-        """The fields of a ``RunCarry`` this state owns."""
-        return {
-            "steps": dict(self.steps),
-            "stats": dict(self.stats),
-            "units_done": self.current,
-            "total": self.total,
-            "paused": self.paused,
-            "qps": self.qps,
-        }
+    # -- this generation only ---------------------------------------------------------------
+    # A parent run (backfill windows): its children emit and finish their own sinks.
+    parent: bool = False
+    # The operator's cancel, with its reason.
+    cancel_reason: str | None = None
+    # Set once the run must stop. Cancelling an activity whose result is already on its
+    # way can still return that result, so the loop also checks this flag itself.
+    stopping: bool = False
+    # The next fetch goes on from a checkpoint after a wait (a pause, an outage).
+    resume_fetch: bool = False
+    circuit_opens: int = 0
+    # Outages being waited out, by dependency: {"since" (ISO time), "attempt", "waiting"}.
+    outages: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def prepared(self, result: PrepareResult) -> None:
+        """Prepare ran: the validated params, the run's size and its source's settings."""
+        self.sized(result.total)
+        self.params = result.params
+        self.fetch_retry = result.fetch_retry
+        self.breaker = result.circuit
+        self.rate_key = result.rate_key
+        self.pages_per_fetch = result.pages_per_fetch
+        self.tolerance_pct = result.tolerance_pct
+        self.outage_tolerance_s = result.outage_tolerance_s
+
+    def next_generation(self, **more: Any) -> RunState:
+        """The state its next generation (continue-as-new) or a retry starts from: where
+        it stands and its counters; what this generation alone was doing is left out."""
+        return dataclasses.replace(
+            self,
+            generation=self.generation + 1,
+            retry_start=False,
+            status=RunStatus.RUNNING,
+            stage=RunStatus.PENDING.value,
+            error=None,
+            circuit=CircuitState.CLOSED.value,
+            task_store=MirrorHealth.PENDING.value,
+            waiting=None,
+            parent=False,
+            cancel_reason=None,
+            stopping=False,
+            resume_fetch=False,
+            circuit_opens=0,
+            outages={},
+            steps=dict(self.steps),
+            stats=dict(self.stats),
+            **more,
+        )
 
     # -- steps -----------------------------------------------------------------------------
     def enter(self, step: str) -> None:

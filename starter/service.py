@@ -50,12 +50,11 @@ from artemis.run_models import (
     CancelRequest,
     PauseRequest,
     RateLimitRequest,
-    RunCarry,
     RunRequest,
     lock_workflow_id,
     workflow_id_for,
 )
-from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, RunStatus
+from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, RunState, RunStatus
 from artemis.security import check_header_names
 from artemis.sinks import register_sink_secret, resolve_output, resolved_spec, seal_output
 from artemis.sinks.sealing import SECRET_REF, is_credential_name
@@ -526,7 +525,7 @@ class RunService(RunReads):
             raise ArtemisError(
                 ErrorCode.CONFLICT, f"task {task_id} was cancelled (CANCELLED is not retryable)"
             )
-        if end is not None and (code or "INTERNAL") not in RETRYABLE_ENDINGS:
+        if end is not None and (code or ErrorCode.INTERNAL) not in RETRYABLE_ENDINGS:
             raise ArtemisError(
                 ErrorCode.CONFLICT,
                 f"task {task_id} failed with {code}, which no retry can fix (retryable: "
@@ -556,7 +555,7 @@ class RunService(RunReads):
             raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id}: a retry is already starting")
         state = kept["state"]
         req: RunRequest = value_to_type(RunRequest, state["request"], [])
-        carry: RunCarry = value_to_type(RunCarry, state["carry"], [])
+        carry: RunState = value_to_type(RunState, state["carry"], [])
         carry = dataclasses.replace(carry, retry_start=True, retry_attempt=carry.retry_attempt + 1)
         req = dataclasses.replace(
             req,

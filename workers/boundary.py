@@ -161,7 +161,7 @@ class _Boundary(ActivityInboundInterceptor):
         except ApplicationError as e:
             outcome = "error"
             error = {
-                "code": e.type or "INTERNAL",
+                "code": e.type or ErrorCode.INTERNAL,
                 "message": redact_text(e.message),
                 "retryable": not e.non_retryable,
             }

@@ -15,6 +15,7 @@ from workflows import retry_policies
 
 with workflow.unsafe.imports_passed_through():
     from activities.crawl import CrawlActivities
+    from artemis.errors import ErrorCode
     from artemis.run_models import NoteDetailInput, NoteDetailOutcome, NoteDetailsRequest
 
 
@@ -45,7 +46,7 @@ class NoteDetailsWorkflow:
                     id=note_id,
                     success=False,
                     error={
-                        "code": "TIMEOUT_ERROR" if timed_out else "INTERNAL",
+                        "code": ErrorCode.TIMEOUT_ERROR if timed_out else ErrorCode.INTERNAL,
                         "message": f"note {note_id}: {e.cause or e}",
                         "retryable": True,
                     },

@@ -1,25 +1,25 @@
-"""What every part of the task-run workflow shares: the run's identity, its live state
-(``RunState``: what it shows; ``RunCarry``: what continues-as-new and what a retry
-starts from) and the small steps every part takes (a stop point, a plan step, the UI's
-details line, a log line).
+"""What every part of the task-run workflow shares: the run's identity, its one state
+(``RunState``: what it shows, what continues-as-new and what a retry starts from) and
+the small steps every part takes (a stop point, a plan step, the UI's details line, a
+log line).
 
-The workflow is one class assembled from parts, one module each: the batch loop
-(``run_loop``), outages and the circuit breaker (``run_outages``), fan-out into child
-runs (``run_fanout``), the ending (``run_ending``: finalize, retain, task-store mirror)
-and the lifecycle (``task_run``: signals, queries, start, stop race).
+The workflow class (``task_run``: signals, queries, start, stop race) holds one
+``RunContext`` and hands it to its parts, one plain object and module each: the batch
+loop (``run_loop``), outages and the circuit breaker (``run_outages``), fan-out into
+child runs (``run_fanout``) and the ending (``run_ending``: finalize, retain, task-store
+mirror).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from artemis.outage import waiting_line
-    from artemis.run_models import RunCarry, RunRef, RunRequest
+    from artemis.run_models import RunRef, RunRequest
     from artemis.run_state import CircuitState, RunState, RunStatus
 
 
@@ -32,69 +32,46 @@ class Stop(Exception):
         self.message = message
 
 
-class RunCore:
-    """The state and the shared steps of a task run (see the module docstring)."""
+class RunContext:
+    """One task run as its parts see it: its request and identity (set when it begins),
+    its one state, and the small steps every part takes. The parts (the batch loop,
+    outage waits, fan-out, the ending) are plain objects, each given this."""
 
-    _req: RunRequest
-    _run: RunRef
-    # The run's carried state (continue-as-new, retry); what it shows is in _state.
-    _live: RunCarry
-    # Set once prepare ran (or the run was carried): params are the prepared ones.
-    _prepared: bool
-    _log_fields: dict[str, Any]
+    req: RunRequest
+    ref: RunRef
+    log_fields: dict[str, Any]
 
     def __init__(self) -> None:
-        # The run's state, as the progress query, the mirror and the result give it.
-        self._state = RunState(circuit=CircuitState.CLOSED.value)
-        self._cancel_reason: str | None = None
-        self._mirror_running: asyncio.Task[None] | None = None
-        self._circuit_opens = 0
-        self._resume_fetch = False
-        # A parent run (backfill windows): its children emit and finish their own sinks.
-        self._parent = False
-        # Set once the run must stop. Cancelling an activity whose result is already on its
-        # way can still return that result, so the loop also checks this flag itself.
-        self._stopping = False
-        # Outages being waited out, by dependency: {"since", "attempt", "waiting"}.
-        self._outages: dict[str, dict[str, Any]] = {}
-        # Every page below this sequence was delivered (of those above: live.delivered_above).
-        self._delivered_below = 0
+        # The run's one state (artemis/run_state.py): what it shows and what goes on.
+        self.state = RunState(circuit=CircuitState.CLOSED.value)
+        # The `running` record, written beside the run's start.
+        self.mirror_running: asyncio.Task[None] | None = None
         # Bookkeeping started beside the run (awaited before it ends).
-        self._beside: list[asyncio.Task[None]] = []
+        self.beside: list[asyncio.Task[None]] = []
 
     @property
-    def _params(self) -> dict[str, Any] | None:
+    def params(self) -> dict[str, Any] | None:
         """The prepared params (None until prepare ran)."""
-        return self._live.params if self._prepared else None
+        return self.state.params
 
-    def _carry(self, **more: Any) -> RunCarry:
-        """The run's state for its next generation (continue-as-new) or, kept in the
-        database, for POST /tasks/{id}/retry."""
-        return dataclasses.replace(
-            self._live,
-            **self._state.carried(),
-            generation=self._live.generation + 1,
-            retry_start=False,
-            **more,
-        )
-
-    def _stop_point(self) -> None:
+    def stop_point(self) -> None:
         """A safe point: leave the batch loop if the run was asked to stop."""
-        if self._stopping:
+        if self.state.stopping:
             raise asyncio.CancelledError("run is stopping")
 
-    def _enter(self, step: str) -> None:
-        self._state.enter(step)
-        self._details()
+    def enter(self, step: str) -> None:
+        self.state.enter(step)
+        self.details()
 
-    def _details(self) -> None:
-        waiting = self._state.waiting
+    def details(self) -> None:
+        """The run's line in the Temporal UI."""
+        waiting = self.state.waiting
         workflow.set_current_details(
-            self._state.details_line(waiting_line(waiting) if waiting else None)
+            self.state.details_line(waiting_line(waiting) if waiting else None)
         )
 
-    def _log(self, event: str, **fields: Any) -> None:
-        workflow.logger.info(event, extra={"artemis": {**self._log_fields, **fields}})
+    def log(self, event: str, **fields: Any) -> None:
+        workflow.logger.info(event, extra={"artemis": {**self.log_fields, **fields}})
 
 
 async def quietly(task: asyncio.Task[Any]) -> None:

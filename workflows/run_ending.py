@@ -11,11 +11,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from workflows import retry_policies
-from workflows.run_core import RunCore
+from workflows.run_core import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.callback import FinalizeOutcome
+    from artemis.errors import ErrorCode
     from artemis.run_models import (
         CleanupRunInput,
         FinalizeInput,
@@ -27,15 +28,20 @@ with workflow.unsafe.imports_passed_through():
     from artemis.temporal.failures import message_of
 
 
-class Ending(RunCore):
-    async def _finalize(
+class Ending:
+    """Finalize, keep a failed run for a retry, clean up, mirror into task storage."""
+
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+
+    async def finalize(
         self,
         status: RunStatus,
         error_code: str | None,
         error_message: str | None,
         retain: bool = False,
     ) -> str:
-        self._enter("step_finalize")
+        self.run.enter("step_finalize")
         # A local activity (the hooks, the sinks' last word and the CronJob call, retried
         # by the same policy), in the workflow task the batch loop ended in: no task-queue
         # round trip. The clean-up is a step of its own after it, so that a failed
@@ -44,36 +50,38 @@ class Ending(RunCore):
             fin: FinalizeResult = await workflow.execute_local_activity_method(
                 TaskRunActivities.finalize_run,
                 FinalizeInput(
-                    run=self._run,
+                    run=self.run.ref,
                     status=status,
-                    stats=dict(self._state.stats),
+                    stats=dict(self.run.state.stats),
                     error_code=error_code,
                     error_message=error_message,
-                    callback=self._req.callback,
-                    params=self._params,
-                    output=self._req.output,
+                    callback=self.run.req.callback,
+                    params=self.run.params,
+                    output=self.run.req.output,
                     # A run kept for a retry finishes its sinks when it really ends.
-                    finish_sinks=not self._parent and not retain,
-                    retry_attempt=self._live.retry_attempt,
+                    finish_sinks=not self.run.state.parent and not retain,
+                    retry_attempt=self.run.state.retry_attempt,
                 ),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=retry_policies.FINALIZE,
                 summary=f"Finalize ({status}) and call the CronJob back",
             )
-            self._state.complete("step_finalize")
-            self._state.finalized(fin.stats)
+            self.run.state.complete("step_finalize")
+            self.run.state.finalized(fin.stats)
             outcome = fin.callback
         except ActivityError as e:
-            self._state.failed_step("step_finalize")
-            self._log("finalize_failed", error=message_of(e))
+            self.run.state.failed_step("step_finalize")
+            self.run.log("finalize_failed", error=message_of(e))
             outcome = FinalizeOutcome.ERROR.value
         if retain:
             try:
-                await self._retain(status, error_code or "INTERNAL", error_message or status)
+                await self._retain(
+                    status, error_code or ErrorCode.INTERNAL, error_message or status
+                )
                 return outcome
             except ActivityError as e:
                 # Not kept: the run cannot be retried, its data goes as after any ending.
-                self._log("retain_failed", error=message_of(e))
+                self.run.log("retain_failed", error=message_of(e))
         try:
             # A local activity (four deletes), in the workflow task that records the run's
             # end: no task-queue round trip.
@@ -82,7 +90,8 @@ class Ending(RunCore):
                 # (told only once the fetching is done: an attempt that failed or was
                 # stopped may have staged up to a batch past next_seq)
                 CleanupRunInput(
-                    run=self._run, pages=self._live.next_seq if self._live.fetch_done else None
+                    run=self.run.ref,
+                    pages=self.run.state.next_seq if self.run.state.fetch_done else None,
                 ),
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=retry_policies.HOUSEKEEPING,
@@ -90,36 +99,36 @@ class Ending(RunCore):
             )
         except ActivityError as e:
             # Left over, the data is dropped by the clean-up loop.
-            self._log("cleanup_failed", error=message_of(e))
+            self.run.log("cleanup_failed", error=message_of(e))
         return outcome
 
     async def _retain(self, status: RunStatus, error_code: str, error_message: str) -> None:
         """Keep what POST /tasks/{id}/retry needs: the carry with the pages staged but not
         delivered (``[lowest undelivered, next fetched)``, minus those delivered above)."""
-        live = self._live
+        live = self.run.state
         undelivered = (
-            [[self._delivered_below, live.next_seq - 1]]
-            if live.next_seq > self._delivered_below
+            [[self.run.state.delivered_below, live.next_seq - 1]]
+            if live.next_seq > self.run.state.delivered_below
             else []
         )
-        carry = self._carry(undelivered=undelivered)
+        carry = self.run.state.next_generation(undelivered=undelivered)
         await workflow.execute_activity_method(
             TaskRunActivities.retain_run,
             RetainInput(
-                run=self._run,
-                request=dataclasses.replace(self._req, carry=None),
+                run=self.run.ref,
+                request=dataclasses.replace(self.run.req, carry=None),
                 carry=carry,
                 error_code=error_code,
                 error_message=error_message,
-                retain_s=self._req.tuning.retain_failed_s,
+                retain_s=self.run.req.tuning.retain_failed_s,
             ),
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=retry_policies.HOUSEKEEPING,
             summary=f"Keep the run's state for a retry ({status}, {error_code})",
         )
-        self._log("run_retained", undelivered=undelivered, next_seq=live.next_seq)
+        self.run.log("run_retained", undelivered=undelivered, next_seq=live.next_seq)
 
-    async def _mirror(self, status: RunStatus, ended_ms: int | None = None) -> None:
+    async def mirror(self, status: RunStatus, ended_ms: int | None = None) -> None:
         """Record the run's state in task storage: its status, the snapshot of its stats
         and error, and its start and end on the workflow's clock (one duration)."""
         try:
@@ -127,20 +136,20 @@ class Ending(RunCore):
             await workflow.execute_local_activity_method(
                 TaskRunActivities.mirror_state,
                 MirrorInput(
-                    run=self._run,
+                    run=self.run.ref,
                     status=status,
-                    stats=dict(self._state.stats) if ended_ms is not None else {},
-                    error=self._state.error,
-                    started_ms=self._live.started_ms,
+                    stats=dict(self.run.state.stats) if ended_ms is not None else {},
+                    error=self.run.state.error,
+                    started_ms=self.run.state.started_ms,
                     ended_ms=ended_ms,
-                    steps=dict(self._state.steps) if ended_ms is not None else None,
-                    params=self._req.params,
+                    steps=dict(self.run.state.steps) if ended_ms is not None else None,
+                    params=self.run.req.params,
                 ),
                 start_to_close_timeout=timedelta(seconds=15),
                 retry_policy=retry_policies.MIRROR,
                 summary=f"Record `{status}` in task storage",
             )
-            self._state.mirrored(True)
+            self.run.state.mirrored(True)
         except ActivityError as e:
-            self._state.mirrored(False)
-            self._log("task_store_unavailable", status=status, error=message_of(e))
+            self.run.state.mirrored(False)
+            self.run.log("task_store_unavailable", status=status, error=message_of(e))

@@ -12,11 +12,12 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows.run_core import RunCore
+from workflows.run_core import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.completeness import is_short
+    from artemis.errors import ErrorCode
     from artemis.run_models import (
         WORKFLOW_NAME,
         RunRequest,
@@ -29,49 +30,54 @@ with workflow.unsafe.imports_passed_through():
     from artemis.temporal.failures import details_of
 
 
-class FanOut(RunCore):
-    async def _split(self, e: ActivityError) -> None:
+class FanOut:
+    """Child runs: a backfill's windows, or the pieces of a window split over a cap."""
+
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+
+    async def split(self, e: ActivityError) -> None:
         details = details_of(e)
         split: SplitResult = await workflow.execute_local_activity_method(
             TaskRunActivities.split_run,
-            SplitInput(run=self._run, params=self._params or {}, details=details),
+            SplitInput(run=self.run.ref, params=self.run.params or {}, details=details),
             start_to_close_timeout=timedelta(seconds=30),
             summary="Split the window over the result cap",
         )
         if not split.children:
             raise e
-        self._log("run_split", pieces=len(split.children), count=details.get("count"))
-        self._state.split_into(len(split.children))
-        await self._run_children(split.children, split.parallelism, prefix="s")
+        self.run.log("run_split", pieces=len(split.children), count=details.get("count"))
+        self.run.state.split_into(len(split.children))
+        await self.run_children(split.children, split.parallelism, prefix="s")
         count = details.get("count")
         if isinstance(count, int):
             # The pieces must add up to the window the source counted: a gap between
             # them would lose records while every piece looks complete.
-            self._state.expect(count)
-            got = self._state.stats["records_fetched"]
-            tolerance_pct = self._live.tolerance_pct
+            self.run.state.expect(count)
+            got = self.run.state.stats["records_fetched"]
+            tolerance_pct = self.run.state.tolerance_pct
             if is_short(count, got, tolerance_pct):
                 raise ApplicationError(
                     f"the split window: expected {count} records (the source's count of the "
                     f"whole window), got {got} from its {len(split.children)} pieces, beyond "
                     f"the tolerance of {tolerance_pct:g} %",
                     {"expected_total": count, "records_fetched": got},
-                    type="INCOMPLETE",
+                    type=ErrorCode.INCOMPLETE,
                     non_retryable=True,
                 )
 
-    async def _run_children(
+    async def run_children(
         self, children: list[dict[str, Any]], parallelism: int, prefix: str = "w"
     ) -> None:
         """Run child task runs (windows), ``parallelism`` at a time; their records go to the
         sinks from the children, their counts add up here."""
-        req = self._req
-        self._enter("step_fetch")
+        req = self.run.req
+        self.run.enter("step_fetch")
         gate = asyncio.Semaphore(max(1, parallelism))
 
         async def one(n: int, params: dict[str, Any]) -> None:
             async with gate:
-                self._stop_point()
+                self.run.stop_point()
                 child_id = f"{req.task_id}.{prefix}{n}"
                 result: RunResult = await workflow.execute_child_workflow(
                     WORKFLOW_NAME,
@@ -86,7 +92,7 @@ class FanOut(RunCore):
                         callback=None,
                         timeout_s=req.timeout_s,
                         tuning=req.tuning,
-                        root_task_id=self._run.root_task_id,
+                        root_task_id=self.run.ref.root_task_id,
                         secrets_key=req.secrets_key,
                     ),
                     id=workflow_id_for(req.task_code, child_id),
@@ -103,8 +109,8 @@ class FanOut(RunCore):
                         if x
                     ),
                 )
-            self._state.child_ended(result.stats)
-            self._details()
+            self.run.state.child_ended(result.stats)
+            self.run.details()
 
         await asyncio.gather(*(one(n, p) for n, p in enumerate(children)))
-        self._state.complete(*LOOP_STEPS)
+        self.run.state.complete(*LOOP_STEPS)

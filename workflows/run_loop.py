@@ -18,12 +18,13 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows import retry_policies
-from workflows.run_core import quietly
+from workflows.run_core import RunContext, quietly
 from workflows.run_fanout import FanOut
 from workflows.run_outages import OutageWaits
 
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
+    from artemis.errors import ErrorCode
     from artemis.run_models import (
         SA_PROVENANCE,
         SA_TASK_TYPE,
@@ -44,57 +45,53 @@ KEY_PROVENANCE = SearchAttributeKey.for_keyword(SA_PROVENANCE)
 KEY_TASK_TYPE = SearchAttributeKey.for_keyword(SA_TASK_TYPE)
 
 
-class BatchLoop(FanOut, OutageWaits):
+class BatchLoop:
+    """Prepare, then the pages: fetch, process and emit, in batches."""
+
+    def __init__(self, run: RunContext, outages: OutageWaits, fanout: FanOut) -> None:
+        self.run = run
+        self.outages = outages
+        self.fanout = fanout
+
     async def _prepare(self) -> tuple[list[dict[str, Any]], int] | None:
         """Step 1: validated params, the run's size and its source's settings; the child
         runs (and how many at a time) when the run fans out."""
-        req = self._req
-        self._enter("step_prepare")
+        req = self.run.req
+        self.run.enter("step_prepare")
         options: dict[str, Any] = {
             "start_to_close_timeout": timedelta(seconds=60),
             "retry_policy": retry_policies.PREPARE,
             "summary": f"Validate params of {req.task_code}",
         }
-        inp = PrepareInput(run=self._run, params=req.params)
+        inp = PrepareInput(run=self.run.ref, params=req.params)
         # A local activity (a validation, perhaps a registry read), decided in the run's
         # first workflow task: no task-queue round trip.
         prepared: PrepareResult = await workflow.execute_local_activity_method(
             TaskRunActivities.prepare_params, inp, **options
         )
-        self._prepared = True
-        self._state.sized(prepared.total)
-        self._live = dataclasses.replace(
-            self._live,
-            params=prepared.params,
-            fetch_retry=prepared.fetch_retry,
-            circuit=prepared.circuit,
-            rate_key=prepared.rate_key,
-            pages_per_fetch=prepared.pages_per_fetch,
-            tolerance_pct=prepared.tolerance_pct,
-            outage_tolerance_s=prepared.outage_tolerance_s,
-        )
+        self.run.state.prepared(prepared)
         known = {SA_PROVENANCE: KEY_PROVENANCE, SA_TASK_TYPE: KEY_TASK_TYPE}
         updates = [known[k].value_set(v) for k, v in prepared.search.items() if k in known]
         if updates:
             workflow.upsert_search_attributes(updates)
-        self._state.complete("step_prepare")
+        self.run.state.complete("step_prepare")
         if prepared.children is None:
             return None
         return prepared.children, prepared.parallelism
 
-    async def _main(self) -> None:
-        if self._params is None:
+    async def main(self) -> None:
+        if self.run.params is None:
             children = await self._prepare()
             if children is not None:
-                self._parent = True
-                await self._run_children(*children)
+                self.run.state.parent = True
+                await self.fanout.run_children(*children)
                 return
 
         # Batches being processed and emitted, in order (each waits for the one before it
         # to be emitted). At most `ahead` batches are fetched but not emitted: a batch is
         # handed over once at most ahead - 2 are still on their way, and the next fetch
         # starts once at most ahead - 1 are.
-        ahead = max(1, self._req.tuning.max_batches_ahead)
+        ahead = max(1, self.run.req.tuning.max_batches_ahead)
         pending: list[asyncio.Task[None]] = []
 
         def hand_over(first: int, last: int, beside_fetch: bool, again: bool = False) -> None:
@@ -107,7 +104,7 @@ class BatchLoop(FanOut, OutageWaits):
             while len(pending) > keep:
                 await pending.pop(0)
 
-        live = self._live
+        live = self.run.state
         batches_here = 0
         done = live.fetch_done
         evicted = False
@@ -126,43 +123,48 @@ class BatchLoop(FanOut, OutageWaits):
                         hand_over(lo, hi, beside_fetch=not done, again=again)
             live.undelivered = []
             while not done:
-                if self._state.paused:
-                    self._state.stopped_fetching()
-                    self._details()
+                if self.run.state.paused:
+                    self.run.state.stopped_fetching()
+                    self.run.details()
                     # A durable wait: no worker is held while the run is paused.
-                    await workflow.wait_condition(lambda: not self._state.paused or self._stopping)
-                    self._stop_point()
+                    await workflow.wait_condition(
+                        lambda: not self.run.state.paused or self.run.state.stopping
+                    )
+                    self.run.stop_point()
                 await drain(ahead - 1)
                 while pending and pending[0].done():
                     await pending.pop(0)  # (a batch that failed fails the run here)
                 # Emit while fetching once every earlier batch is delivered (in order).
-                stream = self._req.tuning.emit_while_fetching and not pending
-                self._enter("step_fetch")
+                stream = self.run.req.tuning.emit_while_fetching and not pending
+                self.run.enter("step_fetch")
                 if stream:
-                    self._state.working("step_process")
-                    self._state.working("step_emit")
+                    self.run.state.working("step_process")
+                    self.run.state.working("step_emit")
                 try:
                     fetched = await self._fetched(self._start_fetch(stream))
                 except ActivityError as e:
-                    if self._state.paused and was_cancelled(e):
+                    if self.run.state.paused and was_cancelled(e):
                         # Paused before it staged a page it could report: fetch afresh.
-                        self._resume_fetch = True
+                        self.run.state.resume_fetch = True
                         continue
-                    if code_of(e) == "RESULT_CAP_EXCEEDED" and not self._state.stats["pages"]:
+                    if (
+                        code_of(e) == ErrorCode.RESULT_CAP_EXCEEDED
+                        and not self.run.state.stats["pages"]
+                    ):
                         # The window holds more hits than the source can list: split it.
-                        await self._split(e)
+                        await self.fanout.split(e)
                         return
-                    store = self._store_outage(e)
+                    store = self.outages.store_outage(e)
                     if store is not None:
-                        await self._wait_out(store)
-                        self._resume_fetch = True
+                        await self.outages.wait_out(store)
+                        self.run.state.resume_fetch = True
                         continue
-                    if await self._rest_after_failures(e):
-                        self._resume_fetch = True
+                    if await self.outages.rest_after_failures(e):
+                        self.run.state.resume_fetch = True
                         continue  # the same checkpoint, after the cool-down
                     raise
-                self._state.fetched(fetched)
-                self._resume_fetch = False
+                self.run.state.fetched(fetched)
+                self.run.state.resume_fetch = False
                 first, last = fetched.first_seq, fetched.next_seq - 1
                 if fetched.streamed is not None:
                     # Pages already delivered: counted before a stop can end the loop
@@ -170,15 +172,15 @@ class BatchLoop(FanOut, OutageWaits):
                     # not count them again).
                     live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
                     first = self._streamed(fetched.streamed, first)
-                self._stop_point()
+                self.run.stop_point()
                 live.progress_last_ms = fetched.progress_last_ms
                 live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
                 done = fetched.done
                 if done:
                     live.fetch_done = True
                 if fetched.pages or fetched.outage is None:
-                    self._recovered("source")  # pages came: a new outage counts afresh
-                self._details()
+                    self.outages.recovered("source")  # pages came: a new outage counts afresh
+                self.run.details()
                 if fetched.streamed is not None:
                     if fetched.streamed.error is not None:
                         # a sink refused a page for good: the run fails as emit_batch would
@@ -198,17 +200,17 @@ class BatchLoop(FanOut, OutageWaits):
                     raise ApplicationError(
                         str(fetched.incomplete.get("message")),
                         fetched.incomplete,
-                        type="INCOMPLETE",
+                        type=ErrorCode.INCOMPLETE,
                         non_retryable=True,
                     )
                 if fetched.outage is not None:
                     # The source is down: what it gave goes on to the sinks meanwhile.
-                    await self._wait_out(fetched.outage)
-                    self._resume_fetch = True
+                    await self.outages.wait_out(fetched.outage)
+                    self.run.state.resume_fetch = True
                     continue
                 batches_here += 1
                 if not done and (
-                    batches_here >= self._req.tuning.max_batches_per_run
+                    batches_here >= self.run.req.tuning.max_batches_per_run
                     or workflow.info().is_continue_as_new_suggested()
                 ):
                     await drain(0)
@@ -225,57 +227,61 @@ class BatchLoop(FanOut, OutageWaits):
                     task.cancel()
                     if not evicted:
                         await quietly(task)
-        self._state.complete(*LOOP_STEPS)
+        self.run.state.complete(*LOOP_STEPS)
 
     def _continue_as_new(self) -> None:
         """The next generation of the run, from where this one stands (long runs keep
         their histories short)."""
-        self._log(
-            "continue_as_new", next_seq=self._live.next_seq, generation=self._live.generation + 1
+        self.run.log(
+            "continue_as_new",
+            next_seq=self.run.state.next_seq,
+            generation=self.run.state.generation + 1,
         )
-        workflow.continue_as_new(dataclasses.replace(self._req, carry=self._carry()))
+        workflow.continue_as_new(
+            dataclasses.replace(self.run.req, carry=self.run.state.next_generation())
+        )
 
     def _streamed(self, streamed: Streamed, first: int) -> int:
         """A fetch's pages processed and emitted beside it: counted; the first page of
         the batch it did not deliver (the rest go through process and emit)."""
-        live = self._live
-        self._state.processed(
+        live = self.run.state
+        self.run.state.processed(
             streamed.records_out, streamed.records_quarantined, streamed.fields_dropped
         )
-        self._state.emitted(streamed.records_emitted, streamed.sinks)
+        self.run.state.emitted(streamed.records_emitted, streamed.sinks)
         if streamed.next_seq > first:
             live.processed_through = max(live.processed_through, streamed.next_seq - 1)
-            self._delivered_below = streamed.next_seq
-            self._recovered("sink")  # pages went through: a new outage counts afresh
+            self.run.state.delivered_below = streamed.next_seq
+            self.outages.recovered("sink")  # pages went through: a new outage counts afresh
         return streamed.next_seq
 
     def _start_fetch(self, stream: bool = False) -> workflow.ActivityHandle[FetchResult]:
         """The next batch's fetch, from the checkpoint (on the provenance's own queue);
         ``stream``: its pages processed and emitted beside it."""
-        req, tuning, live = self._req, self._req.tuning, self._live
+        req, tuning, live = self.run.req, self.run.req.tuning, self.run.state
         return workflow.start_activity_method(
             TaskRunActivities.fetch_pages,
             FetchInput(
-                run=self._run,
-                params=self._params or {},
+                run=self.run.ref,
+                params=self.run.params or {},
                 checkpoint=live.checkpoint,
                 first_seq=live.next_seq,
                 max_pages=live.pages_per_fetch or tuning.pages_per_fetch,
                 max_seconds=tuning.fetch_max_seconds,
-                total=self._state.total,
-                units_done=self._state.current,
+                total=self.run.state.total,
+                units_done=self.run.state.current,
                 callback=req.callback,
                 progress_last_ms=live.progress_last_ms,
-                qps=self._state.qps,
-                resumed=self._resume_fetch,
-                report_outages=self._reports_outages(),
+                qps=self.run.state.qps,
+                resumed=self.run.state.resume_fetch,
+                report_outages=self.outages.reports_outages(),
                 stream=stream,
                 output=req.output if stream else {},
-                records_before=int(self._state.stats.get("records_fetched") or 0),
+                records_before=int(self.run.state.stats.get("records_fetched") or 0),
             ),
             start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
             heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-            retry_policy=retry_policies.fetch(live.fetch_retry, live.circuit, tuning),
+            retry_policy=retry_policies.fetch(live.fetch_retry, live.breaker, tuning),
             task_queue=provenance_queue(workflow.info().task_queue, live.rate_key)
             if live.rate_key
             else None,
@@ -289,9 +295,9 @@ class BatchLoop(FanOut, OutageWaits):
         it through its heartbeat) returns the pages it has staged so far."""
 
         async def pause_it() -> None:
-            await workflow.wait_condition(lambda: self._state.paused)
-            self._state.stopping_fetch()
-            self._details()
+            await workflow.wait_condition(lambda: self.run.state.paused)
+            self.run.state.stopping_fetch()
+            self.run.details()
             fetch.cancel()
 
         watcher = asyncio.create_task(pause_it())
@@ -311,17 +317,17 @@ class BatchLoop(FanOut, OutageWaits):
         """Process a staged batch, then emit it once the batch before it is emitted.
         ``again``: the batch of a failed attempt (a retried run), processed and counted
         then; it is processed again, not counted again."""
-        req, tuning, live = self._req, self._req.tuning, self._live
+        req, tuning, live = self.run.req, self.run.req.tuning, self.run.state
         batch = BatchInput(
-            run=self._run,
-            params=self._params or {},
+            run=self.run.ref,
+            params=self.run.params or {},
             first_seq=first,
             last_seq=last,
             output=req.output,
-            fetched=int(self._state.stats.get("records_fetched") or 0),
-            stated=self._state.stats.get("expected_total"),
+            fetched=int(self.run.state.stats.get("records_fetched") or 0),
+            stated=self.run.state.stats.get("expected_total"),
         )
-        self._state.working("step_process")
+        self.run.state.working("step_process")
         options: dict[str, Any] = {
             "start_to_close_timeout": timedelta(seconds=120),
             "retry_policy": retry_policies.process(tuning),
@@ -346,55 +352,55 @@ class BatchLoop(FanOut, OutageWaits):
                     )
                 break
             except ActivityError as e:
-                store = self._store_outage(e)
+                store = self.outages.store_outage(e)
                 if store is None:
                     raise
-                await self._wait_out(store)
-        self._recovered("store")
-        self._stop_point()
+                await self.outages.wait_out(store)
+        self.outages.recovered("store")
+        self.run.stop_point()
         if not again:
-            self._state.processed(
+            self.run.state.processed(
                 processed.records_out, processed.records_quarantined, processed.fields_dropped
             )
             live.processed_through = max(live.processed_through, last)
         if after is not None:
             await after  # emitted in order: the batch before this one first
-        self._state.working("step_emit")
+        self.run.state.working("step_emit")
         skip = [s for s in live.delivered_above if first <= s <= last]
         while True:
             try:
                 emitted = await self._emit(batch, first, last, skip)
             except ActivityError as e:
-                store = self._store_outage(e)
+                store = self.outages.store_outage(e)
                 if store is None:
                     raise
-                await self._wait_out(store)
+                await self.outages.wait_out(store)
                 continue
-            self._recovered("store")
-            self._state.emitted(emitted.records_emitted, emitted.sinks)
+            self.outages.recovered("store")
+            self.run.state.emitted(emitted.records_emitted, emitted.sinks)
             if emitted.outage is None:
                 break
             # A sink is down: the pages it took count now and are not sent again.
             skip = sorted({*skip, *emitted.delivered_seqs})
             live.delivered_above = skip
             if emitted.delivered_seqs:
-                self._recovered("sink")  # pages went through: a new outage counts afresh
-            self._details()
-            await self._wait_out(emitted.outage)
-        self._recovered("sink")
-        self._delivered_below = last + 1
+                self.outages.recovered("sink")  # pages went through: a new outage counts afresh
+            self.run.details()
+            await self.outages.wait_out(emitted.outage)
+        self.outages.recovered("sink")
+        self.run.state.delivered_below = last + 1
         live.delivered_above = []
-        self._details()
+        self.run.details()
 
     async def _emit(self, batch: BatchInput, first: int, last: int, skip: list[int]) -> EmitResult:
         """One emit of the batch's pages (but ``skip``, delivered by an earlier one)."""
-        tuning = self._req.tuning
+        tuning = self.run.req.tuning
         return await workflow.execute_activity_method(
             TaskRunActivities.emit_batch,
             dataclasses.replace(
                 batch,
                 skip_seqs=skip,
-                report_outages=self._reports_outages(),
+                report_outages=self.outages.reports_outages(),
                 prune_below=first,
             ),
             start_to_close_timeout=timedelta(seconds=tuning.emit_start_to_close_s),

@@ -12,59 +12,65 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows import retry_policies
-from workflows.run_core import RunCore
+from workflows.run_core import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
+    from artemis.errors import ErrorCode
     from artemis.outage import UNAVAILABLE, next_delay, outage_from_details
     from artemis.run_models import Outage, OutageNote
     from artemis.temporal.failures import details_of, message_of, root_application_error
 
 
-class OutageWaits(RunCore):
-    def _tolerance(self) -> float:
-        own = self._live.outage_tolerance_s
-        return float(own) if own is not None else float(self._req.tuning.outage_tolerance_s)
+class OutageWaits:
+    """Outages waited out on durable timers, and the source's circuit breaker."""
 
-    def _reports_outages(self) -> bool:
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+
+    def _tolerance(self) -> float:
+        own = self.run.state.outage_tolerance_s
+        return float(own) if own is not None else float(self.run.req.tuning.outage_tolerance_s)
+
+    def reports_outages(self) -> bool:
         """Activities report a dependency's transient failure to the workflow (which
         waits) instead of failing; with a tolerance of 0 their retry policies decide."""
         return self._tolerance() > 0
 
-    def _store_outage(self, e: ActivityError) -> Outage | None:
+    def store_outage(self, e: ActivityError) -> Outage | None:
         """The staging store unreachable, past the activity's own quick retries."""
-        if not self._reports_outages():
+        if not self.reports_outages():
             return None
         app = root_application_error(e)
         if app is None or app.non_retryable:
             return None
-        return outage_from_details(details_of(e), app.message, app.type or "INTERNAL")
+        return outage_from_details(details_of(e), app.message, app.type or ErrorCode.INTERNAL)
 
     def _backoff(self, dependency: str) -> tuple[float, float, float]:
         """(initial, coefficient, cap) of the waits between attempts: a source's own retry
         cfg where it has one, always capped at runs.retry_max_interval_s."""
-        cap = float(self._req.tuning.retry_max_interval_s)
-        own = self._live.fetch_retry
+        cap = float(self.run.req.tuning.retry_max_interval_s)
+        own = self.run.state.fetch_retry
         if dependency == "source" and own is not None:
             return own.initial_s, max(own.backoff, 1.0), min(own.maximum_s, cap)
         if dependency == "sink":
             return 0.5, 2.0, cap
         return 1.0, 2.0, cap
 
-    async def _wait_out(self, outage: Outage) -> None:
+    async def wait_out(self, outage: Outage) -> None:
         """Wait before the next attempt on a durable timer (no worker is held), showing
         the wait everywhere; past the tolerance, fail SOURCE_/SINK_UNAVAILABLE."""
         dep = outage.dependency
         now = workflow.now()
-        track = self._outages.setdefault(dep, {"since": now, "attempt": 0})
+        track = self.run.state.outages.setdefault(dep, {"since": now, "attempt": 0})
         track["attempt"] += 1
         attempt = track["attempt"]
         since: datetime = track["since"]
         waited = (now - since).total_seconds()
         tolerance = self._tolerance()
         if waited >= tolerance:
-            self._outages.pop(dep, None)
-            self._state.waited(dep, None)
+            self.run.state.outages.pop(dep, None)
+            self.run.state.waited(dep, None)
             code = UNAVAILABLE.get(dep, UNAVAILABLE["store"]).value
             raise ApplicationError(
                 f"{dep} {outage.name} unavailable for {waited:.0f} s since "
@@ -82,12 +88,12 @@ class OutageWaits(RunCore):
                 non_retryable=True,
             )
         initial, coefficient, cap = self._backoff(dep)
-        circuit = self._live.circuit if dep == "source" else None
+        circuit = self.run.state.breaker if dep == "source" else None
         opened = circuit is not None and attempt % max(circuit.threshold, 1) == 0
         if opened and circuit is not None:
             # The source's circuit breaker: after `threshold` failures in a row it rests.
             delay = min(circuit.cool_down_s, max(tolerance - waited, 0.0) + 0.05)
-            self._circuit_opens += 1
+            self.run.state.circuit_opens += 1
         else:
             # The attempts within this round of the breaker back off from the start.
             n = attempt % circuit.threshold if circuit is not None else attempt
@@ -107,21 +113,21 @@ class OutageWaits(RunCore):
             "tolerance_s": tolerance,
         }
         track["waiting"] = waiting
-        self._state.wait_for(waiting, circuit_open=opened)
-        self._details()
-        self._log("waiting", **{k: v for k, v in waiting.items() if k != "error"})
+        self.run.state.wait_for(waiting, circuit_open=opened)
+        self.run.details()
+        self.run.log("waiting", **{k: v for k, v in waiting.items() if k != "error"})
         await self._note_outage("waiting", waiting)
         await workflow.sleep(
             delay,
             summary=f"Wait for {dep} {outage.name} ({outage.reason}), attempt {attempt}",
         )
         if opened:
-            self._state.circuit_closed()
-        self._stop_point()
+            self.run.state.circuit_closed()
+        self.run.stop_point()
 
-    def _recovered(self, dependency: str) -> None:
+    def recovered(self, dependency: str) -> None:
         """A dependency answered again: its outage ends (a later failure starts afresh)."""
-        track = self._outages.pop(dependency, None)
+        track = self.run.state.outages.pop(dependency, None)
         if track is None:
             return
         waited = (workflow.now() - track["since"]).total_seconds()
@@ -132,48 +138,48 @@ class OutageWaits(RunCore):
             "waited_s": round(waited, 1),
             "attempts": track["attempt"],
         }
-        others = [t["waiting"] for t in self._outages.values() if t.get("waiting")]
-        self._state.waited(dependency, others[-1] if others else None)
-        self._log("recovered", **info)
-        self._details()
+        others = [t["waiting"] for t in self.run.state.outages.values() if t.get("waiting")]
+        self.run.state.waited(dependency, others[-1] if others else None)
+        self.run.log("recovered", **info)
+        self.run.details()
         # Recorded beside the run, never in its way.
-        self._beside.append(asyncio.create_task(self._note_outage("recovered", info)))
+        self.run.beside.append(asyncio.create_task(self._note_outage("recovered", info)))
 
     async def _note_outage(self, kind: str, data: dict[str, Any]) -> None:
         try:
             await workflow.execute_local_activity_method(
                 TaskRunActivities.note_outage,
-                OutageNote(run=self._run, kind=kind, waiting=data),
+                OutageNote(run=self.run.ref, kind=kind, waiting=data),
                 start_to_close_timeout=timedelta(seconds=10),
                 retry_policy=retry_policies.OUTAGE_NOTE,
                 summary=f"Record `{kind}` in the event stream",
             )
         except ActivityError as e:
-            self._log("outage_note_failed", kind=kind, error=message_of(e))
+            self.run.log("outage_note_failed", kind=kind, error=message_of(e))
 
-    async def _rest_after_failures(self, e: ActivityError) -> bool:
+    async def rest_after_failures(self, e: ActivityError) -> bool:
         """The durable circuit breaker: once the fetch has failed `threshold` times in a row
         (its retry policy's attempts) with a retryable error, wait the cool-down on a
         Temporal timer instead of burning retries, then go on. False: not this case."""
-        circuit = self._live.circuit
+        circuit = self.run.state.breaker
         app = root_application_error(e)
         if circuit is None or app is None or app.non_retryable:
             return False
-        if self._circuit_opens >= circuit.max_opens:
+        if self.run.state.circuit_opens >= circuit.max_opens:
             return False
-        self._circuit_opens += 1
-        self._state.circuit_rest()
-        self._details()
-        self._log(
+        self.run.state.circuit_opens += 1
+        self.run.state.circuit_rest()
+        self.run.details()
+        self.run.log(
             "circuit_open",
             cool_down_s=circuit.cool_down_s,
-            opens=self._circuit_opens,
+            opens=self.run.state.circuit_opens,
             error=app.message,
         )
         # A durable timer (the same StartTimer command as asyncio.sleep, with a summary).
         await workflow.sleep(
             circuit.cool_down_s, summary=f"Circuit breaker cool-down ({circuit.cool_down_s:g} s)"
         )
-        self._state.circuit_closed()
-        self._log("circuit_closed", opens=self._circuit_opens)
+        self.run.state.circuit_closed()
+        self.run.log("circuit_closed", opens=self.run.state.circuit_opens)
         return True

@@ -22,12 +22,12 @@ from artemis.run_models import (
     FetchInput,
     FetchResult,
     FetchRetry,
-    RunCarry,
     RunRef,
     RunRequest,
     RunTuning,
     Streamed,
 )
+from artemis.run_state import CircuitBreaker, RunState, RunStatus
 from artemis.temporal import converter as conv
 from artemis.temporal.client import data_converter
 from artemis.tracing import TraceContext
@@ -76,18 +76,18 @@ def test_the_run_models_round_trip_like_the_default():
         trace_id="a" * 32,
         output={"sinks": ["http"]},
         tuning=RunTuning(pages_per_fetch=7),
-        carry=RunCarry(
-            {"symbols": ["AC1"]},
-            1,
-            {"page": 2},
-            2,
-            {"records": 4},
-            {"fetch": "done"},
-            None,
-            0,
-            1_700_000_000_000,
+        carry=RunState(
+            params={"symbols": ["AC1"]},
+            total=1,
+            checkpoint={"page": 2},
+            next_seq=2,
+            stats={"records": 4},
+            steps={"fetch": "done"},
+            started_ms=1_700_000_000_000,
             fetch_retry=FetchRetry(),
+            breaker=CircuitBreaker(3, 10.0),
             undelivered=[[3, 5]],
+            status=RunStatus.RUNNING,
         ),
     )
     for value, hint in (
