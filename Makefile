@@ -6,7 +6,7 @@ UV_VERSION := 0.13.8
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: install install-dev demo test check lint bench histories clean
+.PHONY: install install-dev demo test check lint docs bench histories clean
 
 # `make demo` installs what runs; `make test` adds the dev extras (pytest, mypy, moto,
 # schemathesis, ...). --inexact: a demo after a test keeps the extras already there.
@@ -36,6 +36,7 @@ demo: install
 test: install-dev
 	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
 	$(VENV)/bin/mypy artemis activities workflows workers starter infra bench
+	$(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # The fast tier: lint, types and the tests that start no server (a minute or two).
@@ -46,6 +47,11 @@ check: install-dev
 
 lint: install-dev
 	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
+
+# The documentation site (docs/, mkdocs.yml) into site/: --strict fails on a link to a
+# missing page or anchor, or a page left out of the nav. Offline (no plugins).
+docs: install-dev
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 bench: install-dev
 	$(VENV)/bin/python bench/harvest.py --pages 200 --page-size 100 --latency-ms 10
