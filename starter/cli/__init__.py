@@ -20,6 +20,7 @@ import signal
 import sys
 
 import typer
+from rich.markup import escape
 
 from artemis.errors import ArtemisError
 from artemis.redact import redact_text
@@ -75,11 +76,12 @@ def run(command: typer.Typer) -> None:
     try:
         command()
     except ArtemisError as e:
-        err_console.print(f"[red]error:[/red] {e}", highlight=False)
+        err_console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
         sys.exit(1)
     except Exception as e:  # one line, never a traceback (which could carry secrets)
         err_console.print(
-            f"[red]error:[/red] {redact_text(f'{type(e).__name__}: {e}')}", highlight=False
+            f"[red]error:[/red] {escape(redact_text(f'{type(e).__name__}: {e}'))}",
+            highlight=False,
         )
         sys.exit(1)
 

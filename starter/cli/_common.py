@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from artemis.config import Settings, load_settings
 from artemis.pipes import QuietOnClosedPipe
@@ -28,7 +29,8 @@ def _settings(config: Path | None, **overrides: Any) -> Settings:
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    # The message is plain text: `list[str]` or `[bold]x` in it is shown, not styled.
+    err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False)
     raise typer.Exit(1)
 
 

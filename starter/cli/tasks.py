@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from artemis.run_state import RunStatus
@@ -91,7 +92,10 @@ def run(
         body["params"] = _as_schema(base, settings, code, body["params"])
     data = _call("POST", f"{base}/tasks/{code}/run?mode=async", settings, json=body)["data"]
     task_id = data["task_id"]
-    console.print(f"started [bold]{code}[/bold] task {task_id} · workflow {data['workflow_id']}")
+    console.print(
+        f"started [bold]{escape(code)}[/bold] task {escape(task_id)} · "
+        f"workflow {escape(data['workflow_id'])}"
+    )
     console.print(f"UI: {data['links']['ui']}")
     if async_:
         console.print_json(data=data)

@@ -172,7 +172,7 @@ class StepView:
         if self.counters:
             table.add_row("progress", _progress_text(self.counters))
         if self.waiting:
-            table.add_row("waiting", f"[yellow]{self.waiting}[/yellow]")
+            table.add_row("waiting", f"[yellow]{escape(self.waiting)}[/yellow]")
         if self.quarantined:
             table.add_row("quarantined", f"[yellow]{self.quarantined} records[/yellow]")
         if self.drift:
