@@ -1,4 +1,4 @@
-"""`artemis audit` (seed 004 §5, SPEC §10): prove that no secret is stored or written in
+"""`artemis audit` (docs/security.md): prove that no secret is stored or written in
 clear. It scans
 
 - the database: every cookie must decrypt with its own key and must not be plaintext;

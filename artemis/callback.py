@@ -1,4 +1,4 @@
-"""CronJob callback protocol (SPEC §7, seed 000 §13): throttled progress, finalize once.
+"""CronJob callback protocol (docs/api.md): throttled progress, finalize once.
 
 Retries of finalize are not done here: the finalize activity's Temporal retry policy
 (0.5 s, 1 s, 2 s; non-retryable on 4xx) is their home, so a worker crash between tries

@@ -1,4 +1,4 @@
-"""How a run knows it is complete (SPEC §4 "Completeness"): loops caught by content and
+"""How a run knows it is complete (docs/architecture.md): loops caught by content and
 the records delivered reconciled against the total the source stated.
 
 Pure functions (stdlib, orjson): sources, tasks and the workflow share them.

@@ -43,7 +43,7 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# Who may call the API, and what they may do (README "Security"): a `client` starts runs
+# Who may call the API, and what they may do (docs/security.md): a `client` starts runs
 # and reads and controls its own; an `operator` reads and controls every run; an `admin`
 # also decrypts payloads (the codec route) and manages the registry and cookies.
 Role = Literal["client", "operator", "admin"]
@@ -203,16 +203,17 @@ class CallbackSettings(_Section):
     override_port: int | None = Field(None, ge=1, le=65535)
     default_auth_header: str = "X-Callback-Token"
     default_token: str | None = None
-    # The hosts a request's callback URL may name (SPEC §5): its own list, so a host
-    # allowed for sources or sinks does not receive callbacks; default: the host of
-    # base_url, else security.allowed_hosts (as before).
+    # The hosts a request's callback URL may name (docs/security.md): its own list, so a
+    # host allowed for sources or sinks does not receive callbacks; default: the host of
+    # base_url, else security.allowed_hosts.
     allowed_hosts: list[str] | None = None
     progress_min_interval_ms: int = Field(1000, ge=0)
     timeout_seconds: float = Field(2.0, gt=0)
 
 
 class EventSettings(_Section):
-    """The per-run event stream (SPEC §6): what activities record, how the API tails it."""
+    """The per-run event stream (docs/architecture.md): what activities record, how the API
+    tails it."""
 
     # Fetch progress is recorded at most this often per run (the last page always is).
     progress_min_interval_ms: int = Field(500, ge=0)
@@ -243,7 +244,7 @@ class MetricsSettings(_Section):
 
 
 class PlatformSettings(_Section):
-    """A note platform spoken to by the generic HTTP JSON adapter (SPEC §13)."""
+    """A note platform spoken to by the generic HTTP JSON adapter."""
 
     base_url: str
     search_path: str = "/search"
@@ -253,8 +254,8 @@ class PlatformSettings(_Section):
     page_size_param: str = "page_size"
     page_size: int = Field(10, ge=1, le=200)
     items_path: str = "items"
-    # Where the search answer says what comes next (SPEC §13: ``next_page``, a number or
-    # null on the last page); or, for a platform that answers a flag, ``has_more_path``
+    # Where the search answer says what comes next (the sample platform's ``next_page``,
+    # a number or null on the last page); or, for a platform that answers a flag, ``has_more_path``
     # with ``next_page_path: null``. A missing key is SOURCE_CONTRACT, never an end.
     next_page_path: str | None = "next_page"
     has_more_path: str | None = None
@@ -278,7 +279,7 @@ class PlatformSettings(_Section):
 
 
 class CrawlerSettings(_Section):
-    """The constants of seed 004 §8 and the platforms crawl_notes can reach."""
+    """The crawler's constants (docs/operations.md) and the platforms crawl_notes can reach."""
 
     lock_timeout_minutes: float = Field(30, gt=0)
     recovery_interval_minutes: float = Field(15, gt=0)
@@ -301,7 +302,7 @@ class CrawlerSettings(_Section):
 
 
 class AlertSettings(_Section):
-    """The three alerts of seed 004 §6, evaluated every ``interval_s`` by the workers'
+    """The three crawler alerts (docs/operations.md), evaluated every ``interval_s`` by the workers'
     alerts loop (workflows/alerts.py); ``enabled: false`` stops the loop at the next start."""
 
     enabled: bool = True
@@ -348,13 +349,13 @@ class WorkerSettings(_Section):
     # An attempt's first heartbeat is held back this long too (at most half the heartbeat
     # timeout; an attempt that ends sooner sends none: activities/run_base.py Heartbeat).
     heartbeat_throttle_s: float = Field(1.0, gt=0)
-    # How often a worker checks that each housekeeping loop still runs (one an earlier
-    # build's worker ended during a rolling upgrade is started again; a schedule an
-    # earlier build re-created is deleted again).
+    # How often a worker checks that each housekeeping loop still runs (one that a worker
+    # running other code ended during a rolling upgrade is started again; a retired
+    # start-up schedule that such a worker re-created is deleted again).
     housekeeping_check_s: float = Field(300.0, gt=0)
     # Temporal's workflow sandbox for the runs this worker executes. Off by default: it
     # re-imports the workflow modules for every run and proxies every activation — about
-    # a third of a small run's worker CPU (README "Performance") — while what it guards
+    # a third of a small run's worker CPU (docs/performance.md) — while what it guards
     # is checked before a build ships: every replay test runs the workflows in it (the
     # history corpus, tests/e2e/test_replay.py), and tests/unit/test_workflow_determinism.py
     # rejects non-deterministic calls and module state in workflows/. On: the sandbox
@@ -492,8 +493,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The order is the priority (SPEC §7): values given explicitly (command-line flags,
-        # code) > ARTEMIS__… environment > the YAML file > defaults. Sections merge key by key.
+        # The order is the priority (docs/configuration.md): values given explicitly
+        # (command-line flags, code) > ARTEMIS__… environment > the YAML file > defaults.
+        # Sections merge key by key.
         path = _YAML_FILE.get()
         if path is None:
             return (init_settings, env_settings)

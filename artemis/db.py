@@ -70,7 +70,7 @@ class StagedPage(SQLModel, table=True):
 
 
 class RetainedRun(SQLModel, table=True):
-    """A run that failed with a retryable code (SPEC §4 "Outages"): what POST
+    """A run that failed with a retryable code (docs/architecture.md): what POST
     /tasks/{id}/retry needs to finish it — the run's request and its carry (checkpoint,
     next page, the pages staged but not delivered, stats; references and counts only, no
     record and no secret). Its staged pages and secret stay with it until ``expires_at``

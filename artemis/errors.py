@@ -1,4 +1,4 @@
-"""The one error-code enum of Artemis (SPEC §10, §11) and the exception that carries it."""
+"""The one error-code enum of Artemis (docs/api.md) and the exception that carries it."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class ErrorCode(StrEnum):
     SOURCE_ERROR = "SOURCE_ERROR"
     # The source broke its own contract (a missing key, a wrong type, a body that is not
     # JSON/XML), served the previous page again, or delivered fewer records than it
-    # stated: never an end of paging, always a visible failure (SPEC §4 "Completeness").
+    # stated: never an end of paging, always a visible failure (docs/architecture.md).
     SOURCE_CONTRACT = "SOURCE_CONTRACT"
     SOURCE_LOOP = "SOURCE_LOOP"
     INCOMPLETE = "INCOMPLETE"
@@ -36,7 +36,7 @@ class ErrorCode(StrEnum):
     BAD_RECORDS = "BAD_RECORDS"
     SINK_ERROR = "SINK_ERROR"
     # A source or a sink failed transiently for longer than the run's outage tolerance
-    # (SPEC §4 "Outages"): the run kept its state, POST /tasks/{id}/retry finishes it.
+    # (docs/architecture.md): the run kept its state, POST /tasks/{id}/retry finishes it.
     SOURCE_UNAVAILABLE = "SOURCE_UNAVAILABLE"
     SINK_UNAVAILABLE = "SINK_UNAVAILABLE"
     CALLBACK_ERROR = "CALLBACK_ERROR"

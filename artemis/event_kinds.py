@@ -1,4 +1,4 @@
-"""The kinds of a run's stream events that its readers name (SPEC §6): an operator's
+"""The kinds of a run's stream events that its readers name (docs/architecture.md): an operator's
 controls, the terminal events and a waiting run's outage events.
 
 Kept apart from ``artemis.events`` (the event log and its tables) so that a reader of the
@@ -23,7 +23,7 @@ CONTROL_EVENTS = tuple(Control)
 
 
 class Ending(StrEnum):
-    """The stream's terminal event (seed 001): one per run."""
+    """The stream's terminal event: one per run."""
 
     COMPLETE = "complete"
     ERROR = "error"

@@ -1,11 +1,11 @@
-"""The event stream of a run (SPEC §6, seed 001).
+"""The event stream of a run (docs/architecture.md).
 
 Activities append *raw* events to the ``run_event`` table as they happen: an activity
 started, an activity ended (with counts or an error), fetch progress, the run's terminal
 status. The table is keyed by task id, so one stream spans continue-as-new and outlives
 Temporal's retention until the clean-up loop removes it.
 
-:class:`PlanTracker` turns raw events into the events a front end consumes — the seed's
+:class:`PlanTracker` turns raw events into the events a front end consumes — the
 event converter: a ``plan_update`` first, then ``activity_start`` / ``activity_result`` /
 ``progress`` with ``planId`` = their step, a ``plan_update`` whenever a step's status
 changes (priority ERROR > COMPLETED > IN_PROGRESS > PENDING; a step whose failure was
@@ -458,7 +458,7 @@ class PlanTracker:
             emit(raw.kind, dict(raw.data), None)
         elif raw.kind in OUTAGE_EVENTS:
             # The run waits out an outage of a dependency (each attempt), or it recovered
-            # (SPEC §4 "Outages"); planId: the step it waits in.
+            # (docs/architecture.md); planId: the step it waits in.
             if first:
                 self._plan_if_changed(emit, force=True)
             payload = dict(raw.data)
@@ -531,7 +531,7 @@ class PlanTracker:
         if not raw.data.get("ok"):
             step.failed.add(key)
             return False
-        # A success after a failure of the same step: the step recovered (seed 001 §8.2).
+        # A success after a failure of the same step: the step recovered.
         step.failed.clear()
         res = raw.data.get("result") or {}
         act = raw.data.get("activity")
@@ -601,7 +601,7 @@ class PlanTracker:
 
     def _finish(self, status: str, steps: dict[str, str] | None = None) -> None:
         """The run ended: its plan is the workflow's own (``steps``, the run's snapshot
-        recorded with its end), or — an end without one (terminated, an earlier build) —
+        recorded with its end), or — an end without one (a terminated run, say) —
         what the activities' events say."""
         self.finished = status
         for name, st in self.steps.items():

@@ -7,9 +7,9 @@ every full (oldest-generation) collection: in the worker under `bench/accept.py`
 every ~10 s of load, 90-140 ms each with the event loop held, and collections were 3 % of
 the worker's CPU. Frozen (`gc.freeze`: moved to a permanent generation no collection
 scans) and with the youngest generation collected every 7,000 allocations instead of 700,
-they were 0.8 % and no collection took more than 31 ms (README "Performance").
-Reference counting still frees every object as before; what the collector does is find
-cycles, and a cycle now waits up to 7,000 allocations longer to be found.
+they were 0.8 % and no collection took more than 31 ms (docs/performance.md).
+Reference counting frees every object as usual; what the collector does is find cycles,
+and a cycle waits up to 7,000 allocations longer to be found.
 """
 
 from __future__ import annotations

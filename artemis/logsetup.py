@@ -1,6 +1,6 @@
 """The one logging set-up: structlog for our own lines, the standard library (Temporal's
 replay-safe workflow/activity loggers, httpx, uvicorn) rendered through the same chain,
-with the fixed field set of SPEC §6 on every line and secrets redacted."""
+with one fixed field set on every line and secrets redacted."""
 
 from __future__ import annotations
 

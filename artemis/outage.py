@@ -1,4 +1,4 @@
-"""Outages of the things a run talks to (SPEC §4 "Outages"): which failures are one, the
+"""Outages of the things a run talks to (docs/architecture.md): which failures are one, the
 words an operator reads while a run waits, and how long to wait before the next attempt.
 
 A transient failure — a 5xx, 408, 425 or 429 answer, a refused or reset connection, a

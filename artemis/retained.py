@@ -1,4 +1,4 @@
-"""Runs kept for a retry (SPEC §4 "Outages", §5 ``POST /tasks/{task_id}/retry``).
+"""Runs kept for a retry (``POST /tasks/{task_id}/retry``; docs/api.md, docs/architecture.md).
 
 A run that fails with a retryable code (SOURCE_UNAVAILABLE, SINK_UNAVAILABLE, INTERNAL,
 TIMEOUT_ERROR) keeps its request and its carry — checkpoint, next page, the pages staged

@@ -1,4 +1,4 @@
-"""Where a request may point a run (SPEC §5): every URL that comes from a request — a
+"""Where a request may point a run (docs/security.md): every URL that comes from a request — a
 source base URL in params, a sink endpoint in ``output``, a callback URL — must name a
 host in ``security.allowed_hosts``; URLs from config and the registry are trusted."""
 
@@ -100,7 +100,7 @@ def same_origin(url: str, other: Any) -> bool:
 def check_same_origin(url: str, base: str, who: str) -> None:
     """A URL a source handed back (a ``Link`` header's next page, a next URL in a body)
     is followed only on the origin of the contract's base URL, where its credentials
-    belong (SPEC §5): anything else is SOURCE_CONTRACT naming the host, never the query."""
+    belong: anything else is SOURCE_CONTRACT naming the host, never the query."""
     if origin(url) == origin(base):
         return
     scheme, host, port = origin(url)

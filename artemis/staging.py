@@ -22,7 +22,7 @@ _table = StagedPage.__table__  # type: ignore[attr-defined]
 @contextlib.contextmanager
 def store_outage(what: str) -> Iterator[None]:
     """A staging database that cannot be reached is an outage of the run's own store
-    (SPEC §4 "Outages"): retryable, and named so the run waits it out."""
+    (docs/architecture.md): retryable, and named so the run waits it out."""
     try:
         yield
     except DBAPIError as e:

@@ -1,4 +1,4 @@
-"""W3C trace context (SPEC §6): an inbound ``traceparent`` is read, and outbound ones are
+"""W3C trace context: an inbound ``traceparent`` is read, and outbound ones are
 written, by OpenTelemetry's own W3C propagator (malformed → a fresh trace); each outbound
 hop gets a child span id; and the OpenTelemetry SDK is set up here.
 
@@ -103,8 +103,8 @@ def setup_telemetry(settings: TelemetrySettings) -> None:
     """Install an OpenTelemetry TracerProvider once per process.
 
     ``exporter: none`` (or telemetry off) samples no span: nothing would be exported (the
-    recording of spans was about 6 % of a worker's CPU on small runs, README
-    "Performance"), and Temporal's tracing interceptor is not installed then either
+    recording of spans was about 6 % of a worker's CPU on small runs, docs/performance.md),
+    and Temporal's tracing interceptor is not installed then either
     (artemis/temporal/client.py).
     """
     if _provider_installed:

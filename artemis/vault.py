@@ -1,5 +1,5 @@
 """Encryption of secrets at rest (Fernet). The key comes from ``COOKIE_MASTER_KEY`` or,
-for the embedded dev stack only, a key file generated in the data folder (SPEC §7: every
+for the embedded dev stack only, a key file generated in the data folder (docs/operations.md: every
 process of a cluster must share one key, so nothing else may make one up)."""
 
 from __future__ import annotations

@@ -1,2 +1,2 @@
-"""Crawler operations (seed 004, SPEC §10): cookie vault and pool, record locks and
+"""Crawler operations (docs/operations.md): cookie vault and pool, record locks and
 reclaim, idempotent note writes."""

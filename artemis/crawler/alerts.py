@@ -1,4 +1,4 @@
-"""The crawler's alerts (seed 004 §6), per configured platform:
+"""The crawler's alerts (docs/operations.md), per configured platform:
 
 - ``cookie_exhausted`` (P0): no usable cookie (active and under its daily limit);
 - ``success_rate_low`` (P1): the detail fetches of the last ``success_window_minutes``

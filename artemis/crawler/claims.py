@@ -1,4 +1,4 @@
-"""Record locks, timeout reclaim and idempotent writes (seed 004 §4.2–4.4, SPEC §10).
+"""Record locks, timeout reclaim and idempotent writes (docs/operations.md).
 
 - :meth:`Claims.claim` takes up to ``n`` pending candidates for one execution in a single
   statement: PostgreSQL ``FOR UPDATE SKIP LOCKED`` (racing claimers skip each other's

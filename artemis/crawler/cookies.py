@@ -1,4 +1,5 @@
-"""The cookie pool of seed 004 §2.1: which cookie a request uses, and what its outcome does.
+"""The crawler's cookie pool (docs/operations.md): which cookie a request uses, and what
+its outcome does.
 
 State machine (constants from ``crawler`` settings)::
 

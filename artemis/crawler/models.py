@@ -1,4 +1,4 @@
-"""The crawler tables of seed 004 (SPEC §10): cookies, candidate notes, executions and the
+"""The crawler tables (docs/operations.md): cookies, candidate notes, executions and the
 collected notes, plus the vault's key records (salts, never keys)."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Platform adapters (SPEC §10 and §13): search a keyword into candidate notes, fetch one
+"""Platform adapters: search a keyword into candidate notes, fetch one
 note's details, each request with the cookie the pool lent it.
 
 :class:`HttpJsonPlatform` speaks any platform whose search and detail answers are JSON,
 configured by ``crawler.platforms.<name>`` (paths, parameter names, where the items and
 the next page are). A search page ends the keyword only on the platform's own word (the
 next page null, or a has-more flag false); a missing key or a wrong type is
-``SOURCE_CONTRACT`` (SPEC §4 "Completeness"). Failures map to the error table of SPEC §10: 401/403 →
+``SOURCE_CONTRACT`` (docs/architecture.md). Failures map to the crawler's error codes: 401/403 →
 ``COOKIE_INVALID`` (the cookie is blamed, the next one tried), 429 → ``PLATFORM_ERROR``
 with the server's ``Retry-After``, 5xx → ``PLATFORM_ERROR``, a timeout →
 ``TIMEOUT_ERROR``, a connection failure → ``NETWORK_ERROR``, 404 → ``PLATFORM_ERROR``

@@ -1,6 +1,6 @@
 """``crawl_notes``: search a platform's keywords into candidate notes, then fetch each
 claimed note's details with a pooled cookie, write it once to ``tbl_source`` and send it
-to the sinks of ``output_defaults.crawl_notes`` (seed 004, SPEC §10).
+to the sinks of ``output_defaults.crawl_notes`` (docs/operations.md).
 
 One run is one *execution* of its workflow name (the execution lock: workflow id
 ``artemis/lock/{workflow_name}``, a named token's ``artemis/lock/{owner}~{workflow_name}``,
@@ -60,7 +60,7 @@ class CrawlParams(BaseModel):
     keywords: list[str] = Field(min_length=1, max_length=100)
     max_pages: int | None = Field(None, ge=1, le=1000)
     workflow_name: str | None = Field(None, min_length=1, max_length=150)
-    # How long an outage of the source or a sink is waited out (SPEC §4 "Outages");
+    # How long an outage of the source or a sink is waited out (docs/architecture.md);
     # default: runs.outage_tolerance_s. 0: fail fast.
     outage_tolerance_s: OutageTolerance = None
 
@@ -236,8 +236,8 @@ class _KeywordSearch(Source):
 
 
 def _search_checkpoint(raw: dict[str, Any] | None) -> dict[str, Any]:
-    """The crawl's checkpoint; one of an earlier build (one keyword after another:
-    ``{"phase": "search", "k", "page", "digest"}``) is read as per-keyword units."""
+    """The crawl's checkpoint; a search checkpoint of one keyword after another
+    (``{"phase": "search", "k", "page", "digest"}``) is read as per-keyword units."""
     cp = dict(raw or {"phase": "search"})
     if cp.get("phase") == "search" and "k" in cp:
         k, page = int(cp["k"]), int(cp.get("page") or 1)
@@ -254,7 +254,7 @@ def _search_checkpoint(raw: dict[str, Any] | None) -> dict[str, Any]:
 
 
 class NoteRecord(BaseModel):
-    """A note as the sinks get it (the sample platform's detail answer, SPEC §13): a
+    """A note as the sinks get it (the sample platform's detail answer): a
     platform whose notes carry other fields needs its own model for the sql and files sinks."""
 
     note_id: str

@@ -1,4 +1,4 @@
-"""The vault of cookies and registry credential secrets (seed 004 §5.1, SPEC §10).
+"""The vault of cookies and registry credential secrets (docs/security.md).
 
 Each encryption key is derived from ``COOKIE_MASTER_KEY`` with HKDF-SHA256 and a random
 salt stored in ``tbl_vault_key`` (the key itself is never stored); every encrypted row

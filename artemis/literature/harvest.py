@@ -29,7 +29,7 @@ PAPER_FAMILIES = ("PUBMED", "CROSSREF")
 
 
 def started_before_families(contract: dict[str, Any] | None) -> bool:
-    """A run started by a build whose contracts had no record model dimension: it goes on
+    """A run whose frozen contract has no record model dimension: it goes on
     as it began (its family read from its SEARCH path, its own model if it declared one)."""
     return contract is not None and "record_model" not in contract
 

@@ -107,8 +107,8 @@ class PubMedSource(Source):
             "pending": [],
             "count": None,
             "webenv": None,
-            # Records delivered; a checkpoint of an earlier build lacks it: every id taken
-            # off the esearch list before the pending ones went to efetch.
+            # Records delivered; for a checkpoint without it, every id taken off the
+            # esearch list but the pending ones.
             "taken": 0 if not checkpoint else checkpoint["retstart"] - len(checkpoint["pending"]),
             "digest": None,
             **(checkpoint or {}),

@@ -1,5 +1,5 @@
 """What each field of the registry YAML means: the descriptions of the file models
-(``file_models.py``), so ``artemis registry schema``, its JSON Schema and the README's field
+(``file_models.py``), so ``artemis registry schema``, its JSON Schema and docs/registry.md's field
 reference say the same thing. A column with no entry here fails the test suite.
 
 Every column acts: a field Artemis cannot honour is refused at import with the reason,
@@ -35,7 +35,7 @@ SECTIONS = {
     "in force from 1970-01-01): `{key: [...], fields: {...}}`",
 }
 
-# Every dimension row has these (scope and effective interval, seed 002).
+# Every dimension row has these (scope and effective interval).
 COMMON = {
     "scope_code": "`SOURCE`: for every task type; `TASK`: for `task_type` only (wins over SOURCE)",
     "task_type": "with scope `TASK`: the task type the row is for",

@@ -7,7 +7,7 @@ The models are derived from the SQLModel tables (one source of truth for the col
 the file carries each table's columns except the ones the import sets itself, plus
 ``secret_env`` / ``endpoint_name`` for a credential. Code columns with a closed set of
 values are checked against it; each field's meaning is in ``field_docs.py``, and
-``reference()`` prints them all (``artemis registry schema``, the README's reference).
+``reference()`` prints them all (``artemis registry schema``, docs/registry.md's reference).
 A refused file lists every problem, each with the closest valid name or value.
 """
 
@@ -498,7 +498,7 @@ def _table(rows: list[tuple[str, Any, bool]]) -> list[str]:
 
 def reference() -> str:
     """Every section and field of the registry YAML, as Markdown tables (generated from
-    the file models: the README's reference is this text)."""
+    the file models: docs/registry.md's reference is this text)."""
     common = row_model("http_cfg").model_fields
     out = [
         "Every row of a dimension section (all but `provenance`) has:",

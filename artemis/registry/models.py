@@ -1,8 +1,8 @@
-"""The provenance registry (seed 002, SPEC §8): one row per source in ``reg_provenance``
+"""The provenance registry (docs/registry.md): one row per source in ``reg_provenance``
 and one table per configuration dimension, each row scoped (SOURCE | TASK + task type) and
 valid over a half-open UTC interval ``[effective_from, effective_to)``.
 
-Column names are the seed's, so its SQL and its documents stay readable against them.
+Column names are the registry's established ones, so SQL written against them keeps working.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ LIFECYCLE_STATUSES = ("ACTIVE", "PAUSED", "DEPRECATED", "RETIRED")
 
 
 def _task_type_key() -> Column:
-    # The seed's generated column IFNULL(task_type, 'ALL'): keys the unique interval index.
+    # A generated column IFNULL(task_type, 'ALL'): keys the unique interval index.
     return Column(String(16), Computed("COALESCE(task_type, 'ALL')", persisted=True))
 
 
@@ -90,7 +90,7 @@ class RegProvEndpointDef(DimensionBase, table=True):
     request_content_type: str | None = Field(default=None, max_length=100)
     response_format_code: str | None = Field(default=None, max_length=16)  # JSON | XML
     is_auth_required: bool = False
-    # Endpoint-level parameter names win over the pagination/batching cfg (seed §3.4).
+    # Endpoint-level parameter names win over the pagination/batching cfg.
     page_param_name: str | None = Field(default=None, max_length=64)
     page_size_param_name: str | None = Field(default=None, max_length=64)
     cursor_param_name: str | None = Field(default=None, max_length=64)
@@ -152,10 +152,11 @@ class RegProvPaginationCfg(DimensionBase, table=True):
     total_count_jsonpath: str | None = Field(default=None, max_length=200)
     records_jsonpath: str | None = Field(default=None, max_length=200)
     max_result_window: int | None = None  # e.g. 9,999 for PubMed esearch
-    # Completeness (SPEC §4): the source documents that a page shorter than the page size
-    # is the last (Crossref does); a token API documents leaving its token out on the last
-    # page; where a record's key is (a repeated page is caught by content); the shortfall
-    # against the stated total a run accepts, in percent (default 0).
+    # Completeness (docs/architecture.md): the source documents that a page shorter than
+    # the page size is the last (Crossref does); a token API documents leaving its token
+    # out on the last page; where a record's key is (a repeated page is caught by
+    # content); the shortfall against the stated total a run accepts, in percent
+    # (default 0).
     short_page_is_last: bool | None = None
     absent_token_is_last: bool | None = None
     record_key_jsonpath: str | None = Field(default=None, max_length=200)
@@ -237,7 +238,7 @@ class RegProvRetryCfg(DimensionBase, table=True):
     circuit_break_threshold: int | None = None
     circuit_cool_down_millis: int | None = None
     # How long an outage of this source is waited out before the run fails
-    # SOURCE_UNAVAILABLE (None: runs.outage_tolerance_s; 0: fail fast). SPEC §4.
+    # SOURCE_UNAVAILABLE (None: runs.outage_tolerance_s; 0: fail fast).
     outage_tolerance_millis: int | None = None
 
 

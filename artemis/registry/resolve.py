@@ -1,7 +1,7 @@
-"""Resolution (seed 002 §3): pick, per dimension, the one row in force for a provenance,
+"""Resolution (docs/registry.md): pick, per dimension, the one row in force for a provenance,
 a task type and an instant, and assemble them into the run's execution contract.
 
-Rules, exactly as the seed's SQL:
+Rules:
 - time: ``effective_from <= at < COALESCE(effective_to, +inf)`` (half-open, UTC);
 - scope: a TASK row for the task type wins; else a SOURCE row (no field-level merge);
 - ties: ``effective_from DESC, id DESC``;
@@ -99,7 +99,7 @@ def current_row(
     at: datetime,
     *filters: Any,
 ) -> Any | None:
-    """The seed's two-step query: the newest TASK row in force, else the newest SOURCE row."""
+    """A two-step query: the newest TASK row in force, else the newest SOURCE row."""
     table = model.__table__  # type: ignore[attr-defined]
     base = [table.c.provenance_id == provenance_id, _in_force(table, at), *filters]
     order = (table.c.effective_from.desc(), table.c.id.desc())
@@ -256,7 +256,7 @@ def resolve_contract(
     )
 
 
-# -- merge rules (seed §3.4) ------------------------------------------------------------------
+# -- merge rules ------------------------------------------------------------------------------
 def merge_params(base: dict[str, Any] | None, runtime: dict[str, Any] | None) -> dict[str, Any]:
     """Key-level merge: runtime keys override the base; a None value deletes the key."""
     merged = {**(base or {}), **(runtime or {})}

@@ -1,4 +1,4 @@
-"""Writes to the registry with the seed's application-level rules: no overlapping
+"""Writes to the registry with its application-level rules: no overlapping
 intervals within one dimension (the error names the conflicting rows), no TASK row
 without a task type, gray switch and rollback by adding and closing intervals."""
 

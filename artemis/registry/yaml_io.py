@@ -3,7 +3,7 @@
 Format: a top-level ``provenance`` mapping (the ``reg_provenance`` columns) and one list
 per dimension named after its table without the ``reg_prov_`` prefix (``endpoint_def``,
 ``window_offset_cfg``, ``pagination_cfg``, ``http_cfg``, ``batching_cfg``, ``retry_cfg``,
-``rate_limit_cfg``, ``credential``), each row with the seed's column names and no ids.
+``rate_limit_cfg``, ``credential``), each row with its table's column names and no ids.
 A credential names its secret by environment variable (``secret_env: NCBI_API_KEY``), the
 second secret of a pair (HTTP Basic's user, an OAuth2 client id) the same way
 (``principal_env``), and its endpoint by name (``endpoint_name: efetch``).

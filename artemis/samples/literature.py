@@ -1,4 +1,4 @@
-"""Sample PubMed E-utilities and Crossref REST servers (SPEC §13): synthetic, deterministic
+"""Sample PubMed E-utilities and Crossref REST servers: synthetic, deterministic
 corpora served with the real APIs' parameter names, limits and error shapes.
 
 PubMed: ``esearch.fcgi`` (XML ``eSearchResult`` by default, JSON with ``retmode=json``, as

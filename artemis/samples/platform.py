@@ -1,9 +1,9 @@
-"""A sample note platform (SPEC §13) that behaves like a real one for the crawler: search
+"""A sample note platform that behaves like a real one for the crawler: search
 by keyword in pages, note details behind a login cookie, a per-session rate limit with
 ``429`` + ``Retry-After``, slow or failing notes on demand.
 
 - ``GET /platform/search?keyword=&page=&page_size=`` → ``{"items": [{"note_id",
-  "note_url"}], "next_page"}`` as SPEC §13 gives it (``next_page`` null on the last
+  "note_url"}], "next_page"}`` (``next_page`` null on the last
   page; 25 notes per keyword, deterministic).
 - ``GET /platform/notes/{note_id}`` → ``{"note_id", "title", "content", "author",
   "liked_count", "published_at"}``. Needs ``Cookie: web_session=sample-…``; a missing,

@@ -261,8 +261,8 @@ BUILT_OFFLINE = frozenset({"http", "log"})
 
 
 def builds_offline(output: dict[str, Any] | None) -> bool:
-    """Whether a run's resolved output names only sinks built without I/O (a run of an
-    earlier build, whose output is resolved when its sinks are built: False)."""
+    """Whether a run's resolved output names only sinks built without I/O (False for an
+    output not resolved at the run's start: it is resolved when its sinks are built)."""
     spec = resolved_spec(output or {})
     if spec is None:
         return False
@@ -271,8 +271,8 @@ def builds_offline(output: dict[str, Any] | None) -> bool:
 
 
 def resolved_spec(output: dict[str, Any]) -> dict[str, Any] | None:
-    """The sinks' mapping of a run's resolved output (None: a run of an earlier build,
-    whose output was the request's alone)."""
+    """The sinks' mapping of a run's resolved output (None: an output without the
+    resolved marker, the request's alone)."""
     if output.get(RESOLVED) is not True:
         return None
     return {k: v for k, v in output.items() if k != RESOLVED}

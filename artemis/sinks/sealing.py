@@ -13,7 +13,7 @@ from artemis.redact import scoped
 from artemis.security import same_origin
 from artemis.sinks.factory import OPERATOR_ONLY
 
-# A request's sink secrets (SPEC §5): header values of ``output.http_headers`` and an
+# A request's sink secrets (docs/security.md): header values of ``output.http_headers`` and an
 # ``output.http_endpoint`` carrying a user, password or query are run secrets — encrypted
 # in ``run_secret``, resolved inside the activities — and workflow history carries this
 # marker in their place.

@@ -5,7 +5,7 @@ Each answers two questions: ``update_request`` — how do I ask for the current 
 is a plain JSON checkpoint (``checkpoint()`` / ``paginator_from_checkpoint``) so that a
 heartbeat can carry it and a retried activity resumes exactly where the last one stopped.
 
-**Paging ends only on the source's own word** (SPEC §4 "Completeness"): an empty page, a
+**Paging ends only on the source's own word** (docs/architecture.md): an empty page, a
 next marker that is present and null/false, a stated total reached, or a page shorter
 than the page size where the source documents that rule (``short_page_ends``). A missing
 key, an unexpected shape or a value of the wrong type is never an end: it is a
@@ -608,9 +608,9 @@ def paginator_from_checkpoint(checkpoint: dict[str, Any]) -> Paginator:
             ErrorCode.INVALID_INPUT,
             f"unknown paginator kind in checkpoint: {kind!r} (known: {', '.join(sorted(_KINDS))})",
         )
-    # A checkpoint written by an earlier build may carry fields this one no longer has, and
-    # lack the count of records delivered: derive it where the state holds it, else the
-    # run cannot be reconciled (no stated total is kept for it).
+    # A checkpoint may carry fields the paginator does not have (ignored), and lack the
+    # count of records delivered: derive it where the state holds it, else the run cannot
+    # be reconciled (no stated total is kept for it).
     known = {f.name for f in fields(cls)}
     counted = "taken" in data
     try:

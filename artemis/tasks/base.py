@@ -1,5 +1,5 @@
-"""The TaskUnit API (seed 000): a task author describes *what* to fetch, process and emit;
-the task-run workflow decides *when*, in durable batches.
+"""The TaskUnit API (docs/architecture.md): a task author describes *what* to fetch,
+process and emit; the task-run workflow decides *when*, in durable batches.
 
 Lifecycle: ``prepare_params`` → ``build_sources`` → ``fetch`` → ``process`` →
 ``decide_sinks`` → ``emit`` → ``finalize``. Each method gets a ``TaskContext``. ``fetch``
@@ -140,7 +140,7 @@ class TaskUnit:
         raise NotImplementedError(f"{type(self).__name__} must implement build_sources")
 
     # True: an activity failing with a retryable code is retried at most that code's
-    # ``max_retries`` times (the error table of SPEC §10), whatever the retry policy says.
+    # ``max_retries`` times (the error table of docs/api.md), whatever the retry policy says.
     error_budgets: ClassVar[bool] = False
 
     # Params only Artemis sets (a frozen contract, a child's window): refused from requests.
@@ -313,8 +313,8 @@ class TaskUnit:
     def decide_sinks(self, ctx: TaskContext) -> list[Sink]:
         """The run's sinks, from the output it resolved when it started (request over
         ``output_defaults``): a worker with another configuration sends its records to
-        the same places. A run of an earlier build carried only its request's output:
-        resolved here, against this worker's configuration."""
+        the same places. A run whose output was not resolved at its start (it carries
+        only its request's output) is resolved here, against this worker's configuration."""
         record, database_url = self.record_spec(ctx.params), ctx.settings.database.url
         defaults = ctx.settings.output_defaults.get(self.code, {})
         spec = resolved_spec(ctx.output or {})
@@ -356,7 +356,7 @@ class TaskUnit:
 
     # -- execution lock ------------------------------------------------------------------
     def lock_name(self, params: BaseModel) -> str | None:
-        """A workflow name of which one execution at a time may run (SPEC §10): the run's
+        """A workflow name of which one execution at a time may run: the run's
         workflow id is then ``artemis/lock/{name}`` and a second start is refused with
         EXECUTION_LOCKED. None: runs are independent (``artemis/{code}/{task_id}``)."""
         return None

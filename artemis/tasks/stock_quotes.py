@@ -1,4 +1,4 @@
-"""``pull_stock_quotes``: daily quotes per symbol from a REST quote API (SPEC §13)."""
+"""``pull_stock_quotes``: daily quotes per symbol from a REST quote API."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class QuoteParams(RecordPolicyParams):
     end: date | None = None
     page_size: int = Field(100, ge=1, le=1000)
     base_url: str = "http://127.0.0.1:8300"
-    # How long an outage of the source or a sink is waited out (SPEC §4 "Outages");
+    # How long an outage of the source or a sink is waited out (docs/architecture.md);
     # default: runs.outage_tolerance_s. 0: fail fast.
     outage_tolerance_s: OutageTolerance = None
 

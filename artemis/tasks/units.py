@@ -13,7 +13,7 @@ were in flight::
 
 ``done``: the units finished; ``open``: those started, with the checkpoint after their
 last page handed over; ``expected``: the totals the finished units stated. Units in
-neither start from the beginning. The checkpoint of earlier builds (``{"source": i,
+neither start from the beginning. A checkpoint without ``"v"`` (``{"source": i,
 "state": …, "expected": …}``, one source after another) is read as well.
 
 When a unit that stated a total ends short of it beyond the tolerance, its last page
@@ -50,7 +50,7 @@ class UnitsCheckpoint:
                 open={int(i): s for i, s in (raw.get("open") or {}).items()},
                 expected=raw.get("expected"),
             )
-        # One source after another (earlier builds): the ones before ``source`` are done.
+        # One source after another (no "v"): the ones before ``source`` are done.
         index, state = int(raw.get("source", 0)), raw.get("state")
         return cls(
             done=set(range(index)),

@@ -1,4 +1,4 @@
-"""Task storage (seeds 001 and 003, SPEC §9): what operators and front ends read about runs,
+"""Task storage (docs/architecture.md): what operators and front ends read about runs,
 kept beyond Temporal's retention, on SQL or Redis."""
 
 from artemis.taskstore.base import (

@@ -1,6 +1,7 @@
-"""The TaskStorage contract (seed 003): save (upsert), load (None when absent or expired),
-update_status (optimistic lock; started_at on running, completed_at on a terminal status),
-delete (idempotent), delete_expired (terminal tasks only, in batches). Times are UTC."""
+"""The TaskStorage contract (docs/architecture.md): save (upsert), load (None when absent
+or expired), update_status (optimistic lock; started_at on running, completed_at on a
+terminal status), delete (idempotent), delete_expired (terminal tasks only, in batches).
+Times are UTC."""
 
 from __future__ import annotations
 

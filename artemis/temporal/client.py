@@ -87,7 +87,7 @@ async def connect(settings: Settings) -> Client:
             # Temporal's spans (workflow, activity, signal…) only when they are exported:
             # with ``exporter: none`` the interceptor's unsampled spans and the header it
             # writes on every command reach no one, and cost 4–8 ms of the worker's CPU and
-            # 3–9 ms of Temporal's a small run (README "Performance"). The
+            # 3–9 ms of Temporal's a small run (docs/performance.md). The
             # run's own trace (traceparent to sources, sinks and the CronJob) rides in the
             # activities' inputs either way (artemis/tracing.py).
             interceptors=[TracingInterceptor()] if exporting(settings.telemetry) else [],

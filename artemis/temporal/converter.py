@@ -4,9 +4,9 @@ class's type hints once.
 The SDK's JSON converter rebuilds a dataclass from its JSON with ``value_to_type``, which
 calls ``typing.get_type_hints`` on the class for every payload and every nested
 dataclass: evaluating the string annotations (``from __future__ import annotations``)
-anew each time. On a small run that was 7 % of the worker's event-loop time (README
-"Performance"). ``DataclassFields`` is a custom type converter, the SDK's own extension
-point, tried before the default conversion: the same rules (unknown keys ignored, a
+anew each time. On a small run that was 7 % of the worker's event-loop time
+(docs/performance.md). ``DataclassFields`` is a custom type converter, the SDK's own
+extension point, tried before the default conversion: the same rules (unknown keys ignored, a
 missing field left to the class's default or its ``TypeError``, ``init=False`` fields
 restored after construction), with the hints of each class resolved once per process.
 
