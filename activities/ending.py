@@ -65,7 +65,7 @@ class EndingActivities(RunActivityBase):
                 ctx = await self._context(task, inp.run, inp.params, trace)
                 here = not own_hooks(task, "finalize")
                 stats = await on_loop_if(here, task.finalize, ctx, stats)
-            except Exception as e:  # finalize must not fail the run (seed 000 §7)
+            except Exception as e:  # finalize must not fail the run
                 log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
         if inp.params is not None:
             task = get_task(inp.run.task_code)

@@ -177,7 +177,7 @@ class FetchActivities(RunActivityBase):
                 raise
             except ArtemisError as e:
                 # The source (or staging) failing transiently: the pages so far count, and the
-                # workflow waits, then fetches on from their checkpoint (SPEC §4 "Outages").
+                # workflow waits, then fetches on from their checkpoint (docs/architecture.md).
                 outage = (
                     outage_of(e, "source", task.source_name(ctx))
                     if inp.report_outages and not task.error_budgets

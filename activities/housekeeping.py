@@ -45,7 +45,7 @@ class HousekeepingActivities:
 
     @activity.defn(name="cleanup_old_tasks")
     async def cleanup_old_tasks(self, inp: CleanupInput) -> CleanupResult:
-        """The clean-up schedule (seed 001's cleanup_old_tasks(hours=24)): record the
+        """The clean-up job (docs/operations.md): record the
         ending of runs that could not record it themselves, then drop terminal tasks,
         stale staged pages and old events."""
         now = datetime.now(UTC)

@@ -420,7 +420,7 @@ class RunActivityBase:
 
     def _default_token(self, target: CallbackTarget) -> str | None:
         """``callback.default_token``, only for a callback to ``callback.base_url``'s
-        origin: a request naming another allowed host gets no token of ours (SPEC §5)."""
+        origin: a request naming another allowed host gets no token of ours."""
         cfg = self.settings.callback
         if not cfg.default_token or not cfg.base_url:
             return None
