@@ -327,7 +327,7 @@ class RunService(RunReads):
         )
 
     def _callback_target(self, ask: StartRequest) -> dict[str, Any] | None:
-        """The CronJob callback of seed 000 §13, checked up front (host allowed, header
+        """The CronJob callback (docs/api.md), checked up front (host allowed, header
         names not reserved); its token is redacted in this request's text."""
         if ask.callback is None:
             return None
@@ -495,8 +495,8 @@ class RunService(RunReads):
     async def retry(
         self, task_id: str, trace: TraceContext, request_id: str | None
     ) -> dict[str, Any]:
-        """Finish a run that failed with a retryable code from its kept state (SPEC §4
-        "Outages"): a new execution under the same workflow id that first delivers what
+        """Finish a run that failed with a retryable code from its kept state
+        (docs/api.md): a new execution under the same workflow id that first delivers what
         was staged and not delivered, then fetches on from the checkpoint. 404 unknown;
         409 running, completed, cancelled or failed for good (naming why); 410 its state
         was cleaned up, or was kept by a build whose format this one does not read."""

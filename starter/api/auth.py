@@ -108,7 +108,7 @@ def token_for(token: str, tokens: list[ApiToken]) -> ApiToken | None:
 
 
 def json_only(method: str, headers: Any, tokens: bool) -> ArtemisError | None:
-    """What a route that changes state refuses (SPEC §5): a body that is not JSON, and,
+    """What a route that changes state refuses (docs/security.md): a body that is not JSON, and,
     without tokens, a request without ``Content-Type: application/json`` (a web page
     cannot send that cross-site without a preflight this API never grants: CSRF)."""
     if method not in ("POST", "PUT", "PATCH", "DELETE"):

@@ -1,4 +1,4 @@
-"""The response envelope of SPEC §5 and the ASGI middleware that gives every request a
+"""The response envelope (docs/api.md) and the ASGI middleware that gives every request a
 request id, a trace, the Host check, a body-size limit, log context and its access-log
 line. Who may call is not decided here: ``starter/api/auth.py``'s security dependency."""
 
@@ -141,7 +141,7 @@ class RequestContextMiddleware:
             structlog.contextvars.clear_contextvars()
 
     def _refused(self, headers: dict[str, str], tokens: bool) -> ArtemisError | None:
-        """A browser's request another site made (SPEC §5): a Host header naming another
+        """A browser's request another site made (docs/security.md): a Host header naming another
         site on a loopback API without tokens (DNS rebinding). What a page could send
         cross-site in a body is refused by the routes (``auth.json_only``)."""
         if not tokens and self.settings.server.host in LOOPBACK_BINDS:

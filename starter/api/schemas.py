@@ -1,4 +1,4 @@
-"""The API's bodies and answers as Pydantic models (SPEC §5): the handlers validate with
+"""The API's bodies and answers as Pydantic models (docs/api.md): the handlers validate with
 them, and ``/openapi.json`` / ``/docs`` show them. Every answer sits inside the envelope
 ``{"success", "data", "error", "meta"}``; ``Envelope[T]`` documents ``data`` as ``T``."""
 
@@ -33,7 +33,7 @@ class Meta(BaseModel):
 
 
 class Envelope(BaseModel, Generic[T]):
-    """One envelope for every answer (seed 004 §3.1, with seed 000 §7's trace id)."""
+    """One envelope for every answer, with the request's trace id (docs/api.md)."""
 
     success: bool
     data: T | None = None
@@ -54,7 +54,7 @@ _ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-
 
 
 class CallbackMeta(_Body):
-    """The CronJob to call back (seed 000 §13): where (else ``callback.base_url``), and
+    """The CronJob to call back (docs/api.md): where (else ``callback.base_url``), and
     the header and token to send (the token is kept as a run secret, never in history)."""
 
     base_url: str | None = None
@@ -112,7 +112,7 @@ class RunParams(BaseModel):
 
 
 class RunBody(_Body):
-    """``{"meta": {...}, "body": {...params}}`` (seed 000 §13) or ``{"params": {...}}``."""
+    """``{"meta": {...}, "body": {...params}}`` or ``{"params": {...}}``."""
 
     meta: RunMeta = Field(default_factory=RunMeta)
     body: RunParams | None = None
@@ -302,7 +302,7 @@ class NotesSummary(BaseModel):
 
 
 class NotesAnswer(BaseModel):
-    """The seed's batch shape (seed 004 §3.2): items, summary, error, meta at the top."""
+    """The batch answer: items, summary, error, meta at the top."""
 
     success: bool
     items: list[NoteItem]

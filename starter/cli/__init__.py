@@ -1,4 +1,4 @@
-"""The starter's command line (SPEC §12): the commands that need no worker, one module
+"""The starter's command line: the commands that need no worker, one module
 per command group.
 
 `_common` (settings, failing, calling the API), `servers` (api, samples, db), `cookies`,

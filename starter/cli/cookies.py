@@ -1,4 +1,4 @@
-"""`artemis cookies`: the crawler's cookie pool (SPEC §10)."""
+"""`artemis cookies`: the crawler's cookie pool (docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`artemis registry`: the provenance registry (SPEC §8)."""
+"""`artemis registry`: the provenance registry (docs/registry.md)."""
 
 from __future__ import annotations
 

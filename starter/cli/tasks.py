@@ -1,4 +1,4 @@
-"""`artemis run` and `artemis tasks`: runs through the starter API (SPEC §5)."""
+"""`artemis run` and `artemis tasks`: runs through the starter API (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GET /tasks/{task_id}/events: the run's events as Server-Sent Events (SPEC §6).
+"""GET /tasks/{task_id}/events: the run's events as Server-Sent Events (docs/architecture.md).
 
 The stream replays the run's recorded events through the plan tracker, sends those after
 ``Last-Event-ID`` (header, or ``?last_event_id=`` for clients that cannot set headers),

@@ -1,5 +1,5 @@
-"""POST /notes/details: details of several notes at once, each failing alone (seed 004
-§3.2, SPEC §10). The answer has the seed's batch shape."""
+"""POST /notes/details: details of several notes at once, each failing alone
+(docs/api.md). The answer is a batch: items, summary, error and meta at the top."""
 
 from __future__ import annotations
 
