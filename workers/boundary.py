@@ -1,7 +1,7 @@
 """The boundary every activity of a run passes through, as a Temporal activity
 interceptor: it binds the run's log fields and trace span, records the attempt in the
 run's event stream and the metrics, and turns domain errors into typed Temporal failures
-(with the error table's retry budget, SPEC §10).
+(with the error table's retry budget, docs/api.md).
 
 It applies to the activities whose input carries the run (``inp.run`` is a ``RunRef``);
 the housekeeping activities (clean-up, reclaim, alerts) pass straight through.
@@ -145,7 +145,7 @@ class _Boundary(ActivityInboundInterceptor):
             # (even with payload encryption), and reach events and the task store.
             e.message = redact_text(e.message)
             if e.retryable and info.attempt > e.code.info.max_retries and _budgeted(run):
-                # The error table's max retries (SPEC §10), enforced by Temporal: this
+                # The error table's max retries (docs/api.md), enforced by Temporal: this
                 # failure is final, so the retry policy stops here.
                 e.retryable = False
                 log.warning("error_budget_spent", code=e.code.value, attempt=info.attempt)

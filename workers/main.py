@@ -112,7 +112,7 @@ class ProvenanceWorkers:
                     seconds=self.settings.worker.graceful_shutdown_s
                 ),
                 max_heartbeat_throttle_interval=heartbeat_throttle(self.settings),
-                # the queue is part of this build: a pinned run's fetches stay on it
+                # the queue is part of the worker's build: a pinned run's fetches stay on it
                 deployment_config=self.build.config(),
             )
             self.running[code] = (rate, worker, asyncio.create_task(worker.run()))
@@ -153,9 +153,9 @@ WORKFLOWS = (
 )
 
 
-# The schedules earlier builds created at start-up, each starting one workflow execution
-# per tick (a row in the UI's list per tick): removed at start-up, so that an upgraded
-# cluster stops adding them. The housekeeping loops replaced them.
+# Retired start-up schedules, each starting one workflow execution per tick (a row in the
+# UI's list per tick): the housekeeping loops do their work. A worker deletes any it
+# finds, at start-up and at each housekeeping check, so a cluster stops adding them.
 OLD_SCHEDULES = ("cleanup-old-tasks", "reclaim-stale-locks", "evaluate-alerts")
 
 
@@ -239,7 +239,7 @@ async def stop_housekeeping_loop(client: Client, job: HousekeepingJob, task_queu
 
 
 async def remove_old_schedules(client: Client, task_queue: str) -> list[str]:
-    """Delete the schedules an earlier build created (absent ones are fine)."""
+    """Delete the retired start-up schedules (absent ones are fine)."""
     from temporalio.service import RPCError, RPCStatusCode
 
     removed = []
@@ -257,10 +257,10 @@ async def remove_old_schedules(client: Client, task_queue: str) -> list[str]:
 
 
 async def keep_housekeeping(client: Client, settings: Settings, task_queue: str) -> None:
-    """Every ``worker.housekeeping_check_s``: the earlier builds' schedules stay gone
-    (an earlier build's worker re-creates them at its start) and each enabled job's loop
-    runs — one that an earlier build's worker ended (it runs a loop's input as one pass)
-    is started again. A running loop is not signalled (its history stays short)."""
+    """Every ``worker.housekeeping_check_s``: the retired schedules stay gone (a worker
+    running older code during a rolling upgrade re-creates them at its start) and each
+    enabled job's loop runs — one that such a worker ended (it runs a loop's input as one
+    pass) is started again. A running loop is not signalled (its history stays short)."""
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError, RPCStatusCode
 
@@ -286,7 +286,7 @@ async def keep_housekeeping(client: Client, settings: Settings, task_queue: str)
 
 
 async def ensure_housekeeping(client: Client, settings: Settings, task_queue: str) -> None:
-    """At every worker start: the earlier builds' schedules go, and each housekeeping job
+    """At every worker start: the retired schedules go, and each housekeeping job
     has its one loop running with this worker's settings (a turned-off job's loop ends)."""
     await remove_old_schedules(client, task_queue)
     for job in housekeeping_jobs(settings):
