@@ -1,4 +1,4 @@
-"""The full `artemis` command (SPEC §12): the starter's commands (`starter/cli/`) and the
+"""The full `artemis` command: the starter's commands (`starter/cli/`) and the
 ones that run a worker — `worker` (production) and the embedded stack's `dev` and `demo`.
 
 The worker and the stack are imported when their command runs: they load Temporal's

@@ -1,4 +1,4 @@
-"""Task storage: async_tasks (SPEC §9).
+"""Task storage: async_tasks (docs/architecture.md).
 
 Revision ID: 0003_task_storage
 Revises: 0002_registry

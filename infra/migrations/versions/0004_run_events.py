@@ -1,4 +1,4 @@
-"""Run events: the raw event stream of each task run (SPEC §6).
+"""Run events: the raw event stream of each task run (docs/architecture.md).
 
 Revision ID: 0004_run_events
 Revises: 0003_task_storage

@@ -1,4 +1,4 @@
-"""Crawler tables of seed 004: cookies, candidates, executions, collected notes, vault keys.
+"""Crawler tables: cookies, candidates, executions, collected notes, vault keys.
 
 Revision ID: 0005_crawler
 Revises: 0004_run_events

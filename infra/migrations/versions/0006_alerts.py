@@ -1,4 +1,4 @@
-"""Alert episodes and detail-fetch outcomes (seed 004 §6).
+"""Alert episodes and detail-fetch outcomes (the crawler's alerts, docs/operations.md).
 
 Revision ID: 0006_alerts
 Revises: 0005_crawler

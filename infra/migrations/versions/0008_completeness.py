@@ -1,4 +1,4 @@
-"""Completeness (SPEC §4): a provenance's pagination settings, and a fingerprint per
+"""Completeness (docs/architecture.md): a provenance's pagination settings, and a fingerprint per
 staged page so that a source serving an earlier page again is caught by content.
 
 Revision ID: 0008_completeness

@@ -1,4 +1,4 @@
-"""Outages (SPEC §4): a provenance's outage tolerance, and the state a failed run keeps
+"""Outages (docs/architecture.md): a provenance's outage tolerance, and the state a failed run keeps
 for POST /tasks/{id}/retry.
 
 Revision ID: 0011_outages
