@@ -47,7 +47,7 @@ log = get_logger(__name__)
 
 
 def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator:
-    """The contract's pagination cfg as a paginator (endpoint param names win, §3.4)."""
+    """The contract's pagination cfg as a paginator (endpoint param names win)."""
     pg, ep = contract.pagination or {}, contract.endpoint
     mode = pg.get("pagination_mode_code") or "PAGE_NUMBER"
     size = page_size or pg.get("page_size_value")

@@ -101,8 +101,8 @@ class RunMeta(BaseModel):
 
 class RunParams(BaseModel):
     """The task's params, checked by the task's own model when the run starts
-    (``GET /task-types`` shows each task's schema). Seed 000 §13.2 lets them carry the
-    CronJob callback too; it is not a param."""
+    (``GET /task-types`` shows each task's schema). They may carry the CronJob callback
+    too (docs/api.md); it is not a param."""
 
     model_config = ConfigDict(extra="allow")
     callback: CallbackMeta | None = None
