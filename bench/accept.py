@@ -345,10 +345,9 @@ async def main() -> None:
                 # raw waves' are (and as accept_floor's are). The run's last write to the
                 # task store is a local activity before the workflow completes, so a
                 # completed workflow has its record written; that every record says
-                # completed is checked below, once. (Polling the listing every 50 ms, as
-                # earlier builds did, cost the API 4–10 ms of CPU a run on top of the
-                # run's own, growing with the number of runs: the bench measured its own
-                # load.)
+                # completed is checked below, once. (Polling the listing every 50 ms
+                # instead costs the API 4–10 ms of CPU a run on top of the run's own,
+                # growing with the number of runs: the bench would measure its own load.)
                 await asyncio.gather(
                     *(
                         client.get_workflow_handle(workflow_id_for(CODE, t)).result()

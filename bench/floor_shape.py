@@ -117,7 +117,7 @@ class FloorIO:
 # -- the contract floor ---------------------------------------------------------------------
 # ``FloorContract``: ``FloorIO`` started with the run's two keyword search attributes and
 # doing, with plain sqlite3 on the event loop (as Artemis' run statements do on SQLite),
-# the writes SPEC's contract asks of a small run: the task record set `running` and then
+# the writes a small run must make: the task record set `running` and then
 # `completed`, the page staged before it is sent and dropped at the end, and the stream's
 # eight events (two each for prepare, the fetch and finalize, a progress event, the
 # run's status) — what a run costs with no Artemis code in it.

@@ -1,8 +1,8 @@
-"""Outages at the default settings (issue 18): a 4-symbol quotes run (480 records) whose
-sink answers 503 for 90 s mid-run, then one whose quote source does, then one whose
-source accepts connections and answers nothing for 90 s — the shapes that failed runs
-before `runs.outage_tolerance_s` (1800 s) and `retry_max_interval_s` (60 s). Separate
-processes (dev server, sample servers, worker, API), nothing scaled down.
+"""Outages at the default settings (docs/performance.md): a 4-symbol quotes run (480
+records) whose sink answers 503 for 90 s mid-run, then one whose quote source does, then
+one whose source accepts connections and answers nothing for 90 s — the shapes that
+`runs.outage_tolerance_s` (1800 s) and `retry_max_interval_s` (60 s) are there to ride
+out. Separate processes (dev server, sample servers, worker, API), nothing scaled down.
 
     python bench/outage.py [--outage-s 90] [--kinds sink,source,hang]
 

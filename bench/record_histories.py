@@ -1,4 +1,4 @@
-"""Record workflow histories of this build for the replay corpus (SPEC §4 "Versioning").
+"""Record workflow histories of the current code for the replay corpus (docs/architecture.md).
 
 Starts the whole stack (dev server, sample servers, one worker, one API; separate
 processes), drives every workflow type through the ways a run ends — completed (with
@@ -8,8 +8,8 @@ crawl, note details and the housekeeping loops (each continued as new once, then
 stopped) — then writes each closed execution's history to
 ``tests/histories/<label>/<workflow type>-<scenario>-<status>[-<n>].json``.
 
-    python bench/record_histories.py --label 0.2.0     # or: make histories LABEL=0.2.0
-    python bench/record_histories.py --label 0.6.0 --housekeeping-only
+    python bench/record_histories.py --label <release>   # or: make histories LABEL=<release>
+    python bench/record_histories.py --label <release> --housekeeping-only
 
 ``make test`` replays every stored history against the current code; a release adds its
 own set. Prints one JSON line: {"label", "histories", "by_type"}.
@@ -142,7 +142,7 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
             "timeout", "pull_stock_quotes", {**quotes, "symbols": ["T"]}, timeout_s=1.5
         )
         await d.wait(t)
-        # Paused mid-fetch (0.6.0): the fetch in flight is cancelled and returns at its
+        # Paused mid-fetch: the fetch in flight is cancelled and returns at its
         # next page; the run waits paused, then resumes.
         await d.control("latency", latency_ms=400)
         t = await d.start("paused", "pull_stock_quotes", {**quotes, "symbols": ["P"]})
@@ -158,7 +158,7 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         await http.post(f"{stack.api}/tasks/{t}/resume", json={})
         await d.wait(t)
         await d.control("latency", latency_ms=0)
-        # Outages (0.5.0): a sink down for a while, then a source; a run that gave up past
+        # Outages: a sink down for a while, then a source; a run that gave up past
         # its tolerance and was finished by POST /tasks/{id}/retry.
         await d.control("sink", status=503, for_s=3)
         await d.wait(
