@@ -259,7 +259,7 @@ class Stack:
         self.api_url = api_url
         self.samples_url = samples_url
         self.client = client
-        # A JSON API client: state changes carry Content-Type: application/json (SPEC §5)
+        # A JSON API client: state changes carry Content-Type: application/json (docs/security.md)
         self.http = httpx.AsyncClient(
             base_url=api_url, timeout=60, headers={"Content-Type": "application/json"}
         )

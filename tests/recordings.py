@@ -1,5 +1,5 @@
-"""A source server that replays the real recordings of ``../shared/fixtures/`` (SPEC §13:
-a sample must not agree with the client's mistakes, so these pages come from the live
+"""A source server that replays the real recordings of ``../shared/fixtures/`` (a
+sample must not agree with the client's mistakes, so these pages come from the live
 APIs, recorded by other people).
 
 - Crossref ``/crossref/works``: a recorded cursor chain (``query=widget``: 3 pages of 20,

@@ -1,5 +1,5 @@
-"""The three alerts of seed 004 §6: each fires once per episode and resolves, delivered
-to a real webhook receiver (the sample server) with a frozen clock."""
+"""The three crawler alerts (docs/operations.md): each fires once per episode and
+resolves, delivered to a real webhook receiver (the sample server) with a frozen clock."""
 
 from __future__ import annotations
 

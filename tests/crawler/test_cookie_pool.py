@@ -1,5 +1,5 @@
 """The cookie pool's state machine against an independent model, driven by hypothesis
-with a frozen clock, on a real SQLite database (seed 004 §2.1)."""
+with a frozen clock, on a real SQLite database (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ RULES = PoolRules(max_consecutive_errors=3, max_total_errors=10, cooling_duratio
 
 
 class Model:
-    """The seed's rules, written out plainly (the thresholds: ``RULES``)."""
+    """The pool's rules, written out plainly (the thresholds: ``RULES``)."""
 
     def __init__(self, priority: int, limit: int) -> None:
         self.status, self.consecutive, self.total = "active", 0, 0

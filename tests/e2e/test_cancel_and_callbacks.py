@@ -256,7 +256,7 @@ async def test_finalize_recovers_after_two_5xx(stack):
 
 async def test_clean_up_is_its_own_step_after_the_finalize(stack):
     """The clean-up after a delivered finalize is its own step (cleanup_run, a local
-    activity for runs of this build), so its failure and retries can never send the
+    activity for runs started on the current code), so its failure and retries can never send the
     finalize again. It drops the run's data in one transaction: its staged pages and
     its secret (the CronJob token) are gone."""
     from artemis.staging import Staging

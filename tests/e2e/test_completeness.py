@@ -1,7 +1,8 @@
-"""A run that says `completed` delivered everything the source offered (SPEC §4
-"Completeness"): runs end only on the source's own word, loops are caught by content, and
-what was delivered is reconciled against the source's own count. Every source here is a
-real HTTP server on 127.0.0.1, shaped as SPEC §13 or the real recordings say."""
+"""A run that says `completed` delivered everything the source offered
+(docs/architecture.md): runs end only on the source's own word, loops are caught by
+content, and what was delivered is reconciled against the source's own count. Every
+source here is a real HTTP server on 127.0.0.1, shaped as the APIs they stand for or the
+real recordings say."""
 
 from __future__ import annotations
 
@@ -224,7 +225,7 @@ async def test_spec_shaped_platform_with_23_notes_over_5_search_pages_stores_and
     make_stack,
 ):
     stack, platform = await crawl_stack(make_stack, {"sample-z": 1}, search_page_size=5)
-    assert stack.settings.crawler.platforms[platform].next_page_path == "next_page"  # SPEC §13
+    assert stack.settings.crawler.platforms[platform].next_page_path == "next_page"  # the sample's
     await stack.samples_http.post("/_control/platform", json={"notes_per_keyword": 23})
     task_id = new_task_id()
     resp = await stack.run(

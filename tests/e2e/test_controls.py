@@ -1,4 +1,4 @@
-"""Operator controls (SPEC §5): pause, resume and a new rate for a running task, through
+"""Operator controls (docs/api.md): pause, resume and a new rate for a running task, through
 the API and the CLI; nothing is fetched while paused; the stream records each control."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ async def test_a_pause_stops_the_fetch_in_flight_at_its_next_page(make_stack):
     """Against a slow source (400 ms a page, batches of 20 pages) a pause reaches the
     fetch in flight through its heartbeat: the run shows `pausing`, the fetch stops at its
     next page boundary with its checkpoint, then `paused` — and from then on the source
-    is asked nothing; after the resume every page is asked once (issue 20, item 9)."""
+    is asked nothing; after the resume every page is asked once."""
     stack = await make_stack(runs={"pages_per_fetch": 20})
     await stack.fault("latency", latency_ms=400)
     try:

@@ -396,8 +396,8 @@ async def _pass_times(client, workflow_id: str) -> tuple[list, list]:
     return passes, signals
 
 
-# The schedules an earlier build created at its start-up (names, workflow types, inputs,
-# intervals): the ones a worker of this build deletes.
+# The retired start-up schedules (names, workflow types, inputs, intervals): the ones a
+# worker deletes.
 OLD_SCHEDULES = (
     ("cleanup-old-tasks", "CleanupOldTasks", CleanupInput(hours=24), timedelta(hours=1)),
     ("reclaim-stale-locks", "ReclaimStaleLocks", ReclaimInput(), timedelta(minutes=15)),
@@ -406,8 +406,8 @@ OLD_SCHEDULES = (
 
 
 async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules(make_stack):
-    """Housekeeping adds no row per tick to the UI's list: at worker start the schedules
-    of an earlier build go, and each job (clean-up, reclaim, alerts) has one execution
+    """Housekeeping adds no row per tick to the UI's list: at worker start the retired
+    schedules go, and each job (clean-up, reclaim, alerts) has one execution
     per task queue that loops on a timer; a second worker, a restart, many intervals do
     not add another; the interval follows the config of the worker last started; alerts
     turned off end their loop; the loops' histories replay."""
@@ -611,7 +611,7 @@ async def test_rate_limits_wait_for_retry_after_and_error_budgets_end_retries(ma
     (cookie,) = rows(stack, CookieRow, platform=platform)
     assert cookie.total_errors == 0 and cookie.status == "active"  # not the cookie's fault
 
-    # PLATFORM_ERROR may be retried twice (SPEC §10): three attempts, then the run fails.
+    # PLATFORM_ERROR may be retried twice (docs/api.md): three attempts, then the run fails.
     await stack.samples_http.post(
         "/_control/platform",
         json={"reset": True, "search_fail": {"status": 502, "times": 10}},
@@ -627,7 +627,7 @@ async def test_rate_limits_wait_for_retry_after_and_error_budgets_end_retries(ma
 
 
 async def test_a_housekeeping_loop_ended_meanwhile_is_started_again(make_stack):
-    """During a rolling upgrade an earlier build's worker may end a loop (it runs the
+    """During a rolling upgrade a worker running older code may end a loop (it runs the
     loop's input as one pass) and re-create its old schedule: each worker checks every
     worker.housekeeping_check_s and puts both right."""
     stack = await make_stack(worker=False)
@@ -636,7 +636,7 @@ async def test_a_housekeeping_loop_ended_meanwhile_is_started_again(make_stack):
     handle = client.get_workflow_handle(housekeeping_workflow_id("reclaim", queue))
     async with running_worker(checking, client):
         first = (await handle.describe()).run_id
-        await handle.terminate("as an earlier build's worker would end it")
+        await handle.terminate("as a worker running older code would end it")
         await client.create_schedule(
             old_schedule_id("reclaim-stale-locks", queue),
             Schedule(

@@ -1,4 +1,4 @@
-"""`artemis dev` as a user runs it (issue 20, item 1): its output on a pipe whose reader
+"""`artemis dev` as a user runs it: its output on a pipe whose reader
 goes away, then a SIGKILL — the stack keeps serving through the first and leaves no
 Temporal server behind after the second; --data-dir and --samples-port reach everything
 they name."""
@@ -160,7 +160,7 @@ async def test_audit_reads_the_dev_stacks_log_and_fails_on_a_missing_configured_
 def test_demo_with_a_config_of_its_own_keeps_the_demos_defaults(tmp_path):
     """`artemis demo --config F` where F adds an output for a task of its own and changes
     one quotes default: F merges with the demo's defaults key by key, so every sample
-    still runs and lands where the demo puts it (issue 20, item 3)."""
+    still runs and lands where the demo puts it."""
     ports = {name: quiet_port() for name in ("api", "temporal", "ui", "samples")}
     config = tmp_path / "mine.yaml"
     config.write_text(

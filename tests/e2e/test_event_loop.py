@@ -1,7 +1,7 @@
-"""Blocking work stays off the event loop (issue 21): a task's own synchronous hooks (the
+"""Blocking work stays off the event loop: a task's own synchronous hooks (the
 literature task's registry queries in prepare, its finalize's database writes) run in
-threads; Artemis' own short statements on a SQLite database run on the loop (issue 22:
-cheaper than the hop) and are held to the same check. With asyncio's debug mode on, a callback that
+threads; Artemis' own short statements on a SQLite database run on the loop (cheaper
+than the hop) and are held to the same check. With asyncio's debug mode on, a callback that
 holds the loop longer than ``slow_callback_duration`` is logged by asyncio itself; an
 end-to-end harvest (API, worker and activities in this process's loop) logs none."""
 

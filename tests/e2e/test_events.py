@@ -1,4 +1,4 @@
-"""The SSE event stream of real runs, read over HTTP (SPEC §6, issue 4)."""
+"""The SSE event stream of real runs, read over HTTP (docs/architecture.md)."""
 
 from __future__ import annotations
 

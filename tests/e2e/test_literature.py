@@ -401,7 +401,7 @@ async def test_window_over_the_result_cap_is_split_until_it_fits(stack):
             for c in (await http.get("/_literature/calls")).json()
             if c["api"] == "esearch" and c["params"].get("term") == f"cap-{task_id}"
         ]
-    # the split run and its pieces (child runs) on this build's flow: no patch markers
+    # the split run and its pieces (child runs) on the current code's flow: no patch markers
     traces = await patch_traces(stack.client, data["workflow_id"])
     async for wf in stack.client.list_workflows(
         f"WorkflowId STARTS_WITH 'artemis/literature_harvest/{task_id}.'"

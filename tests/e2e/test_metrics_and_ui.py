@@ -290,7 +290,7 @@ async def test_the_ui_pieces_seen_through_the_temporal_cli(make_stack):
     """What the UI shows, read with `temporal workflow describe/list` (no screenshot):
     a run's summary names what it harvests and its task id; its search attributes; the
     runs-only list filter the demo prints; two crawls of one lock told apart by their
-    task ids (issue 20, item 7)."""
+    task ids."""
     from urllib.parse import parse_qs, urlsplit
 
     from starter.service import ui_list_url

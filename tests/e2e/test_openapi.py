@@ -1,4 +1,4 @@
-"""The API described (SPEC §5): every body and every answer is a Pydantic model, so
+"""The API described (docs/api.md): every body and every answer is a Pydantic model, so
 /openapi.json is a contract a client can be generated from; /task-types says what can run."""
 
 from __future__ import annotations

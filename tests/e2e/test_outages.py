@@ -1,5 +1,5 @@
 """Outages of sources and sinks are waited out, and a run that gave up can be finished
-(SPEC §4 "Outages", §5 POST /tasks/{id}/retry; issue 18). Real Temporal, real sample
+(POST /tasks/{id}/retry; docs/architecture.md, docs/api.md). Real Temporal, real sample
 servers on loopback; the clock is scaled down (outages of seconds, waits capped at 1 s),
 the defaults (1800 s, 60 s) ride out the same shapes for longer."""
 
@@ -222,7 +222,7 @@ async def test_past_the_tolerance_the_run_fails_and_a_retry_finishes_it(make_sta
     _fetched_pages_not_fetched_again(calls_at_failure.json(), calls, symbols)
     results = [c["body"]["result"] for c in await stack.finals(run_id)]
     assert results == ["failed", "success"], results
-    # the retry started on this build's flow (its kept request notwithstanding)
+    # the retry started on the current code's flow (its kept request notwithstanding)
     assert await patch_traces(stack.client, done["workflow_id"]) == []
 
 

@@ -155,7 +155,7 @@ async def test_continue_as_new_keeps_every_record(make_stack):
     runs = [e async for e in stack.client.list_workflows(f"WorkflowId = '{data['workflow_id']}'")]
     assert len(runs) >= 3, "expected the run to continue as new at least twice"
     assert (await handle.describe()).status.name == "COMPLETED"
-    # each generation on this build's flow: no patch marker, no TemporalChangeVersion
+    # each generation on the current code's flow: no patch marker, no TemporalChangeVersion
     assert await patch_traces(stack.client, data["workflow_id"]) == []
 
 

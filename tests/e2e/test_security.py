@@ -1,4 +1,4 @@
-"""Security review findings of issue 19, each with its demonstrating input, on real
+"""Findings of a security review, each with its demonstrating input, on real
 servers on loopback."""
 
 from __future__ import annotations

@@ -437,7 +437,7 @@ async def test_a_date_pointer_asks_the_next_update_from_the_largest_updated_at_l
     assert mark == datetime(2025, 3, 1, 14, tzinfo=UTC) and cursor == "2025-03-01T14:00:00+00:00"
     assert seen_rows(stack, first["task_id"]) == 0  # taken into the watermark
 
-    # Issue 3 is edited and issue 6 opened; the next update asks from 14:00 less 1 min.
+    # Number 3 is edited and number 6 opened; the next update asks from 14:00 less 1 min.
     gh.issues[2] = issue(103, 3, "2025-03-02T09:30:00Z", title="renamed", state="closed")
     gh.issues.append(issue(106, 6, "2025-03-02T08:00:00Z"))
     before = len(gh.requests())
@@ -451,7 +451,7 @@ async def test_a_date_pointer_asks_the_next_update_from_the_largest_updated_at_l
     assert got[103]["title"] == "renamed"
     assert watermark(stack, code)[1] == "2025-03-02T09:30:00+00:00"
 
-    # Nothing new: the overlap brings issue 3 again and the pointer stays.
+    # Nothing new: the overlap brings number 3 again and the pointer stays.
     before = len(gh.requests())
     third = await run_ok(stack, provenance=code, task_type="update")
     assert [r["params"]["since"] for r in gh.requests()[before:]] == ["2025-03-02T09:29:00Z"]

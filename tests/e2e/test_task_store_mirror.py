@@ -1,4 +1,4 @@
-"""The workflow mirrors each run's state into task storage (issue 4, item 2)."""
+"""The workflow mirrors each run's state into task storage."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The stack as it runs on a cluster (SPEC §2 "at scale"): PostgreSQL for the Artemis
+"""The stack as it runs on a cluster (docs/operations.md): PostgreSQL for the Artemis
 database, the Redis task store, two `artemis worker` and two `artemis api` processes.
 A run started on one API is read, listed and streamed from the other; a worker is
 SIGKILLed mid-run; the database and the task store each go away for 6 s mid-run. Every

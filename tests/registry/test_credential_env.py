@@ -149,7 +149,7 @@ def test_a_row_written_around_the_import_is_refused_on_write_check_and_use(
             )
     with reg.connect() as conn:  # the switch left nothing behind
         assert conn.execute(select(ct)).one().effective_to is None
-    # a row inserted straight into the table (as an old build or a hand would)
+    # a row inserted straight into the table, past the registry's checks
     with reg.begin() as conn:
         pid = find_provenance(conn, "crossref").id
         conn.execute(

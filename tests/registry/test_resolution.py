@@ -1,5 +1,5 @@
-"""Resolution rules of seed 002 §3, example by example and against a reference
-implementation of the seed's SQL (hypothesis)."""
+"""Resolution rules (docs/registry.md), example by example and against a reference
+implementation in plain Python (hypothesis)."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def test_merge_rules_param_names_and_base_url(reg):
         )
 
 
-# -- against a reference implementation of the seed's SQL ---------------------------------------
+# -- against a reference implementation -----------------------------------------------------------
 def reference_current(rows, task_type, at):
     in_force = [r for r in rows if r["from"] <= at and (r["to"] is None or r["to"] > at)]
     if task_type is not None:

@@ -108,7 +108,7 @@ def test_worker_refuses_to_start_on_bad_config(tmp_path):
 def test_platform_search_ends_on_a_configured_marker_one_at_a_time():
     from artemis.config import PlatformSettings
 
-    assert PlatformSettings(base_url="http://x").next_page_path == "next_page"  # SPEC §13
+    assert PlatformSettings(base_url="http://x").next_page_path == "next_page"  # the sample's
     flag = PlatformSettings(base_url="http://x", has_more_path="has_more")
     assert flag.next_page_path is None and flag.has_more_path == "has_more"
     with pytest.raises(ValueError, match="not both"):
@@ -121,7 +121,7 @@ def test_callbacks_have_their_own_allow_list(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("callback:\n  allowed_hosts: [cron.internal]\n")
     s = load_settings(cfg)
-    # a callback host is not a host sources and sinks may reach (issue 19): the security
+    # a callback host is not a host sources and sinks may reach: the security
     # list stays its default, loopback only (pinned here on purpose)
     assert s.security.allowed_hosts == ["127.0.0.1:8300", "localhost:8300", "[::1]:8300"]
     assert s.callback_hosts() == ["cron.internal"]

@@ -1,5 +1,5 @@
-"""The crawl's search phase is per-keyword units now; a checkpoint written by an earlier
-build (one keyword after another) resumes as units: the keywords before it done, the one
+"""The crawl's search phase is per-keyword units; a search checkpoint of one keyword after
+another resumes as units: the keywords before it done, the one
 it was paging through open at its page, the rest not started."""
 
 from artemis.crawler.task import _search_checkpoint

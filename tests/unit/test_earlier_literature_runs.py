@@ -1,4 +1,4 @@
-"""A literature run started by a build whose contracts had no record model dimension goes
+"""A literature run whose frozen contract has no record model dimension goes
 on as it began: its family read from its SEARCH path, a source of no paper family paged
 as it gives its records, an own model kept."""
 
@@ -77,7 +77,7 @@ def test_an_earlier_runs_own_model_is_kept():
 
 
 def test_an_earlier_run_goes_on_with_what_its_build_read():
-    # Fields its build stored to do nothing: none refuses the run mid-way now.
+    # Fields that did nothing for such a contract: none refuses the run mid-way.
     contract = earlier_contract("/products")
     contract["http"] = {
         "base_url_override": "http://127.0.0.1:9/api",

@@ -1,5 +1,5 @@
-"""`make demo` installs only what runs; `make test` adds the dev extras (issue 20, item
-11) — read from what make would run (`make -n -B`), not from the Makefile's text."""
+"""`make demo` installs only what runs; `make test` adds the dev extras — read
+from what make would run (`make -n -B`), not from the Makefile's text."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Paginators: requests, state updates, JSON checkpoints that resume exactly, and the
-completeness rules (SPEC §4): paging ends only on the source's own word, and every way a
-page can be malformed is SOURCE_CONTRACT, never an end."""
+completeness rules (docs/architecture.md): paging ends only on the source's own word, and
+every way a page can be malformed is SOURCE_CONTRACT, never an end."""
 
 from __future__ import annotations
 
@@ -225,7 +225,7 @@ def test_unknown_checkpoint_kind_is_refused():
 
 
 def test_a_checkpoint_of_an_earlier_build_still_resumes():
-    # Fields an earlier build wrote and this one does not have are ignored.
+    # Fields the paginator does not have are ignored.
     restored = paginator_from_checkpoint({"kind": "cursor", "cursor": "c", "retired_field": 1})
     assert isinstance(restored, CursorPaginator) and restored.cursor == "c"
 
@@ -248,7 +248,7 @@ def test_cursor_checkpoint_roundtrips_through_json(cursor, started):
 
 
 def test_a_checkpoint_without_a_count_derives_it_or_gives_up_reconciling():
-    # Written by the build before completeness: no "taken" in it.
+    # A checkpoint without the count: no "taken" in it.
     cursor = paginator_from_checkpoint({"kind": "cursor", "cursor": "c", "position": 40})
     assert cursor.taken == 40
     offset = paginator_from_checkpoint({"kind": "offset", "offset": 200, "total_path": "$.t"})

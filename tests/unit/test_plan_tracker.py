@@ -1,4 +1,4 @@
-"""The event converter: raw run events in, front-end events out (SPEC §6, seed 001 §8)."""
+"""The event converter: raw run events in, front-end events out (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The bundled sample servers held to SPEC §13 and, where a real recording exists, to the
-live API's own answers in ``../shared/fixtures/``: a sample written by the same hand as
-the client must not be able to drift into agreeing with the client's mistakes."""
+"""The bundled sample servers held to the APIs they stand for and, where a real recording
+exists, to the live API's own answers in ``../shared/fixtures/``: a sample written by the
+same hand as the client must not be able to drift into agreeing with the client's
+mistakes."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def _paths(elem: ET.Element, prefix: str = "") -> set[str]:
     return out
 
 
-# -- quotes (SPEC §13) ------------------------------------------------------------------
+# -- quotes -----------------------------------------------------------------------------
 
 
 def test_quotes_answer_the_spec_shape_with_next_page_null_on_the_last_page(http):
@@ -71,7 +72,7 @@ def test_quotes_answer_the_spec_shape_with_next_page_null_on_the_last_page(http)
     assert http.get("/quotes", params={**q, "start": "2025-13-01"}).status_code == 400
 
 
-# -- the notes platform (SPEC §13) ---------------------------------------------------------
+# -- the notes platform --------------------------------------------------------------------
 
 
 def test_platform_answers_the_spec_shape(http):

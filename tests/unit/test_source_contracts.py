@@ -1,4 +1,4 @@
-"""Sources read what an API says in band (SPEC §4 "Completeness"): E-utilities' ERROR,
+"""Sources read what an API says in band (docs/architecture.md): E-utilities' ERROR,
 WarningList and ErrorList, bodies that are not JSON, records that are not where the
 contract says, and a stateful cursor session resumed after a lost answer. Each against a
 real HTTP server on 127.0.0.1."""

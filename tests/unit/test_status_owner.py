@@ -1,4 +1,4 @@
-"""Run state has one owner (issue 21): no status string literal outside
+"""Run state has one owner: no status string literal outside
 ``artemis/run_state.py``, which holds every status vocabulary as an enum. The few
 literals below spell the same word for something that is not a status; each says what."""
 
@@ -36,7 +36,7 @@ NOT_STATUSES = [
     ("artemis/literature/normalize.py", "ERROR", "PubMed's own error element"),
     ("artemis/literature/pubmed.py", '"ERROR"', "PubMed's own error key"),
     ("artemis/samples/literature.py", '"ERROR"', "PubMed's own error key (the sample)"),
-    ("artemis/events.py", '"cancelled": True', "the SSE payload's flag of seed 001"),
+    ("artemis/events.py", '"cancelled": True', "the SSE payload's flag"),
     (
         "artemis/event_kinds.py",
         'PAUSED = "paused"',
@@ -48,7 +48,7 @@ NOT_STATUSES = [
         "the stream's end event (Ending), defined once",
     ),
     ("artemis/samples/literature.py", '"status": "failed"', "Crossref's own refusal body"),
-    ("starter/api/envelope.py", '"success"', "the response envelope's key (SPEC §5)"),
+    ("starter/api/envelope.py", '"success"', "the response envelope's key"),
     ("starter/api/schemas.py", '{"success"', "the envelope's keys, in a docstring"),
     ("starter/api/routes/notes.py", '"success"', "a note batch's per-item key"),
     ("starter/api/routes/notes.py", '"failed": len(failed)', "a count of failed items"),

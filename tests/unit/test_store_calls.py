@@ -173,7 +173,7 @@ async def test_a_queued_event_that_fails_is_logged_not_raised(tmp_path, app_log)
 async def test_a_small_run_s_data_is_dropped_on_the_loop(base_settings) -> None:
     """Clean-up (``cleanup_run``): a run that staged a few pages has them dropped on the
     event loop on SQLite (two deletes: less than the hop to a thread); one that staged
-    many, or an input that does not tell (an earlier build's), in a thread."""
+    many, or an input that does not tell, in a thread."""
     activities = TaskRunActivities(base_settings)
     staging = activities.staging
     for pages, on_loop_thread in ((1, on_loop(staging.engine)), (500, False), (None, False)):
@@ -199,12 +199,12 @@ def test_own_hooks_tells_a_task_s_hooks_from_the_base_class_defaults() -> None:
 def test_sinks_built_without_io_are_built_in_place_only_when_resolved() -> None:
     """A run's sinks are built on the loop only when its resolved output names sinks whose
     construction does no I/O; a sql or files sink (an engine, a filesystem) or an output
-    an earlier build left unresolved goes to a thread."""
+    left unresolved at the run's start goes to a thread."""
     assert builds_offline({"resolved": True, "sinks": ["http", "log"], "http_endpoint": "x"})
     assert not builds_offline({"resolved": True, "sinks": ["http", "sql"]})
     assert not builds_offline({"resolved": True, "sinks": ["files"]})
     assert builds_offline({"resolved": True, "sinks": "http", "http_endpoint": "x"})
-    assert not builds_offline({"sinks": ["http"]})  # an earlier build's request output
+    assert not builds_offline({"sinks": ["http"]})  # a request output, not resolved
     assert not builds_offline(None)
     quotes = get_task("pull_stock_quotes")
     assert not own_hooks(quotes, "decide_sinks", "record_spec")
