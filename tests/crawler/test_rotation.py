@@ -1,7 +1,7 @@
-"""Rotating the master key on a running cluster (README "Keys and rotation on a
-cluster"): during the switch the old and the new key both read — cookies and credential
-secrets, run secrets, Temporal payloads — while everything new is written under the new
-one; afterwards `rotate-key` has moved the stored secrets and the old key can go."""
+"""Rotating the master key on a running cluster (docs/operations.md): during the switch
+the old and the new key both read — cookies and credential secrets, run secrets, Temporal
+payloads — while everything new is written under the new one; afterwards `rotate-key`
+has moved the stored secrets and the old key can go."""
 
 from __future__ import annotations
 

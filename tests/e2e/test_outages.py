@@ -499,7 +499,7 @@ async def test_a_provenances_own_tolerance_and_a_per_task_one(make_stack):
     assert f"source {code} unavailable" in data["error"]["message"]
     assert took < 30, took
 
-    # a task's own: task_defaults / params outage_tolerance_s (0: fail fast, as before)
+    # a task's own: task_defaults / params outage_tolerance_s (0: fail fast)
     await stack.fault("quotes", status=503, times=100000)
     try:
         resp = await stack.run(

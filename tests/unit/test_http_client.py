@@ -1,5 +1,5 @@
 """The workers' HTTP client (aiohttp underneath) against real servers on loopback: it
-sends URLs as before (httpx's encoding, the WHATWG sets; httpx is the reference here),
+sends URLs as httpx would (httpx's encoding, the WHATWG sets; httpx is the reference here),
 joins repeated headers, raises only Artemis' own transport errors, never follows a
 redirect, never keeps a cookie and never puts a query into an error message."""
 

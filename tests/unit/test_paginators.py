@@ -32,7 +32,7 @@ def test_json_path():
     # absent and null are different answers
     assert json_path_lookup(data, "$.message.missing") is MISSING
     assert json_path_lookup(data, "$.message.none") is None
-    # RFC 9535 forms the old hand-written walker could not read
+    # RFC 9535 forms a hand-written walker would miss
     assert json_path_get(data, "$['message']['next-cursor']") == "abc"
     assert json_path_get(data, "$.message.items[-1].id") == 1
     many = {"data": [{"a": {"k": 1}}, {"a": {"k": 2}}]}

@@ -1,7 +1,7 @@
 """The sample servers' outage faults (``POST /_control/{quotes|sink|cronjob}``): a window
 of error answers (``status`` + ``for_s``), a window of requests held unanswered (``hang``),
 a window of answers whose body trickles in (``trickle_s``), ``GET /_control/{target}``
-and ``POST /_control/reset``; the count-based ``times`` faults work as before. A server of
+and ``POST /_control/reset``; the count-based ``times`` faults too. A server of
 this module's own on 127.0.0.1, spoken to over real HTTP; waits are polls with deadlines."""
 
 from __future__ import annotations
