@@ -65,7 +65,7 @@ class RunTuning:
     emit_start_to_close_s: Annotated[float, Field(gt=0)] = 600.0
     max_batches_per_run: Annotated[int, Field(ge=1)] = 200
     activity_max_attempts: Annotated[int, Field(ge=1)] = 5
-    # Outages (SPEC §4): a source or sink failing transiently (5xx, 408, 429, refused,
+    # Outages (docs/architecture.md): a source or sink failing transiently (5xx, 408, 429, refused,
     # reset, DNS, read timeout, database unreachable) is waited out on Temporal timers for
     # this long from the first failure of the current outage (0: fail fast, as the
     # activities' own retry policies decide); per task `task_defaults.<code>.
@@ -102,7 +102,7 @@ class RunRef:
 
 @dataclass
 class Outage:
-    """A dependency failing transiently, as an activity saw it (SPEC §4 "Outages"): no
+    """A dependency failing transiently, as an activity saw it (docs/architecture.md): no
     secret, no record — the words an operator reads in ``waiting: …``."""
 
     dependency: str  # "source" | "sink" | "store"
@@ -162,9 +162,8 @@ class PrepareResult:
 
 
 # The housekeeping workflows (CleanupOldTasks, ReclaimStaleLocks, EvaluateAlerts) take
-# two more fields, with defaults so that the inputs of earlier builds still decode:
-#   every_s    None: one pass, then the workflow completes (the shape earlier builds'
-#              schedules started every tick); set: the workflow loops, one pass every
+# two more fields:
+#   every_s    None: one pass, then the workflow completes; set: the workflow loops, one pass every
 #              every_s seconds on a Temporal timer (workers/main.py starts one per job).
 #              A `configure` signal with None stops a loop.
 #   run_for_s  a loop continues as new after running this long (or when Temporal
@@ -259,10 +258,10 @@ class MirrorInput:
     stats: dict[str, Any] = field(default_factory=dict)
     error: dict[str, Any] | None = None
     # The run's start and (terminal) end on the workflow's clock, epoch ms: the record's
-    # started_at / completed_at, so its duration is the workflow's (None: earlier builds).
+    # started_at / completed_at, so its duration is the workflow's.
     started_ms: int | None = None
     ended_ms: int | None = None
-    # The run's plan steps at its end (the event stream's last plan); None: earlier builds.
+    # The run's plan steps at its end (the event stream's last plan); None: not told.
     steps: dict[str, str] | None = None
     # The request's params, for the record this write creates when the API's `pending`
     # record is not there yet (a sync run may end before it): the run keeps its source's
@@ -429,7 +428,7 @@ class ProcessResult:
 class EmitResult:
     records_emitted: int
     batches: int
-    # Records each sink took (name → count); empty from earlier builds.
+    # Records each sink took (name → count).
     sinks: dict[str, int] = field(default_factory=dict)
     # A sink failed transiently (report_outages): the counts above are of the pages in
     # ``delivered_seqs`` only; the others of the range go again after the wait.

@@ -59,7 +59,7 @@ class StoredStatus(StrEnum):
 
 
 class StepStatus(StrEnum):
-    """A plan step's status (seed 001's todo list)."""
+    """A plan step's status (the run's todo list)."""
 
     PENDING = "PENDING"
     IN_PROGRESS = "IN_PROGRESS"
@@ -100,7 +100,7 @@ class CircuitState(StrEnum):
 
 
 class CookieStatus(StrEnum):
-    """A crawl cookie's state (SPEC §10): active → cooling → active, or invalid/banned;
+    """A crawl cookie's state (docs/operations.md): active → cooling → active, or invalid/banned;
     disabled by an operator."""
 
     ACTIVE = "active"
@@ -120,7 +120,7 @@ class MirrorHealth(StrEnum):
 
 
 class CandidateStatus(StrEnum):
-    """A crawl candidate record's status (SPEC §9 record locks)."""
+    """A crawl candidate record's status (record locks: docs/operations.md)."""
 
     PENDING = "pending"
     PROCESSING = "processing"
@@ -133,8 +133,8 @@ TERMINAL = frozenset(
 )
 OPEN = frozenset({RunStatus.PENDING, RunStatus.RUNNING})
 STORED = tuple(StoredStatus)
-# The failures POST /tasks/{id}/retry finishes from the run's kept state (SPEC §4
-# "Outages"): a dependency down past its tolerance, an internal failure, a timeout.
+# The failures POST /tasks/{id}/retry finishes from the run's kept state
+# (docs/architecture.md): a dependency down past its tolerance, an internal failure, a timeout.
 RETRYABLE_ENDINGS = (
     ErrorCode.SOURCE_UNAVAILABLE,
     ErrorCode.SINK_UNAVAILABLE,
@@ -243,7 +243,7 @@ def add_stats(into: dict[str, Any], other: Mapping[str, Any]) -> None:
 
 
 def error_code_of(code: str | None) -> ErrorCode:
-    """An error code as the enum (INTERNAL for a code this build does not know)."""
+    """An error code as the enum (INTERNAL for a code this code does not know)."""
     try:
         return ErrorCode(code or ErrorCode.INTERNAL.value)
     except ValueError:

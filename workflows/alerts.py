@@ -1,8 +1,7 @@
-"""The evaluation of the crawler's alerts (seed 004 §6): each worker start keeps one
+"""The evaluation of the crawler's alerts (docs/operations.md): each worker start keeps one
 execution per task queue looping every ``alerts.interval_s`` (workflows/housekeeping.py;
 ``alerts.enabled: false`` ends it); the activity moves each alert along its episode and
-delivers firing/resolved messages once. An input without ``every_s`` runs one pass (the
-shape earlier builds' schedules started, one execution a minute)."""
+delivers firing/resolved messages once. An input without ``every_s`` runs one pass."""
 
 from __future__ import annotations
 

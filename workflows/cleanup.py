@@ -1,7 +1,7 @@
 """The clean-up: removes terminal tasks (and leftover staged pages, old events) older
 than ``hours`` from task storage. Each worker start keeps one execution per task queue
 looping every ``task_store.cleanup_interval_minutes`` (workflows/housekeeping.py); an
-input without ``every_s`` runs one pass (the shape earlier builds' schedules started)."""
+input without ``every_s`` runs one pass."""
 
 from __future__ import annotations
 

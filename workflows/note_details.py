@@ -1,5 +1,5 @@
 """POST /notes/details as a workflow: every note fetched by its own activity, all at once,
-each with its own deadline, so one slow or failing note fails alone (seed 004 §3.2).
+each with its own deadline, so one slow or failing note fails alone (docs/operations.md).
 Cookies are decrypted only inside those activities; notes travel through staging."""
 
 from __future__ import annotations

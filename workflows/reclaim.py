@@ -1,9 +1,8 @@
-"""The timeout reclaim of seed 004 §4.4: records locked longer than
+"""The timeout reclaim (docs/operations.md): records locked longer than
 ``crawler.lock_timeout_minutes`` go back to pending (or to failed after ``max_retry``),
 executions whose heartbeat is that old become ``timeout``. Each worker start keeps one
 execution per task queue looping every ``crawler.recovery_interval_minutes``
-(workflows/housekeeping.py); an input without ``every_s`` runs one pass (the shape
-earlier builds' schedules started). The workflow's own clock is the activity's "now",
+(workflows/housekeeping.py); an input without ``every_s`` runs one pass. The workflow's own clock is the activity's "now",
 so time-skipping tests see 30 minutes pass in an instant."""
 
 from __future__ import annotations

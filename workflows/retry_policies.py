@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from artemis.errors import ErrorCode
     from artemis.run_models import CircuitBreaker, FetchRetry, RunTuning
 
-# Error codes no retry can fix (SPEC §10/§11); the activity boundary marks them
+# Error codes no retry can fix (docs/api.md); the activity boundary marks them
 # non-retryable too.
 NON_RETRYABLE = tuple(code.value for code in ErrorCode if not code.retryable)
 

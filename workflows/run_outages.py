@@ -1,4 +1,4 @@
-"""Outages (SPEC §4 "Outages") and the durable circuit breaker: a dependency failing
+"""Outages (docs/architecture.md) and the durable circuit breaker: a dependency failing
 transiently is waited out on Temporal timers (no worker held) while it has been failing
 less than the run's tolerance; past it the run fails SOURCE_/SINK_UNAVAILABLE."""
 

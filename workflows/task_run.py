@@ -66,8 +66,8 @@ class TaskRunWorkflow:
 
     @workflow.signal
     def pause(self, request: PauseRequest) -> None:
-        """Stop fetching: a fetch in flight stops at its next page (runs of this build;
-        earlier ones finish the batch in flight); no worker is held while paused."""
+        """Stop fetching: a fetch in flight stops at its next page; no worker is held
+        while paused."""
         self.ctx.state.pause()
         workflow.logger.info("paused", extra={"artemis": {"reason": request.reason}})
 

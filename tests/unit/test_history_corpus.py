@@ -4,7 +4,7 @@ must still replay.
 Task runs, note details and quarantine replays are pinned to the worker build they
 started on (artemis/temporal/versioning.py): no other build ever replays them, so a
 release keeps only its own set of them. The housekeeping loops auto-upgrade: a loop of
-the release before moves onto this build at its next step, so its histories are kept
+the release before moves onto this release's build at its next step, so its histories are kept
 and replayed here. Record a release's set with ``make histories LABEL=<version>``
 (bench/record_histories.py); ``--housekeeping-only`` records the loops alone.
 """
