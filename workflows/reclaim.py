@@ -2,8 +2,9 @@
 ``crawler.lock_timeout_minutes`` go back to pending (or to failed after ``max_retry``),
 executions whose heartbeat is that old become ``timeout``. Each worker start keeps one
 execution per task queue looping every ``crawler.recovery_interval_minutes``
-(workflows/housekeeping.py); an input without ``every_s`` runs one pass. The workflow's own clock is the activity's "now",
-so time-skipping tests see 30 minutes pass in an instant."""
+(workflows/housekeeping.py); an input without ``every_s`` runs one pass. The
+workflow's own clock is the activity's "now", so time-skipping tests see 30 minutes pass
+in an instant."""
 
 from __future__ import annotations
 
