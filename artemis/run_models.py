@@ -47,7 +47,7 @@ def provenance_queue(task_queue: str, provenance: str) -> str:
 
 @dataclass
 class RunTuning:
-    """How a run is cut into activities (see the README's performance section): the
+    """How a run is cut into activities (docs/performance.md): the
     run's own tuning, fixed when it starts and carried in its history.
 
     The one definition of these knobs: the ``runs:`` settings section

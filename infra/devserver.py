@@ -18,7 +18,7 @@ from artemis.run_models import SEARCH_ATTRIBUTES
 # Temporal's eager dispatch (server dynamic config): an activity scheduled by a workflow
 # task goes back to the worker that completed it in the same answer, and a start from a
 # process with a worker can run its first workflow task there — a task-queue round trip
-# fewer each (README "Running on a real cluster" says what a production cluster sets).
+# fewer each (docs/operations.md says what a production cluster sets).
 EAGER_DYNAMIC_CONFIG = {
     "system.enableActivityEagerExecution": "true",
     "system.enableEagerWorkflowStart": "true",

@@ -167,7 +167,7 @@ class DevStack:
             ui_port=ui_port,
             db_file=data_dir / "temporal.db",
             log_file=data_dir / "temporal.log",
-            # eager dispatch: README "Running on a real cluster" (measured there)
+            # eager dispatch: docs/operations.md
             extra_args=codec + dynamic_config_args(EAGER_DYNAMIC_CONFIG),
             tied_to_parent=True,
             pid_file=data_dir / "temporal.pid",

@@ -150,6 +150,6 @@ def cookies_rotate_key(
     if new_master_key_env:
         err_console.print(
             f"every worker and API needs COOKIE_MASTER_KEY = ${new_master_key_env} and the "
-            "old key in COOKIE_MASTER_KEYS_READ until no history needs it (README: Keys and "
-            "rotation on a cluster)"
+            "old key in COOKIE_MASTER_KEYS_READ until no history needs it (docs/operations.md, "
+            "Keys and rotation)"
         )
