@@ -38,6 +38,42 @@ class Output(StrEnum):
     json = "json"
 
 
+class RunOutput(StrEnum):
+    """How a command that prints one run prints it."""
+
+    json = "json"
+    table = "table"
+
+
+def print_run(data: dict[str, Any], output: RunOutput) -> None:
+    """One run: its JSON as the API gave it, or its main fields as a two-column table."""
+    if output is RunOutput.json:
+        console.print_json(data=data)
+        return
+    stats = data.get("stats") or {}
+    error = data.get("error") or {}
+    rows = [
+        ("task", f"{data.get('task_code')} {data.get('task_id')}"),
+        ("status", str(data.get("status"))),
+        ("provenance", data.get("provenance")),
+        ("started", data.get("started_at")),
+        ("completed", data.get("completed_at")),
+        ("duration", f"{data['duration_ms']} ms" if data.get("duration_ms") is not None else None),
+        ("pages", stats.get("pages")),
+        ("fetched", stats.get("records_fetched")),
+        ("emitted", stats.get("records_emitted")),
+        ("quarantined", stats.get("records_quarantined") or None),
+        ("error", f"{error.get('code')}: {error.get('message')}" if error else None),
+        ("build", data.get("build")),
+        ("workflow", data.get("workflow_id")),
+    ]
+    table = Table(show_header=False, box=None)
+    for name, value in rows:
+        if value is not None:
+            table.add_row(name, escape(str(value)))
+    console.print(table)
+
+
 class TypesOutput(StrEnum):
     table = "table"
     json = "json"
@@ -81,6 +117,7 @@ def run(
     ),
     json_body: str | None = typer.Option(None, "--json", help="full request body"),
     async_: bool = typer.Option(False, "--async", help="return once accepted"),
+    output: RunOutput = typer.Option(RunOutput.json, "-o", "--output", help="the result's form"),
     api: str | None = typer.Option(None, help="API base URL"),
     config: Path | None = ConfigOpt,
 ) -> None:
@@ -98,10 +135,10 @@ def run(
     )
     console.print(f"UI: {data['links']['ui']}")
     if async_:
-        console.print_json(data=data)
+        print_run(data, output)
         return
     final = watch_task(base, task_id, settings)
-    console.print_json(data=final)
+    print_run(final, output)
     if final.get("status") != RunStatus.COMPLETED:
         raise typer.Exit(1)
 
@@ -229,6 +266,7 @@ def tasks_list(
 def tasks_show(
     task_id: str,
     events: bool = typer.Option(False, "--events", help="also print the run's events so far"),
+    output: RunOutput = typer.Option(RunOutput.json, "-o", "--output"),
     api: str | None = None,
     config: Path | None = ConfigOpt,
 ) -> None:
@@ -237,7 +275,7 @@ def tasks_show(
     settings = _settings(config)
     base = _api_url(settings, api)
     task_id = _resolve_id(base, settings, task_id)
-    console.print_json(data=_call("GET", f"{base}/tasks/{task_id}", settings)["data"])
+    print_run(_call("GET", f"{base}/tasks/{task_id}", settings)["data"], output)
     if events:
         for ev in iter_events(base, task_id, settings, follow=False):
             console.print(json.dumps(ev, ensure_ascii=False), highlight=False, soft_wrap=True)
