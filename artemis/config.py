@@ -292,13 +292,8 @@ class CrawlerSettings(_Section):
     max_retry: int = Field(3, ge=1)
     backoff_s: list[float] = Field(default_factory=lambda: [5.0, 15.0, 45.0])
     batch_size: int = Field(10, ge=1, le=500)
-    platforms: dict[str, PlatformSettings] = Field(
-        default_factory=lambda: {
-            "sample": PlatformSettings(
-                base_url="http://127.0.0.1:8300/platform", search_path="/search"
-            )
-        }
-    )
+    # The note platforms crawled, by name (the embedded stack sets its sample platform).
+    platforms: dict[str, PlatformSettings] = Field(default_factory=dict)
 
 
 class AlertSettings(_Section):
@@ -386,10 +381,9 @@ class SecuritySettings(_Section):
     # output, callback URLs): exact names, IPs or CIDR networks, "*.example.com", "*" for
     # any; "host:port" allows that port only. An internal address (loopback, private,
     # link-local, reserved) is reached only through a literal IP or CIDR entry, checked
-    # where the connection is made. The default: the dev stack's sample servers only.
-    allowed_hosts: list[str] = Field(
-        default_factory=lambda: ["127.0.0.1:8300", "localhost:8300", "[::1]:8300"]
-    )
+    # where the connection is made. The default: none (the embedded stack allows its
+    # sample servers).
+    allowed_hosts: list[str] = Field(default_factory=list)
     # A DNS server ("ip:port", "[v6]:port") to resolve request URLs' names with, instead
     # of the system's resolver (the API's check and the workers' connections ask the same
     # one). An IP literal: a name would have to be resolved by some other resolver first.
@@ -435,30 +429,11 @@ class Settings(BaseSettings):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     task_store: TaskStoreSettings = Field(default_factory=TaskStoreSettings)
     http_client: HttpClientSettings = Field(default_factory=HttpClientSettings)
-    # Defaults point at the bundled sample servers (`artemis samples serve`, port 8300).
-    task_defaults: dict[str, dict[str, Any]] = Field(
-        default_factory=lambda: {
-            "pull_stock_quotes": {
-                "symbols": ["AAPL", "TSLA"],
-                "start": "2025-11-01",
-                "end": "2025-11-30",
-                "page_size": 10,
-                "base_url": "http://127.0.0.1:8300",
-            },
-        }
-    )
-    output_defaults: dict[str, dict[str, Any]] = Field(
-        default_factory=lambda: {
-            "pull_stock_quotes": {
-                "sinks": ["http"],
-                "http_endpoint": "http://127.0.0.1:8300/sink/quotes",
-            },
-            "crawl_notes": {
-                "sinks": ["http"],
-                "http_endpoint": "http://127.0.0.1:8300/sink/notes",
-            },
-        }
-    )
+    # Per task code: params a request may leave out, and where its records go. Empty by
+    # default: a run needs its source and its sinks named (by the request or here); the
+    # embedded stack (`artemis dev`, `demo`) sets the sample servers'.
+    task_defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    output_defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
     callback: CallbackSettings = Field(default_factory=CallbackSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)

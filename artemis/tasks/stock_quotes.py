@@ -20,7 +20,8 @@ class QuoteParams(RecordPolicyParams):
     start: date
     end: date | None = None
     page_size: int = Field(100, ge=1, le=1000)
-    base_url: str = "http://127.0.0.1:8300"
+    # The quote API (task_defaults.pull_stock_quotes.base_url, or the request).
+    base_url: str
     # How long an outage of the source or a sink is waited out (docs/architecture.md);
     # default: runs.outage_tolerance_s. 0: fail fast.
     outage_tolerance_s: OutageTolerance = None

@@ -178,7 +178,15 @@ class DevStack:
         """What the demo sets beneath a config file: every sample task reaches the sample
         servers on ``--samples-port`` and lands somewhere under ``--data-dir``."""
         return {
-            "task_defaults": {"pull_stock_quotes": {"base_url": samples_url}},
+            "task_defaults": {
+                "pull_stock_quotes": {
+                    "symbols": ["AAPL", "TSLA"],
+                    "start": "2025-11-01",
+                    "end": "2025-11-30",
+                    "page_size": 10,
+                    "base_url": samples_url,
+                }
+            },
             "output_defaults": {
                 "pull_stock_quotes": {
                     "sinks": ["http"],

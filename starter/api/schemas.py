@@ -207,6 +207,10 @@ class RunAccepted(BaseModel):
     workflow_id: str
     run_id: str | None = None
     callback_mode: str
+    defaults_applied: list[str] = Field(
+        default_factory=list,
+        description="Params the request left out that task_defaults.<code> gave the run",
+    )
     links: Links
     status: str | None = None
 
@@ -222,6 +226,10 @@ class RunResult(BaseModel):
     stats: dict[str, Any] = Field(default_factory=dict)
     callback: str | None = None
     error: dict[str, Any] | None = None
+    defaults_applied: list[str] = Field(
+        default_factory=list,
+        description="Params the request left out that task_defaults.<code> gave the run",
+    )
 
 
 class TaskView(BaseModel):

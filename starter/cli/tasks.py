@@ -57,7 +57,7 @@ def print_run(data: dict[str, Any], output: RunOutput) -> None:
         ("status", str(data.get("status"))),
         ("provenance", data.get("provenance")),
         ("started", data.get("started_at")),
-        ("completed", data.get("completed_at")),
+        ("ended", data.get("completed_at")),
         ("duration", f"{data['duration_ms']} ms" if data.get("duration_ms") is not None else None),
         ("pages", stats.get("pages")),
         ("fetched", stats.get("records_fetched")),
@@ -133,6 +133,9 @@ def run(
         f"started [bold]{escape(code)}[/bold] task {escape(task_id)} · "
         f"workflow {escape(data['workflow_id'])}"
     )
+    if data.get("defaults_applied"):
+        applied = ", ".join(data["defaults_applied"])
+        console.print(f"from task_defaults.{escape(code)}: {escape(applied)}", highlight=False)
     console.print(f"UI: {data['links']['ui']}")
     if async_:
         print_run(data, output)

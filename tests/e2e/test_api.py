@@ -410,3 +410,14 @@ def test_the_api_keeps_an_idle_connection_for_server_keep_alive_s(tmp_path):
                 assert answered(kept).startswith(b"HTTP/1.1 200")
     finally:
         stop_processes(*procs)
+
+
+async def test_the_answer_names_the_params_task_defaults_gave(stack):
+    resp = await stack.run(
+        {"meta": {"task_id": new_task_id()}, "params": {"symbols": ["DEF"]}}, mode="async"
+    )
+    assert resp.status_code == 202, resp.text
+    applied = resp.json()["data"]["defaults_applied"]
+    # the suite's task_defaults.pull_stock_quotes, less what the request gave
+    assert applied == ["base_url", "end", "page_size", "start"], applied
+    await stack.wait_status(resp.json()["data"]["task_id"])

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
-from artemis.config import SecuritySettings, ServerSettings, TemporalSettings, load_settings
+from artemis.config import (
+    SecuritySettings,
+    ServerSettings,
+    Settings,
+    TemporalSettings,
+    load_settings,
+)
 from artemis.errors import ArtemisError, ErrorCode
 
 
@@ -122,8 +131,8 @@ def test_callbacks_have_their_own_allow_list(tmp_path):
     cfg.write_text("callback:\n  allowed_hosts: [cron.internal]\n")
     s = load_settings(cfg)
     # a callback host is not a host sources and sinks may reach: the security
-    # list stays its default, loopback only (pinned here on purpose)
-    assert s.security.allowed_hosts == ["127.0.0.1:8300", "localhost:8300", "[::1]:8300"]
+    # list stays its default, empty (pinned here on purpose)
+    assert s.security.allowed_hosts == []
     assert s.callback_hosts() == ["cron.internal"]
     s = load_settings(None, callback={"base_url": "https://cron.example:8443/runs"})
     assert s.callback_hosts() == ["cron.example:8443"]  # the CronJob's origin only
@@ -147,3 +156,16 @@ def test_the_dns_server_is_an_ip_address_and_port(tmp_path, value):
 def test_a_dns_server_may_be_ipv4_or_bracketed_ipv6():
     assert SecuritySettings(dns_server="10.0.0.53:53").dns_server == "10.0.0.53:53"
     assert SecuritySettings(dns_server="[2001:db8::1]:5353").dns_server == "[2001:db8::1]:5353"
+
+
+def test_the_defaults_name_no_sample_server(monkeypatch):
+    """Built-in settings point nowhere: no source, sink, platform or allowed host of the
+    sample servers (the embedded stack sets those), so a worker deployed without its own
+    output sends records nowhere it did not name."""
+    for key in [k for k in os.environ if k.startswith("ARTEMIS")]:
+        monkeypatch.delenv(key)
+    dumped = json.dumps(Settings().model_dump(mode="json"))
+    assert "8300" not in dumped
+    s = Settings()
+    assert s.task_defaults == {} and s.output_defaults == {}
+    assert s.security.allowed_hosts == [] and s.crawler.platforms == {}

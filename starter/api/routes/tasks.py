@@ -87,7 +87,9 @@ def control_route(
     )
 
 
-def _final_response(request: Request, status: dict) -> JSONResponse:
+def _final_response(
+    request: Request, status: dict, defaults_applied: list[str] | None = None
+) -> JSONResponse:
     data = {
         k: status.get(k)
         for k in (
@@ -101,6 +103,8 @@ def _final_response(request: Request, status: dict) -> JSONResponse:
         )
     }
     data["error"] = status.get("error")
+    if defaults_applied is not None:
+        data["defaults_applied"] = defaults_applied
     if status.get("status") == RunStatus.COMPLETED:
         return envelope(request, data)
     err = status.get("error") or {}
@@ -171,14 +175,17 @@ async def _run(
     """The run route's answer and its outcome for the metric: accepted (async), running
     (sync, still running at the sync timeout) or how the run ended."""
     state = request.scope["state"]
+    ask = _start_request(body)
     started = await service.start(
         code,
-        _start_request(body),
+        ask,
         state["trace"],
         state["request_id"],
         owner=principal(request).name,
         sees_all=principal(request).sees_all,
     )
+    # the params the request left out that task_defaults.<code> gave the run
+    applied = sorted(set(settings.task_defaults.get(code, {})) - set(ask.params or {}))
     accepted = {
         "task_code": code,
         "accepted": True,
@@ -186,6 +193,7 @@ async def _run(
         "workflow_id": started.workflow_id,
         "run_id": started.run_id,
         "callback_mode": started.callback_mode,
+        "defaults_applied": applied,
         "links": {
             "self": f"/tasks/{started.task_id}",
             "cancel": f"/tasks/{started.task_id}/cancel",
@@ -200,7 +208,7 @@ async def _run(
     if final is None or final.get("status") not in TERMINAL:
         accepted["status"] = RunStatus.RUNNING.value
         return envelope(request, accepted, status=202), RunStatus.RUNNING.value
-    return _final_response(request, final), str(final["status"])
+    return _final_response(request, final, applied), str(final["status"])
 
 
 @router.get(
