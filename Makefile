@@ -34,19 +34,19 @@ demo: install
 	$(VENV)/bin/artemis demo $(ARGS)
 
 test: install-dev
-	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
-	$(VENV)/bin/mypy artemis activities workflows workers starter infra bench
+	$(VENV)/bin/ruff check artemis artemis_samples activities workflows workers starter infra tests bench
+	$(VENV)/bin/mypy artemis artemis_samples activities workflows workers starter infra bench
 	$(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # The fast tier: lint, types and the tests that start no server (a minute or two).
 check: install-dev
-	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
-	$(VENV)/bin/mypy artemis activities workflows workers starter infra bench
+	$(VENV)/bin/ruff check artemis artemis_samples activities workflows workers starter infra tests bench
+	$(VENV)/bin/mypy artemis artemis_samples activities workflows workers starter infra bench
 	$(VENV)/bin/python -m pytest -m "not servers" -q $(PYTEST_ARGS)
 
 lint: install-dev
-	$(VENV)/bin/ruff check artemis activities workflows workers starter infra tests bench
+	$(VENV)/bin/ruff check artemis artemis_samples activities workflows workers starter infra tests bench
 
 # The documentation site (docs/, mkdocs.yml) into site/: --strict fails on a link to a
 # missing page or anchor, or a page left out of the nav. Offline (no plugins).

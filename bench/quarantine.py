@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from artemis.run_state import RunStatus  # noqa: E402
-from artemis.samples.server import ThreadedServer  # noqa: E402
+from artemis_samples.server import ThreadedServer  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
 
 PAGE_SIZE = 100

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
-from artemis.samples.platform import note_ids  # noqa: E402
+from artemis_samples.platform import note_ids  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
 
 COOKIE = "web_session=sample-recorder-0001"

@@ -26,9 +26,9 @@ from artemis.config import Settings, load_settings
 from artemis.logsetup import configure_logging
 from artemis.migrate import upgrade
 from artemis.run_state import TERMINAL
-from artemis.samples.app import create_app as create_samples_app
-from artemis.samples.server import ThreadedServer
 from artemis.vault import allow_generated_key_file
+from artemis_samples.app import create_app as create_samples_app
+from artemis_samples.server import ThreadedServer
 from infra.devserver import TEST_DYNAMIC_CONFIG, DevServer, dynamic_config_args, free_port
 from infra.redisserver import RedisServer  # noqa: F401  (tests import it from here)
 from tests.helpers import eventually

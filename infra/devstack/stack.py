@@ -32,10 +32,10 @@ from artemis.migrate import upgrade
 from artemis.pipes import QuietOnClosedPipe
 from artemis.registry.yaml_io import import_yaml
 from artemis.run_state import RunStatus
-from artemis.samples.app import create_app as create_samples_app
-from artemis.samples.server import ThreadedServer
 from artemis.temporal.client import connect
 from artemis.vault import MASTER_KEY_ENV, allow_generated_key_file
+from artemis_samples.app import create_app as create_samples_app
+from artemis_samples.server import ThreadedServer
 from infra.devserver import EAGER_DYNAMIC_CONFIG, DevServer, dynamic_config_args
 from starter.api.app import create_app
 from starter.cli.watch import watch_task

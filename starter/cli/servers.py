@@ -58,7 +58,7 @@ def samples_serve(
     # lazy: importing them costs every `artemis` start-up ~0.2 s
     import uvicorn
 
-    from artemis.samples.app import create_app
+    from artemis_samples.app import create_app
 
     console.print(f"sample servers on http://127.0.0.1:{port} (quotes, /sink, /cronjob)")
     uvicorn.run(

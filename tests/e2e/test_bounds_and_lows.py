@@ -25,7 +25,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from artemis.samples.server import ThreadedServer
+from artemis_samples.server import ThreadedServer
 from tests.conftest import new_task_id
 from tests.e2e.test_completeness import generic_doc
 from tests.e2e.test_events import read_sse

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from artemis.crawler.models import SourceNote
-from artemis.samples.server import ThreadedServer
+from artemis_samples.server import ThreadedServer
 from tests import recordings
 from tests.conftest import new_task_id
 from tests.e2e.test_crawl import crawl_stack, rows

@@ -31,8 +31,8 @@ from artemis.crawler.models import Candidate, CookieRow, CrawlExecution, SourceN
 from artemis.crawler.vault import vault_for
 from artemis.db import get_engine
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, ReclaimResult
-from artemis.samples.platform import note_ids
 from artemis.temporal.client import connect
+from artemis_samples.platform import note_ids
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
 from tests.helpers import ending, eventually, secret_keys
 from workers.main import (

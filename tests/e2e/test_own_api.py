@@ -1,6 +1,6 @@
 """Your own JSON API in YAML alone: the README's walk-through "Add your own API in YAML"
 run as written, and the end markers and record models it relies on, against the sample
-catalogue (``artemis/samples/catalog.py``) on a real server, through real API and worker
+catalogue (``artemis_samples/catalog.py``) on a real server, through real API and worker
 processes, into SQLite and Parquet."""
 
 from __future__ import annotations

@@ -31,11 +31,11 @@ from temporalio.testing import ActivityEnvironment
 from activities.housekeeping import HousekeepingActivities
 from artemis.db import RunSecret, get_engine
 from artemis.run_models import CleanupInput
-from artemis.samples.app import create_app as create_samples_app
-from artemis.samples.server import ThreadedServer
 from artemis.taskstore import StorageUnavailable
 from artemis.taskstore.sql import AsyncTask, SqlTaskStorage
 from artemis.vault import CALLBACK_TOKEN, START_SEP, RunSecrets
+from artemis_samples.app import create_app as create_samples_app
+from artemis_samples.server import ThreadedServer
 from starter.run_reads import KEY_OWNER
 from tests.conftest import new_task_id, serve_api
 from tests.dnsstub import DnsStub

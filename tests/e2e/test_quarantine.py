@@ -27,7 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from artemis import quarantine
-from artemis.samples.server import ThreadedServer
+from artemis_samples.server import ThreadedServer
 from tests.conftest import new_task_id, start_worker_process
 from tests.e2e.test_events import read_sse
 from tests.e2e.test_literature import import_doc

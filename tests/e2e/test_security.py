@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from artemis.samples.server import ThreadedServer
+from artemis_samples.server import ThreadedServer
 from tests.conftest import new_task_id
 from tests.e2e.test_completeness import generic_doc
 from tests.e2e.test_literature import harvest_source, import_doc

@@ -43,7 +43,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from artemis.registry.resolve import as_utc
-from artemis.samples.server import ThreadedServer
+from artemis_samples.server import ThreadedServer
 from tests.conftest import new_task_id
 from tests.e2e.test_literature import harvest, harvest_source, import_doc
 

@@ -15,9 +15,9 @@ from artemis.callback import (
 )
 from artemis.config import CallbackSettings
 from artemis.errors import ArtemisError
-from artemis.samples.app import create_app
-from artemis.samples.server import ThreadedServer
 from artemis.tracing import extract_trace
+from artemis_samples.app import create_app
+from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
 
 

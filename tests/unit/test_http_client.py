@@ -28,7 +28,7 @@ from artemis.http import (
     transport_error,
     with_params,
 )
-from artemis.samples.server import ThreadedServer
+from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
 
 

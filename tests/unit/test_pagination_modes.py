@@ -8,9 +8,9 @@ from fastapi.responses import JSONResponse
 
 from artemis.registry.client import paginator_for
 from artemis.registry.resolve import Contract
-from artemis.samples.server import ThreadedServer
 from artemis.sources.paginators import paginator_from_checkpoint
 from artemis.sources.rest import RestSource
+from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
 
 ITEMS = [{"n": i} for i in range(23)]

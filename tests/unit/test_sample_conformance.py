@@ -17,9 +17,9 @@ import pytest
 from Bio import Entrez
 
 from artemis.literature.normalize import parse_pubmed_xml
-from artemis.samples.app import create_app
-from artemis.samples.platform import note_ids
-from artemis.samples.server import ThreadedServer
+from artemis_samples.app import create_app
+from artemis_samples.platform import note_ids
+from artemis_samples.server import ThreadedServer
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 needs_recordings = pytest.mark.skipif(not FIXTURES.exists(), reason="no ../shared/fixtures")

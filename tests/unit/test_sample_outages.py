@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from artemis.http import ReadTimeout
-from artemis.samples.app import create_app
-from artemis.samples.server import ThreadedServer
+from artemis_samples.app import create_app
+from artemis_samples.server import ThreadedServer
 from tests.helpers import eventually, http_client
 
 QUOTE = "/quotes?symbol=ACME&start=2024-01-02&end=2024-01-02"

@@ -16,10 +16,10 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.literature.pubmed import PubMedSource
 from artemis.registry.client import ContractClient
 from artemis.registry.resolve import Contract
-from artemis.samples.app import create_app as create_samples_app
-from artemis.samples.server import ThreadedServer
 from artemis.sources.paginators import CursorPaginator, PageNumberPaginator
 from artemis.sources.rest import RestSource
+from artemis_samples.app import create_app as create_samples_app
+from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
 
 RAW_NEWLINE_ERROR = (

@@ -21,8 +21,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from artemis.samples import catalog, platform
-from artemis.samples.literature import LiteratureState, build_router
+from artemis_samples import catalog, platform
+from artemis_samples.literature import LiteratureState, build_router
 
 
 class Faults:
