@@ -671,7 +671,14 @@ class RunService(RunReads):
 
     async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:
         handle = await self._running(task_id)
+        # The reason first (the run finalizes with it), then Temporal's own cancellation,
+        # so that the run ends CANCELED in Temporal's list as well as `cancelled` here.
         await handle.signal("cancel", CancelRequest(reason=reason))
+        try:
+            await handle.cancel()
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:  # ended meanwhile: nothing to cancel
+                raise
         log.info("cancel_signalled", task_id=task_id, workflow_id=handle.id, reason=reason)
         return {
             "task_id": task_id,

@@ -70,6 +70,9 @@ async def test_cancel_by_signal_ends_cancelled_with_failed_finalize(
     assert [c["body"] for c in finals] == [
         {"result": "failed", "error_message": "cancelled: operator said so"}
     ]
+    # Temporal's list shows it cancelled too
+    handle = stack.client.get_workflow_handle(final["workflow_id"])
+    assert (await handle.describe()).status.name == "CANCELED"
     again = await stack.http.post(f"/tasks/{task_id}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "CONFLICT"
     assert "already finished (cancelled)" in again.json()["error"]["message"]  # its own word
