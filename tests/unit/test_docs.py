@@ -10,20 +10,29 @@ from pathlib import Path
 import pytest
 
 from artemis.errors import ErrorCode
+from artemis.run_state import RETRYABLE_ENDINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 
 
-def test_the_error_table_lists_every_code_with_its_retryability_and_status():
+def test_the_error_table_lists_every_code_with_both_kinds_of_retry_and_its_status():
     text = (DOCS / "api.md").read_text()
     rows = {
-        m.group(1): (m.group(2), int(m.group(3)), int(m.group(4)))
-        for m in re.finditer(r"^\| `([A-Z_]+)` \| (yes|no) \| (\d+) \| (\d+) \|$", text, re.M)
+        m.group(1): (m.group(2), int(m.group(3)), m.group(4), int(m.group(5)))
+        for m in re.finditer(
+            r"^\| `([A-Z_]+)` \| (yes|no) \| (\d+) \| (yes|no) \| (\d+) \|$", text, re.M
+        )
     }
+    yes = {True: "yes", False: "no"}
     expected = {
-        c.value: ("yes" if c.retryable else "no", c.info.max_retries, c.http_status)
+        c.value: (
+            yes[c.retryable],
+            c.info.max_retries,
+            yes[c in RETRYABLE_ENDINGS],
+            c.http_status,
+        )
         for c in ErrorCode
     }
     assert rows == expected
