@@ -4,7 +4,6 @@ dev server (with UI), the database, a worker, the starter API and the sample ser
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -411,8 +410,12 @@ class DevStack:
         t.add_row("records received by the sink", str(received))
         t.add_row("CronJob progress calls", str(sum(1 for c in calls if c["kind"] == "progress")))
         finals = [c["body"] for c in calls if c["kind"] == "callback"]
-        t.add_row("CronJob finalize", json.dumps(finals[-1]) if finals else "-")
+        t.add_row("CronJob finalize", str(finals[-1].get("result")) if finals else "-")
         console.print(t)
+        if finals:
+            # the whole body the CronJob received, as JSON on lines of its own
+            _rule("the CronJob's finalize body")
+            console.print_json(data=finals[-1])
         ui = ui_url(self.settings, final["workflow_id"])
         console.print(f"see the run in the Temporal UI: [link]{ui}[/link]")
         runs = ui_list_url(self.settings)

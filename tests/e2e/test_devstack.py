@@ -189,3 +189,8 @@ def test_demo_with_a_config_of_its_own_keeps_the_demos_defaults(tmp_path):
     assert "Traceback" not in out and "no sinks configured" not in out, out[-3000:]
     # the quotes landed in the demo's own SQLite table, under --data-dir
     assert (tmp_path / "state" / "lake.db").exists()
+    # piped, the demo reads as lines a person can follow: no table as wide as its widest
+    # JSON, and the CronJob's finalize body as JSON of its own, not a string in a cell
+    widest = max(done.stdout.splitlines(), key=len)
+    assert len(widest) <= 200, widest
+    assert '"result": "completed"' in done.stdout, out[-3000:]
