@@ -41,7 +41,26 @@ class Ending:
         error_message: str | None,
         retain: bool = False,
     ) -> str:
+        """Finalize (the task's hook, the sinks' last word, the CronJob's callback), then
+        keep the run for a retry (``retain``) or drop its staged data. The callback's
+        outcome."""
         self.run.enter("step_finalize")
+        outcome = await self._finalize_step(status, error_code, error_message, retain)
+        if retain:
+            try:
+                await self._retain(
+                    status, error_code or ErrorCode.INTERNAL, error_message or status
+                )
+                return outcome
+            except ActivityError as e:
+                # Not kept: the run cannot be retried, its data goes as after any ending.
+                self.run.log("retain_failed", error=message_of(e))
+        await self._cleanup()
+        return outcome
+
+    async def _finalize_step(
+        self, status: RunStatus, error_code: str | None, error_message: str | None, retain: bool
+    ) -> str:
         # A local activity (the hooks, the sinks' last word and the CronJob call, retried
         # by the same policy), in the workflow task the batch loop ended in: no task-queue
         # round trip. The clean-up is a step of its own after it, so that a failed
@@ -66,22 +85,15 @@ class Ending:
                 retry_policy=retry_policies.FINALIZE,
                 summary=f"Finalize ({status}) and call the CronJob back",
             )
-            self.run.state.complete("step_finalize")
-            self.run.state.finalized(fin.stats)
-            outcome = fin.callback
         except ActivityError as e:
             self.run.state.failed_step("step_finalize")
             self.run.log("finalize_failed", error=message_of(e))
-            outcome = FinalizeOutcome.ERROR.value
-        if retain:
-            try:
-                await self._retain(
-                    status, error_code or ErrorCode.INTERNAL, error_message or status
-                )
-                return outcome
-            except ActivityError as e:
-                # Not kept: the run cannot be retried, its data goes as after any ending.
-                self.run.log("retain_failed", error=message_of(e))
+            return FinalizeOutcome.ERROR.value
+        self.run.state.complete("step_finalize")
+        self.run.state.finalized(fin.stats)
+        return fin.callback
+
+    async def _cleanup(self) -> None:
         try:
             # A local activity (four deletes), in the workflow task that records the run's
             # end: no task-queue round trip.
@@ -100,7 +112,6 @@ class Ending:
         except ActivityError as e:
             # Left over, the data is dropped by the clean-up loop.
             self.run.log("cleanup_failed", error=message_of(e))
-        return outcome
 
     async def _retain(self, status: RunStatus, error_code: str, error_message: str) -> None:
         """Keep what POST /tasks/{id}/retry needs: the carry with the pages staged but not

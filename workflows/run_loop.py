@@ -86,148 +86,147 @@ class BatchLoop:
                 self.run.state.parent = True
                 await self.fanout.run_children(*children)
                 return
-
-        # Batches being processed and emitted, in order (each waits for the one before it
-        # to be emitted). At most `ahead` batches are fetched but not emitted: a batch is
-        # handed over once at most ahead - 2 are still on their way, and the next fetch
-        # starts once at most ahead - 1 are.
-        ahead = max(1, self.run.req.tuning.max_batches_ahead)
-        pending: list[asyncio.Task[None]] = []
-
-        def hand_over(first: int, last: int, beside_fetch: bool, again: bool = False) -> None:
-            after = pending[-1] if pending else None
-            pending.append(
-                asyncio.create_task(self._process_and_emit(first, last, beside_fetch, after, again))
-            )
-
-        async def drain(keep: int) -> None:
-            while len(pending) > keep:
-                await pending.pop(0)
-
-        live = self.run.state
-        batches_here = 0
-        done = live.fetch_done
+        line = EmitLine(self, max(1, self.run.req.tuning.max_batches_ahead))
         evicted = False
         try:
-            # A run finished by POST /tasks/{id}/retry first delivers what its failed
-            # attempt had staged and not delivered (skipping the pages it had).
-            done_to = live.processed_through
-            for first, last in live.undelivered:
-                # what was processed then is processed again, not counted again
-                for lo, hi, again in (
-                    (first, min(last, done_to), True),
-                    (max(first, done_to + 1), last, False),
-                ):
-                    if lo <= hi:
-                        await drain(max(ahead - 2, 0))
-                        hand_over(lo, hi, beside_fetch=not done, again=again)
-            live.undelivered = []
-            while not done:
-                if self.run.state.paused:
-                    self.run.state.stopped_fetching()
-                    self.run.details()
-                    # A durable wait: no worker is held while the run is paused.
-                    await workflow.wait_condition(
-                        lambda: not self.run.state.paused or self.run.state.stopping
-                    )
-                    self.run.stop_point()
-                await drain(ahead - 1)
-                while pending and pending[0].done():
-                    await pending.pop(0)  # (a batch that failed fails the run here)
-                # Emit while fetching once every earlier batch is delivered (in order).
-                stream = self.run.req.tuning.emit_while_fetching and not pending
-                self.run.enter("step_fetch")
-                if stream:
-                    self.run.state.working("step_process")
-                    self.run.state.working("step_emit")
-                try:
-                    fetched = await self._fetched(self._start_fetch(stream))
-                except ActivityError as e:
-                    if self.run.state.paused and was_cancelled(e):
-                        # Paused before it staged a page it could report: fetch afresh.
-                        self.run.state.resume_fetch = True
-                        continue
-                    if (
-                        code_of(e) == ErrorCode.RESULT_CAP_EXCEEDED
-                        and not self.run.state.stats["pages"]
-                    ):
-                        # The window holds more hits than the source can list: split it.
-                        await self.fanout.split(e)
-                        return
-                    store = self.outages.store_outage(e)
-                    if store is not None:
-                        await self.outages.wait_out(store)
-                        self.run.state.resume_fetch = True
-                        continue
-                    if await self.outages.rest_after_failures(e):
-                        self.run.state.resume_fetch = True
-                        continue  # the same checkpoint, after the cool-down
-                    raise
-                self.run.state.fetched(fetched)
-                self.run.state.resume_fetch = False
-                first, last = fetched.first_seq, fetched.next_seq - 1
-                if fetched.streamed is not None:
-                    # Pages already delivered: counted before a stop can end the loop
-                    # here, the run standing after them (a run kept for a retry does
-                    # not count them again).
-                    live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
-                    first = self._streamed(fetched.streamed, first)
-                self.run.stop_point()
-                live.progress_last_ms = fetched.progress_last_ms
-                live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
-                done = fetched.done
-                if done:
-                    live.fetch_done = True
-                if fetched.pages or fetched.outage is None:
-                    self.outages.recovered("source")  # pages came: a new outage counts afresh
-                self.run.details()
-                if fetched.streamed is not None:
-                    if fetched.streamed.error is not None:
-                        # a sink refused a page for good: the run fails as emit_batch would
-                        await drain(0)
-                        raise ApplicationError(
-                            str(fetched.streamed.error.get("message")),
-                            type=str(fetched.streamed.error.get("code")),
-                            non_retryable=True,
-                        )
-                await drain(max(ahead - 2, 0))
-                if last >= first:
-                    hand_over(first, last, beside_fetch=not done)
-                if fetched.incomplete is not None:
-                    # A source ended short of its own count: what it gave is delivered,
-                    # then the run fails visibly (never `completed`).
-                    await drain(0)
-                    raise ApplicationError(
-                        str(fetched.incomplete.get("message")),
-                        fetched.incomplete,
-                        type=ErrorCode.INCOMPLETE,
-                        non_retryable=True,
-                    )
-                if fetched.outage is not None:
-                    # The source is down: what it gave goes on to the sinks meanwhile.
-                    await self.outages.wait_out(fetched.outage)
-                    self.run.state.resume_fetch = True
-                    continue
-                batches_here += 1
-                if not done and (
-                    batches_here >= self.run.req.tuning.max_batches_per_run
-                    or workflow.info().is_continue_as_new_suggested()
-                ):
-                    await drain(0)
-                    self._continue_as_new()
-            await drain(0)
+            await self._deliver_kept(line)
+            if not await self._fetch_all(line):
+                return  # split into child runs: they finish the window
+            await line.drain(0)
         except GeneratorExit:
             # The run was evicted from the worker's cache mid-await and its coroutine is
             # being closed: nothing may be awaited now (the run resumes by replay).
             evicted = True
             raise
         finally:
-            for task in pending:
-                if not task.done():
-                    task.cancel()
-                    if not evicted:
-                        await quietly(task)
+            await line.close(evicted)
         self.run.state.complete(*LOOP_STEPS)
+
+    async def _deliver_kept(self, line: EmitLine) -> None:
+        """A run finished by POST /tasks/{id}/retry first delivers what its failed
+        attempt had staged and not delivered (skipping the pages it had)."""
+        live = self.run.state
+        done_to = live.processed_through
+        for first, last in live.undelivered:
+            # what was processed then is processed again, not counted again
+            for lo, hi, again in (
+                (first, min(last, done_to), True),
+                (max(first, done_to + 1), last, False),
+            ):
+                if lo <= hi:
+                    await line.drain(max(line.ahead - 2, 0))
+                    line.hand_over(lo, hi, beside_fetch=not live.fetch_done, again=again)
+        live.undelivered = []
+
+    async def _fetch_all(self, line: EmitLine) -> bool:
+        """Fetch batch after batch to the source's end, each handed to the emit line;
+        False when the window was split into child runs instead."""
+        live = self.run.state
+        batches_here = 0
+        while not live.fetch_done:
+            await self._wait_while_paused()
+            await line.drain(line.ahead - 1)
+            await line.pop_done()  # (a batch that failed fails the run here)
+            # Emit while fetching once every earlier batch is delivered (in order).
+            stream = self.run.req.tuning.emit_while_fetching and not line.pending
+            self.run.enter("step_fetch")
+            if stream:
+                live.working("step_process")
+                live.working("step_emit")
+            try:
+                fetched = await self._fetched(self._start_fetch(stream))
+            except ActivityError as e:
+                if live.paused and was_cancelled(e):
+                    # Paused before it staged a page it could report: fetch afresh.
+                    live.resume_fetch = True
+                    continue
+                if code_of(e) == ErrorCode.RESULT_CAP_EXCEEDED and not live.stats["pages"]:
+                    # The window holds more hits than the source can list: split it.
+                    await self.fanout.split(e)
+                    return False
+                if await self._waited_out(e):
+                    continue
+                raise
+            await self._take(line, fetched)
+            if fetched.outage is not None:
+                # The source is down: what it gave goes on to the sinks meanwhile.
+                await self.outages.wait_out(fetched.outage)
+                live.resume_fetch = True
+                continue
+            batches_here += 1
+            if not live.fetch_done and (
+                batches_here >= self.run.req.tuning.max_batches_per_run
+                or workflow.info().is_continue_as_new_suggested()
+            ):
+                await line.drain(0)
+                self._continue_as_new()
+        return True
+
+    async def _wait_while_paused(self) -> None:
+        if self.run.state.paused:
+            self.run.state.stopped_fetching()
+            self.run.details()
+            # A durable wait: no worker is held while the run is paused.
+            await workflow.wait_condition(
+                lambda: not self.run.state.paused or self.run.state.stopping
+            )
+            self.run.stop_point()
+
+    async def _waited_out(self, e: ActivityError) -> bool:
+        """The fetch failed on an outage of the staging store, or often enough for the
+        circuit breaker: waited out, the next fetch goes on from the same checkpoint.
+        False: neither case (the failure is the run's)."""
+        store = self.outages.store_outage(e)
+        if store is not None:
+            await self.outages.wait_out(store)
+        elif not await self.outages.rest_after_failures(e):
+            return False
+        self.run.state.resume_fetch = True
+        return True
+
+    async def _take(self, line: EmitLine, fetched: FetchResult) -> None:
+        """A batch fetched: counted, the run standing after it, and its pages not yet
+        delivered handed to the emit line. A sink that refused a page for good, or a
+        source that ended short of its own count, fails the run (what came is delivered
+        first)."""
+        live = self.run.state
+        live.fetched(fetched)
+        live.resume_fetch = False
+        first, last = fetched.first_seq, fetched.next_seq - 1
+        if fetched.streamed is not None:
+            # Pages already delivered: counted before a stop can end the loop here, the
+            # run standing after them (a run kept for a retry does not count them again).
+            live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
+            first = self._streamed(fetched.streamed, first)
+        self.run.stop_point()
+        live.progress_last_ms = fetched.progress_last_ms
+        live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
+        if fetched.done:
+            live.fetch_done = True
+        if fetched.pages or fetched.outage is None:
+            self.outages.recovered("source")  # pages came: a new outage counts afresh
+        self.run.details()
+        if fetched.streamed is not None and fetched.streamed.error is not None:
+            # a sink refused a page for good: the run fails as emit_batch would
+            await line.drain(0)
+            raise ApplicationError(
+                str(fetched.streamed.error.get("message")),
+                type=str(fetched.streamed.error.get("code")),
+                non_retryable=True,
+            )
+        await line.drain(max(line.ahead - 2, 0))
+        if last >= first:
+            line.hand_over(first, last, beside_fetch=not live.fetch_done)
+        if fetched.incomplete is not None:
+            # A source ended short of its own count: what it gave is delivered, then the
+            # run fails visibly (never `completed`).
+            await line.drain(0)
+            raise ApplicationError(
+                str(fetched.incomplete.get("message")),
+                fetched.incomplete,
+                type=ErrorCode.INCOMPLETE,
+                non_retryable=True,
+            )
 
     def _continue_as_new(self) -> None:
         """The next generation of the run, from where this one stands (long runs keep
@@ -317,55 +316,68 @@ class BatchLoop:
         """Process a staged batch, then emit it once the batch before it is emitted.
         ``again``: the batch of a failed attempt (a retried run), processed and counted
         then; it is processed again, not counted again."""
-        req, tuning, live = self.run.req, self.run.req.tuning, self.run.state
+        live = self.run.state
         batch = BatchInput(
             run=self.run.ref,
             params=self.run.params or {},
             first_seq=first,
             last_seq=last,
-            output=req.output,
-            fetched=int(self.run.state.stats.get("records_fetched") or 0),
-            stated=self.run.state.stats.get("expected_total"),
+            output=self.run.req.output,
+            fetched=int(live.stats.get("records_fetched") or 0),
+            stated=live.stats.get("expected_total"),
         )
-        self.run.state.working("step_process")
-        options: dict[str, Any] = {
-            "start_to_close_timeout": timedelta(seconds=120),
-            "retry_policy": retry_policies.process(tuning),
-            "summary": f"Process pages #{first}-#{last}",
-        }
-        processed: ProcessResult
-        while True:
-            try:
-                if beside_fetch:
-                    # A heartbeat timeout: a batch lost with its worker runs again in seconds.
-                    processed = await workflow.execute_activity_method(
-                        TaskRunActivities.process_batch,
-                        batch,
-                        heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-                        **options,
-                    )
-                else:
-                    # The last batch (nothing to overlap): one round trip fewer as a local
-                    # activity.
-                    processed = await workflow.execute_local_activity_method(
-                        TaskRunActivities.process_batch, batch, **options
-                    )
-                break
-            except ActivityError as e:
-                store = self.outages.store_outage(e)
-                if store is None:
-                    raise
-                await self.outages.wait_out(store)
+        live.working("step_process")
+        processed = await self._process(batch, beside_fetch)
         self.outages.recovered("store")
         self.run.stop_point()
         if not again:
-            self.run.state.processed(
+            live.processed(
                 processed.records_out, processed.records_quarantined, processed.fields_dropped
             )
             live.processed_through = max(live.processed_through, last)
         if after is not None:
             await after  # emitted in order: the batch before this one first
-        self.run.state.working("step_emit")
+        live.working("step_emit")
+        await self._emit_all(batch, first, last)
+        self.outages.recovered("sink")
+        live.delivered_below = last + 1
+        live.delivered_above = []
+        self.run.details()
+
+    async def _process(self, batch: BatchInput, beside_fetch: bool) -> ProcessResult:
+        """The batch processed (an outage of the staging store waited out)."""
+        tuning = self.run.req.tuning
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=120),
+            "retry_policy": retry_policies.process(tuning),
+            "summary": f"Process pages #{batch.first_seq}-#{batch.last_seq}",
+        }
+        while True:
+            try:
+                if beside_fetch:
+                    # A heartbeat timeout: a batch lost with its worker runs again in seconds.
+                    return await workflow.execute_activity_method(
+                        TaskRunActivities.process_batch,
+                        batch,
+                        heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
+                        **options,
+                    )
+                # The last batch (nothing to overlap): one round trip fewer as a local
+                # activity.
+                return await workflow.execute_local_activity_method(
+                    TaskRunActivities.process_batch, batch, **options
+                )
+            except ActivityError as e:
+                store = self.outages.store_outage(e)
+                if store is None:
+                    raise
+                await self.outages.wait_out(store)
+
+    async def _emit_all(self, batch: BatchInput, first: int, last: int) -> None:
+        """Emit the batch's pages until every sink took them: an outage of the staging
+        store or of a sink is waited out, and the pages a sink took meanwhile are not sent
+        again."""
+        live = self.run.state
         skip = [s for s in live.delivered_above if first <= s <= last]
         while True:
             try:
@@ -377,9 +389,9 @@ class BatchLoop:
                 await self.outages.wait_out(store)
                 continue
             self.outages.recovered("store")
-            self.run.state.emitted(emitted.records_emitted, emitted.sinks)
+            live.emitted(emitted.records_emitted, emitted.sinks)
             if emitted.outage is None:
-                break
+                return
             # A sink is down: the pages it took count now and are not sent again.
             skip = sorted({*skip, *emitted.delivered_seqs})
             live.delivered_above = skip
@@ -387,10 +399,6 @@ class BatchLoop:
                 self.outages.recovered("sink")  # pages went through: a new outage counts afresh
             self.run.details()
             await self.outages.wait_out(emitted.outage)
-        self.outages.recovered("sink")
-        self.run.state.delivered_below = last + 1
-        live.delivered_above = []
-        self.run.details()
 
     async def _emit(self, batch: BatchInput, first: int, last: int, skip: list[int]) -> EmitResult:
         """One emit of the batch's pages (but ``skip``, delivered by an earlier one)."""
@@ -410,3 +418,41 @@ class BatchLoop:
             summary=f"Emit pages #{first}-#{last}"
             + (f" (again, {len(skip)} delivered)" if skip else ""),
         )
+
+
+class EmitLine:
+    """Batches being processed and emitted, in order: each waits for the one before it
+    to be emitted. At most ``ahead`` batches are fetched but not emitted: a batch is
+    handed over once at most ahead - 2 are still on their way, and the next fetch
+    starts once at most ahead - 1 are."""
+
+    def __init__(self, loop: BatchLoop, ahead: int) -> None:
+        self.loop = loop
+        self.ahead = ahead
+        self.pending: list[asyncio.Task[None]] = []
+
+    def hand_over(self, first: int, last: int, beside_fetch: bool, again: bool = False) -> None:
+        after = self.pending[-1] if self.pending else None
+        self.pending.append(
+            asyncio.create_task(
+                self.loop._process_and_emit(first, last, beside_fetch, after, again)
+            )
+        )
+
+    async def drain(self, keep: int) -> None:
+        """Wait until at most ``keep`` batches are on their way."""
+        while len(self.pending) > keep:
+            await self.pending.pop(0)
+
+    async def pop_done(self) -> None:
+        """Take the batches already delivered off the line (a failed one raises)."""
+        while self.pending and self.pending[0].done():
+            await self.pending.pop(0)
+
+    async def close(self, evicted: bool) -> None:
+        """Cancel what is still on its way (awaiting it, unless the run was evicted)."""
+        for task in self.pending:
+            if not task.done():
+                task.cancel()
+                if not evicted:
+                    await quietly(task)

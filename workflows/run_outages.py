@@ -71,35 +71,8 @@ class OutageWaits:
         if waited >= tolerance:
             self.run.state.outages.pop(dep, None)
             self.run.state.waited(dep, None)
-            code = UNAVAILABLE.get(dep, UNAVAILABLE["store"]).value
-            raise ApplicationError(
-                f"{dep} {outage.name} unavailable for {waited:.0f} s since "
-                f"{since.isoformat(timespec='seconds')} ({attempt} attempts, tolerance "
-                f"{tolerance:g} s); last error: {outage.reason}: {outage.message}",
-                {
-                    "dependency": dep,
-                    "name": outage.name,
-                    "since": since.isoformat(),
-                    "waited_s": round(waited, 1),
-                    "attempts": attempt,
-                    "last_error": outage.reason,
-                },
-                type=code,
-                non_retryable=True,
-            )
-        initial, coefficient, cap = self._backoff(dep)
-        circuit = self.run.state.breaker if dep == "source" else None
-        opened = circuit is not None and attempt % max(circuit.threshold, 1) == 0
-        if opened and circuit is not None:
-            # The source's circuit breaker: after `threshold` failures in a row it rests.
-            delay = min(circuit.cool_down_s, max(tolerance - waited, 0.0) + 0.05)
-            self.run.state.circuit_opens += 1
-        else:
-            # The attempts within this round of the breaker back off from the start.
-            n = attempt % circuit.threshold if circuit is not None else attempt
-            delay = next_delay(
-                n, initial, coefficient, cap, outage.retry_after_s, tolerance - waited
-            )
+            raise _gave_up(outage, since, waited, attempt, tolerance)
+        opened, delay = self._next_wait(outage, attempt, tolerance - waited)
         waiting = {
             "dependency": dep,
             "name": outage.name,
@@ -124,6 +97,19 @@ class OutageWaits:
         if opened:
             self.run.state.circuit_closed()
         self.run.stop_point()
+
+    def _next_wait(self, outage: Outage, attempt: int, left_s: float) -> tuple[bool, float]:
+        """(the source's circuit breaker opens now, seconds until the next attempt)."""
+        initial, coefficient, cap = self._backoff(outage.dependency)
+        circuit = self.run.state.breaker if outage.dependency == "source" else None
+        opened = circuit is not None and attempt % max(circuit.threshold, 1) == 0
+        if opened and circuit is not None:
+            # The source's circuit breaker: after `threshold` failures in a row it rests.
+            self.run.state.circuit_opens += 1
+            return True, min(circuit.cool_down_s, max(left_s, 0.0) + 0.05)
+        # The attempts within this round of the breaker back off from the start.
+        n = attempt % circuit.threshold if circuit is not None else attempt
+        return False, next_delay(n, initial, coefficient, cap, outage.retry_after_s, left_s)
 
     def recovered(self, dependency: str) -> None:
         """A dependency answered again: its outage ends (a later failure starts afresh)."""
@@ -183,3 +169,26 @@ class OutageWaits:
         self.run.state.circuit_closed()
         self.run.log("circuit_closed", opens=self.run.state.circuit_opens)
         return True
+
+
+def _gave_up(
+    outage: Outage, since: datetime, waited: float, attempt: int, tolerance: float
+) -> ApplicationError:
+    """The run's failure once an outage outlasted its tolerance: SOURCE_/SINK_UNAVAILABLE
+    naming the dependency, since when, how many attempts and the last error."""
+    dep = outage.dependency
+    return ApplicationError(
+        f"{dep} {outage.name} unavailable for {waited:.0f} s since "
+        f"{since.isoformat(timespec='seconds')} ({attempt} attempts, tolerance "
+        f"{tolerance:g} s); last error: {outage.reason}: {outage.message}",
+        {
+            "dependency": dep,
+            "name": outage.name,
+            "since": since.isoformat(),
+            "waited_s": round(waited, 1),
+            "attempts": attempt,
+            "last_error": outage.reason,
+        },
+        type=UNAVAILABLE.get(dep, UNAVAILABLE["store"]).value,
+        non_retryable=True,
+    )
