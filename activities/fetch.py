@@ -38,205 +38,20 @@ from artemis.tracing import TraceContext, current_trace
 class FetchActivities(RunActivityBase):
     @activity.defn(name="fetch_pages")
     async def fetch_pages(self, inp: FetchInput) -> FetchResult:
-        trace = current_trace()
         key = run_key(inp.run)
         beat = Heartbeat(self.settings.worker.heartbeat_throttle_s)
         state = _resume_state(inp)
         await self._start_attempt(inp, key, state)
-        task = get_task(inp.run.task_code)
-        ctx = await self._context(task, inp.run, inp.params, trace)
-        wind_down = asyncio.Event()
-        ctx.controls = FetchControls(
-            qps=inp.qps or None,
-            # A retried attempt: the source's last request may have been served, its
-            # answer lost.
-            resumed=activity.info().attempt > 1 or inp.resumed,
-            # A task waiting on its source (a 429's Retry-After) keeps the attempt alive
-            # without losing the resume state.
-            keepalive=lambda: beat(state),
-            wind_down=wind_down,
-            max_pages=max(0, inp.max_pages - state["pages"]),
-        )
-        try:
-            callback = await self._callback(inp.run, inp.callback, trace)
-        except ArtemisError as e:  # progress is best effort: never fail the fetch over it
-            log.warning("callback_progress_disabled", error=str(e))
-            callback = None
-        last_ms = inp.progress_last_ms
-        stream: PageStream | None = None
-        if inp.stream:
-            try:
-                stream = await self._stream(task, inp, key, trace, state, beat)
-            except ArtemisError as e:
-                # The batch path takes the whole batch over (it waits a sink out, or fails
-                # as it always did); a page an earlier attempt sent goes under its key.
-                log.info("stream_unavailable", code=e.code.value, error=str(e)[:300])
-        started = time.monotonic()
-        progress_every = self.settings.events.progress_min_interval_ms / 1000
-        progress_at = started
-        outage: Outage | None = None
-        pages = task.fetch(ctx, task.source_client(self.client, ctx), state["checkpoint"])
-        # Set when Temporal cancels the fetch (a pause, a stop; learnt with the answer to
-        # a heartbeat): no new request, the page in flight is taken, then the batch ends
-        # at that page boundary with its checkpoint.
-        stop = asyncio.Event()
-
-        async def pump() -> bool:
-            """Fetch and stage pages until the batch is full; True when the source is done."""
-            nonlocal last_ms, progress_at
-            async for page in pages:
-                seq = state["next_seq"]
-                after = {
-                    "checkpoint": page.checkpoint,
-                    "next_seq": seq + 1,
-                    "pages": state["pages"] + 1,
-                    "records": state["records"] + len(page.records),
-                    "units_done": (
-                        state["units_done"]
-                        if page.info.units_done is None
-                        else page.info.units_done
-                    ),
-                    "done": page.checkpoint is None,
-                    "expected_total": page.info.expected_total,
-                    "incomplete": page.info.incomplete,
-                }
-                # Streaming: the page may be sent before this heartbeat reaches Temporal;
-                # where the fetch stands is staged with it (a retry resumes there).
-                cursor = {**after, "first_seq": inp.first_seq} if stream is not None else None
-                await self._stage_raw(key, seq, page, cursor)
-                if stream is not None:
-                    stream.judge.stated = page.info.expected_total
-                    await stream.put(seq, page.records)
-                state.update(after)
-                beat(state)
-                now = time.monotonic()
-                if page.checkpoint is None or now - progress_at >= progress_every:
-                    progress_at = now
-                    await self._record_progress(inp, state)
-                if callback is not None:
-                    last_ms = await callback.progress(
-                        state["units_done"],
-                        inp.total,
-                        f"{page.info.source or 'fetch'}: {state['records']} records",
-                        last_ms,
-                        seq,
-                    )
-                if page.checkpoint is None:
-                    return True
-                if (
-                    stop.is_set()
-                    or (stream is not None and stream.refused.is_set())
-                    or state["pages"] >= inp.max_pages
-                    or time.monotonic() - started >= inp.max_seconds
-                    # A worker shutting down (SIGTERM): return what is fetched, with
-                    # its checkpoint; the next fetch goes on elsewhere, nothing twice.
-                    or activity.is_worker_shutdown()
-                ):
-                    if not task.fetch_winds_down:
-                        return False
-                    # No new request; the pages in flight are taken into this batch.
-                    wind_down.set()
-            # A fetch that winds down ends early with a checkpoint: it says "done" only
-            # by a last page without one (handled above).
-            return not task.fetch_winds_down and not stop.is_set()
-
-        cancelled = False
+        fetch = BatchFetch(self, inp, key, state, beat)
+        await fetch.open(current_trace())
         # Between pages too (and while the last sends finish): the resume state as of the
         # last page, while one is slow.
         stop_beating = beating_meanwhile(lambda: beat(state))
         try:
-            try:
-                if state.get("done"):
-                    done = True
-                else:
-                    pumping = asyncio.create_task(pump())
-                    while True:
-                        try:
-                            # Shielded: Temporal's cancel stops the batch at a page boundary.
-                            done = await asyncio.shield(pumping)
-                            break
-                        except asyncio.CancelledError:
-                            if cancelled or not activity.is_cancelled():
-                                # Cancelled twice, or not by Temporal (the event loop ends).
-                                pumping.cancel()
-                                with contextlib.suppress(BaseException):
-                                    await pumping
-                                raise
-                            cancelled = True
-                            log.info(
-                                "fetch_cancelled",
-                                next_seq=state["next_seq"],
-                                stops="at its next page",
-                            )
-                            stop.set()
-                            wind_down.set()
-            except asyncio.CancelledError:
-                log.info("fetch_cancelled", next_seq=state["next_seq"], pages=state["pages"])
-                if stream is not None:
-                    await stream.abort()
-                raise
-            except ArtemisError as e:
-                # The source (or staging) failing transiently: the pages so far count, and the
-                # workflow waits, then fetches on from their checkpoint (docs/architecture.md).
-                outage = (
-                    outage_of(e, "source", task.source_name(ctx))
-                    if inp.report_outages and not task.error_budgets
-                    else None
-                )
-                if outage is None:
-                    if stream is not None:
-                        await stream.abort()
-                    raise
-            except BaseException:
-                if stream is not None:
-                    await stream.abort()
-                raise
-            finally:
-                await pages.aclose()
-            # The pages staged are delivered (or left to process/emit from the gap on).
-            streamed: Streamed | None = None
-            if stream is not None:
-                try:
-                    streamed = await stream.close()
-                except BaseException:  # cancelled meanwhile: nothing is sent after the attempt
-                    await stream.abort()
-                    raise
-                log.info(
-                    "stream_emit_done",
-                    first_seq=inp.first_seq,
-                    delivered_below=streamed.next_seq,
-                    records=streamed.records_emitted,
-                    stopped=streamed.stopped,
-                )
-                RECORDS_EMITTED.labels(inp.run.task_code).inc(streamed.records_emitted)
+            done = await fetch.run()
         finally:
             stop_beating()
-        if outage is not None:
-            done = False  # the workflow logs the wait, one line per attempt
-        log.info(
-            "fetch_batch_done",
-            first_seq=inp.first_seq,
-            next_seq=state["next_seq"],
-            pages=state["pages"],
-            records=state["records"],
-            done=done,
-        )
-        PAGES_FETCHED.labels(inp.run.task_code).inc(state["pages"])
-        RECORDS_FETCHED.labels(inp.run.task_code).inc(state["records"])
-        return FetchResult(
-            first_seq=inp.first_seq,
-            next_seq=state["next_seq"],
-            pages=state["pages"],
-            records=state["records"],
-            checkpoint=None if done else state["checkpoint"],
-            done=done,
-            units_done=state["units_done"],
-            progress_last_ms=last_ms,
-            expected_total=state.get("expected_total"),
-            incomplete=state.get("incomplete"),
-            outage=outage,
-            streamed=streamed,
-        )
+        return fetch.result(done)
 
     async def _stream(
         self,
@@ -341,6 +156,233 @@ class FetchActivities(RunActivityBase):
             },
             "step_fetch",
             soon=True,
+        )
+
+
+class BatchFetch:
+    """One attempt of a fetch, in named pieces: the page loop (``_pump``: request,
+    stage, count, next page), the batch's end (``_batch_full``), the cancel shield (a
+    pause or a stop ends the batch at a page boundary), the stream beside it (its pages
+    processed and emitted while fetching) and the progress it reports. ``state`` is the
+    resume state, heartbeated after every page."""
+
+    def __init__(
+        self,
+        acts: FetchActivities,
+        inp: FetchInput,
+        key: str,
+        state: dict[str, Any],
+        beat: Heartbeat,
+    ) -> None:
+        self.acts = acts
+        self.inp = inp
+        self.key = key
+        self.state = state
+        self.beat = beat
+        self.task: TaskUnit = get_task(inp.run.task_code)
+        # No new request from the source: the pages in flight are taken into the batch.
+        self.wind_down = asyncio.Event()
+        # Set when Temporal cancels the fetch (a pause, a stop; learnt with the answer to
+        # a heartbeat): no new request, the page in flight is taken, then the batch ends
+        # at that page boundary with its checkpoint.
+        self.stop = asyncio.Event()
+        self.stream: PageStream | None = None
+        self.streamed: Streamed | None = None
+        self.callback: Any = None
+        self.last_ms = inp.progress_last_ms
+        self.outage: Outage | None = None
+        self.progress_every = acts.settings.events.progress_min_interval_ms / 1000
+
+    async def open(self, trace: TraceContext) -> None:
+        """The task's context and its fetch controls, the CronJob's progress, the stream
+        (when asked), and the source's pages from the checkpoint."""
+        inp, task, state = self.inp, self.task, self.state
+        self.ctx = await self.acts._context(task, inp.run, inp.params, trace)
+        self.ctx.controls = FetchControls(
+            qps=inp.qps or None,
+            # A retried attempt: the source's last request may have been served, its
+            # answer lost.
+            resumed=activity.info().attempt > 1 or inp.resumed,
+            # A task waiting on its source (a 429's Retry-After) keeps the attempt alive
+            # without losing the resume state.
+            keepalive=lambda: self.beat(state),
+            wind_down=self.wind_down,
+            max_pages=max(0, inp.max_pages - state["pages"]),
+        )
+        try:
+            self.callback = await self.acts._callback(inp.run, inp.callback, trace)
+        except ArtemisError as e:  # progress is best effort: never fail the fetch over it
+            log.warning("callback_progress_disabled", error=str(e))
+        if inp.stream:
+            try:
+                self.stream = await self.acts._stream(task, inp, self.key, trace, state, self.beat)
+            except ArtemisError as e:
+                # The batch path takes the whole batch over (it waits a sink out, or fails
+                # as it always did); a page an earlier attempt sent goes under its key.
+                log.info("stream_unavailable", code=e.code.value, error=str(e)[:300])
+        self.started = self.progress_at = time.monotonic()
+        client = task.source_client(self.acts.client, self.ctx)
+        self.pages = task.fetch(self.ctx, client, state["checkpoint"])
+
+    async def run(self) -> bool:
+        """Fetch the batch; True when the source is done. A transient failure of the
+        source (or staging) ends it with ``outage`` set: the pages so far count, and the
+        workflow waits, then fetches on from their checkpoint."""
+        done = False
+        try:
+            done = True if self.state.get("done") else await self._shielded()
+        except asyncio.CancelledError:
+            log.info("fetch_cancelled", next_seq=self.state["next_seq"], pages=self.state["pages"])
+            await self._abort_stream()
+            raise
+        except ArtemisError as e:
+            if self.inp.report_outages and not self.task.error_budgets:
+                self.outage = outage_of(e, "source", self.task.source_name(self.ctx))
+            if self.outage is None:
+                await self._abort_stream()
+                raise
+        except BaseException:
+            await self._abort_stream()
+            raise
+        finally:
+            await self.pages.aclose()
+        await self._close_stream()
+        # (with an outage the workflow logs the wait, one line per attempt)
+        return done and self.outage is None
+
+    async def _shielded(self) -> bool:
+        """The page loop, shielded: Temporal's cancel stops the batch at a page boundary."""
+        pumping = asyncio.create_task(self._pump())
+        cancelled = False
+        while True:
+            try:
+                return await asyncio.shield(pumping)
+            except asyncio.CancelledError:
+                if cancelled or not activity.is_cancelled():
+                    # Cancelled twice, or not by Temporal (the event loop ends).
+                    pumping.cancel()
+                    with contextlib.suppress(BaseException):
+                        await pumping
+                    raise
+                cancelled = True
+                log.info(
+                    "fetch_cancelled", next_seq=self.state["next_seq"], stops="at its next page"
+                )
+                self.stop.set()
+                self.wind_down.set()
+
+    async def _pump(self) -> bool:
+        """Fetch and stage pages until the batch is full; True when the source is done."""
+        async for page in self.pages:
+            await self._take(page)
+            if page.checkpoint is None:
+                return True
+            if self._batch_full():
+                if not self.task.fetch_winds_down:
+                    return False
+                # No new request; the pages in flight are taken into this batch.
+                self.wind_down.set()
+        # A fetch that winds down ends early with a checkpoint: it says "done" only by a
+        # last page without one (handled above).
+        return not self.task.fetch_winds_down and not self.stop.is_set()
+
+    async def _take(self, page: Any) -> None:
+        """One page: staged (and streamed), counted, heartbeated, reported."""
+        state, inp = self.state, self.inp
+        seq = state["next_seq"]
+        after = {
+            "checkpoint": page.checkpoint,
+            "next_seq": seq + 1,
+            "pages": state["pages"] + 1,
+            "records": state["records"] + len(page.records),
+            "units_done": (
+                state["units_done"] if page.info.units_done is None else page.info.units_done
+            ),
+            "done": page.checkpoint is None,
+            "expected_total": page.info.expected_total,
+            "incomplete": page.info.incomplete,
+        }
+        # Streaming: the page may be sent before this heartbeat reaches Temporal; where
+        # the fetch stands is staged with it (a retry resumes there).
+        cursor = {**after, "first_seq": inp.first_seq} if self.stream is not None else None
+        await self.acts._stage_raw(self.key, seq, page, cursor)
+        if self.stream is not None:
+            self.stream.judge.stated = page.info.expected_total
+            await self.stream.put(seq, page.records)
+        state.update(after)
+        self.beat(state)
+        now = time.monotonic()
+        if page.checkpoint is None or now - self.progress_at >= self.progress_every:
+            self.progress_at = now
+            await self.acts._record_progress(inp, state)
+        if self.callback is not None:
+            self.last_ms = await self.callback.progress(
+                state["units_done"],
+                inp.total,
+                f"{page.info.source or 'fetch'}: {state['records']} records",
+                self.last_ms,
+                seq,
+            )
+
+    def _batch_full(self) -> bool:
+        """The batch ends here: a cancel, a stream whose sink refused a page, its pages or
+        its time used up, or the worker shutting down (SIGTERM: what is fetched returns
+        with its checkpoint; the next fetch goes on elsewhere, nothing twice)."""
+        return (
+            self.stop.is_set()
+            or (self.stream is not None and self.stream.refused.is_set())
+            or self.state["pages"] >= self.inp.max_pages
+            or time.monotonic() - self.started >= self.inp.max_seconds
+            or activity.is_worker_shutdown()
+        )
+
+    async def _abort_stream(self) -> None:
+        if self.stream is not None:
+            await self.stream.abort()
+
+    async def _close_stream(self) -> None:
+        """The pages staged are delivered (or left to process/emit from the gap on)."""
+        if self.stream is None:
+            return
+        try:
+            self.streamed = streamed = await self.stream.close()
+        except BaseException:  # cancelled meanwhile: nothing is sent after the attempt
+            await self.stream.abort()
+            raise
+        log.info(
+            "stream_emit_done",
+            first_seq=self.inp.first_seq,
+            delivered_below=streamed.next_seq,
+            records=streamed.records_emitted,
+            stopped=streamed.stopped,
+        )
+        RECORDS_EMITTED.labels(self.inp.run.task_code).inc(streamed.records_emitted)
+
+    def result(self, done: bool) -> FetchResult:
+        inp, state = self.inp, self.state
+        log.info(
+            "fetch_batch_done",
+            first_seq=inp.first_seq,
+            next_seq=state["next_seq"],
+            pages=state["pages"],
+            records=state["records"],
+            done=done,
+        )
+        PAGES_FETCHED.labels(inp.run.task_code).inc(state["pages"])
+        RECORDS_FETCHED.labels(inp.run.task_code).inc(state["records"])
+        return FetchResult(
+            first_seq=inp.first_seq,
+            next_seq=state["next_seq"],
+            pages=state["pages"],
+            records=state["records"],
+            checkpoint=None if done else state["checkpoint"],
+            done=done,
+            units_done=state["units_done"],
+            progress_last_ms=self.last_ms,
+            expected_total=state.get("expected_total"),
+            incomplete=state.get("incomplete"),
+            outage=self.outage,
+            streamed=self.streamed,
         )
 
 
