@@ -29,6 +29,7 @@ from artemis.outage import outage_of
 from artemis.quarantine import Outcome, PageJudge
 from artemis.run_models import BatchInput, EmitResult, Outage, ProcessResult
 from artemis.sinks import EmitContext
+from artemis.tasks import TaskUnit
 from artemis.tasks.registry import get_task
 from artemis.tracing import current_trace
 
@@ -82,31 +83,14 @@ class BatchActivities(RunActivityBase):
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
         sinks = await run_sinks(task, ctx)
         key = run_key(inp.run)
-        if inp.prune_below is not None:
-            # The batches before this one were delivered (emits run in order): staging
-            # keeps only what is not, so a long sink outage stages no more than the
-            # batches the fetch side may be ahead (runs.max_batches_ahead).
-            await off_loop(self.staging.prune_below, key, inp.prune_below)
-        state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
-        details = activity.info().heartbeat_details
-        if details:
-            state.update(details[0])
-            log.info("emit_resumed", next_seq=state["next_seq"])
-        # Per sink, the records of the pages delivered without a gap (a page above the
-        # heartbeat's next_seq may count again on a retry, as it may be sent again).
-        state["sinks"] = dict(state.get("sinks") or {})
-        pages = await off_loop(
-            self.staging.get_pages, key, "processed", state["next_seq"], inp.last_seq
-        )
-        require_every_page(pages, state["next_seq"], inp.last_seq, "processed")
+        state = _emit_state(inp)
+        pages = await self._pages_to_emit(inp, key, state["next_seq"])
         skip = set(inp.skip_seqs)
-        # Pages go out ``emit_concurrency`` at a time, each under its own key; the
-        # heartbeat resumes after the pages delivered without a gap (one above it may go
-        # again on a retry — under the same key, so the sink takes it once).
-        # Pages delivered above the gap, with what they counted: counted into the
-        # heartbeat's state only once the pages below them are delivered too (a retry
-        # sends them again, and must not count them twice). Pages delivered by an earlier
-        # call (``skip_seqs``) count nothing here.
+        # Pages go out ``emit_concurrency`` at a time, each under its own key. One
+        # delivered above a gap waits in ``delivered`` with its counts until the pages
+        # below it are delivered too: the heartbeat resumes after the gapless ones, so a
+        # retry sends it again (same key: the sink takes it once) and must not count it
+        # twice. Pages an earlier call delivered (``skip_seqs``) count nothing here.
         delivered: dict[int, tuple[int, dict[str, int]]] = {}
         gate = asyncio.Semaphore(task.emit_concurrency(ctx))
         # Set at a sink's first transient failure (report_outages): no new page starts.
@@ -125,24 +109,12 @@ class BatchActivities(RunActivityBase):
                 async with gate:
                     if halted:
                         return
-                    try:
-                        await task.emit(self.client, sinks, records, page)
-                    except ArtemisError as e:
-                        names = ",".join(s.name for s in sinks)
-                        outage = outage_of(e, "sink", names) if inp.report_outages else None
-                        if outage is None:
-                            raise
+                    outage = await self._send(task, sinks, records, page, inp.report_outages)
+                    if outage is not None:
                         halted.append(outage)
                         return
-            n = 0 if seq in skip else len(records)
-            delivered[seq] = (n, page.counts)
-            while state["next_seq"] in delivered:
-                n, counts = delivered.pop(state["next_seq"])
-                state["records"] += n
-                state["batches"] += 1 if n else 0
-                for name, taken in counts.items():
-                    state["sinks"][name] = state["sinks"].get(name, 0) + taken
-                state["next_seq"] += 1
+            delivered[seq] = (0 if seq in skip else len(records), page.counts)
+            _count_delivered(state, delivered)
             beat(state)
 
         try:
@@ -162,6 +134,39 @@ class BatchActivities(RunActivityBase):
         return EmitResult(
             records_emitted=state["records"], batches=state["batches"], sinks=state["sinks"]
         )
+
+    async def _pages_to_emit(
+        self, inp: BatchInput, key: str, from_seq: int
+    ) -> list[tuple[int, list[dict[str, Any]]]]:
+        """The batch's processed pages from ``from_seq`` on (every one must be there)."""
+        if inp.prune_below is not None:
+            # The batches before this one were delivered (emits run in order): staging
+            # keeps only what is not, so a long sink outage stages no more than the
+            # batches the fetch side may be ahead (runs.max_batches_ahead).
+            await off_loop(self.staging.prune_below, key, inp.prune_below)
+        pages = await off_loop(self.staging.get_pages, key, "processed", from_seq, inp.last_seq)
+        require_every_page(pages, from_seq, inp.last_seq, "processed")
+        return pages
+
+    async def _send(
+        self,
+        task: TaskUnit,
+        sinks: list[Any],
+        records: list[dict[str, Any]],
+        page: EmitContext,
+        report_outages: bool,
+    ) -> Outage | None:
+        """One page to every sink; a sink failing transiently (when the workflow waits
+        outages out) is the outage returned, anything else raises."""
+        try:
+            await task.emit(self.client, sinks, records, page)
+        except ArtemisError as e:
+            names = ",".join(s.name for s in sinks)
+            outage = outage_of(e, "sink", names) if report_outages else None
+            if outage is None:
+                raise
+            return outage
+        return None
 
     def _emit_halted(
         self,
@@ -203,3 +208,30 @@ def _processed(
         out.append((seq, outcome.records))
         outcomes.append((seq, outcome))
     return out, outcomes
+
+
+def _emit_state(inp: BatchInput) -> dict[str, Any]:
+    """Where an emit attempt starts: the batch's first page, or a retried attempt's last
+    heartbeat."""
+    state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
+    details = activity.info().heartbeat_details
+    if details:
+        state.update(details[0])
+        log.info("emit_resumed", next_seq=state["next_seq"])
+    # Per sink, the records of the pages delivered without a gap (a page above the
+    # heartbeat's next_seq may count again on a retry, as it may be sent again).
+    state["sinks"] = dict(state.get("sinks") or {})
+    return state
+
+
+def _count_delivered(
+    state: dict[str, Any], delivered: dict[int, tuple[int, dict[str, int]]]
+) -> None:
+    """Count into ``state`` the delivered pages that no longer leave a gap below them."""
+    while state["next_seq"] in delivered:
+        n, counts = delivered.pop(state["next_seq"])
+        state["records"] += n
+        state["batches"] += 1 if n else 0
+        for name, taken in counts.items():
+            state["sinks"][name] = state["sinks"].get(name, 0) + taken
+        state["next_seq"] += 1
