@@ -58,23 +58,7 @@ class EndingActivities(RunActivityBase):
     @activity.defn(name="finalize_run")
     async def finalize_run(self, inp: FinalizeInput) -> FinalizeResult:
         trace = current_trace()
-        stats = dict(inp.stats)
-        if inp.params is not None and inp.status == RunStatus.COMPLETED:
-            task = get_task(inp.run.task_code)
-            try:
-                ctx = await self._context(task, inp.run, inp.params, trace)
-                here = not own_hooks(task, "finalize")
-                stats = await on_loop_if(here, task.finalize, ctx, stats)
-            except Exception as e:  # finalize must not fail the run
-                log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
-        if inp.params is not None:
-            task = get_task(inp.run.task_code)
-            try:
-                ended = await self._context(task, inp.run, inp.params, trace)
-                here = not own_hooks(task, "run_ended")
-                await on_loop_if(here, task.run_ended, ended, inp.status, inp.error_code)
-            except Exception as e:  # an execution record is bookkeeping: never fail here
-                log.warning("task_run_ended_hook_failed", error=f"{type(e).__name__}: {e}")
+        stats = await self._task_ending(inp, trace)
         if inp.params is not None and inp.finish_sinks:
             finished = await self._finish_sinks(inp, trace)
             if finished:
@@ -120,6 +104,28 @@ class EndingActivities(RunActivityBase):
             **{k: v for k, v in stats.items() if isinstance(v, int)},
         )
         return FinalizeResult(callback=outcome, detail=detail, stats=stats)
+
+    async def _task_ending(self, inp: FinalizeInput, trace: TraceContext) -> dict[str, Any]:
+        """The task's own hooks at the end: ``finalize`` (a completed run: its stats, as
+        the hook leaves them) and ``run_ended``. Neither fails the run."""
+        stats = dict(inp.stats)
+        if inp.params is None:
+            return stats
+        task = get_task(inp.run.task_code)
+        if inp.status == RunStatus.COMPLETED:
+            try:
+                ctx = await self._context(task, inp.run, inp.params, trace)
+                here = not own_hooks(task, "finalize")
+                stats = await on_loop_if(here, task.finalize, ctx, stats)
+            except Exception as e:  # finalize must not fail the run
+                log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
+        try:
+            ended = await self._context(task, inp.run, inp.params, trace)
+            here = not own_hooks(task, "run_ended")
+            await on_loop_if(here, task.run_ended, ended, inp.status, inp.error_code)
+        except Exception as e:  # an execution record is bookkeeping: never fail here
+            log.warning("task_run_ended_hook_failed", error=f"{type(e).__name__}: {e}")
+        return stats
 
     async def _finish_sinks(self, inp: FinalizeInput, trace: TraceContext) -> dict[str, Any]:
         """Each sink's last word on the run (the files sink's manifest), before the
