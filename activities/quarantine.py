@@ -19,7 +19,7 @@ from artemis.quarantine import Stage, judge
 from artemis.run_models import ReplayBatchInput, ReplayResult, RunRef
 from artemis.sinks import EmitContext
 from artemis.sinks.sealing import operator_secret, register_sink_secret, unseal_output
-from artemis.tasks import TaskContext
+from artemis.tasks import TaskContext, TaskUnit
 from artemis.tasks.registry import get_task
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
 
@@ -47,22 +47,8 @@ class QuarantineActivities(RunActivityBase):
             trace_id=inp.trace_id,
             request_id=inp.request_id,
         )
-        params = await off_loop(task.replay_params, run["params"], self.settings)
-        output, opened = await off_loop(self._output, ref, run["output"])
-        for name, value in opened:  # redacted in this activity's text
-            register_sink_secret(name, value)
-        ctx = TaskContext(
-            task_code=ref.task_code,
-            task_id=ref.task_id,
-            params=task.Params.model_validate(params),
-            settings=self.settings,
-            trace=TraceContext(inp.trace_id or new_trace_id(), new_span_id()),
-            request_id=inp.request_id,
-            output=output,
-            replaying=True,
-        )
+        ctx = await self._replay_context(task, ref, run, inp)
         sinks = await off_loop(task.decide_sinks, ctx)
-        spec = task.record_spec(ctx.params)
         # Each row on its own: a replay lands what fits and leaves the rest, whatever the
         # run's bound; a field the model does not name is dropped, as the run did.
         policy = dataclasses.replace(
@@ -71,6 +57,7 @@ class QuarantineActivities(RunActivityBase):
             max_bad_records=2**62,
             schema_contract="discard",
         )
+        judging = (policy, task.record_spec(ctx.params))
         rows = await off_loop(
             quarantine.list_rows,
             db,
@@ -86,34 +73,11 @@ class QuarantineActivities(RunActivityBase):
             result.next_after = row["id"]
             if row["record"] is None:  # kept without its body (over the size bound)
                 continue
-            judged = await off_loop(
-                judge,
-                task,
-                ctx,
-                row["page_seq"],
-                [row["record"]],
-                policy,
-                spec,
-                row["stage"] == Stage.PROCESS.value,
-            )
-            if judged.bad:
-                await off_loop(self._still_bad, row["id"], judged.bad[0])
+            if await self._replay_row(task, ctx, sinks, ref, row, judging):
+                result.landed += 1
+                activity.heartbeat(result.next_after)
+            else:
                 result.still_bad += 1
-                continue
-            page = EmitContext(
-                run_key=f"{ref.task_code}/{ref.task_id}",
-                seq=row["page_seq"],
-                trace=ctx.trace,
-                request_id=inp.request_id,
-                task_code=ref.task_code,
-                task_id=ref.task_id,
-                replay_row=row["id"],
-            )
-            if judged.records:
-                await task.emit(self.client, sinks, judged.records, page)
-            await off_loop(self._replayed, row["id"], ref.workflow_id)
-            result.landed += 1
-            activity.heartbeat(result.next_after)
         log.info(
             "quarantine_replayed",
             task_id=inp.task_id,
@@ -122,6 +86,60 @@ class QuarantineActivities(RunActivityBase):
             after=result.next_after,
         )
         return result
+
+    async def _replay_context(
+        self, task: TaskUnit, ref: RunRef, run: dict[str, Any], inp: ReplayBatchInput
+    ) -> TaskContext:
+        """The task's context as the replay runs it: the params and the run's output (its
+        sink secrets) as they are now."""
+        params = await off_loop(task.replay_params, run["params"], self.settings)
+        output, opened = await off_loop(self._output, ref, run["output"])
+        for name, value in opened:  # redacted in this activity's text
+            register_sink_secret(name, value)
+        return TaskContext(
+            task_code=ref.task_code,
+            task_id=ref.task_id,
+            params=task.Params.model_validate(params),
+            settings=self.settings,
+            trace=TraceContext(inp.trace_id or new_trace_id(), new_span_id()),
+            request_id=inp.request_id,
+            output=output,
+            replaying=True,
+        )
+
+    async def _replay_row(
+        self,
+        task: TaskUnit,
+        ctx: TaskContext,
+        sinks: list[Any],
+        ref: RunRef,
+        row: dict[str, Any],
+        judging: tuple[Any, Any],
+    ) -> bool:
+        """One row judged by the model and task in force now (``judging``: the policy and
+        the record model): sent under its own key and marked replayed (True), or kept with
+        the new reason (False)."""
+        policy, spec = judging
+        process = row["stage"] == Stage.PROCESS.value
+        judged = await off_loop(
+            judge, task, ctx, row["page_seq"], [row["record"]], policy, spec, process
+        )
+        if judged.bad:
+            await off_loop(self._still_bad, row["id"], judged.bad[0])
+            return False
+        page = EmitContext(
+            run_key=f"{ref.task_code}/{ref.task_id}",
+            seq=row["page_seq"],
+            trace=ctx.trace,
+            request_id=ctx.request_id,
+            task_code=ref.task_code,
+            task_id=ref.task_id,
+            replay_row=row["id"],
+        )
+        if judged.records:
+            await task.emit(self.client, sinks, judged.records, page)
+        await off_loop(self._replayed, row["id"], ref.workflow_id)
+        return True
 
     def _output(
         self, ref: RunRef, output: dict[str, Any]
