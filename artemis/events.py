@@ -365,6 +365,26 @@ class _Step:
         return StepStatus.PENDING
 
 
+class _Out:
+    """The stream events one recorded event becomes, with ids ``{seq}.{n}``."""
+
+    def __init__(self, raw: RawEvent, plan_id: str) -> None:
+        self.raw = raw
+        self.plan_id = plan_id
+        self.out: list[OutEvent] = []
+
+    def __call__(self, kind: str, payload: dict[str, Any], plan: str | None) -> None:
+        sse_id = f"{self.raw.seq}.{len(self.out)}"
+        body = {
+            "event": kind,
+            "id": self.plan_id if kind == "plan_update" else sse_id,
+            "planId": plan,
+            "timestamp": self.raw.ts_ms,
+            **payload,
+        }
+        self.out.append(OutEvent(sse_id, kind, body))
+
+
 class PlanTracker:
     """Raw events in, front-end events out (deterministic; see the module docstring)."""
 
@@ -390,41 +410,10 @@ class PlanTracker:
         self.last_seq = raw.seq
         if self.finished is not None:
             return []
-        out: list[OutEvent] = []
-        n = 0
-
-        def emit(kind: str, payload: dict[str, Any], plan: str | None) -> None:
-            nonlocal n
-            sse_id = f"{raw.seq}.{n}"
-            n += 1
-            out.append(
-                OutEvent(
-                    sse_id,
-                    kind,
-                    {
-                        "event": kind,
-                        "id": self.plan_id if kind == "plan_update" else sse_id,
-                        "planId": plan,
-                        "timestamp": raw.ts_ms,
-                        **payload,
-                    },
-                )
-            )
-
+        emit = _Out(raw, self.plan_id)
         first = self.last_plan is None
-        if raw.task_id is not None:
-            # A descendant run (a backfill window): its batches count towards this run's
-            # steps and progress; its own prepare/finalize/end are not this run's.
-            if raw.kind == "run_status":
-                if raw.data.get("status") != RunStatus.COMPLETED:
-                    return out
-                self.state.current += 1
-                if first:
-                    self._plan_if_changed(emit, force=True)
-                emit("progress", self._progress(), "step_fetch")
-                return out
-            if raw.data.get("activity") in ("prepare_params", "split_run", "finalize_run"):
-                return out
+        if raw.task_id is not None and self._descendant(raw, emit, first):
+            return emit.out
         if raw.kind == "activity_start":
             self._on_start(raw)
             self._plan_if_changed(emit, force=first)
@@ -440,44 +429,49 @@ class PlanTracker:
         elif raw.kind == "progress":
             if first:
                 self._plan_if_changed(emit, force=True)
-            self._batch[raw.task_id or ""] = (
-                int(raw.data.get("pages", 0)),
-                int(raw.data.get("records", 0)),
-            )
-            if raw.task_id is None:
-                self.state.current = int(raw.data.get("units_done", self.state.current))
-                self.state.total = int(raw.data.get("total", self.state.total))
-                if raw.data.get("expected_total") is not None:
-                    self.state.stats["expected_total"] = int(raw.data["expected_total"])
+            self._on_progress(raw)
             emit("progress", self._progress(), raw.step)
-        elif raw.kind in CONTROL_EVENTS:
-            # An operator's control of the run (pause, resume, a new rate), as the API
-            # signalled it.
+        elif raw.kind in CONTROL_EVENTS or raw.kind in OUTAGE_EVENTS or raw.kind in RECORD_EVENTS:
             if first:
                 self._plan_if_changed(emit, force=True)
-            emit(raw.kind, dict(raw.data), None)
-        elif raw.kind in OUTAGE_EVENTS:
-            # The run waits out an outage of a dependency (each attempt), or it recovered
-            # (docs/architecture.md); planId: the step it waits in.
-            if first:
-                self._plan_if_changed(emit, force=True)
+            # An operator's control (as the API signalled it: no step), an outage waited
+            # out or recovered (docs/architecture.md), records set aside: told as they came.
             payload = dict(raw.data)
             if raw.kind == "waiting":
                 payload["line"] = waiting_line(payload)
-            emit(raw.kind, payload, raw.step)
-        elif raw.kind in RECORD_EVENTS:
-            if first:
-                self._plan_if_changed(emit, force=True)
-            emit(raw.kind, dict(raw.data), raw.step)
+            emit(raw.kind, payload, None if raw.kind in CONTROL_EVENTS else raw.step)
         elif raw.kind == "run_status":
             status = str(raw.data.get("status"))
-            if not is_terminal(status):
-                return out
-            self._finish(status, raw.data.get("steps"))
-            self._plan_if_changed(emit, force=first)
-            kind, payload = self._terminal(status, raw.data)
-            emit(kind, payload, None)
-        return out
+            if is_terminal(status):
+                self._finish(status, raw.data.get("steps"))
+                self._plan_if_changed(emit, force=first)
+                kind, payload = self._terminal(status, raw.data)
+                emit(kind, payload, None)
+        return emit.out
+
+    def _descendant(self, raw: RawEvent, emit: _Out, first: bool) -> bool:
+        """A descendant run's event (a backfill window): its batches count towards this
+        run's steps and progress; its own prepare/finalize/end are not this run's. True
+        when the event is taken here."""
+        if raw.kind == "run_status":
+            if raw.data.get("status") == RunStatus.COMPLETED:
+                self.state.current += 1
+                if first:
+                    self._plan_if_changed(emit, force=True)
+                emit("progress", self._progress(), "step_fetch")
+            return True
+        return raw.data.get("activity") in ("prepare_params", "split_run", "finalize_run")
+
+    def _on_progress(self, raw: RawEvent) -> None:
+        self._batch[raw.task_id or ""] = (
+            int(raw.data.get("pages", 0)),
+            int(raw.data.get("records", 0)),
+        )
+        if raw.task_id is None:
+            self.state.current = int(raw.data.get("units_done", self.state.current))
+            self.state.total = int(raw.data.get("total", self.state.total))
+            if raw.data.get("expected_total") is not None:
+                self.state.stats["expected_total"] = int(raw.data["expected_total"])
 
     def synthetic_end(self, status: str, data: dict[str, Any], ts_ms: int) -> list[OutEvent]:
         """The terminal events of a run that closed without recording its end (terminated
@@ -540,27 +534,10 @@ class PlanTracker:
             step.completed = True
             self.state.total = int(res.get("total", self.state.total) or 0)
         elif act == "fetch_pages":
-            self._batch.pop(raw.task_id or "", None)
-            counted = True
-            self._streamed(raw.task_id, res.get("streamed"))
+            self._count_fetch(raw, res, step)
             if raw.task_id is not None:
-                # a window's batch: its counts are this run's, its completion is not
-                self.state.add_fetch(
-                    int(res.get("pages", 0)), int(res.get("records", 0)), None, None, False
-                )
-                return counted
-            expected = res.get("expected_total")
-            self.state.add_fetch(
-                int(res.get("pages", 0)),
-                int(res.get("records", 0)),
-                int(res.get("units_done", self.state.current)),
-                int(expected) if expected is not None else None,
-                False,
-            )
-            self._fetched_upto = max(self._fetched_upto, int(res.get("next_seq", 0)) - 1)
-            if res.get("done"):
-                self._fetch_done = True
-                step.completed = True
+                return True  # a window's batch: its completion is not this run's
+            counted = True
         elif act == "process_batch":
             # A retried run processes its failed attempt's pages again: counted once, as
             # the workflow counts them (up to the pages processed before).
@@ -584,6 +561,27 @@ class PlanTracker:
             if proc.completed and not emit.open and self._emitted_upto >= self._fetched_upto:
                 emit.completed = True
         return counted
+
+    def _count_fetch(self, raw: RawEvent, res: dict[str, Any], step: Any) -> None:
+        """A fetch's batch counted (a window's: its counts only, not its completion)."""
+        self._batch.pop(raw.task_id or "", None)
+        self._streamed(raw.task_id, res.get("streamed"))
+        pages, records = int(res.get("pages", 0)), int(res.get("records", 0))
+        if raw.task_id is not None:
+            self.state.add_fetch(pages, records, None, None, False)
+            return
+        expected = res.get("expected_total")
+        self.state.add_fetch(
+            pages,
+            records,
+            int(res.get("units_done", self.state.current)),
+            int(expected) if expected is not None else None,
+            False,
+        )
+        self._fetched_upto = max(self._fetched_upto, int(res.get("next_seq", 0)) - 1)
+        if res.get("done"):
+            self._fetch_done = True
+            step.completed = True
 
     def _streamed(self, window: str | None, streamed: dict[str, Any] | None) -> None:
         """A fetch that processed and emitted its pages beside it: those pages count as
