@@ -200,6 +200,45 @@ class Rejection:
 _PROCESS_FAULTS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 
+def _set_aside(
+    judged: Judged,
+    faults: dict[int, Any],
+    origin: list[int] | None,
+    raw: list[Any],
+    records: list[Any],
+    spec: RecordSpec,
+) -> set[int]:
+    """A row in ``judged.bad`` for each record that does not fit the model; the raw
+    positions set aside. One row per raw record: a raw record any of whose processed
+    records does not fit is set aside whole (a replay processes it again), its other
+    records with it."""
+    taken = {b.position for b in judged.bad}
+    aside: set[int] = set()
+    for i, fault in sorted(faults.items()):
+        if origin is not None and i < len(origin):
+            o = origin[i]
+            aside.add(o)
+            if o in taken:
+                continue
+            taken.add(o)
+            position, record, stage = o, raw[o], Stage.PROCESS
+        else:
+            # (after every raw position: rows of one page never share a place)
+            position, record, stage = 2 * len(raw) + i, records[i], Stage.MODEL
+        judged.bad.append(
+            BadRecord(
+                position=position,
+                record=record,
+                code=ErrorCode.SINK_ERROR.value,
+                field=fault.field,
+                message=f"record {fault.problem}",
+                stage=stage,
+                key=_key_of(records[i], spec),
+            )
+        )
+    return aside
+
+
 def judge(
     task: TaskUnit,
     ctx: TaskContext,
@@ -242,33 +281,7 @@ def judge(
         origin = _origins(task, ctx, raw, len(records))
     good = [i for i in range(len(records)) if i not in faults]
     values = converted if converted is not None else [records[i] for i in good]
-    # One row per raw record set aside: a raw record any of whose processed records does
-    # not fit is set aside whole (a replay processes it again), its other records with it.
-    taken = {b.position for b in judged.bad}
-    aside: set[int] = set()
-    for i, fault in sorted(faults.items()):
-        known = origin is not None and i < len(origin)
-        if known:
-            o = origin[i]  # type: ignore[index]
-            aside.add(o)
-            if o in taken:
-                continue
-            taken.add(o)
-            position, record, stage = o, raw[o], Stage.PROCESS
-        else:
-            # (after every raw position: rows of one page never share a place)
-            position, record, stage = 2 * len(raw) + i, records[i], Stage.MODEL
-        judged.bad.append(
-            BadRecord(
-                position=position,
-                record=record,
-                code=ErrorCode.SINK_ERROR.value,
-                field=fault.field,
-                message=f"record {fault.problem}",
-                stage=stage,
-                key=_key_of(records[i], spec),
-            )
-        )
+    aside = _set_aside(judged, faults, origin, raw, records, spec)
     judged.records = [
         v
         for i, v in zip(good, values, strict=True)
