@@ -36,13 +36,32 @@ def rest_source(
     ``default_body_payload`` (a dot in a name nests it), with ``default_query_params`` in
     the query string. With a DETAIL endpoint, the search's records are ids and the
     records delivered are the DETAIL answers'."""
-    contract, code = cc.contract, cc.code
-    problems = contract_problems(contract)
+    _refuse_problems(cc)
+    detail = cc.contract.endpoints.get("DETAIL")
+    search = _search_source(
+        cc, query, window, page_size, parallel, detail, transform=transform, record_key=record_key
+    )
+    if not detail:
+        return search
+    return _detail_source(cc, search, detail, parallel, transform)
+
+
+def _refuse_problems(cc: ContractClient) -> None:
+    """A contract that cannot be paged as a REST source is a config error, not retried."""
+    problems = contract_problems(cc.contract)
     if problems:
         raise ArtemisError(
-            ErrorCode.CONFIG_ERROR, f"provenance {code!r}: {'; '.join(problems)}", retryable=False
+            ErrorCode.CONFIG_ERROR,
+            f"provenance {cc.code!r}: {'; '.join(problems)}",
+            retryable=False,
         )
-    ep = contract.endpoint or {}
+
+
+def _search_request(
+    ep: dict[str, Any], query: str | None, window: dict[str, Any]
+) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """The search's method, query params and body: the run's own values (``query``, the
+    window) go in the body of a POST, in the query string of a GET."""
     asked = {"query": query} if query else {}
     runtime = {**asked, **window}
     method = (ep.get("http_method_code") or "GET").upper()
@@ -52,31 +71,50 @@ def rest_source(
     else:
         params = merge_params(ep.get("default_query_params"), runtime)
         body = None
+    return method, params, body
+
+
+def _sender(cc: ContractClient, endpoint: dict[str, Any] | None) -> Any:
+    # The endpoint a request is for picks its credential and its rate bucket. A
+    # request's params are its query string, whatever its method: a POST without a
+    # body (a scroll's continue request in QUERY mode) is not turned into a form.
+    code = cc.code
+
+    def send(client: Any, req: Request) -> Any:
+        return cc.send(
+            client,
+            req.method,
+            req.url,
+            req.params,
+            f"{code} {req.method} {req.url}",
+            body=req.body,
+            content_type=req.content_type,
+            endpoint=endpoint,
+            query_only=True,
+        )
+
+    return send
+
+
+def _search_source(
+    cc: ContractClient,
+    query: str | None,
+    window: dict[str, Any],
+    page_size: int | None,
+    parallel: int,
+    detail: dict[str, Any] | None,
+    *,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None,
+    record_key: str | None,
+) -> RestSource:
+    """The SEARCH endpoint's ``RestSource``; its records are ids when ``detail`` follows."""
+    contract, code = cc.contract, cc.code
+    ep = contract.endpoint or {}
+    method, params, body = _search_request(ep, query, window)
     pg = contract.pagination or {}
     fields = (contract.record_model or {}).get("fields_json")
     fmt = ep.get("response_format_code") or "JSON"
-    detail = contract.endpoints.get("DETAIL")
-
-    def sender(endpoint: dict[str, Any] | None) -> Any:
-        # The endpoint a request is for picks its credential and its rate bucket. A
-        # request's params are its query string, whatever its method: a POST without a
-        # body (a scroll's continue request in QUERY mode) is not turned into a form.
-        def send(client: Any, req: Request) -> Any:
-            return cc.send(
-                client,
-                req.method,
-                req.url,
-                req.params,
-                f"{code} {req.method} {req.url}",
-                body=req.body,
-                content_type=req.content_type,
-                endpoint=endpoint,
-                query_only=True,
-            )
-
-        return send
-
-    search = RestSource(
+    return RestSource(
         cc.url(ep),
         paginator_for(contract, page_size),
         params=params,
@@ -85,7 +123,7 @@ def rest_source(
         record_key=pg.get("record_key_jsonpath") or record_key,
         transform=None if detail else transform,
         status_error=cc.status_error,
-        send=sender(contract.endpoint),
+        send=_sender(cc, contract.endpoint),
         # Page-number/offset pages once the total is known: the run's fetch concurrency,
         # bounded by the provenance's max_concurrency (the rate is its gate's).
         parallel_pages=min(
@@ -99,8 +137,19 @@ def rest_source(
         # The search's own records are ids when a DETAIL endpoint follows: typed as text.
         record_types=base_types(fields) if fmt == "XML" and not detail else None,
     )
-    if not detail:
-        return search
+
+
+def _detail_source(
+    cc: ContractClient,
+    search: RestSource,
+    detail: dict[str, Any],
+    parallel: int,
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None,
+) -> DetailSource:
+    """The search's ids fetched by the DETAIL endpoint, batched by the batching cfg."""
+    contract = cc.contract
+    pg = contract.pagination or {}
+    fields = (contract.record_model or {}).get("fields_json")
     bt = contract.batching or {}
     detail_fmt = detail.get("response_format_code") or "JSON"
     limits = [
@@ -131,9 +180,9 @@ def rest_source(
         details,
         # Named by one of the two (contract_problems refuses a contract without).
         id_path=str(bt.get("detail_id_jsonpath") or pg.get("record_key_jsonpath")),
-        send=sender(detail),
+        send=_sender(cc, detail),
         status_error=cc.status_error,
         transform=transform,
         parallel=max(1, min([parallel, *limits])),
-        name=code,
+        name=cc.code,
     )
