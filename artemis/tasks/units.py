@@ -77,6 +77,61 @@ class _Failed:
 _END = object()
 
 
+@dataclass
+class _Units:
+    """What the unit workers share: the units left to fetch, the page budget and the
+    queue their pages reach the consumer by."""
+
+    sources: Sequence[Source]
+    client: HttpClient
+    cp: UnitsCheckpoint
+    todo: list[int]
+    queue: asyncio.Queue[Any]
+    running: int
+    # Requests left under ``max_pages`` (-1: no limit).
+    budget: int
+    resumed: bool
+    wind_down: asyncio.Event | None
+
+    def may_request(self) -> bool:
+        """One more request may start (and is counted against ``max_pages``)."""
+        if _set(self.wind_down) or self.budget == 0:
+            return False
+        self.budget -= 1
+        return True
+
+    async def work(self) -> None:
+        """Fetch units one after another until none is left, the budget is spent or the
+        run winds down; the last worker to finish ends the stream."""
+        try:
+            while self.todo and not _set(self.wind_down) and self.budget != 0:
+                i = self.todo.pop(0)
+                state = self.cp.open.get(i)
+                if state is not None:
+                    self.sources[i].resumed = self.resumed
+                gen = cast(AsyncGenerator[Page, None], self.sources[i].pages(self.client, state))
+                async with aclosing(gen) as pages:
+                    while self.may_request():
+                        page = await anext(pages, None)
+                        if page is None:
+                            break
+                        taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                        await self.queue.put((i, page, taken))
+                        if page.checkpoint is None:
+                            break
+                        # One page ahead at most: the next request starts once this page
+                        # is taken (it overlaps the caller's work on it, no more).
+                        await taken
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # handed to the consumer, which raises it
+            await self.queue.put(_Failed(e))
+            return
+        self.running -= 1
+        if self.running == 0:
+            await self.queue.put(_END)
+
+
 async def fetch_units(
     sources: Sequence[Source],
     client: HttpClient,
@@ -100,94 +155,80 @@ async def fetch_units(
     # Started units first: they hold what a crashed attempt had begun.
     todo.sort(key=lambda i: (i not in cp.open, i))
     stated: dict[int, int] = {}
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=max(1, concurrency))
-    running = max(1, min(concurrency, len(todo)))
-    budget = [max_pages if max_pages is not None else -1]
-
-    def may_request() -> bool:
-        """One more request may start (and is counted against ``max_pages``)."""
-        if _set(wind_down) or budget[0] == 0:
-            return False
-        budget[0] -= 1
-        return True
-
-    async def work() -> None:
-        nonlocal running
-        try:
-            while todo and not _set(wind_down) and budget[0] != 0:
-                i = todo.pop(0)
-                state = cp.open.get(i)
-                if state is not None:
-                    sources[i].resumed = resumed
-                gen = cast(AsyncGenerator[Page, None], sources[i].pages(client, state))
-                async with aclosing(gen) as pages:
-                    while may_request():
-                        page = await anext(pages, None)
-                        if page is None:
-                            break
-                        taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                        await queue.put((i, page, taken))
-                        if page.checkpoint is None:
-                            break
-                        # One page ahead at most: the next request starts once this page
-                        # is taken (it overlaps the caller's work on it, no more).
-                        await taken
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:  # handed to the consumer, which raises it
-            await queue.put(_Failed(e))
-            return
-        running -= 1
-        if running == 0:
-            await queue.put(_END)
-
+    units = _Units(
+        sources,
+        client,
+        cp,
+        todo,
+        queue=asyncio.Queue(maxsize=max(1, concurrency)),
+        running=max(1, min(concurrency, len(todo))),
+        budget=max_pages if max_pages is not None else -1,
+        resumed=resumed,
+        wind_down=wind_down,
+    )
     if not todo:
         yield Page(records=[], checkpoint=None, info=PageInfo(units_done=len(cp.done)))
         return
-    workers = [asyncio.create_task(work()) for _ in range(running)]
+    workers = [asyncio.create_task(units.work()) for _ in range(units.running)]
     try:
         while True:
-            item = await queue.get()
+            item = await units.queue.get()
             if item is _END:
                 return
             if isinstance(item, _Failed):
                 raise item.error
             i, page, taken = item
             taken.set_result(None)
-            src = sources[i]
-            said = page.info.expected_total
-            if page.checkpoint is not None:
-                cp.open[i] = page.checkpoint
-                if isinstance(said, int):
-                    stated[i] = said
-            else:
-                cp.open.pop(i, None)
-                stated.pop(i, None)
-                short = shortfall(
-                    src.name,
-                    said,
-                    page.info.taken,
-                    tolerance,
-                    page.info.request or "its last page",
-                )
-                if short is not None:
-                    page.info.incomplete = short
-                    page.info.expected_total = _sum(_add(cp.expected, said), stated)
-                    page.info.units_done = len(cp.done)
-                    page.info.source = src.name
-                    yield page
-                    return
-                cp.done.add(i)
-                cp.expected = _add(cp.expected, said)
-            page.info.units_done = len(cp.done)
-            page.info.expected_total = _sum(cp.expected, stated)
-            page.info.source = src.name
-            page.checkpoint = None if len(cp.done) == len(sources) else cp.dump()
+            ended_short = _settle(cp, stated, i, page, sources[i].name, tolerance, len(sources))
             yield page
+            if ended_short:
+                return
     finally:
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+
+
+def _settle(
+    cp: UnitsCheckpoint,
+    stated: dict[int, int],
+    i: int,
+    page: Page,
+    name: str,
+    tolerance: float,
+    units: int,
+) -> bool:
+    """Record unit ``i``'s page in the checkpoint and the totals, and fill in its info and
+    the checkpoint it carries. True when the unit ended short of its stated total beyond
+    the tolerance: the page then carries ``info.incomplete`` and the stream ends with it."""
+    said = page.info.expected_total
+    if page.checkpoint is not None:
+        cp.open[i] = page.checkpoint
+        if isinstance(said, int):
+            stated[i] = said
+    else:
+        cp.open.pop(i, None)
+        stated.pop(i, None)
+        short = shortfall(
+            name,
+            said,
+            page.info.taken,
+            tolerance,
+            page.info.request or "its last page",
+        )
+        if short is not None:
+            page.info.incomplete = short
+            page.info.expected_total = _sum(_add(cp.expected, said), stated)
+            page.info.units_done = len(cp.done)
+            page.info.source = name
+            return True
+        cp.done.add(i)
+        cp.expected = _add(cp.expected, said)
+    page.info.units_done = len(cp.done)
+    page.info.expected_total = _sum(cp.expected, stated)
+    page.info.source = name
+    page.checkpoint = None if len(cp.done) == units else cp.dump()
+    return False
 
 
 def _set(event: asyncio.Event | None) -> bool:
