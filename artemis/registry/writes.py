@@ -259,6 +259,19 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
     """Findings: overlapping intervals, TASK rows without a task type, provenances with
     no SEARCH endpoint in force now, credentials without a secret or holding one of the
     service's own variables."""
+    findings = _dimension_findings(conn)
+    findings += _endpoint_findings(conn)
+    findings += _credential_findings(conn)
+    return findings
+
+
+def _finding(kind: str, table: str, row_id: int | None, message: str) -> dict[str, Any]:
+    return {"kind": kind, "table": table, "id": row_id, "message": message}
+
+
+def _dimension_findings(conn: Connection) -> list[dict[str, Any]]:
+    """Every dimension row's findings: a TASK row without a task type, a scope not known,
+    an interval overlapping a later row's."""
     findings: list[dict[str, Any]] = []
     for model in DIMENSIONS.values():
         t = model.__table__  # type: ignore[attr-defined]
@@ -266,21 +279,21 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
         for r in rows:
             if r.scope_code == "TASK" and not r.task_type:
                 findings.append(
-                    {
-                        "kind": "task_row_without_task_type",
-                        "table": t.name,
-                        "id": r.id,
-                        "message": f"{describe(model, r)}: TASK row without task_type",
-                    }
+                    _finding(
+                        "task_row_without_task_type",
+                        t.name,
+                        r.id,
+                        f"{describe(model, r)}: TASK row without task_type",
+                    )
                 )
             if r.scope_code not in SCOPES:
                 findings.append(
-                    {
-                        "kind": "bad_scope",
-                        "table": t.name,
-                        "id": r.id,
-                        "message": f"{describe(model, r)}: scope_code not in {SCOPES}",
-                    }
+                    _finding(
+                        "bad_scope",
+                        t.name,
+                        r.id,
+                        f"{describe(model, r)}: scope_code not in {SCOPES}",
+                    )
                 )
             clashes = [
                 c
@@ -289,13 +302,19 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
             ]
             for c in clashes:
                 findings.append(
-                    {
-                        "kind": "overlap",
-                        "table": t.name,
-                        "id": r.id,
-                        "message": f"{describe(model, r)} overlaps {describe(model, c)}",
-                    }
+                    _finding(
+                        "overlap",
+                        t.name,
+                        r.id,
+                        f"{describe(model, r)} overlaps {describe(model, c)}",
+                    )
                 )
+    return findings
+
+
+def _endpoint_findings(conn: Connection) -> list[dict[str, Any]]:
+    """A provenance with no SEARCH endpoint in force now, for any task type or none."""
+    findings: list[dict[str, Any]] = []
     pt = RegProvenance.__table__  # type: ignore[attr-defined]
     et = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
     now = utcnow()
@@ -313,24 +332,31 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
                 is None
             ):
                 findings.append(
-                    {
-                        "kind": "missing_endpoint",
-                        "table": et.name,
-                        "id": None,
-                        "message": f"provenance {prov.provenance_code}: no SEARCH "
+                    _finding(
+                        "missing_endpoint",
+                        et.name,
+                        None,
+                        f"provenance {prov.provenance_code}: no SEARCH "
                         f"endpoint in force for task_type={task or '-'}",
-                    }
+                    )
                 )
+    return findings
+
+
+def _credential_findings(conn: Connection) -> list[dict[str, Any]]:
+    """A live credential without a secret, naming one of the service's own variables, or
+    of a paired auth type without its principal."""
+    findings: list[dict[str, Any]] = []
     ct = RegProvCredential.__table__  # type: ignore[attr-defined]
     for r in conn.execute(select(ct).where(ct.c.deleted.is_(False))).fetchall():
         if not r.secret_ciphertext:
             findings.append(
-                {
-                    "kind": "credential_without_secret",
-                    "table": ct.name,
-                    "id": r.id,
-                    "message": f"{describe(RegProvCredential, r)} has no secret",
-                }
+                _finding(
+                    "credential_without_secret",
+                    ct.name,
+                    r.id,
+                    f"{describe(RegProvCredential, r)} has no secret",
+                )
             )
         for field, env in (
             ("secret_env", r.secret_env_name),
@@ -339,21 +365,21 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
             why = refused_secret_env(env) if env else None
             if why:
                 findings.append(
-                    {
-                        "kind": "reserved_secret_env",
-                        "table": ct.name,
-                        "id": r.id,
-                        "message": f"{describe(RegProvCredential, r)}: {field} {why}",
-                    }
+                    _finding(
+                        "reserved_secret_env",
+                        ct.name,
+                        r.id,
+                        f"{describe(RegProvCredential, r)}: {field} {why}",
+                    )
                 )
         if r.auth_type_code in PAIRED_AUTH_TYPES and not r.principal_ciphertext:
             findings.append(
-                {
-                    "kind": "credential_without_principal",
-                    "table": ct.name,
-                    "id": r.id,
-                    "message": f"{describe(RegProvCredential, r)}: {r.auth_type_code} "
+                _finding(
+                    "credential_without_principal",
+                    ct.name,
+                    r.id,
+                    f"{describe(RegProvCredential, r)}: {r.auth_type_code} "
                     "without its principal (principal_env)",
-                }
+                )
             )
     return findings
