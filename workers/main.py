@@ -153,16 +153,6 @@ WORKFLOWS = (
 )
 
 
-# Retired start-up schedules, each starting one workflow execution per tick (a row in the
-# UI's list per tick): the housekeeping loops do their work. A worker deletes any it
-# finds, at start-up and at each housekeeping check, so a cluster stops adding them.
-OLD_SCHEDULES = ("cleanup-old-tasks", "reclaim-stale-locks", "evaluate-alerts")
-
-
-def old_schedule_id(name: str, task_queue: str) -> str:
-    return f"artemis/{name}/{task_queue}"
-
-
 def housekeeping_workflow_id(job: str, task_queue: str) -> str:
     """The fixed id of a housekeeping job's one execution per task queue."""
     return f"artemis/{job}/{task_queue}"
@@ -238,36 +228,16 @@ async def stop_housekeeping_loop(client: Client, job: HousekeepingJob, task_queu
     return True
 
 
-async def remove_old_schedules(client: Client, task_queue: str) -> list[str]:
-    """Delete the retired start-up schedules (absent ones are fine)."""
-    from temporalio.service import RPCError, RPCStatusCode
-
-    removed = []
-    for name in OLD_SCHEDULES:
-        schedule_id = old_schedule_id(name, task_queue)
-        try:
-            await client.get_schedule_handle(schedule_id).delete()
-        except RPCError as e:
-            if e.status != RPCStatusCode.NOT_FOUND:
-                raise
-            continue
-        removed.append(schedule_id)
-        log.info("old_schedule_removed", schedule_id=schedule_id)
-    return removed
-
-
 async def keep_housekeeping(client: Client, settings: Settings, task_queue: str) -> None:
-    """Every ``worker.housekeeping_check_s``: the retired schedules stay gone (a worker
-    running older code during a rolling upgrade re-creates them at its start) and each
-    enabled job's loop runs — one that such a worker ended (it runs a loop's input as one
-    pass) is started again. A running loop is not signalled (its history stays short)."""
+    """Every ``worker.housekeeping_check_s``: each enabled job's loop runs — one that
+    ended (terminated from the UI, say) is started again. A running loop is not signalled
+    (its history stays short)."""
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError, RPCStatusCode
 
     while True:
         await asyncio.sleep(settings.worker.housekeeping_check_s)
         try:
-            await remove_old_schedules(client, task_queue)
             for job in housekeeping_jobs(settings):
                 if not job.enabled:
                     continue
@@ -286,9 +256,8 @@ async def keep_housekeeping(client: Client, settings: Settings, task_queue: str)
 
 
 async def ensure_housekeeping(client: Client, settings: Settings, task_queue: str) -> None:
-    """At every worker start: the retired schedules go, and each housekeeping job
-    has its one loop running with this worker's settings (a turned-off job's loop ends)."""
-    await remove_old_schedules(client, task_queue)
+    """At every worker start: each housekeeping job has its one loop running with this
+    worker's settings (a turned-off job's loop ends)."""
     for job in housekeeping_jobs(settings):
         if not job.enabled:
             if await stop_housekeeping_loop(client, job, task_queue):

@@ -15,13 +15,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 from temporalio.client import (
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleIntervalSpec,
-    ScheduleSpec,
     WorkflowExecutionStatus,
 )
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
@@ -30,7 +25,7 @@ from artemis.crawler.cookies import add_cookie
 from artemis.crawler.models import Candidate, CookieRow, CrawlExecution, SourceNote
 from artemis.crawler.vault import vault_for
 from artemis.db import get_engine
-from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, ReclaimResult
+from artemis.run_models import ReclaimResult
 from artemis.temporal.client import connect
 from artemis_samples.platform import note_ids
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
@@ -39,7 +34,6 @@ from workers.main import (
     WORKFLOWS,
     housekeeping_jobs,
     housekeeping_workflow_id,
-    old_schedule_id,
     running_worker,
     start_housekeeping_loop,
 )
@@ -396,36 +390,16 @@ async def _pass_times(client, workflow_id: str) -> tuple[list, list]:
     return passes, signals
 
 
-# The retired start-up schedules (names, workflow types, inputs, intervals): the ones a
-# worker deletes.
-OLD_SCHEDULES = (
-    ("cleanup-old-tasks", "CleanupOldTasks", CleanupInput(hours=24), timedelta(hours=1)),
-    ("reclaim-stale-locks", "ReclaimStaleLocks", ReclaimInput(), timedelta(minutes=15)),
-    ("evaluate-alerts", "EvaluateAlerts", AlertsInput(), timedelta(seconds=60)),
-)
-
-
-async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules(make_stack):
-    """Housekeeping adds no row per tick to the UI's list: at worker start the retired
-    schedules go, and each job (clean-up, reclaim, alerts) has one execution
-    per task queue that loops on a timer; a second worker, a restart, many intervals do
-    not add another; the interval follows the config of the worker last started; alerts
-    turned off end their loop; the loops' histories replay."""
+async def test_housekeeping_runs_one_loop_per_job(make_stack):
+    """Housekeeping adds no row per tick to the UI's list: each job (clean-up, reclaim,
+    alerts) has one execution per task queue that loops on a timer; a second worker, a
+    restart, many intervals do not add another; the interval follows the config of the
+    worker last started; alerts turned off end their loop; the loops' histories replay."""
     # reclaim every 1.2 s and alerts every second: many intervals within the test
     stack = await make_stack(
         worker=False, alerts={"interval_s": 1}, crawler={"recovery_interval_minutes": 0.02}
     )
     client, queue = stack.client, stack.settings.temporal.task_queue
-    for name, wf_type, arg, every in OLD_SCHEDULES:
-        await client.create_schedule(
-            old_schedule_id(name, queue),
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    wf_type, arg, id=f"artemis/{name}/{queue}", task_queue=queue
-                ),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
-            ),
-        )
     ids = {
         job.name: housekeeping_workflow_id(job.name, queue)
         for job in housekeeping_jobs(stack.settings)
@@ -435,7 +409,6 @@ async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules
     # two workers on the queue (two processes in production: a client each)
     other = await connect(stack.settings)
     async with running_worker(stack.settings, client), running_worker(stack.settings, other):
-        await old_schedules_gone(client, queue)
         await eventually(partial(passes_at_least, client, ids["alerts"], 4), "4 alert passes")
         await eventually(partial(passes_at_least, client, ids["reclaim"], 3), "3 reclaim passes")
         first_run = (await alerts.describe()).run_id
@@ -443,17 +416,6 @@ async def test_housekeeping_runs_one_loop_per_job_and_replaces_the_old_schedules
     await one_running_loop_per_job(client, queue, ids)
     await a_restart_replans_the_same_loop(stack, ids["alerts"], first_run)
     await alerts_turned_off_end_their_loop_alone(stack, ids)
-
-
-async def old_schedules_gone(client, queue: str) -> None:
-    """Every schedule of ``OLD_SCHEDULES`` was deleted at the workers' start."""
-    for name, *_ in OLD_SCHEDULES:
-        try:
-            await client.get_schedule_handle(old_schedule_id(name, queue)).describe()
-        except RPCError as e:
-            assert e.status == RPCStatusCode.NOT_FOUND
-        else:
-            raise AssertionError(f"the old schedule {name} is still there")
 
 
 async def passes_at_least(client, workflow_id: str, n: int) -> bool:
@@ -627,39 +589,18 @@ async def test_rate_limits_wait_for_retry_after_and_error_budgets_end_retries(ma
 
 
 async def test_a_housekeeping_loop_ended_meanwhile_is_started_again(make_stack):
-    """During a rolling upgrade a worker running older code may end a loop (it runs the
-    loop's input as one pass) and re-create its old schedule: each worker checks every
-    worker.housekeeping_check_s and puts both right."""
+    """A loop that ended (terminated from the UI, say) runs again: each worker checks
+    every worker.housekeeping_check_s."""
     stack = await make_stack(worker=False)
     checking = settings_with(stack.settings, worker={"housekeeping_check_s": 0.5})
     client, queue = stack.client, stack.settings.temporal.task_queue
     handle = client.get_workflow_handle(housekeeping_workflow_id("reclaim", queue))
     async with running_worker(checking, client):
         first = (await handle.describe()).run_id
-        await handle.terminate("as a worker running older code would end it")
-        await client.create_schedule(
-            old_schedule_id("reclaim-stale-locks", queue),
-            Schedule(
-                action=ScheduleActionStartWorkflow(
-                    "ReclaimStaleLocks", ReclaimInput(), id=f"old/{queue}", task_queue=queue
-                ),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
-            ),
-        )
+        await handle.terminate("ended from outside")
 
         async def restarted() -> bool:
             desc = await client.get_workflow_handle(handle.id).describe()
             return desc.run_id != first and desc.status == WorkflowExecutionStatus.RUNNING
 
         await eventually(restarted, "the loop to run again", timeout=30)
-
-        async def schedule_gone() -> bool:
-            try:
-                await client.get_schedule_handle(
-                    old_schedule_id("reclaim-stale-locks", queue)
-                ).describe()
-            except RPCError as e:
-                return e.status == RPCStatusCode.NOT_FOUND
-            return False
-
-        await eventually(schedule_gone, "the old schedule to be deleted again", timeout=30)
