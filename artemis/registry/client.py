@@ -9,6 +9,7 @@ too). What shape a provenance's records have is declared in its registry entry
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable
 from typing import Any
 
 from artemis.config import Settings
@@ -272,61 +273,90 @@ class ContractClient:
                     raise e.error from None
             await self.throttle(cred, ep)
             try:
-                if body is not None:
-                    kind = content_type or JSON_TYPE
-                    resp = await client.request(
-                        method,
-                        url,
-                        params=p or None,
-                        content=encode_body(body, kind),
-                        headers={**headers, "Content-Type": kind},
-                        timeout=self.timeout,
-                        max_bytes=self.max_bytes,
-                        transport=self.transport,
-                    )
-                elif method == "POST" and not query_only:
-                    resp = await client.post(
-                        url,
-                        data=p,
-                        headers=headers,
-                        timeout=self.timeout,
-                        max_bytes=self.max_bytes,
-                        transport=self.transport,
-                    )
-                elif method != "GET":
-                    resp = await client.request(
-                        method,
-                        url,
-                        params=p or None,
-                        headers=headers,
-                        timeout=self.timeout,
-                        max_bytes=self.max_bytes,
-                        transport=self.transport,
-                    )
-                else:
-                    resp = await client.get(
-                        url,
-                        params=p or None,
-                        headers=headers,
-                        timeout=self.timeout,
-                        max_bytes=self.max_bytes,
-                        transport=self.transport,
-                    )
+                resp = await self._request(
+                    client, method, url, p, headers, body, content_type, query_only
+                )
             except TransportError as e:
                 raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
             if cred is None or resp.status_code not in (401, 403, 429):
                 return resp
-            if (
-                resp.status_code == 401
-                and cred.get("auth_type_code") == OAUTH2
-                and cred["id"] not in renewed
-                and sent is not None
-            ):
-                # An access token expired early or was revoked: one new token, then the
-                # key's health decides.
-                renewed.add(cred["id"])
-                self.credentials.expire(cred, sent)
-                continue
-            if self.credentials.bench(cred["id"], resp, ep):
+            if self._goes_again(cred, sent, resp, ep, renewed):
                 continue
             return resp
+
+    def _request(
+        self,
+        client: HttpClient,
+        method: str,
+        url: str,
+        p: dict[str, Any],
+        headers: dict[str, str],
+        body: dict[str, Any] | None,
+        content_type: str | None,
+        query_only: bool,
+    ) -> Awaitable[Answer]:
+        """The request ``send`` makes, not yet awaited: ``body`` encoded as
+        ``content_type``, else a POST's params as its form (unless ``query_only``), else
+        the params in the query string."""
+        if body is not None:
+            kind = content_type or JSON_TYPE
+            return client.request(
+                method,
+                url,
+                params=p or None,
+                content=encode_body(body, kind),
+                headers={**headers, "Content-Type": kind},
+                timeout=self.timeout,
+                max_bytes=self.max_bytes,
+                transport=self.transport,
+            )
+        if method == "POST" and not query_only:
+            return client.post(
+                url,
+                data=p,
+                headers=headers,
+                timeout=self.timeout,
+                max_bytes=self.max_bytes,
+                transport=self.transport,
+            )
+        if method != "GET":
+            return client.request(
+                method,
+                url,
+                params=p or None,
+                headers=headers,
+                timeout=self.timeout,
+                max_bytes=self.max_bytes,
+                transport=self.transport,
+            )
+        return client.get(
+            url,
+            params=p or None,
+            headers=headers,
+            timeout=self.timeout,
+            max_bytes=self.max_bytes,
+            transport=self.transport,
+        )
+
+    def _goes_again(
+        self,
+        cred: dict[str, Any],
+        sent: str | None,
+        resp: Answer,
+        ep: dict[str, Any] | None,
+        renewed: set[int],
+    ) -> bool:
+        """After a 401/403/429 with ``cred``: whether the request goes again, with a new
+        OAuth2 access token (once per key) or with the next key once this one is benched."""
+        if (
+            resp.status_code == 401
+            and cred.get("auth_type_code") == OAUTH2
+            and cred["id"] not in renewed
+            and sent is not None
+        ):
+            # An access token expired early or was revoked: one new token, then the
+            # key's health decides.
+            renewed.add(cred["id"])
+            self.credentials.expire(cred, sent)
+            return True
+        return self.credentials.bench(cred["id"], resp, ep)
