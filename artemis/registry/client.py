@@ -55,6 +55,47 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
     if size and pg.get("max_page_size_value"):
         size = min(size, pg["max_page_size_value"])
     total_path = pg.get("total_count_jsonpath")
+    if mode in ("PAGE_NUMBER", "OFFSET"):
+        return _counted_paginator(mode, pg, ep, size)
+    if mode == "CURSOR":
+        return CursorPaginator(
+            cursor_param=param_name("cursor", ep, pg, "cursor_param_name", "cursor"),
+            cursor_path=pg.get("next_cursor_jsonpath") or "$.next_cursor",
+            initial_cursor=pg.get("initial_cursor_value"),
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "rows"),
+            total_path=total_path,
+            short_page_ends=bool(pg.get("short_page_is_last")),
+            stateful=bool(pg.get("stateful_cursor")),
+        )
+    if mode == "TOKEN":
+        return TokenPaginator(
+            token_param=param_name("token", ep, pg, "token_param_name", "page_token"),
+            token_path=pg.get("next_token_jsonpath") or "$.next_page_token",
+            total_path=total_path,
+            absent_ends=bool(pg.get("absent_token_is_last")),
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
+        )
+    if mode == "SCROLL":
+        return _scroll_paginator(contract, pg, ep, size)
+    if mode == "LINK_HEADER":
+        return LinkHeaderPaginator(
+            total_path=total_path,
+            page_size=size,
+            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
+        )
+    raise ArtemisError(
+        ErrorCode.CONFIG_ERROR,
+        f"pagination_mode_code {mode!r} is not one of {', '.join(PAGINATION_MODES)}",
+    )
+
+
+def _counted_paginator(
+    mode: str, pg: dict[str, Any], ep: dict[str, Any] | None, size: int | None
+) -> Paginator:
+    """A PAGE_NUMBER or OFFSET pagination cfg as its paginator."""
+    total_path = pg.get("total_count_jsonpath")
     short_ends = bool(pg.get("short_page_is_last"))
     # The source's own end marker (PAGE_NUMBER / OFFSET), when it has one.
     next_path, more_path = pg.get("next_page_jsonpath"), pg.get("has_more_jsonpath")
@@ -69,60 +110,35 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
             total_path=total_path,
             short_page_ends=short_ends,
         )
-    if mode == "OFFSET":
-        return OffsetPaginator(
-            limit=size or 100,
-            offset_param=param_name("offset", ep, pg, "offset_param_name", "offset"),
-            limit_param=param_name("limit", ep, pg, "limit_param_name", "limit"),
-            total_path=total_path,
-            max_offset=pg.get("max_result_window"),
-            short_page_ends=short_ends,
-            next_offset_path=next_path,
-            has_more_path=more_path,
-        )
-    if mode == "CURSOR":
-        return CursorPaginator(
-            cursor_param=param_name("cursor", ep, pg, "cursor_param_name", "cursor"),
-            cursor_path=pg.get("next_cursor_jsonpath") or "$.next_cursor",
-            initial_cursor=pg.get("initial_cursor_value"),
-            page_size=size,
-            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "rows"),
-            total_path=total_path,
-            short_page_ends=short_ends,
-            stateful=bool(pg.get("stateful_cursor")),
-        )
-    if mode == "TOKEN":
-        return TokenPaginator(
-            token_param=param_name("token", ep, pg, "token_param_name", "page_token"),
-            token_path=pg.get("next_token_jsonpath") or "$.next_page_token",
-            total_path=total_path,
-            absent_ends=bool(pg.get("absent_token_is_last")),
-            page_size=size,
-            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
-        )
-    if mode == "SCROLL":
-        base = base_url(contract)
-        release = pg.get("scroll_release_path_template")
-        return ScrollPaginator(
-            scroll_url=base + (pg.get("scroll_path_template") or ""),
-            release_url=base + release if release else None,
-            keep_alive=pg.get("scroll_keep_alive_value") or "1m",
-            keep_alive_param=pg.get("scroll_keep_alive_param_name") or "scroll",
-            scroll_id_param=pg.get("scroll_id_param_name") or "scroll_id",
-            scroll_id_path=pg.get("scroll_id_jsonpath") or "$._scroll_id",
-            page_size=size,
-            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "size"),
-            total_path=total_path,
-        )
-    if mode == "LINK_HEADER":
-        return LinkHeaderPaginator(
-            total_path=total_path,
-            page_size=size,
-            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
-        )
-    raise ArtemisError(
-        ErrorCode.CONFIG_ERROR,
-        f"pagination_mode_code {mode!r} is not one of {', '.join(PAGINATION_MODES)}",
+    return OffsetPaginator(
+        limit=size or 100,
+        offset_param=param_name("offset", ep, pg, "offset_param_name", "offset"),
+        limit_param=param_name("limit", ep, pg, "limit_param_name", "limit"),
+        total_path=total_path,
+        max_offset=pg.get("max_result_window"),
+        short_page_ends=short_ends,
+        next_offset_path=next_path,
+        has_more_path=more_path,
+    )
+
+
+def _scroll_paginator(
+    contract: Contract, pg: dict[str, Any], ep: dict[str, Any] | None, size: int | None
+) -> Paginator:
+    """A SCROLL pagination cfg as its paginator: its scroll and release URLs are paths
+    after the contract's base URL."""
+    base = base_url(contract)
+    release = pg.get("scroll_release_path_template")
+    return ScrollPaginator(
+        scroll_url=base + (pg.get("scroll_path_template") or ""),
+        release_url=base + release if release else None,
+        keep_alive=pg.get("scroll_keep_alive_value") or "1m",
+        keep_alive_param=pg.get("scroll_keep_alive_param_name") or "scroll",
+        scroll_id_param=pg.get("scroll_id_param_name") or "scroll_id",
+        scroll_id_path=pg.get("scroll_id_jsonpath") or "$._scroll_id",
+        page_size=size,
+        page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "size"),
+        total_path=pg.get("total_count_jsonpath"),
     )
 
 
