@@ -362,32 +362,18 @@ class HttpClient:
             raise _mapped(e, url) from e
         if self._guard is not None:
             self._check_named(target)
-        body: bytes | str | None = content
         send_headers = dict(headers or {})
-        if data:
-            body = urlencode(_pairs(data))
-            if not any(k.lower() == "content-type" for k in send_headers):
-                send_headers["Content-Type"] = "application/x-www-form-urlencoded"
+        body = _form_body(content, data, send_headers)
         session = self._open()
         wait = self._settings.timeout_seconds if timeout is None else timeout
         proxy = self._proxy_for(target)
         tls: ssl.SSLContext | bool = True  # True: the connector's own (the settings')
-        connect = wait
-        sock_connect: float | None = None
         if transport is not None:
             proxy = transport.proxy or proxy
-            if not transport.verify:
-                tls = False
-            elif transport.ca_bundle:
-                tls = _ca_bundle_context(transport.ca_bundle)
-            if transport.connect_timeout is not None:
-                sock_connect = transport.connect_timeout
-                connect = max(wait, sock_connect)
-            if not transport.compress and not any(
-                k.lower() == "accept-encoding" for k in send_headers
-            ):
-                send_headers["Accept-Encoding"] = "identity"
-        loop = asyncio.get_running_loop()
+            tls = _tls_for(transport)
+            _accept_encoding(transport, send_headers)
+        connect = _connect_bound(transport, wait)
+        limit = self._settings.max_body_bytes if max_bytes is None else max_bytes
         # aiohttp's connect and sock_read bound a connection and every single read; these
         # deadlines bound the whole answer, so one that trickles in is a timeout too: its
         # headers within connect + read timeout of the request, its body within the read
@@ -404,33 +390,27 @@ class HttpClient:
                     allow_redirects=False,
                     proxy=proxy,
                     ssl=tls,
-                    timeout=aiohttp.ClientTimeout(
-                        total=None, connect=connect, sock_connect=sock_connect, sock_read=wait
-                    )
-                    if timeout is not None or sock_connect is not None
-                    else self._timeout,
+                    timeout=self._timeout_for(timeout, transport, connect, wait),
                 ) as resp:
                     headers_in = True
-                    deadline.reschedule(loop.time() + wait)
-                    payload = await _read_bounded(
-                        resp, self._settings.max_body_bytes if max_bytes is None else max_bytes
-                    )
-                    return Answer(
-                        resp.status,
-                        Headers(
-                            (k.decode("latin-1"), _header_value(v)) for k, v in resp.raw_headers
-                        ),
-                        payload,
-                        full,
-                        resp.charset,
-                    )
+                    deadline.reschedule(asyncio.get_running_loop().time() + wait)
+                    return _answer(resp, await _read_bounded(resp, limit), full)
         except TimeoutError as e:
-            if deadline.expired():
-                what = "body not read whole" if headers_in else "no answer headers"
-                raise ReadTimeout(f"{what} within {wait:g} s (read timeout)") from e
-            raise _mapped(e, full) from e
+            raise _timed_out(e, deadline, headers_in, wait, full) from e
         except (aiohttp.ClientError, ValueError, OSError) as e:
             raise _mapped(e, full) from e
+
+    def _timeout_for(
+        self, timeout: float | None, transport: Transport | None, connect: float, wait: float
+    ) -> aiohttp.ClientTimeout:
+        """aiohttp's timeouts for one request: the session's own unless the request sets
+        a read or a connect timeout."""
+        sock_connect = transport.connect_timeout if transport is not None else None
+        if timeout is None and sock_connect is None:
+            return self._timeout
+        return aiohttp.ClientTimeout(
+            total=None, connect=connect, sock_connect=sock_connect, sock_read=wait
+        )
 
     def _check_named(self, target: yarl.URL) -> None:
         """A guarded request's host is in the allow-list, and an IP literal is an address
@@ -551,6 +531,63 @@ def _header_value(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:  # RFC 9110's historical charset for field values
         return raw.decode("latin-1")
+
+
+def _form_body(
+    content: bytes | str | None, data: Params, headers: dict[str, str]
+) -> bytes | str | None:
+    """A request's body: ``data`` as a urlencoded form (with its Content-Type unless the
+    caller named one in ``headers``), else ``content``."""
+    if not data:
+        return content
+    body = urlencode(_pairs(data))
+    if not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    return body
+
+
+def _tls_for(transport: Transport) -> ssl.SSLContext | bool:
+    """A transport's TLS: no verification, its CA bundle, or (True) the connector's own."""
+    if not transport.verify:
+        return False
+    if transport.ca_bundle:
+        return _ca_bundle_context(transport.ca_bundle)
+    return True
+
+
+def _accept_encoding(transport: Transport, headers: dict[str, str]) -> None:
+    """A transport without compression asks for ``identity`` unless the caller asked."""
+    if not transport.compress and not any(k.lower() == "accept-encoding" for k in headers):
+        headers["Accept-Encoding"] = "identity"
+
+
+def _connect_bound(transport: Transport | None, wait: float) -> float:
+    """The bound of a connection (a pooled one waited for included): the larger of the
+    transport's connect timeout and the read timeout ``wait``; ``wait`` without one."""
+    if transport is None or transport.connect_timeout is None:
+        return wait
+    return max(wait, transport.connect_timeout)
+
+
+def _answer(resp: aiohttp.ClientResponse, payload: bytes, url: str) -> Answer:
+    return Answer(
+        resp.status,
+        Headers((k.decode("latin-1"), _header_value(v)) for k, v in resp.raw_headers),
+        payload,
+        url,
+        resp.charset,
+    )
+
+
+def _timed_out(
+    e: TimeoutError, deadline: asyncio.Timeout, headers_in: bool, wait: float, url: str
+) -> TransportError:
+    """A timeout as ours: the whole answer's deadline passed (no headers, or a body not
+    read whole, in time) or one of aiohttp's own bounds."""
+    if deadline.expired():
+        what = "body not read whole" if headers_in else "no answer headers"
+        return ReadTimeout(f"{what} within {wait:g} s (read timeout)")
+    return _mapped(e, url)
 
 
 async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
