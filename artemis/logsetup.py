@@ -129,33 +129,8 @@ def configure_logging(settings: LoggingSettings, *, force: bool = False) -> None
     _configured["key"] = key
 
     level = logging.getLevelName("WARNING" if settings.level == "WARN" else settings.level)
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_logger_name,
-        structlog.stdlib.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
-        _temporal_context,
-    ]
-    if settings.include_caller:
-        shared.append(
-            structlog.processors.CallsiteParameterAdder(
-                [
-                    structlog.processors.CallsiteParameter.MODULE,
-                    structlog.processors.CallsiteParameter.LINENO,
-                    structlog.processors.CallsiteParameter.FUNC_NAME,
-                ]
-            )
-        )
-        shared.append(_caller)
-    shared += [_fixed_fields, _NoLocalsTraceback(), _redact_processor]
-
-    renderer: Any
-    if settings.format == "json":
-        renderer = structlog.processors.JSONRenderer(default=str)
-    else:
-        renderer = structlog.dev.ConsoleRenderer(
-            colors=False, exception_formatter=structlog.dev.plain_traceback
-        )
+    shared = _shared_processors(settings)
+    renderer = _renderer(settings)
 
     structlog.configure(
         processors=[
@@ -175,29 +150,9 @@ def configure_logging(settings: LoggingSettings, *, force: bool = False) -> None
             renderer,
         ],
     )
-    handler: logging.Handler
-    if settings.output == "file":
-        path = Path(settings.file.path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
-            path,
-            maxBytes=settings.file.max_size_mb * 1024 * 1024,
-            backupCount=settings.file.max_backups,
-            encoding="utf-8",
-        )
-    else:
-        stream = sys.stdout if settings.output == "stdout" else sys.stderr
-        # A reader that went away (a closed pipe) silences the log, never the process.
-        handler = logging.StreamHandler(QuietOnClosedPipe(stream))
+    handler = _handler(settings)
     handler.setFormatter(formatter)
-    root = logging.getLogger()
-    for h in list(root.handlers):
-        if getattr(h, "_artemis", False):
-            root.removeHandler(h)
-            h.close()
-    setattr(handler, "_artemis", True)  # noqa: B010  (marks the handler we own)
-    root.addHandler(handler)
-    root.setLevel(level)
+    _install_handler(handler, level)
     # Chatty libraries: keep their warnings, drop per-request info lines.
     for name in ("httpx", "httpcore", "uvicorn.access", "hpack", "alembic"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
@@ -206,6 +161,66 @@ def configure_logging(settings: LoggingSettings, *, force: bool = False) -> None
 
     workflow.logger.workflow_info_on_message = False
     activity.logger.activity_info_on_message = False
+
+
+def _shared_processors(settings: LoggingSettings) -> list[Any]:
+    """The processors structlog's own events and the stdlib's records both pass."""
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+        _temporal_context,
+    ]
+    if settings.include_caller:
+        shared.append(
+            structlog.processors.CallsiteParameterAdder(
+                [
+                    structlog.processors.CallsiteParameter.MODULE,
+                    structlog.processors.CallsiteParameter.LINENO,
+                    structlog.processors.CallsiteParameter.FUNC_NAME,
+                ]
+            )
+        )
+        shared.append(_caller)
+    shared += [_fixed_fields, _NoLocalsTraceback(), _redact_processor]
+    return shared
+
+
+def _renderer(settings: LoggingSettings) -> Any:
+    if settings.format == "json":
+        return structlog.processors.JSONRenderer(default=str)
+    return structlog.dev.ConsoleRenderer(
+        colors=False, exception_formatter=structlog.dev.plain_traceback
+    )
+
+
+def _handler(settings: LoggingSettings) -> logging.Handler:
+    """The handler ``settings.output`` names: a rotating file, stdout or stderr."""
+    if settings.output == "file":
+        path = Path(settings.file.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return logging.handlers.RotatingFileHandler(
+            path,
+            maxBytes=settings.file.max_size_mb * 1024 * 1024,
+            backupCount=settings.file.max_backups,
+            encoding="utf-8",
+        )
+    stream = sys.stdout if settings.output == "stdout" else sys.stderr
+    # A reader that went away (a closed pipe) silences the log, never the process.
+    return logging.StreamHandler(QuietOnClosedPipe(stream))
+
+
+def _install_handler(handler: logging.Handler, level: int) -> None:
+    """``handler`` replaces the root logger's handler a previous configuration installed."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_artemis", False):
+            root.removeHandler(h)
+            h.close()
+    setattr(handler, "_artemis", True)  # noqa: B010  (marks the handler we own)
+    root.addHandler(handler)
+    root.setLevel(level)
 
 
 def get_logger(name: str | None = None) -> structlog.stdlib.BoundLogger:
