@@ -340,32 +340,12 @@ def _import_row(
     secret: str | None = None
     principal: str | None = None
     if model is RegProvCredential:
-        env = raw.pop("secret_env", None)
-        if env:
-            secret = _read_env(env, "secret_env")
-            raw["secret_env_name"] = env
-        env = raw.pop("principal_env", None)
-        if env:
-            principal = _read_env(env, "principal_env")
-            why = basic_user_problem(principal) if raw.get("auth_type_code") == "BASIC" else None
-            if why:
-                raise ArtemisError(ErrorCode.INVALID_INPUT, f"principal_env {env}: {why}")
-        raw["principal_env_name"] = env
-        ep_name = raw.pop("endpoint_name", None)
-        raw["endpoint_id"] = _endpoint_id(conn, pid, ep_name, raw) if ep_name else None
+        secret, principal = _credential_values(conn, pid, raw)
     raw["provenance_id"] = pid
     for key in ("effective_from", "effective_to"):
         if raw.get(key) is not None:
             raw[key] = as_utc(raw[key])
-    t = model.__table__  # type: ignore[attr-defined]
-    match = [
-        t.c.provenance_id == pid,
-        t.c.scope_code == raw.get("scope_code"),
-        t.c.task_type_key == (raw.get("task_type") or "ALL"),
-        t.c.effective_from == raw.get("effective_from"),
-    ]
-    match += [t.c[c] == raw.get(c) for c in model.identity]
-    current = conn.execute(select(t).where(*match)).first() if raw.get("effective_from") else None
+    current = _current_row(conn, model, pid, raw)
     if current is None:
         if secret is not None:
             token, key_id = box.seal(secret)
@@ -378,6 +358,58 @@ def _import_row(
         report.created.append(describe(model, {**raw, "id": new_id}))
         return
     cur = current._mapping
+    changed = _changed_columns(model, cur, raw)
+    if model is RegProvCredential:
+        _reseal_if_changed(box, cur, secret, principal, changed)
+    if changed:
+        update_row(conn, model, cur["id"], changed)
+        report.updated.append(f"{describe(model, current)}: {', '.join(sorted(changed))}")
+    else:
+        report.unchanged += 1
+
+
+def _credential_values(
+    conn: Connection, pid: int, raw: dict[str, Any]
+) -> tuple[str | None, str | None]:
+    """A credential row's secret and principal, read from the variables it names (their
+    names kept in the row), and its endpoint's id in place of its name."""
+    secret: str | None = None
+    principal: str | None = None
+    env = raw.pop("secret_env", None)
+    if env:
+        secret = _read_env(env, "secret_env")
+        raw["secret_env_name"] = env
+    env = raw.pop("principal_env", None)
+    if env:
+        principal = _read_env(env, "principal_env")
+        why = basic_user_problem(principal) if raw.get("auth_type_code") == "BASIC" else None
+        if why:
+            raise ArtemisError(ErrorCode.INVALID_INPUT, f"principal_env {env}: {why}")
+    raw["principal_env_name"] = env
+    ep_name = raw.pop("endpoint_name", None)
+    raw["endpoint_id"] = _endpoint_id(conn, pid, ep_name, raw) if ep_name else None
+    return secret, principal
+
+
+def _current_row(
+    conn: Connection, model: type[DimensionBase], pid: int, raw: dict[str, Any]
+) -> Any:
+    """The stored row the file's row is (same scope, task type, start and identity), if
+    any; a row without a start is always new."""
+    t = model.__table__  # type: ignore[attr-defined]
+    match = [
+        t.c.provenance_id == pid,
+        t.c.scope_code == raw.get("scope_code"),
+        t.c.task_type_key == (raw.get("task_type") or "ALL"),
+        t.c.effective_from == raw.get("effective_from"),
+    ]
+    match += [t.c[c] == raw.get(c) for c in model.identity]
+    return conn.execute(select(t).where(*match)).first() if raw.get("effective_from") else None
+
+
+def _changed_columns(model: type[DimensionBase], cur: Any, raw: dict[str, Any]) -> dict[str, Any]:
+    """The columns the file's row changes in the stored row ``cur``."""
+    t = model.__table__  # type: ignore[attr-defined]
     changed = {k: v for k, v in raw.items() if not _same(cur.get(k), v)}
     # Columns the file leaves out go back to NULL (the file is the whole row).
     for col in t.c.keys():
@@ -390,23 +422,29 @@ def _import_row(
             and t.c[col].nullable
         ):
             changed[col] = None
-    if model is RegProvCredential:
-        old_secret, old_principal = (
-            box.open(cur[col], cur["encryption_key_id"]) if cur[col] else None
-            for col in ("secret_ciphertext", "principal_ciphertext")
-        )
-        if secret != old_secret or principal != old_principal:
-            # Both sealed again, under one key (the row names one).
-            sealed: tuple[str | None, str | None] = box.seal(secret) if secret else (None, None)
-            changed["secret_ciphertext"], changed["encryption_key_id"] = sealed
-            changed["principal_ciphertext"] = None
-            if principal is not None:
-                changed["principal_ciphertext"], changed["encryption_key_id"] = box.seal(principal)
-    if changed:
-        update_row(conn, model, cur["id"], changed)
-        report.updated.append(f"{describe(model, current)}: {', '.join(sorted(changed))}")
-    else:
-        report.unchanged += 1
+    return changed
+
+
+def _reseal_if_changed(
+    box: CredentialBox,
+    cur: Any,
+    secret: str | None,
+    principal: str | None,
+    changed: dict[str, Any],
+) -> None:
+    """A stored credential whose secret or principal differs from the variables' gets
+    both sealed again (into ``changed``)."""
+    old_secret, old_principal = (
+        box.open(cur[col], cur["encryption_key_id"]) if cur[col] else None
+        for col in ("secret_ciphertext", "principal_ciphertext")
+    )
+    if secret != old_secret or principal != old_principal:
+        # Both sealed again, under one key (the row names one).
+        sealed: tuple[str | None, str | None] = box.seal(secret) if secret else (None, None)
+        changed["secret_ciphertext"], changed["encryption_key_id"] = sealed
+        changed["principal_ciphertext"] = None
+        if principal is not None:
+            changed["principal_ciphertext"], changed["encryption_key_id"] = box.seal(principal)
 
 
 def _read_env(env: str, field: str) -> str:
