@@ -251,10 +251,7 @@ class RestSource(Source):
                 # The guesses missed (the source answers fewer records a page than asked,
                 # say): every further guess would be a wasted request and rate-limit slot.
                 guessing = False
-                for task in ahead.values():
-                    task.cancel()
-                ahead.clear()
-                log.info("source_pages_one_at_a_time", source=self.name, request=request)
+                self._drop_guesses(ahead, request)
             if guessing:
                 self._send_ahead(client, paginator, ahead)
             sent = ahead.pop(request, None)
@@ -264,16 +261,7 @@ class RestSource(Source):
                 else:
                     data, headers = await self._request(client, req)
             except ArtemisError as e:
-                # An expired server session (a cursor, a scroll): re-open it instead of
-                # failing (a cursor from the last committed position, a scroll from the
-                # start).
-                if e.details.get("status") in (400, 404, 410) and paginator.reopen():
-                    log.warning(
-                        "source_session_reopened",
-                        source=self.name,
-                        error=e.message,
-                        checkpoint=paginator.checkpoint(),
-                    )
+                if self._reopened(e, paginator):
                     continue
                 raise
             try:
@@ -298,18 +286,45 @@ class RestSource(Source):
                 if held is not None:
                     await self._release(client, held)
                     paginator.released()
-            if self.transform:
-                new = [self.transform(r) for r in new]
-            yield Page(
-                records=new,
-                checkpoint=paginator.checkpoint() if paginator.has_more else None,
-                info=PageInfo(
-                    request=request,
-                    expected_total=paginator.total,
-                    taken=paginator.taken,
-                    digest=digest,
-                ),
+            yield self._page(new, paginator, request, digest)
+
+    def _drop_guesses(
+        self, ahead: dict[str, asyncio.Task[tuple[Any, Headers]]], request: str
+    ) -> None:
+        """Cancel the requests sent ahead on a guess: pages go one at a time from here."""
+        for task in ahead.values():
+            task.cancel()
+        ahead.clear()
+        log.info("source_pages_one_at_a_time", source=self.name, request=request)
+
+    def _reopened(self, e: ArtemisError, paginator: Paginator) -> bool:
+        """An expired server session (a cursor, a scroll): re-open it instead of failing
+        (a cursor from the last committed position, a scroll from the start). True when
+        it was re-opened, and the page is asked again."""
+        if e.details.get("status") in (400, 404, 410) and paginator.reopen():
+            log.warning(
+                "source_session_reopened",
+                source=self.name,
+                error=e.message,
+                checkpoint=paginator.checkpoint(),
             )
+            return True
+        return False
+
+    def _page(self, new: list[Any], paginator: Paginator, request: str, digest: str | None) -> Page:
+        """The page of the records ``new`` (transformed), with the checkpoint after it."""
+        if self.transform:
+            new = [self.transform(r) for r in new]
+        return Page(
+            records=new,
+            checkpoint=paginator.checkpoint() if paginator.has_more else None,
+            info=PageInfo(
+                request=request,
+                expected_total=paginator.total,
+                taken=paginator.taken,
+                digest=digest,
+            ),
+        )
 
     def _send_ahead(
         self,
