@@ -442,19 +442,7 @@ class Credentials:
         ep = self.contract.endpoints[TOKEN_USAGE]
         name = cred.get("credential_name")
         what = f"{self.code} token endpoint {ep.get('endpoint_name')!r}"
-        client_id, secret = self._principal(cred["id"]), self._secret(cred["id"])
-        form: dict[str, Any] = {
-            k: v for k, v in (ep.get("default_body_payload") or {}).items() if v is not None
-        }
-        form["grant_type"] = "client_credentials"
-        headers = {**self.token_headers, "Accept": "application/json"}
-        if cred.get("token_auth_method_code") == "CLIENT_SECRET_POST":
-            form.update(client_id=client_id, client_secret=secret)
-        else:
-            # RFC 6749 §2.3.1: each part form-urlencoded, then HTTP Basic.
-            headers["Authorization"] = _basic(
-                quote_plus(client_id, safe=""), quote_plus(secret, safe="")
-            )
+        form, headers = self._token_form(ep, cred)
         url = self.token_url
         query = {k: v for k, v in (ep.get("default_query_params") or {}).items() if v is not None}
         try:
@@ -468,46 +456,78 @@ class Credentials:
             )
         except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
-        if resp.status_code in (400, 401):
-            # RFC 6749 §5.2: invalid_client, unauthorized_client, invalid_scope ... no
-            # retry of the same client helps.
-            raise _TokenRefused(
-                ArtemisError(
-                    ErrorCode.SOURCE_ERROR,
-                    f"{what} refused credential {name!r} (answered {resp.status_code}: "
-                    f"{body_excerpt(resp)})",
-                    retryable=False,
-                    details={"status": resp.status_code, "reason": "token refused"},
-                )
+        _check_token_status(resp, what, name)
+        return _token_of(resp, what, name)
+
+    def _token_form(
+        self, ep: dict[str, Any], cred: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """The client-credentials grant's form and headers, the client authenticated in
+        the form or by HTTP Basic (``token_auth_method_code``)."""
+        client_id, secret = self._principal(cred["id"]), self._secret(cred["id"])
+        form: dict[str, Any] = {
+            k: v for k, v in (ep.get("default_body_payload") or {}).items() if v is not None
+        }
+        form["grant_type"] = "client_credentials"
+        headers = {**self.token_headers, "Accept": "application/json"}
+        if cred.get("token_auth_method_code") == "CLIENT_SECRET_POST":
+            form.update(client_id=client_id, client_secret=secret)
+        else:
+            # RFC 6749 §2.3.1: each part form-urlencoded, then HTTP Basic.
+            headers["Authorization"] = _basic(
+                quote_plus(client_id, safe=""), quote_plus(secret, safe="")
             )
-        if resp.status_code >= 300:
-            raise status_error(ErrorCode.SOURCE_ERROR, what, resp)
-        try:
-            body = resp.json()
-        except ValueError:
-            body = None
-        value = body.get("access_token") if isinstance(body, dict) else None
-        kind = body.get("token_type") if isinstance(body, dict) else None
-        if not isinstance(value, str) or not value:
-            raise ArtemisError(
-                ErrorCode.SOURCE_CONTRACT,
-                f"{what}: the answer has no access_token (RFC 6749 §5.1)",
+        return form, headers
+
+
+def _check_token_status(resp: Answer, what: str, name: Any) -> None:
+    """A token endpoint's error answer: a refused client (400/401) is final for the key
+    (``_TokenRefused``), any other error status is classified as usual."""
+    if resp.status_code in (400, 401):
+        # RFC 6749 §5.2: invalid_client, unauthorized_client, invalid_scope ... no
+        # retry of the same client helps.
+        raise _TokenRefused(
+            ArtemisError(
+                ErrorCode.SOURCE_ERROR,
+                f"{what} refused credential {name!r} (answered {resp.status_code}: "
+                f"{body_excerpt(resp)})",
                 retryable=False,
+                details={"status": resp.status_code, "reason": "token refused"},
             )
-        register_secret(value)
-        if kind is not None and str(kind).lower() != "bearer":
-            raise ArtemisError(
-                ErrorCode.SOURCE_CONTRACT,
-                f"{what}: token_type {str(kind)[:40]!r} is not supported (Bearer only)",
-                retryable=False,
-            )
-        lifetime = _seconds(body.get("expires_in"))
-        renew_at = expires_at = None
-        if lifetime is not None:
-            expires_at = time.monotonic() + lifetime
-            renew_at = expires_at - min(TOKEN_MARGIN_S, lifetime / 10)
-        log.info("oauth2_token_fetched", credential=name, expires_in=lifetime)
-        return _Token(value, renew_at, expires_at)
+        )
+    if resp.status_code >= 300:
+        raise status_error(ErrorCode.SOURCE_ERROR, what, resp)
+
+
+def _token_of(resp: Answer, what: str, name: Any) -> _Token:
+    """The access token a token endpoint answered (redacted from the logs from here on),
+    renewed a margin before it expires."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    value = body.get("access_token") if isinstance(body, dict) else None
+    kind = body.get("token_type") if isinstance(body, dict) else None
+    if not isinstance(value, str) or not value:
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"{what}: the answer has no access_token (RFC 6749 §5.1)",
+            retryable=False,
+        )
+    register_secret(value)
+    if kind is not None and str(kind).lower() != "bearer":
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"{what}: token_type {str(kind)[:40]!r} is not supported (Bearer only)",
+            retryable=False,
+        )
+    lifetime = _seconds(body.get("expires_in"))
+    renew_at = expires_at = None
+    if lifetime is not None:
+        expires_at = time.monotonic() + lifetime
+        renew_at = expires_at - min(TOKEN_MARGIN_S, lifetime / 10)
+    log.info("oauth2_token_fetched", credential=name, expires_in=lifetime)
+    return _Token(value, renew_at, expires_at)
 
 
 def _basic(user: str, password: str) -> str:
