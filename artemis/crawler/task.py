@@ -186,6 +186,26 @@ class _Crawl(CookieSession):
         await self._db(record_outcome, self.engine, self.platform, True, None, utcnow())
         return {**note, CANDIDATE_FIELD: c.id}
 
+    async def details(self, client: HttpClient, batch: list[Claimed]) -> list[dict[str, Any]]:
+        """The notes of a claimed batch, one after another (a failed one is not among
+        them); on a failure that ends the batch, its candidates are given back."""
+        notes: list[dict[str, Any]] = []
+        done: set[int] = set()
+        try:
+            for c in batch:
+                note = await self.detail(client, c)
+                done.add(c.id)
+                if note is not None:
+                    notes.append(note)
+        except BaseException:
+            # Cookies exhausted or the attempt cancelled: give back what was not tried,
+            # and what was fetched but will not be staged now.
+            for c in batch:
+                if c.id not in done or any(n[CANDIDATE_FIELD] == c.id for n in notes):
+                    await self._db(self.claims.release, self.execution, c.id, utcnow())
+            raise
+        return notes
+
 
 async def _search(
     adapter: HttpJsonPlatform,
@@ -233,6 +253,12 @@ class _KeywordSearch(Source):
             )
             if last:
                 return
+
+
+def _after_search(units: dict[str, Any] | None) -> dict[str, Any]:
+    """The crawl's checkpoint after a search page: the detail phase once every keyword
+    is done (``units``: the search's checkpoint, None then)."""
+    return {"phase": "details"} if units is None else {"phase": "search", "units": units}
 
 
 def _search_checkpoint(raw: dict[str, Any] | None) -> dict[str, Any]:
@@ -324,11 +350,7 @@ class CrawlNotes(TaskUnit):
                 wind_down=wind_down,
                 max_pages=ctx.controls.max_pages,
             ):
-                cp = (
-                    {"phase": "details"}
-                    if page.checkpoint is None
-                    else {"phase": "search", "units": page.checkpoint}
-                )
+                cp = _after_search(page.checkpoint)
                 yield Page(records=[], checkpoint=cp, info=page.info)
             if cp["phase"] == "search":
                 return  # wound down mid-search: the next fetch resumes every keyword
@@ -339,21 +361,7 @@ class CrawlNotes(TaskUnit):
             if not batch:
                 yield Page(records=[], checkpoint=None, info=PageInfo(units_done=len(p.keywords)))
                 return
-            notes: list[dict[str, Any]] = []
-            done: set[int] = set()
-            try:
-                for c in batch:
-                    note = await crawl.detail(client, c)
-                    done.add(c.id)
-                    if note is not None:
-                        notes.append(note)
-            except BaseException:
-                # Cookies exhausted or the attempt cancelled: give back what was not tried,
-                # and what was fetched but will not be staged now.
-                for c in batch:
-                    if c.id not in done or any(n[CANDIDATE_FIELD] == c.id for n in notes):
-                        await crawl._db(crawl.claims.release, crawl.execution, c.id, utcnow())
-                raise
+            notes = await crawl.details(client, batch)
             await crawl._db(
                 crawl.claims.heartbeat,
                 crawl.execution,
