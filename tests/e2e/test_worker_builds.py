@@ -42,6 +42,18 @@ def b_workflows() -> tuple[Any, ...]:
     return tuple(TaskRunB if w is TaskRunWorkflow else w for w in worker_main.WORKFLOWS)
 
 
+async def two_builds(make_stack) -> tuple[Any, str, Build, Build]:
+    """A stack with no worker and a deployment of its own (the suite's stacks share one),
+    and two builds of it, A and B."""
+    stack = await make_stack(
+        worker=False, runs={"pages_per_fetch": 1}, temporal={"deployment_name": None}
+    )
+    deployment = stack.settings.temporal.task_queue
+    a = Build(deployment, f"a{uuid.uuid4().hex[:8]}")
+    b = Build(deployment, f"b{uuid.uuid4().hex[:8]}")
+    return stack, deployment, a, b
+
+
 async def pinned_to(stack, workflow_id: str) -> tuple[str, str]:
     """(behaviour, build id) of a run as Temporal describes it."""
     d = await stack.client.get_workflow_handle(workflow_id).describe()
@@ -90,13 +102,7 @@ async def b_timer(stack, workflow_id: str) -> bool:
 async def test_a_run_finishes_on_its_build_while_new_runs_start_on_the_next(
     make_stack, monkeypatch, api_first
 ):
-    # a deployment of its own (the suite's stacks share one): its builds are its own
-    stack = await make_stack(
-        worker=False, runs={"pages_per_fetch": 1}, temporal={"deployment_name": None}
-    )
-    deployment = stack.settings.temporal.task_queue
-    a = Build(deployment, f"a{uuid.uuid4().hex[:8]}")
-    b = Build(deployment, f"b{uuid.uuid4().hex[:8]}")
+    stack, deployment, a, b = await two_builds(make_stack)
     await stack.fault("latency", latency_ms=60)
     try:
         async with AsyncExitStack() as worker_a:
@@ -181,13 +187,7 @@ async def test_a_run_pinned_to_a_build_no_worker_polls_is_shown_as_waiting_for_i
     # A worker long-polls for up to a minute; here a build counts as polled only if it
     # polled in the last two seconds, so that the stopped build is seen within the test.
     monkeypatch.setattr(versioning, "POLLED_WITHIN_S", 2.0)
-    # a deployment of its own (the suite's stacks share one): its builds are its own
-    stack = await make_stack(
-        worker=False, runs={"pages_per_fetch": 1}, temporal={"deployment_name": None}
-    )
-    deployment = stack.settings.temporal.task_queue
-    a = Build(deployment, f"a{uuid.uuid4().hex[:8]}")
-    b = Build(deployment, f"b{uuid.uuid4().hex[:8]}")
+    stack, deployment, a, b = await two_builds(make_stack)
     await stack.fault("latency", latency_ms=60)
     try:
         async with running_worker(stack.settings, stack.client, build=a):
