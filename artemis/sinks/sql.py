@@ -171,19 +171,7 @@ class SqlSink(Sink):
     def write(self, records: list[dict[str, Any]], ctx: EmitContext) -> bool:
         """Write one page; False when its ledger row says this page was written before."""
         where = f"{self._where()}, page {ctx.seq}"
-        # One row per key, in key order: a multi-row upsert may not touch a row twice, and
-        # concurrent pages lock rows in one order. The same key twice in a page is the
-        # same record twice, or the page contradicts itself (an error, never a choice).
-        by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for row in map(self.record.sql_row, self.record.rows(records, where)):
-            key = tuple(row[k] for k in self.key)
-            if key in by_key and by_key[key] != row:
-                raise schema_error(
-                    f"{where}: two different records with the key "
-                    f"({', '.join(f'{k}={v!r}' for k, v in zip(self.key, key, strict=True))})"
-                )
-            by_key[key] = row
-        rows = [by_key[k] for k in sorted(by_key, key=_sortable)]
+        rows = self._rows_by_key(records, where)
         digest = hashlib.sha256(jsonio.dumps(rows)).hexdigest()
         now = utcnow()
         for row in rows:
@@ -232,6 +220,22 @@ class SqlSink(Sink):
                 ErrorCode.SINK_ERROR, f"{where}: {type(e).__name__}: {str(e).splitlines()[0]}"
             ) from None
         return True
+
+    def _rows_by_key(self, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+        """The page's SQL rows, one per key, in key order."""
+        # One row per key, in key order: a multi-row upsert may not touch a row twice, and
+        # concurrent pages lock rows in one order. The same key twice in a page is the
+        # same record twice, or the page contradicts itself (an error, never a choice).
+        by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for row in map(self.record.sql_row, self.record.rows(records, where)):
+            key = tuple(row[k] for k in self.key)
+            if key in by_key and by_key[key] != row:
+                raise schema_error(
+                    f"{where}: two different records with the key "
+                    f"({', '.join(f'{k}={v!r}' for k, v in zip(self.key, key, strict=True))})"
+                )
+            by_key[key] = row
+        return [by_key[k] for k in sorted(by_key, key=_sortable)]
 
     def _statements(
         self, table: sa.Table, ledger: sa.Table, ordered: bool = True
