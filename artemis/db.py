@@ -204,6 +204,14 @@ def get_engine(url: str) -> Engine:
 
 
 def _make_engine(url: str) -> Engine:
+    engine = create_engine(url, **_engine_options(url))
+    if url.startswith("sqlite"):
+        _add_sqlite_listeners(engine)
+    return engine
+
+
+def _engine_options(url: str) -> dict[str, Any]:
+    """``create_engine``'s options for ``url`` (a SQLite file's folder made here)."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
@@ -231,39 +239,41 @@ def _make_engine(url: str) -> Engine:
                 "keepalives_interval": 5,
                 "keepalives_count": 4,
             }
-    engine = create_engine(url, **kwargs)
-    if url.startswith("sqlite"):
+    return kwargs
 
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, record):  # noqa: ANN001
-            here = getattr(_caller, "on_loop", False)
+
+def _add_sqlite_listeners(engine: Engine) -> None:
+    """A SQLite engine's pragmas, set by caller (the loop or a thread) on connect and on
+    checkout, and its lock met on the loop turned into ``LoopBusy``."""
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_conn, record):  # noqa: ANN001
+        here = getattr(_caller, "on_loop", False)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={LOOP_BUSY_MS if here else THREAD_BUSY_MS}")
+        cur.execute(f"PRAGMA wal_autocheckpoint={0 if here else 1000}")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+        record.info["on_loop"] = here
+
+    @event.listens_for(engine, "checkout")
+    def _caller_pragmas(dbapi_conn, record, _proxy):  # noqa: ANN001
+        # A pooled connection serves the loop and threads in turn: its wait for the
+        # write lock (and whether it checkpoints) follows its caller's.
+        here = getattr(_caller, "on_loop", False)
+        if record.info.get("on_loop") != here:
             cur = dbapi_conn.cursor()
             cur.execute(f"PRAGMA busy_timeout={LOOP_BUSY_MS if here else THREAD_BUSY_MS}")
             cur.execute(f"PRAGMA wal_autocheckpoint={0 if here else 1000}")
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
             record.info["on_loop"] = here
 
-        @event.listens_for(engine, "checkout")
-        def _caller_pragmas(dbapi_conn, record, _proxy):  # noqa: ANN001
-            # A pooled connection serves the loop and threads in turn: its wait for the
-            # write lock (and whether it checkpoints) follows its caller's.
-            here = getattr(_caller, "on_loop", False)
-            if record.info.get("on_loop") != here:
-                cur = dbapi_conn.cursor()
-                cur.execute(f"PRAGMA busy_timeout={LOOP_BUSY_MS if here else THREAD_BUSY_MS}")
-                cur.execute(f"PRAGMA wal_autocheckpoint={0 if here else 1000}")
-                cur.close()
-                record.info["on_loop"] = here
-
-        @event.listens_for(engine, "handle_error")
-        def _gave_way(context):  # noqa: ANN001
-            if _busy_on_loop(context.original_exception):
-                raise LoopBusy(str(context.original_exception))
-
-    return engine
+    @event.listens_for(engine, "handle_error")
+    def _gave_way(context):  # noqa: ANN001
+        if _busy_on_loop(context.original_exception):
+            raise LoopBusy(str(context.original_exception))
 
 
 def _busy_on_loop(error: BaseException) -> bool:
