@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from opentelemetry import context as otel_context
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -59,6 +59,7 @@ from artemis.security import check_header_names
 from artemis.sinks import register_sink_secret, resolve_output, resolved_spec, seal_output
 from artemis.sinks.sealing import SECRET_REF, is_credential_name
 from artemis.sinks.sql import check_sql_output
+from artemis.tasks.base import TaskUnit
 from artemis.tasks.registry import get_task
 from artemis.taskstore import TaskData, TaskStorage
 from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
@@ -166,68 +167,24 @@ class RunService(RunReads):
         owners' runs (an operator, an admin)."""
         task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = ask.params
-        # Validate now, so a bad request is a 422 and not a failed run (in a thread when
-        # the task reads the database for it: a registry task's contract).
-        prepared = (
-            await asyncio.to_thread(task.prepare_params, params, self.settings)
-            if task.prepare_blocks
-            else task.prepare_params(params, self.settings)
-        )
+        prepared = await self._prepared_params(task, params)
         lock = task.lock_name(prepared)
         lock_id = owned_lock(owner, lock) if lock else None
         check_request_secrets(ask)
         callback = self._callback_target(ask)
         await check_request_urls(self.settings, code, task, params, ask.output, callback)
-        # The run's sinks, resolved once now and carried by the run (like its contract):
-        # a worker with another configuration sends this run's records to the same places.
-        output = resolve_output(
-            code,
-            self.settings.output_defaults.get(code, {}),
-            ask.output,
-            task.record_spec(prepared),
-            self.settings.database.url,
-            task.output_place(prepared),
-        )
-        # A table that does not fit the records is found now, not after the fetch.
-        await check_sql_output_async(output, task.record_spec(prepared))
+        output = await self._run_output(code, task, prepared, ask.output)
         task_id = owned_task_id(owner, ask.task_id or uuid.uuid4().hex)
         workflow_id = lock_workflow_id(lock_id) if lock_id else workflow_id_for(code, task_id)
         if lock and ask.task_id:
             # A lock's workflow id outlives its executions: a repeat of a finished task id
             # is answered from the task store, never started again.
-            record = await self.record(task_id)
-            if record is not None and record.status in TERMINAL:
-                handle = self.client.get_workflow_handle(workflow_id)
-                done = from_record(record)
-                return Started(handle, task_id, workflow_id, None, "none", existing_result=done)
-        # The run's secrets (its callback token; sink header values and credential-bearing
-        # URLs, of which history carries only the names) go under this start's own key:
-        # a start that is refused or attaches to a running run drops them again, so they
-        # never reach a run they were not sent with.
-        stored: dict[str, str] = {}
-        if ask.callback_token:
-            stored[CALLBACK_TOKEN] = ask.callback_token
-        output = seal_output(output, stored.__setitem__)
-        for name, value in stored.items():
-            if name != CALLBACK_TOKEN:
-                register_sink_secret(name, value)
-        secrets_key = f"{code}/{task_id}{START_SEP}{uuid.uuid4().hex[:16]}" if stored else None
-        if secrets_key is not None:
-            await asyncio.to_thread(self.secrets.put_many, secrets_key, stored)
-        # The run's own tuning (in its history); the worker-side knobs stay out of it.
-        tuning = self.settings.runs.run_tuning()
-        req = RunRequest(
-            task_code=code,
-            task_id=task_id,
-            params=params,
-            trace_id=trace.trace_id,
-            parent_span_id=trace.span_id,
-            request_id=request_id or ask.request_id,
-            output=output,
-            callback=callback,
-            timeout_s=ask.timeout_s or self.settings.server.run_timeout_s,
-            tuning=tuning,
-            secrets_key=secrets_key,
+            finished = await self._finished_repeat(task_id, workflow_id)
+            if finished is not None:
+                return finished
+        output, secrets_key = await self._seal_secrets(code, task_id, ask.callback_token, output)
+        req = self._run_request(
+            code, task_id, ask, trace, request_id, output, callback, secrets_key
         )
         callback_mode = "progress_and_finalize" if callback else "none"
         # Make Temporal's tracing interceptor continue the caller's trace.
@@ -249,22 +206,136 @@ class RunService(RunReads):
                 task_id, workflow_id, lock, callback_mode, owner, sees_all
             )
         except BaseException as e:
-            # Only a start Temporal refused is known not to have made the run; after any
-            # other failure (the answer lost on its way back) the run may exist and read
-            # these secrets: the clean-up drops them once Temporal says it is not open.
-            if not_created(e):
-                await self._drop_secrets(secrets_key)
-            else:
-                log.warning(
-                    "run_start_unconfirmed",
-                    task_code=code,
-                    task_id=task_id,
-                    workflow_id=workflow_id,
-                    error=f"{type(e).__name__}: {e}",
-                )
+            await self._start_failed(e, secrets_key, code, task_id, workflow_id)
             raise
         finally:
             otel_context.detach(otel_token)
+        return await self._started(
+            handle, task_id, code, workflow_id, params, owner, secrets_key, callback_mode
+        )
+
+    async def _prepared_params(self, task: TaskUnit, params: dict[str, Any]) -> BaseModel:
+        """The task's params, validated now so that a bad request is a 422 and not a
+        failed run (in a thread when the task reads the database for it: a registry
+        task's contract)."""
+        return (
+            await asyncio.to_thread(task.prepare_params, params, self.settings)
+            if task.prepare_blocks
+            else task.prepare_params(params, self.settings)
+        )
+
+    async def _run_output(
+        self, code: str, task: TaskUnit, prepared: BaseModel, asked: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The run's sinks, resolved once now and carried by the run (like its contract):
+        a worker with another configuration sends this run's records to the same places."""
+        output = resolve_output(
+            code,
+            self.settings.output_defaults.get(code, {}),
+            asked,
+            task.record_spec(prepared),
+            self.settings.database.url,
+            task.output_place(prepared),
+        )
+        # A table that does not fit the records is found now, not after the fetch.
+        await check_sql_output_async(output, task.record_spec(prepared))
+        return output
+
+    async def _finished_repeat(self, task_id: str, workflow_id: str) -> Started | None:
+        """The answer to a repeat of a finished task id, from the task store (None: the
+        task id has no finished run)."""
+        record = await self.record(task_id)
+        if record is not None and record.status in TERMINAL:
+            handle = self.client.get_workflow_handle(workflow_id)
+            done = from_record(record)
+            return Started(handle, task_id, workflow_id, None, "none", existing_result=done)
+        return None
+
+    async def _seal_secrets(
+        self, code: str, task_id: str, callback_token: str | None, output: dict[str, Any]
+    ) -> tuple[dict[str, Any], str | None]:
+        """The run's output with its secrets sealed, and the key they are stored under
+        (None: it has none).
+
+        The run's secrets (its callback token; sink header values and credential-bearing
+        URLs, of which history carries only the names) go under this start's own key:
+        a start that is refused or attaches to a running run drops them again, so they
+        never reach a run they were not sent with."""
+        stored: dict[str, str] = {}
+        if callback_token:
+            stored[CALLBACK_TOKEN] = callback_token
+        output = seal_output(output, stored.__setitem__)
+        for name, value in stored.items():
+            if name != CALLBACK_TOKEN:
+                register_sink_secret(name, value)
+        secrets_key = f"{code}/{task_id}{START_SEP}{uuid.uuid4().hex[:16]}" if stored else None
+        if secrets_key is not None:
+            await asyncio.to_thread(self.secrets.put_many, secrets_key, stored)
+        return output, secrets_key
+
+    def _run_request(
+        self,
+        code: str,
+        task_id: str,
+        ask: StartRequest,
+        trace: TraceContext,
+        request_id: str | None,
+        output: dict[str, Any],
+        callback: dict[str, Any] | None,
+        secrets_key: str | None,
+    ) -> RunRequest:
+        """The workflow's input for a new run."""
+        # The run's own tuning (in its history); the worker-side knobs stay out of it.
+        tuning = self.settings.runs.run_tuning()
+        return RunRequest(
+            task_code=code,
+            task_id=task_id,
+            params=ask.params,
+            trace_id=trace.trace_id,
+            parent_span_id=trace.span_id,
+            request_id=request_id or ask.request_id,
+            output=output,
+            callback=callback,
+            timeout_s=ask.timeout_s or self.settings.server.run_timeout_s,
+            tuning=tuning,
+            secrets_key=secrets_key,
+        )
+
+    async def _start_failed(
+        self,
+        e: BaseException,
+        secrets_key: str | None,
+        code: str,
+        task_id: str,
+        workflow_id: str,
+    ) -> None:
+        """After a start that raised ``e`` (not an already-started id): only a start
+        Temporal refused is known not to have made the run; after any other failure (the
+        answer lost on its way back) the run may exist and read these secrets: the
+        clean-up drops them once Temporal says it is not open."""
+        if not_created(e):
+            await self._drop_secrets(secrets_key)
+        else:
+            log.warning(
+                "run_start_unconfirmed",
+                task_code=code,
+                task_id=task_id,
+                workflow_id=workflow_id,
+                error=f"{type(e).__name__}: {e}",
+            )
+
+    async def _started(
+        self,
+        handle: WorkflowHandle,
+        task_id: str,
+        code: str,
+        workflow_id: str,
+        params: dict[str, Any],
+        owner: str,
+        secrets_key: str | None,
+        callback_mode: str,
+    ) -> Started:
+        """A start Temporal accepted: its `pending` record queued, the start logged."""
         if not _started_new(handle):
             # a repeat of a running task id: attached to that run, which has its own
             await self._drop_secrets(secrets_key)
