@@ -578,6 +578,43 @@ class RunService(RunReads):
         handle = await self.find(task_id, workflow_id)
         if record is None and handle is None and kept_key is None:
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
+        _check_retryable(task_id, await self._run_end(task_id, record, handle))
+        kept_key, kept = await self._claim_kept(retained, kept_key, task_id)
+        req, carry = self._retry_request(kept["state"], trace, request_id)
+        wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
+        try:
+            # Its URLs again, against today's allow-list and DNS: a saved request may be
+            # up to runs.retain_failed_s old.
+            await self._check_saved_urls(req)
+        except BaseException:
+            await asyncio.to_thread(retained.release, kept_key)
+            raise
+        new = await self._start_retry(req, carry, task_id, wf_id, kept, retained, kept_key)
+        log.info(
+            "run_retry_started",
+            task_id=task_id,
+            workflow_id=wf_id,
+            attempt=carry.retry_attempt,
+            next_seq=carry.next_seq,
+            undelivered=carry.undelivered,
+        )
+        return {
+            "task_code": req.task_code,
+            "task_id": task_id,
+            "workflow_id": wf_id,
+            "run_id": new.result_run_id,
+            "retry_attempt": carry.retry_attempt,
+            "retried_error": kept["error_code"],
+            "resume_from_seq": carry.next_seq,
+            "undelivered": carry.undelivered,
+            "links": {"self": f"/tasks/{task_id}", "events": f"/tasks/{task_id}/events"},
+        }
+
+    async def _run_end(
+        self, task_id: str, record: Any, handle: WorkflowHandle | None
+    ) -> dict[str, Any] | None:
+        """How the run to retry ended, from Temporal or else from its task-store record
+        (None: neither knows); 409 while it runs."""
         end: dict[str, Any] | None = None
         if handle is not None:
             desc = await handle.describe()
@@ -588,21 +625,14 @@ class RunService(RunReads):
             end = await closed_run_end(handle, desc.status)
         elif record is not None and record.status in TERMINAL:
             end = {"status": record.status, "error": record.error}
-        status = (end or {}).get("status") or RunStatus.FAILED
-        code = ((end or {}).get("error") or {}).get("code")
-        if status == RunStatus.COMPLETED:
-            raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id} completed: nothing to retry")
-        if status == RunStatus.CANCELLED:
-            raise ArtemisError(
-                ErrorCode.CONFLICT, f"task {task_id} was cancelled (CANCELLED is not retryable)"
-            )
-        if end is not None and (code or ErrorCode.INTERNAL) not in RETRYABLE_ENDINGS:
-            raise ArtemisError(
-                ErrorCode.CONFLICT,
-                f"task {task_id} failed with {code}, which no retry can fix (retryable: "
-                f"{', '.join(RETRYABLE_ENDINGS)})",
-                details={"error_code": code},
-            )
+        return end
+
+    async def _claim_kept(
+        self, retained: Retained, kept_key: str | None, task_id: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The failed run's kept state and its key, taken for this retry: 410 when it was
+        cleaned up or kept in a format this build does not read, 409 when another retry
+        took it first."""
         kept = await asyncio.to_thread(retained.load, kept_key) if kept_key else None
         if kept is None:
             raise ArtemisError(
@@ -624,7 +654,12 @@ class RunService(RunReads):
             )
         if not await asyncio.to_thread(retained.take, kept_key):
             raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id}: a retry is already starting")
-        state = kept["state"]
+        return kept_key, kept
+
+    def _retry_request(
+        self, state: dict[str, Any], trace: TraceContext, request_id: str | None
+    ) -> tuple[RunRequest, RunState]:
+        """The saved run's request and carried state, for the retry's new execution."""
         req: RunRequest = value_to_type(RunRequest, state["request"], [])
         carry: RunState = value_to_type(RunState, state["carry"], [])
         carry = dataclasses.replace(carry, retry_start=True, retry_attempt=carry.retry_attempt + 1)
@@ -637,19 +672,25 @@ class RunService(RunReads):
             # The operator's current outage settings (a longer tolerance, say).
             tuning=self.settings.runs.run_tuning(),
         )
-        wf_id = workflow_id or workflow_id_for(req.task_code, task_id)
-        try:
-            # Its URLs again, against today's allow-list and DNS: a saved request may be
-            # up to runs.retain_failed_s old.
-            await self._check_saved_urls(req)
-        except BaseException:
-            await asyncio.to_thread(retained.release, kept_key)
-            raise
+        return req, carry
+
+    async def _start_retry(
+        self,
+        req: RunRequest,
+        carry: RunState,
+        task_id: str,
+        wf_id: str,
+        kept: dict[str, Any],
+        retained: Retained,
+        kept_key: str,
+    ) -> WorkflowHandle:
+        """Start the retry's execution; when it does not start, the task-store record as
+        it was and the kept state released (409 when a run of the id is open)."""
         what = await asyncio.to_thread(_what, req.task_code, req.params, self.settings)
         # Open again before the run starts (it records `running` itself once it does).
         before = await self._reopen(task_id, req.task_code, wf_id, carry.stats)
         try:
-            new = await self._start_workflow(
+            return await self._start_workflow(
                 req,
                 wf_id,
                 exclusive=True,  # never beside a run of the same id
@@ -668,25 +709,6 @@ class RunService(RunReads):
             await self._restore(task_id, before)
             await asyncio.to_thread(retained.release, kept_key)
             raise
-        log.info(
-            "run_retry_started",
-            task_id=task_id,
-            workflow_id=wf_id,
-            attempt=carry.retry_attempt,
-            next_seq=carry.next_seq,
-            undelivered=carry.undelivered,
-        )
-        return {
-            "task_code": req.task_code,
-            "task_id": task_id,
-            "workflow_id": wf_id,
-            "run_id": new.result_run_id,
-            "retry_attempt": carry.retry_attempt,
-            "retried_error": kept["error_code"],
-            "resume_from_seq": carry.next_seq,
-            "undelivered": carry.undelivered,
-            "links": {"self": f"/tasks/{task_id}", "events": f"/tasks/{task_id}/events"},
-        }
 
     async def _check_saved_urls(self, req: RunRequest) -> None:
         """A saved run's request URLs (source params, sink endpoint, callback) checked as
@@ -841,6 +863,26 @@ def check_request_secrets(ask: StartRequest) -> None:
                 f"output.http_headers.{name}: a credential of at least {MIN_REQUEST_SECRET} "
                 "characters",
             )
+
+
+def _check_retryable(task_id: str, end: dict[str, Any] | None) -> None:
+    """409 for a run no retry may finish: completed, cancelled, or failed with a code no
+    retry can fix (a run whose end is unknown counts as failed)."""
+    status = (end or {}).get("status") or RunStatus.FAILED
+    code = ((end or {}).get("error") or {}).get("code")
+    if status == RunStatus.COMPLETED:
+        raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id} completed: nothing to retry")
+    if status == RunStatus.CANCELLED:
+        raise ArtemisError(
+            ErrorCode.CONFLICT, f"task {task_id} was cancelled (CANCELLED is not retryable)"
+        )
+    if end is not None and (code or ErrorCode.INTERNAL) not in RETRYABLE_ENDINGS:
+        raise ArtemisError(
+            ErrorCode.CONFLICT,
+            f"task {task_id} failed with {code}, which no retry can fix (retryable: "
+            f"{', '.join(RETRYABLE_ENDINGS)})",
+            details={"error_code": code},
+        )
 
 
 def _what(code: str, params: dict[str, Any], settings: Settings) -> str:
