@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,13 +33,6 @@ log = get_logger("artemis.api")
 
 
 def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        yield
-        # The task-store writes still running beside answers finish before the process.
-        if getattr(app.state, "service", None) is not None:
-            await app.state.service.drain()
-
     app = FastAPI(
         # /docs is served below from local files (no CDN), and /openapi.json beside it:
         # both behind the token like every route (ReDoc would need a CDN: none)
@@ -47,7 +41,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         redoc_url=None,
         title="Artemis",
         version="0.1.0",
-        lifespan=lifespan,
+        lifespan=_lifespan,
         description="Durable multi-source data harvesting on Temporal.",
         # FastAPI's own OpenTelemetry: one span per request (continuing the caller's
         # traceparent) when spans are exported, none otherwise (its middleware still
@@ -63,6 +57,33 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.service = RunService(client, settings) if client is not None else None
+    _warn_of_weak_settings(settings)
+    _local_docs(app)
+    _include_routers(app, settings)
+    _add_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware, settings=settings)
+    if settings.temporal.payload_encryption:
+        # The Temporal UI calls the codec endpoints from the browser, from its own origin.
+        app.add_middleware(
+            CodecCors,
+            allow_origins=[settings.temporal.ui_url.rstrip("/")],
+            allow_methods=["POST", "OPTIONS"],
+            allow_headers=["content-type", "x-namespace", "authorization"],
+            allow_credentials=True,
+        )
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    # The task-store writes still running beside answers finish before the process.
+    if getattr(app.state, "service", None) is not None:
+        await app.state.service.drain()
+
+
+def _warn_of_weak_settings(settings: Settings) -> None:
+    """Log a default callback token that goes nowhere, and API tokens too short."""
     if settings.callback.default_token and not settings.callback.base_url:
         log.warning(
             "callback_default_token_unused",
@@ -78,11 +99,13 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             "(python -c 'import secrets; print(secrets.token_urlsafe(32))')",
         )
 
+
+def _include_routers(app: FastAPI, settings: Settings) -> None:
+    """The API's routes: health open, every other one behind the token."""
     guarded: dict[str, Any] = {
         "dependencies": [Depends(require_token)],
         "responses": GUARDED_RESPONSES,
     }
-    _local_docs(app)
     app.include_router(health.router)
     app.include_router(health.guarded, **guarded)
     app.include_router(tasks.router, **guarded)
@@ -95,6 +118,10 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         app.include_router(
             codec.router, dependencies=[Depends(require_admin)], responses=GUARDED_RESPONSES
         )
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error answered in the envelope (``error_response``)."""
 
     @app.exception_handler(ArtemisError)
     async def _artemis_error(request: Request, exc: ArtemisError):
@@ -113,33 +140,7 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             return error_response(request, refused)
         if isinstance(exc, BodyTooLarge):
             return error_response(request, exc.error)
-        code = {
-            404: ErrorCode.NOT_FOUND,
-            401: ErrorCode.UNAUTHORIZED,
-            413: ErrorCode.PAYLOAD_TOO_LARGE,
-        }.get(exc.status_code, ErrorCode.INVALID_INPUT)
-        err = ArtemisError(code, f"{request.method} {request.url.path}: {exc.detail}")
-        resp = error_response(request, err)
-        # A body that cannot be read as JSON is a bad body like any other: 422, not 400.
-        resp.status_code = 422 if exc.status_code == 400 else exc.status_code
-        for name, value in (exc.headers or {}).items():
-            resp.headers[name] = value
-        if exc.status_code == 405:
-            # Every method the path has (Starlette names only the first route's).
-            methods: set[str] = set()
-            pending = list(app.routes)
-            while pending:
-                route = pending.pop()
-                inner = getattr(route, "original_router", None)
-                if inner is not None:  # an included router: look at its own routes
-                    pending.extend(inner.routes)
-                    continue
-                match, _ = route.matches({**request.scope, "method": "GET"})
-                if match != Match.NONE:
-                    methods |= set(getattr(route, "methods", None) or ())
-            if methods:
-                resp.headers["Allow"] = ", ".join(sorted(methods))
-        return resp
+        return _http_error(app, request, exc)
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception):
@@ -148,17 +149,42 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
             request, ArtemisError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}")
         )
 
-    app.add_middleware(RequestContextMiddleware, settings=settings)
-    if settings.temporal.payload_encryption:
-        # The Temporal UI calls the codec endpoints from the browser, from its own origin.
-        app.add_middleware(
-            CodecCors,
-            allow_origins=[settings.temporal.ui_url.rstrip("/")],
-            allow_methods=["POST", "OPTIONS"],
-            allow_headers=["content-type", "x-namespace", "authorization"],
-            allow_credentials=True,
-        )
-    return app
+
+def _http_error(app: FastAPI, request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own HTTP error (no route, wrong method, unreadable body) in the
+    envelope, with its status and headers."""
+    code = {
+        404: ErrorCode.NOT_FOUND,
+        401: ErrorCode.UNAUTHORIZED,
+        413: ErrorCode.PAYLOAD_TOO_LARGE,
+    }.get(exc.status_code, ErrorCode.INVALID_INPUT)
+    err = ArtemisError(code, f"{request.method} {request.url.path}: {exc.detail}")
+    resp = error_response(request, err)
+    # A body that cannot be read as JSON is a bad body like any other: 422, not 400.
+    resp.status_code = 422 if exc.status_code == 400 else exc.status_code
+    for name, value in (exc.headers or {}).items():
+        resp.headers[name] = value
+    if exc.status_code == 405:
+        methods = _path_methods(app, request)
+        if methods:
+            resp.headers["Allow"] = ", ".join(sorted(methods))
+    return resp
+
+
+def _path_methods(app: FastAPI, request: Request) -> set[str]:
+    """Every method the request's path has (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    pending = list(app.routes)
+    while pending:
+        route = pending.pop()
+        inner = getattr(route, "original_router", None)
+        if inner is not None:  # an included router: look at its own routes
+            pending.extend(inner.routes)
+            continue
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return methods
 
 
 CODEC_PATHS = "/codec/"
