@@ -174,66 +174,90 @@ async def task_events(
 ) -> EventSourceResponse:
     events = _log(request)
     after = cursor_of(request.headers.get("last-event-id") or last_event_id)
-    recorded = await _read(events.since, task_id, 0, 1)
-    if not recorded and await service.record(task_id) is None:
-        if await service.find(task_id) is None:
-            raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
+    await _check_known(events, service, task_id)
     poll_s = settings.events.poll_interval_ms / 1000
     keepalive_s = settings.events.keepalive_s
     lifetime_s = settings.server.sse_max_lifetime_s
-
-    async def stream() -> AsyncIterator[ServerSentEvent]:
-        tracker = PlanTracker(task_id)
-        seq = 0
-        checked = time.monotonic()
-        ends_at = checked + lifetime_s
-
-        async def drain() -> AsyncIterator[ServerSentEvent]:
-            nonlocal seq
-            while True:
-                raws = await _read(events.since, task_id, seq)
-                for raw in raws:
-                    seq = raw.seq
-                    for ev in tracker.feed(raw):
-                        if ev.cursor > after:
-                            yield sse(ev)
-                if len(raws) < 1000 or tracker.finished:
-                    return
-
-        while True:
-            async for chunk in drain():
-                yield chunk
-            if tracker.finished or not follow:
-                return
-            now = time.monotonic()
-            if now - checked >= CLOSED_CHECK_S:
-                checked = now
-                try:
-                    end = await service.closed_end(task_id)
-                except Exception as e:  # Temporal or the store away: keep tailing the log
-                    log.warning("events_end_check_failed", task_id=task_id, error=str(e))
-                    end = None
-                if end is not None:
-                    async for chunk in drain():  # what was written just before it closed
-                        yield chunk
-                    for ev in tracker.synthetic_end(end.pop("status"), end, now_ms()):
-                        if ev.cursor > after:
-                            yield sse(ev)
-                    return
-            if now >= ends_at:
-                # A clean end: the client reconnects with the last id it got.
-                log.info("events_stream_lifetime", task_id=task_id, lifetime_s=lifetime_s)
-                yield ServerSentEvent(
-                    comment="stream lifetime reached: reconnect with Last-Event-ID"
-                )
-                return
-            await asyncio.sleep(poll_s)
-
     release = _slots(request).take(principal(request).name)
     try:
         # sse-starlette frames the events, sends a comment ping every keepalive_s, notices
         # a client that went away and sets the no-cache / no-buffering headers.
-        return HeldStream(stream(), ping=keepalive_s, sep="\n", release=release)
+        return HeldStream(
+            _stream(events, service, task_id, after, follow, poll_s, lifetime_s),
+            ping=keepalive_s,
+            sep="\n",
+            release=release,
+        )
     except BaseException:
         release()
         raise
+
+
+async def _check_known(events: EventLog, service: RunService, task_id: str) -> None:
+    """404 TASK_NOT_FOUND for a task id with no event, no record and no workflow."""
+    recorded = await _read(events.since, task_id, 0, 1)
+    if not recorded and await service.record(task_id) is None:
+        if await service.find(task_id) is None:
+            raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
+
+
+async def _stream(
+    events: EventLog,
+    service: RunService,
+    task_id: str,
+    after: tuple[int, int],
+    follow: bool,
+    poll_s: float,
+    lifetime_s: float,
+) -> AsyncIterator[ServerSentEvent]:
+    """The run's events after the cursor ``after``; with ``follow``, the log tailed
+    until the run ends (its terminal event made up when it did not record one) or the
+    stream's lifetime is reached."""
+    tracker = PlanTracker(task_id)
+    seq = 0
+    checked = time.monotonic()
+    ends_at = checked + lifetime_s
+
+    async def drain() -> AsyncIterator[ServerSentEvent]:
+        nonlocal seq
+        while True:
+            raws = await _read(events.since, task_id, seq)
+            for raw in raws:
+                seq = raw.seq
+                for ev in tracker.feed(raw):
+                    if ev.cursor > after:
+                        yield sse(ev)
+            if len(raws) < 1000 or tracker.finished:
+                return
+
+    while True:
+        async for chunk in drain():
+            yield chunk
+        if tracker.finished or not follow:
+            return
+        now = time.monotonic()
+        if now - checked >= CLOSED_CHECK_S:
+            checked = now
+            end = await _closed_end(service, task_id)
+            if end is not None:
+                async for chunk in drain():  # what was written just before it closed
+                    yield chunk
+                for ev in tracker.synthetic_end(end.pop("status"), end, now_ms()):
+                    if ev.cursor > after:
+                        yield sse(ev)
+                return
+        if now >= ends_at:
+            # A clean end: the client reconnects with the last id it got.
+            log.info("events_stream_lifetime", task_id=task_id, lifetime_s=lifetime_s)
+            yield ServerSentEvent(comment="stream lifetime reached: reconnect with Last-Event-ID")
+            return
+        await asyncio.sleep(poll_s)
+
+
+async def _closed_end(service: RunService, task_id: str) -> dict[str, Any] | None:
+    """How the run ended, None while it is open or when that cannot be told now."""
+    try:
+        return await service.closed_end(task_id)
+    except Exception as e:  # Temporal or the store away: keep tailing the log
+        log.warning("events_end_check_failed", task_id=task_id, error=str(e))
+        return None
