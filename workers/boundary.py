@@ -102,56 +102,21 @@ class _Boundary(ActivityInboundInterceptor):
         token = use_trace(trace)
         info = activity.info()
         name = info.activity_type
-        structlog.contextvars.bind_contextvars(
-            trace_id=run.trace_id,
-            span_id=trace.span_id,
-            request_id=run.request_id,
-            task_code=run.task_code,
-            task_id=run.task_id,
-            workflow_id=run.workflow_id,
-            activity=name,
-            attempt=info.attempt,
-        )
+        _bind_log_fields(run, trace, info)
         step = ACTIVITY_STEP.get(name)
-        ident = {
-            "activity": name,
-            "activity_id": info.activity_id,
-            "run_id": info.workflow_run_id,
-            "attempt": info.attempt,
-            "summary": _summary(name, inp),
-        }
+        ident = _ident(info, inp)
         began = time.perf_counter()
         outcome, error = "ok", None
         try:
             if step is not None:
-                start = dict(ident)
-                if isinstance(inp, FinalizeInput):
-                    start["status"] = inp.status
-                # Committed with the activity's result (or its next event): one transaction
-                # for a short activity's events, never a wait before its work.
-                await self.record(run, "activity_start", start, step, soon=True)
+                await self._record_start(run, ident, inp, step)
             result = await self.next.execute_activity(input)
             if step is not None:
-                data = {"ok": True, "result": _result_data(inp, result)}
-                await self.record(
-                    run,
-                    "activity_result",
-                    {**ident, **data, "duration_ms": _ms_since(began)},
-                    step,
-                )
+                await self._record_result(run, ident, inp, result, step, began)
             return result
         except ArtemisError as e:
-            # Redacted before it leaves the activity: failures are plain text in history
-            # (even with payload encryption), and reach events and the task store.
-            e.message = redact_text(e.message)
-            if e.retryable and info.attempt > e.code.info.max_retries and _budgeted(run):
-                # The error table's max retries (docs/api.md), enforced by Temporal: this
-                # failure is final, so the retry policy stops here.
-                e.retryable = False
-                log.warning("error_budget_spent", code=e.code.value, attempt=info.attempt)
-            log.warning("activity_failed", error=str(e), code=e.code.value, retryable=e.retryable)
+            error = _domain_failure(e, run, info.attempt)
             outcome = "error"
-            error = {"code": e.code.value, "message": e.message, "retryable": e.retryable}
             raise as_application_error(e) from None
         except asyncio.CancelledError:
             log.info("activity_cancelled")
@@ -160,19 +125,9 @@ class _Boundary(ActivityInboundInterceptor):
             raise
         except ApplicationError as e:
             outcome = "error"
-            error = {
-                "code": e.type or ErrorCode.INTERNAL,
-                "message": redact_text(e.message),
-                "retryable": not e.non_retryable,
-            }
+            error = _application_failure(e)
             if error["message"] != e.message:
-                raise ApplicationError(
-                    str(error["message"]),
-                    *e.details,
-                    type=e.type,
-                    non_retryable=e.non_retryable,
-                    next_retry_delay=e.next_retry_delay,
-                ) from None
+                raise _redacted(e, str(error["message"])) from None
             raise
         except Exception as e:
             log.exception("activity_crashed")
@@ -193,6 +148,88 @@ class _Boundary(ActivityInboundInterceptor):
                 )
             structlog.contextvars.clear_contextvars()
             token.var.reset(token)
+
+    async def _record_start(self, run: RunRef, ident: dict[str, Any], inp: Any, step: str) -> None:
+        """The attempt's `activity_start` event (a finalize's names the run's status)."""
+        start = dict(ident)
+        if isinstance(inp, FinalizeInput):
+            start["status"] = inp.status
+        # Committed with the activity's result (or its next event): one transaction
+        # for a short activity's events, never a wait before its work.
+        await self.record(run, "activity_start", start, step, soon=True)
+
+    async def _record_result(
+        self, run: RunRef, ident: dict[str, Any], inp: Any, result: Any, step: str, began: float
+    ) -> None:
+        """The attempt's `activity_result` event when it succeeded (counts only)."""
+        data = {"ok": True, "result": _result_data(inp, result)}
+        await self.record(
+            run,
+            "activity_result",
+            {**ident, **data, "duration_ms": _ms_since(began)},
+            step,
+        )
+
+
+def _bind_log_fields(run: RunRef, trace: TraceContext, info: activity.Info) -> None:
+    """The run's and the attempt's fields on every log line of the activity."""
+    structlog.contextvars.bind_contextvars(
+        trace_id=run.trace_id,
+        span_id=trace.span_id,
+        request_id=run.request_id,
+        task_code=run.task_code,
+        task_id=run.task_id,
+        workflow_id=run.workflow_id,
+        activity=info.activity_type,
+        attempt=info.attempt,
+    )
+
+
+def _ident(info: activity.Info, inp: Any) -> dict[str, Any]:
+    """What names the attempt in its events."""
+    return {
+        "activity": info.activity_type,
+        "activity_id": info.activity_id,
+        "run_id": info.workflow_run_id,
+        "attempt": info.attempt,
+        "summary": _summary(info.activity_type, inp),
+    }
+
+
+def _domain_failure(e: ArtemisError, run: RunRef, attempt: int) -> dict[str, Any]:
+    """A domain error, redacted in place and made final once its retry budget is spent;
+    logged, and returned as the attempt's error for its event."""
+    # Redacted before it leaves the activity: failures are plain text in history
+    # (even with payload encryption), and reach events and the task store.
+    e.message = redact_text(e.message)
+    if e.retryable and attempt > e.code.info.max_retries and _budgeted(run):
+        # The error table's max retries (docs/api.md), enforced by Temporal: this
+        # failure is final, so the retry policy stops here.
+        e.retryable = False
+        log.warning("error_budget_spent", code=e.code.value, attempt=attempt)
+    log.warning("activity_failed", error=str(e), code=e.code.value, retryable=e.retryable)
+    return {"code": e.code.value, "message": e.message, "retryable": e.retryable}
+
+
+def _application_failure(e: ApplicationError) -> dict[str, Any]:
+    """An activity's own ApplicationError as the attempt's error for its event (its
+    message redacted)."""
+    return {
+        "code": e.type or ErrorCode.INTERNAL,
+        "message": redact_text(e.message),
+        "retryable": not e.non_retryable,
+    }
+
+
+def _redacted(e: ApplicationError, message: str) -> ApplicationError:
+    """The same failure as ``e`` with its message redacted."""
+    return ApplicationError(
+        message,
+        *e.details,
+        type=e.type,
+        non_retryable=e.non_retryable,
+        next_retry_delay=e.next_retry_delay,
+    )
 
 
 def as_application_error(e: ArtemisError) -> ApplicationError:
