@@ -47,7 +47,6 @@ from artemis.redact import MIN_REQUEST_SECRET, scoped
 from artemis.retained import KEPT_FORMAT, Retained
 from artemis.run_models import (
     WORKFLOW_NAME,
-    CancelRequest,
     PauseRequest,
     RateLimitRequest,
     RunRequest,
@@ -764,15 +763,11 @@ class RunService(RunReads):
 
     async def cancel(self, task_id: str, reason: str) -> dict[str, Any]:
         handle = await self._running(task_id)
-        # The reason first (the run finalizes with it), then Temporal's own cancellation,
-        # so that the run ends CANCELED in Temporal's list as well as `cancelled` here.
-        await handle.signal("cancel", CancelRequest(reason=reason))
-        try:
-            await handle.cancel()
-        except RPCError as e:
-            if e.status != RPCStatusCode.NOT_FOUND:  # ended meanwhile: nothing to cancel
-                raise
-        log.info("cancel_signalled", task_id=task_id, workflow_id=handle.id, reason=reason)
+        # Temporal's own cancellation, with the reason: the run stops at its next safe
+        # point, finalizes with the reason, and ends CANCELED in Temporal's list as well
+        # as `cancelled` here.
+        await handle.cancel(reason=reason)
+        log.info("cancel_requested", task_id=task_id, workflow_id=handle.id, reason=reason)
         return {
             "task_id": task_id,
             "workflow_id": handle.id,

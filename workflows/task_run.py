@@ -231,9 +231,12 @@ class TaskRunWorkflow:
             # Temporal's own cancellation (UI, CLI, API): clean up, finalize, then report it.
             temporal_cancel = e
             status, error_code = RunStatus.CANCELLED, _code_value(RunStatus.CANCELLED)
-            error_message = (
-                f"cancelled: {self.ctx.state.cancel_reason or 'workflow cancellation requested'}"
+            reason = (
+                self.ctx.state.cancel_reason
+                or workflow.cancellation_reason()
+                or "workflow cancellation requested"
             )
+            error_message = f"cancelled: {reason}"
             self.ctx.state.stopping = True
             main.cancel()
             stopper.cancel()

@@ -55,7 +55,7 @@ async def test_histories_of_completed_failed_cancelled_and_continued_runs_replay
     finally:
         await stack.fault("latency", latency_ms=0)
 
-    # The cancel signal ends the run as "cancelled"; the workflow itself completes.
+    # A cancel through the API ends the run "cancelled", and CANCELED in Temporal.
     histories = await _histories(
         stack, ok.json()["data"]["workflow_id"], "WORKFLOW_EXECUTION_COMPLETED"
     )
@@ -64,7 +64,7 @@ async def test_histories_of_completed_failed_cancelled_and_continued_runs_replay
         stack, failed.json()["data"]["workflow_id"], "WORKFLOW_EXECUTION_FAILED"
     )
     histories += await _histories(
-        stack, started.json()["data"]["workflow_id"], "WORKFLOW_EXECUTION_COMPLETED"
+        stack, started.json()["data"]["workflow_id"], "WORKFLOW_EXECUTION_CANCELED"
     )
     replayed = 0
     replayer = Replayer(workflows=[TaskRunWorkflow])
