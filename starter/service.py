@@ -630,7 +630,7 @@ class RunService(RunReads):
         self, retained: Retained, kept_key: str | None, task_id: str
     ) -> tuple[str, dict[str, Any]]:
         """The failed run's kept state and its key, taken for this retry: 410 when it was
-        cleaned up or kept in a format this build does not read, 409 when another retry
+        cleaned up or kept in a format this code does not read, 409 when another retry
         took it first."""
         kept = await asyncio.to_thread(retained.load, kept_key) if kept_key else None
         if kept is None:

@@ -4,6 +4,8 @@ dev server (with UI), the database, a worker, the starter API and the sample ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import sys
@@ -404,7 +406,12 @@ class DevStack:
         t.add_column("value", justify="right")
         t.add_row("status", final["status"])
         for k, v in (final.get("stats") or {}).items():
-            t.add_row(k, str(v))
+            if isinstance(v, dict):  # per sink: one row each (the whole is in the body below)
+                for name, taken in v.items():
+                    count = taken.get("records") if isinstance(taken, dict) else taken
+                    t.add_row(f"{k}.{name}", str(count))
+            else:
+                t.add_row(k, str(v))
         t.add_row("duration", f"{final.get('duration_ms')} ms")
         t.add_row("sink batches received (unique keys)", f"{len(batches)} ({len(keys)})")
         t.add_row("records received by the sink", str(received))
@@ -413,9 +420,14 @@ class DevStack:
         t.add_row("CronJob finalize", str(finals[-1].get("result")) if finals else "-")
         console.print(t)
         if finals:
-            # the whole body the CronJob received, as JSON on lines of its own
+            # the whole body the CronJob received, as JSON on lines of its own (its
+            # `body`, which the protocol sends as a JSON string, read as JSON)
             _rule("the CronJob's finalize body")
-            console.print_json(data=finals[-1])
+            shown = dict(finals[-1])
+            if isinstance(shown.get("body"), str):
+                with contextlib.suppress(ValueError):
+                    shown["body"] = json.loads(shown["body"])
+            console.print_json(data=shown)
         ui = ui_url(self.settings, final["workflow_id"])
         console.print(f"see the run in the Temporal UI: [link]{ui}[/link]")
         runs = ui_list_url(self.settings)
