@@ -32,10 +32,11 @@ from artemis.run_models import (
     RetainInput,
     RunRef,
 )
+from artemis.run_record import RunSnapshot, Write, write_runs
 from artemis.run_state import WAITING_STEP, RunStatus, is_terminal
 from artemis.sinks import RunEnd
 from artemis.tasks.registry import get_task
-from artemis.taskstore import ConcurrentModification, StorageUnavailable, TaskData, TaskNotFound
+from artemis.taskstore import ConcurrentModification, StorageUnavailable, TaskNotFound
 from artemis.tracing import TraceContext, current_trace
 
 # A run that staged at most this many pages has its data dropped on the event loop.
@@ -205,23 +206,21 @@ class EndingActivities(RunActivityBase):
 
         def write() -> str:
             run = inp.run
+            # The API writes `pending` beside its answer; whichever comes first creates
+            # the record, the other finds it (insert-if-absent).
+            snapshot = RunSnapshot(
+                run.task_id,
+                run.task_code,
+                run.workflow_id,
+                inp.status,
+                params=inp.params,
+                stats=inp.stats or None,
+                error=inp.error,
+                started_at=_at(inp.started_ms),
+                at=_at(inp.ended_ms),
+            )
             try:
-                self.task_store.set_status(
-                    run.task_id,
-                    inp.status,
-                    result=inp.stats or None,
-                    error=inp.error,
-                    started_at=_at(inp.started_ms),
-                    at=_at(inp.ended_ms),
-                    # The API writes `pending` beside its answer; whichever comes first
-                    # creates the record, the other finds it (insert-if-absent).
-                    absent=lambda: TaskData(
-                        task_id=run.task_id,
-                        task_code=run.task_code,
-                        workflow_id=run.workflow_id,
-                        payload={"params": inp.params} if inp.params is not None else {},
-                    ),
-                )
+                write_runs(self.task_store, [snapshot], Write.STATUS)
             except (StorageUnavailable, TaskNotFound, ConcurrentModification) as e:
                 raise ArtemisError(
                     ErrorCode.INTERNAL, f"task store: {type(e).__name__}: {e}", retryable=True

@@ -18,6 +18,7 @@ from artemis.config import Settings
 from artemis.errors import ErrorCode
 from artemis.events import EventLog
 from artemis.run_models import SA_TASK_ID, CleanupInput, CleanupResult, workflow_id_for
+from artemis.run_record import RunSnapshot, Write, write_runs
 from artemis.run_state import OPEN, RunStatus, end_error
 from artemis.sinks.files import drop_file_records_older_than
 from artemis.taskstore import ConcurrentModification, TaskNotFound, TaskStorage, make_task_storage
@@ -183,16 +184,18 @@ class HousekeepingActivities:
                         # the workflow's own start and close: the run's one duration
                         end["started_at"], end["at"] = desc.start_time, desc.close_time
                     try:
-                        await off_loop(
-                            self.task_store.update_status,
+                        ending = RunSnapshot(
                             rec.task_id,
+                            rec.task_code,
+                            rec.workflow_id,
                             end["status"],
-                            expected_version=rec.version,
-                            result=end.get("stats") or {},
+                            stats=end.get("stats") or {},
                             error=end.get("error"),
                             started_at=end.get("started_at"),
                             at=end.get("at"),
+                            version=rec.version,
                         )
+                        await off_loop(write_runs, self.task_store, [ending], Write.REPAIR)
                     except (ConcurrentModification, TaskNotFound):
                         continue  # the run (or another clean-up) wrote first
                     log.info("task_store_reconciled", task_id=rec.task_id, status=end["status"])

@@ -53,6 +53,7 @@ from artemis.run_models import (
     lock_workflow_id,
     workflow_id_for,
 )
+from artemis.run_record import RunSnapshot, Write, write_runs
 from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, RunState, RunStatus
 from artemis.security import check_header_names
 from artemis.sinks import register_sink_secret, resolve_output, resolved_spec, seal_output
@@ -137,8 +138,8 @@ class RunService(RunReads):
         # `pending` records waiting for the writer, and the writer (one at a time): the
         # records of a burst of starts go in one transaction, on a thread of their own
         # (not asyncio's default pool, which the request path and the reads use).
-        self._pending: dict[str, TaskData] = {}
-        self._writing: dict[str, TaskData] = {}  # the batch being written
+        self._pending: dict[str, RunSnapshot] = {}
+        self._writing: dict[str, RunSnapshot] = {}  # the batch being written
         self._last_write = float("-inf")  # when the last batch was written (monotonic)
         self._pending_writer: asyncio.Future[Any] | None = None
         self._writes = ThreadPoolExecutor(1, thread_name_prefix="pending-records")
@@ -479,14 +480,7 @@ class RunService(RunReads):
         """The run's `pending` record unless the task id has one, written beside the
         answer by the one writer (with the records queued meanwhile)."""
         self._pending.setdefault(
-            task_id,
-            TaskData(
-                task_id=task_id,
-                task_code=code,
-                workflow_id=workflow_id,
-                status=RunStatus.PENDING.value,
-                payload={"params": params},
-            ),
+            task_id, RunSnapshot(task_id, code, workflow_id, RunStatus.PENDING.value, params)
         )
         if self._pending_writer is None or self._pending_writer.done():
             self._pending_writer = self._beside(self._write_pending())
@@ -502,7 +496,7 @@ class RunService(RunReads):
             self._writing, self._pending = self._pending, {}
             batch = list(self._writing.values())
             try:
-                await loop.run_in_executor(self._writes, self.store.create_many, batch)
+                await loop.run_in_executor(self._writes, write_runs, self.store, batch, Write.NEW)
             except Exception as e:
                 log.warning(
                     "task_store_unavailable",
@@ -519,7 +513,7 @@ class RunService(RunReads):
         the 202 would answer 404)."""
         queued = self._pending.get(task_id) or self._writing.get(task_id)
         found = await super().record(task_id)
-        return found if found is not None else queued
+        return found if found is not None or queued is None else queued.record()
 
     async def _running(self, task_id: str) -> WorkflowHandle:
         """The run's workflow while it runs: 404 unknown, 409 finished."""
@@ -729,35 +723,20 @@ class RunService(RunReads):
     async def _reopen(self, task_id: str, code: str, workflow_id: str, stats: dict) -> Any:
         """The task store's record of a retried run: open again, its old error gone.
         Returns the record as it was (None: none, or the store is unreachable)."""
-
-        def write() -> Any:
-            before = self.store.load(task_id)
-            data = before or TaskData(task_id=task_id, task_code=code, workflow_id=workflow_id)
-            self.store.save(
-                task_id,
-                data.model_copy(
-                    update={
-                        "status": RunStatus.PENDING.value,
-                        "error": None,
-                        "completed_at": None,
-                        "result": stats,
-                    }
-                ),
-            )
-            return before
-
+        opened = RunSnapshot(task_id, code, workflow_id, RunStatus.PENDING.value, stats=stats)
         try:
-            return await asyncio.to_thread(write)
+            (before,) = await asyncio.to_thread(write_runs, self.store, [opened], Write.EXACT)
+            return before
         except Exception as e:  # the run records itself when it starts
             log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
             return None
 
-    async def _restore(self, task_id: str, before: Any) -> None:
+    async def _restore(self, task_id: str, before: TaskData | None) -> None:
         """A retry that did not start: the record as it was."""
         if before is None:
             return
         try:
-            await asyncio.to_thread(self.store.save, task_id, before)
+            await asyncio.to_thread(write_runs, self.store, [RunSnapshot.of(before)], Write.EXACT)
         except Exception as e:
             log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
 
