@@ -16,13 +16,12 @@ from activities.run_base import (
     all_or_first_error,
     heartbeating,
     log,
-    off_loop,
-    on_loop_if,
     require_every_page,
     run_key,
     run_place,
     run_sinks,
 )
+from artemis.calls import work
 from artemis.errors import ArtemisError
 from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
@@ -45,10 +44,10 @@ class BatchActivities(RunActivityBase):
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
         key = run_key(inp.run)
-        raw = await off_loop(self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq)
+        raw = await work(self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq)
         require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
         # The task's process and the record model's check (its own code: it may be slow,
-        # or read a database) and the batch's staging reads and writes, in threads.
+        # or read a database) and the batch's staging reads and writes: batch-sized work.
         judge = PageJudge(
             task,
             ctx,
@@ -57,10 +56,9 @@ class BatchActivities(RunActivityBase):
             inp.stated,
             counts_pages=False,
         )
-        out, outcomes = await off_loop(_processed, judge, raw)
-        judged = [o for _, o in outcomes]
-        await on_loop_if(self.db_here and judge.brief(judged), judge.keep, judged)
-        await off_loop(self.staging.put_pages, key, "processed", out)
+        out, outcomes = await work(_processed, judge, raw)
+        await self.keep_judged(judge, [o for _, o in outcomes])
+        await work(self.staging.put_pages, key, "processed", out)
         for seq, outcome in outcomes:
             await self.report_judged(inp.run, seq, outcome)
         n_in = sum(len(records) for _, records in raw)
@@ -143,8 +141,8 @@ class BatchActivities(RunActivityBase):
             # The batches before this one were delivered (emits run in order): staging
             # keeps only what is not, so a long sink outage stages no more than the
             # batches the fetch side may be ahead (runs.max_batches_ahead).
-            await off_loop(self.staging.prune_below, key, inp.prune_below)
-        pages = await off_loop(self.staging.get_pages, key, "processed", from_seq, inp.last_seq)
+            await work(self.staging.prune_below, key, inp.prune_below)
+        pages = await work(self.staging.get_pages, key, "processed", from_seq, inp.last_seq)
         require_every_page(pages, from_seq, inp.last_seq, "processed")
         return pages
 

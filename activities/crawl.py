@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.run_base import off_loop
+from artemis.calls import work
 from artemis.config import Settings
 from artemis.crawler.alerts import evaluate, record_outcome, webhook_sender
 from artemis.crawler.claims import Claims
@@ -40,7 +40,7 @@ class CrawlActivities:
     async def reclaim_stale_locks(self, inp: ReclaimInput) -> ReclaimResult:
         now = datetime.fromisoformat(inp.now) if inp.now else utcnow()
         claims = Claims(get_engine(self.settings.database.url), self.settings.crawler.max_retry)
-        r = await off_loop(claims.reclaim, now, inp.lock_timeout_minutes)
+        r = await work(claims.reclaim, now, inp.lock_timeout_minutes)
         log.info(
             "locks_reclaimed",
             records_pending=r.records_pending,
@@ -62,17 +62,15 @@ class CrawlActivities:
             )
         except ArtemisError as e:
             log.warning("note_detail_failed", note_id=inp.note_id, code=e.code.value)
-            await off_loop(
-                record_outcome, session.engine, inp.platform, False, e.code.value, utcnow()
-            )
+            await work(record_outcome, session.engine, inp.platform, False, e.code.value, utcnow())
             return NoteDetailOutcome(
                 id=inp.note_id,
                 success=False,
                 error={"code": e.code.value, "message": e.message, "retryable": e.retryable},
                 cookie_used=session.last_cookie,
             )
-        await off_loop(record_outcome, session.engine, inp.platform, True, None, utcnow())
-        await off_loop(self.staging.put_pages, inp.batch_key, "note", [(inp.seq, [note])])
+        await work(record_outcome, session.engine, inp.platform, True, None, utcnow())
+        await work(self.staging.put_pages, inp.batch_key, "note", [(inp.seq, [note])])
         return NoteDetailOutcome(id=inp.note_id, success=True, cookie_used=session.last_cookie)
 
     @activity.defn(name="evaluate_alerts")
@@ -80,7 +78,7 @@ class CrawlActivities:
         """One evaluation of the crawler's alerts at the workflow's time."""
         now = datetime.fromisoformat(inp.now) if inp.now else utcnow()
         engine = get_engine(self.settings.database.url)
-        sent = await off_loop(
+        sent = await work(
             evaluate, engine, self.settings, now, webhook_sender(self.settings.alerts.webhook_url)
         )
         return AlertsResult(

@@ -14,12 +14,11 @@ from temporalio.exceptions import ApplicationError
 from activities.run_base import (
     RunActivityBase,
     log,
-    on_loop_if,
-    own_hooks,
     run_key,
     run_sinks,
 )
 from artemis.callback import FINALIZE_MAX_ATTEMPTS, FinalizeOutcome, finalize_body
+from artemis.calls import hook, statement, work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import CALLBACKS, RUNS_FINISHED, RUNS_STARTED, WAITING
 from artemis.retained import KEPT_FORMAT
@@ -116,14 +115,12 @@ class EndingActivities(RunActivityBase):
         if inp.status == RunStatus.COMPLETED:
             try:
                 ctx = await self._context(task, inp.run, inp.params, trace)
-                here = not own_hooks(task, "finalize")
-                stats = await on_loop_if(here, task.finalize, ctx, stats)
+                stats = await hook(task.finalize, ctx, stats)
             except Exception as e:  # finalize must not fail the run
                 log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
         try:
             ended = await self._context(task, inp.run, inp.params, trace)
-            here = not own_hooks(task, "run_ended")
-            await on_loop_if(here, task.run_ended, ended, inp.status, inp.error_code)
+            await hook(task.run_ended, ended, inp.status, inp.error_code)
         except Exception as e:  # an execution record is bookkeeping: never fail here
             log.warning("task_run_ended_hook_failed", error=f"{type(e).__name__}: {e}")
         return stats
@@ -160,8 +157,8 @@ class EndingActivities(RunActivityBase):
     async def retain_run(self, inp: RetainInput) -> None:
         """A run failed with a retryable code: keep its request and carry (references and
         counts only) beside its staged pages and secret, for POST /tasks/{id}/retry."""
-        await on_loop_if(
-            self.db_here,
+        await statement(
+            self.db,
             self.retained.keep,
             run_key(inp.run),
             inp.run.task_code,
@@ -189,13 +186,16 @@ class EndingActivities(RunActivityBase):
     async def cleanup_run(self, inp: CleanupRunInput) -> None:
         """After a finalize was sent: drop the run's staged pages and its secret."""
         small = inp.pages is not None and inp.pages <= SMALL_DROP_PAGES
-        await self._drop_run_data(inp.run, here=small and self.db_here)
+        await self._drop_run_data(inp.run, small)
 
-    async def _drop_run_data(self, run: RunRef, here: bool = False) -> None:
-        """``here``: on the event loop (a few rows on SQLite: less than the hop to a
-        thread), else in a thread (a run's staged pages may be many)."""
+    async def _drop_run_data(self, run: RunRef, small: bool = False) -> None:
+        """``small``: a few rows, a statement; else batch-sized work (a run's staged pages
+        may be many)."""
         key = run_key(run)
-        await on_loop_if(here, self.data.drop, key)
+        if small:
+            await statement(self.db, self.data.drop, key)
+        else:
+            await work(self.data.drop, key)
         log.info("run_data_dropped")
 
     @activity.defn(name="mirror_state")
@@ -235,8 +235,7 @@ class EndingActivities(RunActivityBase):
                 {"status": inp.status, "stats": inp.stats, "error": inp.error, "steps": inp.steps},
             )
         # (the store is built on first use, in a thread: a Redis client's import is slow)
-        here = self._task_store is not None and self._task_store.on_loop
-        status = await on_loop_if(here, write)
+        status = await statement(self._task_store, write)
         if inp.status == RunStatus.RUNNING:
             RUNS_STARTED.labels(inp.run.task_code).inc()
         elif is_terminal(inp.status):

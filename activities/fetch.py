@@ -17,14 +17,13 @@ from activities.run_base import (
     RunActivityBase,
     beating_meanwhile,
     log,
-    off_loop,
-    on_loop_if,
     require_every_page,
     run_key,
     run_place,
     run_sinks,
 )
 from activities.streaming import PageStream
+from artemis.calls import statement, work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
 from artemis.outage import outage_of
@@ -69,7 +68,7 @@ class FetchActivities(RunActivityBase):
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
         sinks = await run_sinks(task, ctx)
         if inp.first_seq:
-            await off_loop(self.staging.prune_below, key, inp.first_seq)
+            await work(self.staging.prune_below, key, inp.first_seq)
         judge = PageJudge(
             task,
             ctx,
@@ -89,15 +88,13 @@ class FetchActivities(RunActivityBase):
             state,
             beat,
             judge,
-            lambda outcomes: on_loop_if(
-                self.db_here and judge.brief(outcomes), judge.keep, outcomes
-            ),
+            lambda outcomes: self.keep_judged(judge, outcomes),
             lambda seq, outcome: self.report_judged(inp.run, seq, outcome),
         )
         below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1
         try:
             if staged_to >= below:
-                staged = await off_loop(self.staging.get_pages, key, "raw", below, staged_to)
+                staged = await work(self.staging.get_pages, key, "raw", below, staged_to)
                 require_every_page(staged, below, staged_to, "fetched")
                 log.info("stream_resumed", next_seq=below, staged_to=staged_to)
                 for seq, records in staged:
@@ -114,9 +111,7 @@ class FetchActivities(RunActivityBase):
         (and a page sent again goes with the records it went with, under the same key).
         Nothing staged from there on is counted yet: an earlier attempt's leftovers go."""
         batch = inp.first_seq if inp.stream else None
-        cursor = await on_loop_if(
-            self.db_here, self.staging.start_attempt, key, state["next_seq"], batch
-        )
+        cursor = await statement(self.db, self.staging.start_attempt, key, state["next_seq"], batch)
         if cursor is not None:
             log.info("fetch_resumed", next_seq=cursor["next_seq"], source="staging")
             state.update(cursor)
@@ -128,8 +123,8 @@ class FetchActivities(RunActivityBase):
         a page seen before in this run is a SOURCE_LOOP naming the request. ``cursor``:
         where the fetch stands after it, staged with it (a streaming fetch)."""
         try:
-            await on_loop_if(
-                self.db_here,
+            await statement(
+                self.db,
                 self.staging.put_pages,
                 key,
                 "raw",

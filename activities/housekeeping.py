@@ -12,8 +12,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.run_base import RunData, log, off_loop
+from activities.run_base import RunData, log
 from artemis import quarantine
+from artemis.calls import work
 from artemis.config import Settings
 from artemis.errors import ErrorCode
 from artemis.events import EventLog
@@ -52,21 +53,21 @@ class HousekeepingActivities:
         now = datetime.now(UTC)
         reconciled = await self._reconcile_open_runs(now - timedelta(seconds=inp.reconcile_after_s))
         before = now - timedelta(hours=inp.hours)
-        tasks = await off_loop(self.task_store.delete_expired, before)
+        tasks = await work(self.task_store.delete_expired, before)
         # Runs kept for a retry keep their pages until their state expires, then go whole.
-        expired = await off_loop(self.retained.expired, now)
+        expired = await work(self.retained.expired, now)
         for key in expired:
-            await off_loop(self.data.drop, key)
-        keep = await off_loop(self.retained.live_keys, now)
+            await work(self.data.drop, key)
+        keep = await work(self.retained.live_keys, now)
         secrets = await self._drop_orphan_secrets(now - ORPHAN_SECRET_AGE, keep)
-        pages = await off_loop(self.staging.drop_older_than, before, keep)
-        events = await off_loop(self.events.drop_older_than, before)
+        pages = await work(self.staging.drop_older_than, before, keep)
+        events = await work(self.events.drop_older_than, before)
         # A run may write files for up to 30 days (meta.timeout_s); its records go once it
         # has been quiet longer than that and the clean-up's own age.
         quiet = min(before, now - timedelta(days=30, hours=1))
-        files = await off_loop(drop_file_records_older_than, self.settings.database.url, quiet)
+        files = await work(drop_file_records_older_than, self.settings.database.url, quiet)
         # Quarantined records (and what a replay needs of their runs) past their keeping.
-        held = await off_loop(
+        held = await work(
             quarantine.drop_older_than,
             self.settings.database.url,
             self.settings.quarantine.retain_days,
@@ -98,7 +99,7 @@ class HousekeepingActivities:
         run cannot be told (a storage or Temporal error) is kept for the next pass, and
         the rest of the clean-up goes on. Returns how many keys were dropped."""
         try:
-            keys = await off_loop(self.data.secrets.keys_older_than, before)
+            keys = await work(self.data.secrets.keys_older_than, before)
         except Exception as e:
             log.warning("run_secrets_not_swept", error=f"{type(e).__name__}: {e}")
             return 0
@@ -111,7 +112,7 @@ class HousekeepingActivities:
             try:
                 if await self._run_open(code, task_id):
                     continue
-                await off_loop(self.data.secrets.drop_key, key)
+                await work(self.data.secrets.drop_key, key)
             except Exception as e:
                 log.warning("run_secret_not_swept", run_key=run, error=f"{type(e).__name__}: {e}")
                 continue
@@ -124,7 +125,7 @@ class HousekeepingActivities:
         ttl, a start whose answer was lost) — Temporal has its workflow open."""
         if not task_id:
             return False
-        record = await off_loop(self.task_store.load, task_id)
+        record = await work(self.task_store.load, task_id)
         if record is not None:
             return record.status in OPEN
         client = activity.client()
@@ -154,7 +155,7 @@ class HousekeepingActivities:
         for status in sorted(OPEN):
             cursor = None
             while True:
-                items, cursor = await off_loop(
+                items, cursor = await work(
                     self.task_store.list, status=status, limit=200, cursor=cursor
                 )
                 for rec in items:
@@ -195,7 +196,7 @@ class HousekeepingActivities:
                             at=end.get("at"),
                             version=rec.version,
                         )
-                        await off_loop(write_runs, self.task_store, [ending], Write.REPAIR)
+                        await work(write_runs, self.task_store, [ending], Write.REPAIR)
                     except (ConcurrentModification, TaskNotFound):
                         continue  # the run (or another clean-up) wrote first
                     log.info("task_store_reconciled", task_id=rec.task_id, status=end["status"])

@@ -8,7 +8,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.run_base import RunActivityBase, log, off_loop, on_loop_if, own_hooks
+from activities.run_base import RunActivityBase, log
+from artemis.calls import hook, hooks, work
 from artemis.run_models import (
     CircuitBreaker,
     FetchRetry,
@@ -27,18 +28,11 @@ class PrepareActivities(RunActivityBase):
     async def prepare_params(self, inp: PrepareInput) -> PrepareResult:
         trace = current_trace()
         task = get_task(inp.run.task_code)
-        params = await on_loop_if(
-            not task.prepare_blocks, task.prepare_params, inp.params, self.settings, trusted=True
-        )
+        params = await hook(task.prepare_params, inp.params, self.settings, trusted=True)
         ctx = await self._context(task, inp.run, params.model_dump(mode="json"), trace)
-        # The task's hooks may read its registry (a database): all of them in one thread,
-        # unless the task leaves them all to the base class.
-        prepared = await on_loop_if(
-            not own_hooks(task, *PREPARE_HOOKS),
-            _prepared,
-            task,
-            ctx,
-            params.model_dump(mode="json"),
+        # The task's hooks may read its registry (a database): one call into all of them.
+        prepared = await hooks(
+            task, PREPARE_HOOKS, _prepared, task, ctx, params.model_dump(mode="json")
         )
         if prepared.rate_key and self.on_rate_key is not None:
             try:
@@ -52,8 +46,8 @@ class PrepareActivities(RunActivityBase):
         trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace)
-        children = await off_loop(task.split, ctx, inp.details)
-        parallelism = await off_loop(task.split_parallelism, ctx)
+        children = await work(task.split, ctx, inp.details)
+        parallelism = await work(task.split_parallelism, ctx)
         log.info(
             "run_split", pieces=len(children or []), parallelism=parallelism, details=inp.details
         )

@@ -11,8 +11,9 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.run_base import RunActivityBase, heartbeating, log, off_loop, secrets_key
+from activities.run_base import RunActivityBase, heartbeating, log, secrets_key
 from artemis import quarantine
+from artemis.calls import work
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.quarantine import Stage, judge
@@ -32,7 +33,7 @@ class QuarantineActivities(RunActivityBase):
 
     async def _replay(self, inp: ReplayBatchInput) -> ReplayResult:
         db = self.settings.database.url
-        run = await off_loop(quarantine.run_of, db, inp.task_id)
+        run = await work(quarantine.run_of, db, inp.task_id)
         if run is None:
             raise ArtemisError(
                 ErrorCode.NOT_FOUND,
@@ -48,7 +49,7 @@ class QuarantineActivities(RunActivityBase):
             request_id=inp.request_id,
         )
         ctx = await self._replay_context(task, ref, run, inp)
-        sinks = await off_loop(task.decide_sinks, ctx)
+        sinks = await work(task.decide_sinks, ctx)
         # Each row on its own: a replay lands what fits and leaves the rest, whatever the
         # run's bound; a field the model does not name is dropped, as the run did.
         policy = dataclasses.replace(
@@ -58,7 +59,7 @@ class QuarantineActivities(RunActivityBase):
             schema_contract="discard",
         )
         judging = (policy, task.record_spec(ctx.params))
-        rows = await off_loop(
+        rows = await work(
             quarantine.list_rows,
             db,
             task_id=inp.task_id,
@@ -92,8 +93,8 @@ class QuarantineActivities(RunActivityBase):
     ) -> TaskContext:
         """The task's context as the replay runs it: the params and the run's output (its
         sink secrets) as they are now."""
-        params = await off_loop(task.replay_params, run["params"], self.settings)
-        output, opened = await off_loop(self._output, ref, run["output"])
+        params = await work(task.replay_params, run["params"], self.settings)
+        output, opened = await work(self._output, ref, run["output"])
         for name, value in opened:  # redacted in this activity's text
             register_sink_secret(name, value)
         return TaskContext(
@@ -121,11 +122,11 @@ class QuarantineActivities(RunActivityBase):
         the new reason (False)."""
         policy, spec = judging
         process = row["stage"] == Stage.PROCESS.value
-        judged = await off_loop(
+        judged = await work(
             judge, task, ctx, row["page_seq"], [row["record"]], policy, spec, process
         )
         if judged.bad:
-            await off_loop(self._still_bad, row["id"], judged.bad[0])
+            await work(self._still_bad, row["id"], judged.bad[0])
             return False
         page = EmitContext(
             run_key=f"{ref.task_code}/{ref.task_id}",
@@ -138,7 +139,7 @@ class QuarantineActivities(RunActivityBase):
         )
         if judged.records:
             await task.emit(self.client, sinks, judged.records, page)
-        await off_loop(self._replayed, row["id"], ref.workflow_id)
+        await work(self._replayed, row["id"], ref.workflow_id)
         return True
 
     def _output(

@@ -1,14 +1,12 @@
 """What the activities of a task run share: the worker's clients (HTTP, staging,
 events, run secrets, kept runs, task storage), the run's context for its task's hooks,
-and small helpers (the run's key, heartbeating, all-or-first-error, off-loop calls).
+and small helpers (the run's key, heartbeating, all-or-first-error).
 
 Activities are thin adapters from Temporal to the TaskUnit API: all I/O of a run happens
-in them; what returns to the workflow is counts, sequence numbers and checkpoints. A
-task's hooks are synchronous (database queries among them): they run in a thread
-(``off_loop``), never on the event loop. Artemis' own short statements about a run (its
-staged pages, its secret, its task-store record, its events) run on the loop when the
-database is SQLite and in a thread for PostgreSQL (``on_loop_if``, ``artemis.db.on_loop``),
-as do the hooks a task leaves to the base class (``own_hooks``).
+in them; what returns to the workflow is counts, sequence numbers and checkpoints. They
+say what each synchronous call is — a short statement on Artemis' database (a run's
+staged pages, its secret, its task-store record), a task's hook, batch-sized work or a
+task's own blocking code — and ``artemis.calls`` decides where it runs.
 """
 
 from __future__ import annotations
@@ -17,19 +15,20 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from temporalio import activity
 
 from artemis.callback import CallbackClient, CallbackTarget, resolve_base_url
+from artemis.calls import hooks, statement, work
 from artemis.config import Settings
-from artemis.db import LoopBusy, get_engine, on_loop, run_on_loop, run_transaction
+from artemis.db import get_engine, run_transaction
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.metrics import RECORDS_QUARANTINED, SCHEMA_DRIFT
-from artemis.quarantine import Outcome, RunPlace, example_text
+from artemis.quarantine import Outcome, PageJudge, RunPlace, example_text
 from artemis.redact import redact_text
 from artemis.retained import Retained
 from artemis.run_models import RunRef
@@ -47,43 +46,13 @@ from artemis.vault import CALLBACK_TOKEN, RunSecrets
 log = get_logger("artemis.activities")
 
 
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-async def off_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """A synchronous call (a task's hook, a database read) in a worker thread: the event
-    loop keeps heartbeating and serving the other activities meanwhile."""
-    return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-async def on_loop_if(here: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn`` on the event loop when ``here``, else in a worker thread as ``off_loop``.
-    ``here``: a short call into Artemis' own database when it is SQLite
-    (``artemis.db.on_loop``: the hop to a thread costs more than the statement), or a
-    task hook the task does not override (``own_hooks``: the base's defaults are pure).
-    A call that finds SQLite's write lock held for ``LOOP_BUSY_MS`` gives way
-    (``LoopBusy``, its transaction rolled back) and runs again in a thread. Batch-sized
-    work (a batch's pages, a larger run's clean-up, housekeeping) always goes through
-    ``off_loop``."""
-    if here:
-        with contextlib.suppress(LoopBusy):  # the lock is someone else's: wait off the loop
-            return run_on_loop(fn, *args, **kwargs)
-    return await asyncio.to_thread(fn, *args, **kwargs)
-
-
 async def run_sinks(task: TaskUnit, ctx: TaskContext) -> list[Sink]:
-    """The run's sinks (``decide_sinks``): built in place when the task leaves that to the
-    base class and its output names only sinks built without I/O (``builds_offline``),
-    else in a thread (a sql sink opens a database, a files sink an object store)."""
-    here = not own_hooks(task, "decide_sinks", "record_spec") and builds_offline(ctx.output)
-    return await on_loop_if(here, task.decide_sinks, ctx)
-
-
-def own_hooks(task: TaskUnit, *names: str) -> bool:
-    """Whether the task overrides any of the hooks ``names``: its own may block (a
-    registry query, a database write) and run in a thread; the base's are pure."""
-    return any(getattr(type(task), name) is not getattr(TaskUnit, name) for name in names)
+    """The run's sinks (``decide_sinks``): a hook call when its output names only sinks
+    built without I/O (``builds_offline``), else work of its own (a sql sink opens a
+    database, a files sink an object store)."""
+    if builds_offline(ctx.output):
+        return await hooks(task, ("decide_sinks", "record_spec"), task.decide_sinks, ctx)
+    return await work(task.decide_sinks, ctx)
 
 
 def run_key(run: RunRef) -> str:
@@ -289,8 +258,9 @@ class RunActivityBase:
         self.retained = self.data.retained
         self.events = EventLog(settings.database.url)
         self.event_writer = EventWriter(self.events)
-        # The run's own statements (staging, secrets) on the event loop: SQLite's.
-        self.db_here = on_loop(self.staging.engine)
+        # Artemis' own database (staging, secrets, kept runs, quarantine): where the run's
+        # statements go.
+        self.db = self.staging.engine
         self._task_store: TaskStorage | None = None
         # Set by the worker: poll a provenance's queue now (a run is about to fetch from it).
         self.on_rate_key: Callable[[str], Awaitable[None]] | None = None
@@ -325,6 +295,14 @@ class RunActivityBase:
             await self.event_writer.append(run.task_id, kind, data, step, run.root_task_id)
         except Exception as e:
             log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
+
+    async def keep_judged(self, judge: PageJudge, outcomes: list[Outcome]) -> None:
+        """Judged pages' bad records and drift kept (``PageJudge.keep``): a few short
+        statements, or — drift to record, a registry write — work of its own."""
+        if judge.brief(outcomes):
+            await statement(self.db, judge.keep, outcomes)
+        else:
+            await work(judge.keep, outcomes)
 
     async def report_judged(self, run: RunRef, seq: int, outcome: Outcome) -> None:
         """A judged page's events, log lines and metrics: its quarantined records (one
@@ -372,8 +350,8 @@ class RunActivityBase:
             # A request's sink secrets, read back inside the activity (never in history).
             key = secrets_key(run)
             opened: list[tuple[str, str]] = []
-            output = await on_loop_if(
-                self.db_here,
+            output = await statement(
+                self.db,
                 unseal_output,
                 output,
                 lambda name: self.secrets.get(key, name),
@@ -400,7 +378,7 @@ class RunActivityBase:
         tgt = CallbackTarget(**target)
         if not tgt.enabled:
             return None
-        token = await on_loop_if(self.db_here, self.secrets.get, secrets_key(run), CALLBACK_TOKEN)
+        token = await statement(self.db, self.secrets.get, secrets_key(run), CALLBACK_TOKEN)
         token = token or self._default_token(tgt)
         # A callback URL that is not the operator's (callback.base_url's origin) came
         # from the request: its connections are checked where they are made.

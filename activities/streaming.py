@@ -20,7 +20,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from activities.run_base import log, off_loop
+from activities.run_base import log
+from artemis.calls import work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.quarantine import Outcome, PageJudge
@@ -159,7 +160,7 @@ class PageStream:
                 for _ in pages:
                     self._room.release()
                 continue
-            done = await off_loop(_judge_in_order, self.judge, pages)
+            done = await work(_judge_in_order, self.judge, pages)
             judged = [o for o in done if isinstance(o, Outcome)]
             if judged:
                 try:  # their bad records kept (and the bound checked) before any is sent

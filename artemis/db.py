@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from sqlalchemy import DateTime, Index, Text, TypeDecorator, UniqueConstraint, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -148,29 +148,13 @@ def transaction(engine: Engine, conn: Connection | None = None) -> Iterator[Conn
         yield own
 
 
-def on_loop(engine: Engine) -> bool:
-    """Whether Artemis' own short statements on this database run on the event loop
-    (``activities.run_base.on_loop_if``): SQLite's are calls into a local file of tens of
-    microseconds, less than the hop to a worker thread, and a thread holding SQLite's
-    write lock waits for the GIL between its statements (milliseconds on a busy worker)
-    while every other writer waits for it. A server (PostgreSQL) answers over the
-    network: its calls go to a thread."""
-    return engine.dialect.name == "sqlite"
-
-
-# A call on the event loop waits this long at most for SQLite's write lock (held by
-# another process, or by a thread of this one: a clean-up, housekeeping, a sink), then
-# gives way: ``LoopBusy``, and the caller runs it again in a thread, which waits as long
-# as any call does (``busy_timeout``). Its connection does not checkpoint the WAL either
-# (an fsync): the connections of threaded calls do.
+# How long a statement made on the event loop waits for SQLite's write lock before it gives
+# way (``LoopBusy``), and a thread's; for how long after a give-way the loop's statements
+# go straight to threads. Why: ``artemis.calls``, the policy that places them.
 LOOP_BUSY_MS = 20
 THREAD_BUSY_MS = 30_000
-# After a call gave way, the loop's next calls go straight to threads for this long: a
-# lock held for seconds must not cost every waiting activity its 20 ms in turn.
 LOOP_BACKOFF_S = 0.2
 _caller = threading.local()
-P = ParamSpec("P")
-T = TypeVar("T")
 _loop_busy_until = 0.0
 
 
@@ -179,16 +163,18 @@ class LoopBusy(Exception):
     (its transaction rolled back) and belongs in a thread."""
 
 
-def run_on_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn`` as a call on the event loop (its statements wait ``LOOP_BUSY_MS`` for the
-    write lock). ``LoopBusy`` when the lock is someone else's — now, or a call gave way
-    less than ``LOOP_BACKOFF_S`` ago: nothing is written, the caller runs it in a thread."""
+@contextmanager
+def loop_statements() -> Iterator[None]:
+    """The block's statements are made on the event loop (``artemis.calls``): they wait
+    ``LOOP_BUSY_MS`` for the write lock, do not checkpoint the WAL, and keep their pooled
+    connection for the loop's next block. ``LoopBusy`` when the lock is someone else's —
+    now, or a call gave way less than ``LOOP_BACKOFF_S`` ago (then nothing runs)."""
     if time.monotonic() < _loop_busy_until:
         raise LoopBusy("a call on the loop gave way moments ago")
     was = getattr(_caller, "on_loop", False)
     _caller.on_loop = True
     try:
-        return fn(*args, **kwargs)
+        yield
     finally:
         _caller.on_loop = was
 

@@ -17,7 +17,6 @@ SSE ids (``{raw seq}.{n}``) are stable and ``Last-Event-ID`` resumes exactly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,15 +29,8 @@ from sqlalchemy import BigInteger, Index, Text, delete, insert, or_, select, tex
 from sqlmodel import Column, Field, SQLModel
 
 from artemis import jsonio
-from artemis.db import (
-    LoopBusy,
-    UTCDateTime,
-    get_engine,
-    on_loop,
-    run_on_loop,
-    run_transaction,
-    utcnow,
-)
+from artemis.calls import statement, statements_on_loop
+from artemis.db import UTCDateTime, get_engine, run_transaction, utcnow
 from artemis.event_kinds import CONTROL_EVENTS, OUTAGE_EVENTS, RECORD_EVENTS, Ending
 from artemis.logsetup import get_logger
 from artemis.outage import waiting_line
@@ -149,10 +141,10 @@ class EventWriter:
         self._writer: asyncio.Task[None] | None = None
         self._soon: asyncio.TimerHandle | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="event-log")
-        # SQLite: the commit runs on the loop (``artemis.db.on_loop``), its group is what
-        # was appended since the writer was scheduled; PostgreSQL: in the writer's thread,
-        # its group is what was appended during the commit before.
-        self._here = on_loop(log.engine)
+        # A commit is a statement (``artemis.calls``). SQLite: it runs on the loop, its
+        # group is what was appended since the writer was scheduled; PostgreSQL: in the
+        # writer's thread, its group is what was appended during the commit before.
+        self._on_loop = statements_on_loop(log)
 
     async def append(
         self,
@@ -198,21 +190,15 @@ class EventWriter:
             self._writer = asyncio.create_task(self._write())
 
     async def _write(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._here:
+        if self._on_loop:
             # One turn of the loop first: the other activities' ready steps append theirs.
             await asyncio.sleep(0)
         while self._queue:
             batch, self._queue = self._queue, []
             try:
                 events = [e for e, _ in batch]
-                written = False
-                if self._here:  # (SQLite's write lock held elsewhere: in the thread)
-                    with contextlib.suppress(LoopBusy):
-                        run_on_loop(self.log.append_many, events)
-                        written = True
-                if not written:
-                    await loop.run_in_executor(self._thread, self.log.append_many, events)
+                # (SQLite's write lock held elsewhere: in the writer's thread)
+                await statement(self.log, self.log.append_many, events, thread=self._thread)
             except Exception as e:  # each caller decides (activities log it and go on)
                 for _, done in batch:
                     if not done.done():

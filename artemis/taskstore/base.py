@@ -10,11 +10,14 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, model_validator
 
 from artemis.run_state import STORED, TERMINAL, RunStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 STATUSES = tuple(s.value for s in STORED)
 
@@ -85,8 +88,9 @@ class TaskData(BaseModel):
 
 
 class TaskStorage(ABC):
-    # Its calls may run on the event loop (``artemis.db.on_loop``): a SQLite store's.
-    on_loop = False
+    # Artemis' own database when the store keeps its tasks there: its calls are
+    # statements on it (``artemis.calls``). None: a store of its own (Redis).
+    engine: Engine | None = None
 
     @abstractmethod
     def save(self, task_id: str, data: TaskData) -> None:

@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import JSON, Index, and_, bindparam, delete, func, or_, select, update
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Field, SQLModel
 
-from artemis.db import UTCDateTime, get_engine, on_loop, run_transaction, upsert_insert, utcnow
+from artemis.db import UTCDateTime, get_engine, run_transaction, upsert_insert, utcnow
 from artemis.owners import DEFAULT_OWNER, SEP, owned_task_id
 from artemis.run_state import RunStatus, Verdict
 from artemis.taskstore.base import (
@@ -93,8 +94,7 @@ def _set_status_statement(
 
 class SqlTaskStorage(TaskStorage):
     def __init__(self, database_url: str, ttl_hours: int = 24) -> None:
-        self.engine = get_engine(database_url)
-        self.on_loop = on_loop(self.engine)
+        self.engine: Engine = get_engine(database_url)
         self.ttl = timedelta(hours=ttl_hours)
         self._insert = upsert_insert(self.engine)
         # Built once: SQLAlchemy builds ``excluded`` anew on every access (most of a save's

@@ -7,6 +7,7 @@ read and the leftovers dropped in one transaction) must hold on both databases."
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -14,7 +15,13 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from artemis.db import DriverConnection, get_engine, release_held, run_on_loop, run_transaction
+from artemis.db import (
+    DriverConnection,
+    get_engine,
+    loop_statements,
+    release_held,
+    run_transaction,
+)
 from artemis.errors import ArtemisError
 from artemis.migrate import upgrade
 from artemis.staging import Staging
@@ -145,20 +152,24 @@ def test_the_loop_keeps_its_connection_between_calls(tmp_path) -> None:
             conn.execute(text(sql))
             return conn.driver
 
+    def on_loop(fn: Callable[..., object], *args: object) -> object:
+        with loop_statements():  # as artemis.calls.statement runs a call on the loop
+            return fn(*args)
+
     release_held()
-    first = run_on_loop(driver)
-    assert run_on_loop(driver) is first
+    first = on_loop(driver)
+    assert on_loop(driver) is first
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(driver).result() is not first
     duplicate = "INSERT INTO run_secret VALUES ('k', 'n', 'c', '2026-01-01')"
-    run_on_loop(driver, duplicate)
+    on_loop(driver, duplicate)
     with pytest.raises(IntegrityError):
-        run_on_loop(driver, duplicate)
-    assert run_on_loop(driver) is first
+        on_loop(driver, duplicate)
+    assert on_loop(driver) is first
     with pytest.raises(OperationalError):
-        run_on_loop(driver, "SELECT * FROM no_such_table")
-    assert run_on_loop(driver) is first
-    run_on_loop(driver, duplicate.replace("'n'", "'m'"))
+        on_loop(driver, "SELECT * FROM no_such_table")
+    assert on_loop(driver) is first
+    on_loop(driver, duplicate.replace("'n'", "'m'"))
     with engine.connect() as conn:  # and what the loop wrote is there for everyone
         assert conn.execute(text("SELECT count(*) FROM run_secret")).scalar() == 2
     release_held()

@@ -1,8 +1,8 @@
-"""Where Artemis' own short statements run (``artemis.db.on_loop``): on the event loop's
-thread for SQLite (a local file, cheaper than the hop to a thread), in a worker thread for
-PostgreSQL (network round trips must not hold the loop). Observed through SQLAlchemy's
-own cursor events on a real database of each kind. And which task hooks skip the thread:
-those a task leaves to the base class (``own_hooks``)."""
+"""Where Artemis' own short statements run (``artemis.calls.statement``): on the event
+loop's thread for SQLite (a local file, cheaper than the hop to a thread), in a worker
+thread for PostgreSQL (network round trips must not hold the loop). Observed through
+SQLAlchemy's own cursor events on a real database of each kind. And which task hooks skip
+the thread (``artemis.calls.hooks``): those a task leaves to the base class."""
 
 from __future__ import annotations
 
@@ -16,21 +16,25 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
 from activities import prepare as prepare_module
 from activities.prepare import PREPARE_HOOKS
-from activities.run_base import on_loop_if, own_hooks, run_key
+from activities.run_base import run_key
 from activities.task_run import TaskRunActivities
-from artemis.db import LOOP_BACKOFF_S, on_loop, release_held
+from artemis.calls import hook, hooks, statement, statements_on_loop, work
+from artemis.db import LOOP_BACKOFF_S, release_held
 from artemis.events import SOON_S, EventLog, EventWriter
 from artemis.migrate import upgrade
 from artemis.run_models import CleanupRunInput, RunRef
 from artemis.sinks.factory import builds_offline
 from artemis.staging import Staging
+from artemis.tasks import TaskContext, TaskUnit
 from artemis.tasks.registry import get_task
+from artemis.tasks.stock_quotes import PullStockQuotes
 from tests.conftest import new_task_id
 from tests.helpers import slow_callbacks_reported
 
@@ -88,8 +92,10 @@ def _url(engine: Engine) -> str:
     return engine.url.render_as_string(hide_password=False)
 
 
-async def test_on_db_runs_sqlite_on_the_loop_and_postgresql_in_a_thread(db_engine) -> None:
-    here = on_loop(db_engine)
+async def test_a_statement_runs_on_the_loop_for_sqlite_and_in_a_thread_for_postgresql(
+    db_engine,
+) -> None:
+    here = statements_on_loop(db_engine)
     assert here == (db_engine.dialect.name == "sqlite")
 
     def query() -> int:
@@ -97,9 +103,21 @@ async def test_on_db_runs_sqlite_on_the_loop_and_postgresql_in_a_thread(db_engin
             return int(conn.execute(text("SELECT 41 + 1 AS on_db_probe")).scalar_one())
 
     with _statement_threads(db_engine, "on_db_probe") as seen:
-        assert await on_loop_if(here, query) == 42
+        assert await statement(db_engine, query) == 42
     assert len(seen) == 1
     assert (seen[0] == threading.get_ident()) is here
+
+
+async def test_a_store_outside_the_database_or_not_built_yet_is_called_in_a_thread() -> None:
+    """A store without an engine (Redis) or none yet (built on first use): a thread."""
+
+    class Outside:
+        engine = None
+
+    for db in (Outside(), None):
+        assert not statements_on_loop(db)
+        assert await statement(db, threading.get_ident) != threading.get_ident()
+    assert await work(threading.get_ident) != threading.get_ident()
 
 
 async def test_event_writer_groups_concurrent_appends_on_either_database(db_engine) -> None:
@@ -113,7 +131,7 @@ async def test_event_writer_groups_concurrent_appends_on_either_database(db_engi
         await asyncio.gather(*(writer.append(task_id, "probe", {"n": n}) for n in range(10)))
     kinds = [(e.kind, e.data) for e in log.since(task_id)]
     assert kinds == [("probe", {"n": n}) for n in range(10)]
-    if on_loop(db_engine):
+    if statements_on_loop(db_engine):
         assert seen == [threading.get_ident()]
     else:
         assert 1 <= len(seen) <= 2
@@ -176,27 +194,49 @@ async def test_a_small_run_s_data_is_dropped_on_the_loop(base_settings) -> None:
     many, or an input that does not tell, in a thread."""
     activities = TaskRunActivities(base_settings)
     staging = activities.staging
-    for pages, on_loop_thread in ((1, on_loop(staging.engine)), (500, False), (None, False)):
+    small = statements_on_loop(staging.engine)
+    for pages, on_loop_thread in ((1, small), (500, False), (None, False)):
         run = RunRef("pull_stock_quotes", new_task_id(), "w", trace_id="0" * 32)
         key = run_key(run)
-        await on_loop_if(False, staging.put_pages, key, "raw", [(0, [{"n": 1}])], "d0")
+        await work(staging.put_pages, key, "raw", [(0, [{"n": 1}])], "d0")
         with _statement_threads(staging.engine, "DELETE FROM staged_page") as seen:
             await activities.cleanup_run(CleanupRunInput(run=run, pages=pages))
         assert seen and all((t == threading.get_ident()) is on_loop_thread for t in seen)
         assert staging.get_pages(key, "raw", 0, 0) == []
 
 
-def test_own_hooks_tells_a_task_s_hooks_from_the_base_class_defaults() -> None:
+async def _hooks_on_loop(task: TaskUnit, *names: str) -> bool:
+    """Whether a call into the task's hooks ``names`` runs on the loop's thread."""
+    return await hooks(task, names, threading.get_ident) == threading.get_ident()
+
+
+async def test_a_task_s_own_hooks_run_in_a_thread_the_base_class_s_on_the_loop() -> None:
     """A task that leaves its prepare and finalize hooks to the base class has them called
-    on the loop; one with its own (the literature task's registry queries) in a thread."""
+    on the loop; one with its own (the literature task's registry queries) in a thread.
+    ``prepare_params`` goes by what the task says of it (``prepare_blocks``)."""
     quotes, literature = get_task("pull_stock_quotes"), get_task("literature_harvest")
-    assert not own_hooks(quotes, *PREPARE_HOOKS, "finalize", "run_ended")
-    assert own_hooks(literature, *PREPARE_HOOKS)
-    assert own_hooks(literature, "finalize")
-    assert own_hooks(quotes, "process")  # its own shaping of a page
+    assert await _hooks_on_loop(quotes, *PREPARE_HOOKS, "finalize", "run_ended")
+    assert not await _hooks_on_loop(literature, *PREPARE_HOOKS)
+    assert not await _hooks_on_loop(literature, "finalize")
+    assert not await _hooks_on_loop(quotes, "process")  # its own shaping of a page
+    for task in (quotes, literature, get_task("source_harvest")):
+        assert await _hooks_on_loop(task, "prepare_params") is not task.prepare_blocks
 
 
-def test_sinks_built_without_io_are_built_in_place_only_when_resolved() -> None:
+class _Finalizing(PullStockQuotes):
+    def finalize(self, ctx: TaskContext, stats: dict[str, Any]) -> dict[str, Any]:
+        return {**stats, "thread": threading.get_ident()}
+
+
+async def test_a_hook_is_called_where_its_task_s_class_says() -> None:
+    """``hook(task.name, ...)``: the bound hook tells the task and the hook."""
+    base = await hook(PullStockQuotes().finalize, cast(TaskContext, None), {"n": 1})
+    assert base == {"n": 1}
+    own = await hook(_Finalizing().finalize, cast(TaskContext, None), {})
+    assert own["thread"] != threading.get_ident()
+
+
+async def test_sinks_built_without_io_are_built_in_place_only_when_resolved() -> None:
     """A run's sinks are built on the loop only when its resolved output names sinks whose
     construction does no I/O; a sql or files sink (an engine, a filesystem) or an output
     left unresolved at the run's start goes to a thread."""
@@ -207,7 +247,7 @@ def test_sinks_built_without_io_are_built_in_place_only_when_resolved() -> None:
     assert not builds_offline({"sinks": ["http"]})  # a request output, not resolved
     assert not builds_offline(None)
     quotes = get_task("pull_stock_quotes")
-    assert not own_hooks(quotes, "decide_sinks", "record_spec")
+    assert await _hooks_on_loop(quotes, "decide_sinks", "record_spec")
 
 
 @contextmanager
@@ -243,7 +283,8 @@ async def test_a_call_on_the_loop_gives_way_to_a_thread_when_sqlite_is_locked(tm
     staging.cursor("warm/up")  # a pooled connection, set up before the lock is taken
     with _write_lock_held(path, 1.5) as released:
         with slow_callbacks_reported(STALL_S) as stalls:
-            await on_loop_if(True, staging.put_pages, "k/1", "raw", [(0, [{"n": 1}])], "d0")
+            page = [(0, [{"n": 1}])]
+            await statement(staging.engine, staging.put_pages, "k/1", "raw", page, "d0")
         assert released.is_set()
     assert staging.get_pages("k/1", "raw", 0, 0) == [(0, [{"n": 1}])]
     assert not stalls.seen, f"the loop stalled behind SQLite's lock: {stalls.seen}"
@@ -294,7 +335,7 @@ async def test_after_giving_way_the_loop_sends_calls_to_threads_for_a_while(tmp_
         with _write_lock_held(path, 0.8):
             await asyncio.gather(
                 *(
-                    on_loop_if(True, staging.put_pages, f"k/{n}", "raw", [(0, [{"n": n}])])
+                    statement(staging.engine, staging.put_pages, f"k/{n}", "raw", [(0, [{"n": n}])])
                     for n in range(30)
                 )
             )
