@@ -25,10 +25,12 @@ from activities.run_base import (
 from activities.streaming import PageStream
 from artemis.calls import statement, work
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.fetch_state import FetchState, StreamState
 from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
 from artemis.outage import outage_of
 from artemis.quarantine import PageJudge
 from artemis.run_models import FetchInput, FetchResult, Outage, Streamed
+from artemis.sources import Page
 from artemis.tasks import FetchControls, TaskUnit
 from artemis.tasks.registry import get_task
 from artemis.tracing import TraceContext, current_trace
@@ -38,7 +40,7 @@ class FetchActivities(RunActivityBase):
     @activity.defn(name="fetch_pages")
     async def fetch_pages(self, inp: FetchInput) -> FetchResult:
         key = run_key(inp.run)
-        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s)
+        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s, FetchState.to_json)
         state = _resume_state(inp)
         await self._start_attempt(inp, key, state)
         fetch = BatchFetch(self, inp, key, state, beat)
@@ -58,7 +60,7 @@ class FetchActivities(RunActivityBase):
         inp: FetchInput,
         key: str,
         trace: TraceContext,
-        state: dict[str, Any],
+        state: FetchState,
         beat: Heartbeat,
     ) -> PageStream:
         """The fetch's stream to the run's sinks. Every batch before this one is delivered
@@ -69,12 +71,14 @@ class FetchActivities(RunActivityBase):
         sinks = await run_sinks(task, ctx)
         if inp.first_seq:
             await work(self.staging.prune_below, key, inp.first_seq)
+        streamed = state.stream
+        assert streamed is not None, "a fetch that streams has its stream's state"
         judge = PageJudge(
             task,
             ctx,
             run_place(inp.run, inp.params, inp.output, ctx),
-            inp.records_before + state["stream"]["records_in"],
-            state.get("expected_total"),
+            inp.records_before + streamed.records_in,
+            state.expected_total,
             counts_pages=True,
         )
         stream = PageStream(
@@ -91,7 +95,7 @@ class FetchActivities(RunActivityBase):
             lambda outcomes: self.keep_judged(judge, outcomes),
             lambda seq, outcome: self.report_judged(inp.run, seq, outcome),
         )
-        below, staged_to = state["stream"]["next_seq"], state["next_seq"] - 1
+        below, staged_to = streamed.next_seq, state.next_seq - 1
         try:
             if staged_to >= below:
                 staged = await work(self.staging.get_pages, key, "raw", below, staged_to)
@@ -104,20 +108,20 @@ class FetchActivities(RunActivityBase):
             raise
         return stream
 
-    async def _start_attempt(self, inp: FetchInput, key: str, state: dict[str, Any]) -> None:
+    async def _start_attempt(self, inp: FetchInput, key: str, state: FetchState) -> None:
         """Where the attempt starts. A streaming fetch of this batch staged (and may have
         sent) pages its last heartbeat does not know of — a worker killed between the two,
         or an attempt that failed: it goes on after them, so each keeps its sequence number
         (and a page sent again goes with the records it went with, under the same key).
         Nothing staged from there on is counted yet: an earlier attempt's leftovers go."""
         batch = inp.first_seq if inp.stream else None
-        cursor = await statement(self.db, self.staging.start_attempt, key, state["next_seq"], batch)
+        cursor = await statement(self.db, self.staging.start_attempt, key, state.next_seq, batch)
         if cursor is not None:
-            log.info("fetch_resumed", next_seq=cursor["next_seq"], source="staging")
-            state.update(cursor)
+            state.resume(cursor)
+            log.info("fetch_resumed", next_seq=state.next_seq, source="staging")
 
     async def _stage_raw(
-        self, key: str, seq: int, page: Any, cursor: dict[str, Any] | None = None
+        self, key: str, seq: int, page: Page, cursor: dict[str, Any] | None = None
     ) -> None:
         """Stage one fetched page (an overwrite when a retried attempt fetches it again);
         a page seen before in this run is a SOURCE_LOOP naming the request. ``cursor``:
@@ -137,17 +141,17 @@ class FetchActivities(RunActivityBase):
                 raise e.with_request(page.info.request) from None
             raise
 
-    async def _record_progress(self, inp: FetchInput, state: dict[str, Any]) -> None:
+    async def _record_progress(self, inp: FetchInput, state: FetchState) -> None:
         # Queued, not waited for: committed with the batch's result at the latest.
         await self.record(
             inp.run,
             "progress",
             {
-                "pages": state["pages"],
-                "records": state["records"],
-                "units_done": state["units_done"],
+                "pages": state.pages,
+                "records": state.records,
+                "units_done": state.units_done,
                 "total": inp.total,
-                "expected_total": state.get("expected_total"),
+                "expected_total": state.expected_total,
             },
             "step_fetch",
             soon=True,
@@ -166,7 +170,7 @@ class BatchFetch:
         acts: FetchActivities,
         inp: FetchInput,
         key: str,
-        state: dict[str, Any],
+        state: FetchState,
         beat: Heartbeat,
     ) -> None:
         self.acts = acts
@@ -202,7 +206,7 @@ class BatchFetch:
             # without losing the resume state.
             keepalive=lambda: self.beat(state),
             wind_down=self.wind_down,
-            max_pages=max(0, inp.max_pages - state["pages"]),
+            max_pages=max(0, inp.max_pages - state.pages),
         )
         try:
             self.callback = await self.acts._callback(inp.run, inp.callback, trace)
@@ -217,7 +221,7 @@ class BatchFetch:
                 log.info("stream_unavailable", code=e.code.value, error=str(e)[:300])
         self.started = self.progress_at = time.monotonic()
         client = task.source_client(self.acts.client, self.ctx)
-        self.pages = task.fetch(self.ctx, client, state["checkpoint"])
+        self.pages = task.fetch(self.ctx, client, state.checkpoint)
 
     async def run(self) -> bool:
         """Fetch the batch; True when the source is done. A transient failure of the
@@ -225,9 +229,9 @@ class BatchFetch:
         workflow waits, then fetches on from their checkpoint."""
         done = False
         try:
-            done = True if self.state.get("done") else await self._shielded()
+            done = True if self.state.done else await self._shielded()
         except asyncio.CancelledError:
-            log.info("fetch_cancelled", next_seq=self.state["next_seq"], pages=self.state["pages"])
+            log.info("fetch_cancelled", next_seq=self.state.next_seq, pages=self.state.pages)
             await self._abort_stream()
             raise
         except ArtemisError as e:
@@ -260,9 +264,7 @@ class BatchFetch:
                         await pumping
                     raise
                 cancelled = True
-                log.info(
-                    "fetch_cancelled", next_seq=self.state["next_seq"], stops="at its next page"
-                )
+                log.info("fetch_cancelled", next_seq=self.state.next_seq, stops="at its next page")
                 self.stop.set()
                 self.wind_down.set()
 
@@ -281,30 +283,18 @@ class BatchFetch:
         # last page without one (handled above).
         return not self.task.fetch_winds_down and not self.stop.is_set()
 
-    async def _take(self, page: Any) -> None:
+    async def _take(self, page: Page) -> None:
         """One page: staged (and streamed), counted, heartbeated, reported."""
         state, inp = self.state, self.inp
-        seq = state["next_seq"]
-        after = {
-            "checkpoint": page.checkpoint,
-            "next_seq": seq + 1,
-            "pages": state["pages"] + 1,
-            "records": state["records"] + len(page.records),
-            "units_done": (
-                state["units_done"] if page.info.units_done is None else page.info.units_done
-            ),
-            "done": page.checkpoint is None,
-            "expected_total": page.info.expected_total,
-            "incomplete": page.info.incomplete,
-        }
+        seq = state.next_seq
         # Streaming: the page may be sent before this heartbeat reaches Temporal; where
         # the fetch stands is staged with it (a retry resumes there).
-        cursor = {**after, "first_seq": inp.first_seq} if self.stream is not None else None
+        cursor = state.after(page).cursor(inp.first_seq) if self.stream is not None else None
         await self.acts._stage_raw(self.key, seq, page, cursor)
         if self.stream is not None:
             self.stream.judge.stated = page.info.expected_total
             await self.stream.put(seq, page.records)
-        state.update(after)
+        state.take(page)
         self.beat(state)
         now = time.monotonic()
         if page.checkpoint is None or now - self.progress_at >= self.progress_every:
@@ -312,9 +302,9 @@ class BatchFetch:
             await self.acts._record_progress(inp, state)
         if self.callback is not None:
             self.last_ms = await self.callback.progress(
-                state["units_done"],
+                state.units_done,
                 inp.total,
-                f"{page.info.source or 'fetch'}: {state['records']} records",
+                f"{page.info.source or 'fetch'}: {state.records} records",
                 self.last_ms,
                 seq,
             )
@@ -326,7 +316,7 @@ class BatchFetch:
         return (
             self.stop.is_set()
             or (self.stream is not None and self.stream.refused.is_set())
-            or self.state["pages"] >= self.inp.max_pages
+            or self.state.pages >= self.inp.max_pages
             or time.monotonic() - self.started >= self.inp.max_seconds
             or activity.is_worker_shutdown()
         )
@@ -358,44 +348,41 @@ class BatchFetch:
         log.info(
             "fetch_batch_done",
             first_seq=inp.first_seq,
-            next_seq=state["next_seq"],
-            pages=state["pages"],
-            records=state["records"],
+            next_seq=state.next_seq,
+            pages=state.pages,
+            records=state.records,
             done=done,
         )
-        PAGES_FETCHED.labels(inp.run.task_code).inc(state["pages"])
-        RECORDS_FETCHED.labels(inp.run.task_code).inc(state["records"])
+        PAGES_FETCHED.labels(inp.run.task_code).inc(state.pages)
+        RECORDS_FETCHED.labels(inp.run.task_code).inc(state.records)
         return FetchResult(
             first_seq=inp.first_seq,
-            next_seq=state["next_seq"],
-            pages=state["pages"],
-            records=state["records"],
-            checkpoint=None if done else state["checkpoint"],
+            next_seq=state.next_seq,
+            pages=state.pages,
+            records=state.records,
+            checkpoint=None if done else state.checkpoint,
             done=done,
-            units_done=state["units_done"],
+            units_done=state.units_done,
             progress_last_ms=self.last_ms,
-            expected_total=state.get("expected_total"),
-            incomplete=state.get("incomplete"),
+            expected_total=state.expected_total,
+            incomplete=state.incomplete,
             outage=self.outage,
             streamed=self.streamed,
         )
 
 
-def _resume_state(inp: FetchInput) -> dict[str, Any]:
+def _resume_state(inp: FetchInput) -> FetchState:
     """Where a fetch attempt starts: the batch's start, or — a retried attempt — its last
     heartbeat (pages staged before it are kept: staging by sequence number makes a
     re-fetched page an overwrite, not a duplicate)."""
-    state: dict[str, Any] = {
-        "checkpoint": inp.checkpoint,
-        "next_seq": inp.first_seq,
-        "pages": 0,
-        "records": 0,
-        "units_done": inp.units_done,
-    }
-    if inp.stream:
-        state["stream"] = PageStream.start_state(inp.first_seq)
+    state = FetchState(
+        checkpoint=inp.checkpoint,
+        next_seq=inp.first_seq,
+        units_done=inp.units_done,
+        stream=StreamState(next_seq=inp.first_seq) if inp.stream else None,
+    )
     details = activity.info().heartbeat_details
     if details:
-        state.update(details[0])
-        log.info("fetch_resumed", next_seq=state["next_seq"], pages=state["pages"])
+        state.resume(details[0])
+        log.info("fetch_resumed", next_seq=state.next_seq, pages=state.pages)
     return state

@@ -128,9 +128,13 @@ class Heartbeat:
     and sends the staged pages again under the same keys; a batch fetch fetches its batch
     again; an emit sends its pages again under the same keys — and a cancel (a pause, a
     stop) reaches an attempt at most that interval later than it did. The heartbeat
-    timeout runs from the attempt's start either way."""
+    timeout runs from the attempt's start either way.
 
-    def __init__(self, first_after_s: float) -> None:
+    ``wire``: what a detail is in Temporal (plain JSON), made as the heartbeat goes — a
+    held one at the interval's end, from its state as it stands then."""
+
+    def __init__(self, first_after_s: float, wire: Callable[[Any], Any] | None = None) -> None:
+        self._wire = wire
         timeout = activity.info().heartbeat_timeout
         if timeout:
             # sent before the heartbeat timeout could run out on an attempt that beats
@@ -152,7 +156,7 @@ class Heartbeat:
                 return
             self._on = True
             self._held = None
-        activity.heartbeat(*details)
+        self._send(details)
 
     def _release(self) -> None:
         """The interval is over: the latest heartbeat held goes now (an attempt that made
@@ -162,7 +166,11 @@ class Heartbeat:
         self._on = True
         held, self._held = self._held, None
         if held is not None:
-            activity.heartbeat(*held)
+            self._send(held)
+
+    def _send(self, details: tuple[Any, ...]) -> None:
+        wire = self._wire
+        activity.heartbeat(*(details if wire is None else (wire(d) for d in details)))
 
 
 @contextlib.asynccontextmanager

@@ -23,6 +23,7 @@ from typing import Any
 from activities.run_base import log
 from artemis.calls import work
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.fetch_state import FetchState, StreamState
 from artemis.http import HttpClient
 from artemis.quarantine import Outcome, PageJudge
 from artemis.redact import redact_text
@@ -36,9 +37,9 @@ _END = None
 
 
 class PageStream:
-    """One fetch's stream. ``state`` is the fetch's heartbeat state: its ``stream`` entry
-    (next_seq and the counts of the pages below it) is kept there, so every heartbeat the
-    fetch sends carries both where the fetch and where the stream stand."""
+    """One fetch's stream. ``state`` is the fetch's resume state: its ``stream`` (next_seq
+    and the counts of the pages below it) is kept there, so every heartbeat the fetch
+    sends carries both where the fetch and where the stream stand."""
 
     def __init__(
         self,
@@ -49,8 +50,8 @@ class PageStream:
         run: RunRef,
         key: str,
         trace: TraceContext,
-        state: dict[str, Any],
-        beat: Callable[..., None],
+        state: FetchState,
+        beat: Callable[[FetchState], None],
         judge: PageJudge,
         keep: Callable[[list[Outcome]], Awaitable[None]],
         report: Callable[[int, Outcome], Awaitable[None]],
@@ -60,7 +61,8 @@ class PageStream:
         self.beat = beat
         self.run, self.key, self.trace = run, key, trace
         self.state = state
-        self.mine: dict[str, Any] = state["stream"]
+        assert state.stream is not None, "a fetch that streams has its stream's state"
+        self.mine: StreamState = state.stream
         # Set when a sink refused a page for good: the run fails with it, so the fetch
         # ends its batch at the next page instead of fetching what will not be sent.
         self.refused = asyncio.Event()
@@ -76,21 +78,6 @@ class PageStream:
         self._sending: set[asyncio.Task[None]] = set()
         self._consumer = asyncio.create_task(self._consume())
 
-    @staticmethod
-    def start_state(first_seq: int) -> dict[str, Any]:
-        return {
-            "next_seq": first_seq,
-            "records_in": 0,
-            "records_out": 0,
-            "records": 0,
-            "batches": 0,
-            "sinks": {},
-            "stopped": None,
-            "error": None,
-            "records_quarantined": 0,
-            "fields_dropped": 0,
-        }
-
     async def put(self, seq: int, records: list[dict[str, Any]]) -> None:
         """A staged page: the fetch goes on while it is processed and sent, unless the
         pages not yet sent fill the stream's room (then it waits for one to go)."""
@@ -103,19 +90,7 @@ class PageStream:
         await self._consumer
         while self._sending:
             await asyncio.gather(*list(self._sending))
-        m = self.mine
-        return Streamed(
-            next_seq=m["next_seq"],
-            records_in=m["records_in"],
-            records_out=m["records_out"],
-            records_emitted=m["records"],
-            batches=m["batches"],
-            sinks=dict(m["sinks"]),
-            stopped=m["stopped"],
-            error=m["error"],
-            records_quarantined=int(m.get("records_quarantined") or 0),
-            fields_dropped=int(m.get("fields_dropped") or 0),
-        )
+        return self.mine.streamed()
 
     async def abort(self) -> None:
         """The fetch failed or was cancelled: nothing more is sent (what was delivered
@@ -128,16 +103,16 @@ class PageStream:
                 await t
 
     def _stop(self, seq: int, error: BaseException) -> None:
-        if self.mine["stopped"] is not None:
+        if self.mine.stopped is not None:
             return
         code = error.code.value if isinstance(error, ArtemisError) else ErrorCode.INTERNAL.value
-        self.mine["stopped"] = code
+        self.mine.stopped = code
         # The reason is logged here; the process/emit activities that take the rest over
         # meet it again and report it (wait, retry or fail) as the batch path does.
         log.info(
             "stream_stopped",
             seq=seq,
-            delivered_below=self.mine["next_seq"],
+            delivered_below=self.mine.next_seq,
             code=code,
             error=str(error)[:300],
         )
@@ -156,7 +131,7 @@ class PageStream:
             pages = [page for page in waiting if page is not None]
             if not pages:
                 continue
-            if self.mine["stopped"] is not None:
+            if self.mine.stopped is not None:
                 for _ in pages:
                     self._room.release()
                 continue
@@ -172,11 +147,11 @@ class PageStream:
                 out = done[i] if i < len(done) else None
                 if isinstance(out, BaseException):  # process_batch meets it again
                     self._stop(seq, out)
-                if out is None or isinstance(out, BaseException) or self.mine["stopped"]:
+                if out is None or isinstance(out, BaseException) or self.mine.stopped:
                     self._room.release()
                     continue
                 await self._gate.acquire()
-                if self.mine["stopped"] is not None:
+                if self.mine.stopped is not None:
                     self._gate.release()
                     self._room.release()
                     continue
@@ -199,10 +174,10 @@ class PageStream:
                 await self.task.emit(self.client, self.sinks, records, page)
         except Exception as e:  # emit_batch meets it again: waits it out, or fails
             self._room.release()
-            if isinstance(e, ArtemisError) and not e.retryable and self.mine["error"] is None:
+            if isinstance(e, ArtemisError) and not e.retryable and self.mine.error is None:
                 # Refused for good: sent again it would be refused again (or, worse, taken
                 # although the error table says no retry). The run fails with it.
-                self.mine["error"] = {"code": e.code.value, "message": redact_text(e.message)}
+                self.mine.error = {"code": e.code.value, "message": redact_text(e.message)}
                 self.refused.set()
             self._stop(seq, e)
             return
@@ -213,19 +188,18 @@ class PageStream:
         m = self.mine
         counted: list[tuple[int, Outcome]] = []
         # (stopped: the page that failed is the gap; those above it go again, emit_batch)
-        while m["next_seq"] in self._above:
-            n_in, n_out, counts, outcome = self._above.pop(m["next_seq"])
-            counted.append((m["next_seq"], outcome))
-            n_bad, n_dropped = outcome.quarantined, outcome.dropped
-            m["records_quarantined"] = int(m.get("records_quarantined") or 0) + n_bad
-            m["fields_dropped"] = int(m.get("fields_dropped") or 0) + n_dropped
-            m["records_in"] += n_in
-            m["records_out"] += n_out
-            m["records"] += n_out
-            m["batches"] += 1 if n_out else 0
+        while m.next_seq in self._above:
+            n_in, n_out, counts, outcome = self._above.pop(m.next_seq)
+            counted.append((m.next_seq, outcome))
+            m.records_quarantined += outcome.quarantined
+            m.fields_dropped += outcome.dropped
+            m.records_in += n_in
+            m.records_out += n_out
+            m.records += n_out
+            m.batches += 1 if n_out else 0
             for name, taken in counts.items():
-                m["sinks"][name] = m["sinks"].get(name, 0) + taken
-            m["next_seq"] += 1
+                m.sinks[name] = m.sinks.get(name, 0) + taken
+            m.next_seq += 1
         self.beat(self.state)
         # A page's quarantine and drift are told where it is counted: a page above the
         # gap when the stream stops is judged and told again by process_batch, not twice.
