@@ -23,6 +23,7 @@ from activities.run_base import (
 )
 from artemis.calls import work
 from artemis.errors import ArtemisError
+from artemis.fetch_state import EmitState
 from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
 from artemis.quarantine import Outcome, PageJudge
@@ -75,14 +76,14 @@ class BatchActivities(RunActivityBase):
 
     @activity.defn(name="emit_batch")
     async def emit_batch(self, inp: BatchInput) -> EmitResult:
-        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s)  # from the start
+        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s, EmitState.to_json)
         trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
         sinks = await run_sinks(task, ctx)
         key = run_key(inp.run)
         state = _emit_state(inp)
-        pages = await self._pages_to_emit(inp, key, state["next_seq"])
+        pages = await self._pages_to_emit(inp, key, state.next_seq)
         skip = set(inp.skip_seqs)
         # Pages go out ``emit_concurrency`` at a time, each under its own key. One
         # delivered above a gap waits in ``delivered`` with its counts until the pages
@@ -112,13 +113,13 @@ class BatchActivities(RunActivityBase):
                         halted.append(outage)
                         return
             delivered[seq] = (0 if seq in skip else len(records), page.counts)
-            _count_delivered(state, delivered)
+            state.count(delivered)
             beat(state)
 
         try:
             await all_or_first_error(deliver(seq, records) for seq, records in pages)
         except asyncio.CancelledError:
-            log.info("emit_cancelled", next_seq=state["next_seq"])
+            log.info("emit_cancelled", next_seq=state.next_seq)
             raise
         if halted:
             return self._emit_halted(inp, state, delivered, halted[0], skip)
@@ -126,12 +127,10 @@ class BatchActivities(RunActivityBase):
             "emit_batch_done",
             first_seq=inp.first_seq,
             last_seq=inp.last_seq,
-            records=state["records"],
+            records=state.records,
         )
-        RECORDS_EMITTED.labels(inp.run.task_code).inc(state["records"])
-        return EmitResult(
-            records_emitted=state["records"], batches=state["batches"], sinks=state["sinks"]
-        )
+        RECORDS_EMITTED.labels(inp.run.task_code).inc(state.records)
+        return EmitResult(records_emitted=state.records, batches=state.batches, sinks=state.sinks)
 
     async def _pages_to_emit(
         self, inp: BatchInput, key: str, from_seq: int
@@ -169,20 +168,20 @@ class BatchActivities(RunActivityBase):
     def _emit_halted(
         self,
         inp: BatchInput,
-        state: dict[str, Any],
+        state: EmitState,
         above: dict[int, tuple[int, dict[str, int]]],
         outage: Outage,
         skip: set[int],
     ) -> EmitResult:
         """A sink is down: what this call delivered (every page of it, below the gap and
         above), for the workflow to count once and skip when it sends the rest."""
-        records, batches, sinks = state["records"], state["batches"], dict(state["sinks"])
+        records, batches, sinks = state.records, state.batches, dict(state.sinks)
         for n, counts in above.values():
             records += n
             batches += 1 if n else 0
             for name, taken in counts.items():
                 sinks[name] = sinks.get(name, 0) + taken
-        seqs = [s for s in range(inp.first_seq, state["next_seq"]) if s not in skip]
+        seqs = [s for s in range(inp.first_seq, state.next_seq) if s not in skip]
         seqs += [s for s in above if s not in skip]
         RECORDS_EMITTED.labels(inp.run.task_code).inc(records)
         return EmitResult(
@@ -208,28 +207,13 @@ def _processed(
     return out, outcomes
 
 
-def _emit_state(inp: BatchInput) -> dict[str, Any]:
+def _emit_state(inp: BatchInput) -> EmitState:
     """Where an emit attempt starts: the batch's first page, or a retried attempt's last
-    heartbeat."""
-    state: dict[str, Any] = {"next_seq": inp.first_seq, "records": 0, "batches": 0}
+    heartbeat (per sink, the records of the pages delivered without a gap: a page above
+    its next_seq may count again on a retry, as it may be sent again)."""
     details = activity.info().heartbeat_details
-    if details:
-        state.update(details[0])
-        log.info("emit_resumed", next_seq=state["next_seq"])
-    # Per sink, the records of the pages delivered without a gap (a page above the
-    # heartbeat's next_seq may count again on a retry, as it may be sent again).
-    state["sinks"] = dict(state.get("sinks") or {})
+    if not details:
+        return EmitState(inp.first_seq)
+    state = EmitState.from_json(details[0])
+    log.info("emit_resumed", next_seq=state.next_seq)
     return state
-
-
-def _count_delivered(
-    state: dict[str, Any], delivered: dict[int, tuple[int, dict[str, int]]]
-) -> None:
-    """Count into ``state`` the delivered pages that no longer leave a gap below them."""
-    while state["next_seq"] in delivered:
-        n, counts = delivered.pop(state["next_seq"])
-        state["records"] += n
-        state["batches"] += 1 if n else 0
-        for name, taken in counts.items():
-            state["sinks"][name] = state["sinks"].get(name, 0) + taken
-        state["next_seq"] += 1

@@ -1,7 +1,8 @@
 """Where a fetch attempt stands (``activities/fetch.py``): the source's checkpoint, the
 next sequence number and the counts so far, what the last page said of the source (done,
 its stated total, a unit ended short) and, for a fetch that streams its pages to the
-run's sinks, where that stream stands (the pages delivered without a gap, their counts).
+run's sinks, where that stream stands (the pages delivered without a gap, their counts);
+and where an emit attempt stands (``EmitState``).
 
 It is heartbeated after every page, so a retried attempt goes on from its predecessor's
 last page; a streaming fetch also stages it with each page (the cursor), so a page sent
@@ -150,3 +151,44 @@ class FetchState:
         if "stream" in data:
             stream = data["stream"]
             self.stream = None if stream is None else StreamState.from_json(stream)
+
+
+@dataclass
+class EmitState:
+    """Where an emit attempt (``activities/batches.py``) stands: every page below
+    ``next_seq`` delivered without a gap, and their counts (records, the pages that sent
+    any, per sink). Heartbeated as it moves, so a retried attempt sends only the pages
+    from there on; plain JSON only on that wire, in the shape a retry reads back."""
+
+    next_seq: int
+    records: int = 0
+    batches: int = 0
+    sinks: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "next_seq": self.next_seq,
+            "records": self.records,
+            "batches": self.batches,
+            "sinks": dict(self.sinks),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EmitState:
+        return cls(
+            next_seq=int(data["next_seq"]),
+            records=int(data.get("records") or 0),
+            batches=int(data.get("batches") or 0),
+            sinks={str(k): int(v) for k, v in (data.get("sinks") or {}).items()},
+        )
+
+    def count(self, delivered: dict[int, tuple[int, dict[str, int]]]) -> None:
+        """Count the delivered pages that no longer leave a gap below them (taken out of
+        ``delivered``; one above a gap waits there for the pages below it)."""
+        while self.next_seq in delivered:
+            n, counts = delivered.pop(self.next_seq)
+            self.records += n
+            self.batches += 1 if n else 0
+            for name, taken in counts.items():
+                self.sinks[name] = self.sinks.get(name, 0) + taken
+            self.next_seq += 1

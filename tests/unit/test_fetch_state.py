@@ -13,7 +13,7 @@ import time
 from temporalio.testing import ActivityEnvironment
 
 from activities.run_base import Heartbeat
-from artemis.fetch_state import FetchState, StreamState
+from artemis.fetch_state import EmitState, FetchState, StreamState
 from artemis.run_models import Streamed
 from artemis.sources import Page, PageInfo
 
@@ -161,3 +161,19 @@ def test_a_held_heartbeat_goes_as_the_state_stands_at_the_interval_s_end() -> No
     assert len(sent) == 2
     assert all(isinstance(d[0], dict) for d in sent)
     assert sent[0][0]["stream"]["stopped"] == "SINK_ERROR"
+
+
+def test_an_emit_counts_only_pages_delivered_without_a_gap_and_heartbeats_its_shape() -> None:
+    state = EmitState(4)
+    delivered = {5: (10, {"http": 10}), 6: (0, {})}
+    state.count(delivered)  # page 4 is not delivered yet: nothing counts
+    assert (state.next_seq, state.records, delivered.keys()) == (4, 0, {5, 6})
+    delivered[4] = (3, {"http": 3})
+    state.count(delivered)
+    assert (state.next_seq, state.records, state.batches, state.sinks) == (7, 13, 2, {"http": 13})
+    assert delivered == {}
+    wire = state.to_json()
+    assert list(wire) == ["next_seq", "records", "batches", "sinks"]
+    assert EmitState.from_json(wire) == state
+    # a heartbeat of an attempt that delivered nothing yet reads back too
+    assert EmitState.from_json({"next_seq": 2}) == EmitState(2)
