@@ -381,15 +381,13 @@ class PlanTracker:
         self.last_plan: tuple[str, ...] | None = None
         self.finished: str | None = None
         self.last_seq = 0
-        # The run's counters, kept by RunState's own methods (the workflow's) and shown
-        # through its view: the stream's progress has GET /tasks/{id}'s keys and rules.
+        # The run's state as the workflow keeps it — its counters changed by its own
+        # methods, where fetch, process and emit stand in its own fields (next_seq,
+        # processed_through, delivered_below, fetch_done) — and shown through its view:
+        # the stream's progress has GET /tasks/{id}'s keys and rules.
         self.state = RunState()
         # Pages and records of the fetch batch in flight, per run ("" = this run).
         self._batch: dict[str, tuple[int, int]] = {}
-        self._fetch_done = False
-        self._fetched_upto = -1
-        self._processed_upto = -1
-        self._emitted_upto = -1
 
     # -- public -----------------------------------------------------------------------
     def feed(self, raw: RawEvent) -> list[OutEvent]:
@@ -528,23 +526,25 @@ class PlanTracker:
             # A retried run processes its failed attempt's pages again: counted once, as
             # the workflow counts them (up to the pages processed before).
             last = int(res.get("last_seq", -1))
-            if raw.task_id is not None or last > self._processed_upto:
+            if raw.task_id is not None or last > self.state.processed_through:
                 self.state.processed(int(res.get("records_out", 0)))
                 counted = True
             if raw.task_id is None:
-                self._processed_upto = max(self._processed_upto, int(res.get("last_seq", -1)))
+                self.state.processed_through = max(self.state.processed_through, last)
         elif act == "emit_batch":
             self.state.emitted(int(res.get("records_emitted", 0)), res.get("sinks") or {})
             if raw.task_id is None:
-                self._emitted_upto = max(self._emitted_upto, int(res.get("last_seq", -1)))
+                below = int(res.get("last_seq", -1)) + 1
+                self.state.delivered_below = max(self.state.delivered_below, below)
             counted = True
         elif act == "finalize_run":
             step.completed = True
-        if self._fetch_done:
+        state = self.state
+        if state.fetch_done:
             proc, emit = self.steps["step_process"], self.steps["step_emit"]
-            if not proc.open and self._processed_upto >= self._fetched_upto:
+            if not proc.open and state.processed_through >= state.next_seq - 1:
                 proc.completed = True
-            if proc.completed and not emit.open and self._emitted_upto >= self._fetched_upto:
+            if proc.completed and not emit.open and state.delivered_below >= state.next_seq:
                 emit.completed = True
         return counted
 
@@ -564,9 +564,9 @@ class PlanTracker:
             int(expected) if expected is not None else None,
             False,
         )
-        self._fetched_upto = max(self._fetched_upto, int(res.get("next_seq", 0)) - 1)
+        self.state.next_seq = max(self.state.next_seq, int(res.get("next_seq", 0)))
         if res.get("done"):
-            self._fetch_done = True
+            self.state.fetch_done = True
             step.completed = True
 
     def _streamed(self, window: str | None, streamed: dict[str, Any] | None) -> None:
@@ -577,9 +577,9 @@ class PlanTracker:
         self.state.processed(int(streamed.get("records_out", 0)))
         self.state.emitted(int(streamed.get("records_emitted", 0)), streamed.get("sinks") or {})
         if window is None:
-            below = int(streamed.get("next_seq", 0)) - 1
-            self._processed_upto = max(self._processed_upto, below)
-            self._emitted_upto = max(self._emitted_upto, below)
+            below = int(streamed.get("next_seq", 0))
+            self.state.processed_through = max(self.state.processed_through, below - 1)
+            self.state.delivered_below = max(self.state.delivered_below, below)
             for name in ("step_process", "step_emit"):
                 self.steps[name].started = True
 
