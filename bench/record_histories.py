@@ -33,6 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_models import CancelRequest  # noqa: E402
 from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
 from artemis_samples.platform import note_ids  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
@@ -128,8 +129,14 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         await d.control("sink", status=400, times=1)
         await d.wait(await d.start("failed", "pull_stock_quotes", {**quotes, "symbols": ["X"]}))
         await d.control("latency", latency_ms=100)
-        # Cancelled by signal (the API), by Temporal, and timed out.
+        # Cancelled by the cancel signal, through the API (Temporal's cancellation with a
+        # reason), by Temporal alone, and timed out.
         t = await d.start("cancel-signal", "pull_stock_quotes", {**quotes, "symbols": ["Y"]})
+        await asyncio.sleep(1.0)
+        wid = next(w for w, s in d.scenarios.items() if s == "cancel-signal")
+        await client.get_workflow_handle(wid).signal("cancel", CancelRequest(reason="recorder"))
+        await d.wait(t)
+        t = await d.start("cancel-api", "pull_stock_quotes", {**quotes, "symbols": ["W"]})
         await asyncio.sleep(1.0)
         await http.post(f"{stack.api}/tasks/{t}/cancel", json={"reason": "recorder"})
         await d.wait(t)

@@ -78,6 +78,7 @@ def test_this_releases_set_covers_every_workflow_type_and_every_ending():
         ("completed", "CONTINUED_AS_NEW"),
         ("failed", "FAILED"),
         ("cancel-signal", "COMPLETED"),  # the workflow reports "cancelled" and completes
+        ("cancel-api", "CANCELED"),  # Temporal's cancellation, with the reason
         ("cancel-temporal", "CANCELED"),
         ("timeout", "COMPLETED"),  # the run's deadline: reported as "timeout"
         ("backfill", "COMPLETED"),
