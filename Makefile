@@ -56,7 +56,7 @@ docs: install-dev
 bench: install-dev
 	$(VENV)/bin/python bench/harvest.py --pages 200 --page-size 100 --latency-ms 10
 
-# Record this build's workflow histories into the replay corpus (tests/histories/LABEL).
+# Record the current code's workflow histories into the replay corpus (tests/histories/LABEL).
 histories: install-dev
 	$(VENV)/bin/python bench/record_histories.py --label $(LABEL)
 

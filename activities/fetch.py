@@ -217,7 +217,7 @@ class BatchFetch:
                 self.stream = await self.acts._stream(task, inp, self.key, trace, state, self.beat)
             except ArtemisError as e:
                 # The batch path takes the whole batch over (it waits a sink out, or fails
-                # as it always did); a page an earlier attempt sent goes under its key.
+                # the run); a page an earlier attempt sent goes under its key.
                 log.info("stream_unavailable", code=e.code.value, error=str(e)[:300])
         self.started = self.progress_at = time.monotonic()
         client = task.source_client(self.acts.client, self.ctx)

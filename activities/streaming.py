@@ -9,7 +9,7 @@ counted once it and every page before it are delivered — the counts live in th
 heartbeat, so a retried attempt (a worker SIGKILLed mid-batch) sends again only the
 pages above them, under the same keys. The first failure — a sink down, a record the
 task cannot process — stops the stream: the pages from the gap on go through
-process_batch and emit_batch, which wait out outages and fail as they always did; a
+process_batch and emit_batch, which wait out outages or fail the run; a
 sink's refusal for good (a non-retryable error) fails the run with it, never sent again.
 """
 

@@ -101,7 +101,7 @@ class FetchState:
     # A unit ended short of its stated total beyond the tolerance (its description).
     incomplete: dict[str, Any] | None = None
     # A page was taken (or the state read back had been): the fields a page sets go on
-    # the wire from then on, as they always did.
+    # the wire from then on (a heartbeat before the first page carries only the rest).
     page_taken: bool = False
 
     def after(self, page: Page) -> FetchState:

@@ -6,9 +6,9 @@ that either rejects is *bad*: with ``on_bad_record: quarantine`` (the default) i
 kept aside in ``quarantined_record`` with the reason (field path, error code, message),
 the rest of its page goes on to every sink, and ``max_bad_records`` (a count, or a
 percentage of the records fetched) bounds how many a run may set aside before it fails
-``BAD_RECORDS``; with ``fail`` the first bad record fails the run as a page that does not
-fit always did. A page on which *every* record breaks the same rule is not bad records
-but a source that changed under us: ``SOURCE_CONTRACT``, whatever the policy.
+``BAD_RECORDS``; with ``fail`` the first bad record fails the run. A page on which
+*every* record breaks the same rule is not bad records but a source that changed under
+us: ``SOURCE_CONTRACT``, whatever the policy.
 
 A field the model does not name is drift: recorded once per run and field in
 ``schema_drift`` (with an example value), and then, by ``schema_contract``: ``discard``

@@ -276,7 +276,7 @@ class TaskUnit:
 
     # False: records are not judged before the sinks (no quarantine, no drift): the
     # task's own rules hold (a crawl's candidates fail and retry on their own), and a
-    # sink's model check fails the run as it always did.
+    # sink's model check fails the run.
     judges_records: ClassVar[bool] = True
 
     # A task whose record model is data (a registry provenance's) may evolve it: a new

@@ -94,6 +94,30 @@ def test_the_patterns_catch_what_they_are_for() -> None:
     assert [n for n, _ in scan(text)] == [1, 2, 4, 5]
 
 
+# Files besides the code: configuration, build, manifests and docs.
+TEXTS = ("Makefile", "pyproject.toml", "mkdocs.yml", "README.md", "CHANGELOG.md")
+TEXT_GLOBS = (("infra", "*.yaml"), ("infra", "*.yml"), ("docs", "*.md"), (".ci", "*"))
+
+
+def texts() -> Iterator[Path]:
+    yield from (ROOT / name for name in TEXTS if (ROOT / name).exists())
+    for folder, pattern in TEXT_GLOBS:
+        yield from (p for p in sorted((ROOT / folder).rglob(pattern)) if p.is_file())
+
+
+def test_no_outside_documents_or_build_history_in_the_other_files() -> None:
+    """Configuration, build files, manifests and docs: no document outside the repo on
+    any line, and no release history in a ``#`` comment."""
+    found = []
+    for path in texts():
+        rel = path.relative_to(ROOT)
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            comment = line.partition("#")[2] if path.suffix != ".md" else ""
+            if OUTSIDE.search(line) or HISTORY.search(comment):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, "\n" + "\n".join(found)
+
+
 def test_no_outside_documents_issue_numbers_or_build_history_in_the_code() -> None:
     found = [hit for path in sources() for hit in hits(path)]
     assert not found, "\n" + "\n".join(found)
