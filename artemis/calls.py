@@ -25,8 +25,10 @@ query, a database write): a thread. ``prepare_params`` is the exception: a task 
 it for its own validation, usually pure, and says so itself (``prepare_blocks``).
 
 ``work(fn, *args)`` — batch-sized work (a batch's pages, a larger run's clean-up,
-housekeeping), a task's own blocking code, I/O outside Artemis' database: a thread, so
-that the loop keeps heartbeating and serving the other activities meanwhile.
+housekeeping), a task's own blocking code, I/O outside Artemis' database, a sink's write,
+the API's calls into its stores: a thread, so that the loop keeps heartbeating and serving
+the other activities (or requests) meanwhile; ``work_on(pool, …)`` on the caller's own
+pool.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import ParamSpec, Protocol, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar, TypeVarTuple
 
 from sqlalchemy.engine import Engine
 
 from artemis.db import LoopBusy, loop_statements
-from artemis.tasks.base import TaskUnit
+
+if TYPE_CHECKING:  # (the sinks and the rate gates, which tasks import, use this module)
+    from artemis.tasks.base import TaskUnit
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -85,15 +89,25 @@ async def statement(
 
 
 async def work(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn`` — batch-sized work, a task's blocking code, I/O outside Artemis' database —
-    in a worker thread: the event loop keeps heartbeating and serving the other
-    activities meanwhile."""
+    """``fn`` — batch-sized work, a task's blocking code, I/O outside Artemis' database, a
+    sink's or a rate gate's write, a call the API makes to a store — in a worker thread:
+    the event loop keeps heartbeating and serving the other activities (or requests)
+    meanwhile."""
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def work_on(pool: Executor, fn: Callable[[*Ts], T], *args: *Ts) -> T:
+    """``work`` on the caller's own pool: a writer whose calls go one at a time, or a pool
+    sized for what it serves (the event stream's polls), so they never queue behind the
+    other threaded calls."""
+    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
 
 async def hook(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """A task's hook (``task.finalize``, bound): on the event loop when the task leaves it
     to the base class, in a thread when the task has its own."""
+    from artemis.tasks.base import TaskUnit
+
     task = getattr(fn, "__self__", None)
     if not isinstance(task, TaskUnit):
         raise TypeError(f"{fn!r} is not a hook bound to a task")
@@ -116,6 +130,8 @@ async def hooks(
 def _blocks(task: TaskUnit, name: str) -> bool:
     """Whether the task's hook ``name`` may block: a flag the task sets for it, else
     whether the task overrides the base class's (pure) one."""
+    from artemis.tasks.base import TaskUnit
+
     flag = _DECLARED.get(name)
     if flag is not None:
         return bool(getattr(task, flag))

@@ -19,6 +19,7 @@ import time
 from sqlalchemy import Column, Float, String, text
 from sqlmodel import Field, SQLModel
 
+from artemis.calls import work
 from artemis.db import get_engine
 
 
@@ -66,7 +67,7 @@ class RateGate:
         return max(0.0, float(tat) - self.burst * t - float(now))
 
     async def acquire(self) -> None:
-        wait = await asyncio.to_thread(self._reserve_slot)
+        wait = await work(self._reserve_slot)
         if wait > 0:
             await asyncio.sleep(wait)
 

@@ -14,6 +14,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from artemis.calls import work
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
@@ -62,7 +63,7 @@ class RunReads:
         """The task-store record of a run, or None (absent, expired or store unreachable:
         then Temporal alone answers)."""
         try:
-            return await asyncio.to_thread(self.store.load, task_id)
+            return await work(self.store.load, task_id)
         except StorageUnavailable as e:
             log.warning("task_store_unavailable", task_id=task_id, error=str(e))
             return None

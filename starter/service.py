@@ -37,6 +37,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from artemis.callback import CallbackTarget, resolve_base_url
+from artemis.calls import work, work_on
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.event_kinds import Control
@@ -122,7 +123,7 @@ async def check_sql_output_async(output: dict[str, Any], record: Any) -> None:
     spec = resolved_spec(output) or {}
     names = spec.get("sinks") or []
     if "sql" in ([names] if isinstance(names, str) else names):
-        await asyncio.to_thread(check_sql_output, spec, record)
+        await work(check_sql_output, spec, record)
 
 
 class RunService(RunReads):
@@ -219,7 +220,7 @@ class RunService(RunReads):
         failed run (in a thread when the task reads the database for it: a registry
         task's contract)."""
         return (
-            await asyncio.to_thread(task.prepare_params, params, self.settings)
+            await work(task.prepare_params, params, self.settings)
             if task.prepare_blocks
             else task.prepare_params(params, self.settings)
         )
@@ -270,7 +271,7 @@ class RunService(RunReads):
                 register_sink_secret(name, value)
         secrets_key = f"{code}/{task_id}{START_SEP}{uuid.uuid4().hex[:16]}" if stored else None
         if secrets_key is not None:
-            await asyncio.to_thread(self.secrets.put_many, secrets_key, stored)
+            await work(self.secrets.put_many, secrets_key, stored)
         return output, secrets_key
 
     def _run_request(
@@ -359,7 +360,7 @@ class RunService(RunReads):
         if key is None:
             return
         try:
-            await asyncio.to_thread(self.secrets.drop_key, key)
+            await work(self.secrets.drop_key, key)
         except Exception as e:
             log.warning("run_secret_not_dropped", error=f"{type(e).__name__}: {e}")
 
@@ -489,14 +490,13 @@ class RunService(RunReads):
         """Write the queued `pending` records until none is left, each batch in one
         transaction. Best effort: a task-store outage is logged; each run records itself
         when it starts."""
-        loop = asyncio.get_running_loop()
         while self._pending:
             if time.monotonic() - self._last_write < PENDING_GATHER_S:
                 await asyncio.sleep(PENDING_GATHER_S)  # a burst: let it gather
             self._writing, self._pending = self._pending, {}
             batch = list(self._writing.values())
             try:
-                await loop.run_in_executor(self._writes, write_runs, self.store, batch, Write.NEW)
+                await work_on(self._writes, write_runs, self.store, batch, Write.NEW)
             except Exception as e:
                 log.warning(
                     "task_store_unavailable",
@@ -546,7 +546,7 @@ class RunService(RunReads):
         else:
             await handle.signal("set_rate_limit", RateLimitRequest(qps=float(value)))
             kind, data = Control.RATE_CHANGED, {"qps": float(value)}
-        await asyncio.to_thread(self.events.append, task_id, kind, data)
+        await work(self.events.append, task_id, kind, data)
         log.info("task_controlled", task_id=task_id, workflow_id=handle.id, action=kind, **data)
         return {"task_id": task_id, "workflow_id": handle.id, "action": kind, **data}
 
@@ -566,7 +566,7 @@ class RunService(RunReads):
         was cleaned up, or was kept by a build whose format this one does not read."""
         record = await self.record(task_id)
         retained = Retained(self.settings.database.url)
-        kept_key = await asyncio.to_thread(retained.key_of, task_id)
+        kept_key = await work(retained.key_of, task_id)
         workflow_id = record.workflow_id if record is not None else None
         handle = await self.find(task_id, workflow_id)
         if record is None and handle is None and kept_key is None:
@@ -580,7 +580,7 @@ class RunService(RunReads):
             # up to runs.retain_failed_s old.
             await self._check_saved_urls(req)
         except BaseException:
-            await asyncio.to_thread(retained.release, kept_key)
+            await work(retained.release, kept_key)
             raise
         new = await self._start_retry(req, carry, task_id, wf_id, kept, retained, kept_key)
         log.info(
@@ -626,7 +626,7 @@ class RunService(RunReads):
         """The failed run's kept state and its key, taken for this retry: 410 when it was
         cleaned up or kept in a format this code does not read, 409 when another retry
         took it first."""
-        kept = await asyncio.to_thread(retained.load, kept_key) if kept_key else None
+        kept = await work(retained.load, kept_key) if kept_key else None
         if kept is None:
             raise ArtemisError(
                 ErrorCode.GONE,
@@ -645,7 +645,7 @@ class RunService(RunReads):
                 f"(POST /tasks/{kept_key.split('/')[0]}/run)",
                 details={"kept_by_build": kept["state"].get("build"), "format": kept_format},
             )
-        if not await asyncio.to_thread(retained.take, kept_key):
+        if not await work(retained.take, kept_key):
             raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id}: a retry is already starting")
         return kept_key, kept
 
@@ -679,7 +679,7 @@ class RunService(RunReads):
     ) -> WorkflowHandle:
         """Start the retry's execution; when it does not start, the task-store record as
         it was and the kept state released (409 when a run of the id is open)."""
-        what = await asyncio.to_thread(_what, req.task_code, req.params, self.settings)
+        what = await work(_what, req.task_code, req.params, self.settings)
         # Open again before the run starts (it records `running` itself once it does).
         before = await self._reopen(task_id, req.task_code, wf_id, carry.stats)
         try:
@@ -694,13 +694,13 @@ class RunService(RunReads):
             )
         except WorkflowAlreadyStartedError:
             await self._restore(task_id, before)
-            await asyncio.to_thread(retained.release, kept_key)
+            await work(retained.release, kept_key)
             raise ArtemisError(
                 ErrorCode.CONFLICT, f"task {task_id} is running: nothing to retry"
             ) from None
         except Exception:
             await self._restore(task_id, before)
-            await asyncio.to_thread(retained.release, kept_key)
+            await work(retained.release, kept_key)
             raise
 
     async def _check_saved_urls(self, req: RunRequest) -> None:
@@ -710,7 +710,7 @@ class RunService(RunReads):
         endpoint = req.output.get("http_endpoint")
         if endpoint == SECRET_REF:
             key = req.secrets_key or f"{req.task_code}/{req.task_id}"
-            endpoint = await asyncio.to_thread(self.secrets.get, key, "output.http_endpoint")
+            endpoint = await work(self.secrets.get, key, "output.http_endpoint")
         await check_request_urls(
             self.settings,
             req.task_code,
@@ -725,7 +725,7 @@ class RunService(RunReads):
         Returns the record as it was (None: none, or the store is unreachable)."""
         opened = RunSnapshot(task_id, code, workflow_id, RunStatus.PENDING.value, stats=stats)
         try:
-            (before,) = await asyncio.to_thread(write_runs, self.store, [opened], Write.EXACT)
+            (before,) = await work(write_runs, self.store, [opened], Write.EXACT)
             return before
         except Exception as e:  # the run records itself when it starts
             log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
@@ -736,7 +736,7 @@ class RunService(RunReads):
         if before is None:
             return
         try:
-            await asyncio.to_thread(write_runs, self.store, [RunSnapshot.of(before)], Write.EXACT)
+            await work(write_runs, self.store, [RunSnapshot.of(before)], Write.EXACT)
         except Exception as e:
             log.warning("task_store_unavailable", task_id=task_id, error=f"{type(e).__name__}: {e}")
 

@@ -20,6 +20,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.crawl import CrawlActivities
 from activities.housekeeping import HousekeepingActivities
 from activities.task_run import TaskRunActivities
+from artemis.calls import work
 from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.heap import settle_after_startup
@@ -86,7 +87,7 @@ class ProvenanceWorkers:
                 return provenance_rates(conn)
 
         try:
-            rates = await asyncio.to_thread(read)
+            rates = await work(read)
             self._refreshed = time.monotonic()
         except Exception as e:  # no registry tables yet, a DB hiccup: try again later
             log.warning("provenance_queues_unavailable", error=f"{type(e).__name__}: {e}")
@@ -343,7 +344,7 @@ async def running_worker(
     there is none yet, or, with ``promote``, in any case (the dev stack's own worker)."""
     client = client or await connect(settings)
     if settings.worker.sandboxed_workflows:
-        await asyncio.to_thread(cache_workflow_bytecode)
+        await work(cache_workflow_bytecode)
     queue = task_queue or settings.temporal.task_queue
     build = build or settings_build(settings, queue)
     activities = TaskRunActivities(settings)

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from artemis.bounds import OutageTolerance
+from artemis.calls import work
 from artemis.completeness import check_loop, page_digest
 from artemis.config import Settings
 from artemis.crawler.alerts import record_outcome
@@ -110,7 +111,7 @@ class CookieSession:
         self.last_cookie: str | None = None  # the name of the last cookie used (not secret)
 
     async def _db(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        return await asyncio.to_thread(fn, *args, **kw)
+        return await work(fn, *args, **kw)
 
     async def _wait(self, seconds: float) -> None:
         """Sleep without letting the activity's heartbeat lapse."""
@@ -387,7 +388,7 @@ class CrawlNotes(TaskUnit):
     ) -> None:
         store, rest = sinks[0], sinks[1:]
         assert isinstance(store, NoteStore)
-        deliver = await asyncio.to_thread(store.write, records, ctx.seq)
+        deliver = await work(store.write, records, ctx.seq)
         ctx.delivered(store.name, len(deliver))
         if deliver:
             for sink in rest:
@@ -419,7 +420,7 @@ class NoteStore(Sink):
     async def emit(
         self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
-        await asyncio.to_thread(self.write, records, ctx.seq)
+        await work(self.write, records, ctx.seq)
 
     def write(self, records: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
         """Store the page's notes; the ones the other sinks should get (without the

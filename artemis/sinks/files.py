@@ -15,7 +15,6 @@ the run's ``_manifest.json`` lists its files and record counts.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import uuid
@@ -28,6 +27,7 @@ from sqlalchemy import bindparam, delete, func, select
 from sqlalchemy.engine import Connection
 
 from artemis import jsonio
+from artemis.calls import work
 from artemis.db import SinkFile, get_engine, transaction, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
@@ -127,7 +127,7 @@ class FileSink(Sink):
     async def emit(
         self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
-        await asyncio.to_thread(self.write, records, ctx)
+        await work(self.write, records, ctx)
 
     def encode(self, records: list[dict[str, Any]], where: str) -> bytes:
         if self.format == "jsonl":
@@ -204,7 +204,7 @@ class FileSink(Sink):
 
     # -- finalize ------------------------------------------------------------------------------
     async def finish(self, end: RunEnd) -> dict[str, Any]:
-        return await asyncio.to_thread(self.write_manifest, end)
+        return await work(self.write_manifest, end)
 
     def write_manifest(self, end: RunEnd) -> dict[str, Any]:
         """``_manifest.json`` beside the run's files: each file, its page and records."""

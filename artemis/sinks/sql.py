@@ -12,7 +12,6 @@ place by its key, so the table holds each key once.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import threading
 from typing import Any
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from artemis import jsonio
+from artemis.calls import work
 from artemis.db import get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
@@ -166,7 +166,7 @@ class SqlSink(Sink):
     async def emit(
         self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
     ) -> None:
-        await asyncio.to_thread(self.write, records, ctx)
+        await work(self.write, records, ctx)
 
     def write(self, records: list[dict[str, Any]], ctx: EmitContext) -> bool:
         """Write one page; False when its ledger row says this page was written before."""

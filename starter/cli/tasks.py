@@ -340,12 +340,17 @@ def tasks_rate(
 
 
 @tasks_app.command("watch")
-def tasks_watch(task_id: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
+def tasks_watch(
+    task_id: str,
+    output: RunOutput = typer.Option(RunOutput.json, "-o", "--output", help="the result's form"),
+    api: str | None = None,
+    config: Path | None = ConfigOpt,
+) -> None:
     """Follow a run live (its steps, counters and latest activity) until it ends; exits 1
     when it ended other than completed (failed, cancelled, timed out), as `artemis run`."""
     settings = _settings(config)
     base = _api_url(settings, api)
     final = watch_task(base, _resolve_id(base, settings, task_id), settings)
-    console.print_json(data=final)
+    print_run(final, output)
     if final.get("status") != RunStatus.COMPLETED:
         raise typer.Exit(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import re
 import sqlite3
 import textwrap
 import threading
@@ -342,3 +343,20 @@ async def test_after_giving_way_the_loop_sends_calls_to_threads_for_a_while(tmp_
     assert all(staging.get_pages(f"k/{n}", "raw", 0, 0) for n in range(30))
     on_the_loop = seen.count(threading.get_ident())
     assert LOOP_BACKOFF_S >= 0.1 and 1 <= on_the_loop <= 5, on_the_loop
+
+
+def test_only_the_policy_module_picks_a_thread() -> None:
+    """Call sites say what a call is (``artemis/calls.py``); none sends one to a thread
+    or an executor itself."""
+    root = Path(__file__).resolve().parents[2]
+    picks = re.compile(r"asyncio\.to_thread\(|\.run_in_executor\(")
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for package in ("artemis", "workflows", "activities", "starter", "workers")
+        for path in sorted((root / package).rglob("*.py"))
+        if path.relative_to(root).as_posix() != "artemis/calls.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if picks.search(line)
+    ]
+    assert not found, found
+    assert picks.search((root / "artemis" / "calls.py").read_text())

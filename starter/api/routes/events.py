@@ -26,6 +26,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
+from artemis.calls import work_on
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, OutEvent, PlanTracker, cursor_of, now_ms
 from artemis.logsetup import get_logger
@@ -54,7 +55,7 @@ async def _read(fn: Callable[..., R], *args: Any) -> R:
     global _poll_pool
     if _poll_pool is None:
         _poll_pool = ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="sse-poll")
-    return await asyncio.get_running_loop().run_in_executor(_poll_pool, fn, *args)
+    return await work_on(_poll_pool, fn, *args)
 
 
 class StreamSlots:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
+from artemis.calls import work
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
@@ -86,7 +87,7 @@ async def _probe(request: Request) -> dict[str, str]:
             with get_engine(request.app.state.settings.database.url).connect() as conn:
                 conn.execute(text("SELECT 1"))
 
-        await asyncio.wait_for(asyncio.to_thread(_db), 5)
+        await asyncio.wait_for(work(_db), 5)
         checks["database"] = "ok"
     except Exception as e:
         checks["database"] = _down("database", e)

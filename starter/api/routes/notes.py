@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from artemis.calls import work
 from artemis.config import Settings
 from artemis.crawler.platform import platform_for
 from artemis.errors import ArtemisError, ErrorCode
@@ -114,8 +115,8 @@ async def _staged_notes(settings: Settings, batch_key: str, count: int) -> dict[
     """The batch's fetched notes by their place in the request, read from staging and
     dropped from it."""
     staging = Staging(settings.database.url)
-    staged = await asyncio.to_thread(staging.get_pages, batch_key, "note", 0, count - 1)
-    await asyncio.to_thread(staging.drop_run, batch_key)
+    staged = await work(staging.get_pages, batch_key, "note", 0, count - 1)
+    await work(staging.drop_run, batch_key)
     return {seq: records[0] for seq, records in staged if records}
 
 

@@ -4,7 +4,6 @@ its owner's: another owner's are not found, as its runs are not."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -15,6 +14,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from artemis import quarantine
+from artemis.calls import work
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.owners import owner_of, task_id_for
@@ -110,7 +110,7 @@ async def list_quarantine(
 ) -> JSONResponse:
     full = _task_id(request, task_id)
     db = settings.database.url
-    rows = await asyncio.to_thread(
+    rows = await work(
         quarantine.list_rows,
         db,
         task_id=full,
@@ -118,7 +118,7 @@ async def list_quarantine(
         after_id=after,
         limit=limit,
     )
-    counts = await asyncio.to_thread(quarantine.counts, db, full)
+    counts = await work(quarantine.counts, db, full)
     body = QuarantineList(
         task_id=full,
         counts=counts,
@@ -140,7 +140,7 @@ async def get_quarantined(
     row_id: int = Path(ge=1, le=2**62),
     settings: Settings = Depends(get_settings),
 ) -> JSONResponse:
-    row = await asyncio.to_thread(quarantine.get_row, settings.database.url, row_id)
+    row = await work(quarantine.get_row, settings.database.url, row_id)
     who = principal(request)
     if row is None or (owner_of(row["task_id"]) != who.name and not who.sees_all):
         raise ArtemisError(ErrorCode.NOT_FOUND, f"no quarantined record {row_id}")
@@ -171,7 +171,7 @@ async def replay_quarantine(
     so a replay retried or run again lands it once) and marked `replayed`; one that
     still does not fit stays quarantined with the new reason."""
     full = _task_id(request, body.task_id)
-    counts = await asyncio.to_thread(quarantine.counts, settings.database.url, full)
+    counts = await work(quarantine.counts, settings.database.url, full)
     waiting = counts.get(quarantine.QuarantineStatus.QUARANTINED.value, 0)
     if not counts:
         raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"run {body.task_id!r} quarantined nothing")
@@ -216,5 +216,5 @@ async def discard_quarantine(
     request: Request, body: ReplayBody, settings: Settings = Depends(get_settings)
 ) -> JSONResponse:
     full = _task_id(request, body.task_id)
-    n = await asyncio.to_thread(quarantine.discard, settings.database.url, full, body.ids)
+    n = await work(quarantine.discard, settings.database.url, full, body.ids)
     return envelope(request, DiscardAnswer(task_id=full, discarded=n).model_dump())

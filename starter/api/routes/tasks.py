@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any, Literal
@@ -13,6 +12,7 @@ from fastapi.types import DecoratedCallable
 from pydantic import BaseModel
 
 from artemis.callback import CallbackTarget
+from artemis.calls import work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import RUN_REQUESTS
 from artemis.owners import owner_of
@@ -349,7 +349,7 @@ async def list_tasks(
     if not who.sees_all:
         owner = who.name
     try:
-        items, nxt = await asyncio.to_thread(
+        items, nxt = await work(
             _store(request).list,
             status=status,
             code=code,
@@ -383,9 +383,7 @@ async def task_feedback(
     request: Request, body: FeedbackBody, task_id: str = Depends(caller_task_id)
 ) -> JSONResponse:
     try:
-        data = await asyncio.to_thread(
-            _store(request).record_feedback, task_id, body.status, body.comment
-        )
+        data = await work(_store(request).record_feedback, task_id, body.status, body.comment)
     except TaskNotFound:
         raise ArtemisError(
             ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r} in task storage"
