@@ -18,6 +18,7 @@ from artemis.calls import work
 from artemis.config import Settings
 from artemis.errors import ErrorCode
 from artemis.events import EventLog
+from artemis.registry.frozen import forget_old_contracts
 from artemis.run_models import SA_TASK_ID, CleanupInput, CleanupResult, workflow_id_for
 from artemis.run_record import RunSnapshot, Write, write_runs
 from artemis.run_state import OPEN, RunStatus, end_error
@@ -72,8 +73,14 @@ class HousekeepingActivities:
             self.settings.database.url,
             self.settings.quarantine.retain_days,
         )
+        contracts = await work(
+            forget_old_contracts,
+            self.settings.database.url,
+            self.settings.runs.frozen_contract_days,
+        )
         log.info(
             "cleanup_done",
+            frozen_contracts_removed=contracts,
             hours=inp.hours,
             runs_reconciled=reconciled,
             tasks_removed=tasks,

@@ -11,6 +11,7 @@ from temporalio import activity
 from activities.run_base import RunActivityBase, log
 from artemis.calls import hook, hooks, work
 from artemis.run_models import (
+    ChildSliceInput,
     CircuitBreaker,
     FetchRetry,
     PrepareInput,
@@ -53,6 +54,15 @@ class PrepareActivities(RunActivityBase):
         )
         return SplitResult(children=children, parallelism=parallelism)
 
+    @activity.defn(name="plan_child_slice")
+    async def plan_child_slice(self, inp: ChildSliceInput) -> SplitResult:
+        """The params of a fan-out's child runs ``offset`` .. ``offset + limit - 1``."""
+        trace = current_trace()
+        task = get_task(inp.run.task_code)
+        ctx = await self._context(task, inp.run, inp.params, trace)
+        children = await work(task.child_slice, ctx, inp.offset, inp.limit)
+        return SplitResult(children=children)
+
 
 # The hooks ``_prepared`` calls (``build_sources``, in the default ``total_hint``, does
 # no I/O by its contract; tests/unit/test_store_calls.py checks the list).
@@ -73,13 +83,12 @@ def _prepared(task: TaskUnit, ctx: TaskContext, params: dict[str, Any]) -> Prepa
     plan = task.plan_children(ctx)
     search = {k: str(v) for k, v in task.search_attributes(ctx).items() if v}
     if plan is not None:
-        children, parallelism = plan
-        log.info("params_prepared", children=len(children), parallelism=parallelism)
+        log.info("params_prepared", children=plan.count, parallelism=plan.parallelism)
         return PrepareResult(
             params=params,
-            total=len(children),
-            children=children,
-            parallelism=parallelism,
+            total=plan.count,
+            fan_out=plan.count,
+            parallelism=plan.parallelism,
             search=search,
             tolerance_pct=task.completeness_tolerance(ctx),
         )

@@ -342,6 +342,8 @@ class RunActivityBase:
                 "type": d.type_name,
                 "evolved": d.field in outcome.evolved,
             }
+            if d.field in outcome.skipped:  # not added to the model, and why
+                drift["skipped"] = outcome.skipped[d.field]
             log.warning("schema_drift", **drift)
             SCHEMA_DRIFT.labels(run.task_code, d.kind).inc()
             await self.record(run, "schema_drift", drift, "step_process", soon=True)
@@ -376,6 +378,7 @@ class RunActivityBase:
             trace=trace,
             request_id=run.request_id,
             output=output or {},
+            role=run.role,
         )
 
     async def _callback(

@@ -2,7 +2,7 @@
 the workflow to name (``TaskRunActivities.fetch_pages``, ...); each step's activities
 live in their own module:
 
-- ``prepare``: prepare_params, split_run
+- ``prepare``: prepare_params, split_run, plan_child_slice
 - ``fetch``: fetch_pages
 - ``batches``: process_batch, emit_batch
 - ``ending``: finalize_run, retain_run, cleanup_run, note_outage, mirror_state
@@ -37,6 +37,7 @@ class TaskRunActivities(
             self.retain_run,
             self.prepare_params,
             self.split_run,
+            self.plan_child_slice,
             self.mirror_state,
             self.fetch_pages,
             self.process_batch,

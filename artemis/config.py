@@ -7,6 +7,7 @@ import contextvars
 import dataclasses
 import ipaddress
 import os
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -231,6 +232,19 @@ class QuarantineSettings(_Section):
     retain_days: float = Field(30.0, gt=0)
     # A record larger than this (as JSON) is kept with its reason but not its body.
     max_record_bytes: int = Field(1_048_576, ge=1024)
+    # The most a request's (or task_defaults') ``max_bad_records`` may allow: a count up
+    # to ``max_bad_records_cap_count``, a percentage up to ``max_bad_records_cap_pct``
+    # (a request past either is a 422 naming it; the registry's own value is not capped).
+    max_bad_records_cap_count: int = Field(100_000, ge=0)
+    max_bad_records_cap_pct: float = Field(10.0, ge=0, le=100, allow_inf_nan=False)
+
+
+class SchemaSettings(_Section):
+    """Record models that grow (``schema_contract: evolve``, artemis/registry/evolve.py)."""
+
+    # The most new fields one run adds to a provenance's record model; the rest are
+    # skipped and reported in the run's schema_drift events.
+    max_new_fields: int = Field(50, ge=0, le=1000)
 
 
 class MetricsSettings(_Section):
@@ -327,6 +341,12 @@ class RunsSettings(RunTuning):
     rate_limit_headroom: Annotated[float, Field(gt=0.5, le=1.0)] = 0.95
     # How often a worker looks for new or re-rated provenances to poll (their own queues).
     provenance_refresh_s: Annotated[float, Field(gt=0)] = 30.0
+    # The most windows one backfill may cut its range into (a start past it is refused,
+    # naming the bound and the count): each window is a child run.
+    max_windows: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    # A frozen contract no run asked for in this many days is removed by the cleanup
+    # (artemis/registry/frozen.py).
+    frozen_contract_days: Annotated[float, Field(gt=0)] = 30.0
 
     def run_tuning(self) -> RunTuning:
         """The run's part, for its history: a plain ``RunTuning`` (never this section,
@@ -414,6 +434,13 @@ class SecuritySettings(_Section):
         return v
 
 
+# The ``schema`` section's field shadows pydantic's deprecated ``BaseModel.schema()``
+# (nothing calls it on settings): the section keeps the name the docs give it.
+warnings.filterwarnings(
+    "ignore", message='Field name "schema" in "Settings" shadows', category=UserWarning
+)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ARTEMIS__",
@@ -440,6 +467,7 @@ class Settings(BaseSettings):
     runs: RunsSettings = Field(default_factory=RunsSettings)
     events: EventSettings = Field(default_factory=EventSettings)
     quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings)
+    schema: SchemaSettings = Field(default_factory=SchemaSettings)  # type: ignore[assignment]
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     vault: VaultSettings = Field(default_factory=VaultSettings)
     crawler: CrawlerSettings = Field(default_factory=CrawlerSettings)

@@ -11,6 +11,15 @@ from artemis.errors import ArtemisError, ErrorCode
 # The owner of runs started by a bare-string token or on an API without tokens.
 DEFAULT_OWNER = "default"
 SEP = "~"
+# The roles whose runs may change what every owner's runs share: a provenance's record
+# model (``schema_contract: evolve``) and its pointers (an ``update``'s watermark).
+SHARED_STATE_ROLES = ("operator", "admin")
+
+
+def writes_shared(role: str) -> bool:
+    """A run started by ``role`` may change a provenance's shared state (docs/security.md,
+    "Shared state is the operator's")."""
+    return role in SHARED_STATE_ROLES
 
 
 def owned_task_id(owner: str, task_id: str) -> str:

@@ -82,6 +82,10 @@ class RunTuning:
     # A run that failed with a retryable code keeps its checkpoint, staged pages and
     # delivery ledger this long, for POST /tasks/{id}/retry.
     retain_failed_s: Annotated[float, Field(ge=0)] = 72 * 3600.0
+    # A run that fans out (a backfill's windows) starts at most this many child runs per
+    # generation, then waits for them and continues as new: its history stays far below
+    # Temporal's event limit however many windows it has (docs/performance.md).
+    children_per_run: Annotated[int, Field(ge=1, le=5000)] = 500
 
 
 @dataclass
@@ -98,6 +102,8 @@ class RunRef:
     root_task_id: str | None = None
     # Where the run's secrets are kept (``RunRequest.secrets_key``).
     secrets_key: str | None = None
+    # The role of the token that started it (``RunRequest.role``).
+    role: str = "client"
 
 
 @dataclass
@@ -133,6 +139,10 @@ class RunRequest:
     # own, so a start that is refused or attaches to a running run drops what it wrote
     # and never hands it to another run. None: the secrets are under `{code}/{task id}`.
     secrets_key: str | None = None
+    # The role of the API token that started the run (artemis/owners.py): only an
+    # operator's or admin's run changes a provenance's shared state (its record model, its
+    # pointers). A run's children and its retries keep it.
+    role: str = "client"
 
 
 @dataclass
@@ -150,8 +160,9 @@ class PrepareResult:
     # Rate-limited sources: fetch on the provenance's own queue, this many pages a time.
     rate_key: str | None = None
     pages_per_fetch: int | None = None
-    # When set, the run fans out: one child run per params dict, `parallelism` at a time.
-    children: list[dict[str, Any]] | None = None
+    # When set, the run fans out into this many child runs, `parallelism` at a time; their
+    # params are asked a slice at a time (ChildSliceInput), never listed here.
+    fan_out: int | None = None
     parallelism: int = 1
     # Keyword search attributes for the UI (ArtemisProvenance, ArtemisTaskType).
     search: dict[str, str] = field(default_factory=dict)
@@ -322,6 +333,17 @@ class SplitInput:
 class SplitResult:
     children: list[dict[str, Any]] | None
     parallelism: int = 1
+
+
+@dataclass
+class ChildSliceInput:
+    """The params of a fan-out's child runs ``offset`` .. ``offset + limit - 1``: a parent
+    asks them a slice at a time, so no payload lists them all."""
+
+    run: RunRef
+    params: dict[str, Any]
+    offset: int
+    limit: int
 
 
 @dataclass

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 class RunStatus(StrEnum):
     """A run's status. ``pausing``/``paused`` are shown (GET, progress), never stored: a
-    paused run is ``running`` in task storage."""
+    paused run is ``running`` in task storage. So is ``stuck``: an open run whose workflow
+    task keeps failing (``artemis.temporal.runs.stuck_of``)."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -45,6 +46,7 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     TIMEOUT = "timeout"
+    STUCK = "stuck"
 
 
 class StoredStatus(StrEnum):
@@ -339,6 +341,12 @@ class RunState:
     processed_through: int = -1
     # The fetch side had reached the source's end (only emitting was left).
     fetch_done: bool = False
+    # A run that fans out (a backfill's windows): how many child runs it has, and the
+    # index of the next one to start (every one before it has ended: a generation waits
+    # for its children before it continues as new).
+    fan_out: int | None = None
+    children_next: int = 0
+    parallelism: int = 1
     # A run started again by POST /tasks/{id}/retry (how many times, from 1); set on the
     # first generation of that start only.
     retry_attempt: int = 0
@@ -368,6 +376,8 @@ class RunState:
         self.pages_per_fetch = result.pages_per_fetch
         self.tolerance_pct = result.tolerance_pct
         self.outage_tolerance_s = result.outage_tolerance_s
+        self.fan_out = result.fan_out
+        self.parallelism = result.parallelism
 
     def next_generation(self, **more: Any) -> RunState:
         """The state its next generation (continue-as-new) or a retry starts from: where

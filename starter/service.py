@@ -43,7 +43,13 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.event_kinds import Control
 from artemis.events import EventLog
 from artemis.logsetup import get_logger
-from artemis.owners import DEFAULT_OWNER, owned_lock, owned_task_id, owner_of
+from artemis.owners import (
+    DEFAULT_OWNER,
+    owned_lock,
+    owned_task_id,
+    owner_of,
+    writes_shared,
+)
 from artemis.redact import MIN_REQUEST_SECRET, scoped
 from artemis.retained import KEPT_FORMAT, Retained
 from artemis.run_models import (
@@ -107,6 +113,9 @@ class StartRequest:
     # to send it, kept as a run secret.
     callback: CallbackTarget | None = None
     callback_token: str | None = None
+    # The caller's role (artemis/config.py Role): an operator's or admin's run may change
+    # a provenance's shared state; a client's may not.
+    role: str = "client"
 
 
 @dataclass
@@ -124,6 +133,20 @@ async def check_sql_output_async(output: dict[str, Any], record: Any) -> None:
     names = spec.get("sinks") or []
     if "sql" in ([names] if isinstance(names, str) else names):
         await work(check_sql_output, spec, record)
+
+
+def check_shared_writes(params: dict[str, Any] | None, role: str, owner: str) -> None:
+    """A request that asks to change what every owner's runs share needs an operator or
+    admin token (403 FORBIDDEN naming the role): ``schema_contract: evolve`` rewrites the
+    provenance's record model. (A client's ``update`` runs, and never moves the shared
+    pointer: the task reads the run's role, artemis/tasks/source_harvest.py.)"""
+    if (params or {}).get("schema_contract") == "evolve" and not writes_shared(role):
+        raise ArtemisError(
+            ErrorCode.FORBIDDEN,
+            "params.schema_contract: 'evolve' changes the provenance's record model for "
+            f"every owner's runs: it needs an operator or admin token (token {owner!r} is "
+            f"a {role})",
+        )
 
 
 class RunService(RunReads):
@@ -161,13 +184,12 @@ class RunService(RunReads):
         trace: TraceContext,
         request_id: str | None,
         owner: str = DEFAULT_OWNER,
-        sees_all: bool = False,
     ) -> Started:
         """Start ``owner``'s run of task ``code`` (its task id and its execution lock are
-        ``owner``'s own: ``artemis.owners``). ``sees_all``: the caller may see other
-        owners' runs (an operator, an admin)."""
+        ``owner``'s own: ``artemis.owners``), with the caller's role (``ask.role``)."""
         task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = ask.params
+        check_shared_writes(params, ask.role, owner)
         prepared = await self._prepared_params(task, params)
         lock = task.lock_name(prepared)
         lock_id = owned_lock(owner, lock) if lock else None
@@ -204,7 +226,7 @@ class RunService(RunReads):
         except WorkflowAlreadyStartedError:
             await self._drop_secrets(secrets_key)
             return await self._already_started(
-                task_id, workflow_id, lock, callback_mode, owner, sees_all
+                task_id, workflow_id, lock, callback_mode, owner, writes_shared(ask.role)
             )
         except BaseException as e:
             await self._start_failed(e, secrets_key, code, task_id, workflow_id)
@@ -300,6 +322,7 @@ class RunService(RunReads):
             timeout_s=ask.timeout_s or self.settings.server.run_timeout_s,
             tuning=tuning,
             secrets_key=secrets_key,
+            role=ask.role,
         )
 
     async def _start_failed(
@@ -313,8 +336,9 @@ class RunService(RunReads):
         """After a start that raised ``e`` (not an already-started id): only a start
         Temporal refused is known not to have made the run; after any other failure (the
         answer lost on its way back) the run may exist and read these secrets: the
-        clean-up drops them once Temporal says it is not open."""
-        if not_created(e):
+        clean-up drops them once Temporal says it is not open. A start refused for the
+        namespace's search attributes (CONFIG_ERROR) made no run either."""
+        if not_created(e) or (isinstance(e, ArtemisError) and e.code is ErrorCode.CONFIG_ERROR):
             await self._drop_secrets(secrets_key)
         else:
             log.warning(
@@ -376,27 +400,36 @@ class RunService(RunReads):
     ) -> WorkflowHandle:
         """Start the run's workflow. ``exclusive`` (a lock, a retry): a new execution once
         the last one closed, never two at once; otherwise a repeat of the id attaches to
-        the open run. ``summary``: the UI's one line, of the parts that are not empty."""
-        return await self.client.start_workflow(
-            WORKFLOW_NAME,
-            req,
-            id=workflow_id,
-            task_queue=self.settings.temporal.task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
-            if exclusive
-            else WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL
-            if exclusive
-            else WorkflowIDConflictPolicy.USE_EXISTING,
-            # Set at start, so that a competing start can tell who holds a lock.
-            search_attributes=_run_attributes(
-                req.task_code, req.task_id, owner, str((req.callback or {}).get("run_id") or "")
-            ),
-            static_summary=" · ".join(x for x in summary if x),
-            static_details=details,
-            # Runs end by themselves at their deadline; this is only a backstop.
-            execution_timeout=timedelta(seconds=req.timeout_s + 3600),
-        )
+        the open run. ``summary``: the UI's one line, of the parts that are not empty.
+        A namespace without Artemis' search attributes: CONFIG_ERROR naming each and its
+        command, before Temporal is asked (or when Temporal refuses the start for one)."""
+        await self.search_attributes.require()
+        try:
+            return await self.client.start_workflow(
+                WORKFLOW_NAME,
+                req,
+                id=workflow_id,
+                task_queue=self.settings.temporal.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                if exclusive
+                else WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL
+                if exclusive
+                else WorkflowIDConflictPolicy.USE_EXISTING,
+                # Set at start, so that a competing start can tell who holds a lock.
+                search_attributes=_run_attributes(
+                    req.task_code, req.task_id, owner, str((req.callback or {}).get("run_id") or "")
+                ),
+                static_summary=" · ".join(x for x in summary if x),
+                static_details=details,
+                # Runs end by themselves at their deadline; this is only a backstop.
+                execution_timeout=timedelta(seconds=req.timeout_s + 3600),
+            )
+        except RPCError as e:
+            refusal = await self.search_attributes.after_refusal(e)
+            if refusal is not None:
+                raise refusal from e
+            raise
 
     def _callback_target(self, ask: StartRequest) -> dict[str, Any] | None:
         """The CronJob callback (docs/api.md), checked up front (host allowed, header

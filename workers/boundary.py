@@ -256,7 +256,7 @@ def _summary(name: str, inp: Any) -> str:
 def _result_data(inp: Any, result: Any) -> dict[str, Any]:
     """Counts only (never records or secrets) for the event stream."""
     if isinstance(result, PrepareResult):
-        return {"total": result.total, "children": len(result.children or [])}
+        return {"total": result.total, "children": result.fan_out or 0}
     if isinstance(result, FetchResult):
         return {
             "pages": result.pages,

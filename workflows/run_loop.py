@@ -53,9 +53,9 @@ class BatchLoop:
         self.outages = outages
         self.fanout = fanout
 
-    async def _prepare(self) -> tuple[list[dict[str, Any]], int] | None:
-        """Step 1: validated params, the run's size and its source's settings; the child
-        runs (and how many at a time) when the run fans out."""
+    async def _prepare(self) -> None:
+        """Step 1: validated params, the run's size and its source's settings; how many
+        child runs (and how many at a time) when the run fans out."""
         req = self.run.req
         self.run.enter("step_prepare")
         options: dict[str, Any] = {
@@ -75,17 +75,16 @@ class BatchLoop:
         if updates:
             workflow.upsert_search_attributes(updates)
         self.run.state.complete("step_prepare")
-        if prepared.children is None:
-            return None
-        return prepared.children, prepared.parallelism
 
     async def main(self) -> None:
         if self.run.params is None:
-            children = await self._prepare()
-            if children is not None:
-                self.run.state.parent = True
-                await self.fanout.run_children(*children)
-                return
+            await self._prepare()
+        if self.run.state.fan_out is not None:
+            # Its child runs fetch, emit and finish their own sinks.
+            self.run.state.parent = True
+            if not await self.fanout.run_planned():
+                self._continue_as_new()
+            return
         line = EmitLine(self, max(1, self.run.req.tuning.max_batches_ahead))
         evicted = False
         try:

@@ -140,16 +140,7 @@ class TaskRunWorkflow:
         """The run's identity, and its state: fresh, or carried across continue-as-new."""
         info = workflow.info()
         self.ctx.req = req
-        self.ctx.ref = RunRef(
-            task_code=req.task_code,
-            task_id=req.task_id,
-            workflow_id=info.workflow_id,
-            trace_id=req.trace_id,
-            parent_span_id=req.parent_span_id,
-            request_id=req.request_id,
-            root_task_id=req.root_task_id or req.task_id,
-            secrets_key=req.secrets_key,
-        )
+        self.ctx.ref = _ref(req, info.workflow_id)
         self.ctx.log_fields = {
             "trace_id": req.trace_id,
             "request_id": req.request_id,
@@ -272,6 +263,21 @@ class TaskRunWorkflow:
                 RunStatus.TIMEOUT, f"run exceeded its deadline of {self.ctx.req.timeout_s:g} s"
             )
         return Stop(RunStatus.CANCELLED, f"cancelled: {self.ctx.state.cancel_reason}")
+
+
+def _ref(req: RunRequest, workflow_id: str) -> RunRef:
+    """Who the run is, as its activities are told."""
+    return RunRef(
+        task_code=req.task_code,
+        task_id=req.task_id,
+        workflow_id=workflow_id,
+        trace_id=req.trace_id,
+        parent_span_id=req.parent_span_id,
+        request_id=req.request_id,
+        root_task_id=req.root_task_id or req.task_id,
+        secrets_key=req.secrets_key,
+        role=req.role,
+    )
 
 
 def _now_ms() -> int:

@@ -352,6 +352,21 @@ class RegProvWatermarkSeen(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
+class RegFrozenContract(SQLModel, table=True):
+    """A run's frozen execution contract, stored once by its content's digest: a backfill's
+    window runs (and a split's pieces) carry the digest instead of the contract, so
+    starting thousands of them puts no contract into the parent's history
+    (artemis/registry/frozen.py). ``touched_at``: when a run last asked for it (the
+    cleanup removes the ones nobody asked for in ``runs.frozen_contract_days``)."""
+
+    __tablename__ = "reg_frozen_contract"
+
+    digest: str = Field(primary_key=True, max_length=80)
+    body_json: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    touched_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
 DIMENSIONS: dict[str, type[DimensionBase]] = {
     cls.dimension: cls
     for cls in (

@@ -5,6 +5,7 @@ cap, and how a window's ends are written in the source's own parameters."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -66,8 +67,9 @@ def update_window(
     now: datetime,
 ) -> tuple[datetime | None, datetime | None]:
     """An update run's window: from the watermark minus the contract's overlap up to
-    ``end``, else now minus the contract's lag. Without a watermark (the first update of a
-    query): from ``start``, else now minus ``lookback``."""
+    ``end`` (at most now minus the contract's lag), else now minus the lag. Without a
+    watermark (the first update of a query): from ``start``, else now minus
+    ``lookback``."""
     lag = timedelta(seconds=win.get("watermark_lag_seconds") or 0)
     if mark is None and start is None:
         lookback = span(win.get("lookback_value"), win.get("lookback_unit_code"))
@@ -80,37 +82,83 @@ def update_window(
         start = now - lag - lookback
     overlap = span(win.get("overlap_value"), win.get("overlap_unit_code"))
     start = (mark - overlap) if mark is not None else start
-    end = end or (now - lag)
+    # Never past now minus the lag: records the source has not shown yet would be
+    # skipped by the pointer that moves to this end.
+    end = min(end, now - lag) if end is not None else now - lag
     return start, end
 
 
 def backfill_windows(first: date, last: date, win: dict[str, Any]) -> list[tuple[date, date]]:
+    """``first``..``last`` cut into the contract's windows (``iter_windows``), as a list."""
+    return list(iter_windows(first, last, win))
+
+
+def iter_windows(first: date, last: date, win: dict[str, Any]) -> Iterator[tuple[date, date]]:
     """``first``..``last`` cut into the contract's windows: calendar months or fixed sizes
-    (at least a day), both ends inclusive, as days of the source's zone."""
-    windows: list[tuple[date, date]] = []
+    (at least a day), both ends inclusive, as days of the source's zone; one at a time, so
+    a slice of a long range is planned without listing it all."""
     cur = first
     while cur <= last:
-        if (
-            win.get("window_mode_code") == "CALENDAR"
-            and win.get("window_size_unit_code") == "MONTH"
-        ):
-            months = win.get("window_size_value") or 1
-            y, m = divmod(cur.month - 1 + months, 12)
-            nxt = date(cur.year + y, m + 1, 1)
-        elif win.get("window_mode_code") == "CALENDAR" and win.get("window_size_unit_code") == (
-            "WEEK"
-        ):
-            # Calendar weeks start on Monday.
-            weeks = win.get("window_size_value") or 1
-            nxt = cur - timedelta(days=cur.weekday()) + timedelta(weeks=weeks)
-        else:
-            size = span(
-                win.get("window_size_value") or 1, win.get("window_size_unit_code") or "DAY"
-            )
-            nxt = cur + max(timedelta(days=1), size)
-        windows.append((cur, min(last, nxt - timedelta(days=1))))
+        nxt = _next_start(cur, win)
+        end = last if nxt == date.max else min(last, nxt - timedelta(days=1))
+        yield cur, end
+        if end >= last:
+            return
         cur = nxt
-    return windows
+
+
+def _calendar(win: dict[str, Any]) -> str | None:
+    """``MONTH`` or ``WEEK`` for calendar windows, else None (fixed sizes)."""
+    unit = win.get("window_size_unit_code")
+    if win.get("window_mode_code") == "CALENDAR" and unit in ("MONTH", "WEEK"):
+        return str(unit)
+    return None
+
+
+def _step_days(win: dict[str, Any]) -> int:
+    """A fixed-size window's length in days (at least one)."""
+    size = span(win.get("window_size_value") or 1, win.get("window_size_unit_code") or "DAY")
+    return max(1, size.days)
+
+
+def _next_start(cur: date, win: dict[str, Any]) -> date:
+    calendar = _calendar(win)
+    if calendar == "MONTH":
+        months = win.get("window_size_value") or 1
+        y, m = divmod(cur.month - 1 + months, 12)
+        if cur.year + y > date.max.year:
+            return date.max
+        return date(cur.year + y, m + 1, 1)
+    if calendar == "WEEK":
+        # Calendar weeks start on Monday.
+        weeks = win.get("window_size_value") or 1
+        return _plus_days(cur - timedelta(days=cur.weekday()), 7 * weeks)
+    return _plus_days(cur, _step_days(win))
+
+
+def _plus_days(day: date, days: int) -> date:
+    """``day`` plus ``days``, stopping at the last date there is (the loop's end)."""
+    if (date.max - day).days < days:
+        return date.max
+    return day + timedelta(days=days)
+
+
+def count_windows(first: date, last: date, win: dict[str, Any]) -> int:
+    """How many windows ``iter_windows`` yields, by arithmetic (a range of millions of days
+    is counted without walking it)."""
+    if last < first:
+        return 0
+    calendar = _calendar(win)
+    if calendar == "MONTH":
+        months = win.get("window_size_value") or 1
+        spanned = (last.year - first.year) * 12 + last.month - first.month
+        return 1 + spanned // months
+    if calendar == "WEEK":
+        weeks = win.get("window_size_value") or 1
+        monday = first - timedelta(days=first.weekday())
+        return 1 + (last - monday).days // (7 * weeks)
+    step = _step_days(win)
+    return -(-((last - first).days + 1) // step)
 
 
 def halves(first: date, last: date) -> list[tuple[date, date]] | None:

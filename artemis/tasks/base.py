@@ -25,6 +25,7 @@ from artemis.errors import (
     validation_fields,
 )
 from artemis.http import HttpClient
+from artemis.owners import writes_shared
 from artemis.quarantine import POLICY_FIELDS, RecordPolicy, Rejection
 from artemis.ratelimit import bucket_for
 from artemis.security import same_origin
@@ -75,6 +76,13 @@ class TaskContext:
     replaying: bool = False
     # The records ``process`` turned down on the page it is processing (``reject``).
     rejected: list[Rejection] = field(default_factory=list)
+    # The role of the token that started the run: only an operator's or admin's run
+    # changes a provenance's shared state (``writes_shared``).
+    role: str = "client"
+
+    @property
+    def writes_shared(self) -> bool:
+        return writes_shared(self.role)
 
     def reject(
         self,
@@ -88,6 +96,14 @@ class TaskContext:
         ``field``, or fails the run under ``on_bad_record: fail`` — the rest of the page
         goes on."""
         self.rejected.append(Rejection(record, reason, field, code))
+
+
+@dataclass(frozen=True)
+class ChildPlan:
+    """A run that fans out: ``count`` child runs, ``parallelism`` at a time."""
+
+    count: int
+    parallelism: int
 
 
 class TaskUnit:
@@ -122,7 +138,8 @@ class TaskUnit:
                 ErrorCode.INVALID_INPUT, f"params.{internal[0]}: set by Artemis, not by the request"
             )
         try:
-            params = self.Params.model_validate(merged)
+            # (the settings: params bounded by the operator's caps, RecordPolicyParams)
+            params = self.Params.model_validate(merged, context={"settings": settings})
         except ValidationError as e:
             raise invalid_input(e, "params") from None
         if getattr(params, "schema_contract", None) == "evolve" and not self.evolves_model:
@@ -161,9 +178,15 @@ class TaskUnit:
                 return client.guarded()
         return client
 
-    def plan_children(self, ctx: TaskContext) -> tuple[list[dict[str, Any]], int] | None:
-        """Fan the run out into child runs (their params, how many at once), or None."""
+    def plan_children(self, ctx: TaskContext) -> ChildPlan | None:
+        """Fan the run out into child runs (how many, how many at once), or None. Their
+        params are asked a slice at a time (``child_slice``), so that a run with
+        thousands of children never holds them all in one payload."""
         return None
+
+    def child_slice(self, ctx: TaskContext, offset: int, limit: int) -> list[dict[str, Any]]:
+        """The params of child runs ``offset`` .. ``offset + limit - 1`` of the plan."""
+        raise NotImplementedError(f"{type(self).__name__} plans children: give child_slice")
 
     def split_parallelism(self, ctx: TaskContext) -> int:
         """How many pieces of a split run at once. A run that is itself a piece (or a

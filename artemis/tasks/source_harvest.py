@@ -16,6 +16,8 @@ families, its records normalised to the paper shape.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, ClassVar, Literal
 
@@ -30,6 +32,7 @@ from artemis.logsetup import get_logger
 from artemis.quarantine import RecordPolicy, RecordPolicyParams
 from artemis.registry.client import ContractClient, require_credentials
 from artemis.registry.evolve import evolve_record_model
+from artemis.registry.frozen import digest_of, load_contract, store_contract, touch_contract
 from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.rest_source import rest_source
 from artemis.registry.watermark import (
@@ -43,9 +46,11 @@ from artemis.registry.watermark import (
     take_seen,
 )
 from artemis.registry.windows import (
-    backfill_windows,
+    EARLIEST,
+    count_windows,
     day_start,
     halves,
+    iter_windows,
     pointer_problems,
     source_zone,
     update_window,
@@ -55,6 +60,7 @@ from artemis.run_state import RunStatus
 from artemis.sinks.records import RecordSpec, declared_spec, record_model_name
 from artemis.sources import Source
 from artemis.tasks.base import (
+    ChildPlan,
     TaskContext,
     TaskUnit,
     describe_validation_error,
@@ -64,6 +70,11 @@ from artemis.tasks.base import (
 log = get_logger(__name__)
 
 
+# The longest query a request may send: a run's params travel in its history, and no
+# source's own query language needs more.
+MAX_QUERY_CHARS = 2048
+
+
 class SourceParams(RecordPolicyParams):
     model_config = {"extra": "forbid"}
 
@@ -71,9 +82,10 @@ class SourceParams(RecordPolicyParams):
     task_type: Literal["harvest", "update", "backfill"] = "harvest"
     start: date | None = None
     end: date | None = None
-    query: str | None = None
+    query: str | None = Field(None, max_length=MAX_QUERY_CHARS)
     page_size: int | None = Field(None, ge=1, le=10_000)
-    parallelism: int | None = Field(None, ge=1, le=32)  # backfill: windows run at once
+    # backfill: windows run at once (at most the provenance's rate_limit.max_concurrency)
+    parallelism: int | None = Field(None, ge=1, le=32)
     # The shortfall against the source's stated total this run accepts (percent); default:
     # the registry's pagination_cfg.completeness_tolerance_pct, else 0.
     completeness_tolerance_pct: float | None = Field(None, ge=0, le=100, allow_inf_nan=False)
@@ -87,16 +99,29 @@ class SourceParams(RecordPolicyParams):
     window_end: datetime | None = None
     pointer: Any = None
     parent: str | None = None  # the task id of the run that fanned this one out
+    # A child run's contract by reference (artemis/registry/frozen.py), read when it
+    # prepares: a parent starting many children carries no contract per child.
+    contract_ref: str | None = None
 
     @model_validator(mode="after")
     def _window(self) -> SourceParams:
+        for name in ("start", "end"):
+            day = getattr(self, name)
+            if day is not None and day < EARLIEST.date():
+                raise ValueError(
+                    f"{name} ({day}) is before {EARLIEST.date()}, the earliest day a window "
+                    "may name"
+                )
         if self.start and self.end and self.end < self.start:
             raise ValueError(f"end ({self.end}) is before start ({self.start})")
         return self
 
 
-def child_params(p: SourceParams, start: date, end: date, parent: str) -> dict[str, Any]:
-    """A child run's params: ``p``'s query and frozen contract over ``start``..``end``."""
+def child_params(
+    p: SourceParams, start: date, end: date, parent: str, contract_ref: str
+) -> dict[str, Any]:
+    """A child run's params: ``p``'s query over ``start``..``end``, its frozen contract by
+    reference (stored once: artemis/registry/frozen.py)."""
     return {
         "provenance": p.provenance,
         "task_type": "harvest",
@@ -104,13 +129,39 @@ def child_params(p: SourceParams, start: date, end: date, parent: str) -> dict[s
         "page_size": p.page_size,
         "start": start.isoformat(),
         "end": end.isoformat(),
-        "contract": p.contract,
+        "contract_ref": contract_ref,
         "completeness_tolerance_pct": p.completeness_tolerance_pct,
         "outage_tolerance_s": p.outage_tolerance_s,
         "window_start": None,
         "window_end": None,
         "parent": parent,
     }
+
+
+def check_days(p: SourceParams, contract: dict[str, Any], now: datetime, max_windows: int) -> None:
+    """A window's days are not in the future (today is the source zone's), and a
+    backfill's range cuts into at most ``runs.max_windows`` windows: INVALID_INPUT naming
+    the field, the bound and the count."""
+    tz = source_zone(contract)
+    today = now.astimezone(tz).date()
+    for name in ("start", "end"):
+        day = getattr(p, name)
+        if day is not None and day > today:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"params.{name}: {day} is in the future (today is {today} in the source's "
+                f"time zone, {tz}): a window ends at most today",
+            )
+    if p.task_type == "backfill" and p.start is not None and p.end is not None:
+        count = count_windows(p.start, p.end, contract.get("window_offset") or {})
+        if count > max_windows:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"params.start..params.end: {p.start}..{p.end} cuts into {count} windows, "
+                f"more than runs.max_windows ({max_windows}): backfill shorter ranges, or "
+                "raise the bound in the configuration",
+                details={"windows": count, "max_windows": max_windows},
+            )
 
 
 def record_model_row(contract: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -142,7 +193,14 @@ class SourceHarvest(TaskUnit):
     Params: ClassVar[type[BaseModel]] = SourceParams
     summary = "Harvest any registry source in its own record model"
 
-    internal_params = ("contract", "window_start", "window_end", "parent", "pointer")
+    internal_params = (
+        "contract",
+        "contract_ref",
+        "window_start",
+        "window_end",
+        "parent",
+        "pointer",
+    )
     prepare_blocks = True  # the registry's contract and watermark, read in the database
 
     # -- which provenances this task runs -------------------------------------------------
@@ -183,8 +241,12 @@ class SourceHarvest(TaskUnit):
         params: SourceParams = super().prepare_params(  # type: ignore[assignment]
             incoming, settings, trusted
         )
-        if params.parent and params.contract:
-            # A child run: its parent's frozen contract, over its own window.
+        if params.parent and (params.contract or params.contract_ref):
+            # A child run: its parent's frozen contract (stored once, by reference), over
+            # its own window.
+            if params.contract is None:
+                with get_engine(settings.database.url).connect() as conn:
+                    params.contract = load_contract(conn, str(params.contract_ref))
             params.window_start, params.window_end = self.window_of(
                 params.start, params.end, params.contract
             )
@@ -194,6 +256,7 @@ class SourceHarvest(TaskUnit):
             contract = resolve_contract(conn, params.provenance, params.task_type, now)
             self._check_contract(contract, params)
             frozen = contract.to_dict()
+            check_days(params, frozen, now, settings.runs.max_windows)
             start, end = self.window_of(params.start, params.end, frozen)
             if params.task_type == "update":
                 start, end = self._update_window(conn, contract, params, start, end, now)
@@ -218,6 +281,13 @@ class SourceHarvest(TaskUnit):
             )
         self.check_provenance(contract)
         self.check_window(contract)
+        most = (contract.rate_limit or {}).get("max_concurrency")
+        if params.parallelism and most and params.parallelism > int(most):
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"params.parallelism: {params.parallelism} is above provenance {code!r}'s "
+                f"rate_limit.max_concurrency ({most}), the operator's bound for this source",
+            )
         self.record_spec(SourceParams(provenance=code, contract=contract.to_dict()))
         require_credentials(contract)
         if params.task_type == "backfill" and (params.start is None or params.end is None):
@@ -248,18 +318,32 @@ class SourceHarvest(TaskUnit):
             mark = as_utc(cursor)
         return update_window(win, mark, start, end if params.end else None, now)
 
-    def plan_children(self, ctx: TaskContext) -> tuple[list[dict[str, Any]], int] | None:
+    def plan_children(self, ctx: TaskContext) -> ChildPlan | None:
         """A backfill: its range cut into the contract's windows (calendar months or fixed
         sizes), each a child run; ``parallelism`` (else ``rate_limit.max_concurrency``, else
-        2) at once."""
+        2) at once. The contract is stored once here; the windows are listed a slice at a
+        time (``child_slice``)."""
         p: SourceParams = ctx.params  # type: ignore[assignment]
         if p.task_type != "backfill" or p.parent:
             return None
         assert p.start is not None and p.end is not None
-        contract = self._contract(ctx)
-        windows = backfill_windows(p.start, p.end, contract.window_offset or {})
-        children = [child_params(p, a, b, ctx.task_id) for a, b in windows]
-        return children, self._parallelism(ctx)
+        with get_engine(ctx.settings.database.url).begin() as conn:
+            store_contract(conn, p.contract or {})
+        count = count_windows(p.start, p.end, self._contract(ctx).window_offset or {})
+        return ChildPlan(count=count, parallelism=self._parallelism(ctx))
+
+    def child_slice(self, ctx: TaskContext, offset: int, limit: int) -> list[dict[str, Any]]:
+        """The child runs' params of windows ``offset`` .. ``offset + limit - 1``."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        assert p.start is not None and p.end is not None
+        ref = digest_of(p.contract or {})
+        with get_engine(ctx.settings.database.url).begin() as conn:
+            touch_contract(conn, ref)  # a long backfill's contract is not cleaned up
+        windows = iter_windows(p.start, p.end, self._contract(ctx).window_offset or {})
+        return [
+            child_params(p, a, b, ctx.task_id, ref)
+            for a, b in itertools.islice(windows, offset, offset + limit)
+        ]
 
     def _parallelism(self, ctx: TaskContext) -> int:
         p: SourceParams = ctx.params  # type: ignore[assignment]
@@ -284,7 +368,9 @@ class SourceHarvest(TaskUnit):
         pieces = halves(first, last)
         if pieces is None:
             return None
-        return [child_params(p, a, b, ctx.task_id) for a, b in pieces]
+        with get_engine(ctx.settings.database.url).begin() as conn:
+            ref = store_contract(conn, p.contract or {})
+        return [child_params(p, a, b, ctx.task_id, ref) for a, b in pieces]
 
     def _contract(self, ctx: TaskContext) -> Contract:
         return Contract(**ctx.params.contract)  # type: ignore[attr-defined]
@@ -333,7 +419,12 @@ class SourceHarvest(TaskUnit):
             "schema_contract": (row.get("schema_contract_code") or "").lower() or None,
             "coerce_types": row.get("coerce_types_enabled"),
         }
-        return RecordPolicy.of(policy_params(ctx.params), registry)
+        policy = RecordPolicy.of(policy_params(ctx.params), registry)
+        if policy.schema_contract == "evolve" and not ctx.writes_shared:
+            # The model is every owner's: a client's run reports the new fields (drift)
+            # and leaves the model as the operator set it.
+            return dataclasses.replace(policy, schema_contract="discard")
+        return policy
 
     evolves_model = True
 
@@ -354,7 +445,7 @@ class SourceHarvest(TaskUnit):
         """A new record model row from now: the one in force with ``fields`` added."""
         p: SourceParams = ctx.params  # type: ignore[assignment]
         contract = p.contract or {}
-        if declared_model(contract) is None:
+        if declared_model(contract) is None or not ctx.writes_shared:
             return False
         return evolve_record_model(
             ctx.settings.database.url, contract["provenance"]["id"], p.task_type, fields
@@ -369,7 +460,7 @@ class SourceHarvest(TaskUnit):
 
     def _note_pointer(self, records: list[dict[str, Any]], ctx: TaskContext) -> None:
         win = self._pointer_cfg(ctx)
-        if win is None or not records:
+        if win is None or not records or not ctx.writes_shared:
             return
         p: SourceParams = ctx.params  # type: ignore[assignment]
         contract = p.contract or {}
@@ -485,6 +576,11 @@ class SourceHarvest(TaskUnit):
         p: SourceParams = ctx.params  # type: ignore[assignment]
         if p.task_type != "update":
             return stats
+        if not ctx.writes_shared:
+            # The pointer is every owner's: a client's update harvests its window and
+            # leaves the pointer where the operator's runs put it.
+            log.info("pointer_kept", task_id=ctx.task_id, role=ctx.role)
+            return {**stats, "watermark": None, "watermark_moved": False}
         contract = self._contract(ctx)
         pid = contract.provenance["id"]
         win = self._pointer_cfg(ctx)

@@ -178,7 +178,7 @@ async def test_update_runs_advance_the_watermark_only_on_success(stack):
     _, resp = await run(end="2025-01-05")
     assert resp.status_code == 422 and "params.start" in resp.json()["error"]["message"]
     t1, resp = await run(start="2025-01-01", end="2025-01-05")
-    assert resp.json()["data"]["status"] == "completed"
+    assert resp.json()["data"]["status"] == "completed", resp.text
     assert len(await _delivered(stack, t1)) == 150  # Jan 1..5, 30 a day
     assert mark() == datetime(2025, 1, 5, tzinfo=UTC)
     # next run: from the watermark minus the 1 h overlap (so Jan 4 again) up to its end

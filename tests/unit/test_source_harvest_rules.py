@@ -4,6 +4,8 @@ no longer fits is refused when the run starts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -20,18 +22,29 @@ from artemis.tasks.source_harvest import SourceHarvest, SourceParams
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
 
 
-def ctx(**params: Any) -> TaskContext:
+def ctx(settings: Settings | None = None, **params: Any) -> TaskContext:
     return TaskContext(
         "source_harvest",
         "t-1",
         SourceParams(provenance="p", **params),
-        Settings(),
+        settings or Settings(),
         TraceContext(new_trace_id(), new_span_id()),
     )
 
 
-def test_an_update_over_the_cap_splits_its_window_from_the_watermark():
+def migrated(tmp_path: Path) -> Settings:
+    """Settings on a migrated database of its own."""
+    from artemis.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'artemis.db'}"
+    upgrade(url)
+    return Settings(database={"url": url})
+
+
+def test_an_update_over_the_cap_splits_its_window_from_the_watermark(tmp_path):
+    settings = migrated(tmp_path)
     run = ctx(
+        settings,
         task_type="update",
         contract={"provenance": {"provenance_code": "p"}},
         window_start=datetime(2025, 1, 1, tzinfo=UTC),
@@ -43,6 +56,14 @@ def test_an_update_over_the_cap_splits_its_window_from_the_watermark():
         ("2025-01-01", "2025-01-10"),
         ("2025-01-11", "2025-01-20"),
     ]
+    # The pieces carry the contract by reference: stored once, read back as it was.
+    from artemis.db import get_engine
+    from artemis.registry.frozen import load_contract
+
+    assert {c["contract_ref"] for c in pieces} == {pieces[0]["contract_ref"]}
+    assert "contract" not in pieces[0]
+    with get_engine(settings.database.url).connect() as conn:
+        assert load_contract(conn, pieces[0]["contract_ref"]) == run.params.contract  # type: ignore[attr-defined]
     # a single day cannot be split
     one = ctx(start=date(2025, 1, 1), end=date(2025, 1, 1))
     assert SourceHarvest().split(one, {}) is None
@@ -158,7 +179,14 @@ def test_a_pointer_read_from_the_records_stops_at_the_lag(tmp_path):
         ),
         Settings(database={"url": url}),
         TraceContext(new_trace_id(), new_span_id()),
+        role="operator",
     )
+    # A client's update never moves the shared pointer (the seen value stays for the
+    # operator's run below to take).
+    client = dataclasses.replace(run, role="client")
+    assert SourceHarvest().finalize(client, {})["watermark_moved"] is False
+    with engine.connect() as conn:
+        assert read_pointer(conn, 1, "update", "") == (None, None)
     stats = SourceHarvest().finalize(run, {})
     assert stats["watermark"] == end.isoformat()
     with engine.connect() as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any, Literal
@@ -175,14 +176,13 @@ async def _run(
     """The run route's answer and its outcome for the metric: accepted (async), running
     (sync, still running at the sync timeout) or how the run ended."""
     state = request.scope["state"]
-    ask = _start_request(body)
+    ask = dataclasses.replace(_start_request(body), role=principal(request).role)
     started = await service.start(
         code,
         ask,
         state["trace"],
         state["request_id"],
         owner=principal(request).name,
-        sees_all=principal(request).sees_all,
     )
     # the params the request left out that task_defaults.<code> gave the run
     applied = sorted(set(settings.task_defaults.get(code, {})) - set(ask.params or {}))
