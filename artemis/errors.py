@@ -61,6 +61,9 @@ class ErrorCode(StrEnum):
     # A query window whose hits exceed the source's result cap: the run splits it.
     RESULT_CAP_EXCEEDED = "RESULT_CAP_EXCEEDED"
     NOT_READY = "NOT_READY"
+    # A server's TLS certificate failed verification (details.check: untrusted, expired,
+    # hostname): permanent, never waited out as an outage.
+    TLS_VERIFY_FAILED = "TLS_VERIFY_FAILED"
 
     @property
     def info(self) -> _CodeInfo:
@@ -108,6 +111,7 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.MISDIRECTED_REQUEST: _CodeInfo(False, 0, 421),
     ErrorCode.RESULT_CAP_EXCEEDED: _CodeInfo(False, 0, 502),
     ErrorCode.NOT_READY: _CodeInfo(True, 0, 503),
+    ErrorCode.TLS_VERIFY_FAILED: _CodeInfo(False, 0, 502),
 }
 
 

@@ -34,6 +34,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.netguard import AddressRefused, AllowList, Resolver, Unresolvable, admitted, parse_ip
 from artemis.outage import is_transient_status, status_reason
 from artemis.redact import redact_text
+from artemis.registry.http_rules import file_kind, is_loopback_host
 
 Params = Mapping[str, Any] | None
 
@@ -116,7 +117,8 @@ class Answer:
 class TransportError(Exception):
     """No usable answer: the request could not be sent or its answer not read whole.
 
-    Retrying may help (except :class:`AnswerTooLarge`). The message never carries the URL's
+    Retrying may help, except where no wait can (``transport_error`` says which). The
+    message never carries the URL's
     query (an API key may be a parameter); ``reason`` is a few words for an operator, the
     ones an outage shows ("connection refused", "read timed out", ...)."""
 
@@ -132,6 +134,38 @@ class ConnectError(TransportError):
     """No connection: refused, a name that does not resolve, a failed TLS handshake."""
 
     reason = "cannot connect"
+
+
+class CertificateRejected(ConnectError):
+    """The server's TLS certificate failed verification: no waiting makes a certificate
+    trusted, renews it or changes the name it is for, so no retry helps. ``check`` names
+    the check that failed: ``untrusted`` (no CA of the trust store, or of the CA bundle,
+    signed it), ``expired``, ``hostname`` (a certificate for another name or address) or
+    ``other``."""
+
+    reason = "TLS certificate rejected"
+
+    def __init__(self, message: str, *, check: str, reason: str) -> None:
+        super().__init__(message, reason=reason)
+        self.check = check
+
+
+class ProxyRefused(ConnectError):
+    """The proxy answered the tunnel request (CONNECT) with a status no retry changes
+    (407 Proxy Authentication Required, 403, ...)."""
+
+    reason = "proxy refused"
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message, reason=f"proxy refused ({status_reason(status)})")
+        self.status = status
+
+
+class CABundleError(ConnectError):
+    """A CA bundle (``Transport.ca_bundle``) that cannot verify anything: missing,
+    unreadable, not a regular file, or holding no certificate. A configuration error."""
+
+    reason = "CA bundle unreadable"
 
 
 class TransportTimeout(TransportError):
@@ -203,10 +237,10 @@ class HttpClient:
     (``get``/``post`` with ``params``, ``headers``, ``content``/``data``/``json``,
     ``timeout``, ``max_bytes``). URLs go out percent-encoded by the WHATWG URL standard's
     sets (``encode_url``); TLS trusts certifi's bundle (or ``SSL_CERT_FILE`` /
-    ``SSL_CERT_DIR``); proxies come from ``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY``.
-    Redirects are never followed (a 3xx could lead a request-supplied URL past
-    ``security.allowed_hosts``) and no cookie is kept between requests (a crawler's cookie
-    belongs to the one request that names it).
+    ``SSL_CERT_DIR``); proxies come from ``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY``
+    (never for a loopback destination). Redirects are never followed (a 3xx could lead
+    a request-supplied URL past ``security.allowed_hosts``) and no cookie is kept between
+    requests (a crawler's cookie belongs to the one request that names it).
 
     Timeouts: a request's ``timeout=`` (a provenance's ``timeout_read_millis``), else
     ``timeout_seconds``, is T; its transport's ``connect_timeout`` (a provenance's
@@ -288,7 +322,10 @@ class HttpClient:
         return self._guarded[key]
 
     def _proxy_for(self, url: yarl.URL) -> str | None:
-        if not self._proxies:
+        """The environment's proxy for ``url``; never for a loopback destination, whose
+        traffic (a token request to a local authorization server, client secret
+        included) would otherwise leave the machine, in clear for an ``http://`` URL."""
+        if not self._proxies or is_loopback_host(url.raw_host):
             return None
         proxy = self._proxies.get(url.scheme) or self._proxies.get("all")
         if not proxy or proxy_bypass_environment(url.raw_host, self._proxies):
@@ -507,14 +544,20 @@ def _ca_bundle_file_context(path: str, mtime_ns: int) -> ssl.SSLContext:
 
 def _ca_bundle_context(path: str) -> ssl.SSLContext:
     """A context trusting the CAs of the PEM file at ``path`` only (read again when the
-    file changes). A file that cannot be read or holds no certificate is a
-    :class:`ConnectError`."""
+    file changes). A file that cannot be read, is not a regular file or holds no
+    certificate is a :class:`CABundleError`."""
     try:
-        return _ca_bundle_file_context(path, os.stat(path).st_mtime_ns)
+        info = os.stat(path)
+        kind = file_kind(info.st_mode)
+        if kind != "regular file":
+            # A FIFO would block the read for ever, /dev/zero never end it.
+            raise CABundleError(
+                f"CA bundle {path}: a {kind}, not a regular file (a PEM bundle)",
+                reason="CA bundle not a regular file",
+            )
+        return _ca_bundle_file_context(path, info.st_mtime_ns)
     except (OSError, ssl.SSLError) as e:
-        raise ConnectError(
-            f"CA bundle {path}: {type(e).__name__}: {e}", reason="CA bundle unreadable"
-        ) from None
+        raise CABundleError(f"CA bundle {path}: {type(e).__name__}: {e}") from None
 
 
 def ca_bundle_problem(path: str) -> str | None:
@@ -739,9 +782,11 @@ def _mapped(e: BaseException, url: str) -> TransportError:
     if isinstance(getattr(e, "os_error", None), socket.gaierror):
         return ConnectError(text, reason="name not resolved")
     if isinstance(e, aiohttp.ClientConnectorCertificateError):
-        return ConnectError(text, reason="TLS certificate not trusted")
+        return _rejected(e.certificate_error, text)
     if isinstance(e, aiohttp.ClientSSLError):
         return ConnectError(text, reason="TLS handshake failed")
+    if isinstance(e, aiohttp.ClientHttpProxyError) and not is_transient_status(e.status):
+        return ProxyRefused(text, status=e.status)
     if isinstance(e, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):
         return ConnectError(text, reason="proxy unreachable")
     if isinstance(e, aiohttp.ClientConnectorError):
@@ -757,12 +802,47 @@ def _mapped(e: BaseException, url: str) -> TransportError:
     return TransportError(text, reason="connection reset" if reset else None)
 
 
+# OpenSSL's verify results (X509_V_ERR_*) by the check that failed: no issuer the trust
+# store holds (2, 18, 19, 20, 21, 27), the certificate expired (10), or it is for another
+# host name (62) or IP address (64).
+_CERT_CHECKS = {
+    **dict.fromkeys((2, 18, 19, 20, 21, 27), ("untrusted", "TLS certificate not trusted")),
+    10: ("expired", "TLS certificate expired"),
+    62: ("hostname", "TLS hostname mismatch"),
+    64: ("hostname", "TLS hostname mismatch"),
+}
+
+
+def _rejected(cert_error: BaseException, text: str) -> CertificateRejected:
+    """A failed certificate verification as the check that failed (its OpenSSL verify
+    code); Python's own host name check (an ``ssl.CertificateError`` without a code)
+    is a host name mismatch too."""
+    code = getattr(cert_error, "verify_code", None)
+    if code is None and not isinstance(cert_error, ssl.SSLError):
+        return CertificateRejected(text, check="hostname", reason="TLS hostname mismatch")
+    check, reason = _CERT_CHECKS.get(code or 0, ("other", "TLS certificate rejected"))
+    return CertificateRejected(text, check=check, reason=reason)
+
+
+# What an operator can do about each failed check.
+_CERT_ADVICE = {
+    "untrusted": "trust its CA (a registry source: http_cfg.tls_ca_bundle_path; the worker: "
+    "SSL_CERT_FILE)",
+    "expired": "the server's certificate must be renewed",
+    "hostname": "the certificate is for another name: use a URL with a name it is for",
+    "other": "the certificate cannot be verified",
+}
+
+
 # --- onto error codes -------------------------------------------------------------------
 
 
 def transport_error(code: ErrorCode, what: str, exc: TransportError) -> ArtemisError:
-    """A transport failure as a retryable error naming what was being done; an answer past
-    its size bound is final (a source's: SOURCE_CONTRACT)."""
+    """A transport failure as an error naming what was being done: retryable (what an
+    outage wait may heal: refused, reset, timed out, a name not resolved, a proxy down),
+    or final (docs/errors.md): an answer past its size bound (a source's:
+    SOURCE_CONTRACT), an address not allowed, a certificate failing verification, a
+    CA bundle, a proxy refusing the tunnel, an invalid URL."""
     if isinstance(exc, AnswerTooLarge):
         return ArtemisError(
             ErrorCode.SOURCE_CONTRACT if code is ErrorCode.SOURCE_ERROR else code,
@@ -778,11 +858,43 @@ def transport_error(code: ErrorCode, what: str, exc: TransportError) -> ArtemisE
             retryable=False,
             details={"reason": exc.reason},
         )
+    final = _final_transport_error(code, what, exc)
+    if final is not None:
+        return final
     if isinstance(exc, TransportTimeout):
         message = f"{what}: timed out ({type(exc).__name__})"
     else:
         message = f"{what}: {type(exc).__name__}: {exc}"
     return ArtemisError(code, message, retryable=True, details={"reason": exc.reason})
+
+
+def _final_transport_error(code: ErrorCode, what: str, exc: TransportError) -> ArtemisError | None:
+    """The transport failures no wait heals, each failing at once naming its cause: a
+    certificate that fails verification (TLS_VERIFY_FAILED naming the check), a CA bundle
+    that cannot verify anything (CONFIG_ERROR), a proxy refusing the tunnel, a URL no
+    request can go to. None: ``exc`` may pass on retry."""
+    if isinstance(exc, CertificateRejected):
+        return ArtemisError(
+            ErrorCode.TLS_VERIFY_FAILED,
+            f"{what}: {exc.reason}: {_CERT_ADVICE[exc.check]} ({exc})",
+            retryable=False,
+            details={"reason": exc.reason, "check": exc.check},
+        )
+    if isinstance(exc, CABundleError):
+        return ArtemisError(
+            ErrorCode.CONFIG_ERROR,
+            f"{what}: {exc}",
+            retryable=False,
+            details={"reason": exc.reason},
+        )
+    if isinstance(exc, ProxyRefused | InvalidURL):
+        return ArtemisError(
+            code,
+            f"{what}: {type(exc).__name__}: {exc}",
+            retryable=False,
+            details={"reason": exc.reason},
+        )
+    return None
 
 
 # An answer's body in an error text or a log line: a short, redacted excerpt.

@@ -17,6 +17,7 @@ import asyncio
 import base64
 import hashlib
 import heapq
+import json
 import math
 import time
 import weakref
@@ -56,7 +57,7 @@ from artemis.registry.http_rules import (
 from artemis.registry.models import RegProvCredential
 from artemis.registry.resolve import Contract
 from artemis.registry.secret_env import check_secret_env, placement
-from artemis.security import same_origin
+from artemis.security import origin, same_origin
 
 log = get_logger(__name__)
 
@@ -67,6 +68,11 @@ TOKEN_MARGIN_S = 60.0
 # replacement when its life is unknown): requests sent with it just before may still be
 # in flight, and their errors and log lines may quote it.
 RETIRED_GRACE_S = 60.0
+
+
+# What benches a key for good (until its hour is over): the source refused it, or the
+# token endpoint refused its client (None).
+_REFUSALS = (401, 403, None)
 
 
 def _config_error(message: str) -> ArtemisError:
@@ -195,15 +201,25 @@ class Credentials:
     and the next healthy key takes over. A key bound to an endpoint is used there only,
     before the unbound ones. Secrets are decrypted here, on use.
 
+    When no key is healthy and every one was refused (401/403, or its OAuth2 client at
+    the token endpoint), the request fails at once (SOURCE_ERROR, not retryable, naming
+    each key and status): a refused key does not heal by waiting. A key resting after a
+    429 makes the wait retryable until it is back.
+
     OAuth2 client credentials: the access token is fetched from the contract's TOKEN
     endpoint (``grant_type=client_credentials``, RFC 6749 §4.4), shared by every run of
-    this process that holds the same client, kept until ``expires_in`` less a margin, and
-    fetched again once when the source answers 401 to it; one fetch at a time per client.
+    this process that asks the same token endpoint for the same client with the same
+    body, query and headers for the same source origin, kept until ``expires_in`` less a
+    margin, and fetched again once when the source answers 401 to it; one fetch at a
+    time per client.
     """
 
     # credential id -> monotonic time until which the key is not used (per worker process)
     _benched: ClassVar[dict[int, float]] = {}
-    # OAuth2 access tokens by client (a digest of the token URL, client id and secret)
+    # credential id -> the status that benched it (None: its client was refused at the
+    # token endpoint): a refusal no wait heals, a 429 one that passes.
+    _bench_status: ClassVar[dict[int, int | None]] = {}
+    # OAuth2 access tokens by what shapes them (a digest: ``_client_key``)
     _tokens: ClassVar[dict[str, _Token]] = {}
     # Replaced access tokens still redacted, as a heap of (monotonic time to forget, value):
     # one entry per replacement, each gone within its token's life plus RETIRED_GRACE_S.
@@ -290,12 +306,43 @@ class Credentials:
         for cred in rows:
             if self._benched.get(cred["id"], 0) <= now:
                 return cred
-        wait = min(self._benched[c["id"]] for c in rows) - now
-        raise ArtemisError(
+        raise self.exhausted(endpoint)
+
+    def exhausted(
+        self, endpoint: dict[str, Any] | None = None, what: str | None = None
+    ) -> ArtemisError:
+        """Why no key for ``endpoint`` is healthy (``what``: the request that found out):
+        every one refused fails at once naming each key and the status it got; one
+        resting after a 429 (or for a reason not known) is a retryable wait until the
+        first such key is back."""
+        ep = endpoint if endpoint is not None else self.contract.endpoint
+        rows = self.for_endpoint(ep)
+        now = time.monotonic()
+        benched = [c for c in rows if self._benched.get(c["id"], 0) > now]
+        passing = [c for c in benched if self._bench_status.get(c["id"], 429) not in _REFUSALS]
+        if passing or not benched:
+            wait = min((self._benched[c["id"]] for c in passing), default=now) - now
+            return ArtemisError(
+                ErrorCode.SOURCE_ERROR,
+                f"{what + ': ' if what else ''}every credential is benched "
+                f"(next back in {wait:.0f} s)",
+                retryable=True,
+                retry_after_s=max(1.0, wait),
+                details={"reason": "credentials rate limited"},
+            )
+        statuses = {str(c.get("credential_name")): self._bench_status[c["id"]] for c in benched}
+        said = ", ".join(
+            f"{name!r} {'refused at the token endpoint' if st is None else f'answered {st}'}"
+            for name, st in statuses.items()
+        )
+        return ArtemisError(
             ErrorCode.SOURCE_ERROR,
-            f"every credential is benched (next back in {wait:.0f} s)",
-            retryable=True,
-            retry_after_s=max(1.0, wait),
+            f"{what or f'provenance {self.code!r}'}: every credential for endpoint "
+            f"{(ep or {}).get('endpoint_name')!r} was refused ({said}); waiting does not "
+            "make a refused key valid: replace or renew it (registry import). A refused key "
+            "rests an hour in each worker that met it",
+            retryable=False,
+            details={"reason": "credentials refused", "credentials": statuses},
         )
 
     def bench(
@@ -308,6 +355,7 @@ class Credentials:
         else:
             seconds = 3600.0
         self._benched[cred_id] = time.monotonic() + seconds
+        self._bench_status[cred_id] = resp.status_code if resp is not None else None
         log.warning(
             "credential_benched",
             credential_id=cred_id,
@@ -369,14 +417,22 @@ class Credentials:
 
     # -- OAuth2 client credentials --------------------------------------------------------
     def _client_key(self, cred: dict[str, Any]) -> str:
-        # The held token belongs to this client at this token endpoint: a new secret or
-        # client id (a re-import) or another endpoint gets a token of its own.
+        # The held token belongs to everything that shapes it: this client (a new secret
+        # or client id, a re-import, gets a token of its own) at this token endpoint,
+        # asked with this body and query (another ``audience`` or ``scope`` is another
+        # token) and these headers, for this source's origin (a token is sent to the
+        # origin it was fetched for only, never to another provenance's API).
+        ep = self.contract.endpoints.get(TOKEN_USAGE) or {}
         raw = "\0".join(
             (
                 str(self.token_url),
                 self._principal(cred["id"]),
                 self._secret(cred["id"]),
                 cred.get("token_auth_method_code") or "",
+                _canonical(_given(ep.get("default_body_payload"))),
+                _canonical(_given(ep.get("default_query_params"))),
+                _canonical({k.lower(): v for k, v in self.token_headers.items()}),
+                _canonical(list(origin(self.base)) if self.base else None),
             )
         )
         return hashlib.sha256(raw.encode()).hexdigest()
@@ -444,7 +500,7 @@ class Credentials:
         what = f"{self.code} token endpoint {ep.get('endpoint_name')!r}"
         form, headers = self._token_form(ep, cred)
         url = self.token_url
-        query = {k: v for k, v in (ep.get("default_query_params") or {}).items() if v is not None}
+        query = _given(ep.get("default_query_params"))
         try:
             resp = await client.post(
                 with_params(url, query),
@@ -465,9 +521,7 @@ class Credentials:
         """The client-credentials grant's form and headers, the client authenticated in
         the form or by HTTP Basic (``token_auth_method_code``)."""
         client_id, secret = self._principal(cred["id"]), self._secret(cred["id"])
-        form: dict[str, Any] = {
-            k: v for k, v in (ep.get("default_body_payload") or {}).items() if v is not None
-        }
+        form = _given(ep.get("default_body_payload"))
         form["grant_type"] = "client_credentials"
         headers = {**self.token_headers, "Accept": "application/json"}
         if cred.get("token_auth_method_code") == "CLIENT_SECRET_POST":
@@ -528,6 +582,16 @@ def _token_of(resp: Answer, what: str, name: Any) -> _Token:
         renew_at = expires_at - min(TOKEN_MARGIN_S, lifetime / 10)
     log.info("oauth2_token_fetched", credential=name, expires_in=lifetime)
     return _Token(value, renew_at, expires_at)
+
+
+def _given(values: dict[str, Any] | None) -> dict[str, Any]:
+    """A TOKEN endpoint's default body or query as sent: the keys whose value is not null."""
+    return {k: v for k, v in (values or {}).items() if v is not None}
+
+
+def _canonical(value: Any) -> str:
+    """``value`` as one text whatever its keys' order (a part of a token's cache key)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _basic(user: str, password: str) -> str:

@@ -265,6 +265,9 @@ class ContractClient:
         401/403/429 the key is benched and the request goes again with the next one. An
         OAuth2 access token answered 401 is fetched again once before its key is benched.
 
+        When every key is refused (401/403), the request fails at once
+        (``Credentials.exhausted``) rather than answering the last refusal.
+
         ``body``: the request's body, encoded as ``content_type`` (JSON by default, or a
         form), with ``params`` in the query string. Without one, a POST sends ``params``
         as its form body (E-utilities' efetch by POST) and any other method in the query
@@ -286,7 +289,8 @@ class ContractClient:
                 except _TokenRefused as e:
                     if self.credentials.bench(cred["id"], None, ep):
                         continue
-                    raise e.error from None
+                    waits = self.credentials.exhausted(ep, what)
+                    raise (waits if waits.retryable else e.error) from None
             await self.throttle(cred, ep)
             try:
                 resp = await self._request(
@@ -298,6 +302,9 @@ class ContractClient:
                 return resp
             if self._goes_again(cred, sent, resp, ep, renewed):
                 continue
+            if resp.status_code in (401, 403):
+                # Every key refused: final, naming each (a 429 is the caller's to wait).
+                raise self.credentials.exhausted(ep, what)
             return resp
 
     def _request(

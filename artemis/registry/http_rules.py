@@ -8,6 +8,8 @@ Artemis would then ignore or half-honour.
 from __future__ import annotations
 
 import ipaddress
+import os
+import stat
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,9 +69,46 @@ def is_loopback_host(host: str | None) -> bool:
     if host.lower().rstrip(".") == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1
+    return ip.is_loopback
+
+
+def file_kind(mode: int) -> str:
+    """What an ``os.stat`` mode says a path is: ``regular file``, ``directory``, ``FIFO``,
+    ``character device``, ``block device``, ``socket`` or ``special file``."""
+    for test, kind in (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def ca_bundle_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a CA bundle: not absolute, or (where it exists here) not a
+    regular file. A FIFO would block the TLS set-up's read for ever and ``/dev/zero``
+    never end it; a path that does not exist here may exist on the workers (the run
+    checks it there)."""
+    if not path.startswith("/"):
+        return f"tls_ca_bundle_path must be an absolute path on the workers, got {path!r}"
+    try:
+        kind = file_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+    if kind != "regular file":
+        return (
+            f"tls_ca_bundle_path must name a regular file (a PEM bundle), and {path!r} is a {kind}"
+        )
+    return None
 
 
 def token_url_problem(url: str, what: str) -> str | None:
@@ -111,8 +150,9 @@ def http_cfg_problem(row: dict[str, Any]) -> str | None:
                 "tls_ca_bundle_path verifies certificates against that CA, "
                 "tls_verify_enabled: false verifies none: set one of them"
             )
-        if not bundle.startswith("/"):
-            return f"tls_ca_bundle_path must be an absolute path on the workers, got {bundle!r}"
+        why = ca_bundle_path_problem(bundle)
+        if why:
+            return why
     for name, value in (row.get("default_headers_json") or {}).items():
         lowered = str(name).lower()
         if lowered in _SECRET_HEADERS:

@@ -21,8 +21,9 @@ list is a list even when the element occurs once. A text that does not convert s
 it is, for the record model's check to refuse by name.
 
 **Safety.** No entity declaration (internal or external) and no external reference is
-accepted, the answers' size is bounded where they are read (``max_body_bytes``), and
-the document is built by a plain expat parser (no DTD is fetched).
+accepted, the answers' size is bounded where they are read (``max_body_bytes``), their
+depth here (``MAX_XML_DEPTH``, 256 nested elements), and the document is built by a
+plain expat parser (no DTD is fetched).
 """
 
 from __future__ import annotations
@@ -193,11 +194,20 @@ def _typed(record: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
     return record
 
 
+# How deep elements may nest in an answer: far past any record a source serves, and far
+# inside what the recursive readers (records, paths, pickling) can walk.
+MAX_XML_DEPTH = 256
+
+
 def _refuse(*_: Any) -> None:
     raise _Refused
 
 
 class _Refused(Exception):
+    pass
+
+
+class _TooDeep(Exception):
     pass
 
 
@@ -207,16 +217,33 @@ def _name(raw: str) -> str:
     return "{" + raw if "}" in raw else raw
 
 
+def _builder_handlers(parser: Any, builder: ET.TreeBuilder) -> None:
+    """Elements go to ``builder``; one nested past MAX_XML_DEPTH stops the parse."""
+    depth = 0
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        nonlocal depth
+        depth += 1
+        if depth > MAX_XML_DEPTH:
+            raise _TooDeep
+        builder.start(_name(tag), {_name(k): v for k, v in attrs.items()})
+
+    def end(tag: str) -> None:
+        nonlocal depth
+        depth -= 1
+        builder.end(_name(tag))
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+
+
 def parse_xml(body: bytes, what: str) -> XmlDocument:
-    """An XML answer as a document; SOURCE_CONTRACT when it is not well-formed XML or
-    declares entities."""
+    """An XML answer as a document; SOURCE_CONTRACT when it is not well-formed XML,
+    declares entities or nests elements deeper than MAX_XML_DEPTH."""
     builder = ET.TreeBuilder()
     parser = expat.ParserCreate(namespace_separator="}")
     parser.buffer_text = True
-    parser.StartElementHandler = lambda tag, attrs: builder.start(
-        _name(tag), {_name(k): v for k, v in attrs.items()}
-    )
-    parser.EndElementHandler = lambda tag: builder.end(_name(tag))
+    _builder_handlers(parser, builder)
     parser.CharacterDataHandler = builder.data
     # Entity declarations are how an answer grows without bound (nested expansions) or
     # reaches out (external entities): none is accepted, as defusedxml does.
@@ -231,6 +258,13 @@ def parse_xml(body: bytes, what: str) -> XmlDocument:
         raise ArtemisError(
             ErrorCode.SOURCE_CONTRACT,
             f"{what}: the XML answer declares entities, which are not accepted",
+        ) from None
+    except _TooDeep:
+        raise ArtemisError(
+            ErrorCode.SOURCE_CONTRACT,
+            f"{what}: the XML answer nests elements deeper than {MAX_XML_DEPTH} levels "
+            "(the bound of an answer's depth)",
+            details={"limit": MAX_XML_DEPTH},
         ) from None
     except (expat.ExpatError, AssertionError, IndexError) as e:
         raise ArtemisError(

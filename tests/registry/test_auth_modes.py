@@ -548,7 +548,7 @@ async def test_a_token_endpoint_elsewhere_is_verified_though_the_source_is_not(
             await get(cc)
     finally:
         await auth.stop()
-    assert e.value.code is ErrorCode.SOURCE_ERROR
+    assert e.value.code is ErrorCode.TLS_VERIFY_FAILED and not e.value.retryable
     assert "token endpoint 'token'" in e.value.message
     assert "certificate verify failed" in e.value.message
     assert client_pair[1] not in e.value.message

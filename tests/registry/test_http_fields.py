@@ -136,7 +136,7 @@ async def test_an_untrusted_certificate_fails_by_default_naming_the_check(
     cc = contract_client(reg, key_file, provenance(unique_code("tls_default"), server.url))
     with pytest.raises(ArtemisError) as e:
         await get(cc)
-    assert e.value.code is ErrorCode.SOURCE_ERROR
+    assert e.value.code is ErrorCode.TLS_VERIFY_FAILED and not e.value.retryable
     assert e.value.details["reason"] == "TLS certificate not trusted"
     assert "certificate verify failed" in e.value.message
     assert server.seen == []  # the handshake failed: no request reached the source
