@@ -26,6 +26,7 @@ from artemis.run_models import (
     ReclaimResult,
 )
 from artemis.staging import Staging
+from artemis.temporal.runs import stuck_runs
 
 log = get_logger("artemis.activities.crawl")
 
@@ -78,8 +79,18 @@ class CrawlActivities:
         """One evaluation of the crawler's alerts at the workflow's time."""
         now = datetime.fromisoformat(inp.now) if inp.now else utcnow()
         engine = get_engine(self.settings.database.url)
+        try:  # the task queue's runs whose workflow task keeps failing (run_stuck)
+            stuck = await stuck_runs(activity.client(), activity.info().task_queue)
+        except Exception as e:  # Temporal's list away: the other alerts go on
+            log.warning("stuck_runs_unchecked", error=f"{type(e).__name__}: {e}")
+            stuck = None
         sent = await work(
-            evaluate, engine, self.settings, now, webhook_sender(self.settings.alerts.webhook_url)
+            evaluate,
+            engine,
+            self.settings,
+            now,
+            webhook_sender(self.settings.alerts.webhook_url),
+            stuck,
         )
         return AlertsResult(
             sent=[f"{m['status']}:{m['key']}" for m in sent],

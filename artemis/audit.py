@@ -7,6 +7,9 @@ clear. It scans
 - the log files (``logging.file.path`` and its rotated backups);
 - Temporal workflow histories (given by the caller, as JSON text).
 
+Beside the secrets, the caller's look at Temporal: a run whose workflow task keeps
+failing is a finding too (``note_stuck``), naming the reason and what to do.
+
 Findings name where and what, never the secret. The report is JSON with ``passed``.
 """
 
@@ -160,3 +163,16 @@ class Auditor:
         for workflow_id, text in histories:
             self.report.checked["histories"] += 1
             self.scan_text(f"history:{workflow_id}", text)
+
+    # -- runs that do not move --------------------------------------------------------------
+    def note_stuck(self, runs: Iterable[dict[str, Any]]) -> None:
+        """A finding per run whose workflow task keeps failing (the answer of
+        ``artemis.temporal.runs.stuck_runs``), with its reason and what to do."""
+        for run in runs:
+            self.report.findings.append(
+                Finding(
+                    f"temporal:{run['workflow_id']}",
+                    f"run {run.get('task_id') or run['workflow_id']} is stuck: {run['reason']}; "
+                    f"{run['action']}",
+                )
+            )

@@ -31,7 +31,8 @@ from artemis.run_models import (
 from artemis.run_state import OPEN, TERMINAL, RunStatus, stats_view
 from artemis.tasks.registry import task_codes
 from artemis.taskstore import StorageUnavailable, TaskStorage, make_task_storage
-from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
+from artemis.temporal.client import SearchAttributeCheck
+from artemis.temporal.runs import OPEN_STATUSES, closed_run_end, stuck_of
 from artemis.temporal.versioning import polled_builds
 
 log = get_logger("artemis.starter")
@@ -52,6 +53,14 @@ class RunReads:
     client: Client
     settings: Settings
     _store: TaskStorage | None
+    _search_attributes: SearchAttributeCheck | None = None
+
+    @property
+    def search_attributes(self) -> SearchAttributeCheck:
+        """The namespace's search attributes as last checked (``/ready``, each start)."""
+        if self._search_attributes is None:
+            self._search_attributes = SearchAttributeCheck(self.client)
+        return self._search_attributes
 
     @property
     def store(self) -> TaskStorage:
@@ -156,34 +165,47 @@ class RunReads:
         if st in OPEN_STATUSES:
             # the worker build the run is pinned to (none before its first step)
             out["build"] = _pinned_build(desc)
-            try:
-                # A query needs a live worker; answer from Temporal alone when none responds.
-                progress = await asyncio.wait_for(handle.query("progress"), QUERY_TIMEOUT_S)
-            except (TimeoutError, RPCError, WorkflowQueryFailedError) as e:
-                # No worker answers: the run's own last word is its mirrored record
-                # (`running` once it started; `pending` before).
-                stored = record.status if record is not None else None
-                progress = {
-                    "status": stored if stored in OPEN else RunStatus.PENDING.value,
-                    "stage": "unknown",
-                    "note": await self._unanswered(desc, e),
-                }
-            out.update(
-                status=progress.get("status") or RunStatus.RUNNING.value,
-                progress=progress,
-                stats=stats_view(progress),
-                error=progress.get("error"),
-                # the operator's controls as the run holds them
-                paused=bool(progress.get("paused")),
-                qps=progress.get("qps"),
-                waiting=progress.get("waiting"),
-                waiting_line=waiting_line(progress["waiting"], datetime.now(UTC))
-                if progress.get("waiting")
-                else None,
-            )
+            stuck = await stuck_of(self.client, desc)
+            if stuck is not None:
+                # No progress query: the worker fails the run's every task, and a query
+                # it answers would say `running` for a run that does not move.
+                out.update(_stuck_view(stuck, record))
+                return out
+            out.update(await self._progress_view(handle, desc, record))
             return out
         out.update(await closed_run_end(handle, st))
         return out
+
+    async def _progress_view(
+        self, handle: WorkflowHandle, desc: Any, record: Any
+    ) -> dict[str, Any]:
+        """An open run as its ``progress`` query answers (the task store's word and the
+        reason when no worker answers)."""
+        try:
+            # A query needs a live worker; answer from Temporal alone when none responds.
+            progress = await asyncio.wait_for(handle.query("progress"), QUERY_TIMEOUT_S)
+        except (TimeoutError, RPCError, WorkflowQueryFailedError) as e:
+            # No worker answers: the run's own last word is its mirrored record
+            # (`running` once it started; `pending` before).
+            stored = record.status if record is not None else None
+            progress = {
+                "status": stored if stored in OPEN else RunStatus.PENDING.value,
+                "stage": "unknown",
+                "note": await self._unanswered(desc, e),
+            }
+        return {
+            "status": progress.get("status") or RunStatus.RUNNING.value,
+            "progress": progress,
+            "stats": stats_view(progress),
+            "error": progress.get("error"),
+            # the operator's controls as the run holds them
+            "paused": bool(progress.get("paused")),
+            "qps": progress.get("qps"),
+            "waiting": progress.get("waiting"),
+            "waiting_line": waiting_line(progress["waiting"], datetime.now(UTC))
+            if progress.get("waiting")
+            else None,
+        }
 
     async def _unanswered(self, desc: Any, error: BaseException) -> str:
         """Why the progress query went unanswered, as far as Temporal tells: a run pinned
@@ -202,6 +224,19 @@ class RunReads:
             f"{note}; the run is pinned to worker build {build}, which no worker polls: "
             "start a worker of that build (artemis builds list)"
         )
+
+
+def _stuck_view(stuck: dict[str, Any], record: Any) -> dict[str, Any]:
+    """A run whose workflow task keeps failing: status ``stuck``, why and what to do; its
+    counts as the task store last recorded them."""
+    word = RunStatus.STUCK.value  # the status, its block and its stage
+    return {
+        "status": word,
+        word: stuck,
+        "progress": {"status": word, "stage": word, "note": stuck["reason"]},
+        "stats": stats_view(record.result if record is not None else None),
+        "error": None,
+    }
 
 
 def _pinned_build(desc: Any) -> str | None:

@@ -28,7 +28,7 @@ from artemis.logsetup import configure_logging, get_logger
 from artemis.metrics import serve as serve_metrics
 from artemis.registry.resolve import provenance_rates
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
-from artemis.temporal.client import connect
+from artemis.temporal.client import SearchAttributeCheck, connect
 from artemis.temporal.versioning import Build, make_current, worker_build
 from artemis.tracing import exporting
 from workers.boundary import RunActivityBoundary
@@ -330,6 +330,22 @@ def heartbeat_throttle(settings: Settings) -> timedelta:
     return timedelta(seconds=settings.worker.heartbeat_throttle_s)
 
 
+async def check_search_attributes(client: Client) -> dict[str, str] | None:
+    """At start: the namespace's search attributes, a missing one logged as a warning
+    naming it and its command. The worker starts all the same: the runs it already holds
+    and the housekeeping loops need none, the API refuses new runs with CONFIG_ERROR
+    until they are registered, and registering them heals without a restart
+    (docs/operations.md). Returns the problems (None: Temporal would not list them)."""
+    check = SearchAttributeCheck(client)
+    problems = await check.refresh()
+    error = check.error()
+    if error is not None:
+        log.warning("search_attributes_missing", error=error.message)
+    elif problems is None:
+        log.info("search_attributes_unchecked", error=check.unchecked)
+    return problems
+
+
 @asynccontextmanager
 async def running_worker(
     settings: Settings,
@@ -353,6 +369,7 @@ async def running_worker(
     provenances = ProvenanceWorkers(client, settings, activities, queue, build)
     # A run prepared here polls its provenance's queue at once (a registry just imported).
     activities.on_rate_key = provenances.ensure
+    await check_search_attributes(client)
     try:
         async with worker:
             await provenances.start()

@@ -6,6 +6,10 @@
 - ``backlog`` (P2): more than ``backlog_threshold`` pending candidates, held for
   ``backlog_minutes``.
 
+And one for every run of the task queue (``run_stuck``, P1): a run whose workflow task
+keeps failing (``artemis.temporal.runs.stuck_runs``, looked at by the activity), which
+never moves by itself.
+
 Each alert key lives an episode in ``tbl_alert_state``: ``ok`` → ``pending`` (condition
 seen, waiting out its hold) → ``firing`` (the firing message delivered once) → ``ok``
 (the resolve message delivered once). A message that could not be delivered is tried
@@ -16,6 +20,7 @@ message also goes to the log (``alert_firing`` / ``alert_resolved``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +35,7 @@ from artemis.crawler.models import AlertState, Candidate, FetchOutcome
 from artemis.http import HttpClient
 from artemis.logsetup import get_logger
 from artemis.run_state import AlertStatus, CandidateStatus
+from artemis.temporal.runs import STUCK_ATTEMPTS
 
 log = get_logger("artemis.alerts")
 
@@ -114,14 +120,76 @@ def checks(engine: Engine, settings: Any, now: datetime) -> list[Check]:
     return out
 
 
+STUCK_PREFIX = "run_stuck:"
+_KEY_CHARS = 150  # tbl_alert_state.key
+
+
+def stuck_key(workflow_id: str) -> str:
+    """A stuck run's alert key: its workflow id, or a digest of a long one."""
+    key = STUCK_PREFIX + workflow_id
+    if len(key) <= _KEY_CHARS:
+        return key
+    return f"{STUCK_PREFIX}sha256:{hashlib.sha256(workflow_id.encode()).hexdigest()}"
+
+
+def stuck_checks(engine: Engine, stuck: list[dict[str, Any]] | None) -> list[Check]:
+    """A ``run_stuck`` alert per stuck run (``stuck_runs``' answer), and the end of each
+    earlier one whose run moved on or closed. ``stuck`` None (the runs could not be looked
+    at): every such alert stays where it is."""
+    if stuck is None:
+        return []
+    out = [
+        Check(
+            stuck_key(s["workflow_id"]),
+            "run_stuck",
+            "P1",
+            True,
+            s["attempts"],
+            STUCK_ATTEMPTS,
+            timedelta(0),
+            f"run {s.get('task_id') or s['workflow_id']} ({s['workflow_id']}) is stuck: "
+            f"{s['reason']}; {s['action']}",
+        )
+        for s in stuck
+    ]
+    current = {c.key for c in out}
+    mine = _a.c.key.startswith(STUCK_PREFIX)
+    with engine.begin() as conn:
+        # an ended episode is forgotten: a row per run ever stuck would pile up
+        conn.execute(
+            delete(_a).where(mine, _a.c.status == AlertStatus.OK, _a.c.key.notin_(current))
+        )
+        earlier = conn.execute(select(_a.c.key).where(mine)).scalars().all()
+    out += [
+        Check(
+            key,
+            "run_stuck",
+            "P1",
+            False,
+            0,
+            STUCK_ATTEMPTS,
+            timedelta(0),
+            f"run {key.removeprefix(STUCK_PREFIX)} is stuck",
+        )
+        for key in earlier
+        if key not in current
+    ]
+    return out
+
+
 def evaluate(
-    engine: Engine, settings: Any, now: datetime, send: Callable[[dict[str, Any]], bool]
+    engine: Engine,
+    settings: Any,
+    now: datetime,
+    send: Callable[[dict[str, Any]], bool],
+    stuck: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One evaluation: move every alert along its episode; returns the messages sent."""
+    """One evaluation: move every alert along its episode; returns the messages sent.
+    ``stuck``: the task queue's stuck runs (None: not looked at)."""
     sent: list[dict[str, Any]] = []
     with engine.begin() as conn:  # outcomes are only needed for the success window
         conn.execute(delete(_o).where(_o.c.at < now - timedelta(days=1)))
-    for chk in checks(engine, settings, now):
+    for chk in [*checks(engine, settings, now), *stuck_checks(engine, stuck)]:
         with engine.begin() as conn:
             row = conn.execute(select(_a).where(_a.c.key == chk.key)).first()
             if row is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -23,6 +24,7 @@ from temporalio.client import Client
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode, invalid_fields
 from artemis.logsetup import get_logger
+from artemis.temporal.client import connect
 from artemis.tracing import exporting
 from starter.api.auth import GUARDED_RESPONSES, refusal, require_admin, require_token
 from starter.api.envelope import BodyTooLarge, RequestContextMiddleware, error_response
@@ -76,10 +78,34 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    checking = asyncio.create_task(_check_search_attributes(app))
     yield
+    checking.cancel()
+    await asyncio.gather(checking, return_exceptions=True)
     # The task-store writes still running beside answers finish before the process.
     if getattr(app.state, "service", None) is not None:
         await app.state.service.drain()
+
+
+async def _check_search_attributes(app: FastAPI) -> None:
+    """At start, beside serving: the namespace's search attributes. A missing one is a
+    warning naming it and its command (``/ready`` answers 503 with the same, a start
+    CONFIG_ERROR). Temporal away: nothing here (``/ready`` names it, and connects)."""
+    try:
+        if app.state.service is None:
+            client = await asyncio.wait_for(connect(app.state.settings), 10)
+            if app.state.service is None:  # a request may have connected meanwhile
+                app.state.service = RunService(client, app.state.settings)
+        check = app.state.service.search_attributes
+        await asyncio.wait_for(check.refresh(), 10)
+    except Exception as e:
+        log.info("search_attributes_unchecked", error=f"{type(e).__name__}")
+        return
+    error = check.error()
+    if error is not None:
+        log.warning("search_attributes_missing", error=error.message)
+    elif check.unchecked is not None:
+        log.info("search_attributes_unchecked", error=check.unchecked)
 
 
 def _warn_of_weak_settings(settings: Settings) -> None:

@@ -1,5 +1,5 @@
-"""`artemis audit`: look for secrets in clear, and for runs waiting on a worker build that
-no worker polls."""
+"""`artemis audit`: look for secrets in clear, for runs waiting on a worker build that
+no worker polls, and for runs whose workflow task keeps failing (stuck)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from artemis.config import Settings
 from starter.cli._common import ConfigOpt, _settings, console
+
+if TYPE_CHECKING:
+    from artemis.audit import Auditor
 
 
 def audit(
@@ -77,26 +81,50 @@ def _audit(
     # stack's log is here: nothing that should be scanned was missed)
     auditor.report.checked["log_files"] = len(seen)
     if histories > 0:
-        try:
-            auditor.scan_histories(asyncio.run(_histories(settings, histories)))
-        except Exception as e:  # an audit that could not look does not pass
-            auditor.report.findings.append(
-                Finding("temporal", f"histories not scanned: {type(e).__name__}: {e}")
-            )
-        try:
-            for build in asyncio.run(_stranded(settings)):
-                auditor.report.findings.append(
-                    Finding(
-                        "temporal",
-                        f"runs are pinned to worker build {build}, which no worker polls: "
-                        "they wait until a worker of that build runs (artemis builds list)",
-                    )
-                )
-        except Exception as e:
-            auditor.report.findings.append(
-                Finding("temporal", f"worker builds not checked: {type(e).__name__}: {e}")
-            )
+        _look_at_temporal(auditor, settings, histories)
     return auditor.report
+
+
+async def _stuck(settings: Settings) -> list[dict]:
+    """The task queue's runs whose workflow task keeps failing."""
+    # lazy: importing it costs every `artemis` start-up ~0.55 s
+    from artemis.temporal.client import connect
+    from artemis.temporal.runs import stuck_runs
+
+    return await stuck_runs(await connect(settings), settings.temporal.task_queue)
+
+
+def _look_at_temporal(auditor: Auditor, settings: Settings, histories: int) -> None:
+    """Up to ``histories`` histories scanned, the builds runs wait on, the stuck runs:
+    each a finding, and so is a look that could not be taken (an audit that could not
+    look does not pass)."""
+    from artemis.audit import Finding
+
+    try:
+        auditor.scan_histories(asyncio.run(_histories(settings, histories)))
+    except Exception as e:  # an audit that could not look does not pass
+        auditor.report.findings.append(
+            Finding("temporal", f"histories not scanned: {type(e).__name__}: {e}")
+        )
+    try:
+        for build in asyncio.run(_stranded(settings)):
+            auditor.report.findings.append(
+                Finding(
+                    "temporal",
+                    f"runs are pinned to worker build {build}, which no worker polls: "
+                    "they wait until a worker of that build runs (artemis builds list)",
+                )
+            )
+    except Exception as e:
+        auditor.report.findings.append(
+            Finding("temporal", f"worker builds not checked: {type(e).__name__}: {e}")
+        )
+    try:
+        auditor.note_stuck(asyncio.run(_stuck(settings)))
+    except Exception as e:
+        auditor.report.findings.append(
+            Finding("temporal", f"stuck runs not checked: {type(e).__name__}: {e}")
+        )
 
 
 async def _stranded(settings: Settings) -> list[str]:

@@ -52,9 +52,13 @@ def print_run(data: dict[str, Any], output: RunOutput) -> None:
         return
     stats = data.get("stats") or {}
     error = data.get("error") or {}
+    stuck = data.get(RunStatus.STUCK.value) or {}
     rows = [
         ("task", f"{data.get('task_code')} {data.get('task_id')}"),
         ("status", str(data.get("status"))),
+        # a run whose workflow task keeps failing: why, and what to do
+        (RunStatus.STUCK.value, stuck.get("reason")),
+        ("action", stuck.get("action")),
         ("provenance", data.get("provenance")),
         ("started", data.get("started_at")),
         ("ended", data.get("completed_at")),

@@ -94,7 +94,7 @@ async def test_tokens_required_everywhere_but_the_probes(make_stack):
     assert ready.status_code == 200, ready.text
     assert ready.json()["data"] == {
         "status": "ready",
-        "checks": {"temporal": "ok", "database": "ok"},
+        "checks": {"temporal": "ok", "search_attributes": "ok", "database": "ok"},
     }
     for method, path in (
         ("GET", "/metrics"),
@@ -153,7 +153,11 @@ async def test_health_ready_and_openapi(stack):
     assert health["success"] and health["data"] == {"status": "ok"}
     ready = await stack.http.get("/ready")
     assert ready.status_code == 200
-    assert ready.json()["data"]["checks"] == {"temporal": "ok", "database": "ok"}
+    assert ready.json()["data"]["checks"] == {
+        "temporal": "ok",
+        "search_attributes": "ok",
+        "database": "ok",
+    }
     spec = (await stack.http.get("/openapi.json")).json()
     for path in (
         "/tasks/{code}/run",

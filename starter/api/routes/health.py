@@ -17,6 +17,7 @@ from artemis.metrics import exposition
 from starter.api.deps import get_service
 from starter.api.envelope import envelope, error_response
 from starter.api.schemas import Envelope, Health, Ready, documented
+from starter.service import RunService
 
 router = APIRouter(tags=["health"])
 # Routes beside the probes that need the token when one is configured.
@@ -38,7 +39,7 @@ def _down(what: str, e: BaseException) -> str:
 
 @router.get(
     "/ready",
-    summary="Readiness: Temporal and the database reachable (no token)",
+    summary="Readiness: Temporal, its search attributes and the database (no token)",
     responses={
         **documented(Ready),
         503: {"model": Envelope[Ready], "description": "NOT_READY, naming what is down"},
@@ -58,19 +59,23 @@ async def ready(request: Request) -> JSONResponse:
             # stamped when the probe ends: a slow probe (a dependency down) is not stale
             state.ready_probe = cached = (time.monotonic(), checks)
     checks = dict(cached[1])
-    if all(v == "ok" for v in checks.values()):
+    failing = {k: v for k, v in checks.items() if v != "ok" and not v.startswith(UNCHECKED)}
+    if not failing:
         return envelope(request, {"status": "ready", "checks": checks})
     return error_response(
         request,
         ArtemisError(
             ErrorCode.NOT_READY,
-            "not ready: " + ", ".join(f"{k} {v}" for k, v in checks.items() if v != "ok"),
+            "not ready: " + ", ".join(f"{k} {v}" for k, v in failing.items()),
         ),
         data={"checks": checks},
     )
 
 
 READY_CACHE_S = 1.0
+# A check Temporal would not answer (no permission to list the namespace's search
+# attributes, say): shown, and not a reason to take the API out of service.
+UNCHECKED = "unchecked"
 
 
 async def _probe(request: Request) -> dict[str, str]:
@@ -79,6 +84,7 @@ async def _probe(request: Request) -> dict[str, str]:
         service = await get_service(request)
         await asyncio.wait_for(service.client.service_client.check_health(), 5)
         checks["temporal"] = "ok"
+        checks["search_attributes"] = await _search_attributes(service)
     except Exception as e:
         checks["temporal"] = _down("temporal", e)
     try:
@@ -92,6 +98,22 @@ async def _probe(request: Request) -> dict[str, str]:
     except Exception as e:
         checks["database"] = _down("database", e)
     return checks
+
+
+async def _search_attributes(service: RunService) -> str:
+    """Whether the namespace has the search attributes runs need: "ok", or the missing
+    ones with the command that registers each (the operator's to run; names and the
+    namespace only). Checked afresh, so that a registration since heals the API."""
+    try:
+        await asyncio.wait_for(service.search_attributes.refresh(), 5)
+    except TimeoutError:
+        return f"{UNCHECKED} (TimeoutError)"
+    error = service.search_attributes.error()
+    if error is not None:  # logged at start, and by each start it refuses
+        return error.message
+    if service.search_attributes.unchecked is not None:
+        return f"{UNCHECKED} ({service.search_attributes.unchecked})"
+    return "ok"
 
 
 @guarded.get(
