@@ -68,6 +68,7 @@ class QuarantineActivities(RunActivityBase):
             limit=inp.limit,
             with_record=True,
             ids=inp.ids,
+            key_file=self.settings.vault.master_key_file,  # (a record sealed: opened)
         )
         result = ReplayResult(next_after=inp.after_id, done=len(rows) < inp.limit)
         for row in rows:

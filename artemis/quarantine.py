@@ -14,7 +14,13 @@ A field the model does not name is drift: recorded once per run and field in
 ``schema_drift`` (with an example value), and then, by ``schema_contract``: ``discard``
 drops it (the default), ``freeze`` fails the run ``SOURCE_CONTRACT``, ``evolve`` drops it
 from this run and adds it to the provenance's record model (as nullable) for the next
-runs. A field the model names that no record of a page carries is drift too.
+runs — when the import's rules allow its name, at most ``schema.max_new_fields`` a run;
+the others are recorded ``skipped`` with the reason. A field the model names that no
+record of a page carries is drift too.
+
+What the rows show is redacted as log lines are (``artemis.redact``): the reason, the
+record key, the drift example. A record that holds a secret value (a key the source
+echoes) is shown redacted and kept sealed for its replay (``RecordSeal``).
 
 Quarantined records are replayed by their own run (``workflows/quarantine_replay.py``):
 each one judged again by the task and model in force then, and landed under an
@@ -30,7 +36,8 @@ from enum import StrEnum
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, field_validator
+from cryptography.fernet import InvalidToken, MultiFernet
+from pydantic import BaseModel, ValidationInfo, field_validator
 from sqlalchemy import (
     Column,
     Index,
@@ -47,9 +54,12 @@ from sqlmodel import Field as SqlField
 from sqlmodel import SQLModel
 
 from artemis import jsonio
+from artemis.config import QuarantineSettings
 from artemis.db import UTCDateTime, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.sinks.records import RecordSpec, schema_error
+from artemis.redact import redact_json, redact_text
+from artemis.sinks.records import RecordSpec, evolution_plan, schema_error
+from artemis.vault import MASTER_KEY_ENV, PREVIOUS_KEYS_ENV, derive_multi, master_keys
 
 if TYPE_CHECKING:
     from artemis.tasks.base import TaskContext, TaskUnit
@@ -113,10 +123,30 @@ class RecordPolicyParams(BaseModel):
 
     @field_validator("max_bad_records")
     @classmethod
-    def _max_bad(cls, value: Any) -> Any:
+    def _max_bad(cls, value: Any, info: ValidationInfo) -> Any:
         if value is not None:
-            parse_max_bad(value)
+            limit = parse_max_bad(value)
+            # Bounded by the operator's caps where a run is asked for (the context holds
+            # the settings): a run's params read back in the worker were checked then.
+            settings = (info.context or {}).get("settings")
+            if settings is not None:
+                check_max_bad_cap(limit, value, settings.quarantine)
         return value
+
+
+def check_max_bad_cap(limit: int | float, value: Any, caps: QuarantineSettings) -> None:
+    """ValueError naming the operator's bound when ``value`` (parsed: ``limit``) allows
+    more bad records than ``quarantine.max_bad_records_cap_count`` / ``_cap_pct``."""
+    if isinstance(limit, int) and limit > caps.max_bad_records_cap_count:
+        raise ValueError(
+            f"max_bad_records {value!r} is past the operator's bound "
+            f"quarantine.max_bad_records_cap_count ({caps.max_bad_records_cap_count} records)"
+        )
+    if isinstance(limit, float) and limit > caps.max_bad_records_cap_pct:
+        raise ValueError(
+            f"max_bad_records {value!r} is past the operator's bound "
+            f"quarantine.max_bad_records_cap_pct ({caps.max_bad_records_cap_pct:g}%)"
+        )
 
 
 @dataclass(frozen=True)
@@ -436,7 +466,8 @@ def _drift(
             details={"field": name},
         )
     drift = [
-        Drift(name, "added", values[0], infer_type(values))
+        # (a name is kept to the drift table's 200 characters: past 63 none is valid)
+        Drift(name[:200], "added", values[0], infer_type(values))
         for name, values in sorted(added.items())
     ]
     if len(out) >= 2:  # (one record alone says little about a field that is often null)
@@ -478,7 +509,9 @@ def _kind_of(value: Any) -> str:
 
 
 def example_text(value: Any) -> str:
-    text = jsonio.dumps(value).decode(errors="replace")
+    """A drift's example value as shown (events, the drift table): redacted as log lines
+    are before it is cut (a secret cut in two is no longer found)."""
+    text = redact_text(jsonio.dumps(value).decode(errors="replace"))
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -536,7 +569,10 @@ class QuarantinedRecord(SQLModel, table=True):
     position: int
     stage: str = SqlField(max_length=16)
     record_key: str | None = SqlField(default=None, sa_column=Column(Text))
+    # The record as shown (redacted like a log line when it holds a secret) and, then,
+    # the record itself sealed for its replay (Fernet under the master key).
     record: str | None = SqlField(default=None, sa_column=Column(Text))
+    record_sealed: str | None = SqlField(default=None, sa_column=Column(Text))
     record_bytes: int = 0
     error_code: str = SqlField(max_length=40)
     field_path: str | None = SqlField(default=None, max_length=300)
@@ -600,12 +636,18 @@ class RunPlace:
 
 
 def _rows(
-    place: RunPlace, seq: int, bad: list[BadRecord], max_record_bytes: int, now: datetime
+    place: RunPlace,
+    seq: int,
+    bad: list[BadRecord],
+    max_record_bytes: int,
+    now: datetime,
+    seal: RecordSeal | None,
 ) -> list[dict[str, Any]]:
     rows = []
     for b in bad:
         body = jsonio.dumps(b.record)
         kept = len(body) <= max_record_bytes
+        shown, sealed = _kept_record(b.record, body, seal) if kept else (None, None)
         rows.append(
             {
                 "run_key": place.run_key,
@@ -615,13 +657,13 @@ def _rows(
                 "page_seq": seq,
                 "position": b.position,
                 "stage": b.stage.value,
-                "record_key": jsonio.dumps(b.key).decode() if b.key else None,
-                "record": body.decode() if kept else None,
+                "record_key": jsonio.dumps(redact_json(b.key)).decode() if b.key else None,
+                "record": shown,
+                "record_sealed": sealed,
                 "record_bytes": len(body),
                 "error_code": b.code,
-                "field_path": (b.field or None) and str(b.field)[:300],
-                "message": b.message[:2000]
-                + ("" if kept else f" (record of {len(body)} bytes not kept: over the bound)"),
+                "field_path": (b.field or None) and redact_text(str(b.field))[:300],
+                "message": redact_text(b.message)[:2000] + _not_kept(kept, shown, len(body)),
                 "status": QuarantineStatus.QUARANTINED.value,
                 "replays": 0,
                 "replayed_by": None,
@@ -630,6 +672,60 @@ def _rows(
             }
         )
     return rows
+
+
+def _not_kept(kept: bool, shown: str | None, size: int) -> str:
+    if not kept:
+        return f" (record of {size} bytes not kept: over the bound)"
+    if shown is None:
+        return " (record not kept: it holds a secret value and there is no key to seal it)"
+    return ""
+
+
+def _kept_record(
+    record: Any, body: bytes, seal: RecordSeal | None
+) -> tuple[str | None, str | None]:
+    """(the record as shown, the record sealed): a record that holds a secret value (a key
+    the source echoes) is shown redacted and kept sealed for its replay; without a seal
+    it is not kept (a replay never lands a redacted record)."""
+    text = body.decode()
+    if redact_text(text) == text:
+        return text, None
+    if seal is None:
+        return None, None
+    return jsonio.dumps(redact_json(record)).decode(), seal.seal(text)
+
+
+class RecordSeal:
+    """Quarantined records that hold a secret, sealed at rest (Fernet, under a key
+    derived from the master key for this purpose alone: ``artemis.vault``); opened by
+    the replay only."""
+
+    PURPOSE = "quarantined-records"
+
+    def __init__(self, key_file: str) -> None:
+        self.key_file = key_file
+        self._fernet: MultiFernet | None = None
+
+    @property
+    def fernet(self) -> MultiFernet:
+        if self._fernet is None:  # (read when a record needs it: most runs never do)
+            self._fernet = derive_multi(master_keys(self.key_file), self.PURPOSE)
+        return self._fernet
+
+    def seal(self, text: str) -> str:
+        return self.fernet.encrypt(text.encode()).decode()
+
+    def open(self, token: str) -> str:
+        try:
+            return self.fernet.decrypt(token.encode()).decode()
+        except InvalidToken:
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                "a quarantined record cannot be opened with the master key "
+                f"({MASTER_KEY_ENV}; a previous key belongs in {PREVIOUS_KEYS_ENV})",
+                retryable=False,
+            ) from None
 
 
 @cache
@@ -649,6 +745,7 @@ def _statements(dialect: str) -> tuple[Any, Any, Any, Any]:
                 "stage",
                 "record_key",
                 "record",
+                "record_sealed",
                 "record_bytes",
                 "error_code",
                 "field_path",
@@ -672,19 +769,21 @@ def store_bad(
     pages: list[tuple[int, list[BadRecord]]],
     max_record_bytes: int,
     with_run: bool = True,
+    seal: RecordSeal | None = None,
 ) -> tuple[int, int]:
     """Keep each page's bad records, ``[(seq, bad)]`` (one row per record and place: a page
     judged again rewrites its rows); returns how many rows the started run
     (``place.task_id``) holds now, and how many of these are new. A record larger than
     ``max_record_bytes`` is kept with its reason but without its body (it cannot be
     replayed). ``with_run``: write what a replay needs of the run too (once per activity
-    is enough)."""
+    is enough). What the rows show is redacted as log lines are; a record holding a
+    secret is kept sealed by ``seal`` (none: not kept)."""
     engine = get_engine(database_url)
     run_stmt, fresh_stmt, rows_stmt, count = _statements(engine.dialect.name)
     now = utcnow()
     rows = []
     for seq, bad in pages:
-        rows.extend(_rows(place, seq, bad, max_record_bytes, now))
+        rows.extend(_rows(place, seq, bad, max_record_bytes, now, seal))
     counted = {"p_task_id": place.task_id}
     with engine.begin() as c:
         if with_run:
@@ -708,9 +807,16 @@ def store_bad(
 
 
 def note_drift(
-    database_url: str, place: RunPlace, seq: int, drift: list[Drift], action: str
+    database_url: str,
+    place: RunPlace,
+    seq: int,
+    drift: list[Drift],
+    action: str,
+    actions: dict[str, str] | None = None,
 ) -> list[Drift]:
-    """Record drift once per run and field; returns the drift not seen before in the run."""
+    """Record drift once per run and field; returns the drift not seen before in the run.
+    ``action``: what became of a new field (``actions``: of each one, where they differ:
+    ``evolved`` or ``skipped``)."""
     if not drift:
         return []
     engine = get_engine(database_url)
@@ -722,7 +828,7 @@ def note_drift(
                 insert(_DRIFT)
                 .values(
                     # once per started run and field (a backfill's windows report it once)
-                    run_key=f"{place.task_code}/{place.task_id}",
+                    run_key=_drift_key(place),
                     field_name=d.field,
                     kind=d.kind,
                     task_code=place.task_code,
@@ -731,7 +837,7 @@ def note_drift(
                     page_seq=seq,
                     example=None if d.example is None else example_text(d.example),
                     type_name=d.type_name,
-                    action=action if d.kind == "added" else "noted",
+                    action=(actions or {}).get(d.field, action) if d.kind == "added" else "noted",
                     created_at=utcnow(),
                 )
                 .on_conflict_do_nothing(index_elements=["run_key", "field_name"])
@@ -739,6 +845,20 @@ def note_drift(
             if done.rowcount:
                 new.append(d)
     return new
+
+
+def _drift_key(place: RunPlace) -> str:
+    return f"{place.task_code}/{place.task_id}"
+
+
+def run_actions(database_url: str, place: RunPlace) -> dict[str, str]:
+    """What the started run (all its windows) did with each new field it saw so far:
+    field → ``evolved``, ``skipped``, ``discarded`` or ``frozen``."""
+    q = select(_DRIFT.c.field_name, _DRIFT.c.action).where(
+        _DRIFT.c.run_key == _drift_key(place), _DRIFT.c.kind == "added"
+    )
+    with get_engine(database_url).connect() as conn:
+        return {str(f): str(a) for f, a in conn.execute(q).all()}
 
 
 def run_drift(database_url: str, run_key: str) -> list[dict[str, Any]]:
@@ -762,8 +882,17 @@ def list_rows(
     limit: int = 100,
     with_record: bool = False,
     ids: list[int] | None = None,
+    key_file: str | None = None,
 ) -> list[dict[str, Any]]:
-    cols = [c for c in _Q.c if with_record or c.name != "record"]
+    """A run's rows in id order. ``with_record``: with the record as shown (redacted when
+    it holds a secret); ``key_file`` too (the replay, in a worker): the record itself,
+    opened from its seal."""
+    left_out = {"record_sealed"}  # (the replay's alone)
+    if not with_record:
+        left_out.add("record")
+    elif key_file:
+        left_out.clear()
+    cols = [c for c in _Q.c if c.name not in left_out]
     q = select(*cols).where(_Q.c.id > after_id)
     if ids is not None:
         q = q.where(_Q.c.id.in_(ids))
@@ -775,7 +904,14 @@ def list_rows(
         q = q.where(_Q.c.status == status)
     with get_engine(database_url).connect() as conn:
         rows = conn.execute(q.order_by(_Q.c.id).limit(limit)).all()
-    return [_shown(dict(r._mapping)) for r in rows]
+    out = [dict(r._mapping) for r in rows]
+    if with_record and key_file:
+        seal = RecordSeal(key_file)
+        for row in out:
+            sealed = row.pop("record_sealed", None)
+            if sealed is not None:
+                row["record"] = seal.open(sealed)
+    return [_shown(row) for row in out]
 
 
 def _shown(row: dict[str, Any]) -> dict[str, Any]:
@@ -786,8 +922,10 @@ def _shown(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def get_row(database_url: str, row_id: int) -> dict[str, Any] | None:
+    """One row as shown (the API's view: a record holding a secret, redacted)."""
+    cols = [c for c in _Q.c if c.name != "record_sealed"]
     with get_engine(database_url).connect() as conn:
-        row = conn.execute(select(_Q).where(_Q.c.id == row_id)).first()
+        row = conn.execute(select(*cols).where(_Q.c.id == row_id)).first()
     return _shown(dict(row._mapping)) if row is not None else None
 
 
@@ -840,8 +978,8 @@ def mark_still_bad(conn: Connection, row_id: int, bad: BadRecord) -> None:
         .where(_Q.c.id == row_id)
         .values(
             error_code=bad.code,
-            field_path=bad.field,
-            message=bad.message[:2000],
+            field_path=(bad.field or None) and redact_text(str(bad.field))[:300],
+            message=redact_text(bad.message)[:2000],
             replays=_Q.c.replays + 1,
             updated_at=utcnow(),
         )
@@ -887,6 +1025,9 @@ class Outcome:
     sample: BadRecord | None = None
     new_drift: list[Drift] = field(default_factory=list)
     evolved: list[str] = field(default_factory=list)
+    # New fields the model did not take, and why (an invalid name, the column budget,
+    # schema.max_new_fields): told in their schema_drift events.
+    skipped: dict[str, str] = field(default_factory=dict)
     held: int = 0  # the run's quarantined records in all, after this page
     new: int = 0  # rows this page added (a page judged again adds none)
     seq: int = 0
@@ -918,6 +1059,8 @@ class PageJudge:
         self.fetched, self.stated, self.counts_pages = fetched, stated, counts_pages
         self.database_url = ctx.settings.database.url
         self.max_record_bytes = ctx.settings.quarantine.max_record_bytes
+        self.max_new_fields = ctx.settings.schema.max_new_fields
+        self.seal = RecordSeal(ctx.settings.vault.master_key_file)
         self._noted: set[str] = set()
         self._run_written = False
 
@@ -950,6 +1093,7 @@ class PageJudge:
                 pages,
                 self.max_record_bytes,
                 with_run=not self._run_written,
+                seal=self.seal,
             )
             self._run_written = True
             for o in outcomes:
@@ -957,13 +1101,43 @@ class PageJudge:
             next(o for o in reversed(outcomes) if o.bad).new = new
             check_bound(held, self.policy, self.fetched, self.stated)
         for out in outcomes:
-            if not out.drift:
-                continue
-            action = {"evolve": "evolved", "freeze": "frozen"}.get(
-                self.policy.schema_contract, "discarded"
-            )
-            out.new_drift = note_drift(self.database_url, self.place, out.seq, out.drift, action)
-            added = {d.field: d.type_name or "json | None" for d in out.drift if d.kind == "added"}
-            if added and self.policy.schema_contract == "evolve":
-                if self.task.evolve_model(self.ctx, added):
-                    out.evolved = sorted(added)
+            if out.drift:
+                self._keep_drift(out)
+
+    def _keep_drift(self, out: Outcome) -> None:
+        """A page's drift recorded once per run and field; under ``evolve``, the new
+        fields the import's rules allow (``evolution_plan``), at most
+        ``schema.max_new_fields`` a run, added to the model and the rest recorded
+        ``skipped`` with the reason (``out.skipped``)."""
+        contract = self.policy.schema_contract
+        action = {"evolve": "evolved", "freeze": "frozen"}.get(contract, "discarded")
+        added = {d.field: d.type_name or "json | None" for d in out.drift if d.kind == "added"}
+        grow: dict[str, str] = {}
+        actions: dict[str, str] = {}
+        if added and contract == "evolve":
+            grow, out.skipped = self._plan(added)
+            actions = {name: "skipped" for name in out.skipped}
+        out.new_drift = note_drift(
+            self.database_url, self.place, out.seq, out.drift, action, actions
+        )
+        if grow and self.task.evolve_model(self.ctx, grow):
+            out.evolved = sorted(grow)
+
+    def _plan(self, added: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """(the fields to add, {field: why skipped}) of ``added``: a field this run
+        decided on before keeps its decision (another window's, or a retried attempt's:
+        an ``evolved`` one is added again, which changes nothing when it is there); the
+        others are held to the rules against the run's model and the fields it added."""
+        decided = run_actions(self.database_url, self.place)
+        evolved = [name for name, act in decided.items() if act == "evolved"]
+        fresh = {k: v for k, v in added.items() if k not in decided}
+        assert self.spec is not None  # (drift is found against a model)
+        room = max(0, self.max_new_fields - len(evolved))
+        grow, skipped = evolution_plan(
+            [*self.spec.model.model_fields, *evolved],
+            fresh,
+            room,
+            f"over schema.max_new_fields ({self.max_new_fields} new fields a run)",
+        )
+        grow.update({k: v for k, v in added.items() if k in evolved})
+        return grow, skipped

@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextvars
 import re
 import weakref
+from typing import Any
 
+from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
 
 # The operator's secret values (registry keys, cookies); matched literally everywhere.
@@ -126,3 +128,45 @@ def redact_text(text: str) -> str:
             if secret in text:
                 text = text.replace(secret, REDACTED)
     return text
+
+
+# Below this depth a JSON value is redacted whole (one string) rather than walked.
+_MAX_WALK = 64
+
+
+def holds_secret(value: Any) -> bool:
+    """Whether the JSON text of ``value`` shows something ``redact_text`` would hide."""
+    text = jsonio.dumps(value).decode(errors="replace")
+    return redact_text(text) != text
+
+
+def redact_json(value: Any) -> Any:
+    """``value`` (a record: JSON) redacted as log lines are, and still JSON of the same
+    shape: a string, key or number that is (or holds) a secret value is replaced by
+    REDACTED where it stands, and so is a scalar whose ``"key": value`` text a pattern
+    matches (an ``authorization`` field). A value nested past ``_MAX_WALK`` levels is
+    REDACTED whole when its text holds a secret."""
+    return _redacted(value, None, 0)
+
+
+def _redacted(value: Any, key: str | None, depth: int) -> Any:
+    if isinstance(value, dict | list) and depth >= _MAX_WALK:
+        return REDACTED if holds_secret(value) else value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            shown = redact_text(str(k))
+            out[shown] = _redacted(v, shown, depth + 1)
+        return out
+    if isinstance(value, list):
+        return [_redacted(v, None, depth + 1) for v in value]
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        shown = redact_text(value)
+        if shown != value:
+            return shown
+    # A number that is a secret, or a scalar a pattern finds beside its key.
+    if holds_secret(value) or (key is not None and holds_secret({key: value})):
+        return REDACTED
+    return value

@@ -25,6 +25,8 @@ from artemis.registry.models import (
 )
 from artemis.registry.resolve import as_utc, current_row
 from artemis.registry.secret_env import check_secret_env, refused_secret_env
+from artemis.sinks.factory import table_name_for
+from artemis.sinks.sql import table_name_problem
 
 
 def model_for(table_name: str) -> type[DimensionBase]:
@@ -258,10 +260,38 @@ def rollback(
 def check_registry(conn: Connection) -> list[dict[str, Any]]:
     """Findings: overlapping intervals, TASK rows without a task type, provenances with
     no SEARCH endpoint in force now, credentials without a secret or holding one of the
-    service's own variables."""
+    service's own variables, default tables two provenances share (whatever their case)
+    or that PostgreSQL would cut."""
     findings = _dimension_findings(conn)
     findings += _endpoint_findings(conn)
     findings += _credential_findings(conn)
+    findings += _table_findings(conn)
+    return findings
+
+
+def _table_findings(conn: Connection) -> list[dict[str, Any]]:
+    """Provenances written before the import refused them: a default table past 63
+    bytes, or one another provenance's table is too (the import's rule: case aside)."""
+    findings: list[dict[str, Any]] = []
+    pt = RegProvenance.__table__  # type: ignore[attr-defined]
+    seen: dict[str, str] = {}
+    for code in conn.execute(select(pt.c.provenance_code).order_by(pt.c.id)).scalars():
+        table = table_name_for(code)
+        why = table_name_problem(table)
+        if why is not None:
+            findings.append(_finding("table_name", pt.name, None, f"provenance {code}: {why}"))
+        other = seen.setdefault(table.lower(), code)
+        if other != code:
+            findings.append(
+                _finding(
+                    "shared_table",
+                    pt.name,
+                    None,
+                    f"provenance {code}: its default table {table!r} is provenance "
+                    f"{other}'s (names are one whatever their case): map one of them to "
+                    "a table of its own (output_defaults.<code>.sql.tables)",
+                )
+            )
     return findings
 
 

@@ -51,6 +51,7 @@ from artemis.registry.resolve import as_utc, credential_origins, find_provenance
 from artemis.registry.secret_env import check_secret_env, origin, placement
 from artemis.registry.writes import add_row, describe, update_row
 from artemis.sinks.factory import table_name_for
+from artemis.sinks.sql import table_name_problem
 from artemis.vault import master_key, read_master_keys
 
 # Import order: endpoints before credentials (which may name one).
@@ -277,16 +278,27 @@ def _check_token_origins(
 
 
 def _refuse_shared_table(conn: Connection, code: str) -> None:
-    """Two codes whose default tables are one (``my-shop``, ``my_shop``) would write two
-    sources into one table."""
+    """Two codes whose default tables are one would write two sources into one table:
+    ``my-shop`` and ``my_shop`` (one name), ``Shop`` and ``shop`` (SQLite's names ignore
+    case; so do the folders of a case-insensitive file system), or two codes whose tables
+    PostgreSQL would cut to the same 63 bytes (a name past them is refused)."""
     pt = RegProvenance.__table__  # type: ignore[attr-defined]
     mine = table_name_for(code)
+    why = table_name_problem(mine)
+    if why is not None:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"provenance_code {code!r}: its default table: {why}; pick a shorter code",
+        )
     for other in conn.execute(select(pt.c.provenance_code)).scalars():
-        if other != code and table_name_for(other) == mine:
+        theirs = table_name_for(other)
+        if other != code and theirs.lower() == mine.lower():
             raise ArtemisError(
                 ErrorCode.INVALID_INPUT,
                 f"provenance_code {code!r}: its default table {mine!r} is provenance "
-                f"{other!r}'s; pick another code",
+                f"{other!r}'s ({theirs!r}"
+                + ("" if theirs == mine else ": table names are one whatever their case")
+                + "); pick another code",
             )
 
 

@@ -17,7 +17,7 @@ from artemis.sinks.base import Sink
 from artemis.sinks.files import FileSink, check_format
 from artemis.sinks.http import HttpSink, LogSink
 from artemis.sinks.records import RecordSpec
-from artemis.sinks.sql import SqlSink, sql_key
+from artemis.sinks.sql import SqlSink, sql_key, table_name_problem
 
 # Where records land is the operator's choice (config), never a request's: a request may
 # pick among the configured sinks and a file format, not a database, table or key, a path
@@ -249,10 +249,36 @@ def _placed(
                 "output_defaults.<code>.sql.tables: a mapping {provenance: table}",
             )
         table = str(tables.get(place) or table_name_for(place))
+        _check_place_table(place, table, tables)
         out["sql"] = {k: v for k, v in sql.items() if k != "tables"} | {"table": table}
     if files is not None:
         out["files"] = {**files, "folder": place}
     return out
+
+
+def _check_place_table(place: str, table: str, tables: dict[str, Any]) -> None:
+    """A place's table is a name both databases keep whole, and no other place's in
+    ``sql.tables`` (whatever its case: SQLite takes ``Shop`` and ``shop`` for one
+    table): two sources never share a table. CONFIG_ERROR naming both otherwise."""
+    where = (
+        f"output_defaults.<code>.sql.tables.{place}"
+        if tables.get(place)
+        else f"provenance {place!r}'s default table"
+    )
+    why = table_name_problem(table)
+    if why is not None:
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR,
+            f"{where}: {why}: name a shorter table in output_defaults.<code>.sql.tables",
+        )
+    for other, name in tables.items():
+        if other != place and name and str(name).lower() == table.lower():
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"{where}: table {table!r} is provenance {other!r}'s too "
+                f"(output_defaults.<code>.sql.tables maps it to {str(name)!r}; a table's "
+                "name is one whatever its case): give each provenance a table of its own",
+            )
 
 
 # Sinks built without I/O (an endpoint and headers; nothing): the sql sink opens an

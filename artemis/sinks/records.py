@@ -38,6 +38,7 @@ from pydantic import (
 
 from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.redact import redact_text
 
 # The columns every table sink adds beside the record's own.
 LOAD_COLUMNS = ("_artemis_task_id", "_artemis_page_seq", "_artemis_loaded_at")
@@ -331,7 +332,9 @@ def _fault(err: Any, model_name: str) -> RecordFault:
     if err.get("type") == "extra_forbidden":
         problem = f"has a field {column!r} that {model_name} has no column for"
     else:
-        got = str(err.get("input"))[:60]
+        # Redacted before it is cut (a secret cut in two is no longer found); what is
+        # shown starts in the first 60 characters, so a secret of it ends within 1000.
+        got = redact_text(str(err.get("input"))[:1000])[:60]
         problem = f"column {column!r}: {err.get('msg')} (got {got!r})"
     return RecordFault(column, str(err.get("type")), problem)
 
@@ -382,6 +385,67 @@ _TYPE_HINTS = {
     "object": "dict",
 }
 _FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+# The most columns a sql sink's table may have: PostgreSQL's limit (SQLite's default is
+# 2000); a record model has room for this many fields beside Artemis' own load columns.
+MAX_COLUMNS = 1600
+MAX_FIELDS = MAX_COLUMNS - len(LOAD_COLUMNS)
+
+
+def field_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a record model's field (a table's column, a Parquet
+    field), or None: a name starts with a letter (so never ``_id``, ``@attr``, ``#text``
+    or one of Artemis' own ``_artemis_*`` columns) and is at most 63 characters."""
+    if not _FIELD_NAME.match(name):
+        return "a name starts with a letter and holds letters, digits, '_' or '-' (at most 63)"
+    if hasattr(BaseModel, name):
+        return "the name is taken by Pydantic's BaseModel"
+    return None
+
+
+def same_but_case(name: str, names: Any) -> str | None:
+    """The one of ``names`` that differs from ``name`` only in case (SQLite's column and
+    table names ignore case: they would be one), or None."""
+    low = name.lower()
+    for other in names:
+        if other != name and other.lower() == low:
+            return str(other)
+    return None
+
+
+def evolution_plan(
+    existing: list[str],
+    new: dict[str, str],
+    room: int | None = None,
+    over_room: str = "over schema.max_new_fields",
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Which of ``new`` (name → declared type) a model with the fields ``existing`` may
+    add, by the import's rules (a valid name, unique whatever its case, within
+    MAX_FIELDS), at most ``room`` of them (None: no bound but the budget; the rest are
+    skipped ``over_room``): (the fields added, {field: why it was skipped})."""
+    added: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    taken = {n.lower(): n for n in existing}
+    there = set(existing)
+    for name, type_name in new.items():
+        if name in there:
+            continue  # there already (another run added it)
+        invalid = field_name_problem(name)
+        why = None if invalid is None else f"not a valid field name: {invalid}"
+        if why is None and name.lower() in taken:
+            why = (
+                f"differs only in case from field {taken[name.lower()]!r} (a table's column "
+                "names ignore case)"
+            )
+        if why is None and len(taken) >= MAX_FIELDS:
+            why = f"over the column budget: a record model has at most {MAX_FIELDS} fields"
+        if why is None and room is not None and len(added) >= room:
+            why = over_room
+        if why is not None:
+            skipped[name] = why
+            continue
+        added[name] = type_name
+        taken[name.lower()] = name
+    return added, skipped
 
 
 def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
@@ -474,15 +538,23 @@ def _canonical_fields(value: dict[str, Any], prefix: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if not value:
         raise ValueError(f"struct {prefix.rstrip('.')!r} declares no field")
+    if not prefix and len(value) > MAX_FIELDS:
+        raise ValueError(
+            f"{len(value)} fields: a record model has at most {MAX_FIELDS} (a sql sink's "
+            f"table holds at most {MAX_COLUMNS} columns, {len(LOAD_COLUMNS)} of them Artemis' own)"
+        )
     for name, text in value.items():
         where = f"{prefix}{name}"
-        if not _FIELD_NAME.match(name):
+        why = field_name_problem(name)
+        if why is not None:
+            raise ValueError(f"field {where!r}: {why}")
+        twin = None if prefix else same_but_case(name, out)
+        if twin is not None:
+            # (a struct's sub-fields are JSON keys and Parquet fields: their case counts)
             raise ValueError(
-                f"field {where!r}: a name starts with a letter and holds letters, digits, "
-                "'_' or '-' (at most 63)"
+                f"field {where!r}: differs only in case from field {twin!r} (a table's "
+                "column names ignore case): rename one"
             )
-        if hasattr(BaseModel, name):
-            raise ValueError(f"field {where!r}: the name is taken by Pydantic's BaseModel")
         if isinstance(text, dict):
             out[name] = _canonical_fields(text, f"{where}.")
             continue

@@ -26,11 +26,39 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, Sink
-from artemis.sinks.records import LOAD_COLUMNS, RecordSpec, schema_error
+from artemis.sinks.records import (
+    LOAD_COLUMNS,
+    MAX_COLUMNS,
+    RecordSpec,
+    same_but_case,
+    schema_error,
+)
 
 log = get_logger(__name__)
 
 LEDGER = "_artemis_sink_ledger"
+# PostgreSQL keeps the first 63 bytes of a name (a longer one is cut, and two cut names
+# may be one table): one rule for both databases.
+MAX_NAME_BYTES = 63
+# PostgreSQL's SQLSTATEs of a statement the schema refuses: a duplicate column, and a
+# program limit (class 54: too many columns, a statement too complex).
+_DUPLICATE_COLUMN = "42701"
+_PROGRAM_LIMIT = "54"
+
+
+def table_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a sql sink's table, or None: at most MAX_NAME_BYTES bytes
+    (UTF-8), and not the sinks' own ledger whatever its case."""
+    size = len(name.encode())
+    if size > MAX_NAME_BYTES:
+        return (
+            f"table name {name!r} is {size} bytes: PostgreSQL keeps {MAX_NAME_BYTES} (a "
+            "longer name is cut, and two cut names can be one table)"
+        )
+    if name.lower() == LEDGER:
+        return f"table name {name!r} is the sql sinks' own ledger"
+    return None
+
 
 # Tables known to fit, per (url, table, model, key): created or checked once per process.
 _ready: dict[tuple[Any, ...], tuple[sa.Table, sa.Table]] = {}
@@ -106,62 +134,123 @@ class SqlSink(Sink):
         return tables
 
     def _prepare(self) -> tuple[sa.Table, sa.Table]:
+        why = table_name_problem(self.table_name)
+        if why is not None:
+            raise schema_error(f"{self._where()}: {why}: map the source to another table")
         metadata = sa.MetaData()
         ledger = _ledger_table(metadata)
         with self.engine.begin() as conn:
             inspector = sa.inspect(conn)
+            self._refuse_twin(inspector.get_table_names())
             if inspector.has_table(self.table_name):
-                table = sa.Table(self.table_name, metadata, autoload_with=conn)
-                added = self.record.check_table(table, self._where())
-                for col in added:
-                    # A model that grew a nullable field: its column joins the table.
-                    conn.execute(
-                        sa.text(
-                            f"ALTER TABLE {_quoted(conn, self.table_name)} ADD COLUMN "
-                            f"{sa.schema.CreateColumn(col).compile(dialect=conn.dialect)}"
-                        )
-                    )
-                    log.info("sql_sink_column_added", table=self.table_name, column=col.name)
-                if added:
-                    metadata = sa.MetaData()
-                    ledger = _ledger_table(metadata)
-                    table = sa.Table(self.table_name, metadata, autoload_with=conn)
-                keyed = set(self.key)
-                name = self.table_name
-                unique = (
-                    [set(table.primary_key.columns.keys())]
-                    + [set(u["column_names"]) for u in inspector.get_unique_constraints(name)]
-                    + [
-                        set(i["column_names"])
-                        for i in inspector.get_indexes(name)
-                        if i.get("unique")
-                    ]
-                )
-                if keyed not in unique:
-                    pk = ", ".join(table.primary_key.columns.keys()) or "none"
-                    raise schema_error(
-                        f"{self._where()}: the table has no primary key or unique constraint "
-                        f"on the record key ({', '.join(self.key)}; its primary key: {pk}): "
-                        "upserts need one (a changed key needs a table of its own)"
-                    )
+                table, ledger = self._existing(conn, inspector, metadata, ledger)
             else:
-                columns = self.record.sql_columns()
-                if set(self.key) != set(self.record.key):
-                    for col in columns:
-                        col.primary_key = col.name in self.key
-                        col.nullable = col.nullable and col.name not in self.key
-                table = sa.Table(
-                    self.table_name,
-                    metadata,
-                    *columns,
-                    sa.Column("_artemis_task_id", sa.String(200), nullable=False),
-                    sa.Column("_artemis_page_seq", sa.Integer, nullable=False),
-                    sa.Column("_artemis_loaded_at", sa.DateTime(timezone=True), nullable=False),
-                )
-                table.create(conn, checkfirst=True)
-                log.info("sql_sink_table_created", table=self.table_name)
+                table = self._create(conn, metadata)
             ledger.create(conn, checkfirst=True)
         return table, ledger
+
+    def _existing(
+        self, conn: sa.Connection, inspector: Any, metadata: sa.MetaData, ledger: sa.Table
+    ) -> tuple[sa.Table, sa.Table]:
+        """The table there, checked against the model (a grown model's columns added)."""
+        table = sa.Table(self.table_name, metadata, autoload_with=conn)
+        added = self.record.check_table(table, self._where())
+        for col in added:
+            # A model that grew a nullable field: its column joins the table.
+            self._add_column(conn, table, col)
+        if added:
+            metadata = sa.MetaData()
+            ledger = _ledger_table(metadata)
+            table = sa.Table(self.table_name, metadata, autoload_with=conn)
+        keyed = set(self.key)
+        name = self.table_name
+        unique = (
+            [set(table.primary_key.columns.keys())]
+            + [set(u["column_names"]) for u in inspector.get_unique_constraints(name)]
+            + [set(i["column_names"]) for i in inspector.get_indexes(name) if i.get("unique")]
+        )
+        if keyed not in unique:
+            pk = ", ".join(table.primary_key.columns.keys()) or "none"
+            raise schema_error(
+                f"{self._where()}: the table has no primary key or unique constraint "
+                f"on the record key ({', '.join(self.key)}; its primary key: {pk}): "
+                "upserts need one (a changed key needs a table of its own)"
+            )
+        return table, ledger
+
+    def _create(self, conn: sa.Connection, metadata: sa.MetaData) -> sa.Table:
+        """The table made from the model: typed columns, the key, the load columns."""
+        columns = self.record.sql_columns()
+        seen: dict[str, str] = {}
+        for col in columns:
+            twin = seen.setdefault(col.name.lower(), col.name)
+            self._refuse_column_twin(col.name, [twin])
+        if set(self.key) != set(self.record.key):
+            for col in columns:
+                col.primary_key = col.name in self.key
+                col.nullable = col.nullable and col.name not in self.key
+        table = sa.Table(
+            self.table_name,
+            metadata,
+            *columns,
+            sa.Column("_artemis_task_id", sa.String(200), nullable=False),
+            sa.Column("_artemis_page_seq", sa.Integer, nullable=False),
+            sa.Column("_artemis_loaded_at", sa.DateTime(timezone=True), nullable=False),
+        )
+        try:
+            table.create(conn, checkfirst=True)
+        except DBAPIError as e:
+            refused = _refusal(e)
+            if refused is None:
+                raise  # (another worker created it meanwhile: looked at again)
+            raise schema_error(
+                f"{self._where()}: creating the table with {len(table.columns)} columns: {refused}"
+            ) from None
+        log.info("sql_sink_table_created", table=self.table_name)
+        return table
+
+    def _refuse_twin(self, tables: list[str]) -> None:
+        """A table whose name differs from this one's only in case is the same table to
+        SQLite (and a trap in PostgreSQL, where unquoted SQL folds names): refused."""
+        twin = same_but_case(self.table_name, tables)
+        if twin is not None:
+            raise schema_error(
+                f"{self._where()}: the database has a table {twin!r}, whose name differs "
+                "only in case (SQLite takes them for one table): map the source to a "
+                "table of another name"
+            )
+
+    def _refuse_column_twin(self, name: str, columns: list[str]) -> None:
+        twin = same_but_case(name, columns)
+        if twin is not None:
+            raise schema_error(
+                f"{self._where()}: column {name!r} differs only in case from column "
+                f"{twin!r} (SQLite takes them for one column): rename the field in the "
+                "record model, or map the source to a new table"
+            )
+
+    def _add_column(self, conn: sa.Connection, table: sa.Table, col: sa.Column) -> None:
+        """A grown model's column added to the table; a column the database refuses (one
+        spelt another way is there, or the table is full) is a schema error naming it."""
+        self._refuse_column_twin(col.name, list(table.columns.keys()))
+        try:
+            conn.execute(
+                sa.text(
+                    f"ALTER TABLE {_quoted(conn, self.table_name)} ADD COLUMN "
+                    f"{sa.schema.CreateColumn(col).compile(dialect=conn.dialect)}"
+                )
+            )
+        except DBAPIError as e:
+            refused = _refusal(e)
+            if refused is None or _duplicate_column(e):
+                # Another worker added it meanwhile (looked at again: a column there by
+                # another spelling is refused then, and one refused again is final).
+                raise
+            raise schema_error(
+                f"{self._where()}: adding column {col.name!r} (the table has "
+                f"{len(table.columns)}): {refused}"
+            ) from None
+        log.info("sql_sink_column_added", table=self.table_name, column=col.name)
 
     async def emit(
         self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext
@@ -275,6 +364,9 @@ class SqlSink(Sink):
         """A statement the database refused (a type it cannot take, a constraint) is
         final; a lost connection is retried."""
         first = str(e.orig).splitlines()[0] if e.orig is not None else str(e).splitlines()[0]
+        refused = _refusal(e)
+        if refused is not None:
+            return schema_error(f"{where}: {refused}")
         if any(m in first for m in ("no such table", "has no column", "datatype mismatch")):
             # SQLite says these as OperationalError; they are the schema, not the server.
             return schema_error(f"{where}: the database refused the page: {first}")
@@ -285,6 +377,30 @@ class SqlSink(Sink):
                 details={"reason": "database unreachable"},
             )
         return schema_error(f"{where}: the database refused the page: {first}")
+
+
+def _refusal(e: DBAPIError) -> str | None:
+    """What a statement refused for the table's shape says, with the remedy, or None
+    (another error). A duplicate column and a table past the columns the database
+    allows are the schema's, never an outage: no wait heals them."""
+    first = str(e.orig if e.orig is not None else e).splitlines()[0]
+    state = str(getattr(e.orig, "sqlstate", "") or "")
+    if _duplicate_column(e):
+        return (
+            f"{first} (a column of that name, perhaps spelt in another case, is there): "
+            "rename the field in the record model, or map the source to a new table"
+        )
+    if state.startswith(_PROGRAM_LIMIT) or "too many columns" in first.lower():
+        return (
+            f"{first} (more columns than the database allows: PostgreSQL {MAX_COLUMNS}, "
+            "SQLite 2000 by default): declare fewer fields, or map the source to a new table"
+        )
+    return None
+
+
+def _duplicate_column(e: DBAPIError) -> bool:
+    state = str(getattr(e.orig, "sqlstate", "") or "")
+    return state == _DUPLICATE_COLUMN or "duplicate column" in str(e.orig or e).lower()
 
 
 def _quoted(conn: sa.Connection, name: str) -> str:
@@ -300,6 +416,13 @@ def check_sql_output(spec: dict[str, Any], record: RecordSpec | None) -> None:
     if "sql" not in ([names] if isinstance(names, str) else names) or record is None:
         return
     cfg = spec["sql"]
+    why = table_name_problem(str(cfg["table"]))
+    if why is not None:
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR,
+            f"output.sql.table: {why}: name a shorter table in output_defaults.<code>.sql.tables",
+            retryable=False,
+        )
     sink = SqlSink(str(cfg["url"]), str(cfg["table"]), record, sql_key(cfg, record))
     try:
         sink._tables()
