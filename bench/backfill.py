@@ -46,12 +46,8 @@ FIRST = date(2015, 1, 1)
 def events_app(days: int) -> FastAPI:
     """One record a day at noon UTC from FIRST, filtered by the window ``[from, to)``."""
     app = FastAPI()
-    records = [
-        {"id": n + 1, "at": datetime.combine(FIRST + timedelta(days=n), datetime.min.time())}
-        for n in range(days)
-    ]
-    for r in records:
-        r["at"] = (r["at"] + timedelta(hours=12)).replace(tzinfo=UTC)
+    noon = datetime.combine(FIRST, datetime.min.time(), UTC) + timedelta(hours=12)
+    records: list[tuple[int, datetime]] = [(n + 1, noon + timedelta(days=n)) for n in range(days)]
 
     @app.get("/events")
     async def events(
@@ -60,9 +56,9 @@ def events_app(days: int) -> FastAPI:
         lo = datetime.fromisoformat(start) if start else None
         hi = datetime.fromisoformat(end) if end else None
         found = [
-            {"id": r["id"], "at": r["at"].isoformat()}
-            for r in records
-            if (lo is None or r["at"] >= lo) and (hi is None or r["at"] < hi)
+            {"id": ident, "at": at.isoformat()}
+            for ident, at in records
+            if (lo is None or at >= lo) and (hi is None or at < hi)
         ]
         return {"items": found[(page - 1) * size : page * size], "total": len(found)}
 
@@ -124,7 +120,9 @@ def importer(doc: dict[str, Any]) -> Any:
 
         os.environ["COOKIE_MASTER_KEY"] = stack.env["COOKIE_MASTER_KEY"]
         settings = load_settings(stack.env["ARTEMIS_CONFIG"])
-        import_yaml(get_engine(settings.database.url), yaml.safe_dump(doc), None)
+        import_yaml(
+            get_engine(settings.database.url), yaml.safe_dump(doc), settings.vault.master_key_file
+        )
 
     return run
 
