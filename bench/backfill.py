@@ -147,7 +147,7 @@ async def measure(stack: BenchStack, code: str, days: int, lake: str) -> dict[st
     task_id = f"bench-{uuid.uuid4().hex[:12]}"
     last = FIRST + timedelta(days=days - 1)
     body = {
-        "meta": {"task_id": task_id},
+        "meta": {"task_id": task_id, "timeout_s": 6 * 3600},
         "params": {
             "provenance": code,
             "task_type": "backfill",
@@ -204,7 +204,6 @@ async def main() -> None:
         code = f"daily{uuid.uuid4().hex[:6]}"
         config = {
             "output_defaults": {"source_harvest": {"sinks": ["sql"], "sql": {"url": lake}}},
-            "server": {"run_timeout_s": 6 * 3600},
         }
         doc = provenance(code, source.url, args.concurrency)
         stack = resources.enter_context(bench_stack(config, before_start=importer(doc)))

@@ -682,11 +682,21 @@ class RunService(RunReads):
             raise ArtemisError(ErrorCode.CONFLICT, f"task {task_id}: a retry is already starting")
         return kept_key, kept
 
+    def _owner_role(self, owner: str) -> str:
+        """The role of the token named ``owner`` (an API without tokens: admin)."""
+        tokens = self.settings.server.tokens()
+        if not tokens:
+            return "admin"
+        return next((t.role for t in tokens if t.name == owner), "client")
+
     def _retry_request(
         self, state: dict[str, Any], trace: TraceContext, request_id: str | None
     ) -> tuple[RunRequest, RunState]:
         """The saved run's request and carried state, for the retry's new execution."""
         req: RunRequest = value_to_type(RunRequest, state["request"], [])
+        if "role" not in state["request"]:
+            # Kept before runs carried their starter's role: its owner's role now.
+            req.role = self._owner_role(owner_of(req.task_id))
         carry: RunState = value_to_type(RunState, state["carry"], [])
         carry = dataclasses.replace(carry, retry_start=True, retry_attempt=carry.retry_attempt + 1)
         req = dataclasses.replace(
