@@ -130,6 +130,7 @@ class ArtemisError(Exception):
         retryable: bool | None = None,
         details: dict | None = None,
         retry_after_s: float | None = None,
+        http_status: int | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -137,6 +138,9 @@ class ArtemisError(Exception):
         self.retryable = code.retryable if retryable is None else retryable
         self.details = details or {}
         self.retry_after_s = retry_after_s
+        # The API's answer, where it is not the code's own (a configuration the service
+        # cannot run without, found at a request: 503 rather than 500).
+        self.http_status = http_status or code.http_status
 
     def with_request(self, request: str) -> ArtemisError:
         """The same error, its message naming the request that got the answer."""

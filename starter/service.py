@@ -36,6 +36,7 @@ from temporalio.converter import value_to_type
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from artemis import jsonio
 from artemis.callback import CallbackTarget, resolve_base_url
 from artemis.calls import work, work_on
 from artemis.config import Settings
@@ -695,7 +696,7 @@ class RunService(RunReads):
         """The saved run's request and carried state, for the retry's new execution."""
         req: RunRequest = value_to_type(RunRequest, state["request"], [])
         if "role" not in state["request"]:
-            # Kept before runs carried their starter's role: its owner's role now.
+            # A kept request that names no role: its owner's role now.
             req.role = self._owner_role(owner_of(req.task_id))
         carry: RunState = value_to_type(RunState, state["carry"], [])
         carry = dataclasses.replace(carry, retry_start=True, retry_attempt=carry.retry_attempt + 1)
@@ -849,6 +850,8 @@ def _started_new(handle: WorkflowHandle) -> bool:
 # ones would also match ordinary words in the run's lines), and bounded headers.
 MAX_HEADERS = 32
 MAX_HEADER_VALUE = 4096
+# A request's output as JSON, at most (docs/performance.md, "Bounded payloads").
+MAX_OUTPUT_BYTES = 16 * 1024
 
 
 def check_request_secrets(ask: StartRequest) -> None:
@@ -859,6 +862,13 @@ def check_request_secrets(ask: StartRequest) -> None:
         raise ArtemisError(
             ErrorCode.INVALID_INPUT,
             f"meta.callback.auth_token: at least {MIN_REQUEST_SECRET} characters",
+        )
+    size = len(jsonio.dumps(ask.output or {}))
+    if size > MAX_OUTPUT_BYTES:
+        # A run's output travels in its request and in each of its child runs'.
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT,
+            f"output: {size} bytes as JSON, more than the {MAX_OUTPUT_BYTES} a run carries",
         )
     headers = (ask.output or {}).get("http_headers")
     if not isinstance(headers, dict):

@@ -107,7 +107,14 @@ class FanOut:
             if started and workflow.info().is_continue_as_new_suggested():
                 break
             limit = min(CHILD_SLICE, total - state.children_next, tuning.children_per_run - started)
-            for params in await self._slice(state.children_next, limit):
+            planned = await self._slice(state.children_next, limit)
+            if not planned:
+                raise ApplicationError(
+                    f"the plan of {total} child runs gave none at {state.children_next}",
+                    type=ErrorCode.INTERNAL,
+                    non_retryable=True,
+                )
+            for params in planned:
                 await gate.acquire()
                 _raise_failed(running)
                 self.run.stop_point()
@@ -173,7 +180,7 @@ class FanOut:
         self.run.details()
 
 
-# Child runs' params asked per local activity: a result of a few tens of KB.
+# Child runs' params asked per local activity (the task bounds the result's bytes too).
 CHILD_SLICE = 100
 
 

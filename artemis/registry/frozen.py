@@ -9,8 +9,8 @@ digest (``contract_ref``); each child reads the contract back when it prepares.
 
 The digest names the content (SHA-256 of its canonical JSON), so storing the same
 contract again is a no-op and two runs with one contract share the row. A run touches the
-row when it plans children; the cleanup (activities/housekeeping.py) removes rows no run
-touched in ``runs.frozen_contract_days``.
+row each time it plans a slice of children; the cleanup (activities/housekeeping.py)
+removes rows no run touched in ``runs.frozen_contract_days``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
 from artemis.db import get_engine, upsert_insert, utcnow
@@ -54,10 +54,6 @@ def store_contract(conn: Connection, body: dict[str, Any]) -> str:
         .on_conflict_do_update(index_elements=["digest"], set_={"touched_at": now})
     )
     return digest
-
-
-def touch_contract(conn: Connection, digest: str) -> None:
-    conn.execute(update(_TABLE).where(_TABLE.c.digest == digest).values(touched_at=utcnow()))
 
 
 def load_contract(conn: Connection, digest: str) -> dict[str, Any]:

@@ -24,15 +24,16 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from sqlalchemy.engine import Connection
 
+from artemis import jsonio
 from artemis.bounds import OutageTolerance
 from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
-from artemis.quarantine import RecordPolicy, RecordPolicyParams
+from artemis.quarantine import POLICY_FIELDS, RecordPolicy, RecordPolicyParams
 from artemis.registry.client import ContractClient, require_credentials
 from artemis.registry.evolve import evolve_record_model
-from artemis.registry.frozen import digest_of, load_contract, store_contract, touch_contract
+from artemis.registry.frozen import load_contract, store_contract
 from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.rest_source import rest_source
 from artemis.registry.watermark import (
@@ -70,6 +71,9 @@ from artemis.tasks.base import (
 log = get_logger(__name__)
 
 
+# The most child params one slice of a backfill's plan returns, as JSON: a local
+# activity's result recorded in the parent's history (docs/performance.md).
+CHILD_SLICE_BYTES = 64 * 1024
 # The longest query a request may send: a run's params travel in its history, and no
 # source's own query language needs more.
 MAX_QUERY_CHARS = 2048
@@ -132,6 +136,8 @@ def child_params(
         "contract_ref": contract_ref,
         "completeness_tolerance_pct": p.completeness_tolerance_pct,
         "outage_tolerance_s": p.outage_tolerance_s,
+        # the run's record policy, applied by each window (max_bad_records per window)
+        **{name: getattr(p, name) for name in POLICY_FIELDS},
         "window_start": None,
         "window_end": None,
         "parent": parent,
@@ -333,17 +339,23 @@ class SourceHarvest(TaskUnit):
         return ChildPlan(count=count, parallelism=self._parallelism(ctx))
 
     def child_slice(self, ctx: TaskContext, offset: int, limit: int) -> list[dict[str, Any]]:
-        """The child runs' params of windows ``offset`` .. ``offset + limit - 1``."""
+        """The child runs' params of windows ``offset`` .. ``offset + limit - 1``, at most
+        ``CHILD_SLICE_BYTES`` of them as JSON (at least one)."""
         p: SourceParams = ctx.params  # type: ignore[assignment]
         assert p.start is not None and p.end is not None
-        ref = digest_of(p.contract or {})
         with get_engine(ctx.settings.database.url).begin() as conn:
-            touch_contract(conn, ref)  # a long backfill's contract is not cleaned up
+            # touched (a long backfill's contract is not cleaned up), or stored again
+            ref = store_contract(conn, p.contract or {})
         windows = iter_windows(p.start, p.end, self._contract(ctx).window_offset or {})
-        return [
-            child_params(p, a, b, ctx.task_id, ref)
-            for a, b in itertools.islice(windows, offset, offset + limit)
-        ]
+        out: list[dict[str, Any]] = []
+        size = 0
+        for a, b in itertools.islice(windows, offset, offset + limit):
+            child = child_params(p, a, b, ctx.task_id, ref)
+            size += len(jsonio.dumps(child))
+            if out and size > CHILD_SLICE_BYTES:
+                break
+            out.append(child)
+        return out
 
     def _parallelism(self, ctx: TaskContext) -> int:
         p: SourceParams = ctx.params  # type: ignore[assignment]

@@ -161,6 +161,8 @@ def search_attributes_error(namespace: str, problems: dict[str, str]) -> Artemis
         f"Temporal namespace {namespace!r} lacks the search attributes runs need, so no run "
         "can start: " + "; ".join(fixes),
         details={"search_attributes": problems},
+        # the service cannot start runs until the namespace is set up: unavailable
+        http_status=503,
     )
 
 

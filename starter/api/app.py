@@ -151,7 +151,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ArtemisError)
     async def _artemis_error(request: Request, exc: ArtemisError):
-        if exc.code.http_status >= 500:
+        if exc.http_status >= 500:
             log.warning("request_failed", error=str(exc), code=exc.code.value)
         return error_response(request, exc)
 

@@ -59,7 +59,7 @@ def error_response(
     payload = err.to_dict()
     if err.details.get("fields"):
         payload["fields"] = err.details["fields"]
-    return envelope(request, data, status=err.code.http_status, error=payload, state=state)
+    return envelope(request, data, status=err.http_status, error=payload, state=state)
 
 
 # A caller's X-Request-ID reaches log lines, the Temporal UI's details and the headers of

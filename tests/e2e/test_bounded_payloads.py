@@ -9,6 +9,7 @@ larger runs with stand-in activities.
 from __future__ import annotations
 
 from datetime import date, timedelta
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -24,6 +25,7 @@ from tests.e2e.test_source_harvest import (  # noqa: F401  (api: a fixture)
     order,
     orders_doc,
 )
+from tests.helpers import eventually
 
 
 @pytest.fixture
@@ -61,12 +63,18 @@ def largest_workflow_task(history: WorkflowHistory) -> int:
     return max(per_task.values(), default=0)
 
 
-async def histories(stack, workflow_id: str) -> list[WorkflowHistory]:
-    """Every run (generation) of ``workflow_id``."""
+async def histories(client, workflow_id: str, generations: int) -> list[WorkflowHistory]:
+    """The ``generations`` runs of ``workflow_id`` (Temporal's list may lag its runs: it
+    is asked again until it lists them all)."""
+
+    async def listed() -> list[Any] | None:
+        found = [wf async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+        return found if len(found) >= generations else None
+
     out = []
-    async for wf in stack.client.list_workflows(f"WorkflowId = '{workflow_id}'"):
-        handle = stack.client.get_workflow_handle(wf.id, run_id=wf.run_id)
-        out.append(await handle.fetch_history())
+    for wf in await eventually(listed, f"{generations} runs of {workflow_id} listed"):
+        out.append(await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history())
+    assert len(out) == generations, len(out)
     return out
 
 
@@ -101,8 +109,8 @@ async def test_daily_windows_complete_across_generations_with_bounded_payloads(m
     assert data["status"] == "completed", data
     assert data["stats"]["records_fetched"] == days
     assert sorted(await delivered(stack, task_id)) == list(range(1, days + 1))
-    runs = await histories(stack, resp.json()["data"]["workflow_id"])
-    assert len(runs) == 3  # 60 children, 20 a generation
+    # 60 children, 20 a generation
+    runs = await histories(stack.client, resp.json()["data"]["workflow_id"], 3)
     biggest = max(largest_workflow_task(h) for h in runs)
     assert 0 < biggest < WORKFLOW_TASK_BOUND, biggest
     # the parent's inputs carry no contract per child

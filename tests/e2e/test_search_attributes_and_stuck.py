@@ -101,7 +101,7 @@ def quotes(task_id: str) -> dict[str, Any]:
 
 def assert_config_error(resp: httpx.Response) -> None:
     """A start refused for the missing attribute: CONFIG_ERROR naming it and its command."""
-    assert resp.status_code == 500, resp.text
+    assert resp.status_code == 503, resp.text  # unavailable until set up, never 500
     error = resp.json()["error"]
     assert error["code"] == "CONFIG_ERROR", error
     assert "ArtemisOwner (not registered)" in error["message"], error
@@ -148,7 +148,7 @@ async def _missing_then_registered_then_removed(http: httpx.AsyncClient, server:
     assert checks["temporal"] == "ok" and checks["database"] == "ok", checks
     assert "ArtemisOwner (not registered)" in checks["search_attributes"], checks
     assert OWNER_COMMAND in checks["search_attributes"], checks
-    # Every start is refused up front, sync or async: never 500 INTERNAL.
+    # Every start is refused up front, sync or async: 503 CONFIG_ERROR, never 500 INTERNAL.
     for mode in ("sync", "async"):
         assert_config_error(await http.post(RUN, params={"mode": mode}, json=quotes(new_task_id())))
 

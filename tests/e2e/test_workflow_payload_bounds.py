@@ -34,7 +34,11 @@ from artemis.run_models import (
     workflow_id_for,
 )
 from artemis.temporal.versioning import make_current, worker_build
-from tests.e2e.test_bounded_payloads import WORKFLOW_TASK_BOUND, largest_workflow_task
+from tests.e2e.test_bounded_payloads import (
+    WORKFLOW_TASK_BOUND,
+    histories,
+    largest_workflow_task,
+)
 from workflows.task_run import TaskRunWorkflow
 
 # What a frozen contract weighs in a run's params (a registry provenance's, as JSON).
@@ -112,7 +116,9 @@ class StandIns:
         ]
 
 
-async def _run(client, params: dict[str, Any], tuning: RunTuning) -> tuple[RunResult, list]:
+async def _run(
+    client, params: dict[str, Any], tuning: RunTuning, generations: int
+) -> tuple[RunResult, list]:
     queue = f"payloads-{uuid.uuid4().hex[:8]}"
     task_id = f"t-{uuid.uuid4().hex[:12]}"
     stand_ins = StandIns()
@@ -142,10 +148,7 @@ async def _run(client, params: dict[str, Any], tuning: RunTuning) -> tuple[RunRe
             result_type=RunResult,
         )
         result = await handle.result()
-    runs = []
-    async for wf in client.list_workflows(f"WorkflowId = '{handle.id}'"):
-        runs.append(await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history())
-    return result, runs
+    return result, await histories(client, handle.id, generations)
 
 
 # A backfill's windows here: 365 at 100 a generation by default (about 25 s on two cores);
@@ -158,19 +161,19 @@ CHILDREN_PER_RUN = int(os.environ.get("ARTEMIS_TEST_CHILDREN_PER_RUN", "100"))
 
 async def test_a_backfill_of_daily_windows_keeps_its_payloads_bounded(client):
     tuning = RunTuning(children_per_run=CHILDREN_PER_RUN)
-    result, runs = await _run(client, {"windows": WINDOWS}, tuning)
+    generations = -(-WINDOWS // CHILDREN_PER_RUN)  # a generation per share
+    result, runs = await _run(client, {"windows": WINDOWS}, tuning, generations)
     assert result.status == "completed", result
     assert result.stats["records_fetched"] == WINDOWS  # each child's one record, added up
-    assert len(runs) == -(-WINDOWS // CHILDREN_PER_RUN)  # a generation per share
     biggest = max(largest_workflow_task(h) for h in runs)
     assert 0 < biggest < WORKFLOW_TASK_BOUND, biggest
 
 
 async def test_a_run_of_ten_thousand_pages_keeps_its_payloads_bounded(client):
     pages = 10_000
-    result, runs = await _run(client, {"pages": pages}, RunTuning(max_batches_per_run=20))
+    # 200 pages a batch, 20 batches a generation: three generations
+    result, runs = await _run(client, {"pages": pages}, RunTuning(max_batches_per_run=20), 3)
     assert result.status == "completed", result
     assert result.stats["pages"] == pages and result.stats["records_emitted"] == pages
-    assert len(runs) == 3  # 200 pages a batch, 20 batches a generation
     biggest = max(largest_workflow_task(h) for h in runs)
     assert 0 < biggest < WORKFLOW_TASK_BOUND, biggest

@@ -4,8 +4,8 @@ must still replay.
 Task runs, note details and quarantine replays are pinned to the worker build they
 started on (artemis/temporal/versioning.py): no other build ever replays them, so a
 release keeps only its own set of them. The housekeeping loops auto-upgrade: a loop of
-the release before moves onto this release's build at its next step, so its histories are kept
-and replayed here. Record a release's set with ``make histories LABEL=<version>``
+an earlier release moves onto this release's build at its next step, so the loop
+histories of the releases before are kept and replayed here. Record a release's set with ``make histories LABEL=<version>``
 (bench/record_histories.py); ``--housekeeping-only`` records the loops alone.
 """
 
@@ -25,8 +25,10 @@ from workers.main import WORKFLOWS
 CORPUS = Path(__file__).resolve().parents[1] / "histories"
 FILES = sorted(CORPUS.glob("*/*.json"))
 LOOPS = ("CleanupOldTasks", "ReclaimStaleLocks", "EvaluateAlerts")
-# The release before this one, whose loops this one adopts; and this release's own set.
-BEFORE = "0.12.0"
+# The releases before this one, whose loops this one adopts (the first of them took the
+# housekeeping-loop-v1 patch); and this release's own set.
+BEFORE = ("0.12.0", "1.0.0")
+PATCHED = "0.12.0"
 
 
 def _version(label: str) -> tuple[int, ...]:
@@ -55,15 +57,23 @@ def _replayer() -> Replayer:
     return Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
 
 
-def test_the_corpus_is_this_release_and_the_loops_of_the_one_before():
+def test_the_corpus_is_this_release_and_the_loops_of_the_ones_before():
     labels = {p.parent.name for p in FILES}
-    assert labels == {BEFORE, OWN} and _version(OWN) > _version(BEFORE), labels
-    kept = {_name(p)[0] for p in FILES if p.parent.name == BEFORE}
-    assert kept == set(LOOPS), f"{BEFORE} keeps {sorted(kept)}: pinned types need none"
-    for kind in LOOPS:
-        shapes = {(s, e) for t, s, e in map(_name, FILES) if t == kind and s == "loop"}
-        for end in ("CONTINUED_AS_NEW", "COMPLETED"):
-            assert ("loop", f"WORKFLOW_EXECUTION_{end}") in shapes, (kind, end)
+    assert labels == {*BEFORE, OWN}, labels
+    assert all(_version(OWN) > _version(b) for b in BEFORE), labels
+    for before in BEFORE:
+        kept = {_name(p)[0] for p in FILES if p.parent.name == before}
+        assert kept == set(LOOPS), f"{before} keeps {sorted(kept)}: pinned types need none"
+        for kind in LOOPS:
+            shapes = {
+                (s, e)
+                for path in FILES
+                if path.parent.name == before
+                for t, s, e in [_name(path)]
+                if t == kind and s == "loop"
+            }
+            for end in ("CONTINUED_AS_NEW", "COMPLETED"):
+                assert ("loop", f"WORKFLOW_EXECUTION_{end}") in shapes, (before, kind, end)
 
 
 def test_this_releases_set_covers_every_workflow_type_and_every_ending():
@@ -109,7 +119,7 @@ def test_the_loops_of_the_release_before_hold_the_deprecated_patch_marker():
     marker, which this release accepts through ``workflow.deprecate_patch`` (they replay,
     above). A release after this one may drop that call, once no loop of 0.12.0 is
     kept."""
-    loops = [p for p in FILES if p.parent.name == BEFORE]
+    loops = [p for p in FILES if p.parent.name == PATCHED]
     assert loops and all(b"core_patch" in p.read_bytes() for p in loops)
 
 
@@ -123,7 +133,7 @@ async def test_a_changed_loop_does_not_replay_the_loops_of_the_release_before(mo
     (path,) = [
         p
         for p in FILES
-        if p.parent.name == BEFORE and p.name == "ReclaimStaleLocks-loop-continued_as_new.json"
+        if p.parent.name == PATCHED and p.name == "ReclaimStaleLocks-loop-continued_as_new.json"
     ]
     replayer = Replayer(
         workflows=list(WORKFLOWS),

@@ -183,7 +183,7 @@ async def test_a_certificate_failing_verification_fails_at_once_naming_the_check
     assert rejected.check == check and rejected.reason == reason
     assert openssl_says in str(rejected) and "s3cret" not in str(rejected)
     assert server.seen == []  # the handshake failed: no request reached the server
-    assert took < 5
+    assert took < 30  # one handshake, never retried (slack for a loaded machine)
     for code in (ErrorCode.SOURCE_ERROR, ErrorCode.SINK_ERROR):
         err = transport_error(code, "quotes GET", rejected)
         assert err.code is ErrorCode.TLS_VERIFY_FAILED and not err.retryable
