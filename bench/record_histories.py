@@ -340,7 +340,14 @@ def main() -> None:
     )
     args = ap.parse_args()
     config = {
-        "runs": {"pages_per_fetch": 2, "max_batches_per_run": 2, "retry_max_interval_s": 1},
+        # small batches and generations, so that runs (and a backfill's fan-out) continue
+        # as new
+        "runs": {
+            "pages_per_fetch": 2,
+            "max_batches_per_run": 2,
+            "retry_max_interval_s": 1,
+            "children_per_run": 1,
+        },
         "output_defaults": {
             "pull_stock_quotes": {"sinks": ["http"], "http_endpoint": "{samples}/sink/quotes"},
             "literature_harvest": {"sinks": ["http"], "http_endpoint": "{samples}/sink/lit"},
