@@ -92,6 +92,7 @@ def test_this_releases_set_covers_every_workflow_type_and_every_ending():
         ("cancel-temporal", "CANCELED"),
         ("timeout", "COMPLETED"),  # the run's deadline: reported as "timeout"
         ("backfill", "COMPLETED"),
+        ("backfill", "CONTINUED_AS_NEW"),  # a fan-out's generation of children
         ("split", "COMPLETED"),
         ("crawl", "COMPLETED"),
         ("pubmed", "COMPLETED"),
