@@ -5,8 +5,9 @@ Task runs, note details and quarantine replays are pinned to the worker build th
 started on (artemis/temporal/versioning.py): no other build ever replays them, so a
 release keeps only its own set of them. The housekeeping loops auto-upgrade: a loop of
 an earlier release moves onto this release's build at its next step, so the loop
-histories of the releases before are kept and replayed here. Record a release's set with ``make histories LABEL=<version>``
-(bench/record_histories.py); ``--housekeeping-only`` records the loops alone.
+histories of the releases before are kept and replayed here. Record a release's set
+with ``make histories LABEL=<version>`` (bench/record_histories.py);
+``--housekeeping-only`` records the loops alone.
 """
 
 from __future__ import annotations

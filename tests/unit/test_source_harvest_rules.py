@@ -5,7 +5,6 @@ no longer fits is refused when the run starts."""
 from __future__ import annotations
 
 import dataclasses
-
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
