@@ -36,6 +36,8 @@ from fastapi import FastAPI
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
+from artemis.temporal.runs import largest_workflow_task  # noqa: E402
 from artemis_samples.server import ThreadedServer  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
 
@@ -127,20 +129,6 @@ def importer(doc: dict[str, Any]) -> Any:
     return run
 
 
-def largest_workflow_task(history: Any) -> int:
-    """The most payload bytes one workflow task sent (its commands' events)."""
-    per_task: dict[int, int] = {}
-    for event in history.events:
-        attrs = event.WhichOneof("attributes")
-        if attrs is None:
-            continue
-        body = getattr(event, attrs)
-        done = getattr(body, "workflow_task_completed_event_id", 0)
-        if done:
-            per_task[done] = per_task.get(done, 0) + body.ByteSize()
-    return max(per_task.values(), default=0)
-
-
 async def measure(stack: BenchStack, code: str, days: int, lake: str) -> dict[str, Any]:
     from temporalio.client import Client
 
@@ -163,11 +151,11 @@ async def measure(stack: BenchStack, code: str, days: int, lake: str) -> dict[st
         workflow_id = resp.json()["data"]["workflow_id"]
         while True:
             data = (await http.get(f"{stack.api}/tasks/{task_id}")).json()["data"]
-            if data and data["status"] in ("completed", "failed", "cancelled", "timeout"):
+            if data and data["status"] in TERMINAL:
                 break
             await asyncio.sleep(0.5)
         wall = time.perf_counter() - t0
-    if data["status"] != "completed":
+    if data["status"] != RunStatus.COMPLETED:
         raise SystemExit(f"backfill ended {data['status']}: {json.dumps(data)[:800]}")
     with sa.create_engine(lake).connect() as conn:
         landed = conn.execute(sa.text(f'SELECT COUNT(DISTINCT id) FROM "{code}"')).scalar_one()
@@ -178,7 +166,7 @@ async def measure(stack: BenchStack, code: str, days: int, lake: str) -> dict[st
     sizes, events = [], []
     async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        sizes.append(largest_workflow_task(history))
+        sizes.append(largest_workflow_task(history.events))
         events.append(len(history.events))
     return {
         "wall_s": round(wall, 1),

@@ -58,6 +58,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.servers)
 
 
+# How long the tasks left on the session's event loop get to end once cancelled.
+LEFT_TASKS_GRACE_S = 60
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def no_task_outlives_the_session() -> AsyncIterator[None]:
+    """At the session's end, before pytest-asyncio closes the loop (which waits, without a
+    bound, for every task left on it): the tasks still there are cancelled and given
+    LEFT_TASKS_GRACE_S to end. One that does not end is a leak the suite must not hang
+    on: its stack is printed and the session exits at once with status 3."""
+    yield
+    me = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for task in left:
+        task.cancel()
+    if not left:
+        return
+    _, pending = await asyncio.wait(left, timeout=LEFT_TASKS_GRACE_S)
+    if pending:
+        print(f"\n{len(pending)} task(s) did not end when cancelled:", file=sys.stderr)
+        for task in pending:
+            task.print_stack(file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(3)
+
+
 @pytest.fixture(scope="session")
 def tmp_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("artemis")
@@ -392,15 +419,21 @@ async def make_stack(
         return stack
 
     yield factory
+    failed: BaseException | None = None
     for kind, obj in reversed(opened):
-        if kind == "worker":
-            await obj.__aexit__(None, None, None)
-        elif kind == "api":
-            server, task = obj
-            server.should_exit = True
-            await task
-        else:
-            await obj.aclose()
+        try:  # each piece is closed even when one before it failed to close
+            if kind == "worker":
+                await obj.__aexit__(None, None, None)
+            elif kind == "api":
+                server, task = obj
+                server.should_exit = True
+                await task
+            else:
+                await obj.aclose()
+        except Exception as e:
+            failed = failed or e
+    if failed is not None:
+        raise failed
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
+from artemis.temporal.runs import largest_workflow_task
 from tests.conftest import new_task_id
 from tests.e2e.test_literature import harvest_source, import_doc
 from tests.e2e.test_source_harvest import (  # noqa: F401  (api: a fixture)
@@ -45,22 +46,6 @@ DAILY = {
     "window_size_unit_code": "DAY",
     **SHOP_WINDOW,
 }
-
-
-def largest_workflow_task(history: WorkflowHistory) -> int:
-    """The most payload bytes one workflow task of ``history`` sent: the commands it
-    completed with (child starts, activities, markers, continue-as-new) are the events
-    that name its WorkflowTaskCompleted event."""
-    per_task: dict[int, int] = {}
-    for event in history.events:
-        attrs = event.WhichOneof("attributes")
-        if attrs is None:
-            continue
-        body = getattr(event, attrs)
-        completed = getattr(body, "workflow_task_completed_event_id", 0)
-        if completed:
-            per_task[completed] = per_task.get(completed, 0) + body.ByteSize()
-    return max(per_task.values(), default=0)
 
 
 async def histories(client, workflow_id: str, generations: int) -> list[WorkflowHistory]:
@@ -111,7 +96,7 @@ async def test_daily_windows_complete_across_generations_with_bounded_payloads(m
     assert sorted(await delivered(stack, task_id)) == list(range(1, days + 1))
     # 60 children, 20 a generation
     runs = await histories(stack.client, resp.json()["data"]["workflow_id"], 3)
-    biggest = max(largest_workflow_task(h) for h in runs)
+    biggest = max(largest_workflow_task(h.events) for h in runs)
     assert 0 < biggest < WORKFLOW_TASK_BOUND, biggest
     # the parent's inputs carry no contract per child
     started = [

@@ -33,12 +33,9 @@ from artemis.run_models import (
     Streamed,
     workflow_id_for,
 )
+from artemis.temporal.runs import largest_workflow_task
 from artemis.temporal.versioning import make_current, worker_build
-from tests.e2e.test_bounded_payloads import (
-    WORKFLOW_TASK_BOUND,
-    histories,
-    largest_workflow_task,
-)
+from tests.e2e.test_bounded_payloads import WORKFLOW_TASK_BOUND, histories
 from workflows.task_run import TaskRunWorkflow
 
 # What a frozen contract weighs in a run's params (a registry provenance's, as JSON).
@@ -165,7 +162,7 @@ async def test_a_backfill_of_daily_windows_keeps_its_payloads_bounded(client):
     result, runs = await _run(client, {"windows": WINDOWS}, tuning, generations)
     assert result.status == "completed", result
     assert result.stats["records_fetched"] == WINDOWS  # each child's one record, added up
-    biggest = max(largest_workflow_task(h) for h in runs)
+    biggest = max(largest_workflow_task(h.events) for h in runs)
     assert 0 < biggest < WORKFLOW_TASK_BOUND, biggest
 
 
@@ -175,5 +172,5 @@ async def test_a_run_of_ten_thousand_pages_keeps_its_payloads_bounded(client):
     result, runs = await _run(client, {"pages": pages}, RunTuning(max_batches_per_run=20), 3)
     assert result.status == "completed", result
     assert result.stats["pages"] == pages and result.stats["records_emitted"] == pages
-    biggest = max(largest_workflow_task(h) for h in runs)
+    biggest = max(largest_workflow_task(h.events) for h in runs)
     assert 0 < biggest < WORKFLOW_TASK_BOUND, biggest
