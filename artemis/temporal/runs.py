@@ -8,6 +8,7 @@ And why an open run does not move when its workflow task keeps failing (``stuck_
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from datetime import UTC
 from typing import Any
 
@@ -215,3 +216,20 @@ async def stuck_runs(client: Client, task_queue: str) -> list[dict[str, Any]]:
 
     answers = await asyncio.gather(*(check(wf) for wf in found.values()))
     return [a for a in answers if a is not None]
+
+
+def largest_workflow_task(events: Iterable[HistoryEvent]) -> int:
+    """The most payload bytes one workflow task of a history sent: the commands it
+    completed with (activities, child starts, markers, continue-as-new) are the events
+    that name its WorkflowTaskCompleted event. Temporal refuses a workflow task past 2 MiB
+    (docs/performance.md, "Bounded payloads")."""
+    per_task: dict[int, int] = {}
+    for event in events:
+        attrs = event.WhichOneof("attributes")
+        if attrs is None:
+            continue
+        body = getattr(event, attrs)
+        completed = getattr(body, "workflow_task_completed_event_id", 0)
+        if completed:
+            per_task[completed] = per_task.get(completed, 0) + body.ByteSize()
+    return max(per_task.values(), default=0)
