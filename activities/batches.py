@@ -26,7 +26,7 @@ from artemis.errors import ArtemisError
 from artemis.fetch_state import EmitState
 from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
-from artemis.quarantine import Outcome, PageJudge
+from artemis.quarantine import Judge, Outcome, page_judge
 from artemis.run_models import BatchInput, EmitResult, Outage, ProcessResult
 from artemis.sinks import EmitContext
 from artemis.tasks import TaskUnit
@@ -49,7 +49,7 @@ class BatchActivities(RunActivityBase):
         require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
         # The task's process and the record model's check (its own code: it may be slow,
         # or read a database) and the batch's staging reads and writes: batch-sized work.
-        judge = PageJudge(
+        judge = page_judge(
             task,
             ctx,
             run_place(inp.run, inp.params, inp.output, ctx),
@@ -194,7 +194,7 @@ class BatchActivities(RunActivityBase):
 
 
 def _processed(
-    judge: PageJudge, raw: list[tuple[int, Any]]
+    judge: Judge, raw: list[tuple[int, Any]]
 ) -> tuple[list[tuple[int, list[dict[str, Any]]]], list[tuple[int, Outcome]]]:
     """The batch's pages judged (the task's ``process``, then the record model's check):
     the records that go on, page by page, and each page's outcome."""

@@ -28,7 +28,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.fetch_state import FetchState, StreamState
 from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
 from artemis.outage import outage_of
-from artemis.quarantine import PageJudge
+from artemis.quarantine import page_judge
 from artemis.run_models import FetchInput, FetchResult, Outage, Streamed
 from artemis.sources import Page
 from artemis.tasks import FetchControls, TaskUnit
@@ -73,7 +73,7 @@ class FetchActivities(RunActivityBase):
             await work(self.staging.prune_below, key, inp.first_seq)
         streamed = state.stream
         assert streamed is not None, "a fetch that streams has its stream's state"
-        judge = PageJudge(
+        judge = page_judge(
             task,
             ctx,
             run_place(inp.run, inp.params, inp.output, ctx),
@@ -368,6 +368,7 @@ class BatchFetch:
             incomplete=state.incomplete,
             outage=self.outage,
             streamed=self.streamed,
+            responses_ignored=state.responses_ignored,
         )
 
 

@@ -28,7 +28,7 @@ from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.metrics import RECORDS_QUARANTINED, SCHEMA_DRIFT
-from artemis.quarantine import Outcome, PageJudge, RunPlace, example_text
+from artemis.quarantine import Judge, Outcome, RunPlace, example_text
 from artemis.redact import redact_text
 from artemis.retained import Retained
 from artemis.run_models import RunRef
@@ -304,7 +304,7 @@ class RunActivityBase:
         except Exception as e:
             log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
 
-    async def keep_judged(self, judge: PageJudge, outcomes: list[Outcome]) -> None:
+    async def keep_judged(self, judge: Judge, outcomes: list[Outcome]) -> None:
         """Judged pages' bad records and drift kept (``PageJudge.keep``): a few short
         statements, or — drift to record, a registry write — work of its own."""
         if judge.brief(outcomes):

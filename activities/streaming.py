@@ -25,7 +25,7 @@ from artemis.calls import work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.fetch_state import FetchState, StreamState
 from artemis.http import HttpClient
-from artemis.quarantine import Outcome, PageJudge
+from artemis.quarantine import Judge, Outcome
 from artemis.redact import redact_text
 from artemis.run_models import RunRef, Streamed
 from artemis.sinks import EmitContext, Sink
@@ -52,7 +52,7 @@ class PageStream:
         trace: TraceContext,
         state: FetchState,
         beat: Callable[[FetchState], None],
-        judge: PageJudge,
+        judge: Judge,
         keep: Callable[[list[Outcome]], Awaitable[None]],
         report: Callable[[int, Outcome], Awaitable[None]],
     ) -> None:
@@ -208,7 +208,7 @@ class PageStream:
 
 
 def _judge_in_order(
-    judge: PageJudge, pages: list[tuple[int, list[dict[str, Any]]]]
+    judge: Judge, pages: list[tuple[int, list[dict[str, Any]]]]
 ) -> list[Outcome | BaseException]:
     """Each page judged (the task's ``process``, then the record model's check), up to the
     first that fails (its error in its place; the pages after it are not judged)."""

@@ -81,6 +81,9 @@ _PLACE = ("checkpoint", "next_seq", "pages", "records", "units_done")
 _SAID = ("done", "expected_total", "incomplete")
 # What a page moves, and what the staged cursor holds: all but the stream's.
 _AT = _PLACE + _SAID
+# Counts on the wire only once they are not 0: the wire keeps its shape for every fetch
+# that has none (answers a response rule ignored).
+_COUNTS = ("responses_ignored",)
 
 
 @dataclass
@@ -103,6 +106,8 @@ class FetchState:
     # A page was taken (or the state read back had been): the fields a page sets go on
     # the wire from then on (a heartbeat before the first page carries only the rest).
     page_taken: bool = False
+    # Answers a response rule ignored (``PageInfo.ignored``), in this batch so far.
+    responses_ignored: int = 0
 
     def after(self, page: Page) -> FetchState:
         """Where the fetch stands once ``page`` is taken (the same stream)."""
@@ -118,12 +123,13 @@ class FetchState:
             expected_total=info.expected_total,
             incomplete=info.incomplete,
             page_taken=True,
+            responses_ignored=self.responses_ignored + info.ignored,
         )
 
     def take(self, page: Page) -> None:
         """Stand where ``after(page)`` does (the stream's state is the stream's own)."""
         moved = self.after(page)
-        for name in (*_AT, "page_taken"):
+        for name in (*_AT, *_COUNTS, "page_taken"):
             setattr(self, name, getattr(moved, name))
 
     def to_json(self) -> dict[str, Any]:
@@ -133,12 +139,20 @@ class FetchState:
             out["stream"] = self.stream.to_json()
         if self.page_taken:
             out.update((name, getattr(self, name)) for name in _SAID)
+        out.update(self._counts())
         return out
+
+    def _counts(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in _COUNTS if getattr(self, name)}
 
     def cursor(self, first_seq: int) -> dict[str, Any]:
         """What a streaming fetch stages with a page (``Staging.put_pages``): where it
         stands, and the batch it stands in."""
-        return {**{name: getattr(self, name) for name in _AT}, "first_seq": first_seq}
+        return {
+            **{name: getattr(self, name) for name in _AT},
+            **self._counts(),
+            "first_seq": first_seq,
+        }
 
     def resume(self, data: dict[str, Any]) -> None:
         """Go on from a heartbeat's details, or from a cursor staged with a page (without
@@ -146,6 +160,9 @@ class FetchState:
         for name in _AT:
             if name in data:
                 setattr(self, name, data[name])
+        for name in _COUNTS:
+            if name in data:
+                setattr(self, name, int(data[name] or 0))
         if any(name in data for name in _SAID):
             self.page_taken = True
         if "stream" in data:

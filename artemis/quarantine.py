@@ -29,6 +29,7 @@ idempotency key of its own, fixed per quarantine row.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -58,7 +59,9 @@ from artemis.config import QuarantineSettings
 from artemis.db import UTCDateTime, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.redact import redact_json, redact_text
+from artemis.sinks.factory import lane_output
 from artemis.sinks.records import RecordSpec, evolution_plan, schema_error
+from artemis.sources.tree import RECORD_KEY, RESOURCE_KEY
 from artemis.vault import MASTER_KEY_ENV, PREVIOUS_KEYS_ENV, derive_multi, master_keys
 
 if TYPE_CHECKING:
@@ -1033,6 +1036,8 @@ class Outcome:
     seq: int = 0
     bad: list[BadRecord] = field(default_factory=list)
     drift: list[Drift] = field(default_factory=list)  # not seen before in this activity
+    # A page of several lanes: each lane's own judgement (``LanedJudge``).
+    parts: dict[str, Outcome] = field(default_factory=dict)
 
 
 class PageJudge:
@@ -1141,3 +1146,101 @@ class PageJudge:
         )
         grow.update({k: v for k, v in added.items() if k in evolved})
         return grow, skipped
+
+
+class LanedJudge:
+    """A run of several lanes (``TaskUnit.lanes``: a provenance of several resources):
+    each lane's records of a page judged by that lane's own ``PageJudge`` — its record
+    model and policy, its quarantine and drift under a run key of its own
+    (``{run key}/{lane}``, whose replay runs with the lane's params and output) — and the
+    page's outcome their sum, its records still by lane. Drift is told as
+    ``{lane}.{field}``."""
+
+    def __init__(
+        self,
+        task: TaskUnit,
+        ctx: TaskContext,
+        place: RunPlace,
+        lanes: list[str],
+        fetched: int,
+        stated: int | None,
+        counts_pages: bool,
+    ) -> None:
+        self.judges: dict[str, PageJudge] = {}
+        for lane in lanes:
+            params = task.lane_params(ctx.params, lane)
+            own = dataclasses.replace(ctx, params=params, rejected=[])
+            spot = dataclasses.replace(
+                place,
+                run_key=f"{place.run_key}/{lane}",
+                params={**place.params, "resource": lane, "only": True},
+                output=lane_output(place.output, lane),
+            )
+            self.judges[lane] = PageJudge(task, own, spot, fetched, stated, counts_pages)
+
+    @property
+    def stated(self) -> int | None:
+        return next(iter(self.judges.values())).stated
+
+    @stated.setter
+    def stated(self, value: int | None) -> None:
+        for judge in self.judges.values():
+            judge.stated = value
+
+    def page(self, seq: int, raw: list[Any]) -> Outcome:
+        groups: dict[str, list[Any]] = {}
+        for r in raw:
+            groups.setdefault(r[RESOURCE_KEY], []).append(r[RECORD_KEY])
+        parts = {lane: self.judges[lane].page(seq, recs) for lane, recs in groups.items()}
+        records = [
+            {RESOURCE_KEY: lane, RECORD_KEY: r} for lane, o in parts.items() for r in o.records
+        ]
+        out = Outcome(records, sum(o.quarantined for o in parts.values()))
+        out.dropped = sum(o.dropped for o in parts.values())
+        out.seq, out.parts = seq, parts
+        out.bad = [b for o in parts.values() for b in o.bad]
+        out.sample = next((o.sample for o in parts.values() if o.sample), None)
+        out.drift = [d for o in parts.values() for d in o.drift]
+        return out
+
+    @staticmethod
+    def brief(outcomes: list[Outcome]) -> bool:
+        return PageJudge.brief(outcomes)
+
+    def keep(self, outcomes: list[Outcome]) -> None:
+        """Each lane's pages kept by its judge; the pages' outcomes then say the sums."""
+        for lane, judge in self.judges.items():
+            mine = [o.parts[lane] for o in outcomes if lane in o.parts]
+            if mine:
+                judge.keep(mine)
+        for o in outcomes:
+            o.held = sum(p.held for p in o.parts.values())
+            o.new = sum(p.new for p in o.parts.values())
+            o.new_drift = [
+                Drift(f"{lane}.{d.field}", d.kind, d.example, d.type_name)
+                for lane, p in o.parts.items()
+                for d in p.new_drift
+            ]
+            o.evolved = [f"{lane}.{f}" for lane, p in o.parts.items() for f in p.evolved]
+            o.skipped = {
+                f"{lane}.{k}": v for lane, p in o.parts.items() for k, v in p.skipped.items()
+            }
+
+
+def page_judge(
+    task: TaskUnit,
+    ctx: TaskContext,
+    place: RunPlace,
+    fetched: int,
+    stated: int | None,
+    counts_pages: bool,
+) -> PageJudge | LanedJudge:
+    """The judge of a run's pages: one ``PageJudge``, or one per lane (``LanedJudge``)."""
+    lanes = task.lanes(ctx.params) if task.judges_records else None
+    if lanes:
+        return LanedJudge(task, ctx, place, list(lanes), fetched, stated, counts_pages)
+    return PageJudge(task, ctx, place, fetched, stated, counts_pages)
+
+
+# What judges a run's pages (``page_judge``).
+Judge = PageJudge | LanedJudge

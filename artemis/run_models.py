@@ -416,6 +416,8 @@ class FetchResult:
     outage: Outage | None = None
     # FetchInput.stream: the pages it delivered (None: not asked to stream).
     streamed: Streamed | None = None
+    # Answers a response rule ignored (each an empty page): a count, for the run's stats.
+    responses_ignored: int = 0
 
 
 @dataclass

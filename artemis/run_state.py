@@ -154,6 +154,8 @@ STAT_KEYS = (
     "records_quarantined",
     # Values of fields the record model does not name, dropped (a record × a field).
     "fields_dropped",
+    # Answers a response rule ignored (a 404 of a sub-resource whose parent is gone, say).
+    "responses_ignored",
 )
 STEPS = ("step_prepare", "step_fetch", "step_process", "step_emit", "step_finalize")
 # The steps of the batch loop, done together when it ends.
@@ -436,7 +438,12 @@ class RunState:
         """A fetch batch came back: its pages and records, the units done, the total the
         sources state."""
         self.add_fetch(
-            result.pages, result.records, result.units_done, result.expected_total, result.done
+            result.pages,
+            result.records,
+            result.units_done,
+            result.expected_total,
+            result.done,
+            result.responses_ignored,
         )
 
     def add_fetch(
@@ -446,6 +453,7 @@ class RunState:
         units_done: int | None,
         expected_total: int | None,
         done: bool,
+        ignored: int = 0,
     ) -> None:
         self.stats["pages"] += pages
         self.stats["records_fetched"] += records
@@ -456,6 +464,10 @@ class RunState:
             self.current = units_done
         if done:
             self.complete("step_fetch")
+        # (a run carried over from a build that did not count these has no such key yet)
+        key = "responses_ignored"
+        if ignored or key in self.stats:
+            self.stats[key] = int(self.stats.get(key) or 0) + ignored
 
     def processed(self, records: int, quarantined: int = 0, dropped: int = 0) -> None:
         self.stats["records_processed"] += records

@@ -3,7 +3,8 @@
 Failures can be injected over HTTP (``POST /_control/{quotes|sink|cronjob}``) and what was
 received read back (``GET /_sink/batches``, ``GET /_cronjob/calls``), so tests and the demo
 talk to a real server on 127.0.0.1. PubMed and Crossref are in ``literature.py``, the notes
-platform in ``platform.py``, the README walk-through's product catalogue in ``catalog.py``.
+platform in ``platform.py``, the README walk-through's product catalogue in ``catalog.py``,
+a GitHub-like tree of repositories, issues and comments under ``/forge`` in ``forge.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from artemis_samples import catalog, platform
+from artemis_samples import catalog, forge, platform
 from artemis_samples.literature import LiteratureState, build_router
 
 
@@ -212,6 +213,9 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
     products = catalog.CatalogState()
     app.state.catalog = products
     app.include_router(catalog.build_router(products))
+    tree = forge.ForgeState()
+    app.state.forge = tree
+    app.include_router(forge.build_router(tree))
 
     # -- control ---------------------------------------------------------------------
     @app.post("/_control/{target}")
@@ -223,6 +227,7 @@ def create_app(latency_ms: float = 0.0) -> FastAPI:
             literature.configure({"reset": True})
             notes.reset()
             products.reset()
+            tree.reset()
             state["sink"].clear()
             state["cronjob"].clear()
             state["alerts"].clear()

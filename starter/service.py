@@ -64,7 +64,14 @@ from artemis.run_models import (
 from artemis.run_record import RunSnapshot, Write, write_runs
 from artemis.run_state import RETRYABLE_ENDINGS, TERMINAL, RunState, RunStatus
 from artemis.security import check_header_names
-from artemis.sinks import register_sink_secret, resolve_output, resolved_spec, seal_output
+from artemis.sinks import (
+    lane_output,
+    register_sink_secret,
+    resolve_lanes,
+    resolve_output,
+    resolved_spec,
+    seal_output,
+)
 from artemis.sinks.sealing import SECRET_REF, is_credential_name
 from artemis.sinks.sql import check_sql_output
 from artemis.tasks.base import TaskUnit
@@ -253,9 +260,19 @@ class RunService(RunReads):
     ) -> dict[str, Any]:
         """The run's sinks, resolved once now and carried by the run (like its contract):
         a worker with another configuration sends this run's records to the same places."""
+        defaults = self.settings.output_defaults.get(code, {})
+        lanes = task.lanes(prepared)
+        if lanes:
+            # A run of several lanes (resources): each lane's table and folder, checked
+            # each against its own record model.
+            asked_lanes = {lane: (ln.place, ln.spec) for lane, ln in lanes.items()}
+            output = resolve_lanes(code, defaults, asked, asked_lanes, self.settings.database.url)
+            for lane, ln in lanes.items():
+                await check_sql_output_async(lane_output(output, lane), ln.spec)
+            return output
         output = resolve_output(
             code,
-            self.settings.output_defaults.get(code, {}),
+            defaults,
             asked,
             task.record_spec(prepared),
             self.settings.database.url,

@@ -8,6 +8,7 @@ too). What shape a provenance's records have is declared in its registry entry
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Awaitable
 from typing import Any
@@ -36,10 +37,12 @@ from artemis.security import check_same_origin
 from artemis.sources.paginators import (
     CursorPaginator,
     LinkHeaderPaginator,
+    NextUrlPaginator,
     OffsetPaginator,
     PageNumberPaginator,
     Paginator,
     ScrollPaginator,
+    SinglePaginator,
     TokenPaginator,
 )
 from artemis.sources.rest import JSON_TYPE, encode_body
@@ -79,12 +82,11 @@ def paginator_for(contract: Contract, page_size: int | None = None) -> Paginator
         )
     if mode == "SCROLL":
         return _scroll_paginator(contract, pg, ep, size)
-    if mode == "LINK_HEADER":
-        return LinkHeaderPaginator(
-            total_path=total_path,
-            page_size=size,
-            page_size_param=param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
-        )
+    if mode in ("LINK_HEADER", "NEXT_URL"):
+        return _next_url_paginator(mode, pg, ep, size)
+    if mode == "SINGLE":
+        # One request, no paging parameter: not even a run's page size is sent.
+        return SinglePaginator(total_path=total_path)
     raise ArtemisError(
         ErrorCode.CONFIG_ERROR,
         f"pagination_mode_code {mode!r} is not one of {', '.join(PAGINATION_MODES)}",
@@ -120,6 +122,21 @@ def _counted_paginator(
         next_offset_path=next_path,
         has_more_path=more_path,
     )
+
+
+def _next_url_paginator(
+    mode: str, pg: dict[str, Any], ep: dict[str, Any] | None, size: int | None
+) -> Paginator:
+    """A LINK_HEADER or NEXT_URL pagination cfg as its paginator: the next page's URL in
+    the ``Link`` header, or in the answer at ``next_url_jsonpath``."""
+    common: dict[str, Any] = {
+        "total_path": pg.get("total_count_jsonpath"),
+        "page_size": size,
+        "page_size_param": param_name("page_size", ep, pg, "page_size_param_name", "page_size"),
+    }
+    if mode == "LINK_HEADER":
+        return LinkHeaderPaginator(**common)
+    return NextUrlPaginator(next_url_path=pg.get("next_url_jsonpath") or "$.next", **common)
 
 
 def _scroll_paginator(
@@ -185,6 +202,13 @@ class ContractClient:
             timeout=self.timeout,
             max_bytes=self.max_bytes,
         )
+
+    def for_contract(self, contract: Contract) -> ContractClient:
+        """This client for another contract of the same provenance (one resource's, or one
+        asked for a parent record): the same transport, credentials and rate gates."""
+        other = copy.copy(self)
+        other.contract = contract
+        return other
 
     def status_error(self, what: str, resp: Answer) -> ArtemisError:
         """An error answer classified by the contract's retry cfg: statuses in

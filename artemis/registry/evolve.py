@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError
 from artemis.logsetup import get_logger
-from artemis.registry.models import RegProvRecordModel
+from artemis.registry.models import DEFAULT_RESOURCE, RegProvRecordModel
 from artemis.registry.resolve import current_row
 from artemis.registry.writes import gray_switch
 from artemis.sinks.records import RecordModelDecl, evolution_plan
@@ -24,7 +24,11 @@ log = get_logger(__name__)
 
 
 def evolve_record_model(
-    database_url: str, provenance_id: int, task_type: str | None, fields: dict[str, str]
+    database_url: str,
+    provenance_id: int,
+    task_type: str | None,
+    fields: dict[str, str],
+    resource: str = DEFAULT_RESOURCE,
 ) -> bool:
     """Add ``fields`` (name → declared type) to the record model in force for
     ``task_type``; True when this call changed it. Two runs adding the same field at once
@@ -34,7 +38,9 @@ def evolve_record_model(
     for _ in range(3):
         try:
             with get_engine(database_url).begin() as conn:
-                row = current_row(conn, RegProvRecordModel, provenance_id, task_type, utcnow())
+                row = current_row(
+                    conn, RegProvRecordModel, provenance_id, task_type, utcnow(), resource=resource
+                )
                 if row is None or row.fields_json is None:
                     return False
                 new, skipped = evolution_plan(list(row.fields_json), fields)

@@ -59,6 +59,9 @@ FIELDS: dict[str, dict[str, str]] = {
         "fields: {id: int, name: str, price: float | None}}`",
     },
     "record_model": {
+        "resource_name": "the resource this row belongs to (docs/registry.md \"Resources\"): "
+        "a name (letters, digits, `_`, `-`); left out, the provenance's own resource (a file "
+        "of one endpoint has only that one)",
         "record_family_code": "`PUBMED` (E-utilities esearch + efetch, PubMed XML) or "
         "`CROSSREF` (Crossref works JSON): records normalised to the paper shape of "
         "`literature_harvest`; leave out to declare fields",
@@ -132,8 +135,32 @@ FIELDS: dict[str, dict[str, str]] = {
         "limit_param_name": "the limit parameter (wins over `pagination_cfg`'s)",
         "token_param_name": "the page-token parameter (wins over `pagination_cfg`'s)",
         "id_param_name": "the id-list parameter of a DETAIL endpoint (wins over `batching_cfg`'s)",
+        "resource_name": "the resource this row belongs to (docs/registry.md \"Resources\"): "
+        "a name (letters, digits, `_`, `-`); left out, the provenance's own resource (a file "
+        "of one endpoint has only that one)",
+        "parent_resource_name": "a sub-resource's parent resource: the SEARCH endpoint is "
+        "asked once per parent record, `{parent.field}` in `path_template`, "
+        "`default_query_params` and `default_body_payload` taking that record's value "
+        "(percent-encoded in a path)",
+        "include_from_parent_json": "parent fields copied into each record of a sub-resource: "
+        "a list (`[number]`: a field `{parent resource}_number`) or a mapping of parent "
+        "field to the record's field (`{number: issue_number}`)",
+        "output_name": "the table and folder a resource lands in (default "
+        "`{provenance}__{resource}`; the provenance's own resource: the provenance's code)",
+        "response_actions_json": "answers that are not errors, or errors inside a 200 "
+        '(docs/registry.md "Answers that are not errors"): a list of rules, each matching a '
+        "`status` (one or a list) and/or the body (`jsonpath` where a value is, or with "
+        "`equals` that value; `contains` a substring of the body), all of a rule's conditions "
+        "holding, with an `action`: `ignore` (no records: a SEARCH's paging ends there, a "
+        "DETAIL batch is skipped; counted as `responses_ignored` in the run's stats), `retry` "
+        "(a transient failure, waited out as a 503 is) or `fail` (with `code`, an error code, "
+        "default `SOURCE_ERROR`). The first rule that matches acts, before the status is "
+        "looked at",
     },
     "window_offset_cfg": {
+        "resource_name": "the resource this row belongs to (docs/registry.md \"Resources\"): "
+        "a name (letters, digits, `_`, `-`); left out, the provenance's own resource (a file "
+        "of one endpoint has only that one)",
         "window_mode_code": "`SLIDING`: fixed-size windows; `CALENDAR`: calendar months "
         "(with unit `MONTH`)",
         "window_size_value": "a backfill's window size, in `window_size_unit_code` units",
@@ -168,17 +195,22 @@ FIELDS: dict[str, dict[str, str]] = {
         "ids) is sent in; COMPOSITE: where the pointer's id is sent beside its timestamp",
     },
     "pagination_cfg": {
+        "resource_name": "the resource this row belongs to (docs/registry.md \"Resources\"): "
+        "a name (letters, digits, `_`, `-`); left out, the provenance's own resource (a file "
+        "of one endpoint has only that one)",
         "pagination_mode_code": "how the source pages: `PAGE_NUMBER`, `OFFSET`, `CURSOR`, "
         "`TOKEN`, `SCROLL` (a scroll id carried from answer to answer, as Elasticsearch's "
-        "`_search?scroll=1m`: see the `scroll_*` fields) or `LINK_HEADER` (RFC 8288 "
-        '`rel="next"`)',
+        "`_search?scroll=1m`: see the `scroll_*` fields), `LINK_HEADER` (RFC 8288 "
+        '`rel="next"`), `NEXT_URL` (the next page\'s URL in the answer, at '
+        "`next_url_jsonpath`) or `SINGLE` (one request, no paging parameter: its records "
+        "are the whole resource; the paging fields are refused)",
         "page_size_value": "records per page asked for (a run's `page_size` wins)",
         "max_page_size_value": "the largest page size the source allows",
         "page_number_param_name": "PAGE_NUMBER: the page parameter (default `page`)",
         "page_size_param_name": "the page-size parameter, sent in every mode when a page "
         "size is set (default `page_size`; CURSOR `rows`; SCROLL `size`, on the opening "
-        "request only; LINK_HEADER on the first request, and on a next URL only when it "
-        "lacks it)",
+        "request only; LINK_HEADER and NEXT_URL on the first request, and on a next URL "
+        "only when it lacks it; never with SINGLE)",
         "start_page_number": "PAGE_NUMBER: the first page's number (default 1)",
         "offset_param_name": "OFFSET: the offset parameter (default `offset`)",
         "limit_param_name": "OFFSET: the limit parameter (default `limit`)",
@@ -208,12 +240,16 @@ FIELDS: dict[str, dict[str, str]] = {
         "the session)",
         "next_page_jsonpath": "PAGE_NUMBER/OFFSET: where the source's next page number (or "
         "next offset) is, on every page; null or false ends paging",
+        "next_url_jsonpath": "NEXT_URL: where the answer holds the next page's URL "
+        "(default `$.next`; `$['@odata.nextLink']`, `$.links.next`; a relative URL is "
+        "resolved against the page's; another origin is refused); null or absent: the last "
+        "page; anything else but a URL breaks the contract",
         "has_more_jsonpath": "PAGE_NUMBER/OFFSET: where the source's true/false \"more "
         'pages" flag is, on every page; false ends paging',
         "paging_params_in_code": "where the paging parameters (page, size, offset, limit, "
         "cursor, token, scroll id) go: `QUERY` (default, the query string) or `BODY` (the "
         "body of a POST search, where a dot in a parameter name nests it: `page.size` is "
-        "`{page: {size: 50}}`); not with `LINK_HEADER`",
+        "`{page: {size: 50}}`); not with `LINK_HEADER`, `NEXT_URL` or `SINGLE`",
         "scroll_path_template": "SCROLL (required): where a scroll continues, after the "
         "base URL (`/_search/scroll`). A continue request carries only the keep-alive and "
         "the latest scroll id (where `paging_params_in_code` says); the first request is "

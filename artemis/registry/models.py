@@ -17,7 +17,16 @@ from artemis.db import UTCDateTime, utcnow
 
 SCOPES = ("SOURCE", "TASK")
 TASK_TYPES = ("harvest", "update", "backfill")
-PAGINATION_MODES = ("PAGE_NUMBER", "OFFSET", "CURSOR", "TOKEN", "SCROLL", "LINK_HEADER")
+PAGINATION_MODES = (
+    "PAGE_NUMBER",
+    "OFFSET",
+    "CURSOR",
+    "TOKEN",
+    "SCROLL",
+    "LINK_HEADER",
+    "NEXT_URL",
+    "SINGLE",
+)
 ENDPOINT_USAGES = ("SEARCH", "DETAIL", "TOKEN")
 RESPONSE_FORMATS = ("JSON", "XML")
 REQUEST_CONTENT_TYPES = ("application/json", "application/x-www-form-urlencoded")
@@ -48,6 +57,23 @@ class RegProvenance(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
+# The dimensions a resource has rows of its own in (docs/registry.md "Resources"): what it
+# asks, how it pages, its record model and its window. The others are the provenance's.
+RESOURCE_TABLES = (
+    "reg_prov_endpoint_def",
+    "reg_prov_pagination_cfg",
+    "reg_prov_record_model",
+    "reg_prov_window_offset_cfg",
+)
+# The resource of a provenance file that names none: its rows, table and folder are the
+# provenance's own.
+DEFAULT_RESOURCE = ""
+
+
+def _resource_name() -> Any:
+    return Field(default=DEFAULT_RESOURCE, max_length=64, sa_column_kwargs={"server_default": ""})
+
+
 class DimensionBase(SQLModel):
     """Columns every dimension row has: owner, scope and effective interval."""
 
@@ -68,6 +94,11 @@ class DimensionBase(SQLModel):
 
 def _interval_index(table: str, *extra: str) -> tuple[Index, Index]:
     cols = ("provenance_id", "scope_code", "task_type_key", *extra, "effective_from")
+    if table in RESOURCE_TABLES and "endpoint_name" not in extra:
+        # A resource's rows are its own: two resources' rows may start at one instant
+        # (an endpoint is known by its name, one per provenance).
+        cols = ("provenance_id", "scope_code", "task_type_key", *extra, "resource_name")
+        cols += ("effective_from",)
     return (
         Index(f"uq_{table}_interval", *cols, unique=True),
         Index(f"ix_{table}_lookup", "provenance_id", "scope_code", "task_type", "effective_to"),
@@ -81,6 +112,7 @@ class RegProvEndpointDef(DimensionBase, table=True):
     identity: ClassVar[tuple[str, ...]] = ("endpoint_name",)
 
     task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    resource_name: str = _resource_name()
     endpoint_name: str = Field(max_length=100)
     endpoint_usage_code: str = Field(max_length=32)  # SEARCH | DETAIL | TOKEN | ...
     http_method_code: str = Field(default="GET", max_length=8)
@@ -98,14 +130,26 @@ class RegProvEndpointDef(DimensionBase, table=True):
     limit_param_name: str | None = Field(default=None, max_length=64)
     token_param_name: str | None = Field(default=None, max_length=64)
     id_param_name: str | None = Field(default=None, max_length=64)
+    # A sub-resource (SEARCH row of a resource): the resource whose records it is asked
+    # for (``{parent.field}`` in its path, query or body), the parent fields copied into
+    # each of its records, and the table and folder it lands in (default
+    # ``{provenance}__{resource}``).
+    parent_resource_name: str | None = Field(default=None, max_length=64)
+    include_from_parent_json: list[Any] | dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    output_name: str | None = Field(default=None, max_length=63)
+    # Answers that are not errors (or errors inside a 200): rules matching a status or the
+    # body, each with an action (ignore | retry | fail).
+    response_actions_json: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
 
 
 class RegProvWindowOffsetCfg(DimensionBase, table=True):
     __tablename__ = "reg_prov_window_offset_cfg"
     __table_args__ = _interval_index("reg_prov_window_offset_cfg")
     dimension: ClassVar[str] = "window_offset_cfg"
+    identity: ClassVar[tuple[str, ...]] = ("resource_name",)
 
     task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    resource_name: str = _resource_name()
     window_mode_code: str | None = Field(default=None, max_length=16)  # SLIDING | CALENDAR
     window_size_value: int | None = None
     window_size_unit_code: str | None = Field(default=None, max_length=16)  # MINUTE|HOUR|DAY
@@ -133,8 +177,10 @@ class RegProvPaginationCfg(DimensionBase, table=True):
     __tablename__ = "reg_prov_pagination_cfg"
     __table_args__ = _interval_index("reg_prov_pagination_cfg")
     dimension: ClassVar[str] = "pagination_cfg"
+    identity: ClassVar[tuple[str, ...]] = ("resource_name",)
 
     task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    resource_name: str = _resource_name()
     # PAGE_NUMBER | OFFSET | CURSOR | TOKEN | SCROLL | LINK_HEADER
     pagination_mode_code: str = Field(max_length=16)
     page_size_value: int | None = None
@@ -168,6 +214,8 @@ class RegProvPaginationCfg(DimensionBase, table=True):
     # page number (offset) or null/false on the last page, or a true/false "has more".
     next_page_jsonpath: str | None = Field(default=None, max_length=200)
     has_more_jsonpath: str | None = Field(default=None, max_length=200)
+    # NEXT_URL: where the answer holds the next page's URL (null or absent: the last page).
+    next_url_jsonpath: str | None = Field(default=None, max_length=200)
     # Where the paging parameters go: the query string, or the body of a POST search (a
     # dot in a parameter name nests it there).
     paging_params_in_code: str | None = Field(default=None, max_length=16)  # QUERY | BODY
@@ -263,8 +311,10 @@ class RegProvRecordModel(DimensionBase, table=True):
     __tablename__ = "reg_prov_record_model"
     __table_args__ = _interval_index("reg_prov_record_model")
     dimension: ClassVar[str] = "record_model"
+    identity: ClassVar[tuple[str, ...]] = ("resource_name",)
 
     task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
+    resource_name: str = _resource_name()
     record_family_code: str | None = Field(default=None, max_length=16)  # PUBMED | CROSSREF
     key_json: list[str] | None = Field(default=None, sa_type=JSON)
     fields_json: dict[str, Any] | None = Field(default=None, sa_type=JSON)

@@ -5,7 +5,8 @@ and on the rows of a file that meet (the import refuses them) and on a run's con
 Request modes: a search by GET or POST (``default_body_payload``,
 ``request_content_type``, ``paging_params_in_code``), JSON or XML answers
 (``response_format_code``: the answer's paths are JSONPaths or XML paths), SCROLL
-paging (``scroll_*``), and the SEARCH → DETAIL flow (``batching_cfg``).
+paging (``scroll_*``), NEXT_URL paging (``next_url_jsonpath``) and SINGLE (no paging),
+and the SEARCH → DETAIL flow (``batching_cfg``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import jsonpath
 
 from artemis.registry.resolve import Contract, as_utc
+from artemis.sources.responses import FIELD as RESPONSE_ACTIONS
+from artemis.sources.responses import rule_problems
 from artemis.sources.xmldoc import check_xml_path, is_xml_path
 
 FORM = "application/x-www-form-urlencoded"
@@ -29,6 +32,7 @@ ANSWER_PATHS = (
     "next_page_jsonpath",
     "has_more_jsonpath",
     "scroll_id_jsonpath",
+    "next_url_jsonpath",
 )
 # Paths into one record (always JSONPaths: an XML record is a mapping by then).
 RECORD_PATHS = ("record_key_jsonpath", "detail_id_jsonpath")
@@ -37,7 +41,50 @@ _XML_NEEDS = {
     "CURSOR": "next_cursor_jsonpath",
     "TOKEN": "next_token_jsonpath",
     "SCROLL": "scroll_id_jsonpath",
+    "NEXT_URL": "next_url_jsonpath",
 }
+# What each mode reads its next page from, for a next_url_jsonpath set on another mode.
+_OWN_NEXT = {
+    "PAGE_NUMBER": "which has next_page_jsonpath",
+    "OFFSET": "which has next_page_jsonpath",
+    "CURSOR": "which has next_cursor_jsonpath",
+    "TOKEN": "which has next_token_jsonpath",
+    "SCROLL": "which has scroll_id_jsonpath",
+    "LINK_HEADER": "which reads the next URL from the Link header",
+    "SINGLE": "one request, no next page",
+}
+# Paging columns of a pagination row that a SINGLE request would not read (the scroll
+# columns and next_url_jsonpath are refused for every other mode already).
+PAGING_ONLY = (
+    "page_size_value",
+    "max_page_size_value",
+    "page_number_param_name",
+    "page_size_param_name",
+    "start_page_number",
+    "offset_param_name",
+    "limit_param_name",
+    "cursor_param_name",
+    "next_cursor_jsonpath",
+    "initial_cursor_value",
+    "token_param_name",
+    "next_token_jsonpath",
+    "max_result_window",
+    "short_page_is_last",
+    "absent_token_is_last",
+    "stateful_cursor",
+    "next_page_jsonpath",
+    "has_more_jsonpath",
+    "paging_params_in_code",
+)
+# A SEARCH endpoint's own paging parameter names (they win over the pagination row's).
+ENDPOINT_PAGING = (
+    "page_param_name",
+    "page_size_param_name",
+    "offset_param_name",
+    "limit_param_name",
+    "cursor_param_name",
+    "token_param_name",
+)
 SCROLL_COLUMNS = (
     "scroll_path_template",
     "scroll_keep_alive_value",
@@ -91,6 +138,32 @@ def endpoint_problems(row: dict[str, Any]) -> list[str]:
                 f"default_body_payload.{nested}: a form body ({FORM}) holds text, numbers "
                 "and lists of them; send nested values as application/json"
             )
+    out += response_actions_problems(row)
+    return out
+
+
+def response_actions_problems(row: dict[str, Any]) -> list[str]:
+    """An endpoint's response rules: each one's problems by index and field; a rule's
+    jsonpath in the language of the endpoint's answers; rules only where answers are read
+    as pages (SEARCH, DETAIL)."""
+    rules = row.get(RESPONSE_ACTIONS)
+    if rules is None:
+        return []
+    usage = row.get("endpoint_usage_code")
+    if usage not in ("SEARCH", "DETAIL"):
+        return [f"{RESPONSE_ACTIONS} is read for SEARCH and DETAIL endpoints, not {usage}"]
+    out = rule_problems(rules)
+    if out:
+        return out
+    xml = (row.get("response_format_code") or "JSON") == "XML"
+    for i, rule in enumerate(rules):
+        path = rule.get("jsonpath")
+        if path is not None and is_xml_path(path) != xml:
+            want = "an XML path (./...)" if xml else "a JSONPath ($...)"
+            out.append(
+                f"{RESPONSE_ACTIONS}[{i}].jsonpath {path!r}: the endpoint answers "
+                f"{'XML' if xml else 'JSON'}, so it is {want}"
+            )
     return out
 
 
@@ -110,14 +183,34 @@ def pagination_problems(row: dict[str, Any]) -> list[str]:
         value = row.get(name)
         if value is not None and not value.startswith("/"):
             out.append(f"{name} is a path after the base URL, starting with '/' (got {value!r})")
-    if row.get("paging_params_in_code") == "BODY" and mode == "LINK_HEADER":
-        out.append("LINK_HEADER paging follows the next URL: its parameters are in the query")
+    if row.get("paging_params_in_code") == "BODY" and mode in ("LINK_HEADER", "NEXT_URL"):
+        out.append(f"{mode} paging follows the next URL: its parameters are in the query")
+    out += _next_url_and_single(row, mode or "PAGE_NUMBER")
     kinds = {is_xml_path(row[c]) for c in ANSWER_PATHS if row.get(c)}
     if len(kinds) > 1:
         out.append("the answer's paths are all JSONPaths ($...) or all XML paths (./...)")
     for name in RECORD_PATHS:
         if row.get(name) and is_xml_path(row[name]):
             out.append(f"{name} is a JSONPath into a record (an XML record is a mapping)")
+    return out
+
+
+def _next_url_and_single(row: dict[str, Any], mode: str) -> list[str]:
+    """``next_url_jsonpath`` is NEXT_URL's alone; a SINGLE request reads no paging column."""
+    out = []
+    if row.get("next_url_jsonpath") is not None and mode != "NEXT_URL":
+        own = _OWN_NEXT.get(mode)
+        out.append(
+            f"next_url_jsonpath is for NEXT_URL paging, not {mode}" + (f" ({own})" if own else "")
+        )
+    if mode == "SINGLE":
+        idle = [c for c in PAGING_ONLY if row.get(c) is not None and row.get(c) is not False]
+        if idle:
+            them = "it" if len(idle) == 1 else "them"
+            out.append(
+                f"SINGLE is one request without paging: {', '.join(idle)} would do nothing "
+                f"(leave {them} out, or choose the mode that pages this way)"
+            )
     return out
 
 
@@ -157,6 +250,13 @@ def search_pairing(ep: dict[str, Any], pg: dict[str, Any]) -> list[str]:
     method = ep.get("http_method_code") or "GET"
     if pg.get("paging_params_in_code") == "BODY" and method != "POST":
         out.append(f"paging_params_in_code BODY needs a POST search (http_method_code {method})")
+    if pg.get("pagination_mode_code") == "SINGLE":
+        idle = [c for c in ENDPOINT_PAGING if ep.get(c) is not None]
+        if idle:
+            out.append(
+                f"the SEARCH endpoint's {', '.join(idle)}: SINGLE paging sends no paging "
+                f"parameter (leave {'it' if len(idle) == 1 else 'them'} out)"
+            )
     xml = (ep.get("response_format_code") or "JSON") == "XML"
     for name in ANSWER_PATHS:
         value = pg.get(name)

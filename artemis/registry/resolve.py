@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.models import (
+    DEFAULT_RESOURCE,
     DIMENSIONS,
     TASK_TYPES,
     DimensionBase,
@@ -44,6 +45,12 @@ CONTRACT_KEYS = (
     "credential",
     "record_model",
 )
+# The dimensions a named resource has rows of its own in, beside its SEARCH endpoint.
+_RESOURCE_KEYS = {
+    "pagination": "pagination_cfg",
+    "window_offset": "window_offset_cfg",
+    "record_model": "record_model",
+}
 _CFG_FOR_KEY = {
     "pagination": "pagination_cfg",
     "window_offset": "window_offset_cfg",
@@ -98,10 +105,14 @@ def current_row(
     task_type: str | None,
     at: datetime,
     *filters: Any,
+    resource: str = DEFAULT_RESOURCE,
 ) -> Any | None:
-    """A two-step query: the newest TASK row in force, else the newest SOURCE row."""
+    """A two-step query: the newest TASK row in force, else the newest SOURCE row; of
+    ``resource`` in the dimensions a resource has rows of its own in."""
     table = model.__table__  # type: ignore[attr-defined]
     base = [table.c.provenance_id == provenance_id, _in_force(table, at), *filters]
+    if "resource_name" in table.c and model is not RegProvEndpointDef:
+        base.append(table.c.resource_name == resource)
     order = (table.c.effective_from.desc(), table.c.id.desc())
     if task_type is not None:
         row = conn.execute(
@@ -172,6 +183,10 @@ class Contract:
     credentials: list[dict[str, Any]] = field(default_factory=list)
     # None in the contracts of runs started before the record model was a dimension.
     record_model: dict[str, Any] | None = None
+    # A provenance of several resources (docs/registry.md "Resources"): each by name, in
+    # an order where a parent comes before its sub-resources (artemis/registry/tree.py).
+    # None: the provenance is one resource, the contract's own endpoint.
+    resources: dict[str, dict[str, Any]] | None = None
 
     @property
     def credential(self) -> dict[str, Any] | None:
@@ -222,6 +237,8 @@ def resolve_contract(
     )
     for u in sorted(set(usages) | {usage}):
         filters = [ep_table.c.endpoint_usage_code == u]
+        if u == "SEARCH":  # a named resource's SEARCH is in ``resources``
+            filters.append(ep_table.c.resource_name == DEFAULT_RESOURCE)
         if endpoint_name and u == usage:
             filters.append(ep_table.c.endpoint_name == endpoint_name)
         row = current_row(conn, RegProvEndpointDef, prov.id, task_type, when, *filters)
@@ -253,7 +270,75 @@ def resolve_contract(
         endpoints=endpoints,
         **{k: (row_dict(r) if r is not None else None) for k, r in dims.items()},
         credentials=[row_dict(r) for r in creds],
+        resources=resolve_resources(conn, prov.id, task_type, when),
     )
+
+
+def resolve_resources(
+    conn: Connection, provenance_id: int, task_type: str | None, at: datetime
+) -> dict[str, dict[str, Any]] | None:
+    """The provenance's named resources in force at ``at``, each its SEARCH endpoint and
+    its own pagination, record model and window rows (None: it has none, the provenance
+    is its one resource). Ordered parents first; a parent that is missing or a cycle is
+    left for ``artemis.registry.tree.resource_problems`` to name."""
+    ep = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+    names = (
+        conn.execute(
+            select(ep.c.resource_name)
+            .where(
+                ep.c.provenance_id == provenance_id,
+                ep.c.endpoint_usage_code == "SEARCH",
+                ep.c.resource_name != DEFAULT_RESOURCE,
+                _in_force(ep, at),
+            )
+            .distinct()
+        )
+        .scalars()
+        .all()
+    )
+    found: dict[str, dict[str, Any]] = {}
+    for name in sorted(names):
+        search = current_row(
+            conn,
+            RegProvEndpointDef,
+            provenance_id,
+            task_type,
+            at,
+            ep.c.endpoint_usage_code == "SEARCH",
+            ep.c.resource_name == name,
+        )
+        if search is None:  # (only TASK rows of another task type)
+            continue
+        own = {
+            key: current_row(conn, DIMENSIONS[cfg], provenance_id, task_type, at, resource=name)
+            for key, cfg in _RESOURCE_KEYS.items()
+        }
+        endpoint = row_dict(search)
+        found[name] = {
+            "name": name,
+            "parent": endpoint.get("parent_resource_name"),
+            "endpoint": endpoint,
+            **{k: (row_dict(r) if r is not None else None) for k, r in own.items()},
+        }
+    return _parents_first(found) if found else None
+
+
+def _parents_first(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``found`` ordered so that a parent comes before its sub-resources (by name among
+    equals); resources in a cycle or under a missing parent come last, in name order."""
+    out: dict[str, dict[str, Any]] = {}
+    while True:
+        ready = [
+            n
+            for n, r in found.items()
+            if n not in out and (not r["parent"] or r["parent"] in out)
+        ]
+        if not ready:
+            break
+        for name in ready:
+            out[name] = found[name]
+    out.update({n: r for n, r in found.items() if n not in out})
+    return out
 
 
 # -- merge rules ------------------------------------------------------------------------------

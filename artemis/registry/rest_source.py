@@ -13,6 +13,7 @@ from artemis.registry.request_modes import contract_problems
 from artemis.registry.resolve import merge_params, param_name
 from artemis.sources.base import Source
 from artemis.sources.detail import DetailRequests, DetailSource
+from artemis.sources.responses import parse_rules
 from artemis.sources.rest import JSON_TYPE, Request, RestSource, place
 from artemis.sources.xmldoc import base_types
 
@@ -136,6 +137,7 @@ def _search_source(
         response_format=fmt,
         # The search's own records are ids when a DETAIL endpoint follows: typed as text.
         record_types=base_types(fields) if fmt == "XML" and not detail else None,
+        actions=parse_rules(ep.get("response_actions_json")),
     )
 
 
@@ -185,4 +187,5 @@ def _detail_source(
         transform=transform,
         parallel=max(1, min([parallel, *limits])),
         name=cc.code,
+        actions=parse_rules(detail.get("response_actions_json")),
     )

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.http_rules import PAIRED_AUTH_TYPES
 from artemis.registry.models import (
+    DEFAULT_RESOURCE,
     DIMENSIONS,
     SCOPES,
     TABLES,
@@ -37,6 +38,13 @@ def model_for(table_name: str) -> type[DimensionBase]:
             f"unknown registry table {table_name!r} (known: {', '.join(sorted(TABLES))})",
         )
     return model
+
+
+def identity_value(values: Any, column: str) -> Any:
+    """A row's identity column; a row that names no resource is the provenance's default
+    resource (``resource_name`` "")."""
+    value = values.get(column)
+    return (value or DEFAULT_RESOURCE) if column == "resource_name" else value
 
 
 def describe(model: type[DimensionBase], row: Any) -> str:
@@ -105,7 +113,7 @@ def overlapping(
         t.c.task_type_key == (values.get("task_type") or "ALL"),
         not_(disjoint),
     ]
-    conds += [t.c[c] == values[c] for c in model.identity]
+    conds += [t.c[c] == identity_value(values, c) for c in model.identity]
     if exclude_id is not None:
         conds.append(t.c.id != exclude_id)
     return list(conn.execute(select(t).where(*conds).order_by(t.c.id)).fetchall())

@@ -49,7 +49,7 @@ from artemis.registry.models import (
 )
 from artemis.registry.resolve import as_utc, credential_origins, find_provenance
 from artemis.registry.secret_env import check_secret_env, origin, placement
-from artemis.registry.writes import add_row, describe, update_row
+from artemis.registry.writes import add_row, describe, identity_value, update_row
 from artemis.sinks.factory import table_name_for
 from artemis.sinks.sql import table_name_problem
 from artemis.vault import master_key, read_master_keys
@@ -415,7 +415,7 @@ def _current_row(
         t.c.task_type_key == (raw.get("task_type") or "ALL"),
         t.c.effective_from == raw.get("effective_from"),
     ]
-    match += [t.c[c] == raw.get(c) for c in model.identity]
+    match += [t.c[c] == identity_value(raw, c) for c in model.identity]
     return conn.execute(select(t).where(*match)).first() if raw.get("effective_from") else None
 
 

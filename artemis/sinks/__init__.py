@@ -6,9 +6,12 @@ sinks; ``sealing``: the output's secrets kept out of workflow history; ``http``,
 
 from artemis.sinks.base import EmitContext, RunEnd, Sink
 from artemis.sinks.factory import (
+    LANES,
     build_sinks,
     check_request_output,
     check_sinks,
+    lane_output,
+    resolve_lanes,
     resolve_output,
     resolved_spec,
 )
@@ -17,6 +20,7 @@ from artemis.sinks.records import RecordSpec
 from artemis.sinks.sealing import register_sink_secret, seal_output, unseal_output
 
 __all__ = [
+    "LANES",
     "EmitContext",
     "HttpSink",
     "LogSink",
@@ -26,7 +30,9 @@ __all__ = [
     "build_sinks",
     "check_request_output",
     "check_sinks",
+    "lane_output",
     "register_sink_secret",
+    "resolve_lanes",
     "resolve_output",
     "resolved_spec",
     "seal_output",

@@ -325,3 +325,46 @@ def check_request_output(output: dict[str, Any]) -> None:
                     f"output.{name}.{key}: set by the operator in "
                     f"output_defaults.<code>.{name}, not by a request",
                 )
+
+
+# A run of several lanes (a provenance of several resources): each lane's table and
+# folder in its resolved output, beside the sinks the lanes share.
+LANES = "lanes"
+
+
+def resolve_lanes(
+    code: str,
+    defaults: dict[str, Any],
+    request: dict[str, Any] | None,
+    lanes: dict[str, tuple[str, RecordSpec | None]],
+    database_url: str,
+) -> dict[str, Any]:
+    """A run's output resolved for each lane (``{lane: (place, record model)}``), checked
+    as ``resolve_output`` checks one: the first lane's output with every lane's table and
+    folder under ``LANES`` (the sinks, endpoints and URLs are the same for all)."""
+    resolved = {
+        lane: resolve_output(code, defaults, request, spec, database_url, place)
+        for lane, (place, spec) in lanes.items()
+    }
+    first = next(iter(resolved.values()))
+    return {
+        **first,
+        LANES: {
+            lane: {
+                "table": (out.get("sql") or {}).get("table"),
+                "folder": (out.get("files") or {}).get("folder"),
+            }
+            for lane, out in resolved.items()
+        },
+    }
+
+
+def lane_output(output: dict[str, Any], lane: str) -> dict[str, Any]:
+    """One lane's resolved output (as a run of that lane alone carries it)."""
+    own = (output.get(LANES) or {}).get(lane) or {}
+    out = {k: v for k, v in output.items() if k != LANES}
+    if isinstance(out.get("sql"), dict) and own.get("table"):
+        out["sql"] = {**out["sql"], "table": own["table"]}
+    if isinstance(out.get("files"), dict) and own.get("folder"):
+        out["files"] = {**out["files"], "folder": own["folder"]}
+    return out

@@ -35,6 +35,13 @@ class PageInfo:
     units_done: int | None = None
     # ``completeness.shortfall``'s description when a unit ended short of its total.
     incomplete: dict[str, Any] | None = None
+    # Answers a response rule ignored (``artemis/sources/responses.py``) to make this
+    # page: 1 on the empty page that ends a resource's paging that way; counted in the
+    # run's stats (``responses_ignored``).
+    ignored: int = 0
+    # A source of several resources (artemis/sources/tree.py): each resource's counts so
+    # far (records, ignored answers, stated totals).
+    resources: dict[str, dict[str, Any]] | None = None
 
 
 @dataclass

@@ -35,6 +35,7 @@ from artemis.http import Answer, HttpClient, TransportError, body_excerpt, trans
 from artemis.jsonpaths import MISSING, contract_error, json_path_lookup
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
+from artemis.sources.responses import ResponseRule, act_on, once
 from artemis.sources.rest import JSON_TYPE, Request, RestSource, place
 from artemis.sources.xmldoc import XmlDocument, parse_xml
 
@@ -110,6 +111,7 @@ class DetailSource(Source):
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         parallel: int = 1,
         name: str = "detail",
+        actions: list[ResponseRule] | None = None,
     ) -> None:
         self.search = search
         self.details = details
@@ -119,6 +121,9 @@ class DetailSource(Source):
         self.transform = transform
         self.parallel = max(1, parallel)
         self.name = name
+        # The DETAIL endpoint's response rules: an ignored answer is a batch of no
+        # records (its ids are gone), and the search goes on.
+        self.actions = actions or []
 
     def limit_rate(self, acquire: Callable[[], Awaitable[None]]) -> None:
         self.search.limit_rate(acquire)
@@ -168,7 +173,8 @@ class DetailSource(Source):
                     )
                     if not st["ids_left"]:
                         if st["done"]:
-                            yield self._page([], None, st, page.info.request)
+                            # (the search's last page may be an answer a rule ignored)
+                            yield self._page([], None, st, page.info.request, page.info.ignored)
                             return
                         continue
                 size = self.details.batch_size
@@ -177,11 +183,11 @@ class DetailSource(Source):
                     for k in range(0, min(len(st["ids_left"]), size * self.parallel), size)
                 ]
                 answers = await asyncio.gather(*(self._fetch(client, b) for b in batches))
-                for batch, (records, request) in zip(batches, answers, strict=True):
+                for batch, (records, request, ignored) in zip(batches, answers, strict=True):
                     st["ids_left"] = st["ids_left"][len(batch) :]
                     st["taken"] += len(records)
                     last = st["done"] and not st["ids_left"]
-                    yield self._page(records, None if last else dict(st), st, request)
+                    yield self._page(records, None if last else dict(st), st, request, ignored)
                     if last:
                         return
 
@@ -191,6 +197,7 @@ class DetailSource(Source):
         checkpoint: dict[str, Any] | None,
         st: dict[str, Any],
         request: str | None,
+        ignored: int = 0,
     ) -> Page:
         digest = page_digest(records) if records else None
         if self.transform:
@@ -199,11 +206,17 @@ class DetailSource(Source):
             records=records,
             checkpoint=checkpoint,
             info=PageInfo(
-                request=request, expected_total=st["total"], taken=st["taken"], digest=digest
+                request=request,
+                expected_total=st["total"],
+                taken=st["taken"],
+                digest=digest,
+                ignored=ignored,
             ),
         )
 
-    async def _fetch(self, client: HttpClient, ids: list[Any]) -> tuple[list[Any], str]:
+    async def _fetch(self, client: HttpClient, ids: list[Any]) -> tuple[list[Any], str, int]:
+        """A batch's records, its request, and 1 when a response rule ignored its answer
+        (no records), else 0."""
         req = self.details.build(ids)
         check_same_origin(req.url, self.search.url, f"{self.name} DETAIL")
         request = req.describe()
@@ -212,20 +225,36 @@ class DetailSource(Source):
             resp = await self.send(client, req)
         except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+        # Parsed once, whether a rule's jsonpath reads it first or the records are.
+        parse = once(lambda: self._parse(resp, what))
+        if self.actions and act_on(
+            self.actions,
+            resp,
+            parse,
+            source=self.name,
+            what=what,
+            request=request,
+            status_error=self.status_error,
+        ):
+            return [], request, 1
         if resp.status_code >= 400:
             raise self.status_error(what, resp)
-        path = self.details.records_path
+        return self._records(parse(), request), request, 0
+
+    def _parse(self, resp: Answer, what: str) -> Any:
         if self.details.response_format == "XML":
-            doc: Any = parse_xml(resp.content, what)
-        else:
-            try:
-                doc = jsonio.loads(resp.content)
-            except ValueError:
-                raise ArtemisError(
-                    ErrorCode.SOURCE_CONTRACT,
-                    f"{what}: the answer is not JSON (HTTP {resp.status_code}): "
-                    f"{body_excerpt(resp)!r}",
-                ) from None
+            return parse_xml(resp.content, what)
+        try:
+            return jsonio.loads(resp.content)
+        except ValueError:
+            raise ArtemisError(
+                ErrorCode.SOURCE_CONTRACT,
+                f"{what}: the answer is not JSON (HTTP {resp.status_code}): {body_excerpt(resp)!r}",
+            ) from None
+
+    def _records(self, doc: Any, request: str) -> list[Any]:
+        """The records of a DETAIL answer at its records path."""
+        path = self.details.records_path
         if isinstance(doc, XmlDocument):
             records: Any = doc.records(path, self.details.record_types)
         else:
@@ -237,4 +266,4 @@ class DetailSource(Source):
             raise contract_error(self.name, path, "the list of records", records).with_request(
                 request
             )
-        return records, request
+        return records

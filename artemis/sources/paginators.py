@@ -8,10 +8,11 @@ heartbeat can carry it and a retried activity resumes exactly where the last one
 **Paging ends only on the source's own word** (docs/architecture.md): an empty page, a
 next marker that is present and null/false, a stated total reached, or a page shorter
 than the page size where the source documents that rule (``short_page_ends``). A missing
-key, an unexpected shape or a value of the wrong type is never an end: it is a
-``SOURCE_CONTRACT`` error naming the path that was expected and what was found. Where the
-source states a total (``total_path``) the paginator keeps it in ``total`` beside
-``taken`` (the records delivered) so the run can reconcile the two.
+key (unless the source documents leaving its marker out on the last page: a token's
+``absent_ends``, OData's ``@odata.nextLink``), an unexpected shape or a value of the wrong
+type is never an end: it is a ``SOURCE_CONTRACT`` error naming the path that was expected
+and what was found. Where the source states a total (``total_path``) the paginator keeps
+it in ``total`` beside ``taken`` (the records delivered) so the run can reconcile the two.
 
 To add a strategy: subclass ``Paginator``, give it a unique ``kind``, keep every field
 JSON-serialisable, end paging only on positive evidence, and register it in ``_KINDS``.
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Headers, header_links
@@ -114,6 +115,19 @@ class Paginator:
 
     def checkpoint(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self)}
+
+
+def _next_url_params(
+    next_url: str | None, params: dict[str, Any], size_param: str | None, size: int | None
+) -> dict[str, Any]:
+    """The parameters sent beside a URL the source handed back: the first request sends
+    the search's params and the page size; a next URL already carries its query, and
+    gets the page size only when it lacks it (never twice)."""
+    sized = {size_param: size} if size is not None and size_param else {}
+    if next_url:
+        given = parse_qs(urlsplit(next_url).query, keep_blank_values=True)
+        return {} if not sized or size_param in given else sized
+    return {**params, **sized}
 
 
 @dataclass
@@ -453,16 +467,7 @@ class LinkHeaderPaginator(Paginator):
         return self.next_url or url
 
     def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
-        size = (
-            {self.page_size_param: self.page_size}
-            if self.page_size is not None and self.page_size_param
-            else {}
-        )
-        if self.next_url:
-            # The next URL already carries its query; only the first request sends params.
-            given = parse_qs(urlsplit(self.next_url).query, keep_blank_values=True)
-            return {} if not size or self.page_size_param in given else size
-        return {**params, **size}
+        return _next_url_params(self.next_url, params, self.page_size_param, self.page_size)
 
     def update_state(
         self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
@@ -489,6 +494,85 @@ class LinkHeaderPaginator(Paginator):
         self.next_url = nxt or None
         if self.next_url is None or self.total_reached():
             self.has_more = False
+
+
+@dataclass
+class NextUrlPaginator(Paginator):
+    """Next-URL-in-the-body paging, for APIs shaped like Django REST framework's, OData's
+    or JSON:API's::
+
+        GET /items?page_size=50
+        {"results": [...], "next": "https://api.example/items?page=2&page_size=50"}
+        {"value": [...], "@odata.nextLink": "/items?$skiptoken=abc"}    # OData
+        {"data": [...], "links": {"next": null}}                         # JSON:API
+
+    ``next_url_path`` finds the next page's URL; null or absent ends paging (OData leaves
+    ``@odata.nextLink`` out on the last page). Any other value that is not a non-empty
+    string breaks the contract. A relative URL is resolved against the URL of the page
+    that gave it; the source refuses one on another origin. The first request sends the
+    search's params and the page size; a next URL is sent as given, with the page size
+    added only when it lacks it (as ``LinkHeaderPaginator``).
+    """
+
+    kind: ClassVar[str] = "next_url"
+    next_url: str | None = None
+    next_url_path: str = "$.next"
+    # The URL of the page asked for last: a relative next URL is resolved against it.
+    page_url: str | None = None
+    page_size: int | None = None
+    page_size_param: str | None = None
+
+    def request_url(self, url: str) -> str:
+        self.page_url = self.next_url or url
+        return self.page_url
+
+    def update_request(self, params: dict[str, Any]) -> dict[str, Any]:
+        return _next_url_params(self.next_url, params, self.page_size_param, self.page_size)
+
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.pages_seen += 1
+        self.read_total(data)
+        found = json_path_lookup(data, self.next_url_path)
+        if found is MISSING or found is None:
+            self.next_url, self.has_more = None, False
+            return
+        if not isinstance(found, str) or not found.strip():
+            raise contract_error(
+                "NextUrlPaginator",
+                self.next_url_path,
+                "the next page's URL (a string), or null or nothing on the last page",
+                found,
+            )
+        here = self.next_url or self.page_url or ""
+        nxt = urljoin(here, found.strip())
+        if not records and nxt == here:
+            # An empty page naming itself as the next one: no content digest catches it.
+            raise ArtemisError(
+                ErrorCode.SOURCE_LOOP,
+                f"NextUrlPaginator: an empty page names itself as the next page "
+                f"({self.next_url_path!r}); the source is serving one page again",
+            )
+        self.next_url = nxt
+        if self.total_reached():
+            self.has_more = False
+
+
+@dataclass
+class SinglePaginator(Paginator):
+    """No paging: one request, whose records (``records_jsonpath``) are the whole
+    resource. It sends no paging parameter; a stated total (``total_path``) is still
+    read, for the run to reconcile."""
+
+    kind: ClassVar[str] = "single"
+
+    def update_state(
+        self, data: Any, records: list[Any], headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.pages_seen += 1
+        self.read_total(data)
+        self.has_more = False
 
 
 @dataclass
@@ -595,6 +679,8 @@ _KINDS: dict[str, type[Paginator]] = {
         TokenPaginator,
         ScrollPaginator,
         LinkHeaderPaginator,
+        NextUrlPaginator,
+        SinglePaginator,
     )
 }
 

@@ -32,6 +32,7 @@ from artemis.logsetup import get_logger
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
 from artemis.sources.paginators import Paginator, paginator_from_checkpoint
+from artemis.sources.responses import ResponseRule, act_on, once
 from artemis.sources.xmldoc import XmlDocument, parse_xml
 
 log = get_logger(__name__)
@@ -41,6 +42,8 @@ FORM_TYPE = "application/x-www-form-urlencoded"
 # How long a session's release (a scroll's DELETE) is waited for when the fetch stops on
 # an error: it is a courtesy to the server, never a reason to hold the stop up.
 RELEASE_TIMEOUT_S = 10.0
+# The data of an answer a response rule ignored: the resource's paging ends with it.
+IGNORED: Any = object()
 
 
 @dataclass
@@ -125,6 +128,7 @@ class RestSource(Source):
         paging_in: str = "QUERY",
         response_format: str = "JSON",
         record_types: dict[str, str] | None = None,
+        actions: list[ResponseRule] | None = None,
     ) -> None:
         self.url = url
         self.paginator = paginator
@@ -158,6 +162,9 @@ class RestSource(Source):
         self.status_error = status_error or (
             lambda what, resp: status_error_default(ErrorCode.SOURCE_ERROR, what, resp)
         )
+        # Answers that are not errors, or errors inside a 200 (``responses.py``): applied
+        # to every answer of the search before its status is looked at.
+        self.actions = actions or []
 
     def limit_rate(self, acquire: Callable[[], Awaitable[None]]) -> None:
         # A limit of the source's own (``before_request`` given at construction) wins.
@@ -264,6 +271,10 @@ class RestSource(Source):
                 if self._reopened(e, paginator):
                     continue
                 raise
+            if data is IGNORED:
+                await self._end_session(client, paginator)
+                yield self._page([], paginator, request, None, ignored=1)
+                return
             try:
                 records = self.records_of(data)
                 if not isinstance(records, list):
@@ -280,13 +291,16 @@ class RestSource(Source):
                     raise e.with_request(request) from None
                 raise
             if not paginator.has_more:
-                # The session ends with its last page: released before the page is handed
-                # over (a retry from the checkpoint before it opens a new one anyway).
-                held = paginator.release_request()
-                if held is not None:
-                    await self._release(client, held)
-                    paginator.released()
+                await self._end_session(client, paginator)
             yield self._page(new, paginator, request, digest)
+
+    async def _end_session(self, client: HttpClient, paginator: Paginator) -> None:
+        """The session (a scroll) ends with the last page: released before the page is
+        handed over (a retry from the checkpoint before it opens a new one anyway)."""
+        held = paginator.release_request()
+        if held is not None:
+            await self._release(client, held)
+            paginator.released()
 
     def _drop_guesses(
         self, ahead: dict[str, asyncio.Task[tuple[Any, Headers]]], request: str
@@ -311,18 +325,28 @@ class RestSource(Source):
             return True
         return False
 
-    def _page(self, new: list[Any], paginator: Paginator, request: str, digest: str | None) -> Page:
-        """The page of the records ``new`` (transformed), with the checkpoint after it."""
+    def _page(
+        self,
+        new: list[Any],
+        paginator: Paginator,
+        request: str,
+        digest: str | None,
+        ignored: int = 0,
+    ) -> Page:
+        """The page of the records ``new`` (transformed), with the checkpoint after it;
+        ``ignored``: the page of an answer a response rule ignored, the last one."""
         if self.transform:
             new = [self.transform(r) for r in new]
+        more = paginator.has_more and not ignored
         return Page(
             records=new,
-            checkpoint=paginator.checkpoint() if paginator.has_more else None,
+            checkpoint=paginator.checkpoint() if more else None,
             info=PageInfo(
                 request=request,
                 expected_total=paginator.total,
                 taken=paginator.taken,
                 digest=digest,
+                ignored=ignored,
             ),
         )
 
@@ -385,17 +409,35 @@ class RestSource(Source):
         )
 
     async def _get(self, client: HttpClient, req: Request) -> tuple[Any, Headers]:
+        """One answer's data (``IGNORED``: a response rule ignored it) and headers."""
         what = f"{self.name} {req.method} {req.url}"
         try:
             resp = await self._send(client, req)
         except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+        # Parsed once, whether a rule's jsonpath reads it first or the records are.
+        parse = once(lambda: self._parse(resp, what))
+        if self.actions and act_on(
+            self.actions,
+            resp,
+            parse,
+            source=self.name,
+            what=what,
+            request=req.describe(),
+            status_error=self.status_error,
+        ):
+            return IGNORED, resp.headers
         if resp.status_code >= 400:
             raise self.status_error(what, resp)
+        return parse(), resp.headers
+
+    def _parse(self, resp: Answer, what: str) -> Any:
+        """An answer's body: XML read as a document, else JSON (SOURCE_CONTRACT when it is
+        not JSON)."""
         if self.response_format == "XML":
-            return parse_xml(resp.content, what), resp.headers
+            return parse_xml(resp.content, what)
         try:
-            return jsonio.loads(resp.content), resp.headers
+            return jsonio.loads(resp.content)
         except ValueError:
             raise ArtemisError(
                 ErrorCode.SOURCE_CONTRACT,

@@ -31,13 +31,17 @@ from artemis.ratelimit import bucket_for
 from artemis.security import same_origin
 from artemis.sinks import (
     EmitContext,
+    HttpSink,
     RecordSpec,
     Sink,
     build_sinks,
+    lane_output,
+    resolve_lanes,
     resolve_output,
     resolved_spec,
 )
 from artemis.sources import Page, Source
+from artemis.sources.tree import RECORD_KEY, RESOURCE_KEY
 from artemis.tasks.units import fetch_units
 from artemis.tracing import TraceContext
 
@@ -96,6 +100,15 @@ class TaskContext:
         ``field``, or fails the run under ``on_bad_record: fail`` — the rest of the page
         goes on."""
         self.rejected.append(Rejection(record, reason, field, code))
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Where one lane of a run's records lands (``TaskUnit.lanes``): its place (a table
+    and a folder) and its record model."""
+
+    place: str
+    spec: RecordSpec | None
 
 
 @dataclass(frozen=True)
@@ -328,6 +341,18 @@ class TaskUnit:
         model) overrides this."""
         return RecordSpec(self.Record, self.record_key) if self.Record is not None else None
 
+    def lanes(self, params: BaseModel) -> dict[str, Lane] | None:
+        """A run whose records land in several places (a provenance of several
+        resources: artemis/registry/tree.py): each lane's place and record model, by name.
+        Its pages' records are then ``{"@resource": lane, "@record": record}``
+        (artemis/sources/tree.py), judged and sent by lane. None: one place, the run's."""
+        return None
+
+    def lane_params(self, params: BaseModel, lane: str) -> BaseModel:
+        """The params of a run of ``lane`` alone: its records judged by that lane's model
+        and policy (a replay of its quarantined records runs with them)."""
+        return params
+
     def output_place(self, params: BaseModel) -> str | None:
         """The run's own place among the sinks: a table (``sql.tables`` by it, else it)
         and a folder of its own. None: the task's (``sql.table``, ``{url}/{code}/``)."""
@@ -337,9 +362,27 @@ class TaskUnit:
         """The run's sinks, from the output it resolved when it started (request over
         ``output_defaults``): a worker with another configuration sends its records to
         the same places. A run whose output was not resolved at its start (it carries
-        only its request's output) is resolved here, against this worker's configuration."""
+        only its request's output) is resolved here, against this worker's configuration.
+        A run of several lanes has each sink once per lane (``{sink}/{lane}``), in the
+        lane's own table and folder."""
         record, database_url = self.record_spec(ctx.params), ctx.settings.database.url
         defaults = ctx.settings.output_defaults.get(self.code, {})
+        lanes = self.lanes(ctx.params)
+        if lanes:
+            output = ctx.output or {}
+            if resolved_spec(output) is None:
+                asked = {lane: (ln.place, ln.spec) for lane, ln in lanes.items()}
+                output = resolve_lanes(self.code, defaults, output, asked, database_url)
+            return [
+                laned(sink, lane)
+                for lane, ln in lanes.items()
+                for sink in build_sinks(
+                    resolved_spec(lane_output(output, lane)) or {},
+                    ln.spec,
+                    database_url,
+                    defaults.get("http_endpoint"),
+                )
+            ]
         spec = resolved_spec(ctx.output or {})
         if spec is None:
             resolved = resolve_output(
@@ -360,13 +403,18 @@ class TaskUnit:
         records: list[dict[str, Any]],
         ctx: EmitContext,
     ) -> None:
+        by_lane = lane_records(records) if any(sink_lane(s) for s in sinks) else None
         for sink in sinks:
+            lane = sink_lane(sink)
+            mine = records if by_lane is None or lane is None else by_lane.get(lane, [])
+            if by_lane is not None and not mine:
+                continue
             try:
-                await sink.emit(client, records, ctx)
+                await sink.emit(client, mine, ctx)
             except ArtemisError as e:
                 e.details.setdefault("sink", sink.name)  # which sink an outage is of
                 raise
-            ctx.delivered(sink.name, len(records))
+            ctx.delivered(sink.name, len(mine))
 
     # -- 7. finalize ---------------------------------------------------------------------
     def finalize(self, ctx: TaskContext, stats: dict[str, Any]) -> dict[str, Any]:
@@ -383,6 +431,29 @@ class TaskUnit:
         workflow id is then ``artemis/lock/{name}`` and a second start is refused with
         EXECUTION_LOCKED. None: runs are independent (``artemis/{code}/{task_id}``)."""
         return None
+
+
+def laned(sink: Sink, lane: str) -> Sink:
+    """``sink`` as one lane's: named ``{sink}/{lane}`` (its stats and idempotency keys are
+    the lane's own); an HTTP sink says the lane in ``X-Artemis-Resource``."""
+    sink.name = f"{sink.name}/{lane}"
+    sink.lane = lane  # type: ignore[attr-defined]
+    if isinstance(sink, HttpSink):
+        sink.headers = {**sink.headers, "X-Artemis-Resource": lane}
+    return sink
+
+
+def sink_lane(sink: Sink) -> str | None:
+    return getattr(sink, "lane", None)
+
+
+def lane_records(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """A page of several lanes' records (``{"@resource", "@record"}``) by lane, each in
+    its order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault(r[RESOURCE_KEY], []).append(r[RECORD_KEY])
+    return out
 
 
 def policy_params(params: BaseModel) -> dict[str, Any]:

@@ -34,8 +34,18 @@ from artemis.quarantine import POLICY_FIELDS, RecordPolicy, RecordPolicyParams
 from artemis.registry.client import ContractClient, require_credentials
 from artemis.registry.evolve import evolve_record_model
 from artemis.registry.frozen import load_contract, store_contract
+from artemis.registry.models import DEFAULT_RESOURCE
 from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.rest_source import rest_source
+from artemis.registry.tree import (
+    adopted,
+    changed_since,
+    for_parent,
+    place_of,
+    resource_contract,
+    resource_problems,
+    walked,
+)
 from artemis.registry.watermark import (
     advance_pointer,
     drop_seen,
@@ -60,8 +70,10 @@ from artemis.registry.windows import (
 from artemis.run_state import RunStatus
 from artemis.sinks.records import RecordSpec, declared_spec, record_model_name
 from artemis.sources import Source
+from artemis.sources.tree import NoPages, TreeSource
 from artemis.tasks.base import (
     ChildPlan,
+    Lane,
     TaskContext,
     TaskUnit,
     describe_validation_error,
@@ -90,6 +102,10 @@ class SourceParams(RecordPolicyParams):
     page_size: int | None = Field(None, ge=1, le=10_000)
     # backfill: windows run at once (at most the provenance's rate_limit.max_concurrency)
     parallelism: int | None = Field(None, ge=1, le=32)
+    # A provenance of several resources: one resource (with its parent resources, fetched
+    # for their values; their records land too unless ``only``).
+    resource: str | None = Field(None, min_length=1, max_length=64)
+    only: bool = False
     # The shortfall against the source's stated total this run accepts (percent); default:
     # the registry's pagination_cfg.completeness_tolerance_pct, else 0.
     completeness_tolerance_pct: float | None = Field(None, ge=0, le=100, allow_inf_nan=False)
@@ -131,6 +147,8 @@ def child_params(
         "task_type": "harvest",
         "query": p.query,
         "page_size": p.page_size,
+        "resource": p.resource,
+        "only": p.only,
         "start": start.isoformat(),
         "end": end.isoformat(),
         "contract_ref": contract_ref,
@@ -279,7 +297,20 @@ class SourceHarvest(TaskUnit):
                 f"provenance {code!r} is {status} (provenance.lifecycle_status_code): "
                 "only ACTIVE sources run",
             )
-        if contract.endpoint is None:
+        problems = resource_problems(contract)
+        if problems:
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR, f"provenance {code!r}: {'; '.join(problems)}"
+            )
+        if params.resource is not None and not contract.resources:
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"params.resource: provenance {code!r} is one resource (its file names no "
+                "resource_name): leave resource out",
+            )
+        if contract.resources:
+            walked(contract.resources, params.resource, params.only)  # a known resource
+        elif contract.endpoint is None:
             raise ArtemisError(
                 ErrorCode.CONFIG_ERROR,
                 f"provenance {code!r} has no SEARCH endpoint in force for task_type "
@@ -294,7 +325,15 @@ class SourceHarvest(TaskUnit):
                 f"params.parallelism: {params.parallelism} is above provenance {code!r}'s "
                 f"rate_limit.max_concurrency ({most}), the operator's bound for this source",
             )
-        self.record_spec(SourceParams(provenance=code, contract=contract.to_dict()))
+        checked = SourceParams(
+            provenance=code,
+            contract=contract.to_dict(),
+            resource=params.resource,
+            only=params.only,
+        )
+        self.record_spec(checked)
+        for lane in self.lanes(checked) or {}:
+            self.record_spec(self.lane_params(checked, lane))
         require_credentials(contract)
         if params.task_type == "backfill" and (params.start is None or params.end is None):
             raise ArtemisError(
@@ -392,12 +431,13 @@ class SourceHarvest(TaskUnit):
         """The provenance's own record model (its ``record_model`` row, frozen in the run's
         contract); None when it declares none (records go as the source gives them, to
         sinks that need no model)."""
-        declared = declared_model(getattr(params, "contract", None))
+        declared = declared_model(self._own(params))
         if declared is None:
             return None
         code = str(getattr(params, "provenance", "") or "")
+        place = self.output_place(params) if params is not None else None
         try:
-            return declared_spec(declared, record_model_name(code))
+            return declared_spec(declared, record_model_name(place or code))
         except ValidationError as e:  # checked at import: a row edited by hand
             why = describe_validation_error(e, "record_model")
             raise ArtemisError(
@@ -405,8 +445,51 @@ class SourceHarvest(TaskUnit):
             ) from None
 
     def output_place(self, params: BaseModel) -> str | None:
-        """Each provenance lands in its own table and folder."""
-        return str(getattr(params, "provenance", "") or "") or None
+        """Each provenance lands in its own table and folder; a resource of a provenance
+        of several in its own (artemis/registry/tree.py ``place_of``)."""
+        code = str(getattr(params, "provenance", "") or "")
+        landing = self._landing(params)
+        if landing and len(landing) == 1:
+            resources = (getattr(params, "contract", None) or {})["resources"]
+            return place_of(code, resources[landing[0]])
+        return code or None
+
+    # -- resources --------------------------------------------------------------------------
+    def _landing(self, params: BaseModel | None) -> list[str] | None:
+        """The resources whose records a run of a provenance of several lands (None: the
+        provenance is one resource)."""
+        contract = getattr(params, "contract", None) or {}
+        if not contract.get("resources"):
+            return None
+        p: SourceParams = params  # type: ignore[assignment]
+        nodes, _ = walked(contract["resources"], p.resource, p.only)
+        return [name for name, node in nodes.items() if node.lands]
+
+    def _own(self, params: BaseModel | None) -> dict[str, Any]:
+        """The contract a run's records are judged by: the provenance's, or that of the
+        one resource whose records it lands."""
+        contract = getattr(params, "contract", None) or {}
+        landing = self._landing(params)
+        if landing and len(landing) == 1:
+            return resource_contract(Contract(**contract), landing[0]).to_dict()
+        return contract
+
+    def lanes(self, params: BaseModel) -> dict[str, Lane] | None:
+        """The resources a run lands, when more than one: each in its own place, by its
+        own record model."""
+        landing = self._landing(params)
+        if not landing or len(landing) < 2:
+            return None
+        return {
+            lane: Lane(
+                str(self.output_place(self.lane_params(params, lane))),
+                self.record_spec(self.lane_params(params, lane)),
+            )
+            for lane in landing
+        }
+
+    def lane_params(self, params: BaseModel, lane: str) -> BaseModel:
+        return params.model_copy(update={"resource": lane, "only": True})
 
     def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
         """An update's pointer is noted from the raw records, which go on as the source
@@ -424,7 +507,7 @@ class SourceHarvest(TaskUnit):
 
     def record_policy(self, ctx: TaskContext) -> RecordPolicy:
         """The run's params, else the provenance's record model row, else the defaults."""
-        row = (getattr(ctx.params, "contract", None) or {}).get("record_model") or {}
+        row = self._own(ctx.params).get("record_model") or {}
         registry = {
             "on_bad_record": (row.get("on_bad_record_code") or "").lower() or None,
             "max_bad_records": row.get("max_bad_records_value"),
@@ -456,11 +539,16 @@ class SourceHarvest(TaskUnit):
     def evolve_model(self, ctx: TaskContext, fields: dict[str, str]) -> bool:
         """A new record model row from now: the one in force with ``fields`` added."""
         p: SourceParams = ctx.params  # type: ignore[assignment]
-        contract = p.contract or {}
+        contract = self._own(p)
         if declared_model(contract) is None or not ctx.writes_shared:
             return False
+        landing = self._landing(p)
         return evolve_record_model(
-            ctx.settings.database.url, contract["provenance"]["id"], p.task_type, fields
+            ctx.settings.database.url,
+            contract["provenance"]["id"],
+            p.task_type,
+            fields,
+            resource=landing[0] if landing else DEFAULT_RESOURCE,
         )
 
     def _pointer_cfg(self, ctx: TaskContext) -> dict[str, Any] | None:
@@ -468,6 +556,8 @@ class SourceHarvest(TaskUnit):
         win = (p.contract or {}).get("window_offset") or {}
         if p.task_type != "update" or pointer_field(win) is None:
             return None
+        if (p.contract or {}).get("resources"):
+            return None  # a tree's pointer is its window's end (docs/registry.md)
         return win
 
     def _note_pointer(self, records: list[dict[str, Any]], ctx: TaskContext) -> None:
@@ -489,6 +579,8 @@ class SourceHarvest(TaskUnit):
         p: SourceParams = ctx.params  # type: ignore[assignment]
         contract = self._contract(ctx)
         cc = ContractClient(contract, ctx.settings, ctx.controls.qps)
+        if contract.resources:
+            return [self._tree_source(ctx, cc)]
         window = {
             **window_query(p.contract or {}, p.window_start, p.window_end),
             **self._pointer_query(p),
@@ -497,6 +589,46 @@ class SourceHarvest(TaskUnit):
         # so the provenance's max_concurrency stays the bound of the whole.
         parallel = 1 if p.parent else self.fetch_concurrency(ctx)
         return [rest_source(cc, p.query, window, p.page_size, parallel)]
+
+    def _tree_source(self, ctx: TaskContext, cc: ContractClient) -> Source:
+        """The provenance's resources walked as a tree (artemis/sources/tree.py): each
+        resource asked over the run's window when its own window row names the
+        parameters, a sub-resource once per parent record (in an update, per parent
+        record changed since the window's start, by the parent's own field)."""
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        contract = cc.contract
+        resources = contract.resources or {}
+        nodes, roots = walked(resources, p.resource, p.only)
+        tz = source_zone(p.contract or {})
+        since = p.window_start if p.task_type == "update" else None
+
+        def open_source(name: str, parent: dict[str, Any] | None) -> Source:
+            own = resource_contract(contract, name)
+            if parent is not None:
+                if not changed_since(resources[resources[name]["parent"]], parent, since, tz):
+                    return NoPages()
+                endpoint = for_parent(own.endpoint or {}, parent, name)
+                own = dataclasses.replace(
+                    own, endpoint=endpoint, endpoints={**own.endpoints, "SEARCH": endpoint}
+                )
+            window = window_query(own.to_dict(), p.window_start, p.window_end)
+            query = p.query if parent is None else None
+            return rest_source(cc.for_contract(own), query, window, p.page_size, 1)
+
+        # A backfill's window runs already ask `parallelism` at once: one request each,
+        # so the provenance's max_concurrency stays the bound of the whole.
+        most = (contract.rate_limit or {}).get("max_concurrency")
+        parallel = 1 if p.parent else int(most or self.fetch_concurrency(ctx))
+        return TreeSource(
+            nodes,
+            roots,
+            open_source,
+            lambda name, parent, record: adopted(resources[name], parent, record),
+            parallel=parallel,
+            name=p.provenance,
+            tolerance_pct=self.completeness_tolerance(ctx),
+            enveloped=sum(1 for n in nodes.values() if n.lands) > 1,
+        )
 
     def _pointer_query(self, p: SourceParams) -> dict[str, Any]:
         """An ID pointer (minus ``overlap_value`` ids when numeric) in

@@ -135,7 +135,8 @@ def test_every_problem_is_listed_with_the_closest_valid_name(reg, key_file):
             "pagination_cfg",
             "pagination_mode_code",
             "PAGE",
-            "must be one of PAGE_NUMBER, OFFSET, CURSOR, TOKEN, SCROLL, LINK_HEADER (got 'PAGE'), "
+            "must be one of PAGE_NUMBER, OFFSET, CURSOR, TOKEN, SCROLL, LINK_HEADER, NEXT_URL, "
+            "SINGLE (got 'PAGE'), "
             "did you mean 'PAGE_NUMBER'?",
         ),
         ("http_cfg", "scope_code", "source", "did you mean 'SOURCE'?"),
