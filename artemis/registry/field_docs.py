@@ -59,7 +59,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "fields: {id: int, name: str, price: float | None}}`",
     },
     "record_model": {
-        "resource_name": "the resource this row belongs to (docs/registry.md \"Resources\"): "
+        "resource_name": 'the resource this row belongs to (docs/registry.md "Resources"): '
         "a name (letters, digits, `_`, `-`); left out, the provenance's own resource (a file "
         "of one endpoint has only that one)",
         "record_family_code": "`PUBMED` (E-utilities esearch + efetch, PubMed XML) or "
@@ -135,7 +135,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "limit_param_name": "the limit parameter (wins over `pagination_cfg`'s)",
         "token_param_name": "the page-token parameter (wins over `pagination_cfg`'s)",
         "id_param_name": "the id-list parameter of a DETAIL endpoint (wins over `batching_cfg`'s)",
-        "resource_name": "the resource this row belongs to (docs/registry.md \"Resources\"): "
+        "resource_name": 'the resource this row belongs to (docs/registry.md "Resources"): '
         "a name (letters, digits, `_`, `-`); left out, the provenance's own resource (a file "
         "of one endpoint has only that one)",
         "parent_resource_name": "a sub-resource's parent resource: the SEARCH endpoint is "
@@ -158,7 +158,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "looked at",
     },
     "window_offset_cfg": {
-        "resource_name": "the resource this row belongs to (docs/registry.md \"Resources\"): "
+        "resource_name": 'the resource this row belongs to (docs/registry.md "Resources"): '
         "a name (letters, digits, `_`, `-`); left out, the provenance's own resource (a file "
         "of one endpoint has only that one)",
         "window_mode_code": "`SLIDING`: fixed-size windows; `CALENDAR`: calendar months "
@@ -195,7 +195,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "ids) is sent in; COMPOSITE: where the pointer's id is sent beside its timestamp",
     },
     "pagination_cfg": {
-        "resource_name": "the resource this row belongs to (docs/registry.md \"Resources\"): "
+        "resource_name": 'the resource this row belongs to (docs/registry.md "Resources"): '
         "a name (letters, digits, `_`, `-`); left out, the provenance's own resource (a file "
         "of one endpoint has only that one)",
         "pagination_mode_code": "how the source pages: `PAGE_NUMBER`, `OFFSET`, `CURSOR`, "

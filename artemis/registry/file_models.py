@@ -24,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -41,6 +42,7 @@ from artemis.registry.http_rules import (
 )
 from artemis.registry.models import (
     BAD_RECORD_POLICIES,
+    DEFAULT_RESOURCE,
     DIMENSIONS,
     ENDPOINT_USAGES,
     OFFSET_TYPES,
@@ -48,6 +50,7 @@ from artemis.registry.models import (
     PAGING_PLACES,
     RECORD_FAMILIES,
     REQUEST_CONTENT_TYPES,
+    RESOURCE_TABLES,
     RESPONSE_FORMATS,
     SCHEMA_CONTRACTS,
     SCOPES,
@@ -62,9 +65,13 @@ from artemis.registry.request_modes import (
     file_problems,
     pagination_problems,
 )
+from artemis.registry.resolve import Contract, as_utc
 from artemis.registry.secret_env import refused_secret_env
+from artemis.registry.tree import resource_problems
 from artemis.registry.windows import check_time_format, window_file_problems, zone
+from artemis.sinks.factory import table_name_for
 from artemis.sinks.records import RecordModelDecl, did_you_mean
+from artemis.sinks.sql import table_name_problem
 
 # Columns the import sets (ids, audit times, sealed secrets): never read from a file.
 HIDDEN = frozenset(
@@ -118,6 +125,8 @@ CODES: dict[str, tuple[str, ...]] = {
     "schema_contract_code": SCHEMA_CONTRACTS,
     "offset_type_code": OFFSET_TYPES,
 }
+# The sections whose rows belong to a resource (``resource_name``).
+_RESOURCE_SECTIONS = tuple(d for d, m in DIMENSIONS.items() if m.__tablename__ in RESOURCE_TABLES)
 # The marker paths only page-number and offset paging read.
 _MARKERS = ("next_page_jsonpath", "has_more_jsonpath")
 
@@ -263,6 +272,54 @@ def _zone_ok(value: str | None) -> str | None:
     return value
 
 
+_RESOURCE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+# What only a named resource's SEARCH endpoint reads (its parent, what it copies of the
+# parent's records, where it lands).
+_RESOURCE_ONLY = ("parent_resource_name", "include_from_parent_json", "output_name")
+
+
+def _resource_name_ok(value: str | None, info: ValidationInfo) -> str | None:
+    """A resource's name: a letter, then letters, digits, ``_`` and ``-`` (at most 64); ""
+    (the provenance's own resource) for ``resource_name``."""
+    if value is None or (value == DEFAULT_RESOURCE and info.field_name == "resource_name"):
+        return value
+    if not _RESOURCE.match(value):
+        raise ValueError(
+            f"{value!r}: a resource name starts with a letter and holds letters, digits, '_' "
+            "or '-' (at most 64)"
+        )
+    return value
+
+
+def _resource_fields_ok(self: Any) -> Any:
+    """``parent_resource_name``, ``include_from_parent_json`` and ``output_name`` are a
+    named resource's SEARCH endpoint's; its place is a folder and a table name."""
+    given = [f for f in _RESOURCE_ONLY if getattr(self, f) is not None]
+    if given and (self.endpoint_usage_code != "SEARCH" or not self.resource_name):
+        raise ValueError(
+            f"{', '.join(given)}: only on the SEARCH endpoint of a named resource "
+            "(with a resource_name)"
+        )
+    wanted = self.include_from_parent_json
+    pairs = wanted.items() if isinstance(wanted, dict) else [(f, "") for f in wanted or []]
+    if any(not isinstance(k, str) or not k or not isinstance(v, str) for k, v in pairs):
+        raise ValueError(
+            "include_from_parent_json: a list of the parent record's fields, or a mapping "
+            "of a parent field to the record's field (text)"
+        )
+    name = self.output_name
+    if name is not None:
+        if not _CODE.match(name) or ".." in name:
+            raise ValueError(
+                f"output_name {name!r}: starts with a letter or digit and holds letters, "
+                "digits, '_', '-' or '.' (no '..'): it names the resource's table and folder"
+            )
+        why = table_name_problem(table_name_for(name))
+        if why:
+            raise ValueError(f"output_name {name!r}: {why}")
+    return self
+
+
 @cache
 def row_model(dim: str) -> type[BaseModel]:
     """One row of a dimension section as the file writes it."""
@@ -287,6 +344,10 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["modes"] = model_validator(mode="after")(_problems_ok(pagination_problems))
     if dim == "endpoint_def":
         validators["modes"] = model_validator(mode="after")(_problems_ok(endpoint_problems))
+        validators["resource"] = model_validator(mode="after")(_resource_fields_ok)
+        validators["parent_name_ok"] = field_validator("parent_resource_name")(_resource_name_ok)
+    if DIMENSIONS[dim].__tablename__ in RESOURCE_TABLES:
+        validators["resource_name_ok"] = field_validator("resource_name")(_resource_name_ok)
     if dim == "batching_cfg":
         validators["modes"] = model_validator(mode="after")(_problems_ok(batching_problems))
     if dim == "record_model":
@@ -377,13 +438,84 @@ def parse_file(data: Any, source: str) -> dict[str, Any]:
                 "fields_json": short["fields"],
             }
         ]
+    # A row that names no resource is the provenance's own: stored as such even where it
+    # updates a row that named one (a column left out of a file is cleared).
+    for dim in _RESOURCE_SECTIONS:
+        for row in out.get(dim) or []:
+            row.setdefault("resource_name", DEFAULT_RESOURCE)
     # Rows of different sections that cannot work together (a POST body on a GET
-    # search, JSONPaths into an XML answer...), each named by the rows' places.
-    together = file_problems(out) + window_file_problems(out)
+    # search, JSONPaths into an XML answer, resources that are no tree...), each named by
+    # the rows' places.
+    together = file_problems(out) + window_file_problems(out) + tree_file_problems(out)
     if together:
         count = f"{len(together)} problems: " if len(together) > 1 else ""
         raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: {count}{'; '.join(together)}")
     return out
+
+
+def tree_file_problems(doc: dict[str, Any]) -> list[str]:
+    """What keeps the file's resources from being a tree
+    (``artemis.registry.tree.resource_problems``) at an instant one of its SEARCH rows
+    starts or ends, for no task type and each its TASK rows name: each problem once, from
+    the first instant it holds."""
+    search = [r for r in doc.get("endpoint_def") or [] if r.get("endpoint_usage_code") == "SEARCH"]
+    if not any(r.get("resource_name") for r in search):
+        return []
+    instants = sorted(
+        {as_utc(r[k]) for r in search for k in ("effective_from", "effective_to") if r.get(k)}
+    )
+    tasks = sorted({r["task_type"] for r in search if r.get("scope_code") == "TASK"})
+    found: dict[str, datetime] = {}
+    for task in (None, *tasks):
+        for at in instants:
+            for problem in resource_problems(_file_contract(search, task, at)):
+                found[problem] = min(found.get(problem, at), at)
+    return [f"endpoint_def: from {at.isoformat()}: {p}" for p, at in found.items()]
+
+
+def _file_contract(search: list[dict[str, Any]], task: str | None, at: datetime) -> Contract:
+    """The SEARCH endpoints the file's rows would resolve to for ``task`` at ``at``: the
+    provenance's own, and each named resource's (as ``resolve_contract`` picks them)."""
+    by_name: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for i, row in enumerate(search):
+        start, end = as_utc(row["effective_from"]), row.get("effective_to")
+        if start <= at and (end is None or at < as_utc(end)):
+            by_name.setdefault(row.get("resource_name") or DEFAULT_RESOURCE, []).append((i, row))
+    picked = {name: _newest(rows, task) for name, rows in by_name.items()}
+    resources = {
+        name: {"name": name, "parent": row.get("parent_resource_name"), "endpoint": row}
+        for name, row in picked.items()
+        if name != DEFAULT_RESOURCE and row is not None
+    }
+    return Contract(
+        provenance={},
+        task_type=task,
+        at=at.isoformat(),
+        usage="SEARCH",
+        endpoint=picked.get(DEFAULT_RESOURCE),
+        endpoints={},
+        pagination=None,
+        window_offset=None,
+        http=None,
+        batching=None,
+        retry=None,
+        rate_limit=None,
+        resources=resources or None,
+    )
+
+
+def _newest(rows: list[tuple[int, dict[str, Any]]], task: str | None) -> dict[str, Any] | None:
+    """The newest TASK row of ``task``, else the newest SOURCE row (of one start, the one
+    later in the file, as the one of the higher id)."""
+    for scope, wanted in [*([("TASK", task)] if task else []), ("SOURCE", None)]:
+        fit = [
+            (as_utc(r["effective_from"]), i, r)
+            for i, r in rows
+            if r.get("scope_code") == scope and r.get("task_type") == wanted
+        ]
+        if fit:
+            return max(fit, key=lambda f: (f[0], f[1]))[2]
+    return None
 
 
 def _where(loc: tuple[Any, ...] | list[Any]) -> str:

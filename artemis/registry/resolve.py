@@ -193,11 +193,27 @@ class Contract:
         return self.credentials[0] if self.credentials else None
 
     def public(self) -> dict[str, Any]:
-        """The printed form: the eight dimensions, each the selected row or null."""
+        """The printed form: the eight dimensions, each the selected row or null; and a
+        provenance of several resources each of them (parents first): its parent, the
+        place it lands in and its own endpoint, pagination, record model and window."""
         out = {k: getattr(self, k) for k in CONTRACT_KEYS}
         out["provenance"] = self.provenance
         out["task_type"] = self.task_type
         out["at"] = self.at
+        if self.resources:
+            # Not at the top: the tree module builds on this one.
+            from artemis.registry.tree import place_of
+
+            code = str(self.provenance.get("provenance_code") or "")
+            out["resources"] = {
+                name: {
+                    "name": name,
+                    "parent": res.get("parent"),
+                    "place": place_of(code, res),
+                    **{k: res.get(k) for k in ("endpoint", *_RESOURCE_KEYS)},
+                }
+                for name, res in self.resources.items()
+            }
         return out
 
     def to_dict(self) -> dict[str, Any]:

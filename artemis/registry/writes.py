@@ -4,6 +4,8 @@ without a task type, gray switch and rollback by adding and closing intervals.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,8 +26,9 @@ from artemis.registry.models import (
     RegProvEndpointDef,
     utcnow,
 )
-from artemis.registry.resolve import as_utc, current_row
+from artemis.registry.resolve import as_utc, current_row, resolve_contract
 from artemis.registry.secret_env import check_secret_env, refused_secret_env
+from artemis.registry.tree import place_of, resource_problems
 from artemis.sinks.factory import table_name_for
 from artemis.sinks.sql import table_name_problem
 
@@ -268,39 +271,154 @@ def rollback(
 def check_registry(conn: Connection) -> list[dict[str, Any]]:
     """Findings: overlapping intervals, TASK rows without a task type, provenances with
     no SEARCH endpoint in force now, credentials without a secret or holding one of the
-    service's own variables, default tables two provenances share (whatever their case)
-    or that PostgreSQL would cut."""
+    service's own variables, tables two places share (whatever their case) or that
+    PostgreSQL would cut, and resources that are no tree from some instant on."""
     findings = _dimension_findings(conn)
     findings += _endpoint_findings(conn)
     findings += _credential_findings(conn)
     findings += _table_findings(conn)
+    findings += _resource_findings(conn)
     return findings
+
+
+@dataclass(frozen=True)
+class Place:
+    """One table and folder a provenance lands in: its own (``resource`` None, named by
+    its code) or a named resource's (artemis/registry/tree.py ``place_of``)."""
+
+    code: str
+    resource: str | None
+    name: str
+
+    @property
+    def table(self) -> str:
+        return table_name_for(self.name)
+
+    def owner(self) -> str:
+        if self.resource is None:
+            return f"provenance {self.code!r}'s"
+        return f"the table of provenance {self.code!r}'s resource {self.resource!r}"
+
+
+def places(code: str, endpoints: Iterable[Any]) -> list[Place]:
+    """Every place provenance ``code`` lands in, from its endpoint rows (mappings, any
+    interval): its code when it has a SEARCH endpoint of its own resource or no named
+    resource, and each named resource's place (each SEARCH row's ``output_name``, else
+    ``{code}__{resource}``)."""
+    search = [r for r in endpoints if r.get("endpoint_usage_code") == "SEARCH"]
+    named = [r for r in search if r.get("resource_name")]
+    out = [Place(code, None, code)] if not named or len(named) < len(search) else []
+    for r in named:
+        name = str(r["resource_name"])
+        found = Place(code, name, place_of(code, {"name": name, "endpoint": r}))
+        if found not in out:
+            out.append(found)
+    return out
+
+
+def stored_places(conn: Connection) -> dict[str, list[Place]]:
+    """Every stored provenance's places, by code (in the order the provenances were
+    written)."""
+    pt = RegProvenance.__table__  # type: ignore[attr-defined]
+    et = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+    rows: dict[int, list[dict[str, Any]]] = {}
+    cols = (et.c.endpoint_usage_code, et.c.resource_name, et.c.output_name)
+    for r in conn.execute(
+        select(et.c.provenance_id, *cols).where(et.c.endpoint_usage_code == "SEARCH")
+    ):
+        rows.setdefault(r.provenance_id, []).append(dict(r._mapping))
+    return {
+        p.provenance_code: places(p.provenance_code, rows.get(p.id, []))
+        for p in conn.execute(select(pt.c.id, pt.c.provenance_code).order_by(pt.c.id))
+    }
+
+
+def shared(mine: Place, theirs: Place) -> bool:
+    """Whether two places of different provenances, or of different resources of one,
+    write one table (names are one whatever their case)."""
+    if (mine.code, mine.resource) == (theirs.code, theirs.resource):
+        return False
+    return mine.table.lower() == theirs.table.lower()
 
 
 def _table_findings(conn: Connection) -> list[dict[str, Any]]:
-    """Provenances written before the import refused them: a default table past 63
-    bytes, or one another provenance's table is too (the import's rule: case aside)."""
+    """Places written before the import refused them: a table past 63 bytes, or one
+    another place's table is too (the import's rule: case aside)."""
     findings: list[dict[str, Any]] = []
     pt = RegProvenance.__table__  # type: ignore[attr-defined]
-    seen: dict[str, str] = {}
-    for code in conn.execute(select(pt.c.provenance_code).order_by(pt.c.id)).scalars():
-        table = table_name_for(code)
-        why = table_name_problem(table)
-        if why is not None:
-            findings.append(_finding("table_name", pt.name, None, f"provenance {code}: {why}"))
-        other = seen.setdefault(table.lower(), code)
-        if other != code:
-            findings.append(
-                _finding(
-                    "shared_table",
-                    pt.name,
-                    None,
-                    f"provenance {code}: its default table {table!r} is provenance "
-                    f"{other}'s (names are one whatever their case): map one of them to "
-                    "a table of its own (output_defaults.<code>.sql.tables)",
-                )
+    seen: dict[str, Place] = {}
+    for code, found in stored_places(conn).items():
+        for place in found:
+            who = f"provenance {code}" + (
+                f": resource {place.resource!r} (place {place.name!r})" if place.resource else ""
             )
+            why = table_name_problem(place.table)
+            if why is not None:
+                findings.append(_finding("table_name", pt.name, None, f"{who}: {why}"))
+            other = seen.setdefault(place.table.lower(), place)
+            if shared(place, other):
+                findings.append(
+                    _finding("shared_table", pt.name, None, _shared_message(place, other))
+                )
     return findings
+
+
+def _shared_message(place: Place, other: Place) -> str:
+    if place.resource is None and other.resource is None:
+        return (
+            f"provenance {place.code}: its default table {place.table!r} is provenance "
+            f"{other.code}'s (names are one whatever their case): map one of them to "
+            "a table of its own (output_defaults.<code>.sql.tables)"
+        )
+    who = f"provenance {place.code}" + (f": resource {place.resource!r}" if place.resource else "")
+    return (
+        f"{who}: its table {place.table!r} (place {place.name!r}) is {other.owner()} "
+        f"({other.table!r}; names are one whatever their case): give one of the resources "
+        "an output_name of its own"
+    )
+
+
+def _resource_findings(conn: Connection) -> list[dict[str, Any]]:
+    """Resources that are no tree (``artemis.registry.tree.resource_problems``) at some
+    instant: each problem once, from the first instant it holds, naming the task types
+    it holds for unless it holds for all."""
+    pt = RegProvenance.__table__  # type: ignore[attr-defined]
+    et = RegProvEndpointDef.__table__  # type: ignore[attr-defined]
+    rows: dict[int, list[Any]] = {}
+    for r in conn.execute(select(et).where(et.c.endpoint_usage_code == "SEARCH")):
+        rows.setdefault(r.provenance_id, []).append(r)
+    findings: list[dict[str, Any]] = []
+    for prov in conn.execute(select(pt.c.id, pt.c.provenance_code).order_by(pt.c.id)):
+        search = rows.get(prov.id, [])
+        if not any(r.resource_name for r in search):
+            continue  # one resource: no tree to walk
+        code = prov.provenance_code
+        tasks, found = _tree_problems(conn, code, search)
+        for problem, (since, where) in found.items():
+            only = "" if len(where) == len(tasks) else f" (task_type {', '.join(where)})"
+            message = f"provenance {code}: from {since.isoformat()}{only}: {problem}"
+            findings.append(_finding("resource_tree", et.name, None, message))
+    return findings
+
+
+def _tree_problems(
+    conn: Connection, code: str, search: list[Any]
+) -> tuple[list[str], dict[str, tuple[datetime, list[str]]]]:
+    """The task types walked (``-``: none) and each problem with the first instant it
+    holds at and the task types it holds for. The endpoints a tree is made of change only
+    where a SEARCH row starts or ends, and differ by task type only for the task types of
+    TASK SEARCH rows: resolving there finds every problem."""
+    instants = sorted({as_utc(v) for r in search for v in (r.effective_from, r.effective_to) if v})
+    own = sorted({r.task_type for r in search if r.scope_code == "TASK" and r.task_type})
+    tasks: list[str | None] = [None, *own]
+    found: dict[str, tuple[datetime, list[str]]] = {}
+    for task in tasks:
+        for at in instants:
+            for problem in resource_problems(resolve_contract(conn, code, task, at)):
+                since, where = found.get(problem, (at, []))
+                label = task or "-"
+                found[problem] = (min(since, at), where if label in where else [*where, label])
+    return [t or "-" for t in tasks], found
 
 
 def _finding(kind: str, table: str, row_id: int | None, message: str) -> dict[str, Any]:

@@ -49,8 +49,16 @@ from artemis.registry.models import (
 )
 from artemis.registry.resolve import as_utc, credential_origins, find_provenance
 from artemis.registry.secret_env import check_secret_env, origin, placement
-from artemis.registry.writes import add_row, describe, identity_value, update_row
-from artemis.sinks.factory import table_name_for
+from artemis.registry.writes import (
+    Place,
+    add_row,
+    describe,
+    identity_value,
+    places,
+    shared,
+    stored_places,
+    update_row,
+)
 from artemis.sinks.sql import table_name_problem
 from artemis.vault import master_key, read_master_keys
 
@@ -165,8 +173,9 @@ def _import(
     pt = RegProvenance.__table__  # type: ignore[attr-defined]
     existing = conn.execute(select(pt).where(pt.c.provenance_code == code)).first()
     values = {**prov_in, "provenance_name": prov_in.get("provenance_name") or code}
+    # On every import: a file may bring a resource, or move one to another place.
+    _refuse_shared_tables(conn, code, data)
     if existing is None:
-        _refuse_shared_table(conn, code)
         now = utcnow()
         key = conn.execute(
             pt.insert().values(**values, created_at=now, updated_at=now)
@@ -277,29 +286,43 @@ def _check_token_origins(
                     raise ArtemisError(ErrorCode.INVALID_INPUT, f"{source}: credential[{i}]: {why}")
 
 
-def _refuse_shared_table(conn: Connection, code: str) -> None:
-    """Two codes whose default tables are one would write two sources into one table:
-    ``my-shop`` and ``my_shop`` (one name), ``Shop`` and ``shop`` (SQLite's names ignore
-    case; so do the folders of a case-insensitive file system), or two codes whose tables
-    PostgreSQL would cut to the same 63 bytes (a name past them is refused)."""
-    pt = RegProvenance.__table__  # type: ignore[attr-defined]
-    mine = table_name_for(code)
-    why = table_name_problem(mine)
-    if why is not None:
-        raise ArtemisError(
-            ErrorCode.INVALID_INPUT,
-            f"provenance_code {code!r}: its default table: {why}; pick a shorter code",
-        )
-    for other in conn.execute(select(pt.c.provenance_code)).scalars():
-        theirs = table_name_for(other)
-        if other != code and theirs.lower() == mine.lower():
+def _refuse_shared_tables(conn: Connection, code: str, data: dict[str, Any]) -> None:
+    """Two places whose tables are one would write two sources into one table: ``my-shop``
+    and ``my_shop`` (one name), ``Shop`` and ``shop`` (SQLite's names ignore case; so do
+    the folders of a case-insensitive file system), or two tables PostgreSQL would cut to
+    the same 63 bytes (a name past them is refused). Every place of the file (its code's,
+    each resource's) is checked against each other and every other provenance's."""
+    mine = places(code, data.get("endpoint_def") or [])
+    for place in mine:
+        why = table_name_problem(place.table)
+        if why is not None:
+            raise ArtemisError(ErrorCode.INVALID_INPUT, _too_long(place, why))
+    others = [p for other, found in stored_places(conn).items() if other != code for p in found]
+    for i, place in enumerate(mine):
+        for theirs in [*mine[:i], *others]:
+            if not shared(place, theirs):
+                continue
+            case = (
+                "" if theirs.table == place.table else ": table names are one whatever their case"
+            )
+            if place.resource is None:
+                who, fix = f"provenance_code {code!r}: its default table", "pick another code"
+            else:
+                who = f"endpoint_def: resource {place.resource!r}: its place {place.name!r}, table"
+                fix = f"give resource {place.resource!r} another output_name"
             raise ArtemisError(
                 ErrorCode.INVALID_INPUT,
-                f"provenance_code {code!r}: its default table {mine!r} is provenance "
-                f"{other!r}'s ({theirs!r}"
-                + ("" if theirs == mine else ": table names are one whatever their case")
-                + "); pick another code",
+                f"{who} {place.table!r} is {theirs.owner()} ({theirs.table!r}{case}); {fix}",
             )
+
+
+def _too_long(place: Place, why: str) -> str:
+    if place.resource is None:
+        return f"provenance_code {place.code!r}: its default table: {why}; pick a shorter code"
+    return (
+        f"endpoint_def: resource {place.resource!r}: its place {place.name!r}: {why}; give "
+        "it a shorter output_name"
+    )
 
 
 def _destination(
@@ -520,7 +543,8 @@ def export_yaml(engine: Engine, code: str) -> str:
                 m = r._mapping
                 item = {}
                 for k in t.c.keys():
-                    if k in HIDDEN or m[k] is None:
+                    # The provenance's own resource is the one a file names none for.
+                    if k in HIDDEN or m[k] is None or (k == "resource_name" and not m[k]):
                         continue
                     v = m[k]
                     item[k] = (

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -51,21 +53,110 @@ def registry_export(code: str, config: Path | None = ConfigOpt) -> None:
     sys.stdout.write(export_yaml(_engine(config), code))
 
 
+class ContractOutput(StrEnum):
+    json = "json"
+    table = "table"
+
+
 @registry_app.command("contract")
 def registry_contract(
     code: str,
     task_type: str | None = typer.Option(None, "--task-type", help="harvest|update|backfill"),
     at: str | None = typer.Option(None, "--at", help="ISO timestamp (default now, UTC)"),
     usage: str = typer.Option("SEARCH", "--usage", help="endpoint usage"),
+    output: ContractOutput = typer.Option(
+        ContractOutput.json, "-o", "--output", help="json, or table: a line per row and resource"
+    ),
     config: Path | None = ConfigOpt,
 ) -> None:
-    """Print the execution contract resolved for CODE, a task type and an instant."""
+    """Print the execution contract resolved for CODE, a task type and an instant; a
+    provenance of several resources with its tree of resources."""
     # lazy: importing it costs every `artemis` start-up ~0.25 s
     from artemis.registry.resolve import resolve_contract
+    from artemis.registry.tree import resource_problems
 
     with _engine(config).connect() as conn:
         contract = resolve_contract(conn, code, task_type, at, usage.upper())
-    console.print_json(data=contract.public())
+    if output == ContractOutput.json:
+        console.print_json(data=contract.public())
+        return
+    for line in _contract_lines(contract.public(), resource_problems(contract)):
+        typer.echo(line)
+
+
+def _contract_lines(public: dict[str, Any], problems: list[str]) -> list[str]:
+    """The contract as text: its provenance and instant, one line per dimension (the row
+    in force, or -), then each resource indented under its parent, named by its path from
+    the root (``repos → issues → comments``) with its request and place."""
+    code = public["provenance"].get("provenance_code")
+    out = [f"provenance {code}  task_type {public['task_type'] or '-'}  at {public['at']}"]
+    for key in ("endpoint", "pagination", "window_offset", "record_model", "http"):
+        out.append(f"{key}: {_row_line(public.get(key))}")
+    for key in ("batching", "retry", "rate_limit", "credential"):
+        out.append(f"{key}: {_row_line(public.get(key), brief=True)}")
+    resources = public.get("resources") or {}
+    if resources:
+        out.append("resources:")
+        out += [f"  {line}" for line in _tree_lines(resources)]
+    out += [f"problem: {p}" for p in problems]
+    return out
+
+
+def _row_line(row: dict[str, Any] | None, brief: bool = False) -> str:
+    if row is None:
+        return "-"
+    scope = row.get("scope_code") or "?"
+    if row.get("task_type"):
+        scope += f"/{row['task_type']}"
+    text = f"id={row.get('id')} {scope} from {row.get('effective_from')}"
+    if row.get("effective_to"):
+        text += f" to {row['effective_to']}"
+    if brief:
+        return text
+    if row.get("endpoint_usage_code"):
+        text += f"  {row.get('endpoint_name')}: {_request(row)}"
+    elif row.get("pagination_mode_code"):
+        text += f"  {row['pagination_mode_code']}"
+    return text
+
+
+def _request(endpoint: dict[str, Any]) -> str:
+    return f"{endpoint.get('http_method_code') or 'GET'} {endpoint.get('path_template') or ''}"
+
+
+def _tree_lines(resources: dict[str, dict[str, Any]]) -> list[str]:
+    """Each resource under its parent (depth first, in the contract's order); a resource
+    whose parents are missing or a cycle last."""
+    children: dict[str | None, list[str]] = {}
+    for name, res in resources.items():
+        parent = res.get("parent")
+        children.setdefault(parent if parent in resources else None, []).append(name)
+    out: list[str] = []
+    shown: set[str] = set()
+
+    def walk(name: str, path: list[str]) -> None:
+        res = resources[name]
+        shown.add(name)
+        page = (res.get("pagination") or {}).get("pagination_mode_code") or "-"
+        chain = " → ".join([*path, name])
+        out.append(
+            f"{'  ' * len(path)}{chain}  {_request(res['endpoint'])}  paging {page}  "
+            f"place {res.get('place')}"
+        )
+        for child in children.get(name, []):
+            if child not in shown:
+                walk(child, [*path, name])
+
+    for root in children.get(None, []):
+        if not resources[root].get("parent"):
+            walk(root, [])
+    for name, res in resources.items():
+        if name not in shown:  # its parents are missing or a cycle: the problems say which
+            out.append(
+                f"{name} (under no root: parent {res.get('parent')})  "
+                f"{_request(res['endpoint'])}  place {res.get('place')}"
+            )
+    return out
 
 
 @registry_app.command("check")

@@ -65,8 +65,8 @@ class Api:
         page = int(request.query.get("page", 1))
         self.asked.append(page)
         if page in self.odd:
-            status, body, headers = self.odd[page]
-            return web.Response(status=status, body=body or None, headers=headers)
+            status, raw, headers = self.odd[page]
+            return web.Response(status=status, body=raw or None, headers=headers)
         size = int(request.query.get("page_size", 2))
         body: dict[str, Any] = {"items": ITEMS[(page - 1) * size : page * size]}
         if self.total:
