@@ -369,6 +369,7 @@ class BatchFetch:
             outage=self.outage,
             streamed=self.streamed,
             responses_ignored=state.responses_ignored,
+            resources=state.resources,
         )
 
 

@@ -108,6 +108,9 @@ class FetchState:
     page_taken: bool = False
     # Answers a response rule ignored (``PageInfo.ignored``), in this batch so far.
     responses_ignored: int = 0
+    # A source of several resources: each resource's counts so far (the last page's
+    # ``PageInfo.resources``; a handful of resources, never a list that grows).
+    resources: dict[str, Any] | None = None
 
     def after(self, page: Page) -> FetchState:
         """Where the fetch stands once ``page`` is taken (the same stream)."""
@@ -124,12 +127,13 @@ class FetchState:
             incomplete=info.incomplete,
             page_taken=True,
             responses_ignored=self.responses_ignored + info.ignored,
+            resources=info.resources if info.resources is not None else self.resources,
         )
 
     def take(self, page: Page) -> None:
         """Stand where ``after(page)`` does (the stream's state is the stream's own)."""
         moved = self.after(page)
-        for name in (*_AT, *_COUNTS, "page_taken"):
+        for name in (*_AT, *_COUNTS, "page_taken", "resources"):
             setattr(self, name, getattr(moved, name))
 
     def to_json(self) -> dict[str, Any]:
@@ -143,7 +147,10 @@ class FetchState:
         return out
 
     def _counts(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in _COUNTS if getattr(self, name)}
+        out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS if getattr(self, name)}
+        if self.resources is not None:
+            out["resources"] = self.resources
+        return out
 
     def cursor(self, first_seq: int) -> dict[str, Any]:
         """What a streaming fetch stages with a page (``Staging.put_pages``): where it
@@ -160,6 +167,8 @@ class FetchState:
         for name in _AT:
             if name in data:
                 setattr(self, name, data[name])
+        if isinstance(data.get("resources"), dict):
+            self.resources = data["resources"]
         for name in _COUNTS:
             if name in data:
                 setattr(self, name, int(data[name] or 0))

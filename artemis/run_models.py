@@ -418,6 +418,9 @@ class FetchResult:
     streamed: Streamed | None = None
     # Answers a response rule ignored (each an empty page): a count, for the run's stats.
     responses_ignored: int = 0
+    # A source of several resources: each resource's counts so far (records, ignored
+    # answers, stated totals), as the last page taken told them.
+    resources: dict[str, Any] | None = None
 
 
 @dataclass

@@ -219,7 +219,7 @@ def stats_view(source: Mapping[str, Any] | None) -> dict[str, Any]:
     }
     # Records each sink took (http, sql, files, ...), and what sinks reported at the end
     # (the files sink's manifest).
-    for extra in ("sinks", "sinks_finished"):
+    for extra in ("sinks", "sinks_finished", "resources"):
         if isinstance(source.get(extra), Mapping):
             view[extra] = dict(source[extra])
     return view
@@ -244,6 +244,21 @@ def add_stats(into: dict[str, Any], other: Mapping[str, Any]) -> None:
     stated = other.get("expected_total")
     if isinstance(stated, int):
         into["expected_total"] = int(into.get("expected_total") or 0) + stated
+    if isinstance(other.get("resources"), Mapping):
+        into["resources"] = summed_resources(into.get("resources") or {}, other["resources"])
+
+
+def summed_resources(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two parts' counts per resource (records, ignored answers, stated totals) added."""
+    out = {name: dict(counts) for name, counts in a.items()}
+    for name, counts in b.items():
+        mine = out.setdefault(name, {})
+        for key, n in counts.items():
+            if isinstance(n, int):
+                mine[key] = int(mine.get(key) or 0) + n
+            else:
+                mine.setdefault(key, n)
+    return out
 
 
 def error_code_of(code: str | None) -> ErrorCode:
@@ -445,6 +460,8 @@ class RunState:
             result.done,
             result.responses_ignored,
         )
+        if result.resources:
+            self.stats["resources"] = result.resources
 
     def add_fetch(
         self,

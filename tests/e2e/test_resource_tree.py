@@ -81,6 +81,12 @@ async def test_one_file_one_run_three_tables_each_record_once(
         "http/comments": comments,
     }, stats
     assert stats["responses_ignored"] == 1, stats
+    # each resource's records, the answers ignored (traps' issues) and the stated totals
+    assert stats["resources"] == {
+        "repos": {"records": repos, "ignored": 0, "stated": repos},
+        "issues": {"records": issues, "ignored": 1, "stated": issues},
+        "comments": {"records": comments, "ignored": 0, "stated": comments},
+    }, stats["resources"]
     with sa.create_engine(lake).connect() as conn:
         counted = {
             t: conn.execute(sa.text(f"SELECT COUNT(*), MAX(_artemis_task_id) FROM {t}")).one()
