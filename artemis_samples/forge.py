@@ -60,7 +60,10 @@ open) and 100 comments in all.
 Test controls (``POST /_control/reset`` resets this API too):
 
 - ``GET /forge/_calls``: every request to the API received, in order: ``{"method",
-  "path", "query", "status"}`` (``status`` null while the request is being answered).
+  "path", "query", "status", "at", "done"}`` (``status`` and ``done`` null while the
+  request is being answered; ``at``: when it arrived, ``done``: when its answer was
+  ready, both ``time.time()`` seconds of the server, so that a test can tell how many
+  requests were in flight at once and how long they spanned).
 - ``POST /_control/forge`` takes a JSON object of any of: ``{"reset": true}`` (the
   default tree, no calls, no latency, no hang); ``{"touch": [numbers], "repo":
   "acme/rockets", "at": ISO}`` sets those issues' ``updated_at`` to ``at`` (default: now)
@@ -344,6 +347,10 @@ class ForgeState:
             "path": request.url.path,
             "query": request.url.query,
             "status": None,
+            # time.time(), as the quote calls' `at`: a reader in another process (a
+            # benchmark) sets them beside its own clock.
+            "at": time.time(),
+            "done": None,
         }
         self.calls.append(call)
         if self.latency_ms:
@@ -525,6 +532,7 @@ def build_router(state: ForgeState) -> APIRouter:
         call = await state.enter(request)
         response: Response = answer(state, request, *args)
         call["status"] = response.status_code
+        call["done"] = time.time()
         return response
 
     @router.get("/forge/_calls")

@@ -413,7 +413,18 @@ def _tree_problems(
     tasks: list[str | None] = [None, *own]
     found: dict[str, tuple[datetime, list[str]]] = {}
     for task in tasks:
+        walked: set[frozenset[int]] = set()
         for at in instants:
+            live = frozenset(
+                r.id
+                for r in search
+                if (r.scope_code == "SOURCE" or r.task_type == task)
+                and as_utc(r.effective_from) <= at
+                and (r.effective_to is None or at < as_utc(r.effective_to))
+            )
+            if live in walked:
+                continue  # the same rows to pick from: the same tree, found already
+            walked.add(live)
             for problem in resource_problems(resolve_contract(conn, code, task, at)):
                 since, where = found.get(problem, (at, []))
                 label = task or "-"

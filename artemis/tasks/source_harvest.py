@@ -534,6 +534,12 @@ class SourceHarvest(TaskUnit):
                 conn, params["provenance"], params.get("task_type") or "harvest", datetime.now(UTC)
             ).to_dict()
         contract["record_model"] = fresh.get("record_model")
+        if contract.get("resources"):  # each resource's own model, as in force now
+            now = fresh.get("resources") or {}
+            contract["resources"] = {
+                name: {**res, "record_model": (now.get(name) or {}).get("record_model")}
+                for name, res in contract["resources"].items()
+            }
         return {**params, "contract": contract}
 
     def evolve_model(self, ctx: TaskContext, fields: dict[str, str]) -> bool:

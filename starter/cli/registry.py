@@ -98,6 +98,8 @@ def _contract_lines(public: dict[str, Any], problems: list[str]) -> list[str]:
     if resources:
         out.append("resources:")
         out += [f"  {line}" for line in _tree_lines(resources)]
+    else:
+        out.append(f"place: {code}")
     out += [f"problem: {p}" for p in problems]
     return out
 

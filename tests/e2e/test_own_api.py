@@ -6,13 +6,8 @@ processes, into SQLite and Parquet."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import shutil
-import sqlite3
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,26 +20,27 @@ import sqlalchemy as sa
 import yaml
 
 from artemis.errors import ArtemisError
-from infra.devserver import free_port
-from tests.conftest import ROOT, new_task_id, settings_with, write_config
-from tests.helpers import eventually, stop_processes
+from tests.conftest import ROOT, new_task_id
+from tests.walkthrough import (
+    CONFIG,
+    DEV_SAMPLES,
+    blocks,
+    console,
+    run_shown,
+    run_the_commands,
+    walkthrough_folder,
+    walkthrough_stack,
+)
 
 README = ROOT / "README.md"
 CATALOG = ROOT / "infra" / "registry" / "catalog.yaml"
 STOCK = ROOT / "infra" / "registry" / "stock.yaml"
-CONFIG = ROOT / "infra" / "catalog.config.yaml"
-# The dev stack's sample server, as the walk-through names it (the test's runs elsewhere).
-DEV_SAMPLES = "http://127.0.0.1:8300"
 
 
 def walkthrough() -> str:
     text = README.read_text()
     start = text.index("## Add your own API in YAML\n")
     return text[start : text.index("\n## ", start + 1)]
-
-
-def blocks(text: str, lang: str) -> list[str]:
-    return re.findall(rf"^```{lang}\n(.*?)^```$", text, re.S | re.M)
 
 
 def test_the_walkthroughs_yaml_is_the_bundled_files():
@@ -71,32 +67,6 @@ def test_the_walkthroughs_refusal_is_what_the_import_says():
     assert e.value.message == blocks(walkthrough(), "text")[0].strip()
 
 
-def _console(block: str) -> list[tuple[str, str]]:
-    """``$ command`` lines of a console block, each with the output shown after it."""
-    steps: list[tuple[str, list[str]]] = []
-    for line in block.splitlines():
-        if line.startswith("$ "):
-            steps.append((line[2:], []))
-        else:
-            steps[-1][1].append(line)
-    return [(cmd, "\n".join(out)) for cmd, out in steps]
-
-
-def _run_shown(command: str, cwd: Path) -> str:
-    """A shown command's output: ``.venv/bin/python`` is this interpreter; ``sqlite3``
-    the real one where installed, else the same query through Python's sqlite3."""
-    argv = shlex.split(command)
-    if argv[0] == ".venv/bin/python":
-        argv[0] = sys.executable
-    elif argv[0] == "sqlite3" and shutil.which("sqlite3") is None:
-        with sqlite3.connect(cwd / argv[1]) as conn:
-            rows = conn.execute(argv[2]).fetchall()
-        return "\n".join("|".join(str(v) for v in row) for row in rows)
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{command}: {done.stderr}"
-    return done.stdout.strip()
-
-
 async def test_the_readme_walkthrough_runs_as_written(
     base_settings, samples, tmp_path: Path
 ) -> None:
@@ -109,23 +79,8 @@ async def test_the_readme_walkthrough_runs_as_written(
     await the_shown_api_answers_as_shown(section, bash[0], samples.url)
     commands = [line for line in bash[1].splitlines() if line.strip()]
     assert commands[0] == "artemis dev --config infra/catalog.config.yaml"
-    env, port = walkthrough_folder(tmp_path, base_settings, samples.url)
-
-    def artemis(args: list[str], log: str) -> subprocess.Popen:
-        out = open(tmp_path / log, "ab")  # noqa: SIM115 (the process holds it)
-        return subprocess.Popen(
-            [sys.executable, "-m", "infra.devstack", *args],
-            env=env,
-            cwd=tmp_path,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-    api = worker = None
-    try:
-        api = artemis(["api", "--port", str(port)], "api.log")
-        worker = artemis(["worker"], "worker.log")
-        await api_answers(api, env["ARTEMIS_API"], tmp_path / "api.log")
+    env, port = walkthrough_folder(tmp_path, base_settings, samples.url, (CATALOG, STOCK))
+    async with walkthrough_stack(env, port, tmp_path):
         outputs = run_the_commands(commands[1:], env, tmp_path)
         for out, records in ((outputs[-2], 23), (outputs[-1], 31)):
             ran = re.sub(r"\s+", " ", out)
@@ -133,10 +88,8 @@ async def test_the_readme_walkthrough_runs_as_written(
             assert f'"records_emitted": {records}' in ran, out
 
         # every record once, as the README shows it
-        for command, shown in _console(blocks(section, "console")[0]):
-            assert _run_shown(command, tmp_path) == shown, command
-    finally:
-        stop_processes(worker, api)
+        for command, shown in console(blocks(section, "console")[0]):
+            assert run_shown(command, tmp_path) == shown, command
 
     # the source's own end marker ended paging: page 6 (a 404) was never asked for
     async with httpx.AsyncClient() as http:
@@ -157,70 +110,6 @@ async def the_shown_api_answers_as_shown(section: str, curl_block: str, samples_
         answer = (await http.get(curl[1].replace(DEV_SAMPLES, samples_url))).json()
         await http.post(f"{samples_url}/_control/catalog", json={"reset": True})
     assert answer == json.loads(blocks(section, "json")[0])
-
-
-def walkthrough_folder(
-    tmp_path: Path, base_settings, samples_url: str
-) -> tuple[dict[str, str], int]:
-    """The folder a user runs the walk-through in: the two files, and the suite's stack
-    (its Temporal, a task queue and an API port of its own, the walk-through's outputs)
-    in a config file. The environment of the walk-through's commands, and the API's port."""
-    (tmp_path / "infra" / "registry").mkdir(parents=True)
-    for path in (CATALOG, STOCK):
-        (tmp_path / "infra" / "registry" / path.name).write_text(
-            path.read_text().replace(DEV_SAMPLES, samples_url)
-        )
-    shutil.copy(CONFIG, tmp_path / "infra" / "catalog.config.yaml")
-    own = yaml.safe_load(CONFIG.read_text())
-    port = free_port()
-    settings = settings_with(
-        base_settings,
-        temporal={"task_queue": f"tq-{uuid.uuid4().hex[:10]}"},
-        server={"port": port},
-        output_defaults=own["output_defaults"],
-    )
-    config = write_config(tmp_path / "suite.yaml", settings)
-    env = {
-        **os.environ,
-        "ARTEMIS_CONFIG": str(config),
-        "ARTEMIS_API": f"http://127.0.0.1:{port}",
-        "COOKIE_MASTER_KEY": Path(settings.vault.master_key_file).read_text().strip(),
-    }
-    return env, port
-
-
-async def api_answers(api: subprocess.Popen, api_url: str, log: Path) -> None:
-    """Wait until the API process answers /health (failing at once if it died)."""
-
-    async def api_up() -> bool:
-        assert api.poll() is None, log.read_text()
-        try:
-            async with httpx.AsyncClient() as http:
-                return (await http.get(f"{api_url}/health")).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    await eventually(api_up, "the API process to answer", timeout=90, interval=0.2)
-
-
-def run_the_commands(lines: list[str], env: dict[str, str], cwd: Path) -> list[str]:
-    """Each walk-through command (all ``artemis …``) run to success, in order; their
-    outputs."""
-    outputs = []
-    for line in lines:
-        argv = shlex.split(line)
-        assert argv[0] == "artemis", line
-        done = subprocess.run(
-            [sys.executable, "-m", "infra.devstack", *argv[1:]],
-            env=env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
-        outputs.append(done.stdout)
-    return outputs
 
 
 def catalog_doc(code: str, base: str, **pagination: Any) -> dict[str, Any]:

@@ -168,7 +168,8 @@ def test_calls_lists_every_api_request_in_order(http):
     http.get(ISSUES.format("traps"))
     http.get(COMMENTS.format("rockets", 3), params={"since": "2026-01-01T00:00:00Z"})
     calls = http.get("/forge/_calls").json()
-    assert calls == [
+    timing = ("at", "done")
+    assert [{k: v for k, v in c.items() if k not in timing} for c in calls] == [
         {"method": "GET", "path": "/forge/orgs/acme/repos", "query": "per_page=2", "status": 200},
         {"method": "GET", "path": "/forge/repos/acme/traps/issues", "query": "", "status": 404},
         {
@@ -178,6 +179,18 @@ def test_calls_lists_every_api_request_in_order(http):
             "status": 200,
         },
     ]
+
+
+def test_calls_tell_when_each_request_arrived_and_was_answered(http):
+    http.post("/_control/forge", json={"latency_ms": 60})
+    before = time.time()
+    http.get("/forge/orgs/acme/repos")
+    http.get(ISSUES.format("rockets"))
+    after = time.time()
+    first, second = http.get("/forge/_calls").json()
+    # the latency lies between arrival and answer; the second arrived after the first ended
+    assert before <= first["at"] and first["at"] + 0.055 <= first["done"]
+    assert first["done"] <= second["at"] and second["at"] + 0.055 <= second["done"] <= after
 
 
 def test_touch_makes_issues_changed_for_an_incremental_run(http):
@@ -248,7 +261,8 @@ async def test_latency_and_a_hang_after_n_requests(server: ThreadedServer):
             return (await http.get("/_control/forge")).json()["holding"] == 1
 
         await eventually(holding, "the second request to be held", timeout=5)
-        assert (await http.get("/forge/_calls")).json()[-1]["status"] is None
+        held_call = (await http.get("/forge/_calls")).json()[-1]
+        assert held_call["status"] is None and held_call["done"] is None
         assert not held.done()
         began = time.monotonic()
         await http.post("/_control/forge", json={"hang_after": None})  # set again: released
