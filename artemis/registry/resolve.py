@@ -345,9 +345,7 @@ def _parents_first(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
     out: dict[str, dict[str, Any]] = {}
     while True:
         ready = [
-            n
-            for n, r in found.items()
-            if n not in out and (not r["parent"] or r["parent"] in out)
+            n for n, r in found.items() if n not in out and (not r["parent"] or r["parent"] in out)
         ]
         if not ready:
             break

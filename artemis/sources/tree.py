@@ -199,11 +199,13 @@ class TreeSource(Source):
         self, client: HttpClient, name: str, parent: dict[str, Any], walk: _Walk
     ) -> list[dict[str, Any]]:
         """All pages of leaf resource ``name`` for one parent record."""
-        source = self.open_source(name, parent)
         out: list[dict[str, Any]] = []
         ignored = 0
         last: Page | None = None
         async with self._gate:
+            # Opened in its slot: opening every waiting walk's source at once would hold
+            # the event loop while the requests in flight have answered.
+            source = self.open_source(name, parent)
             async for page in source.pages(client, None):
                 last = page
                 out.extend(page.records)

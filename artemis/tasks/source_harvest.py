@@ -617,7 +617,9 @@ class SourceHarvest(TaskUnit):
                 own = dataclasses.replace(
                     own, endpoint=endpoint, endpoints={**own.endpoints, "SEARCH": endpoint}
                 )
-            window = window_query(own.to_dict(), p.window_start, p.window_end)
+            # (what window_query reads of the contract: not a deep copy of all of it)
+            shown = {"window_offset": own.window_offset, "provenance": own.provenance}
+            window = window_query(shown, p.window_start, p.window_end)
             query = p.query if parent is None else None
             return rest_source(cc.for_contract(own), query, window, p.page_size, 1)
 
