@@ -459,8 +459,9 @@ def tree_file_problems(doc: dict[str, Any]) -> list[str]:
     starts or ends, for no task type and each its TASK rows name: each problem once, from
     the first instant it holds."""
     search = [r for r in doc.get("endpoint_def") or [] if r.get("endpoint_usage_code") == "SEARCH"]
+    stray = _stray_resource_rows(doc, {r.get("resource_name") or "" for r in search})
     if not any(r.get("resource_name") for r in search):
-        return []
+        return stray
     instants = sorted(
         {as_utc(r[k]) for r in search for k in ("effective_from", "effective_to") if r.get(k)}
     )
@@ -470,7 +471,30 @@ def tree_file_problems(doc: dict[str, Any]) -> list[str]:
         for at in instants:
             for problem in resource_problems(_file_contract(search, task, at)):
                 found[problem] = min(found.get(problem, at), at)
-    return [f"endpoint_def: from {at.isoformat()}: {p}" for p, at in found.items()]
+    return stray + [f"endpoint_def: from {at.isoformat()}: {p}" for p, at in found.items()]
+
+
+def _stray_resource_rows(doc: dict[str, Any], named: set[str]) -> list[str]:
+    """Rows a resource would never read: a resource name on an endpoint that is not a
+    SEARCH (a DETAIL or TOKEN endpoint is the provenance's), and a pagination, record
+    model or window row of a resource that has no SEARCH endpoint in the file."""
+    out = []
+    for i, row in enumerate(doc.get("endpoint_def") or []):
+        if row.get("resource_name") and row.get("endpoint_usage_code") != "SEARCH":
+            out.append(
+                f"endpoint_def[{i}].resource_name: a {row.get('endpoint_usage_code')} endpoint "
+                "is the provenance's, shared by its resources: only a SEARCH endpoint names "
+                "a resource"
+            )
+    for section in ("pagination_cfg", "record_model", "window_offset_cfg"):
+        for i, row in enumerate(doc.get(section) or []):
+            name = row.get("resource_name") or ""
+            if name and name not in named:
+                out.append(
+                    f"{section}[{i}].resource_name: {name!r} has no SEARCH endpoint in the "
+                    f"file (resources: {', '.join(sorted(n for n in named if n)) or 'none'})"
+                )
+    return out
 
 
 def _file_contract(search: list[dict[str, Any]], task: str | None, at: datetime) -> Contract:

@@ -36,6 +36,24 @@ def import_doc(settings, doc: dict[str, Any]) -> None:
     )
 
 
+def sql_and_http(lake: str, samples_url: str) -> dict[str, Any]:
+    """The output of a run landing in a SQL database and sent to the sample HTTP sink."""
+    return {
+        "sinks": ["sql", "http"],
+        "sql": {"url": lake},
+        "http_endpoint": f"{samples_url}/sink/sources",
+    }
+
+
+async def forge_stack(make_stack, code: str, output: dict[str, Any], **overrides: Any):
+    """A stack whose ``source_harvest`` runs go to ``output``, the forge sample reset and
+    ``infra/registry/forge.yaml`` imported as provenance ``code``."""
+    stack = await make_stack(output_defaults={"source_harvest": output}, **overrides)
+    await stack.samples_http.post("/_control/forge", json={"reset": True})
+    import_doc(stack.settings, forge_doc(code, f"{stack.samples_url}/forge"))
+    return stack
+
+
 async def forge_calls(stack) -> list[dict[str, Any]]:
     return (await stack.samples_http.get("/forge/_calls")).json()
 
@@ -50,19 +68,8 @@ def expected_tree() -> tuple[int, int, int]:
 async def test_one_file_one_run_three_tables_each_record_once(
     make_stack, samples, tmp_path
 ) -> None:
-    lake = f"sqlite:///{tmp_path / 'lake.db'}"
-    stack = await make_stack(
-        output_defaults={
-            "source_harvest": {
-                "sinks": ["sql", "http"],
-                "sql": {"url": lake},
-                "http_endpoint": f"{samples.url}/sink/sources",
-            }
-        }
-    )
-    await stack.samples_http.post("/_control/forge", json={"reset": True})
-    code = "forge1"
-    import_doc(stack.settings, forge_doc(code, f"{stack.samples_url}/forge"))
+    code, lake = "forge1", f"sqlite:///{tmp_path / 'lake.db'}"
+    stack = await forge_stack(make_stack, code, sql_and_http(lake, samples.url))
     runs = []
     for _ in range(2):  # the second run upserts the same rows
         resp = await stack.run(
@@ -127,13 +134,8 @@ async def test_one_file_one_run_three_tables_each_record_once(
 async def test_a_resource_alone_and_its_parents_values(make_stack, tmp_path) -> None:
     """``-p resource=comments -p only=true``: repositories and issues are asked for their
     values, only comments land."""
-    lake = f"sqlite:///{tmp_path / 'lake.db'}"
-    stack = await make_stack(
-        output_defaults={"source_harvest": {"sinks": ["sql"], "sql": {"url": lake}}}
-    )
-    await stack.samples_http.post("/_control/forge", json={"reset": True})
-    code = "forge2"
-    import_doc(stack.settings, forge_doc(code, f"{stack.samples_url}/forge"))
+    code, lake = "forge2", f"sqlite:///{tmp_path / 'lake.db'}"
+    stack = await forge_stack(make_stack, code, {"sinks": ["sql"], "sql": {"url": lake}})
     resp = await stack.run(
         {
             "meta": {"task_id": new_task_id()},
@@ -170,21 +172,14 @@ async def test_a_worker_killed_among_the_sub_resources_delivers_each_record_once
     counts, and the source was asked at most the pages in flight twice."""
     from tests.e2e.test_worker_crash import worker_config
 
-    lake = f"sqlite:///{tmp_path / 'lake.db'}"
-    stack = await make_stack(
+    code, lake = "forge3", f"sqlite:///{tmp_path / 'lake.db'}"
+    stack = await forge_stack(
+        make_stack,
+        code,
+        sql_and_http(lake, samples.url),
         worker=False,
         runs={"heartbeat_timeout_s": 2.0},
-        output_defaults={
-            "source_harvest": {
-                "sinks": ["sql", "http"],
-                "sql": {"url": lake},
-                "http_endpoint": f"{samples.url}/sink/sources",
-            }
-        },
     )
-    await stack.samples_http.post("/_control/forge", json={"reset": True})
-    code = "forge3"
-    import_doc(stack.settings, forge_doc(code, f"{stack.samples_url}/forge"))
     config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 0.2})
     await stack.samples_http.post("/_control/forge", json={"hang_after": 30, "for_s": 300})
     first = start_worker_process(config, tmp_path / "worker1.out")

@@ -293,6 +293,25 @@ def _with(row: int, **cols: Any) -> dict[str, Any]:
         ),
         (_with(2, parent_resource_name="ghost"), "its parent resource 'ghost' has no SEARCH"),
         (_with(2, parent_resource_name=None), "{parent.…} in its request, and no parent"),
+        (
+            _with(0, endpoint_usage_code="TOKEN"),
+            "endpoint_def[0].resource_name: a TOKEN endpoint is the provenance's",
+        ),
+        (
+            {
+                **tree_doc(),
+                "record_model": [
+                    {
+                        "scope_code": "SOURCE",
+                        "effective_from": START,
+                        "resource_name": "labels",
+                        "key_json": ["id"],
+                        "fields_json": {"id": "int"},
+                    }
+                ],
+            },
+            "record_model[0].resource_name: 'labels' has no SEARCH endpoint in the file",
+        ),
     ],
 )
 def test_bad_resources_are_refused_naming_the_field(reg, key_file, doc, said):
