@@ -7,7 +7,7 @@ whole stack in processes (bench/stack.py) against the sample code hosting API
 Shapes (``--shape``), each 200 leaf sub-requests of one page each:
 
 - ``one-page`` (default): 100 repositories on one page of the root resource, each asking
-  two leaf sub-resources (its issues, and the comments of its issue 1): the 200
+  two leaf sub-resources (its issues, and the comments of its first issue): the 200
   sub-requests are one parallel batch, as the figure it is read against assumes.
 - ``two-pages``: 200 repositories on two root pages of 100 (forge, as GitHub, answers at
   most 100 a page), each asking its issues: two batches of 100, one after the other.
@@ -67,7 +67,7 @@ LEAVES: dict[str, dict[str, Any]] = {
         "records": "$.items",
         "fields": {"id": "int", "number": "int", "title": "str", "repo": "str"},
     },
-    # Issue 1 of every repository: a second leaf of the same parent record.
+    # The first issue of every repository: a second leaf of the same parent record.
     "comments": {
         "path": "/repos/{parent.full_name}/issues/1/comments",
         "params": {},
