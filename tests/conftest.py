@@ -77,10 +77,12 @@ async def no_task_outlives_the_session() -> AsyncIterator[None]:
         return
     _, pending = await asyncio.wait(left, timeout=LEFT_TASKS_GRACE_S)
     if pending:
-        print(f"\n{len(pending)} task(s) did not end when cancelled:", file=sys.stderr)
+        # The process's own stderr: pytest's capture of sys.stderr is dropped by _exit.
+        err = sys.__stderr__ or sys.stderr
+        print(f"\n{len(pending)} task(s) did not end when cancelled:", file=err)
         for task in pending:
-            task.print_stack(file=sys.stderr)
-        sys.stderr.flush()
+            task.print_stack(file=err)
+        err.flush()
         sys.stdout.flush()
         os._exit(3)
 
