@@ -86,6 +86,17 @@ FIELDS: dict[str, dict[str, str]] = {
         '(`"1.5"` a float, `"7"` an int, `"true"` a bool: a source that writes numbers '
         "as strings) and land converted; default `false`: a value of another JSON type "
         "does not fit. A run's `coerce_types` param wins",
+        "record_steps_json": "steps that shape each record before the check, in order "
+        '(docs/resources.md "Shaping records"): a list of one-key mappings, '
+        "`{rename: {from: _id, to: doc_id}}` (a key under a field's name), "
+        "`{map: {from: $.attributes.title, to: title}}` (the value at a JSONPath into the "
+        "record), `{add: {to: source, from: provenance}}` (`value: ...` a constant, `from: "
+        "provenance` the provenance's code, `from: window_start` the run's window start), "
+        "`{drop: [type, attributes]}` (keys removed), `{filter: {path: $.type, equals: "
+        "articles}}` (only the records with a value there, or that value, go on; the others "
+        "are counted as `records_filtered`). A value `rename` or `map` does not find is "
+        "null; with `required: true` the record is quarantined naming the step. Every field "
+        "a step sets is one the model declares",
     },
     "endpoint_def": {
         "endpoint_name": "a name, unique within the provenance (a credential may name it)",
@@ -340,6 +351,26 @@ FIELDS: dict[str, dict[str, str]] = {
         "every worker: `GLOBAL` (default) the provenance's requests together; `PER_KEY` "
         "each credential's (requests without one share a gate); `PER_ENDPOINT` each "
         "endpoint's",
+        "ratelimit_headers_code": "the source's own rate-limit headers, read on every "
+        'answer (docs/registry.md "Rate-limit headers"): `NONE` (default) none; '
+        "`X_RATELIMIT` a remaining and a reset header (`X-RateLimit-Remaining`, "
+        "`X-RateLimit-Reset`: GitHub's); `IETF` the `RateLimit` and `RateLimit-Policy` "
+        "fields of draft-ietf-httpapi-ratelimit-headers. An answer whose remaining is at "
+        "most `remaining_reserve_value` closes the gate (`bucket_granularity_code`'s) "
+        "until the reset, for every worker; works with or without `qps_limit`",
+        "remaining_header_name": "the header holding the requests left (default "
+        "`X-RateLimit-Remaining`; `IETF`: the field holding `r` and `t`, default "
+        "`RateLimit`)",
+        "reset_header_name": "`X_RATELIMIT`: the header holding the reset (default "
+        "`X-RateLimit-Reset`)",
+        "policy_header_name": "`IETF`: the field holding the policies, whose window `w` "
+        "stands for a missing `t` (default `RateLimit-Policy`)",
+        "reset_format_code": "how the reset is written: `EPOCH_SECONDS` (the instant, Unix "
+        "seconds: GitHub; the `X_RATELIMIT` default), `DELTA_SECONDS` (seconds from the "
+        "answer: the `IETF` draft, its only one), `EPOCH_MILLIS` or `DELTA_MILLIS`",
+        "remaining_reserve_value": "the gate closes once the remaining is at most this "
+        "(default 0). Requests already past the gate still reach the source: with `n` in "
+        "flight across the workers, `n - 1` keeps them inside the budget",
     },
     "credential": {
         "credential_name": "a name, unique within the provenance",

@@ -300,6 +300,15 @@ class RegProvRateLimitCfg(DimensionBase, table=True):
     burst_capacity: int | None = None
     max_concurrency: int | None = None
     bucket_granularity_code: str | None = Field(default=None, max_length=16)
+    # The source's own rate-limit headers (artemis/registry/limit_headers.py): which style
+    # it answers (NONE | X_RATELIMIT | IETF), under which names, how its reset is written,
+    # and how many remaining requests already close the gate.
+    ratelimit_headers_code: str | None = Field(default=None, max_length=16)
+    remaining_header_name: str | None = Field(default=None, max_length=64)
+    reset_header_name: str | None = Field(default=None, max_length=64)
+    policy_header_name: str | None = Field(default=None, max_length=64)
+    reset_format_code: str | None = Field(default=None, max_length=16)
+    remaining_reserve_value: int | None = None
 
 
 class RegProvRecordModel(DimensionBase, table=True):
@@ -324,6 +333,8 @@ class RegProvRecordModel(DimensionBase, table=True):
     max_bad_records_value: str | None = Field(default=None, max_length=16)
     schema_contract_code: str | None = Field(default=None, max_length=16)
     coerce_types_enabled: bool | None = None
+    # Steps that shape each record before the check (artemis/registry/record_steps.py).
+    record_steps_json: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
 
 
 class RegProvCredential(DimensionBase, table=True):
