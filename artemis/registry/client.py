@@ -31,7 +31,7 @@ from artemis.registry.auth import (
     require_credentials,
     transport_for,
 )
-from artemis.registry.http_rules import OAUTH2, TOKEN_USAGE
+from artemis.registry.http_rules import TOKEN_AUTH_TYPES, TOKEN_USAGE
 from artemis.registry.limit_headers import LimitHeaders, rate_limit_problems
 from artemis.registry.models import PAGINATION_MODES
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
@@ -314,8 +314,8 @@ class ContractClient:
     ) -> Answer:
         """One request under the rate limit with the first healthy credential for
         ``endpoint`` (default: the one ``url`` names, else the contract's own); on
-        401/403/429 the key is benched and the request goes again with the next one. An
-        OAuth2 access token answered 401 is fetched again once before its key is benched.
+        401/403/429 the key is benched and the request goes again with the next one. A
+        token (access, session) answered 401 is fetched again once before the bench.
 
         When every key is refused (401/403), the request fails at once
         (``Credentials.exhausted``) rather than answering the last refusal.
@@ -423,15 +423,16 @@ class ContractClient:
         renewed: set[int],
     ) -> bool:
         """After a 401/403/429 with ``cred``: whether the request goes again, with a new
-        OAuth2 access token (once per key) or with the next key once this one is benched."""
+        access token or a new session login (once per key) or with the next key once this
+        one is benched."""
         if (
             resp.status_code == 401
-            and cred.get("auth_type_code") == OAUTH2
+            and cred.get("auth_type_code") in TOKEN_AUTH_TYPES
             and cred["id"] not in renewed
             and sent is not None
         ):
-            # An access token expired early or was revoked: one new token, then the
-            # key's health decides.
+            # An access token expired early or was revoked, a session ended: one new
+            # token, then the key's health decides.
             renewed.add(cred["id"])
             self.credentials.expire(cred, sent)
             return True

@@ -88,6 +88,8 @@ HIDDEN = frozenset(
         "secret_env_name",
         "principal_ciphertext",
         "principal_env_name",
+        "client_secret_ciphertext",
+        "client_secret_env_name",
         "endpoint_id",
     }
 )
@@ -176,8 +178,19 @@ def _limits(info: Any) -> dict[str, Any]:
     return {}
 
 
+# Keys a credential row may think to hold a secret in: each is named by variable instead.
+_INLINE_SECRETS = {
+    "secret",
+    "secret_value",
+    "secret_ciphertext",
+    "client_secret",
+    "refresh_token",
+    "password",
+}
+
+
 def _no_inline_secret(cls: Any, data: Any) -> Any:
-    if isinstance(data, dict) and {"secret", "secret_value", "secret_ciphertext"} & set(data):
+    if isinstance(data, dict) and _INLINE_SECRETS & set(data):
         raise ValueError("secrets are never written in the file: use secret_env: VAR")
     return data
 
@@ -349,7 +362,7 @@ def row_model(dim: str) -> type[BaseModel]:
     fields = _fields(table, HIDDEN, dim)
     if dim == "credential":
         # Secrets are named by environment variable, endpoints by name.
-        for name in ("secret_env", "principal_env", "endpoint_name"):
+        for name in ("secret_env", "principal_env", "client_secret_env", "endpoint_name"):
             fields[name] = (str | None, Field(None, description=field_docs.FIELDS[dim][name]))
     paths = tuple(n for n in fields if n.endswith("_jsonpath"))
     validators: dict[str, Any] = {}
@@ -357,7 +370,9 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["jsonpaths"] = field_validator(*paths)(_jsonpath_ok)
     if dim == "credential":
         validators["no_inline_secret"] = model_validator(mode="before")(_no_inline_secret)
-        validators["secret_env_ok"] = field_validator("secret_env", "principal_env")(_secret_env_ok)
+        validators["secret_env_ok"] = field_validator(
+            "secret_env", "principal_env", "client_secret_env"
+        )(_secret_env_ok)
         validators["auth_fields"] = model_validator(mode="after")(_credential_ok)
     if dim == "http_cfg":
         validators["http_cfg"] = model_validator(mode="after")(_http_cfg_ok)
