@@ -65,13 +65,15 @@ class BatchActivities(RunActivityBase):
         n_in = sum(len(records) for _, records in raw)
         n_out = sum(len(records) for _, records in out)
         n_bad = sum(o.quarantined for _, o in outcomes)
-        if n_out + n_bad != n_in:
-            log.info("process_dropped_records", dropped=n_in - n_out - n_bad)
+        n_filtered = sum(o.filtered for _, o in outcomes)
+        if n_out + n_bad + n_filtered != n_in:
+            log.info("process_dropped_records", dropped=n_in - n_out - n_bad - n_filtered)
         return ProcessResult(
             records_in=n_in,
             records_out=n_out,
             records_quarantined=n_bad,
             fields_dropped=sum(o.dropped for _, o in outcomes),
+            records_filtered=n_filtered,
         )
 
     @activity.defn(name="emit_batch")

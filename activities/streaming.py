@@ -193,6 +193,7 @@ class PageStream:
             counted.append((m.next_seq, outcome))
             m.records_quarantined += outcome.quarantined
             m.fields_dropped += outcome.dropped
+            m.records_filtered += outcome.filtered
             m.records_in += n_in
             m.records_out += n_out
             m.records += n_out

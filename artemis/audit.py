@@ -27,7 +27,7 @@ from sqlmodel import SQLModel
 
 from artemis.crawler.models import CookieRow
 from artemis.redact import REDACTED
-from artemis.registry.models import RegProvCredential
+from artemis.registry.models import RegProvCredential, RegProvTokenState
 
 _PATTERNS = [
     (
@@ -109,15 +109,24 @@ class Auditor:
                         Finding(where, f"does not decrypt with its key: {type(e).__name__}")
                     )
             c = RegProvCredential.__table__  # type: ignore[attr-defined]
-            for column in ("secret_ciphertext", "principal_ciphertext"):
-                for row in conn.execute(select(c.c.id, c.c[column], c.c.encryption_key_id)):
+            s = RegProvTokenState.__table__  # type: ignore[attr-defined]
+            for table, column in (
+                (c, "secret_ciphertext"),
+                (c, "principal_ciphertext"),
+                (c, "client_secret_ciphertext"),
+                (s, "refresh_token_ciphertext"),
+                (s, "access_token_ciphertext"),
+            ):
+                for row in conn.execute(
+                    select(table.c.id, table.c[column], table.c.encryption_key_id)
+                ):
                     if row[1]:
                         try:
                             self.know(vault.open(conn, row[1], row.encryption_key_id))
                         except Exception:
                             self.report.findings.append(
                                 Finding(
-                                    f"db:reg_prov_credential.{column} id={row.id}",
+                                    f"db:{table.name}.{column} id={row.id}",
                                     "does not decrypt with the master key",
                                 )
                             )

@@ -39,9 +39,15 @@ class StreamState:
     error: dict[str, Any] | None = None
     records_quarantined: int = 0
     fields_dropped: int = 0
+    # Records the task's process left out on purpose: on the wire only once not 0 (the
+    # wire keeps its shape for every stream that left none out).
+    records_filtered: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _STREAM}
+        out = {name: getattr(self, name) for name in _STREAM}
+        if self.records_filtered:
+            out["records_filtered"] = self.records_filtered
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StreamState:
@@ -56,6 +62,7 @@ class StreamState:
             error=data.get("error"),
             records_quarantined=int(data.get("records_quarantined") or 0),
             fields_dropped=int(data.get("fields_dropped") or 0),
+            records_filtered=int(data.get("records_filtered") or 0),
         )
 
     def streamed(self) -> Streamed:
@@ -71,10 +78,11 @@ class StreamState:
             error=self.error,
             records_quarantined=self.records_quarantined,
             fields_dropped=self.fields_dropped,
+            records_filtered=self.records_filtered,
         )
 
 
-_STREAM = tuple(StreamState.__dataclass_fields__)
+_STREAM = tuple(n for n in StreamState.__dataclass_fields__ if n != "records_filtered")
 # Where the fetch stands: on the wire from the attempt's start.
 _PLACE = ("checkpoint", "next_seq", "pages", "records", "units_done")
 # What the last page said: on the wire once a page was taken.

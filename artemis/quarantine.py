@@ -218,6 +218,7 @@ class Judged:
     bad: list[BadRecord] = field(default_factory=list)
     drift: list[Drift] = field(default_factory=list)
     fields_dropped: int = 0  # values of unnamed fields dropped (a record × a field)
+    filtered: int = 0  # records ``process`` left out on purpose (``TaskContext.leave_out``)
 
 
 @dataclass
@@ -287,11 +288,12 @@ def judge(
     the record and field for the model), and for a new field under ``freeze``.
     ``process``: False for records processed already (checked against the model only)."""
     code = ctx.task_code
+    ctx.filtered = 0
     if process:
         out, origin, bad = _processed(task, ctx, seq, raw, policy, code)
     else:
         out, origin, bad = list(raw), None, []
-    judged = Judged(out, bad)
+    judged = Judged(out, bad, filtered=ctx.filtered)
     if spec is None or not out:
         return judged
     judged.records, judged.drift, judged.fields_dropped = _drift(out, spec, policy, seq)
@@ -384,6 +386,7 @@ def _one_by_one(
     out: list[dict[str, Any]] = []
     origin: list[int] = []
     bad: list[BadRecord] = []
+    ctx.filtered = 0  # (counted again: the page's own call failed part-way)
     for i, record in enumerate(raw):
         ctx.rejected = []
         try:
@@ -1026,6 +1029,7 @@ class Outcome:
     quarantined: int = 0
     dropped: int = 0
     sample: BadRecord | None = None
+    filtered: int = 0  # records the task's process left out on purpose
     new_drift: list[Drift] = field(default_factory=list)
     evolved: list[str] = field(default_factory=list)
     # New fields the model did not take, and why (an invalid name, the column budget,
@@ -1075,7 +1079,7 @@ class PageJudge:
             self.fetched += len(raw)
         judged = judge(self.task, self.ctx, seq, raw, self.policy, self.spec)
         out = Outcome(judged.records, len(judged.bad), judged.fields_dropped)
-        out.seq, out.bad = seq, judged.bad
+        out.seq, out.bad, out.filtered = seq, judged.bad, judged.filtered
         out.sample = judged.bad[0] if judged.bad else None
         out.drift = [d for d in judged.drift if d.field not in self._noted]
         self._noted.update(d.field for d in out.drift)
@@ -1197,6 +1201,7 @@ class LanedJudge:
         ]
         out = Outcome(records, sum(o.quarantined for o in parts.values()))
         out.dropped = sum(o.dropped for o in parts.values())
+        out.filtered = sum(o.filtered for o in parts.values())
         out.seq, out.parts = seq, parts
         out.bad = [b for o in parts.values() for b in o.bad]
         out.sample = next((o.sample for o in parts.values() if o.sample), None)

@@ -395,6 +395,8 @@ class Streamed:
     # A sink refused a page for good (a non-retryable error: {"code", "message"}): the
     # run fails with it, as emit_batch failing would fail it — the page is not sent again.
     error: dict[str, Any] | None = None
+    # Records the task's process left out on purpose (a record step's filter).
+    records_filtered: int = 0
 
 
 @dataclass
@@ -449,6 +451,8 @@ class ProcessResult:
     # Records set aside (artemis/quarantine.py) and unnamed field values dropped.
     records_quarantined: int = 0
     fields_dropped: int = 0
+    # Records the task's process left out on purpose (a record step's filter).
+    records_filtered: int = 0
 
 
 @dataclass

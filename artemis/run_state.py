@@ -154,6 +154,9 @@ STAT_KEYS = (
     "records_quarantined",
     # Values of fields the record model does not name, dropped (a record × a field).
     "fields_dropped",
+    # Records the task's process left out on purpose (a record step's filter): neither
+    # delivered nor quarantined.
+    "records_filtered",
     # Answers a response rule ignored (a 404 of a sub-resource whose parent is gone, say).
     "responses_ignored",
 )
@@ -486,10 +489,16 @@ class RunState:
         if ignored or key in self.stats:
             self.stats[key] = int(self.stats.get(key) or 0) + ignored
 
-    def processed(self, records: int, quarantined: int = 0, dropped: int = 0) -> None:
+    def processed(
+        self, records: int, quarantined: int = 0, dropped: int = 0, filtered: int = 0
+    ) -> None:
         self.stats["records_processed"] += records
         # (a run carried over from a build that did not count these has no such keys yet)
-        for key, n in (("records_quarantined", quarantined), ("fields_dropped", dropped)):
+        for key, n in (
+            ("records_quarantined", quarantined),
+            ("fields_dropped", dropped),
+            ("records_filtered", filtered),
+        ):
             if n or key in self.stats:
                 self.stats[key] = int(self.stats.get(key) or 0) + n
 

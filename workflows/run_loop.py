@@ -244,7 +244,10 @@ class BatchLoop:
         the batch it did not deliver (the rest go through process and emit)."""
         live = self.run.state
         self.run.state.processed(
-            streamed.records_out, streamed.records_quarantined, streamed.fields_dropped
+            streamed.records_out,
+            streamed.records_quarantined,
+            streamed.fields_dropped,
+            streamed.records_filtered,
         )
         self.run.state.emitted(streamed.records_emitted, streamed.sinks)
         if streamed.next_seq > first:
@@ -331,7 +334,10 @@ class BatchLoop:
         self.run.stop_point()
         if not again:
             live.processed(
-                processed.records_out, processed.records_quarantined, processed.fields_dropped
+                processed.records_out,
+                processed.records_quarantined,
+                processed.fields_dropped,
+                processed.records_filtered,
             )
             live.processed_through = max(live.processed_through, last)
         if after is not None:

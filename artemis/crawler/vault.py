@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
@@ -31,7 +32,7 @@ from artemis.crawler.models import CookieRow, VaultKey
 from artemis.db import get_engine, utcnow
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.redact import register_secret
-from artemis.registry.models import RegProvCredential
+from artemis.registry.models import RegProvCredential, RegProvTokenState
 from artemis.vault import MASTER_KEY_ENV, derive_multi, master_key, read_master_keys
 
 KDF = "hkdf-sha256"
@@ -41,6 +42,18 @@ MIN_MASTER_LEN = 32
 _k = VaultKey.__table__  # type: ignore[attr-defined]
 _c = CookieRow.__table__  # type: ignore[attr-defined]
 _r = RegProvCredential.__table__  # type: ignore[attr-defined]
+_t = RegProvTokenState.__table__  # type: ignore[attr-defined]
+# What the vault seals: each table, its sealed columns, and the purpose its rows sealed
+# before salted keys were read by.
+_SEALED = (
+    (_c, ("cookie_encrypted",), "artemis-cookies"),
+    (
+        _r,
+        ("secret_ciphertext", "principal_ciphertext", "client_secret_ciphertext"),
+        "registry-credentials",
+    ),
+    (_t, ("refresh_token_ciphertext", "access_token_ciphertext"), "registry-credentials"),
+)
 # The first scheme: one fixed-salt key per purpose (artemis.vault.derive_fernet).
 LEGACY_KEY_ID = "hkdf-sha256-v1"
 
@@ -188,9 +201,9 @@ class CookieVault:
         return value
 
     def rotate(self, new_master: bytes | None = None) -> RotateResult:
-        """Re-encrypt every cookie and credential secret under a new key (all or
-        nothing) and retire the old keys. With ``new_master`` the new key hangs off it:
-        from then on set ``COOKIE_MASTER_KEY`` to the new master."""
+        """Re-encrypt every cookie, credential secret and refresh-token state under a new
+        key (all or nothing) and retire the old keys. With ``new_master`` the new key
+        hangs off it: from then on set ``COOKIE_MASTER_KEY`` to the new master."""
         target = new_master or self.master
         if len(target) < MIN_MASTER_LEN:
             raise ArtemisError(
@@ -202,50 +215,60 @@ class CookieVault:
             new_fernet = _derive(target, self._row(conn, new_id).salt)  # type: ignore[attr-defined]
             old = {r.key_id: self._fernet(r) for r in old_rows}
             count = 0
-            # Cookies, then the registry's credential secrets (legacy rows by purpose). A
-            # credential's second secret (a user, a client id) shares its row's key: both
+            # Cookies, then the registry's credential secrets (legacy rows by purpose), then
+            # the tokens a refresh wrote back. The secrets of one row share its key: they
             # move to the new key together.
-            for table, columns, purpose in (
-                (_c, ("cookie_encrypted",), "artemis-cookies"),
-                (_r, ("secret_ciphertext", "principal_ciphertext"), "registry-credentials"),
-            ):
-                rows = conn.execute(
-                    select(
-                        table.c.id, table.c.encryption_key_id, *(table.c[c] for c in columns)
-                    ).where(table.c[columns[0]].is_not(None))
-                ).all()
-                for r in rows:
-                    kid = r.encryption_key_id
-                    if kid in (None, LEGACY_KEY_ID):
-                        fernet = self._legacy(purpose)
-                    else:
-                        if kid not in old:
-                            old[kid] = self._fernet(self._row(conn, kid))
-                        fernet = old[kid]
-                    values: dict[str, object] = {"encryption_key_id": new_id}
-                    for column in columns:
-                        sealed = r._mapping[column]
-                        if not sealed:
-                            continue
-                        try:
-                            values[column] = new_fernet.encrypt(
-                                fernet.decrypt(sealed.encode())
-                            ).decode()
-                        except InvalidToken:
-                            raise ArtemisError(
-                                ErrorCode.CONFIG_ERROR,
-                                f"{table.name} row {r.id} does not decrypt with its key "
-                                f"{kid}: nothing was rotated",
-                            ) from None
-                    if "updated_at" in table.c:
-                        values["updated_at"] = utcnow()
-                    conn.execute(update(table).where(table.c.id == r.id).values(**values))
-                    count += 1
+            for table, columns, purpose in _SEALED:
+                count += self._reseal(conn, table, columns, purpose, old, (new_id, new_fernet))
             retired = sorted(old)
             conn.execute(update(_k).where(_k.c.key_id.in_(retired)).values(retired_at=utcnow()))
         self.master = target
         self._fernets.clear()
         return RotateResult(new_id, count, retired)
+
+    def _reseal(
+        self,
+        conn: Connection,
+        table: Any,
+        columns: tuple[str, ...],
+        purpose: str,
+        old: dict[str, Fernet],
+        new: tuple[str, Fernet],
+    ) -> int:
+        """Every row of ``table`` sealed again under the new key; how many."""
+        new_id, new_fernet = new
+        query = select(table.c.id, table.c.encryption_key_id, *(table.c[c] for c in columns))
+        query = query.where(table.c[columns[0]].is_not(None))
+        if table is _t:
+            # A refresh writing its rotated token meanwhile (PostgreSQL) waits for the
+            # rotation, rather than have it overwrite the new token with the old one.
+            query = query.with_for_update()
+        rows = conn.execute(query).all()
+        for r in rows:
+            kid = r.encryption_key_id
+            if kid in (None, LEGACY_KEY_ID):
+                fernet: Fernet | MultiFernet = self._legacy(purpose)
+            else:
+                if kid not in old:
+                    old[kid] = self._fernet(self._row(conn, kid))
+                fernet = old[kid]
+            values: dict[str, object] = {"encryption_key_id": new_id}
+            for column in columns:
+                sealed = r._mapping[column]
+                if not sealed:
+                    continue
+                try:
+                    values[column] = new_fernet.encrypt(fernet.decrypt(sealed.encode())).decode()
+                except InvalidToken:
+                    raise ArtemisError(
+                        ErrorCode.CONFIG_ERROR,
+                        f"{table.name} row {r.id} does not decrypt with its key "
+                        f"{kid}: nothing was rotated",
+                    ) from None
+            if "updated_at" in table.c:
+                values["updated_at"] = utcnow()
+            conn.execute(update(table).where(table.c.id == r.id).values(**values))
+        return len(rows)
 
 
 def vault_for(settings: Settings) -> CookieVault:

@@ -1,14 +1,17 @@
 """How a run reaches a registry source: its transport (proxy, TLS, timeouts, compression:
 ``http_cfg``) and its credentials (API keys, Bearer tokens, HTTP Basic, OAuth2 client
-credentials), with per-key health and the rule that an endpoint needing auth has a
-usable credential before the run sends anything.
+credentials, OAuth2 refresh tokens, session logins), with per-key health and the rule
+that an endpoint needing auth has a usable credential before the run sends anything.
 
-Secrets are decrypted here, on use, and registered with the log redaction; an OAuth2
-access token lives in this process only (never in a contract, a checkpoint or workflow
-history), is registered with the redaction while it is in use and until it has expired
-(a replaced one too), and goes to the source's origin only, as the client secret goes to
-the token endpoint's only. The source's transport and default headers go to the source's
-origin only: a token endpoint elsewhere is reached with the worker's defaults.
+Secrets are decrypted here, on use, and registered with the log redaction; an access or
+session token is held in this process's memory (never in a contract, a checkpoint or
+workflow history), is registered with the redaction while it is in use and until it has
+expired (a replaced one too), and goes to the source's origin only, as the client secret,
+the refresh token and the login go to the token endpoint's only. A refresh token's
+credential keeps its rotated refresh token and its latest access token sealed in the
+database (``artemis/registry/token_state.py``), refreshed one at a time across every
+worker. The source's transport and default headers go to the source's origin only: a
+token endpoint elsewhere is reached with the worker's defaults.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from urllib.parse import quote_plus
 
 from sqlalchemy import select
 
+from artemis.calls import statement
 from artemis.config import Settings
 from artemis.crawler.vault import vault_for
 from artemis.db import get_engine
+from artemis.dblock import LockBusy, NamedLock
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import (
     Answer,
@@ -43,11 +48,17 @@ from artemis.http import (
     transport_error,
     with_params,
 )
+from artemis.jsonpaths import json_path_get
 from artemis.logsetup import get_logger
 from artemis.redact import forget_secret, register_secret
 from artemis.registry.http_rules import (
-    OAUTH2,
+    DEFAULT_TOKEN_JSONPATH,
+    OAUTH2_REFRESH,
+    OAUTH2_TYPES,
     PAIRED_AUTH_TYPES,
+    PUBLIC_CLIENT,
+    SESSION,
+    TOKEN_AUTH_TYPES,
     TOKEN_USAGE,
     basic_user_problem,
     credential_problem,
@@ -57,7 +68,9 @@ from artemis.registry.http_rules import (
 from artemis.registry.models import RegProvCredential
 from artemis.registry.resolve import Contract
 from artemis.registry.secret_env import check_secret_env, placement
+from artemis.registry.token_state import Issued, Stored, TokenState
 from artemis.security import origin, same_origin
+from artemis.sources.rest import JSON_TYPE, encode_body
 
 log = get_logger(__name__)
 
@@ -69,6 +82,12 @@ TOKEN_MARGIN_S = 60.0
 # in flight, and their errors and log lines may quote it.
 RETIRED_GRACE_S = 60.0
 
+
+# A SESSION_TOKEN login's body: a value that is exactly one of these marks (at any
+# depth of the TOKEN endpoint's default_body_payload) is replaced by the login's user or
+# password; one the body does not mark goes under its default name.
+PRINCIPAL_MARK, SECRET_MARK = "{principal}", "{secret}"
+_LOGIN_FIELDS = {PRINCIPAL_MARK: "username", SECRET_MARK: "password"}
 
 # What benches a key for good (until its hour is over): the source refused it, or the
 # token endpoint refused its client (None).
@@ -109,9 +128,9 @@ def token_url(contract: Contract, base: str) -> str:
     ep = contract.endpoints.get(TOKEN_USAGE)
     if ep is None:
         raise _config_error(
-            f"provenance {contract.provenance.get('provenance_code')!r}: an {OAUTH2} "
-            f"credential needs an endpoint_def row with endpoint_usage_code {TOKEN_USAGE} "
-            "(where its access tokens are fetched)"
+            f"provenance {contract.provenance.get('provenance_code')!r}: an "
+            f"{', '.join(TOKEN_AUTH_TYPES)} credential needs an endpoint_def row with "
+            f"endpoint_usage_code {TOKEN_USAGE} (where its tokens are fetched)"
         )
     path = ep.get("path_template") or ""
     whole = path.startswith(("http://", "https://"))
@@ -135,11 +154,25 @@ def _bound_to(cred: dict[str, Any], endpoint: dict[str, Any] | None) -> bool | N
 
 def _usable(cred: dict[str, Any]) -> bool:
     """ACTIVE rows only reach a contract; usable ones have their secrets too."""
-    if not cred.get("has_secret"):
-        return False
-    if cred.get("auth_type_code") in PAIRED_AUTH_TYPES and not cred.get("has_principal"):
+    if not cred.get("has_secret") or _missing(cred):
         return False
     return cred.get("lifecycle_status_code", "ACTIVE") == "ACTIVE" and not cred.get("deleted")
+
+
+def _needs_client_secret(cred: dict[str, Any]) -> bool:
+    return (
+        cred.get("auth_type_code") == OAUTH2_REFRESH
+        and cred.get("token_auth_method_code") != PUBLIC_CLIENT
+    )
+
+
+def _missing(cred: dict[str, Any]) -> str | None:
+    """The secret a row beside its own lacks (None: it has them all)."""
+    if cred.get("auth_type_code") in PAIRED_AUTH_TYPES and not cred.get("has_principal"):
+        return "principal (principal_env)"
+    if _needs_client_secret(cred) and not cred.get("has_client_secret"):
+        return "client secret (client_secret_env)"
+    return None
 
 
 def require_credentials(contract: Contract, usages: tuple[str, ...] | None = None) -> None:
@@ -158,10 +191,14 @@ def require_credentials(contract: Contract, usages: tuple[str, ...] | None = Non
             for c in contract.credentials
             if _usable(c)
             and _bound_to(c, ep) is not None
-            and (usage != TOKEN_USAGE or c.get("auth_type_code") == OAUTH2)
+            and (usage != TOKEN_USAGE or c.get("auth_type_code") in TOKEN_AUTH_TYPES)
         ]
         if not found:
-            kind = f"an {OAUTH2} credential" if usage == TOKEN_USAGE else "a credential"
+            kind = (
+                f"a {' / '.join(TOKEN_AUTH_TYPES)} credential"
+                if usage == TOKEN_USAGE
+                else "a credential"
+            )
             raise ArtemisError(
                 ErrorCode.CONFIG_ERROR,
                 f"provenance {code!r}: endpoint {ep.get('endpoint_name')!r} ({usage}) has "
@@ -212,6 +249,13 @@ class Credentials:
     body, query and headers for the same source origin, kept until ``expires_in`` less a
     margin, and fetched again once when the source answers 401 to it; one fetch at a
     time per client.
+
+    OAuth2 refresh tokens: the same, the access token got by ``grant_type=refresh_token``
+    (RFC 6749 §6) with the refresh token in force, one refresh at a time across every
+    worker; the refresh token the server rotates and the access token it issues are
+    written back sealed (``TokenState``), so that every worker and a restarted one go on
+    from them. Session logins: the token a login at the TOKEN endpoint answers, sent as a
+    header until the source answers 401, then one new login.
     """
 
     # credential id -> monotonic time until which the key is not used (per worker process)
@@ -219,8 +263,11 @@ class Credentials:
     # credential id -> the status that benched it (None: its client was refused at the
     # token endpoint): a refusal no wait heals, a 429 one that passes.
     _bench_status: ClassVar[dict[int, int | None]] = {}
-    # OAuth2 access tokens by what shapes them (a digest: ``_client_key``)
+    # Access and session tokens by what shapes them (a digest: ``_client_key``)
     _tokens: ClassVar[dict[str, _Token]] = {}
+    # The token the source last answered 401 to, by the same key: a refresh-token
+    # credential never takes it back from the database.
+    _refused: ClassVar[dict[str, str]] = {}
     # Replaced access tokens still redacted, as a heap of (monotonic time to forget, value):
     # one entry per replacement, each gone within its token's life plus RETIRED_GRACE_S.
     _retired: ClassVar[list[tuple[float, str]]] = []
@@ -242,27 +289,7 @@ class Credentials:
         self.contract = contract
         self.code = contract.provenance.get("provenance_code")
         self.rows = [c for c in contract.credentials if _usable(c)]
-        for cred in contract.credentials:
-            if cred.get("has_secret") and not _usable(cred):
-                # A pair with one half (a row written around the import): not skipped in
-                # silence, the run says which.
-                raise _config_error(
-                    f"provenance {self.code!r}: credential {cred.get('credential_name')!r} "
-                    f"({cred.get('auth_type_code')}) has no principal (principal_env)"
-                )
-        for cred in self.rows:
-            label = f"credential {cred.get('credential_name')!r}"
-            # A row written around the import's checks may hold one of the service's own
-            # variables: the run stops before that secret is sent anywhere.
-            check_secret_env(
-                cred.get("secret_env_name"), ErrorCode.CONFIG_ERROR, f"{label}: secret_env"
-            )
-            check_secret_env(
-                cred.get("principal_env_name"), ErrorCode.CONFIG_ERROR, f"{label}: principal_env"
-            )
-            why = credential_problem(cred, "principal_env_name")
-            if why:
-                raise _config_error(f"provenance {self.code!r}: {label}: {why}")
+        self._check_rows()
         self.settings = settings
         self.base = base or ""
         self.headers = dict(headers or {})
@@ -272,7 +299,7 @@ class Credentials:
         self._secrets: dict[tuple[int, str], str] = {}
         self.token_url = (
             token_url(contract, self.base)
-            if any(c.get("auth_type_code") == OAUTH2 for c in self.rows)
+            if any(c.get("auth_type_code") in TOKEN_AUTH_TYPES for c in self.rows)
             else None
         )
         # The source's http_cfg (proxy, TLS verification or CA bundle, timeouts, body
@@ -288,6 +315,28 @@ class Credentials:
         self.token_headers = dict(self.headers) if own else {}
         self.token_timeout = timeout if own else None
         self.token_max_bytes = max_bytes if own else None
+
+    def _check_rows(self) -> None:
+        """Rows written around the import's checks stop the run before a secret is sent."""
+        for cred in self.contract.credentials:
+            missing = _missing(cred) if cred.get("has_secret") else None
+            if missing:
+                # A pair with one half: not skipped in silence, the run says which.
+                raise _config_error(
+                    f"provenance {self.code!r}: credential {cred.get('credential_name')!r} "
+                    f"({cred.get('auth_type_code')}) has no {missing}"
+                )
+        for cred in self.rows:
+            label = f"credential {cred.get('credential_name')!r}"
+            # One of the service's own variables: the run stops before that secret is
+            # sent anywhere.
+            for field in ("secret_env", "principal_env", "client_secret_env"):
+                check_secret_env(
+                    cred.get(f"{field}_name"), ErrorCode.CONFIG_ERROR, f"{label}: {field}"
+                )
+            why = credential_problem(cred, "principal_env_name", "client_secret_env_name")
+            if why:
+                raise _config_error(f"provenance {self.code!r}: {label}: {why}")
 
     # -- choosing a key ----------------------------------------------------------------
     def for_endpoint(self, endpoint: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -375,7 +424,7 @@ class Credentials:
                     select(t.c[column], t.c.encryption_key_id).where(t.c.id == cred_id)
                 ).first()
             if row is None or not row[0]:
-                what = "secret" if column == "secret_ciphertext" else "principal"
+                what = column.removesuffix("_ciphertext").replace("_", " ")
                 raise _config_error(f"credential {cred_id} has no {what}")
             value = vault_for(self.settings).decrypt(row[0], row.encryption_key_id)
             register_secret(value)
@@ -385,6 +434,13 @@ class Credentials:
     def _principal(self, cred_id: int) -> str:
         return self._secret(cred_id, "principal_ciphertext")
 
+    def _client_secret(self, cred: dict[str, Any]) -> str:
+        """An OAuth2 client's secret: a refresh token's credential holds it beside the
+        refresh token, a client-credentials one as its secret."""
+        if cred.get("auth_type_code") == OAUTH2_REFRESH:
+            return self._secret(cred["id"], "client_secret_ciphertext")
+        return self._secret(cred["id"])
+
     async def apply(
         self,
         cred: dict[str, Any],
@@ -392,15 +448,18 @@ class Credentials:
         headers: dict[str, str],
         client: HttpClient | None = None,
     ) -> str:
-        """Put ``cred`` on a request; the value sent (an OAuth2 client: the access token,
-        fetched with ``client`` when none is held)."""
+        """Put ``cred`` on a request; the value sent (an OAuth2 client: the access token; a
+        session login: the session token; either fetched with ``client`` when none is
+        held). A session token goes in the ``Authorization`` header as Bearer, in any
+        other header as it is."""
         where, name = placement(cred)
         kind = cred.get("auth_type_code")
-        if kind == OAUTH2:
+        if kind in TOKEN_AUTH_TYPES:
             if client is None:
-                raise ArtemisError(ErrorCode.INTERNAL, "an OAuth2 credential needs a client")
+                raise ArtemisError(ErrorCode.INTERNAL, f"a {kind} credential needs a client")
             value = await self._access_token(client, cred)
-            headers[name] = f"Bearer {value}"
+            bearer = kind in OAUTH2_TYPES or name.lower() == "authorization"
+            headers[name] = f"Bearer {value}" if bearer else value
             return value
         secret = self._secret(cred["id"])
         if kind == "BASIC":
@@ -415,27 +474,34 @@ class Credentials:
             headers[name] = f"Bearer {secret}" if kind == "BEARER" else secret
         return secret
 
-    # -- OAuth2 client credentials --------------------------------------------------------
-    def _client_key(self, cred: dict[str, Any]) -> str:
-        # The held token belongs to everything that shapes it: this client (a new secret
-        # or client id, a re-import, gets a token of its own) at this token endpoint,
-        # asked with this body and query (another ``audience`` or ``scope`` is another
-        # token) and these headers, for this source's origin (a token is sent to the
-        # origin it was fetched for only, never to another provenance's API).
+    # -- tokens from the TOKEN endpoint ----------------------------------------------------
+    def _shape(self, cred: dict[str, Any]) -> list[str]:
+        """What shapes a token besides the credential's secrets: the token endpoint, how
+        it is asked (auth method, body and its type, query, headers: another
+        ``audience`` or ``scope`` is another token) and the source's origin (a token is
+        sent to the origin it was fetched for only, never to another provenance's API)."""
         ep = self.contract.endpoints.get(TOKEN_USAGE) or {}
-        raw = "\0".join(
-            (
-                str(self.token_url),
-                self._principal(cred["id"]),
-                self._secret(cred["id"]),
-                cred.get("token_auth_method_code") or "",
-                _canonical(_given(ep.get("default_body_payload"))),
-                _canonical(_given(ep.get("default_query_params"))),
-                _canonical({k.lower(): v for k, v in self.token_headers.items()}),
-                _canonical(list(origin(self.base)) if self.base else None),
-            )
-        )
-        return hashlib.sha256(raw.encode()).hexdigest()
+        return [
+            str(self.token_url),
+            cred.get("auth_type_code") or "",
+            cred.get("token_auth_method_code") or "",
+            cred.get("token_jsonpath") or "",
+            ep.get("request_content_type") or "",
+            _canonical(_given(ep.get("default_body_payload"))),
+            _canonical(_given(ep.get("default_query_params"))),
+            _canonical({k.lower(): v for k, v in self.token_headers.items()}),
+            _canonical(list(origin(self.base)) if self.base else None),
+        ]
+
+    def _client_key(self, cred: dict[str, Any]) -> str:
+        # The held token belongs to everything that shapes it, and to this client or
+        # login: a new secret or client id (a re-import) gets a token of its own.
+        parts = [self._principal(cred["id"]), self._secret(cred["id"])]
+        if cred.get("auth_type_code") == OAUTH2_REFRESH:
+            # Its refresh tokens are this row's (its state), under this client's secret.
+            parts.append(str(cred["id"]))
+            parts.append(self._client_secret(cred) if _needs_client_secret(cred) else "")
+        return _digest([*parts, *self._shape(cred)])
 
     def _lock(self, key: str) -> asyncio.Lock:
         locks = self._locks.setdefault(asyncio.get_running_loop(), {})
@@ -453,7 +519,7 @@ class Credentials:
             held = self._tokens.get(key)  # another request may have fetched it meanwhile
             if held is not None and (held.renew_at is None or time.monotonic() < held.renew_at):
                 return held.value
-            token = await self._fetch_token(client, cred)
+            token = await self._new_token(client, cred, key)
             self._tokens[key] = token
             if held is not None and held.value != token.value:
                 # Replaced at the margin, so still valid for a while: redacted until then.
@@ -461,9 +527,10 @@ class Credentials:
             return token.value
 
     def expire(self, cred: dict[str, Any], used: str) -> None:
-        """The source answered 401 to access token ``used``: the next request fetches a
-        new one (unless another request already replaced it)."""
+        """The source answered 401 to access or session token ``used``: the next request
+        fetches a new one (unless another request already replaced it)."""
         key = self._client_key(cred)
+        self._refused[key] = used
         held = self._tokens.get(key)
         if held is not None and held.value == used:
             del self._tokens[key]
@@ -493,18 +560,45 @@ class Credentials:
             if value not in live and not any(v == value for _, v in cls._retired):
                 forget_secret(value)
 
-    async def _fetch_token(self, client: HttpClient, cred: dict[str, Any]) -> _Token:
+    async def _new_token(self, client: HttpClient, cred: dict[str, Any], key: str) -> _Token:
+        """A new token for ``cred``: a login, a refresh, or client credentials."""
+        kind = cred.get("auth_type_code")
+        if kind == SESSION:
+            return await self._login(client, cred)
+        if kind == OAUTH2_REFRESH:
+            return await self._refreshed(client, cred, key)
+        form = _given(self.contract.endpoints[TOKEN_USAGE].get("default_body_payload"))
+        form["grant_type"] = "client_credentials"
+        headers = {**self.token_headers, "Accept": "application/json"}
+        self._client_auth(cred, form, headers)
+        resp = await self._post_token(client, cred, form, headers)
+        return _token_of(resp, self._token_what(), cred.get("credential_name"))
+
+    def _token_what(self) -> str:
+        ep = self.contract.endpoints[TOKEN_USAGE]
+        return f"{self.code} token endpoint {ep.get('endpoint_name')!r}"
+
+    async def _post_token(
+        self,
+        client: HttpClient,
+        cred: dict[str, Any],
+        data: dict[str, Any] | None,
+        headers: dict[str, str],
+        content: tuple[bytes, str] | None = None,
+    ) -> Answer:
+        """A POST to the TOKEN endpoint (``data``: a form; ``content``: a body and its
+        type), its refusal final for the key (``_TokenRefused``)."""
         assert self.token_url is not None
         ep = self.contract.endpoints[TOKEN_USAGE]
-        name = cred.get("credential_name")
-        what = f"{self.code} token endpoint {ep.get('endpoint_name')!r}"
-        form, headers = self._token_form(ep, cred)
-        url = self.token_url
-        query = _given(ep.get("default_query_params"))
+        url = with_params(self.token_url, _given(ep.get("default_query_params")))
+        what = self._token_what()
+        if content is not None:
+            headers = {**headers, "Content-Type": content[1]}
         try:
             resp = await client.post(
-                with_params(url, query),
-                data=form,
+                url,
+                content=content[0] if content is not None else None,
+                data=data,
                 headers=headers,
                 timeout=self.token_timeout,
                 max_bytes=self.token_max_bytes,
@@ -512,34 +606,154 @@ class Credentials:
             )
         except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
-        _check_token_status(resp, what, name)
-        return _token_of(resp, what, name)
+        refusals = (400, 401, 403) if cred.get("auth_type_code") == SESSION else (400, 401)
+        _check_token_status(resp, what, cred.get("credential_name"), refusals)
+        return resp
 
-    def _token_form(
-        self, ep: dict[str, Any], cred: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, str]]:
-        """The client-credentials grant's form and headers, the client authenticated in
-        the form or by HTTP Basic (``token_auth_method_code``)."""
-        client_id, secret = self._principal(cred["id"]), self._secret(cred["id"])
-        form = _given(ep.get("default_body_payload"))
-        form["grant_type"] = "client_credentials"
-        headers = {**self.token_headers, "Accept": "application/json"}
-        if cred.get("token_auth_method_code") == "CLIENT_SECRET_POST":
+    def _client_auth(
+        self, cred: dict[str, Any], form: dict[str, Any], headers: dict[str, str]
+    ) -> None:
+        """The client authenticated in the form or by HTTP Basic (``token_auth_method_code``),
+        or a public client naming itself in the form (``NONE``, RFC 6749 §3.2.1)."""
+        client_id = self._principal(cred["id"])
+        method = cred.get("token_auth_method_code")
+        if method == PUBLIC_CLIENT:
+            form["client_id"] = client_id
+            return
+        secret = self._client_secret(cred)
+        if method == "CLIENT_SECRET_POST":
             form.update(client_id=client_id, client_secret=secret)
         else:
             # RFC 6749 §2.3.1: each part form-urlencoded, then HTTP Basic.
             headers["Authorization"] = _basic(
                 quote_plus(client_id, safe=""), quote_plus(secret, safe="")
             )
-        return form, headers
+
+    # -- OAuth2 refresh tokens ---------------------------------------------------------------
+    async def _refreshed(self, client: HttpClient, cred: dict[str, Any], key: str) -> _Token:
+        """An access token for a refresh-token credential: the one stored by the last
+        refresh (another worker's, or this one's before a restart) while it is good and
+        was asked for the same way, else a refresh under the credential's named lock."""
+        state = TokenState(self.settings, cred["id"])
+        shape = _digest(self._shape(cred))
+        refused = self._refused.get(key)
+        token = _adopted(await statement(state.engine, state.read), shape, refused)
+        if token is not None:
+            return token
+        # Shielded: a request cancelled meanwhile must not cut the refresh between the
+        # server's answer (the old refresh token gone) and the write of the new one, nor
+        # let the lock go before it.
+        task = asyncio.ensure_future(self._refresh_locked(client, cred, state, shape, refused))
+        task.add_done_callback(_retrieved)
+        return await asyncio.shield(task)
+
+    async def _refresh_locked(
+        self,
+        client: HttpClient,
+        cred: dict[str, Any],
+        state: TokenState,
+        shape: str,
+        refused: str | None,
+    ) -> _Token:
+        # Longer than the token request may take (its connect deadline, then its headers
+        # and its body within the read timeout each), so that a live holder never loses
+        # the lock to a waiter who would send the same single-use refresh token.
+        wait = self.token_timeout or self.settings.http_client.timeout_seconds
+        connect = getattr(self.token_transport, "connect_timeout", None) or wait
+        lease = 30.0 + connect + 2 * wait
+        lock = NamedLock(state.engine, f"oauth2-refresh:{cred['id']}", lease)
+        try:
+            async with lock.held(max_wait=lease + 10):
+                stored = await statement(state.engine, state.read)
+                token = _adopted(stored, shape, refused)
+                if token is not None:
+                    return token  # another worker refreshed while this one waited
+                return await self._refresh(client, cred, state, stored, shape)
+        except LockBusy as e:
+            raise ArtemisError(
+                ErrorCode.SOURCE_ERROR,
+                f"{self.code} credential {cred.get('credential_name')!r}: {e}",
+                retryable=True,
+                details={"reason": "token refresh busy"},
+            ) from None
+
+    async def _refresh(
+        self,
+        client: HttpClient,
+        cred: dict[str, Any],
+        state: TokenState,
+        stored: Stored,
+        shape: str,
+    ) -> _Token:
+        """RFC 6749 §6: the refresh token in force for a new access token (and, from a
+        server that rotates them, a new refresh token), written back sealed at once."""
+        name = cred.get("credential_name")
+        form = _given(self.contract.endpoints[TOKEN_USAGE].get("default_body_payload"))
+        form.update(grant_type="refresh_token", refresh_token=stored.refresh_token)
+        headers = {**self.token_headers, "Accept": "application/json"}
+        self._client_auth(cred, form, headers)
+        resp = await self._post_token(client, cred, form, headers)
+        rotated = _refresh_token_of(resp)
+        kept = rotated or stored.refresh_token
+        try:
+            token = _token_of(resp, self._token_what(), name)
+        except ArtemisError:
+            if rotated is not None:  # the old one is spent: the new one is kept whatever
+                await statement(state.engine, state.save, stored.version, Issued(kept, None, shape))
+            raise
+        issued = Issued(kept, token.value, shape, *_seconds_left(token))
+        if not await statement(state.engine, state.save, stored.version, issued):
+            log.error(
+                "refresh_token_not_saved",
+                credential=name,
+                version=stored.version,
+                reason="the credential's token state changed during the refresh",
+            )
+        elif rotated is not None and rotated != stored.refresh_token:
+            # The spent one: redacted a while longer (lines in flight), then forgotten.
+            self._retire(_Token(stored.refresh_token, None))
+        log.info("oauth2_token_refreshed", credential=name, version=stored.version + 1)
+        return token
+
+    # -- session logins ---------------------------------------------------------------------
+    async def _login(self, client: HttpClient, cred: dict[str, Any]) -> _Token:
+        """One login at the TOKEN endpoint: the user and password in its body (JSON or a
+        form, ``request_content_type``), the session token read at ``token_jsonpath``."""
+        ep = self.contract.endpoints[TOKEN_USAGE]
+        name = cred.get("credential_name")
+        kind = ep.get("request_content_type") or JSON_TYPE
+        body = _login_body(
+            _given(ep.get("default_body_payload")),
+            self._principal(cred["id"]),
+            self._secret(cred["id"]),
+        )
+        headers = {**self.token_headers, "Accept": "application/json"}
+        resp = await self._post_token(client, cred, None, headers, (encode_body(body, kind), kind))
+        path = cred.get("token_jsonpath") or DEFAULT_TOKEN_JSONPATH
+        try:
+            value = json_path_get(resp.json(), path)
+        except ValueError:
+            value = None
+        if not isinstance(value, str) or not value:
+            raise ArtemisError(
+                ErrorCode.SOURCE_CONTRACT,
+                f"{self._token_what()}: the login's answer has no token at {path!r} "
+                f"(credential {name!r}, token_jsonpath)",
+                retryable=False,
+            )
+        register_secret(value)
+        log.info("session_login", credential=name)
+        return _Token(value, None)
 
 
-def _check_token_status(resp: Answer, what: str, name: Any) -> None:
-    """A token endpoint's error answer: a refused client (400/401) is final for the key
-    (``_TokenRefused``), any other error status is classified as usual."""
-    if resp.status_code in (400, 401):
-        # RFC 6749 §5.2: invalid_client, unauthorized_client, invalid_scope ... no
-        # retry of the same client helps.
+def _check_token_status(
+    resp: Answer, what: str, name: Any, refusals: tuple[int, ...] = (400, 401)
+) -> None:
+    """A token endpoint's error answer: a refused client or login (``refusals``) is final
+    for the key (``_TokenRefused``), any other error status is classified as usual."""
+    if resp.status_code in refusals:
+        # RFC 6749 §5.2: invalid_client, invalid_grant (a refresh token used, revoked or
+        # expired), invalid_scope ...; a login refused: no retry of the same key helps.
         raise _TokenRefused(
             ArtemisError(
                 ErrorCode.SOURCE_ERROR,
@@ -582,6 +796,80 @@ def _token_of(resp: Answer, what: str, name: Any) -> _Token:
         renew_at = expires_at - min(TOKEN_MARGIN_S, lifetime / 10)
     log.info("oauth2_token_fetched", credential=name, expires_in=lifetime)
     return _Token(value, renew_at, expires_at)
+
+
+def _refresh_token_of(resp: Answer) -> str | None:
+    """The refresh token a refresh answered (RFC 6749 §5.1, optional: a server that does
+    not rotate keeps the one sent), redacted from the logs from here on."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    value = body.get("refresh_token") if isinstance(body, dict) else None
+    if not isinstance(value, str) or not value:
+        return None
+    register_secret(value)
+    return value
+
+
+def _seconds_left(token: _Token) -> tuple[float | None, float | None]:
+    """Seconds until ``token`` is due for renewal and until it expires (None: unsaid)."""
+    now = time.monotonic()
+    return (
+        None if token.renew_at is None else token.renew_at - now,
+        None if token.expires_at is None else token.expires_at - now,
+    )
+
+
+def _adopted(stored: Stored, shape: str, refused: str | None) -> _Token | None:
+    """The access token a refresh stored, when it was asked for the same way, is not the
+    one the source refused, and is not yet due for renewal."""
+    value = stored.access_token
+    if value is None or stored.access_shape != shape or value == refused:
+        return None
+    if stored.renew_in is not None and stored.renew_in <= 0:
+        return None
+    now = time.monotonic()
+    return _Token(
+        value,
+        None if stored.renew_in is None else now + stored.renew_in,
+        None if stored.expires_in is None else now + stored.expires_in,
+    )
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A refresh whose requests were all cancelled: its error is logged by its own
+    lines, never left unretrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _login_body(body: dict[str, Any], user: str, password: str) -> dict[str, Any]:
+    """A login's body: ``body`` with its ``{principal}`` and ``{secret}`` values replaced
+    by the user and the password; one it does not mark goes as ``username`` or
+    ``password``."""
+    marked: set[str] = set()
+    values = {PRINCIPAL_MARK: user, SECRET_MARK: password}
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str) and value in values:
+            marked.add(value)
+            return values[value]
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    out = fill(body)
+    for mark, field in _LOGIN_FIELDS.items():
+        if mark not in marked:
+            out[field] = values[mark]
+    return out
+
+
+def _digest(parts: list[str]) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def _given(values: dict[str, Any] | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 from collections.abc import Awaitable
 from typing import Any
 
@@ -23,14 +24,15 @@ from artemis.http import (
     transport_error,
 )
 from artemis.logsetup import get_logger
-from artemis.ratelimit import RateGate, TokenBucket, gate_for
+from artemis.ratelimit import GateClosed, RateGate, TokenBucket, gate_for
 from artemis.registry.auth import (
     Credentials,
     _TokenRefused,
     require_credentials,
     transport_for,
 )
-from artemis.registry.http_rules import OAUTH2, TOKEN_USAGE
+from artemis.registry.http_rules import TOKEN_AUTH_TYPES, TOKEN_USAGE
+from artemis.registry.limit_headers import LimitHeaders, rate_limit_problems
 from artemis.registry.models import PAGINATION_MODES
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
 from artemis.security import check_same_origin
@@ -188,6 +190,8 @@ class ContractClient:
         self.qps = float(qps) * settings.runs.rate_limit_headroom if qps else None
         self.burst = rl.get("burst_capacity")
         self.granularity = rl.get("bucket_granularity_code") or "GLOBAL"
+        # The source's own rate-limit headers close the gate a request passed.
+        self.limit_headers = _limit_headers(self.code, rl)
         self.gate = self.gate_for() if self.granularity == "GLOBAL" else None
         # An operator's live rate for this run (POST /tasks/{id}/rate-limit): held evenly
         # (no burst) on top of the provenance's limit, by the one activity fetching the run.
@@ -232,8 +236,9 @@ class ContractClient:
     ) -> RateGate | None:
         """The database gate a request with ``cred`` to ``endpoint`` passes
         (``bucket_granularity_code``): the provenance's, the credential's (requests
-        without one share one) or the endpoint's; None without a ``qps_limit``."""
-        if not self.qps:
+        without one share one) or the endpoint's; None without a ``qps_limit`` or
+        header reading."""
+        if not self.qps and self.limit_headers is None:
             return None
         key = f"provenance:{self.code}"
         if self.granularity == "PER_KEY":
@@ -245,12 +250,35 @@ class ContractClient:
 
     async def throttle(
         self, cred: dict[str, Any] | None = None, endpoint: dict[str, Any] | None = None
-    ) -> None:
+    ) -> RateGate | None:
+        """Wait for the request's turn; the gate it passed. A gate closed by the source's
+        headers for longer than ``runs.retry_max_interval_s`` is a retryable wait of the
+        run (an outage on Temporal timers) rather than a sleep holding the fetch."""
         if self.run_bucket is not None:
             await self.run_bucket.acquire()
         gate = self.gate if self.granularity == "GLOBAL" else self.gate_for(cred, endpoint)
         if gate is not None:
-            await gate.acquire()
+            try:
+                await gate.acquire(self.settings.runs.retry_max_interval_s)
+            except GateClosed as e:
+                raise ArtemisError(
+                    ErrorCode.SOURCE_ERROR,
+                    f"provenance {self.code!r}: the source's rate-limit headers said its "
+                    f"budget is spent; its gate opens in {e.seconds:.0f} s",
+                    retryable=True,
+                    retry_after_s=e.seconds,
+                    details={"reason": "rate limit spent"},
+                ) from None
+        return gate
+
+    async def read_limits(self, gate: RateGate | None, resp: Answer) -> None:
+        """An answer whose rate-limit headers say the budget is spent closes ``gate``
+        until the reset, for every worker."""
+        if gate is None or self.limit_headers is None:
+            return
+        seconds = self.limit_headers.closed_for(resp, time.time())
+        if seconds is not None and await gate.close_for(seconds):
+            log.info("rate_gate_closed", provenance=self.code, gate=gate.key, seconds=seconds)
 
     def endpoint_of(self, url: str) -> dict[str, Any] | None:
         """The contract's endpoint a URL is a request to (its path template after the base
@@ -286,8 +314,8 @@ class ContractClient:
     ) -> Answer:
         """One request under the rate limit with the first healthy credential for
         ``endpoint`` (default: the one ``url`` names, else the contract's own); on
-        401/403/429 the key is benched and the request goes again with the next one. An
-        OAuth2 access token answered 401 is fetched again once before its key is benched.
+        401/403/429 the key is benched and the request goes again with the next one. A
+        token (access, session) answered 401 is fetched again once before the bench.
 
         When every key is refused (401/403), the request fails at once
         (``Credentials.exhausted``) rather than answering the last refusal.
@@ -315,13 +343,14 @@ class ContractClient:
                         continue
                     waits = self.credentials.exhausted(ep, what)
                     raise (waits if waits.retryable else e.error) from None
-            await self.throttle(cred, ep)
+            gate = await self.throttle(cred, ep)
             try:
                 resp = await self._request(
                     client, method, url, p, headers, body, content_type, query_only
                 )
             except TransportError as e:
                 raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+            await self.read_limits(gate, resp)
             if cred is None or resp.status_code not in (401, 403, 429):
                 return resp
             if self._goes_again(cred, sent, resp, ep, renewed):
@@ -394,16 +423,30 @@ class ContractClient:
         renewed: set[int],
     ) -> bool:
         """After a 401/403/429 with ``cred``: whether the request goes again, with a new
-        OAuth2 access token (once per key) or with the next key once this one is benched."""
+        access token or a new session login (once per key) or with the next key once this
+        one is benched."""
         if (
             resp.status_code == 401
-            and cred.get("auth_type_code") == OAUTH2
+            and cred.get("auth_type_code") in TOKEN_AUTH_TYPES
             and cred["id"] not in renewed
             and sent is not None
         ):
-            # An access token expired early or was revoked: one new token, then the
-            # key's health decides.
+            # An access token expired early or was revoked, a session ended: one new
+            # token, then the key's health decides.
             renewed.add(cred["id"])
             self.credentials.expire(cred, sent)
             return True
         return self.credentials.bench(cred["id"], resp, ep)
+
+
+def _limit_headers(code: str, rl: dict[str, Any]) -> LimitHeaders | None:
+    """The rate-limit cfg's header reading; a row written around the import that cannot
+    act as written stops the run before a request."""
+    problems = rate_limit_problems(rl)
+    if problems:
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR,
+            f"provenance {code!r} rate_limit_cfg: {'; '.join(problems)}",
+            retryable=False,
+        )
+    return LimitHeaders.of(rl)

@@ -20,8 +20,8 @@ SECTIONS = {
     "DETAIL endpoint fed the ids its SEARCH pages give",
     "retry_cfg": "which statuses are retried, back-off, circuit breaker, outage tolerance",
     "rate_limit_cfg": "the provenance's request rate, held across every worker",
-    "credential": "API keys, tokens, HTTP Basic logins and OAuth2 clients; secrets are "
-    "named by environment variable",
+    "credential": "API keys, tokens, HTTP Basic logins, OAuth2 clients and refresh tokens, "
+    "session logins; secrets are named by environment variable",
     "record_model": "the shape of the provenance's records, dated like every dimension: "
     "a family Artemis normalises (`PUBMED`, `CROSSREF`: the paper shape) or the records' "
     "own fields and key, which are the `sql` sink's table columns (the key its primary "
@@ -86,15 +86,27 @@ FIELDS: dict[str, dict[str, str]] = {
         '(`"1.5"` a float, `"7"` an int, `"true"` a bool: a source that writes numbers '
         "as strings) and land converted; default `false`: a value of another JSON type "
         "does not fit. A run's `coerce_types` param wins",
+        "record_steps_json": "steps that shape each record before the check, in order "
+        '(docs/resources.md "Shaping records"): a list of one-key mappings, '
+        "`{rename: {from: _id, to: doc_id}}` (a key under a field's name), "
+        "`{map: {from: $.attributes.title, to: title}}` (the value at a JSONPath into the "
+        "record), `{add: {to: source, from: provenance}}` (`value: ...` a constant, `from: "
+        "provenance` the provenance's code, `from: window_start` the run's window start), "
+        "`{drop: [type, attributes]}` (keys removed), `{filter: {path: $.type, equals: "
+        "articles}}` (only the records with a value there, or that value, go on; the others "
+        "are counted as `records_filtered`). A value `rename` or `map` does not find is "
+        "null; with `required: true` the record is quarantined naming the step. Every field "
+        "a step sets is one the model declares",
     },
     "endpoint_def": {
         "endpoint_name": "a name, unique within the provenance (a credential may name it)",
         "endpoint_usage_code": "what the endpoint is for: `SEARCH` (the one a harvest pages "
         "through), `DETAIL` (records by id: E-utilities efetch, or the ids a SEARCH's "
         "records give, see `batching_cfg`), `TOKEN` (where an "
-        "`OAUTH2_CLIENT_CREDENTIALS` credential gets its access tokens: always a POST of "
-        "`grant_type=client_credentials`; its `path_template` may be a whole `https://` URL "
-        "(`http://` on loopback only: the client secret is never sent in clear) when the "
+        "`OAUTH2_CLIENT_CREDENTIALS` or `OAUTH2_REFRESH_TOKEN` credential gets its access "
+        "tokens, always a POST of a form, and a `SESSION_TOKEN` credential logs in, a POST "
+        "of `request_content_type`; its `path_template` may be a whole `https://` URL "
+        "(`http://` on loopback only: no secret is sent in clear) when the "
         "authorization server is elsewhere, which is then reached with the workers' "
         "defaults, not the source's `http_cfg`)",
         "http_method_code": "`GET` (default) or `POST`. A GET search sends a run's values "
@@ -340,21 +352,56 @@ FIELDS: dict[str, dict[str, str]] = {
         "every worker: `GLOBAL` (default) the provenance's requests together; `PER_KEY` "
         "each credential's (requests without one share a gate); `PER_ENDPOINT` each "
         "endpoint's",
+        "ratelimit_headers_code": "the source's own rate-limit headers, read on every "
+        'answer (docs/registry.md "Rate-limit headers"): `NONE` (default) none; '
+        "`X_RATELIMIT` a remaining and a reset header (`X-RateLimit-Remaining`, "
+        "`X-RateLimit-Reset`: GitHub's); `IETF` the `RateLimit` and `RateLimit-Policy` "
+        "fields of draft-ietf-httpapi-ratelimit-headers. An answer whose remaining is at "
+        "most `remaining_reserve_value` closes the gate (`bucket_granularity_code`'s) "
+        "until the reset, for every worker; works with or without `qps_limit`",
+        "remaining_header_name": "the header holding the requests left (default "
+        "`X-RateLimit-Remaining`; `IETF`: the field holding `r` and `t`, default "
+        "`RateLimit`)",
+        "reset_header_name": "`X_RATELIMIT`: the header holding the reset (default "
+        "`X-RateLimit-Reset`)",
+        "policy_header_name": "`IETF`: the field holding the policies, whose window `w` "
+        "stands for a missing `t` (default `RateLimit-Policy`)",
+        "reset_format_code": "how the reset is written: `EPOCH_SECONDS` (the instant, Unix "
+        "seconds: GitHub; the `X_RATELIMIT` default), `DELTA_SECONDS` (seconds from the "
+        "answer: the `IETF` draft, its only one), `EPOCH_MILLIS` or `DELTA_MILLIS`",
+        "remaining_reserve_value": "the gate closes once the remaining is at most this "
+        "(default 0). Requests already past the gate still reach the source: with `n` in "
+        "flight across the workers, `n - 1` keeps them inside the budget",
     },
     "credential": {
         "credential_name": "a name, unique within the provenance",
         "auth_type_code": "how the secret is sent: `API_KEY_QUERY` (a query parameter), "
         "`API_KEY_HEADER` (a header), `BEARER` (`Authorization: Bearer`), `BASIC` (HTTP "
-        "Basic: `principal_env` the user, `secret_env` the password) or "
+        "Basic: `principal_env` the user, `secret_env` the password), "
         "`OAUTH2_CLIENT_CREDENTIALS` (`principal_env` the client id, `secret_env` the "
         "client secret, sent only to the provenance's `TOKEN` endpoint; the access token it "
         "issues goes as `Authorization: Bearer`, kept until `expires_in` (less a margin) or "
-        "a 401, then fetched again)",
+        "a 401, then fetched again), `OAUTH2_REFRESH_TOKEN` (`secret_env` the refresh "
+        "token, `principal_env` the client id, `client_secret_env` its secret: "
+        "`grant_type=refresh_token` at the `TOKEN` endpoint, one refresh at a time across "
+        "every worker, a refresh token the server rotates kept sealed in the database for "
+        "the next refresh; the access token as with client credentials) or `SESSION_TOKEN` "
+        "(`principal_env` the user, `secret_env` the password: a login at the `TOKEN` "
+        "endpoint, its answer's token at `token_jsonpath` sent in `param_or_header_name` "
+        "until a 401, then one new login)",
         "param_or_header_name": "the query parameter or header it goes in (defaults "
-        "`api_key`, `X-API-Key`, `Authorization`)",
-        "token_auth_method_code": "`OAUTH2_CLIENT_CREDENTIALS`: how the client id and secret "
-        "reach the token endpoint: `CLIENT_SECRET_BASIC` (default, an HTTP Basic header) "
-        "or `CLIENT_SECRET_POST` (`client_id` and `client_secret` in the form body)",
+        "`api_key`, `X-API-Key`, `Authorization`); a `SESSION_TOKEN` in `Authorization` goes "
+        "as `Bearer <token>`, in any other header as the token itself",
+        "token_auth_method_code": "`OAUTH2_CLIENT_CREDENTIALS` and `OAUTH2_REFRESH_TOKEN`: "
+        "how the client id and secret reach the token endpoint: `CLIENT_SECRET_BASIC` "
+        "(default, an HTTP Basic header), `CLIENT_SECRET_POST` (`client_id` and "
+        "`client_secret` in the form body) or, for a refresh token's public client, `NONE` "
+        "(`client_id` in the form, no secret)",
+        "client_secret_env": "`OAUTH2_REFRESH_TOKEN`: the environment variable holding the "
+        "client secret at import (required unless `token_auth_method_code: NONE`; stored "
+        "encrypted like the secret; the same rules as `secret_env`)",
+        "token_jsonpath": "`SESSION_TOKEN`: where the login's JSON answer holds the session "
+        "token (default `$.token`)",
         "is_default_preferred": "tried before the other keys",
         "lifecycle_status_code": "`ACTIVE` keys are used; any other value sets one aside",
         "deleted": "a deleted key is never used",
@@ -362,9 +409,9 @@ FIELDS: dict[str, dict[str, str]] = {
         "encrypted; never written in the file); never one of the service's own "
         "(`COOKIE_MASTER_KEY`, `ARTEMIS_*`, `DATABASE_URL`, `PG*`, `TEMPORAL_*`, `REDIS_*`, "
         "`AWS_*`, `GOOGLE_*`, `AZURE_*`…)",
-        "principal_env": "`BASIC` and `OAUTH2_CLIENT_CREDENTIALS`: the environment "
-        "variable holding the user or the client id at import (stored encrypted like the "
-        "secret; the same rules as `secret_env`)",
+        "principal_env": "`BASIC`, `OAUTH2_CLIENT_CREDENTIALS`, `OAUTH2_REFRESH_TOKEN` and "
+        "`SESSION_TOKEN`: the environment variable holding the user or the client id at "
+        "import (stored encrypted like the secret; the same rules as `secret_env`)",
         "endpoint_name": "binds the key to one endpoint: it is used there only, before the "
         "unbound keys (an OAuth2 client: the endpoint its access token is for)",
     },

@@ -40,6 +40,7 @@ from artemis.registry.http_rules import (
     credential_problem,
     http_cfg_problem,
 )
+from artemis.registry.limit_headers import HEADER_STYLES, RESET_FORMATS, rate_limit_problems
 from artemis.registry.models import (
     BAD_RECORD_POLICIES,
     DEFAULT_RESOURCE,
@@ -58,6 +59,7 @@ from artemis.registry.models import (
     DimensionBase,
     RegProvenance,
 )
+from artemis.registry.record_steps import as_json, step_problems
 from artemis.registry.request_modes import (
     batching_problems,
     check_path,
@@ -86,6 +88,8 @@ HIDDEN = frozenset(
         "secret_env_name",
         "principal_ciphertext",
         "principal_env_name",
+        "client_secret_ciphertext",
+        "client_secret_env_name",
         "endpoint_id",
     }
 )
@@ -120,6 +124,8 @@ CODES: dict[str, tuple[str, ...]] = {
     "auth_type_code": AUTH_TYPES,
     "token_auth_method_code": TOKEN_AUTH_METHODS,
     "bucket_granularity_code": BUCKET_GRANULARITIES,
+    "ratelimit_headers_code": HEADER_STYLES,
+    "reset_format_code": RESET_FORMATS,
     "record_family_code": RECORD_FAMILIES,
     "on_bad_record_code": BAD_RECORD_POLICIES,
     "schema_contract_code": SCHEMA_CONTRACTS,
@@ -172,8 +178,19 @@ def _limits(info: Any) -> dict[str, Any]:
     return {}
 
 
+# Keys a credential row may think to hold a secret in: each is named by variable instead.
+_INLINE_SECRETS = {
+    "secret",
+    "secret_value",
+    "secret_ciphertext",
+    "client_secret",
+    "refresh_token",
+    "password",
+}
+
+
 def _no_inline_secret(cls: Any, data: Any) -> Any:
-    if isinstance(data, dict) and {"secret", "secret_value", "secret_ciphertext"} & set(data):
+    if isinstance(data, dict) and _INLINE_SECRETS & set(data):
         raise ValueError("secrets are never written in the file: use secret_env: VAR")
     return data
 
@@ -242,6 +259,24 @@ def _record_model_ok(self: Any) -> Any:
             f"schema_contract_code EVOLVE: the {family} family's shape is Artemis' own; "
             "declare fields to evolve them"
         )
+    return self
+
+
+def _record_steps_ok(self: Any) -> Any:
+    """Record steps that can work on the records of the row's model
+    (``artemis.registry.record_steps``), every problem named by its place."""
+    if self.record_steps_json is None:
+        return self
+    if self.record_family_code is not None:
+        raise ValueError(
+            f"record_steps_json: the {self.record_family_code} family's records are shaped "
+            "by Artemis; record steps shape the records of a model that declares fields"
+        )
+    steps = as_json(self.record_steps_json)
+    problems = step_problems(steps, self.fields_json, self.key_json, not self.coerce_types_enabled)
+    if problems:
+        raise ValueError("; ".join(problems))
+    self.record_steps_json = steps
     return self
 
 
@@ -327,7 +362,7 @@ def row_model(dim: str) -> type[BaseModel]:
     fields = _fields(table, HIDDEN, dim)
     if dim == "credential":
         # Secrets are named by environment variable, endpoints by name.
-        for name in ("secret_env", "principal_env", "endpoint_name"):
+        for name in ("secret_env", "principal_env", "client_secret_env", "endpoint_name"):
             fields[name] = (str | None, Field(None, description=field_docs.FIELDS[dim][name]))
     paths = tuple(n for n in fields if n.endswith("_jsonpath"))
     validators: dict[str, Any] = {}
@@ -335,10 +370,14 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["jsonpaths"] = field_validator(*paths)(_jsonpath_ok)
     if dim == "credential":
         validators["no_inline_secret"] = model_validator(mode="before")(_no_inline_secret)
-        validators["secret_env_ok"] = field_validator("secret_env", "principal_env")(_secret_env_ok)
+        validators["secret_env_ok"] = field_validator(
+            "secret_env", "principal_env", "client_secret_env"
+        )(_secret_env_ok)
         validators["auth_fields"] = model_validator(mode="after")(_credential_ok)
     if dim == "http_cfg":
         validators["http_cfg"] = model_validator(mode="after")(_http_cfg_ok)
+    if dim == "rate_limit_cfg":
+        validators["headers"] = model_validator(mode="after")(_problems_ok(rate_limit_problems))
     if dim == "pagination_cfg":
         validators["markers"] = model_validator(mode="after")(_markers_ok)
         validators["modes"] = model_validator(mode="after")(_problems_ok(pagination_problems))
@@ -352,6 +391,7 @@ def row_model(dim: str) -> type[BaseModel]:
         validators["modes"] = model_validator(mode="after")(_problems_ok(batching_problems))
     if dim == "record_model":
         validators["record_model"] = model_validator(mode="after")(_record_model_ok)
+        validators["record_steps"] = model_validator(mode="after")(_record_steps_ok)
     if dim == "window_offset_cfg":
         validators["time_format"] = field_validator("window_time_format")(_time_format_ok)
     return create_model(  # type: ignore[call-overload, no-any-return]

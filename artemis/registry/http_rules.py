@@ -13,21 +13,34 @@ import stat
 from typing import Any
 from urllib.parse import urlsplit
 
-# How a credential's secret is sent. BASIC and OAUTH2_CLIENT_CREDENTIALS hold a pair: the
-# second secret (``principal_env``) is the user, or the OAuth2 client id.
+# How a credential's secret is sent. The paired types hold a second secret
+# (``principal_env``): the user of BASIC and of a SESSION_TOKEN login, the OAuth2 client id.
+OAUTH2 = "OAUTH2_CLIENT_CREDENTIALS"
+OAUTH2_REFRESH = "OAUTH2_REFRESH_TOKEN"
+SESSION = "SESSION_TOKEN"
 AUTH_TYPES = (
     "API_KEY_QUERY",
     "API_KEY_HEADER",
     "BEARER",
     "BASIC",
-    "OAUTH2_CLIENT_CREDENTIALS",
+    OAUTH2,
+    OAUTH2_REFRESH,
+    SESSION,
 )
-PAIRED_AUTH_TYPES = ("BASIC", "OAUTH2_CLIENT_CREDENTIALS")
-OAUTH2 = "OAUTH2_CLIENT_CREDENTIALS"
+PAIRED_AUTH_TYPES = ("BASIC", OAUTH2, OAUTH2_REFRESH, SESSION)
+# The types whose secrets go to the provenance's TOKEN endpoint only, and whose source
+# requests carry what it answered (an access token, a session token).
+TOKEN_AUTH_TYPES = (OAUTH2, OAUTH2_REFRESH, SESSION)
+OAUTH2_TYPES = (OAUTH2, OAUTH2_REFRESH)
 # RFC 6749 §2.3.1: the client id and secret in an HTTP Basic header (the method every
-# authorization server supports), or as form fields of the token request's body. The
-# names are OAuth's own (RFC 7591 token_endpoint_auth_method).
-TOKEN_AUTH_METHODS = ("CLIENT_SECRET_BASIC", "CLIENT_SECRET_POST")
+# authorization server supports), or as form fields of the token request's body; NONE:
+# a public client, which sends its client id in the form and has no secret (a refresh
+# token's client only: client credentials always authenticate). The names are OAuth's
+# own (RFC 7591 token_endpoint_auth_method).
+TOKEN_AUTH_METHODS = ("CLIENT_SECRET_BASIC", "CLIENT_SECRET_POST", "NONE")
+PUBLIC_CLIENT = "NONE"
+# A SESSION_TOKEN login's answer: where the token is when token_jsonpath is left out.
+DEFAULT_TOKEN_JSONPATH = "$.token"
 # One rate gate per provenance, per credential or per endpoint.
 BUCKET_GRANULARITIES = ("GLOBAL", "PER_KEY", "PER_ENDPOINT")
 # The usage of the endpoint that issues OAuth2 access tokens.
@@ -171,19 +184,45 @@ def http_cfg_problem(row: dict[str, Any]) -> str | None:
     return None
 
 
-def credential_problem(row: dict[str, Any], principal_key: str = "principal_env") -> str | None:
+def credential_problem(
+    row: dict[str, Any],
+    principal_key: str = "principal_env",
+    client_secret_key: str = "client_secret_env",
+) -> str | None:
     """Why a credential row's auth fields do not go together (None: they do).
-    ``principal_key`` is the name the second secret has where the row comes from: the
-    file's ``principal_env``, the table's ``principal_env_name``."""
+    ``principal_key`` and ``client_secret_key`` are the names the second and third
+    secrets have where the row comes from: the file's ``principal_env`` and
+    ``client_secret_env``, the table's ``*_env_name``."""
     kind = row.get("auth_type_code")
     principal = row.get(principal_key)
     if kind in PAIRED_AUTH_TYPES and not principal:
-        what = "the user" if kind == "BASIC" else "the client id"
+        what = {"BASIC": "the user", SESSION: "the login's user"}.get(kind, "the client id")
         return f"{kind} needs {principal_key} ({what}) beside secret_env"
     if kind not in PAIRED_AUTH_TYPES and principal:
-        return f"{principal_key} is for {' and '.join(PAIRED_AUTH_TYPES)} credentials, not {kind}"
-    if row.get("token_auth_method_code") is not None and kind != OAUTH2:
-        return f"token_auth_method_code is for {OAUTH2} credentials, not {kind}"
+        return f"{principal_key} is for {', '.join(PAIRED_AUTH_TYPES)} credentials, not {kind}"
+    method = row.get("token_auth_method_code")
+    if method is not None and kind not in OAUTH2_TYPES:
+        return f"token_auth_method_code is for {' and '.join(OAUTH2_TYPES)} credentials, not {kind}"
+    if method == PUBLIC_CLIENT and kind != OAUTH2_REFRESH:
+        return (
+            f"token_auth_method_code {PUBLIC_CLIENT} (a public client) is for "
+            f"{OAUTH2_REFRESH} credentials: client credentials always authenticate"
+        )
+    client_secret = row.get(client_secret_key)
+    if client_secret and kind != OAUTH2_REFRESH:
+        return f"{client_secret_key} is for {OAUTH2_REFRESH} credentials, not {kind}"
+    if kind == OAUTH2_REFRESH and method == PUBLIC_CLIENT and client_secret:
+        return (
+            f"token_auth_method_code {PUBLIC_CLIENT} sends no client secret: leave out "
+            f"{client_secret_key}, or name how it is sent"
+        )
+    if kind == OAUTH2_REFRESH and method != PUBLIC_CLIENT and not client_secret:
+        return (
+            f"{kind} needs {client_secret_key} (the client secret; secret_env is the refresh "
+            f"token), or token_auth_method_code: {PUBLIC_CLIENT} for a public client"
+        )
+    if row.get("token_jsonpath") is not None and kind != SESSION:
+        return f"token_jsonpath is for {SESSION} credentials, not {kind}"
     return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Column, Computed, Index, String
+from sqlalchemy import JSON, Column, Computed, Float, ForeignKey, Index, Integer, String, Text
 from sqlmodel import Field, SQLModel
 
 from artemis.db import UTCDateTime, utcnow
@@ -300,6 +300,15 @@ class RegProvRateLimitCfg(DimensionBase, table=True):
     burst_capacity: int | None = None
     max_concurrency: int | None = None
     bucket_granularity_code: str | None = Field(default=None, max_length=16)
+    # The source's own rate-limit headers (artemis/registry/limit_headers.py): which style
+    # it answers (NONE | X_RATELIMIT | IETF), under which names, how its reset is written,
+    # and how many remaining requests already close the gate.
+    ratelimit_headers_code: str | None = Field(default=None, max_length=16)
+    remaining_header_name: str | None = Field(default=None, max_length=64)
+    reset_header_name: str | None = Field(default=None, max_length=64)
+    policy_header_name: str | None = Field(default=None, max_length=64)
+    reset_format_code: str | None = Field(default=None, max_length=16)
+    remaining_reserve_value: int | None = None
 
 
 class RegProvRecordModel(DimensionBase, table=True):
@@ -324,6 +333,8 @@ class RegProvRecordModel(DimensionBase, table=True):
     max_bad_records_value: str | None = Field(default=None, max_length=16)
     schema_contract_code: str | None = Field(default=None, max_length=16)
     coerce_types_enabled: bool | None = None
+    # Steps that shape each record before the check (artemis/registry/record_steps.py).
+    record_steps_json: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
 
 
 class RegProvCredential(DimensionBase, table=True):
@@ -349,7 +360,8 @@ class RegProvCredential(DimensionBase, table=True):
     task_type_key: str | None = Field(default=None, sa_column=_task_type_key())
     endpoint_id: int | None = Field(default=None, foreign_key="reg_prov_endpoint_def.id")
     credential_name: str = Field(max_length=100)
-    # API_KEY_QUERY | API_KEY_HEADER | BEARER | BASIC | OAUTH2_CLIENT_CREDENTIALS
+    # API_KEY_QUERY | API_KEY_HEADER | BEARER | BASIC | OAUTH2_CLIENT_CREDENTIALS |
+    # OAUTH2_REFRESH_TOKEN | SESSION_TOKEN
     auth_type_code: str = Field(max_length=32)
     param_or_header_name: str | None = Field(default=None, max_length=64)
     secret_env_name: str | None = Field(default=None, max_length=100)
@@ -360,11 +372,51 @@ class RegProvCredential(DimensionBase, table=True):
     principal_ciphertext: str | None = Field(default=None, max_length=4000)
     encryption_key_id: str | None = Field(default=None, max_length=64)
     # OAuth2: how the client authenticates at the token endpoint (CLIENT_SECRET_BASIC |
-    # CLIENT_SECRET_POST).
+    # CLIENT_SECRET_POST | NONE).
     token_auth_method_code: str | None = Field(default=None, max_length=32)
+    # OAUTH2_REFRESH_TOKEN: the client secret of a confidential client (its refresh token
+    # is the secret), sealed under the row's key like the others.
+    client_secret_env_name: str | None = Field(default=None, max_length=100)
+    client_secret_ciphertext: str | None = Field(default=None, max_length=4000)
+    # SESSION_TOKEN: where the login's answer holds the session token.
+    token_jsonpath: str | None = Field(default=None, max_length=200)
     is_default_preferred: bool = False
     lifecycle_status_code: str = Field(default="ACTIVE", max_length=16)
     deleted: bool = False
+
+
+class RegProvTokenState(SQLModel, table=True):
+    """The live tokens of an ``OAUTH2_REFRESH_TOKEN`` credential, beside its dated row:
+    the refresh token in force (the row's ``secret_ciphertext`` is the one it was issued
+    with; a server that rotates it on every use makes that one worthless after the first
+    refresh) and the access token last issued, both sealed by the vault under
+    ``encryption_key_id`` (``rotate-key`` moves them). ``version`` counts the refreshes:
+    a write names the version it read, so a refresh that lost its lock writes nothing.
+    The access token's times are epoch seconds on the database's clock, which every
+    worker shares. A new refresh token imported into the row (``secret_env``) drops its
+    state: the next refresh starts from it."""
+
+    __tablename__ = "reg_prov_token_state"
+    __table_args__ = (Index("uq_reg_prov_token_state_credential", "credential_id", unique=True),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    credential_id: int = Field(
+        sa_column=Column(
+            Integer,
+            ForeignKey("reg_prov_credential.id", ondelete="CASCADE"),
+            nullable=False,
+        )
+    )
+    version: int = 0
+    refresh_token_ciphertext: str = Field(sa_column=Column(Text, nullable=False))
+    access_token_ciphertext: str | None = Field(default=None, sa_column=Column(Text))
+    encryption_key_id: str | None = Field(default=None, max_length=64)
+    # A digest of how the access token was asked for (token URL, body, query, headers,
+    # the source's origin; no secret): another contract's request is another token.
+    access_shape: str | None = Field(default=None, max_length=64)
+    access_renew_at: float | None = Field(default=None, sa_column=Column(Float))
+    access_expires_at: float | None = Field(default=None, sa_column=Column(Float))
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
 class RegProvWatermark(SQLModel, table=True):

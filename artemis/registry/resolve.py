@@ -33,7 +33,7 @@ from artemis.registry.models import (
 from artemis.registry.secret_env import origin
 
 # Columns that hold secrets: never part of a contract, a print-out or an export.
-SECRET_COLUMNS = ("secret_ciphertext", "principal_ciphertext")
+SECRET_COLUMNS = ("secret_ciphertext", "principal_ciphertext", "client_secret_ciphertext")
 CONTRACT_KEYS = (
     "endpoint",
     "pagination",
@@ -89,6 +89,8 @@ def row_dict(row: Any) -> dict[str, Any]:
         out["has_secret"] = row._mapping["secret_ciphertext"] is not None
     if "principal_ciphertext" in dict(row._mapping):
         out["has_principal"] = row._mapping["principal_ciphertext"] is not None
+    if "client_secret_ciphertext" in dict(row._mapping):
+        out["has_client_secret"] = row._mapping["client_secret_ciphertext"] is not None
     return out
 
 

@@ -86,6 +86,9 @@ PLACEMENT: dict[str, tuple[str, str]] = {
     "BASIC": ("header", "Authorization"),
     # The access token fetched from the TOKEN endpoint (the secret goes there only).
     "OAUTH2_CLIENT_CREDENTIALS": ("header", "Authorization"),
+    "OAUTH2_REFRESH_TOKEN": ("header", "Authorization"),
+    # The session token a login at the TOKEN endpoint answers.
+    "SESSION_TOKEN": ("header", "Authorization"),
 }
 
 

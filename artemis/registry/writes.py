@@ -13,7 +13,7 @@ from sqlalchemy import and_, false, not_, or_, select, update
 from sqlalchemy.engine import Connection
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.registry.http_rules import PAIRED_AUTH_TYPES
+from artemis.registry.http_rules import OAUTH2_REFRESH, PAIRED_AUTH_TYPES, PUBLIC_CLIENT
 from artemis.registry.models import (
     DEFAULT_RESOURCE,
     DIMENSIONS,
@@ -161,6 +161,8 @@ def _check_credential(model: type[DimensionBase], values: dict[str, Any]) -> Non
         check_secret_env(values["secret_env_name"])
     if model is RegProvCredential and "principal_env_name" in values:
         check_secret_env(values["principal_env_name"], label="principal_env")
+    if model is RegProvCredential and "client_secret_env_name" in values:
+        check_secret_env(values["client_secret_env_name"], label="client_secret_env")
 
 
 def add_row(conn: Connection, model: type[DimensionBase], values: dict[str, Any]) -> int:
@@ -512,7 +514,8 @@ def _endpoint_findings(conn: Connection) -> list[dict[str, Any]]:
 
 def _credential_findings(conn: Connection) -> list[dict[str, Any]]:
     """A live credential without a secret, naming one of the service's own variables, or
-    of a paired auth type without its principal."""
+    of a paired auth type without its principal (a refresh token's confidential client
+    without its secret)."""
     findings: list[dict[str, Any]] = []
     ct = RegProvCredential.__table__  # type: ignore[attr-defined]
     for r in conn.execute(select(ct).where(ct.c.deleted.is_(False))).fetchall():
@@ -528,6 +531,7 @@ def _credential_findings(conn: Connection) -> list[dict[str, Any]]:
         for field, env in (
             ("secret_env", r.secret_env_name),
             ("principal_env", r.principal_env_name),
+            ("client_secret_env", r.client_secret_env_name),
         ):
             why = refused_secret_env(env) if env else None
             if why:
@@ -547,6 +551,21 @@ def _credential_findings(conn: Connection) -> list[dict[str, Any]]:
                     r.id,
                     f"{describe(RegProvCredential, r)}: {r.auth_type_code} "
                     "without its principal (principal_env)",
+                )
+            )
+        if (
+            r.auth_type_code == OAUTH2_REFRESH
+            and r.token_auth_method_code != PUBLIC_CLIENT
+            and not r.client_secret_ciphertext
+        ):
+            findings.append(
+                _finding(
+                    "credential_without_client_secret",
+                    ct.name,
+                    r.id,
+                    f"{describe(RegProvCredential, r)}: {r.auth_type_code} without its "
+                    f"client secret (client_secret_env; a public client: "
+                    f"token_auth_method_code {PUBLIC_CLIENT})",
                 )
             )
     return findings

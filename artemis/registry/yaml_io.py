@@ -27,14 +27,18 @@ from datetime import datetime
 from typing import Any
 
 import yaml
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from artemis.crawler.vault import CookieVault
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.file_models import HIDDEN, PROVENANCE_COLUMNS, parse_file
 from artemis.registry.http_rules import (
+    DEFAULT_TOKEN_JSONPATH,
     OAUTH2,
+    OAUTH2_REFRESH,
+    SESSION,
+    TOKEN_AUTH_TYPES,
     TOKEN_USAGE,
     basic_user_problem,
     token_url_problem,
@@ -45,6 +49,7 @@ from artemis.registry.models import (
     RegProvCredential,
     RegProvenance,
     RegProvEndpointDef,
+    RegProvTokenState,
     utcnow,
 )
 from artemis.registry.resolve import as_utc, credential_origins, find_provenance
@@ -95,6 +100,14 @@ class ImportReport:
             "unchanged": self.unchanged,
             "credentials": self.credentials,
         }
+
+
+# A credential's variables in the file, by the column each one's value is sealed in.
+_SEALED = {
+    "secret_env": "secret_ciphertext",
+    "principal_env": "principal_ciphertext",
+    "client_secret_env": "client_secret_ciphertext",
+}
 
 
 class CredentialBox:
@@ -240,20 +253,21 @@ def _check_token_endpoints(conn: Connection, pid: int, data: dict[str, Any], sou
                 raise ArtemisError(ErrorCode.INVALID_INPUT, f"{where}: {why}")
     tokens = _token_endpoints(conn, pid)
     for i, cred in enumerate(data.get("credential") or []):
-        if cred.get("auth_type_code") != OAUTH2:
+        kind = cred.get("auth_type_code")
+        if kind not in TOKEN_AUTH_TYPES:
             continue
         where = f"{source}: credential[{i}]"
         if not tokens:
             raise ArtemisError(
                 ErrorCode.INVALID_INPUT,
-                f"{where}: {OAUTH2} needs an endpoint_def row with endpoint_usage_code "
-                f"{TOKEN_USAGE} (where its access tokens are fetched)",
+                f"{where}: {kind} needs an endpoint_def row with endpoint_usage_code "
+                f"{TOKEN_USAGE} (where its tokens are fetched)",
             )
         if cred.get("endpoint_name") in {t.endpoint_name for t in tokens}:
             raise ArtemisError(
                 ErrorCode.INVALID_INPUT,
-                f"{where}: endpoint_name binds the credential to the endpoint its access "
-                f"token is for, not to the {TOKEN_USAGE} endpoint (leave it out for every "
+                f"{where}: endpoint_name binds the credential to the endpoint its token "
+                f"is for, not to the {TOKEN_USAGE} endpoint (leave it out for every "
                 "endpoint)",
             )
 
@@ -275,7 +289,7 @@ def _check_token_origins(
     if not paths:
         return
     for i, (_, row) in enumerate(credentials):
-        if row.get("auth_type_code") != OAUTH2:
+        if row.get("auth_type_code") not in TOKEN_AUTH_TYPES:
             continue
         for base in credential_origins(conn, pid, row):
             for path in paths:
@@ -329,13 +343,15 @@ def _destination(
     conn: Connection, pid: int, endpoint_name: str | None, row: dict[str, Any]
 ) -> dict[str, Any]:
     """Where a credential's secret goes: the origins, the endpoint it is bound to (None:
-    every endpoint of the provenance) and the query parameter or header it rides in. An
-    OAuth2 client's id and secret go to its TOKEN endpoint's origins only; the access
-    token it gets goes where another key would (``token_sent_to``)."""
+    every endpoint of the provenance) and the query parameter or header it rides in. The
+    secrets of an OAuth2 client, a refresh token or a login go to its TOKEN endpoint's
+    origins only; the token it gets goes where another key would (``token_sent_to``)."""
     where, name = placement(row)
     kind = row.get("auth_type_code")
     how = f"query parameter {name}" if where == "query" else f"header {name}"
-    if kind in ("BEARER", OAUTH2):
+    if kind in ("BEARER", OAUTH2, OAUTH2_REFRESH) or (
+        kind == SESSION and name.lower() == "authorization"
+    ):
         how += " (Bearer)"
     elif kind == "BASIC":
         how += " (Basic, with the user of principal_env)"
@@ -346,9 +362,10 @@ def _destination(
         "sent_to": credential_origins(conn, pid, row),
         "as": how,
     }
-    if row.get("principal_env_name"):
-        out["principal_env"] = row["principal_env_name"]
-    if kind == OAUTH2:
+    for var in ("principal_env", "client_secret_env"):
+        if row.get(f"{var}_name"):
+            out[var] = row[f"{var}_name"]
+    if kind in TOKEN_AUTH_TYPES:
         token_origins = set()
         for ep in _token_endpoints(conn, pid):
             path = ep.path_template or ""
@@ -356,12 +373,20 @@ def _destination(
                 token_origins.add(origin(path))
             else:
                 token_origins.update(credential_origins(conn, pid, row))
-        by = row.get("token_auth_method_code") or "CLIENT_SECRET_BASIC"
         out["token_sent_to"], out["sent_to"] = out["sent_to"], sorted(token_origins)
-        out["as"] = (
-            f"client credentials to the {TOKEN_USAGE} endpoint ({by}); its access token as {how}"
-        )
+        out["as"] = f"{_token_request(row)} as {how}"
     return out
+
+
+def _token_request(row: dict[str, Any]) -> str:
+    """What a token credential sends to its TOKEN endpoint, how, and what it gets."""
+    kind = row.get("auth_type_code")
+    if kind == SESSION:
+        path = row.get("token_jsonpath") or DEFAULT_TOKEN_JSONPATH
+        return f"a login to the {TOKEN_USAGE} endpoint (its token at {path}); its session token"
+    by = row.get("token_auth_method_code") or "CLIENT_SECRET_BASIC"
+    what = "a refresh token and its client" if kind == OAUTH2_REFRESH else "client credentials"
+    return f"{what} to the {TOKEN_USAGE} endpoint ({by}); its access token"
 
 
 def _import_row(
@@ -372,30 +397,28 @@ def _import_row(
     box: CredentialBox,
     report: ImportReport,
 ) -> None:
-    secret: str | None = None
-    principal: str | None = None
+    values: dict[str, str] = {}
     if model is RegProvCredential:
-        secret, principal = _credential_values(conn, pid, raw)
+        values = _credential_values(conn, pid, raw)
     raw["provenance_id"] = pid
     for key in ("effective_from", "effective_to"):
         if raw.get(key) is not None:
             raw[key] = as_utc(raw[key])
     current = _current_row(conn, model, pid, raw)
     if current is None:
-        if secret is not None:
-            token, key_id = box.seal(secret)
-            raw.update(secret_ciphertext=token, encryption_key_id=key_id)
-        if principal is not None:
-            # Sealed in the same transaction, so under the same key as the secret.
-            raw["principal_ciphertext"], key_id = box.seal(principal)
-            raw["encryption_key_id"] = key_id
+        for column, value in values.items():
+            # Sealed in one transaction, so all under the one key the row names.
+            raw[column], raw["encryption_key_id"] = box.seal(value)
         new_id = add_row(conn, model, raw)
         report.created.append(describe(model, {**raw, "id": new_id}))
         return
     cur = current._mapping
     changed = _changed_columns(model, cur, raw)
-    if model is RegProvCredential:
-        _reseal_if_changed(box, cur, secret, principal, changed)
+    if model is RegProvCredential and _reseal_if_changed(box, cur, values, changed):
+        # A new refresh token (a new authorization): the one the state holds, rotated
+        # from the old, is not this one's; the next refresh starts from the new.
+        ts = RegProvTokenState.__table__  # type: ignore[attr-defined]
+        conn.execute(delete(ts).where(ts.c.credential_id == cur["id"]))
     if changed:
         update_row(conn, model, cur["id"], changed)
         report.updated.append(f"{describe(model, current)}: {', '.join(sorted(changed))}")
@@ -403,27 +426,32 @@ def _import_row(
         report.unchanged += 1
 
 
-def _credential_values(
-    conn: Connection, pid: int, raw: dict[str, Any]
-) -> tuple[str | None, str | None]:
-    """A credential row's secret and principal, read from the variables it names (their
-    names kept in the row), and its endpoint's id in place of its name."""
-    secret: str | None = None
-    principal: str | None = None
-    env = raw.pop("secret_env", None)
-    if env:
-        secret = _read_env(env, "secret_env")
-        raw["secret_env_name"] = env
-    env = raw.pop("principal_env", None)
-    if env:
-        principal = _read_env(env, "principal_env")
-        why = basic_user_problem(principal) if raw.get("auth_type_code") == "BASIC" else None
-        if why:
-            raise ArtemisError(ErrorCode.INVALID_INPUT, f"principal_env {env}: {why}")
-    raw["principal_env_name"] = env
+def _credential_values(conn: Connection, pid: int, raw: dict[str, Any]) -> dict[str, str]:
+    """A credential row's secrets by the column they are sealed in, read from the
+    variables it names (their names kept in the row), and its endpoint's id in place of
+    its name."""
+    values: dict[str, str] = {}
+    for var, column in _SEALED.items():
+        env = raw.pop(var, None)
+        if var != "secret_env":
+            # The file is the whole row: a variable it leaves out is none.
+            raw[f"{var}_name"] = env
+        if not env:
+            continue
+        values[column] = _read_env(env, var)
+        raw[f"{var}_name"] = env
+    why = (
+        basic_user_problem(values["principal_ciphertext"])
+        if raw.get("auth_type_code") == "BASIC" and "principal_ciphertext" in values
+        else None
+    )
+    if why:
+        raise ArtemisError(
+            ErrorCode.INVALID_INPUT, f"principal_env {raw['principal_env_name']}: {why}"
+        )
     ep_name = raw.pop("endpoint_name", None)
     raw["endpoint_id"] = _endpoint_id(conn, pid, ep_name, raw) if ep_name else None
-    return secret, principal
+    return values
 
 
 def _current_row(
@@ -461,25 +489,25 @@ def _changed_columns(model: type[DimensionBase], cur: Any, raw: dict[str, Any]) 
 
 
 def _reseal_if_changed(
-    box: CredentialBox,
-    cur: Any,
-    secret: str | None,
-    principal: str | None,
-    changed: dict[str, Any],
-) -> None:
-    """A stored credential whose secret or principal differs from the variables' gets
-    both sealed again (into ``changed``)."""
-    old_secret, old_principal = (
-        box.open(cur[col], cur["encryption_key_id"]) if cur[col] else None
-        for col in ("secret_ciphertext", "principal_ciphertext")
-    )
-    if secret != old_secret or principal != old_principal:
-        # Both sealed again, under one key (the row names one).
-        sealed: tuple[str | None, str | None] = box.seal(secret) if secret else (None, None)
-        changed["secret_ciphertext"], changed["encryption_key_id"] = sealed
-        changed["principal_ciphertext"] = None
-        if principal is not None:
-            changed["principal_ciphertext"], changed["encryption_key_id"] = box.seal(principal)
+    box: CredentialBox, cur: Any, values: dict[str, str], changed: dict[str, Any]
+) -> bool:
+    """A stored credential whose secrets differ from the variables' gets them all sealed
+    again (into ``changed``); True when its secret itself changed."""
+    old = {
+        column: box.open(cur[column], cur["encryption_key_id"])
+        for column in _SEALED.values()
+        if cur[column]
+    }
+    if old == values:
+        return False
+    # All sealed again, under one key (the row names one).
+    for column in _SEALED.values():
+        changed[column] = None
+        if column in values:
+            changed[column], changed["encryption_key_id"] = box.seal(values[column])
+    if not values:
+        changed["encryption_key_id"] = None
+    return old.get("secret_ciphertext") != values.get("secret_ciphertext")
 
 
 def _read_env(env: str, field: str) -> str:
@@ -557,8 +585,9 @@ def export_yaml(engine: Engine, code: str) -> str:
                         item["endpoint_name"] = names[m["endpoint_id"]]
                     if m["secret_env_name"]:
                         item["secret_env"] = m["secret_env_name"]
-                    if m["principal_env_name"]:
-                        item["principal_env"] = m["principal_env_name"]
+                    for name in ("principal_env", "client_secret_env"):
+                        if m[f"{name}_name"]:
+                            item[name] = m[f"{name}_name"]
                 items.append(item)
             out[dim] = items
     return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)

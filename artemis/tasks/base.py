@@ -80,6 +80,8 @@ class TaskContext:
     replaying: bool = False
     # The records ``process`` turned down on the page it is processing (``reject``).
     rejected: list[Rejection] = field(default_factory=list)
+    # The records ``process`` left out on purpose on that page (``leave_out``).
+    filtered: int = 0
     # The role of the token that started the run: only an operator's or admin's run
     # changes a provenance's shared state (``writes_shared``).
     role: str = "client"
@@ -100,6 +102,11 @@ class TaskContext:
         ``field``, or fails the run under ``on_bad_record: fail`` — the rest of the page
         goes on."""
         self.rejected.append(Rejection(record, reason, field, code))
+
+    def leave_out(self) -> None:
+        """Leave one record out in ``process`` on purpose (a record step's filter): it is
+        neither delivered nor quarantined, and counted as ``records_filtered``."""
+        self.filtered += 1
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from artemis.registry.client import ContractClient, require_credentials
 from artemis.registry.evolve import evolve_record_model
 from artemis.registry.frozen import load_contract, store_contract
 from artemis.registry.models import DEFAULT_RESOURCE
+from artemis.registry.record_steps import Refused, Step, StepEnv, apply_steps, steps_of
 from artemis.registry.resolve import Contract, as_utc, resolve_contract
 from artemis.registry.rest_source import rest_source
 from artemis.registry.tree import (
@@ -332,8 +333,10 @@ class SourceHarvest(TaskUnit):
             only=params.only,
         )
         self.record_spec(checked)
+        self.record_steps(checked)
         for lane in self.lanes(checked) or {}:
             self.record_spec(self.lane_params(checked, lane))
+            self.record_steps(self.lane_params(checked, lane))
         require_credentials(contract)
         if params.task_type == "backfill" and (params.start is None or params.end is None):
             raise ArtemisError(
@@ -491,19 +494,53 @@ class SourceHarvest(TaskUnit):
     def lane_params(self, params: BaseModel, lane: str) -> BaseModel:
         return params.model_copy(update={"resource": lane, "only": True})
 
+    def record_steps(self, params: BaseModel | None) -> tuple[Step, ...]:
+        """The steps that shape the records of the run's record model
+        (``record_steps_json``); CONFIG_ERROR naming a row written around the import."""
+        try:
+            return steps_of(self._own(params).get("record_model"))
+        except ArtemisError as e:
+            code = str(getattr(params, "provenance", "") or "")
+            raise ArtemisError(
+                ErrorCode.CONFIG_ERROR,
+                f"provenance {code!r}: record_model: {e.message}",
+                retryable=False,
+            ) from None
+
     def process(self, records: list[dict[str, Any]], ctx: TaskContext) -> list[dict[str, Any]]:
-        """An update's pointer is noted from the raw records, which go on as the source
-        gave them: the record model's check drops (and reports) the fields it does not
-        name, and sets aside a record that does not fit (artemis/quarantine.py)."""
-        kept = []
+        """Each record shaped by the record model's steps (artemis/registry/record_steps.py:
+        one a step cannot apply to is rejected naming the step, one a filter leaves out is
+        counted); an update's pointer is noted from the records as shaped (those a filter
+        left out too, as they stood there). The record model's check then drops (and
+        reports) the fields it does not name, and sets aside a record that does not fit
+        (artemis/quarantine.py)."""
+        steps = self.record_steps(ctx.params)
+        env = self._step_env(ctx) if steps else None
+        kept, seen = [], []
         for r in records:
-            if isinstance(r, dict):
-                kept.append(r)
-            else:  # a null or a bare value where the records path has objects
+            if not isinstance(r, dict):  # a null or a bare value where objects are
                 ctx.reject(r, f"a record is a JSON object, not {_json_kind(r)}")
+                continue
+            if env is None:
+                kept.append(r)
+                continue
+            shaped = apply_steps(r, steps, env)
+            if isinstance(shaped, Refused):
+                ctx.reject(r, shaped.reason, shaped.field)
+                continue
+            seen.append(shaped.record)
+            if shaped.kept:
+                kept.append(shaped.record)
+            else:
+                ctx.leave_out()
         if not ctx.replaying:  # a replay's records moved no pointer of its own
-            self._note_pointer(kept, ctx)
+            self._note_pointer(seen if env is not None else kept, ctx)
         return kept
+
+    def _step_env(self, ctx: TaskContext) -> StepEnv:
+        p: SourceParams = ctx.params  # type: ignore[assignment]
+        start = as_utc(p.window_start).isoformat() if p.window_start is not None else None
+        return StepEnv(provenance=p.provenance, window_start=start)
 
     def record_policy(self, ctx: TaskContext) -> RecordPolicy:
         """The run's params, else the provenance's record model row, else the defaults."""

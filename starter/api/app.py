@@ -28,7 +28,16 @@ from artemis.temporal.client import connect
 from artemis.tracing import exporting
 from starter.api.auth import GUARDED_RESPONSES, refusal, require_admin, require_token
 from starter.api.envelope import BodyTooLarge, RequestContextMiddleware, error_response
-from starter.api.routes import codec, events, health, notes, quarantine, task_types, tasks
+from starter.api.routes import (
+    codec,
+    events,
+    health,
+    notes,
+    quarantine,
+    registry,
+    task_types,
+    tasks,
+)
 from starter.service import RunService
 
 log = get_logger("artemis.api")
@@ -139,6 +148,8 @@ def _include_routers(app: FastAPI, settings: Settings) -> None:
     app.include_router(events.router, **guarded)
     app.include_router(notes.router, **guarded)
     app.include_router(quarantine.router, **guarded)
+    # An operator's or admin's (the route's own dependency says so).
+    app.include_router(registry.router, **guarded)
     if settings.temporal.payload_encryption:
         # The codec decrypts any run's payloads: admins only.
         app.include_router(

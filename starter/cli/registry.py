@@ -161,6 +161,44 @@ def _tree_lines(resources: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+class PreviewOutput(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+@registry_app.command("preview")
+def registry_preview(
+    target: str = typer.Argument(..., metavar="FILE|CODE", help="a registry file, or a code"),
+    resource: str | None = typer.Option(
+        None, "--resource", help="the resource to preview (default: the only or root one)"
+    ),
+    pages: int = typer.Option(2, "--pages", min=1, max=10, help="how many pages to fetch"),
+    output: PreviewOutput = typer.Option(
+        PreviewOutput.table,
+        "-o",
+        "--output",
+        help="table; json: everything; yaml: the drafted record model only",
+    ),
+    config: Path | None = ConfigOpt,
+) -> None:
+    """Fetch the first pages of a source as a run would (same client, credentials, rate
+    gate and paging), write nothing, and show the requests, the records, how paging goes
+    on, what the record model would set aside or leave out, and a drafted model. A FILE
+    is previewed without being imported (its secrets read from this environment)."""
+    from starter.cli.preview import as_json, as_table, run_preview
+
+    report = run_preview(_settings(config), target, resource, pages)
+    if output == PreviewOutput.json:
+        sys.stdout.write(as_json(report))
+    elif output == PreviewOutput.yaml:
+        if not report.get("drafted_yaml"):
+            _fail(f"no model drafted: {report.get('draft_problem')}")
+        sys.stdout.write(report["drafted_yaml"])
+    else:
+        sys.stdout.write(as_table(report))
+
+
 @registry_app.command("check")
 def registry_check(config: Path | None = ConfigOpt) -> None:
     """Overlaps, TASK rows without task type, missing endpoints; exit 1 when any."""

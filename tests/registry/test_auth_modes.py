@@ -181,7 +181,8 @@ def test_a_pair_missing_its_principal_stops_the_run(reg, key_file, monkeypatch):
         ({"auth_type_code": "BASIC", "secret_env": "SRC_PASSWORD"}, "BASIC needs principal_env"),
         (
             {"auth_type_code": "BEARER", "secret_env": "SRC_PASSWORD", "principal_env": "SRC_USER"},
-            "principal_env is for BASIC and OAUTH2_CLIENT_CREDENTIALS credentials, not BEARER",
+            "principal_env is for BASIC, OAUTH2_CLIENT_CREDENTIALS, OAUTH2_REFRESH_TOKEN, "
+            "SESSION_TOKEN credentials, not BEARER",
         ),
         (
             {
