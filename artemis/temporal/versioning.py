@@ -140,6 +140,10 @@ def build_of(deployment: str, build_id: str | None) -> Build:
     return build
 
 
+# What a deployment answers while it is busy or briefly unreachable: asked again.
+BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+
+
 async def describe(client: Client, deployment: str) -> DescribeWorkerDeploymentResponse | None:
     """The deployment as Temporal has it; None while no worker of it has polled."""
     try:
@@ -187,7 +191,16 @@ async def make_current(
     deadline = loop.time() + timeout
     pause = 0.05
     while True:
-        info = await describe(client, build.deployment)
+        try:
+            info = await describe(client, build.deployment)
+        except RPCError as e:
+            # Temporal rate-limits the requests to one deployment ("too many requests
+            # issued to Worker Deployment"), as when several workers start at once.
+            if e.status not in BUSY or loop.time() > deadline:
+                raise
+            await asyncio.sleep(pause)
+            pause = min(max(pause * 2, 0.05), 1.0)
+            continue
         current = current_build(info)
         if current is not None and (current == build.build_id or not replace):
             return current
@@ -206,11 +219,13 @@ async def make_current(
                 )
                 pause = 0.0
             except RPCError as e:
-                # another worker changed the deployment first: look again
+                # another worker changed the deployment first, or the deployment is
+                # busy: look again
                 if e.status not in (
                     RPCStatusCode.FAILED_PRECONDITION,
                     RPCStatusCode.ABORTED,
                     RPCStatusCode.ALREADY_EXISTS,
+                    *BUSY,
                 ):
                     raise
         if loop.time() > deadline:

@@ -137,6 +137,10 @@ class RotatingServer:
             self.unauthorized += 1
             return web.json_response({"error": "invalid_token"}, status=401)
         self.served += 1
+        return await self.page(request)
+
+    async def page(self, request: web.Request) -> web.Response:
+        """The source's answer to an authorized request."""
         return web.json_response({"items": [{"id": 1}]})
 
     def spent(self) -> list[str]:
