@@ -24,6 +24,7 @@ import json
 import math
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote_plus
@@ -297,6 +298,9 @@ class Credentials:
         self.timeout = timeout
         self.max_bytes = max_bytes
         self._secrets: dict[tuple[int, str], str] = {}
+        # Told of each token request (``POST url``, its status or None, milliseconds):
+        # how a preview lists them beside the source's own requests.
+        self.on_token_request: Callable[[str, int | None, float], None] | None = None
         self.token_url = (
             token_url(contract, self.base)
             if any(c.get("auth_type_code") in TOKEN_AUTH_TYPES for c in self.rows)
@@ -594,6 +598,7 @@ class Credentials:
         what = self._token_what()
         if content is not None:
             headers = {**headers, "Content-Type": content[1]}
+        started, status = time.monotonic(), None
         try:
             resp = await client.post(
                 url,
@@ -604,8 +609,13 @@ class Credentials:
                 max_bytes=self.token_max_bytes,
                 transport=self.token_transport,
             )
+            status = resp.status_code
         except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
+        finally:
+            if self.on_token_request is not None:
+                millis = round((time.monotonic() - started) * 1000, 1)
+                self.on_token_request(f"POST {url}", status, millis)
         refusals = (400, 401, 403) if cred.get("auth_type_code") == SESSION else (400, 401)
         _check_token_status(resp, what, cred.get("credential_name"), refusals)
         return resp

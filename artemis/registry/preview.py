@@ -189,6 +189,15 @@ class _Calls:
 
         # Per instance: the copies made for each resource (``for_contract``) record too.
         cc.send = recorded  # type: ignore[method-assign]
+        cc.credentials.on_token_request = self.token
+
+    def token(self, request: str, status: int | None, millis: float) -> None:
+        """A token request (a login, a refresh): its URL, never its form or body."""
+        line = f"{request} (token request; its form is not shown)"
+        call = {"resource": self.resource, "request": line, "status": status, "millis": millis}
+        # Listed before the request that waited for it (the first still in flight).
+        waiting = [i for i, c in enumerate(self.made) if "millis" not in c]
+        self.made.insert(waiting[0] if waiting else len(self.made), call)
 
 
 @dataclasses.dataclass

@@ -24,8 +24,10 @@ from artemis.registry.models import (
     RegProvCredential,
     RegProvenance,
     RegProvEndpointDef,
+    RegProvRecordModel,
     utcnow,
 )
+from artemis.registry.record_steps import as_json, step_problems
 from artemis.registry.resolve import as_utc, current_row, resolve_contract
 from artemis.registry.secret_env import check_secret_env, refused_secret_env
 from artemis.registry.tree import place_of, resource_problems
@@ -280,6 +282,7 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
     findings += _credential_findings(conn)
     findings += _table_findings(conn)
     findings += _resource_findings(conn)
+    findings += _step_findings(conn)
     return findings
 
 
@@ -509,6 +512,24 @@ def _endpoint_findings(conn: Connection) -> list[dict[str, Any]]:
                         f"endpoint in force for task_type={task or '-'}",
                     )
                 )
+    return findings
+
+
+def _step_findings(conn: Connection) -> list[dict[str, Any]]:
+    """A record model row whose record steps the import would refuse (written around it):
+    a run that resolves the row stops with CONFIG_ERROR."""
+    findings: list[dict[str, Any]] = []
+    mt = RegProvRecordModel.__table__  # type: ignore[attr-defined]
+    for r in conn.execute(select(mt).where(mt.c.record_steps_json.is_not(None))).fetchall():
+        steps = as_json(r.record_steps_json)
+        if steps is None:
+            continue
+        problems = step_problems(steps, r.fields_json, r.key_json, not r.coerce_types_enabled)
+        if problems:
+            what = describe(RegProvRecordModel, r)
+            findings.append(
+                _finding("record_steps", mt.name, r.id, f"{what}: {'; '.join(problems)}")
+            )
     return findings
 
 

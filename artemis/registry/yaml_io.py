@@ -270,6 +270,15 @@ def _check_token_endpoints(conn: Connection, pid: int, data: dict[str, Any], sou
                 f"is for, not to the {TOKEN_USAGE} endpoint (leave it out for every "
                 "endpoint)",
             )
+        typed = [t.endpoint_name for t in tokens if t.request_content_type]
+        if kind != SESSION and typed:
+            # RFC 6749 §4.4.2 and §6: an OAuth2 token request is a form, always.
+            raise ArtemisError(
+                ErrorCode.INVALID_INPUT,
+                f"{where}: {kind} asks its {TOKEN_USAGE} endpoint {typed[0]!r} with a form "
+                "(RFC 6749); request_content_type there is for SESSION_TOKEN logins: "
+                "leave it out",
+            )
 
 
 def _check_token_origins(

@@ -143,8 +143,8 @@ def cookies_rotate_key(
     ),
     config: Path | None = ConfigOpt,
 ) -> None:
-    """Re-encrypt every cookie, credential secret and run secret under a new key
-    (MultiFernet) and retire the old keys."""
+    """Re-encrypt every cookie, credential secret, stored refresh or access token and run
+    secret under a new key (MultiFernet) and retire the old keys."""
     new_master = _new_master(new_master_key_env)
     console.print_json(data=_rotate(_settings(config), new_master))
     if new_master_key_env:

@@ -29,6 +29,7 @@ from artemis.registry.record_steps import (
     steps_of,
 )
 from artemis.registry.watermark import take_seen
+from artemis.registry.writes import check_registry
 from artemis.registry.yaml_io import export_yaml, import_yaml
 from artemis.run_state import RunState, stats_view
 from artemis.tasks.base import TaskContext
@@ -488,6 +489,11 @@ def test_a_row_written_around_the_import_stops_the_run_when_it_starts(reg, key_f
         "provenance 'news': record_model: record_steps_json[0].map.to: 'nope' is not a field "
         "of the record model"
     )
+    # `registry check` finds it before a run does.
+    with reg.connect() as conn:
+        found = [f for f in check_registry(conn) if f["kind"] == "record_steps"]
+    assert len(found) == 1 and found[0]["table"] == "reg_prov_record_model", found
+    assert "record_steps_json[0].map.to: 'nope' is not a field" in found[0]["message"]
 
 
 def test_records_filtered_are_counted_in_the_run_s_stats_and_on_the_stream_s_wire():

@@ -516,6 +516,38 @@ def test_refresh_and_session_fields_that_do_not_go_together_are_refused(
     assert "credential[0]" in e.value.message and why in e.value.message
 
 
+@pytest.mark.parametrize("kind", ["OAUTH2_REFRESH_TOKEN", "OAUTH2_CLIENT_CREDENTIALS"])
+def test_an_oauth2_token_endpoint_with_a_content_type_is_refused(reg, key_file, monkeypatch, kind):
+    """An OAuth2 token request is a form (RFC 6749): a content type the TOKEN endpoint
+    names would be ignored, so it is refused; a login's is not."""
+    for name in ("RT_REFRESH_TOKEN", "RT_CLIENT_ID", "RT_CLIENT_SECRET"):
+        monkeypatch.setenv(name, _secret(name.lower()))
+    row = {
+        "credential_name": "c",
+        "auth_type_code": kind,
+        "principal_env": "RT_CLIENT_ID",
+        "secret_env": "RT_REFRESH_TOKEN",
+    }
+    if kind == "OAUTH2_REFRESH_TOKEN":
+        row["client_secret_env"] = "RT_CLIENT_SECRET"
+    token = {
+        "endpoint_name": "token",
+        "endpoint_usage_code": "TOKEN",
+        "path_template": "/t",
+        "request_content_type": "application/json",
+    }
+    doc = provenance(
+        unique_code("typed"), "http://127.0.0.1:9", endpoint_def=[token], credential=[row]
+    )
+    with pytest.raises(ArtemisError) as e:
+        import_yaml(reg, yaml.safe_dump(doc), key_file, source="c.yaml")
+    assert e.value.code is ErrorCode.INVALID_INPUT
+    assert e.value.message == (
+        f"c.yaml: credential[0]: {kind} asks its TOKEN endpoint 'token' with a form (RFC "
+        "6749); request_content_type there is for SESSION_TOKEN logins: leave it out"
+    )
+
+
 # -- session logins ----------------------------------------------------------------------------
 class SessionServer:
     """A login endpoint answering a session token for the right user and password, and a
@@ -660,3 +692,51 @@ async def test_a_login_answer_without_the_token_names_the_path(reg, key_file, se
     assert e.value.code is ErrorCode.SOURCE_CONTRACT
     assert "no token at '$.data.token'" in e.value.message
     assert not [t for t in session.sessions if t in e.value.message]
+
+
+# -- what a preview lists --------------------------------------------------------------------
+async def test_a_preview_lists_the_login_beside_the_sources_requests(
+    reg, key_file, session, tmp_path
+):
+    """A file's preview logs in (the password read from the environment) and lists the
+    login as a request made, its URL only."""
+    from starter.cli.preview import run_preview
+
+    code = unique_code("session_preview")
+    file = tmp_path / "session.yaml"
+    file.write_text(yaml.safe_dump(session_doc(code, session)))
+    report = await asyncio.to_thread(run_preview, settings_for(reg, key_file), str(file), None, 1)
+    lines = [(c["request"], c["status"]) for c in report["requests"]]
+    assert lines[0] == (
+        f"POST {session.server.url}/login (token request; its form is not shown)",
+        200,
+    ), lines
+    assert lines[1][0].startswith(f"GET {session.server.url}/items") and lines[1][1] == 200
+    assert session.password not in json.dumps(report) and len(session.logins) == 1
+
+
+async def test_a_preview_by_code_refreshes_and_keeps_the_rotated_token(reg, key_file, monkeypatch):
+    """A refresh-token provenance previewed by its code: the refresh is listed, and the
+    rotated refresh token is kept sealed (the only thing a preview writes: the spent one
+    is gone at the server), so that the next run goes on with it."""
+    from starter.cli.preview import run_preview
+
+    auth = await rotating(monkeypatch)
+    code = unique_code("rotating_preview")
+    try:
+        import_yaml(reg, yaml.safe_dump(refresh_doc(code, auth)), key_file)
+        settings = settings_for(reg, key_file)
+        report = await asyncio.to_thread(run_preview, settings, code, None, 1)
+        rotated = auth.live
+        Credentials._tokens.clear()  # a worker that held nothing, once the access
+        await asyncio.sleep(LIFETIME_S)  # token the preview stored has run out
+        assert (await get(_client(reg, key_file, code))).status_code == 200
+    finally:
+        await auth.stop()
+    assert report["requests"][0]["request"] == (
+        f"POST {auth.token_server.url}/oauth/token (token request; its form is not shown)"
+    )
+    assert report["requests"][0]["status"] == 200
+    assert auth.refused == [] and len(auth.issued) == 3 and _state(reg).version == 2
+    assert auth.presented[rotated] == 1
+    assert not [t for t in [*auth.issued, *auth.access] if t in json.dumps(report)]
