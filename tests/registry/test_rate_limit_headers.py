@@ -87,7 +87,11 @@ class BudgetApi:
             return web.json_response(
                 {"message": "rate limit exceeded"}, status=429, headers=headers
             )
-        return web.json_response({"items": [{"id": 1}]}, headers=headers)
+        return web.json_response(self.body(request), headers=headers)
+
+    def body(self, request: web.Request) -> dict[str, Any]:
+        """The answer to a request inside the budget."""
+        return {"items": [{"id": 1}]}
 
 
 @pytest.fixture
