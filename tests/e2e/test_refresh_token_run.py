@@ -32,7 +32,8 @@ ROW = {"scope_code": "SOURCE", "effective_from": "2025-01-01T00:00:00Z"}
 
 class PagedRotating(RotatingServer):
     """The rotating server whose source answers ``PAGES`` pages of ``SIZE`` records, then
-    an empty page, each after ``PAGE_DELAY_S``, so that a run's requests span several token lifetimes."""
+    an empty page, each after ``PAGE_DELAY_S``, so that a run's requests span several
+    token lifetimes."""
 
     async def page(self, request: web.Request) -> web.Response:
         await asyncio.sleep(PAGE_DELAY_S)
