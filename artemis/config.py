@@ -32,6 +32,7 @@ from pydantic_settings import (
 from artemis.errors import ArtemisError, ErrorCode, describe_fields, validation_fields
 from artemis.owners import DEFAULT_OWNER
 from artemis.run_models import RunTuning
+from artemis.schedules import ScheduleDef
 
 # The YAML file of the settings being loaded (pydantic-settings' own YAML source reads it).
 _YAML_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
@@ -472,6 +473,18 @@ class Settings(BaseSettings):
     vault: VaultSettings = Field(default_factory=VaultSettings)
     crawler: CrawlerSettings = Field(default_factory=CrawlerSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    # Task runs Temporal starts on a calendar, reconciled at every worker start
+    # (artemis/schedules.py, docs/schedules.md).
+    schedules: list[ScheduleDef] = Field(default_factory=list)
+
+    @field_validator("schedules")
+    @classmethod
+    def _schedule_names(cls, v: list[ScheduleDef]) -> list[ScheduleDef]:
+        names = [d.name for d in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"schedules: each name once ({', '.join(twice)} more than once)")
+        return v
 
     def callback_hosts(self) -> list[str]:
         """The hosts a request's callback URL may name: ``callback.allowed_hosts``, else

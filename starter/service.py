@@ -195,16 +195,10 @@ class RunService(RunReads):
     ) -> Started:
         """Start ``owner``'s run of task ``code`` (its task id and its execution lock are
         ``owner``'s own: ``artemis.owners``), with the caller's role (``ask.role``)."""
-        task = get_task(code)  # 404 TASK_NOT_FOUND first
         params = ask.params
-        check_shared_writes(params, ask.role, owner)
-        prepared = await self._prepared_params(task, params)
+        task, prepared, callback, output = await self._checked(code, ask, owner)
         lock = task.lock_name(prepared)
         lock_id = owned_lock(owner, lock) if lock else None
-        check_request_secrets(ask)
-        callback = self._callback_target(ask)
-        await check_request_urls(self.settings, code, task, params, ask.output, callback)
-        output = await self._run_output(code, task, prepared, ask.output)
         task_id = owned_task_id(owner, ask.task_id or uuid.uuid4().hex)
         workflow_id = lock_workflow_id(lock_id) if lock_id else workflow_id_for(code, task_id)
         if lock and ask.task_id:
@@ -244,6 +238,26 @@ class RunService(RunReads):
         return await self._started(
             handle, task_id, code, workflow_id, params, owner, secrets_key, callback_mode
         )
+
+    async def _checked(
+        self, code: str, ask: StartRequest, owner: str
+    ) -> tuple[TaskUnit, BaseModel, dict[str, Any] | None, dict[str, Any]]:
+        """Everything a start checks before it starts anything: the task, the caller's
+        right to the shared state its params write, the params, the request's secrets
+        and URLs, the sinks. The task, its params, callback and output."""
+        task = get_task(code)  # 404 TASK_NOT_FOUND first
+        check_shared_writes(ask.params, ask.role, owner)
+        prepared = await self._prepared_params(task, ask.params)
+        check_request_secrets(ask)
+        callback = self._callback_target(ask)
+        await check_request_urls(self.settings, code, task, ask.params, ask.output, callback)
+        output = await self._run_output(code, task, prepared, ask.output)
+        return task, prepared, callback, output
+
+    async def check_start(self, code: str, ask: StartRequest, owner: str = DEFAULT_OWNER) -> None:
+        """What ``start`` would refuse of this request now, refused now (a schedule is
+        checked so when it is made; each of its starts is checked again)."""
+        await self._checked(code, ask, owner)
 
     async def _prepared_params(self, task: TaskUnit, params: dict[str, Any]) -> BaseModel:
         """The task's params, validated now so that a bad request is a 422 and not a

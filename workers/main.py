@@ -19,6 +19,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.crawl import CrawlActivities
 from activities.housekeeping import HousekeepingActivities
+from activities.schedules import ScheduleActivities
 from activities.task_run import TaskRunActivities
 from artemis.calls import work
 from artemis.config import Settings
@@ -26,9 +27,13 @@ from artemis.db import get_engine
 from artemis.heap import settle_after_startup
 from artemis.logsetup import configure_logging, get_logger
 from artemis.metrics import serve as serve_metrics
+from artemis.owners import DEFAULT_OWNER
 from artemis.registry.resolve import provenance_rates
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
+from artemis.schedules import start_of, with_time_zone
+from artemis.tasks.registry import get_task
 from artemis.temporal.client import SearchAttributeCheck, connect
+from artemis.temporal.schedules import ScheduleBook
 from artemis.temporal.versioning import Build, make_current, worker_build
 from artemis.tracing import exporting
 from workers.boundary import RunActivityBoundary
@@ -37,6 +42,7 @@ from workflows.cleanup import CleanupWorkflow
 from workflows.note_details import NoteDetailsWorkflow
 from workflows.quarantine_replay import QuarantineReplayWorkflow
 from workflows.reclaim import ReclaimWorkflow
+from workflows.scheduled_start import ScheduledStartWorkflow
 from workflows.task_run import TaskRunWorkflow
 
 log = get_logger("artemis.worker")
@@ -151,6 +157,7 @@ WORKFLOWS = (
     NoteDetailsWorkflow,
     AlertsWorkflow,
     QuarantineReplayWorkflow,
+    ScheduledStartWorkflow,
 )
 
 
@@ -273,6 +280,19 @@ async def ensure_housekeeping(client: Client, settings: Settings, task_queue: st
         )
 
 
+async def reconcile_schedules(client: Client, settings: Settings, task_queue: str) -> None:
+    """At every worker start: the configuration's schedules (``schedules:``) made, updated
+    or removed in Temporal as the file says (artemis/temporal/schedules.py). A task code
+    the workers do not know stops the start, naming the schedule."""
+    wanted = []
+    for d in settings.schedules:
+        get_task(d.task)  # TASK_NOT_FOUND naming the code
+        d = await work(with_time_zone, d, settings.database.url)
+        wanted.append((d, start_of(d, d.owner or DEFAULT_OWNER, "operator")))
+    counts = await ScheduleBook(client, task_queue).reconcile(wanted)
+    log.info("schedules_reconciled", task_queue=task_queue, **counts)
+
+
 def cache_workflow_bytecode() -> bool:
     """Compile the workflow modules' bytecode once, at start-up (best effort).
 
@@ -302,7 +322,12 @@ def build_worker(
         client,
         task_queue=queue,
         workflows=list(WORKFLOWS),
-        activities=[*activities.all(), *HousekeepingActivities(settings).all(), *crawl.all()],
+        activities=[
+            *activities.all(),
+            *HousekeepingActivities(settings).all(),
+            *crawl.all(),
+            *ScheduleActivities(settings, client).all(),
+        ],
         interceptors=[RunActivityBoundary(activities.record, exporting(settings.telemetry))],
         # (worker.sandboxed_workflows: what the sandbox guards and why it is off)
         workflow_runner=SandboxedWorkflowRunner()
@@ -376,6 +401,7 @@ async def running_worker(
             current = await make_current(client, build, replace=promote)
             log.info("worker_build", build=str(build), current=current)
             await ensure_housekeeping(client, settings, queue)
+            await reconcile_schedules(client, settings, queue)
             keeper = asyncio.create_task(keep_housekeeping(client, settings, queue))
             log.info(
                 "worker_started",

@@ -35,6 +35,7 @@ from starter.api.routes import (
     notes,
     quarantine,
     registry,
+    schedules,
     task_types,
     tasks,
 )
@@ -150,6 +151,7 @@ def _include_routers(app: FastAPI, settings: Settings) -> None:
     app.include_router(quarantine.router, **guarded)
     # An operator's or admin's (the route's own dependency says so).
     app.include_router(registry.router, **guarded)
+    app.include_router(schedules.router, **guarded)
     if settings.temporal.payload_encryption:
         # The codec decrypts any run's payloads: admins only.
         app.include_router(

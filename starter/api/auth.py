@@ -80,6 +80,16 @@ async def require_admin(request: Request, _: None = Depends(require_token)) -> N
         )
 
 
+async def require_operator(request: Request, _: None = Depends(require_token)) -> None:
+    """An operator's or admin's route (403 FORBIDDEN naming the role needed)."""
+    who = principal(request)
+    if not who.sees_all:
+        raise ArtemisError(
+            ErrorCode.FORBIDDEN,
+            f"this route needs an operator or admin token (token {who.name!r} is a {who.role})",
+        )
+
+
 def principal(request: Request) -> Principal:
     """Who made ``request`` (set by ``require_token``, which every guarded route runs)."""
     return getattr(request.state, "principal", None) or OPEN

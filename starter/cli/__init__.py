@@ -3,7 +3,7 @@ per command group.
 
 `_common` (settings, failing, calling the API), `servers` (api, samples, db), `cookies`,
 `audit`, `registry`, `tasks` (run, tasks …), `quarantine` (the records runs set aside)
-`watch` (the run's event stream and its live view) and `builds` (the worker builds
+`watch` (the run's event stream and its live view), `schedules` and `builds` (the worker builds
 Temporal knows). The full `artemis` command adds
 `worker`, `dev` and `demo` on top of this app (`infra/devstack/cli.py`): nothing here
 imports a worker.
@@ -30,6 +30,7 @@ from starter.cli.builds import builds_app
 from starter.cli.cookies import cookies_app
 from starter.cli.quarantine import quarantine_app
 from starter.cli.registry import registry_app
+from starter.cli.schedules import schedules_app
 from starter.cli.watch import StepView, iter_events, watch_task
 
 __all__ = ["app", "main", "root_app", "run", "watch_task", "iter_events", "StepView"]
@@ -56,6 +57,7 @@ app.add_typer(quarantine_app, name="quarantine")
 app.add_typer(servers.samples_app, name="samples")
 app.add_typer(servers.db_app, name="db")
 app.add_typer(registry_app, name="registry")
+app.add_typer(schedules_app, name="schedules")
 app.add_typer(cookies_app, name="cookies")
 app.add_typer(builds_app, name="builds")
 

@@ -17,14 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from artemis.calls import work
 from artemis.config import Settings
 from artemis.db import get_engine
-from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import make_client
 from artemis.netguard import Resolver
 from artemis.registry.auth import token_url
 from artemis.registry.preview import MAX_PAGES, preview, registry_contract
 from artemis.registry.resolve import Contract, base_url
 from artemis.security import check_request_url, check_resolved, url_host_port
-from starter.api.auth import principal, require_token
+from starter.api.auth import require_operator
 from starter.api.deps import get_settings
 from starter.api.envelope import envelope
 from starter.api.schemas import INVALID, Envelope, documented
@@ -68,16 +67,6 @@ class PreviewAnswer(BaseModel):
     drafted_model: dict[str, Any] | None = None
     drafted_yaml: str | None = Field(None, description="a `record_model` row, ready to paste")
     draft_problem: str | None = None
-
-
-async def require_operator(request: Request, _: None = Depends(require_token)) -> None:
-    """An operator's or admin's route (403 FORBIDDEN naming the role needed)."""
-    who = principal(request)
-    if not who.sees_all:
-        raise ArtemisError(
-            ErrorCode.FORBIDDEN,
-            f"this route needs an operator or admin token (token {who.name!r} is a {who.role})",
-        )
 
 
 @router.post(

@@ -1,0 +1,139 @@
+"""The scheduled start's activities (workflows/scheduled_start.py): start the task run
+through the API's own start path, ``RunService.start`` (starter/service.py: params
+validated, the owner's task ids and execution locks, secrets sealed, the run recorded in
+task storage), and wait for the run to end. The start path is the API's and not a copy
+of it, so a scheduled run is checked exactly as a requested one is."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import datetime
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from artemis.callback import CallbackTarget
+from artemis.config import Settings
+from artemis.errors import ArtemisError, ErrorCode
+from artemis.logsetup import get_logger
+from artemis.registry.secret_env import refused_secret_env
+from artemis.schedules import ScheduledRun, StartScheduled, run_task_id
+from artemis.tracing import TraceContext, new_span_id, new_trace_id
+from starter.service import RunService, StartRequest
+
+log = get_logger("artemis.schedules")
+
+# How often the wait for a run's end says it is alive.
+HEARTBEAT_S = 20.0
+
+
+class ScheduleActivities:
+    def __init__(self, settings: Settings, client: Client) -> None:
+        self.settings = settings
+        self.client = client
+        self._service: RunService | None = None
+
+    @property
+    def service(self) -> RunService:
+        if self._service is None:
+            self._service = RunService(self.client, self.settings)
+        return self._service
+
+    @activity.defn(name="start_scheduled_run")
+    async def start_scheduled_run(self, inp: StartScheduled) -> ScheduledRun:
+        """Start the schedule's run for the instant it was scheduled for (the same instant,
+        the same task id: a retry attaches to the run a lost answer made)."""
+        start = inp.start
+        task_id = run_task_id(start.name, datetime.fromisoformat(inp.scheduled_at))
+        callback = None
+        if start.callback is not None:
+            callback = CallbackTarget(
+                run_id=task_id,
+                base_url=start.callback.get("base_url"),
+                auth_header=start.callback.get("auth_header"),
+            )
+        ask = StartRequest(
+            params=dict(start.params),
+            task_id=task_id,
+            request_id=f"schedule/{start.name}",
+            timeout_s=start.timeout_s,
+            callback=callback,
+            callback_token=_token(start.token_env, start.name),
+            role=start.role,
+        )
+        trace = TraceContext(new_trace_id(), new_span_id())
+        try:
+            started = await self.service.start(
+                start.task_code, ask, trace, ask.request_id, owner=start.owner
+            )
+        except ArtemisError as e:
+            log.warning(
+                "scheduled_start_failed",
+                schedule=start.name,
+                task_code=start.task_code,
+                code=e.code.value,
+                error=e.message,
+            )
+            raise ApplicationError(
+                e.message, type=e.code.value, non_retryable=not e.retryable
+            ) from None
+        finally:
+            await self.service.drain()
+        done = started.existing_result or {}
+        log.info(
+            "scheduled_run_started",
+            schedule=start.name,
+            task_id=started.task_id,
+            workflow_id=started.workflow_id,
+        )
+        return ScheduledRun(
+            task_id=started.task_id,
+            workflow_id=started.workflow_id,
+            run_id=started.run_id,
+            status=done.get("status"),
+        )
+
+    @activity.defn(name="await_run_end")
+    async def await_run_end(self, run: ScheduledRun) -> ScheduledRun:
+        """Wait for the run's end, heartbeating; its status as the task store has it."""
+        if run.status is None:
+            handle = self.client.get_workflow_handle(run.workflow_id, run_id=run.run_id)
+            ended = asyncio.ensure_future(_quietly(handle.result()))
+            try:
+                while not ended.done():
+                    activity.heartbeat()
+                    await asyncio.wait({ended}, timeout=HEARTBEAT_S)
+            finally:
+                ended.cancel()
+        status = await self.service.status(run.task_id)
+        return ScheduledRun(run.task_id, run.workflow_id, run.run_id, status.get("status"))
+
+    def all(self) -> list[Any]:
+        return [self.start_scheduled_run, self.await_run_end]
+
+
+def _token(env: str | None, name: str) -> str | None:
+    """The callback token a schedule of the configuration names (None: none named, the
+    run sends ``callback.default_token``)."""
+    if env is None:
+        return None
+    why = refused_secret_env(env)
+    value = os.environ.get(env)
+    if why or not value:
+        raise ArtemisError(
+            ErrorCode.CONFIG_ERROR,
+            f"schedule {name!r}: callback.token_env {env}: "
+            + (why or "is not set in the worker's environment"),
+            retryable=False,
+        )
+    return value
+
+
+async def _quietly(waiting: Any) -> None:
+    try:
+        await waiting
+    except Exception:  # the run failed or was cancelled: its status says so
+        pass
