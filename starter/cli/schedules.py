@@ -125,18 +125,23 @@ def schedules_show(
     for key in ("name", "task", "owner", "when", "time_zone", "overlap", "paused", "note"):
         console.print(f"{key}: {escape(str(data.get(key)))}", highlight=False)
     console.print(f"params: {escape(json.dumps(data.get('params')))}", highlight=False)
-    console.print(f"next starts: {', '.join(str(t) for t in data['next_starts'])}")
+    console.print(f"next starts: {', '.join(_second(t) for t in data['next_starts'][:3])}")
     table = Table(show_lines=False)
     for col in ("scheduled at", "outcome", "task id", "status / reason"):
         table.add_column(col, no_wrap=col != "status / reason")
     for r in data.get("recent") or []:
         table.add_row(
-            str(r.get("scheduled_at")),
+            _second(r.get("scheduled_at")),
             str(r.get("outcome")),
             escape(str(r.get("task_id") or "")),
             escape(str(r.get("status") or r.get("reason") or "")),
         )
     console.print(table)
+
+
+def _second(iso: str | None) -> str:
+    """``2026-11-29T08:36:33.378149+00:00`` as ``2026-11-29 08:36:33Z``."""
+    return f"{iso[:10]} {iso[11:19]}Z" if iso else ""
 
 
 def _act(name: str, action: str, body: dict[str, Any] | None, api: str | None, config: Any) -> None:

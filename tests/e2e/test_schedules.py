@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -246,3 +246,117 @@ async def test_a_start_whose_provenance_was_retired_says_why_and_the_schedule_go
     assert name in [s["name"] for s in json.loads(listed.stdout)]
     deleted = await asyncio.to_thread(schedules_cli, stack, "delete", name)
     assert deleted.returncode == 0, deleted.stderr
+
+
+# -- the configuration's schedules ---------------------------------------------------------
+def config_schedules(names: list[str]) -> list[dict[str, Any]]:
+    """Schedules of the configuration that start nothing while the test runs (made
+    paused: they are only made, changed and removed here)."""
+    return [
+        {
+            "name": n,
+            "task": "literature_harvest",
+            "params": {"provenance": "pubmed", "query": n, "start": "2025-01-01"},
+            "at": "02:00",
+            "time_zone": "Pacific/Kiritimati",
+            "paused": True,
+        }
+        for n in names
+    ]
+
+
+def reconciled(tmp_path) -> list[dict[str, Any]]:
+    """Every ``schedules_reconciled`` line the worker processes logged."""
+    log = tmp_path / "worker.log"
+    if not log.exists():
+        return []
+    lines = [json.loads(x) for x in log.read_text().splitlines() if '"schedules_reconciled"' in x]
+    return lines
+
+
+async def test_two_workers_reconcile_the_configurations_schedules_and_leave_others(
+    make_stack, tmp_path
+):
+    from temporalio.client import (
+        Schedule,
+        ScheduleActionStartWorkflow,
+        ScheduleIntervalSpec,
+        ScheduleSpec,
+        ScheduleState,
+    )
+
+    from tests.conftest import start_worker_process
+    from tests.e2e.test_worker_crash import worker_config
+    from tests.helpers import stop_processes
+
+    stack = await make_stack(worker=False, server={"api_tokens": API_TOKENS})
+    queue = stack.settings.temporal.task_queue
+    tag = uuid.uuid4().hex[:6]
+    names = [f"cfg-{tag}-{i}" for i in range(3)]
+    # One made by hand in Temporal (in the same id space, without Artemis' memo), and
+    # one made through the API: a reconcile touches neither.
+    hand = stack.client.get_schedule_handle(schedule_id(queue, f"hand-{tag}"))
+    await stack.client.create_schedule(
+        hand.id,
+        Schedule(
+            action=ScheduleActionStartWorkflow("SomeoneElses", id=f"hand-{tag}", task_queue=queue),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=7))]),
+            state=ScheduleState(paused=True, note="by hand"),
+        ),
+    )
+    by_api = {
+        "name": f"api-{tag}",
+        "task": "literature_harvest",
+        "params": {"provenance": "pubmed", "query": "api", "start": "2025-01-01"},
+        "every": "7d",
+        "paused": True,
+    }
+
+    workers: list[Any] = []
+    try:
+        config = worker_config(stack, tmp_path, schedules=config_schedules(names))
+        workers = [start_worker_process(config, tmp_path / f"w{i}.out") for i in (1, 2)]
+        await eventually(lambda: len(reconciled(tmp_path)) == 2, "both workers to reconcile")
+        resp = await stack.http.post("/schedules", json=by_api, headers=OPERATOR)
+        assert resp.status_code == 201, resp.text
+        counts = [(r["created"], r["kept"]) for r in reconciled(tmp_path)]
+        # Between them, each schedule made once; the other worker found it made.
+        assert sum(c for c, _ in counts) == 3 and sum(k for _, k in counts) == 3, counts
+        for n in names:
+            desc = await stack.client.get_schedule_handle(schedule_id(queue, n)).describe()
+            assert desc.schedule.spec.time_zone_name == "Pacific/Kiritimati"
+
+        async def listed() -> list[str]:
+            resp = await stack.http.get("/schedules", headers=OPERATOR)
+            got = sorted(s["name"] for s in resp.json()["data"]["items"] if tag in s["name"])
+            return got if len(got) == 4 else []
+
+        assert await eventually(listed, "the API to list four schedules") == sorted(
+            [*names, f"api-{tag}"]
+        )
+        stop_processes(*workers)
+
+        # The file drops one and changes another: the next start removes and updates them.
+        changed = config_schedules(names[:2])
+        changed[1]["at"] = "03:30"
+        config = worker_config(stack, tmp_path, schedules=changed)
+        workers.append(start_worker_process(config, tmp_path / "w3.out"))
+        await eventually(lambda: len(reconciled(tmp_path)) == 3, "the new worker to reconcile")
+        last = reconciled(tmp_path)[-1]
+        assert (last["deleted"], last["updated"], last["kept"]) == (1, 1, 1), last
+    finally:
+        stop_processes(*workers)
+    with pytest.raises(RPCError) as e:
+        await stack.client.get_schedule_handle(schedule_id(queue, names[2])).describe()
+    assert e.value.status == RPCStatusCode.NOT_FOUND
+    moved = await stack.client.get_schedule_handle(schedule_id(queue, names[1])).describe()
+    assert moved.schedule.spec.calendars[0].hour[0].start == 3
+    still = await hand.describe()
+    assert still.schedule.state.note == "by hand" and still.schedule.state.paused
+    assert (await view(stack, f"api-{tag}"))["made_by"] == "api"
+    # Neither the API nor the CLI may change the one made by hand.
+    resp = await stack.http.post(f"/schedules/hand-{tag}/trigger", headers=OPERATOR)
+    assert resp.status_code == 404 and "not made by Artemis" in resp.text, resp.text
+    for name in [*names[:2], f"api-{tag}"]:
+        await stack.http.delete(f"/schedules/{name}", headers=OPERATOR)
+    await hand.delete()
