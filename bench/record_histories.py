@@ -241,7 +241,35 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         )
         if resp.status_code not in (200, 207):
             raise SystemExit(f"note details: {resp.text[:300]}")
+        await scheduled(d, {**quotes, "symbols": ["AAPL"]})
         return d.scenarios
+
+
+async def scheduled(d: Driver, params: dict[str, Any]) -> None:
+    """A schedule's start, triggered: its starter workflow starts a run through the API's
+    start path and waits for the run's end (``ScheduledStart-scheduled-completed``)."""
+    api, http = d.stack.api, d.http
+    body = {"name": "rec", "task": "pull_stock_quotes", "params": params, "every": "1d"}
+    resp = await http.post(f"{api}/schedules", json=body)
+    if resp.status_code != 201:
+        raise SystemExit(f"schedule: {resp.text[:300]}")
+    resp = await http.post(f"{api}/schedules/rec/trigger", json={})
+    if resp.status_code != 202:
+        raise SystemExit(f"schedule trigger: {resp.text[:300]}")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        recent = (await http.get(f"{api}/schedules/rec")).json()["data"]["recent"]
+        if any(r.get("outcome") == "start failed" for r in recent):
+            raise SystemExit(f"schedule: the start failed: {recent}")
+        done = [r for r in recent if r.get("outcome") == "started"]
+        if done:
+            d.scenarios[done[0]["starter_workflow_id"]] = "scheduled"
+            d.scenarios[done[0]["workflow_id"]] = "scheduled"
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise SystemExit(f"schedule: the triggered start did not end within 120 s: {recent}")
+    await http.request("DELETE", f"{api}/schedules/rec", json={})
 
 
 async def finish_housekeeping(stack: BenchStack, client: Any) -> dict[str, str]:

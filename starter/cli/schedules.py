@@ -174,11 +174,12 @@ def schedules_unpause(
 @schedules_app.command("trigger")
 def schedules_trigger(name: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
     """Start the schedule's run now (the overlap policy applies)."""
-    _act(name, "trigger", None, api, config)
+    _act(name, "trigger", {}, api, config)
 
 
 @schedules_app.command("delete")
 def schedules_delete(name: str, api: str | None = None, config: Path | None = ConfigOpt) -> None:
     """Delete a schedule (the runs it started go on)."""
     base, settings = _base(api, config)
-    console.print_json(data=_call("DELETE", f"{base}/{name}", settings)["data"])
+    # a JSON body: an API without tokens takes state changes as JSON only (CSRF)
+    console.print_json(data=_call("DELETE", f"{base}/{name}", settings, json={})["data"])

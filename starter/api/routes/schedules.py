@@ -53,6 +53,18 @@ class ScheduleView(BaseModel):
     )
 
 
+class ScheduleAction(BaseModel):
+    """What was done to a schedule."""
+
+    name: str
+    triggered: bool | None = None
+    deleted: bool | None = None
+
+
+class ScheduleList(BaseModel):
+    items: list[ScheduleView]
+
+
 class NoteBody(BaseModel):
     note: str = Field("", max_length=500, description="why (shown in the Temporal UI)")
 
@@ -80,7 +92,7 @@ async def create_schedule(
     "/schedules",
     operation_id="list_schedules",
     summary="The schedules Artemis made for this task queue",
-    responses=documented(ScheduleView),
+    responses=documented(ScheduleList),
 )
 async def list_schedules(
     request: Request, book: ScheduleService = Depends(schedules)
@@ -100,7 +112,12 @@ async def get_schedule(
     return envelope(request, await book.show(name))
 
 
-@router.post("/schedules/{name}/pause", operation_id="pause_schedule", responses=MISSING)
+@router.post(
+    "/schedules/{name}/pause",
+    operation_id="pause_schedule",
+    summary="Pause a schedule",
+    responses={**documented(ScheduleView), **MISSING},
+)
 async def pause_schedule(
     request: Request,
     name: str = NAME,
@@ -110,7 +127,12 @@ async def pause_schedule(
     return envelope(request, await book.pause(name, body.note or "paused by request"))
 
 
-@router.post("/schedules/{name}/unpause", operation_id="unpause_schedule", responses=MISSING)
+@router.post(
+    "/schedules/{name}/unpause",
+    operation_id="unpause_schedule",
+    summary="Unpause a schedule",
+    responses={**documented(ScheduleView), **MISSING},
+)
 async def unpause_schedule(
     request: Request,
     name: str = NAME,
@@ -120,14 +142,25 @@ async def unpause_schedule(
     return envelope(request, await book.unpause(name, body.note or "unpaused by request"))
 
 
-@router.post("/schedules/{name}/trigger", operation_id="trigger_schedule", responses=MISSING)
+@router.post(
+    "/schedules/{name}/trigger",
+    operation_id="trigger_schedule",
+    summary="Start the schedule's run now",
+    status_code=202,
+    responses={**documented(ScheduleAction, 202), **MISSING},
+)
 async def trigger_schedule(
     request: Request, name: str = NAME, book: ScheduleService = Depends(schedules)
 ) -> JSONResponse:
     return envelope(request, await book.trigger(name), status=202)
 
 
-@router.delete("/schedules/{name}", operation_id="delete_schedule", responses=MISSING)
+@router.delete(
+    "/schedules/{name}",
+    operation_id="delete_schedule",
+    summary="Delete a schedule (the runs it started go on)",
+    responses={**documented(ScheduleAction), **MISSING},
+)
 async def delete_schedule(
     request: Request, name: str = NAME, book: ScheduleService = Depends(schedules)
 ) -> JSONResponse:
