@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -228,8 +228,12 @@ def with_time_zone(d: ScheduleDef, database_url: str) -> ScheduleDef:
 def run_task_id(name: str, scheduled_at: datetime) -> str:
     """The task id of the run a schedule starts for ``scheduled_at``: the same instant
     gives the same task id, so a start retried after a lost answer attaches to the run
-    it made."""
-    return f"{name}-{scheduled_at.strftime('%Y%m%dT%H%M%SZ')}"
+    it made. A triggered start's instant has a fraction of a second (two triggers within
+    a second are two runs); a calendar's is whole."""
+    stamp = scheduled_at.astimezone(UTC).strftime("%Y%m%dT%H%M%S")
+    if scheduled_at.microsecond:
+        stamp += f".{scheduled_at.microsecond:06d}"
+    return f"{name}-{stamp}Z"
 
 
 def schedule_id(task_queue: str, name: str) -> str:

@@ -87,6 +87,9 @@ async def test_a_schedule_every_minute_starts_update_runs_owned_by_its_maker(mak
         "params": {"provenance": code, "task_type": "update", "start": "2025-03-01"},
         "every": "1m",
         "offset": minute_offset(),
+        # The CronJob is called back, its run id the run's task id; the token is the
+        # configured default (the schedule holds none).
+        "callback": {"base_url": f"{stack.samples_url}/cronjob/runs"},
     }
     # A client may not make one: its runs would move the shared pointer.
     resp = await stack.http.post("/schedules", json=body, headers=CLIENT)
@@ -123,6 +126,13 @@ async def test_a_schedule_every_minute_starts_update_runs_owned_by_its_maker(mak
     assert first["task_id"] in [t["task_id"] for t in listed_runs.json()["data"]["items"]]
     task = (await stack.http.get(f"/tasks/{first['task_id']}", headers=OPERATOR)).json()["data"]
     assert task["status"] == "completed" and task["stats"]["records_fetched"] == 2, task
+    bare = first["task_id"].split("~", 1)[1]
+    finals = await eventually(lambda: stack.finals(bare), "the run's finalize callback")
+    assert finals[0]["body"]["result"] == "success", finals
+    # A token for the callback is the workers' to name, never a schedule's.
+    leak = {**body, "name": f"x{name}", "callback": {"token_env": "CRONJOB_TOKEN"}}
+    resp = await stack.http.post("/schedules", json=leak, headers=OPERATOR)
+    assert resp.status_code == 422 and "callback.token_env" in resp.text, resp.text
     # Its role is its maker's: the shared pointer moved.
     assert watermark(stack, code)[0] == datetime(2025, 3, 1, 12, tzinfo=UTC)
 
