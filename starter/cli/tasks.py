@@ -22,6 +22,7 @@ from starter.cli._common import (
     _parse_kv,
     _settings,
     console,
+    err_console,
 )
 from starter.cli.watch import iter_events, watch_task
 
@@ -133,18 +134,21 @@ def run(
         body["params"] = _as_schema(base, settings, code, body["params"])
     data = _call("POST", f"{base}/tasks/{code}/run?mode=async", settings, json=body)["data"]
     task_id = data["task_id"]
-    console.print(
+    # With -o json standard output holds the result alone; what a person reads meanwhile
+    # goes to standard error.
+    said = err_console if output is RunOutput.json else console
+    said.print(
         f"started [bold]{escape(code)}[/bold] task {escape(task_id)} · "
         f"workflow {escape(data['workflow_id'])}"
     )
     if data.get("defaults_applied"):
         applied = ", ".join(data["defaults_applied"])
-        console.print(f"from task_defaults.{escape(code)}: {escape(applied)}", highlight=False)
-    console.print(f"UI: {data['links']['ui']}")
+        said.print(f"from task_defaults.{escape(code)}: {escape(applied)}", highlight=False)
+    said.print(f"UI: {data['links']['ui']}", soft_wrap=True)
     if async_:
         print_run(data, output)
         return
-    final = watch_task(base, task_id, settings)
+    final = watch_task(base, task_id, settings, to=said)
     print_run(final, output)
     if final.get("status") != RunStatus.COMPLETED:
         raise typer.Exit(1)
@@ -282,10 +286,32 @@ def tasks_show(
     settings = _settings(config)
     base = _api_url(settings, api)
     task_id = _resolve_id(base, settings, task_id)
-    print_run(_call("GET", f"{base}/tasks/{task_id}", settings)["data"], output)
-    if events:
-        for ev in iter_events(base, task_id, settings, follow=False):
-            console.print(json.dumps(ev, ensure_ascii=False), highlight=False, soft_wrap=True)
+    data = _call("GET", f"{base}/tasks/{task_id}", settings)["data"]
+    seen = list(iter_events(base, task_id, settings, follow=False)) if events else None
+    if output is RunOutput.json:
+        # one document: the run, and with --events its events under "events"
+        console.print_json(data=data if seen is None else {**data, "events": seen})
+        return
+    print_run(data, output)
+    for ev in seen or []:
+        console.print(event_line(ev), highlight=False, soft_wrap=True)
+
+
+def event_line(ev: dict[str, Any]) -> str:
+    """An event as one line of text: its time, its kind and its fields."""
+    skip = {"event", "timestamp", "task_id", "id"}
+    ms = ev.get("timestamp")
+    at = (
+        datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+        if isinstance(ms, int | float)
+        else ""
+    )
+    rest = " ".join(
+        f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}"
+        for k, v in ev.items()
+        if k not in skip and v not in (None, "", [], {})
+    )
+    return escape(f"{at} {ev.get('event', '?')} {rest}".strip())
 
 
 def _control(task_id: str, path: str, body: dict, api: str | None, config: Path | None) -> None:
@@ -354,7 +380,8 @@ def tasks_watch(
     when it ended other than completed (failed, cancelled, timed out), as `artemis run`."""
     settings = _settings(config)
     base = _api_url(settings, api)
-    final = watch_task(base, _resolve_id(base, settings, task_id), settings)
+    said = err_console if output is RunOutput.json else console
+    final = watch_task(base, _resolve_id(base, settings, task_id), settings, to=said)
     print_run(final, output)
     if final.get("status") != RunStatus.COMPLETED:
         raise typer.Exit(1)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 from httpx_sse import ServerSentEvent, connect_sse
+from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -196,13 +197,22 @@ def _closed_record(base: str, task_id: str, settings: Settings) -> dict[str, Any
         time.sleep(0.2)
 
 
-def watch_task(base: str, task_id: str, settings: Settings, quiet: bool = False) -> dict[str, Any]:
-    """Show the run's steps live (from its event stream) until it ends; return its status."""
+def watch_task(
+    base: str,
+    task_id: str,
+    settings: Settings,
+    quiet: bool = False,
+    to: Console | None = None,
+) -> dict[str, Any]:
+    """Show the run's steps live (from its event stream) until it ends, on ``to`` (the
+    standard output's console unless told; a command printing JSON shows them on standard
+    error); return its status."""
     view = StepView(task_id)
-    live = nullcontext() if quiet else Live(view, console=console, refresh_per_second=8)
+    out = to or console
+    live = nullcontext() if quiet else Live(view, console=out, refresh_per_second=8)
     with live:
         for ev in iter_events(base, task_id, settings):
             view.apply(ev)
     if not quiet:
-        console.line()
+        out.line()
     return _closed_record(base, task_id, settings)

@@ -88,23 +88,31 @@ async def test_cli_run_show_and_cancel(stack):
         api=stack.api_url,
     )
     assert out.returncode == 0, out.stderr
-    assert "started pull_stock_quotes task" in out.stdout
-    final = json.loads(out.stdout[out.stdout.index("{") :])
+    # -o json (the default): standard output is the result alone, a script parses it;
+    # the start line and the live view go to standard error.
+    assert "started pull_stock_quotes task" in out.stderr
+    final = json.loads(out.stdout)
     assert final["status"] == "completed" and final["stats"]["records_emitted"] == 20
 
     # The live view rendered the plan steps from the event stream.
-    assert "Emit to sinks" in out.stdout and "completed" in out.stdout
+    assert "Emit to sinks" in out.stderr and "completed" in out.stderr
     shown = await asyncio.to_thread(_cli, "tasks", "show", final["task_id"], api=stack.api_url)
     assert shown.returncode == 0 and json.loads(shown.stdout)["status"] == "completed"
     with_events = await asyncio.to_thread(
         _cli, "tasks", "show", final["task_id"], "--events", api=stack.api_url
     )
     assert with_events.returncode == 0, with_events.stderr
-    lines = [json.loads(x) for x in with_events.stdout.splitlines() if x.startswith('{"event"')]
+    lines = json.loads(with_events.stdout)["events"]
     assert lines[0]["event"] == "plan_update" and lines[-1]["event"] == "complete"
+    as_text = await asyncio.to_thread(
+        _cli, "tasks", "show", final["task_id"], "--events", "-o", "table", api=stack.api_url
+    )
+    assert as_text.returncode == 0, as_text.stderr
+    assert not [x for x in as_text.stdout.splitlines() if x.startswith('{"event"')]
+    assert " plan_update " in as_text.stdout and " complete" in as_text.stdout
     watched = await asyncio.to_thread(_cli, "tasks", "watch", final["task_id"], api=stack.api_url)
     assert watched.returncode == 0, watched.stderr
-    assert "Fetch pages" in watched.stdout and '"status": "completed"' in watched.stdout
+    assert "Fetch pages" in watched.stderr and json.loads(watched.stdout)["status"] == "completed"
 
     cancel = await asyncio.to_thread(_cli, "tasks", "cancel", final["task_id"], api=stack.api_url)
     assert cancel.returncode == 1 and "CONFLICT" in cancel.stderr
@@ -227,7 +235,7 @@ async def test_cli_conventions_prefix_ids_output_formats_cursor_task_types_and_l
         api=stack.api_url,
     )
     assert out.returncode == 0, out.stderr
-    task_id = json.loads(out.stdout[out.stdout.index("{") :])["task_id"]
+    task_id = json.loads(out.stdout)["task_id"]
     # a unique prefix of the id is enough
     shown = await asyncio.to_thread(_cli, "tasks", "show", task_id[:10], api=stack.api_url)
     assert shown.returncode == 0, shown.stderr
