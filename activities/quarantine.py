@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.run_base import RunActivityBase, heartbeating, log, secrets_key
 from artemis import quarantine
@@ -17,6 +18,7 @@ from artemis.calls import work
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.quarantine import Stage, judge
+from artemis.redact import redact_text
 from artemis.run_models import ReplayBatchInput, ReplayResult, RunRef
 from artemis.sinks import EmitContext
 from artemis.sinks.sealing import operator_secret, register_sink_secret, unseal_output
@@ -28,8 +30,17 @@ from artemis.tracing import TraceContext, new_span_id, new_trace_id
 class QuarantineActivities(RunActivityBase):
     @activity.defn(name="replay_quarantined")
     async def replay_quarantined(self, inp: ReplayBatchInput) -> ReplayResult:
-        async with heartbeating():
-            return await self._replay(inp)
+        try:
+            async with heartbeating():
+                return await self._replay(inp)
+        except ArtemisError as e:
+            # A replay carries no run reference, so no run boundary types its errors: a
+            # permanent one (a table the records do not fit) ends the replay at once,
+            # naming the cause; a transient one is retried by the workflow's policy.
+            log.warning("quarantine_replay_failed", task_id=inp.task_id, code=e.code.value)
+            raise ApplicationError(
+                redact_text(e.message), type=e.code.value, non_retryable=not e.retryable
+            ) from None
 
     async def _replay(self, inp: ReplayBatchInput) -> ReplayResult:
         db = self.settings.database.url

@@ -236,12 +236,16 @@ class RecordSpec:
             )
         return cols
 
-    def check_table(self, table: sa.Table, where: str) -> list[sa.Column]:
+    def check_table(
+        self, table: sa.Table, where: str
+    ) -> tuple[list[sa.Column], list[sa.Column]]:
         """An existing table holds the model's values: every field a column of a fitting
         type, the load columns present. Returns the columns of nullable fields the table
-        lacks (a model that grew: they are added); any other misfit is an error naming
-        the column and what to do."""
+        lacks (a model that grew: they are added) and the NOT NULL columns of fields the
+        model now lets be null (a field turned optional: the column takes nulls from now
+        on); any other misfit is an error naming the column and what to do."""
         missing: list[sa.Column] = []
+        relaxed: list[sa.Column] = []
         for col in self.sql_columns():
             have = table.columns.get(col.name)
             kind = self.kinds[col.name]
@@ -262,11 +266,7 @@ class RecordSpec:
                     "this one)"
                 )
             if col.nullable and not have.nullable and not have.primary_key:
-                raise schema_error(
-                    f"{where}: column {col.name!r} of table {table.name!r} is NOT NULL, the "
-                    "model lets it be null: allow nulls in the column (ALTER TABLE … DROP "
-                    "NOT NULL), or declare the field without '| None'"
-                )
+                relaxed.append(have)
         for name in LOAD_COLUMNS:
             if name not in table.columns:
                 raise schema_error(f"{where}: table {table.name!r} has no column {name!r}")
@@ -282,7 +282,7 @@ class RecordSpec:
                 "has no field for: declare the field again, allow nulls in the column, or "
                 "map the source to a new table"
             )
-        return missing
+        return missing, relaxed
 
     @cached_property
     def arrow_schema(self) -> pa.Schema:

@@ -154,11 +154,14 @@ class SqlSink(Sink):
     ) -> tuple[sa.Table, sa.Table]:
         """The table there, checked against the model (a grown model's columns added)."""
         table = sa.Table(self.table_name, metadata, autoload_with=conn)
-        added = self.record.check_table(table, self._where())
+        added, relaxed = self.record.check_table(table, self._where())
         for col in added:
             # A model that grew a nullable field: its column joins the table.
             self._add_column(conn, table, col)
-        if added:
+        if relaxed:
+            # A field turned optional: its column takes nulls.
+            self._allow_nulls(conn, [c.name for c in relaxed])
+        if added or relaxed:
             metadata = sa.MetaData()
             ledger = _ledger_table(metadata)
             table = sa.Table(self.table_name, metadata, autoload_with=conn)
@@ -251,6 +254,34 @@ class SqlSink(Sink):
                 f"{len(table.columns)}): {refused}"
             ) from None
         log.info("sql_sink_column_added", table=self.table_name, column=col.name)
+
+    def _allow_nulls(self, conn: sa.Connection, names: list[str]) -> None:
+        """NOT NULL dropped from columns ``names``, in the sink's transaction: on
+        PostgreSQL ``ALTER COLUMN … DROP NOT NULL`` (the catalog only); SQLite cannot
+        alter a column, so the table is rebuilt with its rows, keys and indexes by
+        Alembic's batch mode (a new table, the rows copied, the old one dropped, the new
+        one renamed), which another writer waits for."""
+        # lazy: Alembic's operations are needed for this change only
+        from alembic.migration import MigrationContext
+        from alembic.operations import Operations
+
+        ops = Operations(MigrationContext.configure(conn))
+        try:
+            if conn.dialect.name == "sqlite":
+                with ops.batch_alter_table(self.table_name, recreate="always") as batch:
+                    for name in names:
+                        batch.alter_column(name, nullable=True)
+            else:
+                for name in names:
+                    ops.alter_column(self.table_name, name, nullable=True)
+        except DBAPIError as e:
+            refused = _refusal(e)
+            if refused is None:
+                raise
+            raise schema_error(
+                f"{self._where()}: allowing nulls in column(s) {', '.join(names)}: {refused}"
+            ) from None
+        log.info("sql_sink_nulls_allowed", table=self.table_name, columns=names)
 
     async def emit(
         self, client: HttpClient, records: list[dict[str, Any]], ctx: EmitContext

@@ -183,47 +183,21 @@ def quarantine_show(
 
 
 def _wait_replay(
-    base: str, settings: Settings, task_id: str, asked: dict[int, int], timeout: float
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """Wait until the replay has judged every row in ``asked`` (id: its replays before);
-    return the rows as they are then, and those it cannot judge (kept without a body).
-
-    A row is judged once its status changed or its replay count went up. The replay goes
-    through the rows in id order and passes over a row kept without its record, which
-    would otherwise hold the wait forever: so the lowest row not judged yet is looked at
-    once, and left out when it has no record."""
-    pending = dict(asked)
-    judged: list[dict[str, Any]] = []
-    skipped: list[int] = []
-    with_record: set[int] = set()
+    base: str, settings: Settings, accepted: dict[str, Any], timeout: float
+) -> dict[str, Any]:
+    """The replay's state once its workflow has ended (completed, failed, cancelled), as
+    ``GET /quarantine/replay`` says; fails naming where it is after ``timeout``."""
+    query = {"task_id": accepted["task_id"], "run_id": accepted.get("run_id")}
     deadline = time.monotonic() + timeout
     while True:
-        if pending:
-            now = {
-                r["id"]: r
-                for r in _rows(base, settings, task_id, after=min(pending) - 1, until=max(pending))
-            }
-            for row_id, replays in list(pending.items()):
-                row = now.get(row_id)
-                if row is None:  # gone meanwhile (the retention clean-up): nothing to wait for
-                    del pending[row_id]
-                elif row["status"] != Status.quarantined or row["replays"] > replays:
-                    judged.append(row)
-                    del pending[row_id]
-        while pending and min(pending) not in with_record:
-            low = min(pending)
-            row = _call("GET", f"{base}/quarantine/records/{low}", settings)["data"]
-            if row.get("record") is not None:
-                with_record.add(low)
-            else:
-                skipped.append(low)
-                del pending[low]
-        if not pending:
-            return judged, skipped
+        state = _call("GET", f"{base}/quarantine/replay", settings, params=query)["data"]
+        if state["status"] != "running":
+            return state
         if time.monotonic() > deadline:
             _fail(
-                f"the replay of {task_id} has not ended after {timeout:g} s: {len(pending)} "
-                "rows not judged yet (it goes on; `artemis quarantine list` shows where it is)"
+                f"the replay of {accepted['task_id']} is still running after {timeout:g} s "
+                f"({state.get('landed') or 0} landed so far; it goes on: workflow "
+                f"{accepted['workflow_id']})"
             )
         time.sleep(_POLL_S)
 
@@ -238,16 +212,13 @@ def quarantine_replay(
     config: Path | None = ConfigOpt,
 ) -> None:
     """Judge a run's quarantined records again, by the task and record model in force now:
-    those that fit land in the run's sinks (once), the rest stay quarantined."""
+    those that fit land in the run's sinks (once), the rest stay quarantined. Waits for
+    the replay's workflow to end: exit 0 when it completed (what landed and what is still
+    bad printed), 1 when it failed or was cancelled (its reason printed)."""
     settings = _settings(config)
     base = _api_url(settings, api)
     task_id = _resolve_id(base, settings, task_id)
     wanted = set(ids)
-    asked: dict[int, int] = {}
-    if wait:  # what the replay will judge, before it starts
-        for r in _rows(base, settings, task_id, status=Status.quarantined.value):
-            if not wanted or r["id"] in wanted:
-                asked[r["id"]] = r["replays"]
     body: dict[str, Any] = {"task_id": task_id, **({"ids": sorted(wanted)} if wanted else {})}
     accepted = _call("POST", f"{base}/quarantine/replay", settings, json=body)["data"]
     console.print(
@@ -257,18 +228,16 @@ def quarantine_replay(
     )
     if not wait:
         return
-    judged, skipped = _wait_replay(base, settings, accepted["task_id"], asked, timeout)
-    landed = sum(1 for r in judged if r["status"] == Status.replayed)
-    still_bad = sum(1 for r in judged if r["status"] == Status.quarantined)
-    line = f"landed {landed} · still bad {still_bad}"
-    if skipped:
-        line += f" · {len(skipped)} kept without their record (cannot be replayed)"
-    console.print(line, highlight=False)
+    state = _wait_replay(base, settings, accepted, timeout)
+    if state["status"] != "completed":
+        error = state.get("error") or {}
+        _fail(
+            f"the replay {state['status']}: {error.get('code', '')}: "
+            f"{error.get('message', 'no reason given')} (the rows stay quarantined)"
+        )
+    console.print(f"landed {state['landed']} · still bad {state['still_bad']}", highlight=False)
     counts = _page(base, settings, accepted["task_id"], limit=1)["counts"]
-    console.print(
-        f"{escape(accepted['task_id'])}: {_counts_line(counts)}",
-        highlight=False,
-    )
+    console.print(f"{escape(accepted['task_id'])}: {_counts_line(counts)}", highlight=False)
 
 
 @quarantine_app.command("discard")

@@ -111,8 +111,6 @@ def make_table(tmp_path: Path) -> None:
     [
         # a required field dropped from the model: its NOT NULL column would be unfilled
         ({"sku": "str", "note": "str | None"}, "NOT NULL column 'qty'"),
-        # a field made nullable while its column is NOT NULL
-        ({"sku": "str", "qty": "int | None", "note": "str | None"}, "column 'qty'"),
         # a changed type
         ({"sku": "str", "qty": "str", "note": "str | None"}, "column 'qty'"),
     ],
@@ -124,6 +122,28 @@ def test_a_table_the_model_no_longer_fits_is_refused_at_start(tmp_path, fields, 
         check_sql_output(output, spec)
     assert e.value.code is ErrorCode.CONFIG_ERROR and not e.value.retryable
     assert needle in e.value.message
+
+
+def test_a_field_made_nullable_lets_its_column_take_nulls_keeping_rows_and_key(tmp_path):
+    make_table(tmp_path)
+    output, _ = spec_for(tmp_path, MODEL["fields"])
+    engine = sa.create_engine(output["sql"]["url"])
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO stock (sku, qty, note, _artemis_task_id, _artemis_page_seq, "
+                "_artemis_loaded_at) VALUES ('a', 1, NULL, 't', 0, '2026-01-01')"
+            )
+        )
+    output, spec = spec_for(tmp_path, {**MODEL["fields"], "qty": "int | None"})
+    check_sql_output(output, spec)
+    with engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        columns = {c["name"]: c for c in inspector.get_columns("stock")}
+        key = inspector.get_pk_constraint("stock")["constrained_columns"]
+        rows = conn.execute(sa.text("SELECT sku, qty FROM stock")).all()
+    assert columns["qty"]["nullable"] is True and not columns["sku"]["nullable"]
+    assert key == ["sku"] and [tuple(r) for r in rows] == [("a", 1)]
 
 
 def test_a_model_that_adds_a_nullable_field_adds_its_column(tmp_path):

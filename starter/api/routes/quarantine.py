@@ -10,15 +10,22 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from artemis import quarantine
 from artemis.calls import work
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.owners import owner_of, task_id_for
-from artemis.run_models import REPLAY_WORKFLOW_NAME, ReplayRequest, replay_workflow_id
+from artemis.run_models import (
+    REPLAY_WORKFLOW_NAME,
+    ReplayRequest,
+    ReplayResult,
+    replay_workflow_id,
+)
 from starter.api.auth import principal, require_token
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope
@@ -203,6 +210,88 @@ async def replay_quarantine(
         rows=len(body.ids) if body.ids is not None else waiting,
     )
     return envelope(request, answer.model_dump(), status=202)
+
+
+class ReplayState(BaseModel):
+    """The replay of a run's quarantined records, as Temporal has it."""
+
+    task_id: str
+    workflow_id: str
+    run_id: str | None = None
+    status: str = Field(description="`running`, `completed`, `failed`, `cancelled`, ...")
+    landed: int | None = Field(None, description="records landed (so far, while running)")
+    still_bad: int | None = None
+    error: dict[str, Any] | None = Field(
+        None, description="a failed replay: `code` and `message` (the column, what to do)"
+    )
+
+
+@router.get(
+    "/quarantine/replay",
+    operation_id="replay_state",
+    summary="How the last replay of a run's quarantined records went, or goes",
+    responses={**documented(ReplayState), **NOT_FOUND, **INVALID},
+    dependencies=[Depends(require_token)],
+)
+async def replay_state(
+    request: Request,
+    task_id: str = Query(min_length=1, max_length=300),
+    run_id: str | None = Query(None, max_length=100, description="one replay (default: last)"),
+    service: RunService = Depends(get_service),
+) -> JSONResponse:
+    full = _task_id(request, task_id)
+    workflow_id = replay_workflow_id(full)
+    handle = service.client.get_workflow_handle(
+        workflow_id, run_id=run_id, result_type=ReplayResult
+    )
+    try:
+        desc = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise ArtemisError(
+                ErrorCode.TASK_NOT_FOUND, f"no replay of {task_id!r} is known"
+            ) from None
+        raise
+    state = ReplayState(
+        task_id=full,
+        workflow_id=workflow_id,
+        run_id=desc.run_id,
+        status=_status_word(desc.status),
+    )
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        try:
+            now = await handle.query("progress", result_type=ReplayResult)
+            state.landed, state.still_bad = now.landed, now.still_bad
+        except Exception:  # not answering yet: no counts
+            pass
+    elif desc.status == WorkflowExecutionStatus.COMPLETED:
+        done = await handle.result()
+        state.landed, state.still_bad = done.landed, done.still_bad
+    else:
+        state.error = await _replay_failure(handle)
+    return envelope(request, state.model_dump())
+
+
+def _status_word(status: WorkflowExecutionStatus | None) -> str:
+    word = (status.name if status else "UNKNOWN").lower()
+    return "cancelled" if word == "canceled" else word.replace("_", " ")
+
+
+async def _replay_failure(handle: Any) -> dict[str, Any]:
+    """A replay that did not complete: its failure's code and message."""
+    try:
+        await handle.result()
+    except WorkflowFailureError as e:
+        cause: Any = e.cause
+        while getattr(cause, "cause", None) is not None:
+            cause = cause.cause
+        return {
+            "code": getattr(cause, "type", None) or "INTERNAL",
+            "message": getattr(cause, "message", None) or str(cause),
+        }
+    except Exception as e:
+        return {"code": "INTERNAL", "message": f"{type(e).__name__}: {e}"}
+    return {"code": "INTERNAL", "message": "the replay ended without a result"}
 
 
 @router.post(
