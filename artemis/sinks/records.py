@@ -334,9 +334,27 @@ def _fault(err: Any, model_name: str) -> RecordFault:
     else:
         # Redacted before it is cut (a secret cut in two is no longer found); what is
         # shown starts in the first 60 characters, so a secret of it ends within 1000.
-        got = redact_text(str(err.get("input"))[:1000])[:60]
-        problem = f"column {column!r}: {err.get('msg')} (got {got!r})"
+        # The value as JSON writes it: null, "1.5", 1.5 (never Python's 'None'), its
+        # text redacted before it is escaped and cut (a secret cut in two, or escaped, is
+        # no longer found).
+        got = json.dumps(_redacted(err.get("input")), ensure_ascii=False, default=_text)
+        problem = f"column {column!r}: {err.get('msg')} (got {got[:60]})"
     return RecordFault(column, str(err.get("type")), problem)
+
+
+def _text(value: Any) -> str:
+    return redact_text(str(value)[:1000])
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with each text in it redacted (what a fault shows of a record)."""
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, dict):
+        return {_text(k): _redacted(v) for k, v in list(value.items())[:50]}
+    if isinstance(value, list | tuple):
+        return [_redacted(v) for v in value[:50]]
+    return value
 
 
 def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
