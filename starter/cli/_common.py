@@ -12,6 +12,8 @@ import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from artemis.config import Settings, load_settings
 from artemis.pipes import QuietOnClosedPipe
@@ -22,6 +24,36 @@ console = Console(stderr=False, file=QuietOnClosedPipe(sys.stdout), width=_WIDTH
 err_console = Console(stderr=True, file=QuietOnClosedPipe(sys.stderr), width=_WIDTH)  # type: ignore[arg-type]
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
+
+
+def print_table(table: Table, out: Console | None = None) -> None:
+    """A table as a person reads it on a terminal (rich's, fitted to its width); piped or
+    redirected, plain text for a script or a pager: a line per row, the columns aligned
+    by spaces, no box-drawing, no padding at the end of a line."""
+    out = out or console
+    if out.is_terminal:
+        out.print(table)
+        return
+    columns = list(table.columns)
+    grid = [[_plain(c) for c in col.cells] for col in columns]
+    rows = [list(r) for r in zip(*grid, strict=True)] if grid else []
+    if table.show_header:
+        rows.insert(0, [_plain(col.header) for col in columns])
+    widths = [max((len(r[i]) for r in rows), default=0) for i in range(len(columns))]
+    lines = [_plain(table.title)] if table.title else []
+    for r in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _plain(cell: Any) -> str:
+    """A cell's text without its markup (rich markup in a string, or a Text)."""
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        return Text.from_markup(cell).plain
+    return str(cell or "")
 
 
 def _settings(config: Path | None, **overrides: Any) -> Settings:

@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from artemis.config import Settings
-from starter.cli._common import ConfigOpt, _fail, _settings, console
+from starter.cli._common import ConfigOpt, _fail, _settings, console, print_table
 
 builds_app = typer.Typer(
     help="Worker builds: list them, make one current.", no_args_is_help=True, rich_markup_mode=None
@@ -83,7 +83,7 @@ def list_builds(
             table.add_row(
                 r["build_id"], r["status"], "yes" if r["polled"] else "no", r["created_at"], note
             )
-        console.print(table)
+        print_table(table)
     _exit(1 if any(r["stranded"] for r in rows) else 0)
 
 

@@ -19,6 +19,7 @@ from starter.cli._common import (
     _settings,
     console,
     err_console,
+    print_table,
 )
 
 cookies_app = typer.Typer(
@@ -79,7 +80,7 @@ def cookies_list(
         table.add_column(col)
     for c in list_cookies(_registry_engine(settings), platform):
         table.add_row(*_cookie_row(c))
-    console.print(table)
+    print_table(table)
 
 
 def _set_status(name: str, status: str, config: Path | None) -> None:

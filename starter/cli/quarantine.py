@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from artemis.config import Settings
-from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _settings, console
+from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _settings, console, print_table
 from starter.cli.tasks import _resolve_id
 
 quarantine_app = typer.Typer(
@@ -133,7 +133,7 @@ def quarantine_list(
             escape(r["status"]),
             escape(_short(r.get("message"))),
         )
-    console.print(table)
+    print_table(table)
     console.print(f"{escape(data['task_id'])}: {_counts_line(data['counts'])}", highlight=False)
     if data.get("next_after"):
         console.print(f"more: --after {data['next_after']}", highlight=False)
@@ -177,7 +177,7 @@ def quarantine_show(
     }
     for name, value in shown.items():
         table.add_row(name, escape(str(value)))
-    console.print(table)
+    print_table(table)
     console.print("record:", highlight=False)
     console.print_json(data=row.get("record"))
 

@@ -12,7 +12,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _parse_kv, _settings, console
+from starter.cli._common import (
+    ConfigOpt,
+    _api_url,
+    _call,
+    _fail,
+    _parse_kv,
+    _settings,
+    console,
+    print_table,
+)
 
 schedules_app = typer.Typer(
     help="Task runs Temporal starts on a calendar (every hour, at 02:00, a cron).",
@@ -106,7 +115,7 @@ def schedules_list(
             str(s["starts"]),
             escape(str(s.get("made_by") or "")),
         )
-    console.print(table)
+    print_table(table)
 
 
 @schedules_app.command("show")
@@ -136,7 +145,7 @@ def schedules_show(
             escape(str(r.get("task_id") or "")),
             escape(str(r.get("status") or r.get("reason") or "")),
         )
-    console.print(table)
+    print_table(table)
 
 
 def _second(iso: str | None) -> str:

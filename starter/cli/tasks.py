@@ -23,6 +23,7 @@ from starter.cli._common import (
     _settings,
     console,
     err_console,
+    print_table,
 )
 from starter.cli.watch import iter_events, watch_task
 
@@ -76,7 +77,7 @@ def print_run(data: dict[str, Any], output: RunOutput) -> None:
     for name, value in rows:
         if value is not None:
             table.add_row(name, escape(str(value)))
-    console.print(table)
+    print_table(table)
 
 
 class TypesOutput(StrEnum):
@@ -196,7 +197,7 @@ def task_types(
         required = set(schema.get("required") or [])
         names = [f"{n}*" if n in required else n for n in (schema.get("properties") or {})]
         table.add_row(t.get("code", ""), t.get("summary", ""), ", ".join(names))
-    console.print(table)
+    print_table(table)
 
 
 def _resolve_id(base: str, settings: Any, task_id: str) -> str:
@@ -268,7 +269,7 @@ def tasks_list(
         table.add_column(col, no_wrap=col in ("task id", "workflow id"))
     for t in data["items"]:
         table.add_row(*_task_row(t, wide))
-    console.print(table)
+    print_table(table)
     if data.get("next_cursor"):
         console.print(f"more: --cursor {data['next_cursor']}")
 

@@ -122,6 +122,8 @@ class StepView:
         # Records set aside (``quarantined`` events) and fields the source changed.
         self.quarantined = 0
         self.drift: list[str] = []
+        # What ``changes`` last said of each line (piped output: a line per change).
+        self._said: dict[str, str] = {}
 
     def apply(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
@@ -159,6 +161,27 @@ class StepView:
             )
         elif kind in TERMINAL_EVENTS:
             self.ended = ev
+
+    def changes(self) -> list[str]:
+        """What changed since the last call, a line of text each: a step's status, the
+        counters, what the run waits on, how it ended."""
+        lines: list[str] = []
+        for t in self.todos:
+            name = str(t.get("content", t["id"]))
+            status = str(t["status"]).lower().replace("_", " ")
+            if self._said.get(name) != status:
+                self._said[name] = status
+                lines.append(f"{name}: {status}")
+        for key, text in (
+            ("progress", _progress_text(self.counters) if self.counters else ""),
+            ("waiting", self.waiting),
+            ("quarantined", f"{self.quarantined} records" if self.quarantined else ""),
+            ("result", str(self.ended.get("event")) if self.ended else ""),
+        ):
+            if text and self._said.get(key) != text:
+                self._said[key] = text
+                lines.append(f"{key}: {text}")
+        return lines
 
     def __rich__(self) -> Table:
         table = Table(title=f"task {self.task_id}", show_header=False, box=None)
@@ -209,6 +232,14 @@ def watch_task(
     error); return its status."""
     view = StepView(task_id)
     out = to or console
+    if not quiet and not out.is_terminal:
+        # Piped: a line of text each time what the view says changes (a live table
+        # would show only once the run ended).
+        for ev in iter_events(base, task_id, settings):
+            view.apply(ev)
+            for line in view.changes():
+                out.print(line, markup=False, highlight=False, soft_wrap=True)
+        return _closed_record(base, task_id, settings)
     live = nullcontext() if quiet else Live(view, console=out, refresh_per_second=8)
     with live:
         for ev in iter_events(base, task_id, settings):

@@ -122,6 +122,15 @@ async def test_cli_run_show_and_cancel(stack):
     )
     assert listed.returncode == 0, listed.stderr
     assert final["task_id"][:12] in listed.stdout and "completed" in listed.stdout
+    # Piped, every table is plain text: no box-drawing, no padding at the ends of lines.
+    for out in (listed, as_text, watched):
+        drawn = set(out.stdout + out.stderr) & set("─│┃━┏┓┗┛┡┩╇┼├┤┌┐└┘")
+        assert not drawn, out.stdout
+        assert not [x for x in out.stdout.splitlines() if x != x.rstrip()], out.stdout
+    wide = await asyncio.to_thread(
+        _cli, "tasks", "list", "--code", "pull_stock_quotes", "-o", "wide", api=stack.api_url
+    )
+    assert wide.returncode == 0 and "task id" in wide.stdout.splitlines()[0], wide.stdout
 
     missing = await asyncio.to_thread(_cli, "tasks", "show", new_task_id(), api=stack.api_url)
     assert missing.returncode == 1 and "TASK_NOT_FOUND" in missing.stderr
