@@ -198,36 +198,15 @@ async def make_current(
             # issued to Worker Deployment"), as when several workers start at once.
             if e.status not in BUSY or loop.time() > deadline:
                 raise
-            await asyncio.sleep(pause)
-            pause = min(max(pause * 2, 0.05), 1.0)
-            continue
-        current = current_build(info)
-        if current is not None and (current == build.build_id or not replace):
-            return current
-        if polled or _has(info, build.build_id):
-            try:
-                await client.workflow_service.set_worker_deployment_current_version(
-                    SetWorkerDeploymentCurrentVersionRequest(
-                        namespace=client.namespace,
-                        deployment_name=build.deployment,
-                        build_id=build.build_id,
-                        conflict_token=info.conflict_token if info is not None else b"",
-                        # a provenance queue the build before polled and this one not yet
-                        ignore_missing_task_queues=True,
-                        allow_no_pollers=polled,
-                    )
-                )
+            info = None
+        else:
+            current = current_build(info)
+            if current is not None and (current == build.build_id or not replace):
+                return current
+            if (polled or _has(info, build.build_id)) and await _set_current(
+                client, build, info, polled
+            ):
                 pause = 0.0
-            except RPCError as e:
-                # another worker changed the deployment first, or the deployment is
-                # busy: look again
-                if e.status not in (
-                    RPCStatusCode.FAILED_PRECONDITION,
-                    RPCStatusCode.ABORTED,
-                    RPCStatusCode.ALREADY_EXISTS,
-                    *BUSY,
-                ):
-                    raise
         if loop.time() > deadline:
             raise ArtemisError(
                 ErrorCode.INTERNAL,
@@ -236,6 +215,35 @@ async def make_current(
             )
         await asyncio.sleep(pause)
         pause = min(max(pause * 2, 0.05), 1.0)
+
+
+async def _set_current(
+    client: Client, build: Build, info: DescribeWorkerDeploymentResponse | None, polled: bool
+) -> bool:
+    """Ask Temporal to make ``build`` current; False when another worker changed the
+    deployment first or it is busy (look again)."""
+    try:
+        await client.workflow_service.set_worker_deployment_current_version(
+            SetWorkerDeploymentCurrentVersionRequest(
+                namespace=client.namespace,
+                deployment_name=build.deployment,
+                build_id=build.build_id,
+                conflict_token=info.conflict_token if info is not None else b"",
+                # a provenance queue the build before polled and this one not yet
+                ignore_missing_task_queues=True,
+                allow_no_pollers=polled,
+            )
+        )
+    except RPCError as e:
+        if e.status not in (
+            RPCStatusCode.FAILED_PRECONDITION,
+            RPCStatusCode.ABORTED,
+            RPCStatusCode.ALREADY_EXISTS,
+            *BUSY,
+        ):
+            raise
+        return False
+    return True
 
 
 def worker_build(deployment_name: str | None, task_queue: str, build_id: str | None) -> Build:
