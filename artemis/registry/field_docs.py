@@ -27,7 +27,8 @@ SECTIONS = {
     "own fields and key, which are the `sql` sink's table columns (the key its primary "
     'key) and the Parquet schema. Records are checked strictly (`"1.5"` is not a float, '
     "`1` not a bool; an ISO string is a date). A model that only adds nullable fields "
-    "adds their columns; a changed type or key is refused when a run starts. A record "
+    "adds their columns, and one that turns a required field `| None` lets its column "
+    "take nulls; a changed type or key is refused when a run starts. A record "
     "that does not fit is quarantined (kept aside with its reason, the run goes on; "
     "`artemis quarantine replay` lands it once the model is fixed) or fails the run, and "
     "a field the model does not name is a `schema_drift` event: the policy columns below",
