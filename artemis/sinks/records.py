@@ -236,9 +236,7 @@ class RecordSpec:
             )
         return cols
 
-    def check_table(
-        self, table: sa.Table, where: str
-    ) -> tuple[list[sa.Column], list[sa.Column]]:
+    def check_table(self, table: sa.Table, where: str) -> tuple[list[sa.Column], list[sa.Column]]:
         """An existing table holds the model's values: every field a column of a fitting
         type, the load columns present. Returns the columns of nullable fields the table
         lacks (a model that grew: they are added) and the NOT NULL columns of fields the
