@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import version as package_version
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -52,7 +53,8 @@ def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         title="Artemis",
-        version="0.1.0",
+        # the installed package's version (pyproject.toml), as `pip show artemis` says
+        version=package_version("artemis"),
         lifespan=_lifespan,
         description="Durable multi-source data harvesting on Temporal.",
         # FastAPI's own OpenTelemetry: one span per request (continuing the caller's
