@@ -281,9 +281,16 @@ class DevStack:
             loop.add_signal_handler(sig, stop.set)
 
     async def run_forever(self) -> None:
-        stop = asyncio.Event()
+        stop, ready = asyncio.Event(), asyncio.Event()
         self._stop_on_signals(stop)
-        await self._serve(stop)
+        server = asyncio.create_task(self._serve(stop, ready))
+        up = asyncio.create_task(ready.wait())
+        await asyncio.wait([server, up], return_when=asyncio.FIRST_COMPLETED)
+        if ready.is_set():
+            console.print("\nthe stack is up; press Ctrl-C to stop")
+        else:
+            up.cancel()
+        await server
 
     async def demo(self, stay: bool) -> bool:
         stop, ready = asyncio.Event(), asyncio.Event()

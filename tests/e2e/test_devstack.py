@@ -5,11 +5,13 @@ they name."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -54,6 +56,9 @@ async def test_a_closed_pipe_does_not_stop_artemis_dev_and_sigkill_leaves_no_tem
             interval=0.2,
         )
         assert proc.stdout is not None
+        # It says when it is up, and how to stop it.
+        said = await asyncio.wait_for(asyncio.to_thread(_read_until, proc.stdout, b"Ctrl-C"), 120)
+        assert b"the stack is up; press Ctrl-C to stop" in said, said[-2000:]
         proc.stdout.close()  # the reader goes away (`artemis dev | head`, a closed terminal)
         async with httpx.AsyncClient(base_url=api, timeout=120) as http:
             resp = await http.post(
@@ -198,3 +203,13 @@ def test_demo_with_a_config_of_its_own_keeps_the_demos_defaults(tmp_path):
     widest = max(lines, key=len)
     assert len(widest) <= 200, widest
     assert '"result": "success"' in done.stdout, out[-3000:]
+
+
+def _read_until(pipe: Any, marker: bytes) -> bytes:
+    """What ``pipe`` gave up to the line holding ``marker`` (or its end)."""
+    seen = b""
+    for line in iter(pipe.readline, b""):
+        seen += line
+        if marker in line:
+            break
+    return seen
