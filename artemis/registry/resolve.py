@@ -219,9 +219,46 @@ class Contract:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The contract as a run carries it. Temporal's JSON converter writes a mapping's
+        keys sorted, so each record model row also carries its fields' order as a list
+        (``field_order``): the model's column order survives the trip."""
         from dataclasses import asdict
 
-        return asdict(self)
+        out = asdict(self)
+        for row in [out.get("record_model")] + [
+            (res or {}).get("record_model") for res in (out.get("resources") or {}).values()
+        ]:
+            if isinstance(row, dict) and isinstance(row.get("fields_json"), dict):
+                # (a contract that crossed once already keeps the order it carried)
+                row.setdefault("field_order", field_order(row["fields_json"]))
+        return out
+
+
+def field_order(fields: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every field's path in declared order, a struct's own fields after it
+    (``["id", "author", "author.name", "price"]``)."""
+    out: list[str] = []
+    for name, value in fields.items():
+        out.append(prefix + name)
+        if isinstance(value, dict):
+            out += field_order(value, f"{prefix}{name}.")
+    return out
+
+
+def in_field_order(
+    fields: dict[str, Any], order: list[str] | None, prefix: str = ""
+) -> dict[str, Any]:
+    """``fields`` put back in ``order`` (``field_order``'s; a field it does not name last)."""
+    if not order:
+        return fields
+    rank = {path: i for i, path in enumerate(order)}
+    names = sorted(fields, key=lambda n: rank.get(prefix + n, len(rank)))
+    return {
+        n: in_field_order(fields[n], order, f"{prefix}{n}.")
+        if isinstance(fields[n], dict)
+        else fields[n]
+        for n in names
+    }
 
 
 def find_provenance(conn: Connection, code: str) -> Any:

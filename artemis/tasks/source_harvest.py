@@ -36,7 +36,7 @@ from artemis.registry.evolve import evolve_record_model
 from artemis.registry.frozen import load_contract, store_contract
 from artemis.registry.models import DEFAULT_RESOURCE
 from artemis.registry.record_steps import Refused, Step, StepEnv, apply_steps, steps_of
-from artemis.registry.resolve import Contract, as_utc, resolve_contract
+from artemis.registry.resolve import Contract, as_utc, in_field_order, resolve_contract
 from artemis.registry.rest_source import rest_source
 from artemis.registry.tree import (
     adopted,
@@ -206,7 +206,8 @@ def declared_model(contract: dict[str, Any] | None) -> dict[str, Any] | None:
     row = record_model_row(contract)
     if not row or row.get("fields_json") is None:
         return None
-    return {"key": row.get("key_json"), "fields": row["fields_json"]}
+    fields = in_field_order(row["fields_json"], row.get("field_order"))
+    return {"key": row.get("key_json"), "fields": fields}
 
 
 def record_family(contract: dict[str, Any] | None) -> str | None:

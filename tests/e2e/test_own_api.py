@@ -124,8 +124,11 @@ def import_doc(settings, doc: dict[str, Any]) -> None:
     from artemis.db import get_engine
     from artemis.registry.yaml_io import import_yaml
 
+    # in the order written, as a file is: the record model's fields are its columns, in order
     import_yaml(
-        get_engine(settings.database.url), yaml.safe_dump(doc), settings.vault.master_key_file
+        get_engine(settings.database.url),
+        yaml.safe_dump(doc, sort_keys=False),
+        settings.vault.master_key_file,
     )
 
 
@@ -196,6 +199,11 @@ async def test_offset_paging_ends_on_has_more_into_sqlite_and_parquet(
     assert parquet.num_rows == 31 and len(set(parquet["sku"].to_pylist())) == 31
     assert parquet.schema.field("counted_at").type == pa.timestamp("us", tz="UTC")
     assert parquet.schema.field("quantity").type == pa.int64()
+    # The columns in the model's order (stock.yaml's), in SQLite and Parquet alike.
+    order = list(doc["provenance"]["record_model"]["fields"])
+    assert order[:2] == ["sku", "product_id"], order
+    assert parquet.schema.names == order
+    assert [c.name for c in table.columns][: len(order)] == order
 
 
 def stock_doc(code: str, base: str) -> dict[str, Any]:
