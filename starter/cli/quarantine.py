@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from artemis.config import Settings
+from artemis.run_state import RunStatus
 from starter.cli._common import ConfigOpt, _api_url, _call, _fail, _settings, console, print_table
 from starter.cli.tasks import _resolve_id
 
@@ -191,7 +192,7 @@ def _wait_replay(
     deadline = time.monotonic() + timeout
     while True:
         state = _call("GET", f"{base}/quarantine/replay", settings, params=query)["data"]
-        if state["status"] != "running":
+        if state["status"] != RunStatus.RUNNING:
             return state
         if time.monotonic() > deadline:
             _fail(
@@ -229,7 +230,7 @@ def quarantine_replay(
     if not wait:
         return
     state = _wait_replay(base, settings, accepted, timeout)
-    if state["status"] != "completed":
+    if state["status"] != RunStatus.COMPLETED:
         error = state.get("error") or {}
         _fail(
             f"the replay {state['status']}: {error.get('code', '')}: "

@@ -26,6 +26,7 @@ from artemis.run_models import (
     ReplayResult,
     replay_workflow_id,
 )
+from artemis.run_state import RunStatus
 from starter.api.auth import principal, require_token
 from starter.api.deps import get_service, get_settings
 from starter.api.envelope import envelope
@@ -274,7 +275,7 @@ async def replay_state(
 
 def _status_word(status: WorkflowExecutionStatus | None) -> str:
     word = (status.name if status else "UNKNOWN").lower()
-    return "cancelled" if word == "canceled" else word.replace("_", " ")
+    return RunStatus.CANCELLED.value if word == "canceled" else word.replace("_", " ")
 
 
 async def _replay_failure(handle: Any) -> dict[str, Any]:
