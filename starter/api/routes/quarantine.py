@@ -237,7 +237,11 @@ class ReplayState(BaseModel):
 async def replay_state(
     request: Request,
     task_id: str = Query(min_length=1, max_length=300),
-    run_id: str | None = Query(None, max_length=100, description="one replay (default: last)"),
+    run_id: str | None = Query(
+        None,
+        pattern=r"^[0-9a-fA-F-]{36}$",
+        description="one replay, by its Temporal run id (default: the last)",
+    ),
     service: RunService = Depends(get_service),
 ) -> JSONResponse:
     full = _task_id(request, task_id)
@@ -248,7 +252,7 @@ async def replay_state(
     try:
         desc = await handle.describe()
     except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
+        if e.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
             raise ArtemisError(
                 ErrorCode.TASK_NOT_FOUND, f"no replay of {task_id!r} is known"
             ) from None
