@@ -19,8 +19,9 @@ from artemis.callback import CallbackTarget
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
+from artemis.owners import writes_shared
 from artemis.registry.secret_env import refused_secret_env
-from artemis.schedules import ScheduledRun, StartScheduled, run_task_id
+from artemis.schedules import MADE_BY_API, ScheduledRun, StartScheduled, run_task_id
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
 from starter.service import RunService, StartRequest
 
@@ -48,6 +49,7 @@ class ScheduleActivities:
         the same task id: a retry attaches to the run a lost answer made)."""
         start = inp.start
         task_id = run_task_id(start.name, datetime.fromisoformat(inp.scheduled_at))
+        role = self._maker_role(start.name, start.owner, start.role, start.made_by)
         callback = None
         if start.callback is not None:
             callback = CallbackTarget(
@@ -62,7 +64,7 @@ class ScheduleActivities:
             timeout_s=start.timeout_s,
             callback=callback,
             callback_token=_token(start.token_env, start.name),
-            role=start.role,
+            role=role,
         )
         trace = TraceContext(new_trace_id(), new_span_id())
         try:
@@ -110,6 +112,24 @@ class ScheduleActivities:
                 ended.cancel()
         status = await self.service.status(run.task_id)
         return ScheduledRun(run.task_id, run.workflow_id, run.run_id, status.get("status"))
+
+    def _maker_role(self, name: str, owner: str, role: str, made_by: str) -> str:
+        """The role a start runs with: an API schedule's maker's role now, where the
+        workers know the API's tokens (a token removed, or no longer an operator, fails
+        the start naming it); else the role it was made with."""
+        tokens = self.settings.server.tokens()
+        if made_by != MADE_BY_API or not tokens:
+            return role
+        found = next((t for t in tokens if t.name == owner), None)
+        if found is None or not writes_shared(found.role):
+            now = "no longer exists" if found is None else f"is now a {found.role}"
+            raise ApplicationError(
+                f"schedule {name!r}: its maker, token {owner!r}, {now}: a schedule's runs "
+                "need an operator or admin token (delete the schedule, or make it again)",
+                type=ErrorCode.FORBIDDEN.value,
+                non_retryable=True,
+            )
+        return found.role
 
     def all(self) -> list[Any]:
         return [self.start_scheduled_run, self.await_run_end]

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -64,6 +65,18 @@ class ScheduleCallback(BaseModel):
     base_url: str | None = Field(None, max_length=2048)
     auth_header: str | None = Field(None, max_length=100)
     token_env: str | None = Field(None, max_length=100, pattern=r"^[A-Z_][A-Z0-9_]*$")
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_secret_in_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.username or parts.password or parts.query:
+                raise ValueError(
+                    "callback.base_url: no user, password or query in the URL (a schedule "
+                    "holds no secret: the token is the workers' to send)"
+                )
+        return value
 
 
 class ScheduleDef(BaseModel):
@@ -158,6 +171,8 @@ class ScheduledStart:
     timeout_s: float | None = None
     # The definition's digest (``ScheduleDef.digest``): a reconcile updates on a change.
     digest: str | None = None
+    # ``api`` (its owner a token, checked at each start) or ``config``.
+    made_by: str = MADE_BY_API
 
 
 @dataclass
@@ -179,7 +194,7 @@ class ScheduledRun:
     status: str | None = None
 
 
-def start_of(d: ScheduleDef, owner: str, role: str) -> ScheduledStart:
+def start_of(d: ScheduleDef, owner: str, role: str, made_by: str = MADE_BY_API) -> ScheduledStart:
     """The starter workflow's input for definition ``d``, its runs ``owner``'s with
     ``role``."""
     cb = d.callback
@@ -193,6 +208,7 @@ def start_of(d: ScheduleDef, owner: str, role: str) -> ScheduledStart:
         token_env=cb.token_env if cb is not None else None,
         timeout_s=d.timeout_s,
         digest=d.digest(),
+        made_by=made_by,
     )
 
 
@@ -225,11 +241,26 @@ def with_time_zone(d: ScheduleDef, database_url: str) -> ScheduleDef:
     return d.model_copy(update={"time_zone": zone}) if zone else d
 
 
+_STAMP = re.compile(r"-(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)$")
+
+
+def scheduled_instant(workflow_id: str) -> datetime | None:
+    """The instant a schedule's action was scheduled for, from the workflow id Temporal
+    gave the workflow it started (the action's id, ``-``, the instant in RFC 3339);
+    None for a workflow id without one."""
+    m = _STAMP.search(workflow_id)
+    if m is None:
+        return None
+    try:
+        return datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def run_task_id(name: str, scheduled_at: datetime) -> str:
     """The task id of the run a schedule starts for ``scheduled_at``: the same instant
     gives the same task id, so a start retried after a lost answer attaches to the run
-    it made. A triggered start's instant has a fraction of a second (two triggers within
-    a second are two runs); a calendar's is whole."""
+    it made."""
     stamp = scheduled_at.astimezone(UTC).strftime("%Y%m%dT%H%M%S")
     if scheduled_at.microsecond:
         stamp += f".{scheduled_at.microsecond:06d}"

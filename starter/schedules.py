@@ -12,7 +12,13 @@ from artemis.calls import work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from artemis.owners import writes_shared
-from artemis.schedules import MADE_BY_API, ScheduleDef, start_of, with_time_zone
+from artemis.schedules import (
+    MADE_BY_API,
+    MADE_BY_CONFIG,
+    ScheduleDef,
+    start_of,
+    with_time_zone,
+)
 from artemis.temporal.schedules import ScheduleBook
 from starter.service import RunService, StartRequest
 
@@ -58,6 +64,8 @@ class ScheduleService:
         ask = StartRequest(params=dict(d.params), callback=callback, role=role)
         await self.runs.check_start(d.task, ask, owner)
         d = await work(with_time_zone, d, self.settings.database.url)
+        if d.timeout_s is None:  # the run's deadline, which the starter outlives
+            d = d.model_copy(update={"timeout_s": self.settings.server.run_timeout_s})
         await self.book.create(d, start_of(d, owner, role), MADE_BY_API)
         log.info("schedule_created", schedule=d.name, task_code=d.task, owner=owner)
         return await self.book.view(d.name, recent=False)
@@ -75,11 +83,23 @@ class ScheduleService:
     async def show(self, name: str) -> dict[str, Any]:
         return await self.book.view(name)
 
+    async def _not_configured(self, name: str) -> None:
+        """A schedule of the configuration is changed in the configuration: a change made
+        here would be undone (or the schedule made again) at the next worker start."""
+        desc = await self.book.own(name)
+        if ((await self.book.made_by(desc)) or {}).get("made_by") == MADE_BY_CONFIG:
+            raise ArtemisError(
+                ErrorCode.CONFLICT,
+                f"schedule {name!r} is the configuration's (schedules:): change it there",
+            )
+
     async def pause(self, name: str, note: str) -> dict[str, Any]:
+        await self._not_configured(name)
         await self.book.pause(name, note)
         return await self.book.view(name, recent=False)
 
     async def unpause(self, name: str, note: str) -> dict[str, Any]:
+        await self._not_configured(name)
         await self.book.unpause(name, note)
         return await self.book.view(name, recent=False)
 
@@ -88,6 +108,7 @@ class ScheduleService:
         return {"name": name, "triggered": True}
 
     async def delete(self, name: str) -> dict[str, Any]:
+        await self._not_configured(name)
         await self.book.delete(name)
         log.info("schedule_deleted", schedule=name, reason="deleted by request")
         return {"name": name, "deleted": True}

@@ -30,7 +30,7 @@ from artemis.metrics import serve as serve_metrics
 from artemis.owners import DEFAULT_OWNER
 from artemis.registry.resolve import provenance_rates
 from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
-from artemis.schedules import start_of, with_time_zone
+from artemis.schedules import MADE_BY_CONFIG, start_of, with_time_zone
 from artemis.tasks.registry import get_task
 from artemis.temporal.client import SearchAttributeCheck, connect
 from artemis.temporal.schedules import ScheduleBook
@@ -288,7 +288,9 @@ async def reconcile_schedules(client: Client, settings: Settings, task_queue: st
     for d in settings.schedules:
         get_task(d.task)  # TASK_NOT_FOUND naming the code
         d = await work(with_time_zone, d, settings.database.url)
-        wanted.append((d, start_of(d, d.owner or DEFAULT_OWNER, "operator")))
+        if d.timeout_s is None:  # the run's deadline, which the starter outlives
+            d = d.model_copy(update={"timeout_s": settings.server.run_timeout_s})
+        wanted.append((d, start_of(d, d.owner or DEFAULT_OWNER, "operator", MADE_BY_CONFIG)))
     counts = await ScheduleBook(client, task_queue).reconcile(wanted)
     log.info("schedules_reconciled", task_queue=task_queue, **counts)
 

@@ -17,7 +17,13 @@ from workflows import retry_policies
 
 with workflow.unsafe.imports_passed_through():
     from activities.schedules import ScheduleActivities
-    from artemis.schedules import STARTER_WORKFLOW, ScheduledRun, ScheduledStart, StartScheduled
+    from artemis.schedules import (
+        STARTER_WORKFLOW,
+        ScheduledRun,
+        ScheduledStart,
+        StartScheduled,
+        scheduled_instant,
+    )
 
 # Set by Temporal on every workflow a schedule starts: the instant it was scheduled for.
 SCHEDULED_AT = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
@@ -36,7 +42,11 @@ WAIT_HEARTBEAT = timedelta(seconds=60)
 class ScheduledStartWorkflow:
     @workflow.run
     async def run(self, start: ScheduledStart) -> ScheduledRun:
-        at = workflow.info().typed_search_attributes.get(SCHEDULED_AT) or workflow.now()
+        at = (
+            scheduled_instant(workflow.info().workflow_id)
+            or workflow.info().typed_search_attributes.get(SCHEDULED_AT)
+            or workflow.now()
+        )
         try:
             run = await workflow.execute_activity_method(
                 ScheduleActivities.start_scheduled_run,
@@ -49,7 +59,8 @@ class ScheduledStartWorkflow:
         except ActivityError as e:
             cause = e.cause
             message = getattr(cause, "message", None) or str(cause or e)
-            kind = getattr(cause, "type", None) or "INTERNAL"
+            # (a timeout's cause has a number for its type: only an error's own type is text)
+            kind = cause.type if isinstance(cause, ApplicationError) and cause.type else "INTERNAL"
             raise ApplicationError(
                 f"schedule {start.name}: the start was refused: {message}",
                 type=kind,

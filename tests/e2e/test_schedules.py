@@ -120,6 +120,9 @@ async def test_a_schedule_every_minute_starts_update_runs_owned_by_its_maker(mak
     recent = await starts(stack, name, 1, "started")
     first = recent[0]
     assert first["status"] == "completed" and first["task_id"].startswith("ops~"), first
+    # Its task id names the instant Temporal scheduled it for: a retried start attaches.
+    at = datetime.fromisoformat(first["scheduled_at"])
+    assert first["task_id"] == f"ops~{name}-{at:%Y%m%dT%H%M%S}Z", first
     listed_runs = await stack.http.get(
         "/tasks", params={"code": "source_harvest"}, headers=OPERATOR
     )
@@ -136,7 +139,8 @@ async def test_a_schedule_every_minute_starts_update_runs_owned_by_its_maker(mak
     # Its role is its maker's: the shared pointer moved.
     assert watermark(stack, code)[0] == datetime(2025, 3, 1, 12, tzinfo=UTC)
 
-    # Trigger: one more at once.
+    # Trigger: one more at once (in another second than the first: the instant names it).
+    await eventually(lambda: time.time() > at.timestamp() + 1.2, "the first start's second")
     resp = await stack.http.post(f"/schedules/{name}/trigger", headers=OPERATOR)
     assert resp.status_code == 202, resp.text
     recent = await starts(stack, name, 2, "started", timeout=60)
@@ -329,6 +333,9 @@ async def test_two_workers_reconcile_the_configurations_schedules_and_leave_othe
         await eventually(lambda: len(reconciled(tmp_path)) == 2, "both workers to reconcile")
         resp = await stack.http.post("/schedules", json=by_api, headers=OPERATOR)
         assert resp.status_code == 201, resp.text
+        # The configuration's are changed in the configuration, not through the API.
+        refused = await stack.http.post(f"/schedules/{names[0]}/pause", headers=OPERATOR)
+        assert refused.status_code == 409 and "change it there" in refused.text, refused.text
         counts = [(r["created"], r["kept"]) for r in reconciled(tmp_path)]
         # Between them, each schedule made once; the other worker found it made.
         assert sum(c for c, _ in counts) == 3 and sum(k for _, k in counts) == 3, counts

@@ -66,3 +66,41 @@ def test_a_start_instant_names_its_run():
     assert run_task_id("nightly", triggered) == "nightly-20261129T083633.378149Z"
     sid = schedule_id("artemis", "nightly")
     assert name_of("artemis", sid) == "nightly" and name_of("other", sid) is None
+
+
+def test_the_instant_is_read_from_the_workflow_id_temporal_gave_the_start():
+    from artemis.schedules import scheduled_instant
+
+    at = scheduled_instant("artemis-schedule/artemis/nightly-2026-11-29T02:00:00Z")
+    assert at == datetime(2026, 11, 29, 2, tzinfo=UTC)
+    assert scheduled_instant("artemis-schedule/artemis/nightly") is None
+
+
+def test_a_start_runs_with_its_makers_role_now_and_fails_once_the_maker_is_not_an_operator():
+    from temporalio.exceptions import ApplicationError
+
+    from activities.schedules import ScheduleActivities
+    from artemis.schedules import MADE_BY_CONFIG
+
+    tokens = [
+        {"name": "ops", "token": "operator-token-0123456789", "role": "operator"},
+        {"name": "cli", "token": "client-token-0123456789", "role": "client"},
+    ]
+    acts = ScheduleActivities(Settings(server={"api_tokens": tokens}), None)  # type: ignore[arg-type]
+    assert acts._maker_role("s", "ops", "admin", "api") == "operator"
+    for owner, said in (("gone", "no longer exists"), ("cli", "is now a client")):
+        with pytest.raises(ApplicationError) as e:
+            acts._maker_role("s", owner, "operator", "api")
+        assert e.value.type == "FORBIDDEN" and e.value.non_retryable
+        assert f"token {owner!r}, {said}" in e.value.message
+    # the configuration's schedules are the operator's; an API without tokens trusts its own
+    assert acts._maker_role("s", "anyone", "operator", MADE_BY_CONFIG) == "operator"
+    open_api = ScheduleActivities(Settings(), None)  # type: ignore[arg-type]
+    assert open_api._maker_role("s", "default", "admin", "api") == "admin"
+
+
+def test_a_callback_url_holds_no_secret():
+    with pytest.raises(ValidationError, match="no user, password or query"):
+        ScheduleDef(**BASE, at="02:00", callback={"base_url": "https://u:p@cron.example/"})
+    with pytest.raises(ValidationError, match="no user, password or query"):
+        ScheduleDef(**BASE, at="02:00", callback={"base_url": "https://cron.example/?token=x"})
