@@ -29,7 +29,7 @@ from artemis.redact import REDACTED, redact_text
 from artemis.registry.client import ContractClient, Credentials
 from artemis.registry.models import RegProvCredential, RegProvTokenState
 from artemis.registry.yaml_io import export_yaml, import_yaml
-from tests.helpers import http_client
+from tests.helpers import eventually, http_client
 from tests.registry.net import Server, contract_of, provenance, settings_for, unique_code
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -729,7 +729,9 @@ async def test_a_preview_by_code_refreshes_and_keeps_the_rotated_token(reg, key_
         report = await asyncio.to_thread(run_preview, settings, code, None, 1)
         rotated = auth.live
         Credentials._tokens.clear()  # a worker that held nothing, once the access
-        await asyncio.sleep(LIFETIME_S)  # token the preview stored has run out
+        loop = asyncio.get_running_loop()  # token the preview stored has run out
+        expires = max(auth.access.values())
+        await eventually(lambda: loop.time() > expires, "the stored access token to expire")
         assert (await get(_client(reg, key_file, code))).status_code == 200
     finally:
         await auth.stop()
