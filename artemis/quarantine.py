@@ -58,6 +58,8 @@ from artemis import jsonio
 from artemis.config import QuarantineSettings
 from artemis.db import UTCDateTime, get_engine, upsert_insert, utcnow
 from artemis.errors import ArtemisError, ErrorCode
+from artemis.owners import SEP as OWNER_SEP
+from artemis.owners import owned_task_id
 from artemis.redact import redact_json, redact_text
 from artemis.sinks.factory import lane_output
 from artemis.sinks.records import RecordSpec, evolution_plan, schema_error
@@ -878,6 +880,34 @@ def run_drift(database_url: str, run_key: str) -> list[dict[str, Any]]:
 # -- reading and replaying ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RowFilter:
+    """Rows across runs: of one owner's runs (None: every owner's), of a provenance,
+    set aside since an instant, of an error code."""
+
+    owner: str | None = None
+    provenance: str | None = None
+    since: datetime | None = None
+    code: str | None = None
+
+    def where(self, q: Any) -> Any:
+        if self.owner is not None:
+            mine = owned_task_id(self.owner, "")
+            # the default owner's task ids carry no owner: none holds the separator
+            q = q.where(
+                _Q.c.task_id.startswith(mine, autoescape=True)
+                if mine
+                else ~_Q.c.task_id.contains(OWNER_SEP, autoescape=True)
+            )
+        if self.provenance is not None:
+            q = q.where(_Q.c.provenance == self.provenance)
+        if self.since is not None:
+            q = q.where(_Q.c.created_at >= self.since)
+        if self.code is not None:
+            q = q.where(_Q.c.error_code == self.code)
+        return q
+
+
 def list_rows(
     database_url: str,
     *,
@@ -889,10 +919,11 @@ def list_rows(
     with_record: bool = False,
     ids: list[int] | None = None,
     key_file: str | None = None,
+    across: RowFilter | None = None,
 ) -> list[dict[str, Any]]:
-    """A run's rows in id order. ``with_record``: with the record as shown (redacted when
-    it holds a secret); ``key_file`` too (the replay, in a worker): the record itself,
-    opened from its seal."""
+    """A run's rows in id order (``across``: the rows of the runs it selects).
+    ``with_record``: with the record as shown (redacted when it holds a secret);
+    ``key_file`` too (the replay, in a worker): the record itself, opened from its seal."""
     left_out = {"record_sealed"}  # (the replay's alone)
     if not with_record:
         left_out.add("record")
@@ -908,6 +939,8 @@ def list_rows(
         q = q.where(_Q.c.task_id.in_(task_ids))
     if status is not None:
         q = q.where(_Q.c.status == status)
+    if across is not None:
+        q = across.where(q)
     with get_engine(database_url).connect() as conn:
         rows = conn.execute(q.order_by(_Q.c.id).limit(limit)).all()
     out = [dict(r._mapping) for r in rows]
@@ -935,11 +968,17 @@ def get_row(database_url: str, row_id: int) -> dict[str, Any] | None:
     return _shown(dict(row._mapping)) if row is not None else None
 
 
-def counts(database_url: str, task_id: str) -> dict[str, int]:
+def counts(
+    database_url: str, task_id: str | None, across: RowFilter | None = None
+) -> dict[str, int]:
+    """Rows by status: a run's (``task_id``), or those ``across`` selects."""
+    q = select(_Q.c.status, func.count())
+    if task_id is not None:
+        q = q.where(_Q.c.task_id == task_id)
+    if across is not None:
+        q = across.where(q)
     with get_engine(database_url).connect() as conn:
-        rows = conn.execute(
-            select(_Q.c.status, func.count()).where(_Q.c.task_id == task_id).group_by(_Q.c.status)
-        ).all()
+        rows = conn.execute(q.group_by(_Q.c.status)).all()
     return {str(s): int(n) for s, n in rows}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,15 @@ err_console = Console(stderr=True, file=QuietOnClosedPipe(sys.stderr), width=_WI
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
 
 
-def print_table(table: Table, out: Console | None = None) -> None:
-    """A table as a person reads it on a terminal (rich's, fitted to its width); piped or
-    redirected, plain text for a script or a pager: a line per row, the columns aligned
-    by spaces, no box-drawing, no padding at the end of a line."""
+def print_table(table: Table, out: Console | None = None, drop: Sequence[str] = ()) -> None:
+    """A table as a person reads it on a terminal, fitted to its width: no column is
+    narrower than its header (a cell folds instead), and while the table cannot fit, the
+    columns named in ``drop`` leave it in that order. Piped or redirected: plain text for
+    a script or a pager, a line per row, the columns aligned by spaces, every column, no
+    box-drawing, no padding at the end of a line."""
     out = out or console
     if out.is_terminal:
-        out.print(table)
+        out.print(_fitted(table, out, list(drop)))
         return
     columns = list(table.columns)
     grid = [[_plain(c) for c in col.cells] for col in columns]
@@ -45,6 +48,71 @@ def print_table(table: Table, out: Console | None = None) -> None:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     for line in lines:
         out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _fitted(table: Table, out: Console, drop: list[str]) -> Table:
+    """``table`` fitted to the terminal: while its columns cannot all keep their header's
+    width (a column that does not wrap: its widest cell), the next column of ``drop``
+    leaves it; then the wrapping columns are narrowed, each in proportion to what it
+    can give, their cells folding."""
+    while drop and sum(_least(c) for c in table.columns) + _frame(table) > out.width:
+        table = _without(table, drop.pop(0))
+    room = out.width - _frame(table)
+    natural = [max(_least(c), *(len(_plain(x)) for x in c.cells), 1) for c in table.columns]
+    least = [_least(c) for c in table.columns]
+    excess = sum(natural) - room
+    give = [n - m for n, m in zip(natural, least, strict=True)]
+    if excess <= 0 or sum(give) <= 0:
+        return table
+    cuts = [min(g, excess * g // sum(give)) for g in give]
+    for i in sorted(range(len(give)), key=lambda j: give[j] - cuts[j], reverse=True):
+        if sum(cuts) >= excess:
+            break
+        if cuts[i] < give[i]:
+            cuts[i] += 1
+    for col, n, cut in zip(table.columns, natural, cuts, strict=True):
+        col.width = n - cut
+        if not col.no_wrap:
+            col.overflow = "fold"
+    return table
+
+
+# A column this narrow or narrower is never folded (a status, a count, an age).
+SHORT = 12
+
+
+def _least(col: Any) -> int:
+    """The narrowest a column may be: one that does not wrap, its widest cell; another,
+    its header or ``SHORT``, whichever is wider (its values when they are shorter)."""
+    header = len(_plain(col.header))
+    widest = max([header, *(len(_plain(c)) for c in col.cells)])
+    if col.no_wrap:
+        return max(widest, 1)
+    return max(min(widest, max(header, SHORT)), 1)
+
+
+def _frame(table: Table) -> int:
+    """The characters a line spends on borders and padding."""
+    n = len(table.columns)
+    return (1 + 3 * n) if table.box else 2 * n
+
+
+def _without(table: Table, name: str) -> Table:
+    """``table`` without its column headed ``name``."""
+    keep = [c for c in table.columns if _plain(c.header) != name]
+    if len(keep) == len(table.columns):
+        return table
+    smaller = Table(
+        title=table.title,
+        show_header=table.show_header,
+        box=table.box,
+        show_lines=table.show_lines,
+    )
+    for c in keep:
+        smaller.add_column(c.header, no_wrap=c.no_wrap, overflow=c.overflow)
+    for row in zip(*[list(c.cells) for c in keep], strict=True):
+        smaller.add_row(*row)
+    return smaller
 
 
 def _plain(cell: Any) -> str:

@@ -26,7 +26,7 @@ quarantine_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_COLUMNS = ("id", "page", "position", "field", "code", "status", "message")
+_COLUMNS = ("id", "key", "page/pos", "field", "code", "status", "message")
 # The API's largest page: a replay's rows are read in as few calls as it allows.
 _PAGE = 1000
 _MESSAGE_CHARS = 80
@@ -103,39 +103,51 @@ def _rows(
 
 @quarantine_app.command("list")
 def quarantine_list(
-    task_id: str = typer.Argument(..., help="the run's task id (or a unique prefix of it)"),
+    task_id: str | None = typer.Argument(
+        None, help="the run's task id (or a unique prefix of it); none: across your runs"
+    ),
     status: Status | None = typer.Option(None, "--status", help="these rows only"),
+    provenance: str | None = typer.Option(None, "--provenance", help="of this source only"),
+    since: str | None = typer.Option(None, "--since", help="set aside since (ISO 8601)"),
+    code: str | None = typer.Option(None, "--code", help="this error code only"),
     limit: int = typer.Option(100, "--limit", min=1, max=_PAGE),
     after: int = typer.Option(0, "--after", min=0, help="the next page (printed below)"),
     output: Output = typer.Option(Output.table, "-o", "--output"),
     api: str | None = None,
     config: Path | None = ConfigOpt,
 ) -> None:
-    """A run's quarantined records, oldest first, and how many there are by status."""
+    """Quarantined records, oldest first, and how many there are by status: a run's, or
+    (without a task id) those of your runs, by source, age and error code."""
     settings = _settings(config)
     base = _api_url(settings, api)
-    task_id = _resolve_id(base, settings, task_id)
-    data = _page(
-        base, settings, task_id, status=status.value if status else None, after=after, limit=limit
-    )
+    query: dict[str, Any] = {"after": after, "limit": limit}
+    if task_id is not None:
+        query["task_id"] = _resolve_id(base, settings, task_id)
+    given = {"status": status.value if status else None, "provenance": provenance}
+    query.update({k: v for k, v in {**given, "since": since, "code": code}.items() if v})
+    data = _call("GET", f"{base}/quarantine", settings, params=query)["data"]
     if output == Output.json:
         console.print_json(data=data)
         return
     table = Table()
-    for col in _COLUMNS:
-        table.add_column(col, no_wrap=col != "message")
+    columns = _COLUMNS if task_id is not None else ("task id", *_COLUMNS)
+    for col in columns:
+        table.add_column(col, no_wrap=col in ("id", "task id"))
     for r in data["items"]:
+        key = r.get("record_key")
         table.add_row(
+            *([] if task_id is not None else [escape(r["task_id"])]),
             str(r["id"]),
-            str(r["page_seq"]),
-            str(r["position"]),
+            escape(json.dumps(key, ensure_ascii=False) if key is not None else ""),
+            f"{r['page_seq']}/{r['position']}",
             escape(r.get("field_path") or ""),
             escape(r["error_code"]),
             escape(r["status"]),
             escape(_short(r.get("message"))),
         )
-    print_table(table)
-    console.print(f"{escape(data['task_id'])}: {_counts_line(data['counts'])}", highlight=False)
+    print_table(table, drop=("page/pos", "field", "task id"))
+    whose = data.get("task_id") or "across runs"
+    console.print(f"{escape(whose)}: {_counts_line(data['counts'])}", highlight=False)
     if data.get("next_after"):
         console.print(f"more: --after {data['next_after']}", highlight=False)
 

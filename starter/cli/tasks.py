@@ -32,6 +32,9 @@ tasks_app = typer.Typer(help="Operate runs.", no_args_is_help=True, rich_markup_
 # kubectl-style: the default columns fit a terminal; -o wide adds the rest.
 _COLUMNS = ("task id", "code", "source", "status", "records", "age")
 _WIDE = (*_COLUMNS, "started", "completed", "error", "workflow id")
+# The columns a narrow terminal goes without, first to last (the task id, code, status and
+# records always stay).
+DROPPED = ("workflow id", "started", "completed", "error", "source", "age")
 
 
 class Output(StrEnum):
@@ -269,9 +272,11 @@ def tasks_list(
         table.add_column(col, no_wrap=col in ("task id", "workflow id"))
     for t in data["items"]:
         table.add_row(*_task_row(t, wide))
-    print_table(table)
+    print_table(table, drop=DROPPED)
     if data.get("next_cursor"):
-        console.print(f"more: --cursor {data['next_cursor']}")
+        # the token on a line of its own, never wrapped: it is copied whole
+        console.print("more:", highlight=False)
+        console.print(f"--cursor {data['next_cursor']}", highlight=False, soft_wrap=True)
 
 
 @tasks_app.command("show")

@@ -83,13 +83,26 @@ async def test_list_show_discard_and_replay_through_the_cli(make_stack, gh, tmp_
     for r in rows:
         line = lines[r["id"]]
         assert r["error_code"] in line and (r["field_path"] or "") in line
-        assert f" {r['page_seq']} " in line and "quarantined" in line
+        assert f" {r['page_seq']}/{r['position']} " in line and "quarantined" in line
         assert r["message"].splitlines()[0][:60] in line
     assert f"{task_id}: quarantined 5" in table.stdout
     first = await cli(stack, "list", task_id, "--limit", "2")
     assert f"more: --after {rows[1]['id']}" in first.stdout
     rest = await cli_json(stack, "list", task_id, "--after", str(rows[1]["id"]))
     assert [r["id"] for r in rest["items"]] == [r["id"] for r in rows[2:]]
+
+    # across runs (no task id): by source and error code, the record key a column
+    across = await cli_json(stack, "list", "--provenance", code)
+    assert across["task_id"] is None and [r["id"] for r in across["items"]] == [
+        r["id"] for r in rows
+    ]
+    assert across["counts"] == {"quarantined": 5}
+    bad_score = await cli_json(stack, "list", "--provenance", code, "--code", "SINK_ERROR")
+    assert {r["field_path"] for r in bad_score["items"]} == {"score", "id"}  # not the string
+    as_rows = await cli(stack, "list", "--provenance", code)
+    keyed = by_field["score"]
+    assert task_id in as_rows.stdout and json.dumps(keyed["record_key"]) in as_rows.stdout
+    assert "across runs: quarantined 5" in as_rows.stdout
 
     # show: the record itself, as the source sent it
     bare = by_field[None]

@@ -42,3 +42,44 @@ def test_a_run_prints_as_json_or_as_a_table(monkeypatch):
     assert "status failed" in lines and "duration 1200 ms" in lines
     assert "error SINK_ERROR: sink answered 400 for [page 2]" in lines
     assert not any(line.startswith(("provenance", "quarantined", "build")) for line in lines)
+
+
+def test_a_wide_task_list_fits_80_columns_without_an_empty_column():
+    """The widest list at 80 and 100 columns: no column narrower than its header (a rich
+    table squeezed past its width draws empty columns), no line past the width; the
+    columns that leave go in DROPPED's order."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from starter.cli._common import print_table
+    from starter.cli.tasks import _WIDE, DROPPED
+
+    row = (
+        "t-0123456789abcdef0123456789abcdef",
+        "pull_stock_quotes",
+        "catalog",
+        "completed",
+        "20",
+        "5m",
+        "2026-11-29T08:00:00",
+        "2026-11-29T08:00:05",
+        "",
+        "artemis/pull_stock_quotes/t-0123456789abcdef0123456789abcdef",
+    )
+    for width, kept in ((80, 4), (100, 7), (240, 10)):
+        table = Table()
+        for col in _WIDE:
+            table.add_column(col, no_wrap=col in ("task id", "workflow id"))
+        table.add_row(*row)
+        buf = io.StringIO()
+        out = Console(file=buf, width=width, force_terminal=True, color_system=None)
+        print_table(table, out, drop=DROPPED)
+        lines = buf.getvalue().splitlines()
+        assert max(len(x) for x in lines) <= width, buf.getvalue()
+        headers = [h.strip() for h in lines[1].strip("┃").split("┃")]
+        assert len(headers) == kept and all(headers), (width, headers)
+        assert headers == [c for c in _WIDE if c in headers]
+        gone = {c for c in _WIDE if c not in headers}
+        assert gone == set(DROPPED[: len(gone)]), gone

@@ -88,7 +88,7 @@ def test_a_record_that_echoes_a_key_is_shown_redacted_and_replayed_as_it_was(
     assert secret not in stored_text(db_engine, task_id)
     shown = q.list_rows(url, task_id=task_id)
     assert shown[0]["message"] == (
-        f'record column \'price\': Input should be a valid number (got "{REDACTED}")'
+        f"record column 'price': Input should be a valid number (got \"{REDACTED}\")"
     )
     one = q.get_row(url, shown[0]["id"])
     assert one is not None and "record_sealed" not in one

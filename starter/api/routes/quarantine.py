@@ -65,9 +65,10 @@ class QuarantinedRow(BaseModel):
 
 
 class QuarantineList(BaseModel):
-    """GET /quarantine: a run's quarantined records, oldest first, and counts by status."""
+    """GET /quarantine: a run's quarantined records (or, without a task id, those of the
+    caller's runs), oldest first, and counts by status."""
 
-    task_id: str
+    task_id: str | None = Field(None, description="The run; null: across runs")
     counts: dict[str, int]
     items: list[QuarantinedRow]
     next_after: int | None = Field(None, description="Pass as `after` for the next page")
@@ -104,19 +105,33 @@ def _task_id(request: Request, given: str) -> str:
 @router.get(
     "/quarantine",
     operation_id="list_quarantine",
-    summary="A run's quarantined records",
+    summary="A run's quarantined records, or those of the caller's runs",
     responses={**documented(QuarantineList), **NOT_FOUND, **INVALID},
     dependencies=[Depends(require_token)],
 )
 async def list_quarantine(
     request: Request,
-    task_id: str = Query(min_length=1, max_length=300),
+    task_id: str | None = Query(
+        None, min_length=1, max_length=300, description="one run (default: across runs)"
+    ),
     status: quarantine.QuarantineStatus | None = Query(None),
+    provenance: str | None = Query(None, min_length=1, max_length=64),
+    since: datetime | None = Query(None, description="set aside at or after (ISO 8601)"),
+    code: str | None = Query(None, min_length=1, max_length=40, description="an error code"),
     after: int = Query(0, ge=0, le=2**62),
     limit: int = Query(100, ge=1, le=1000),
     settings: Settings = Depends(get_settings),
 ) -> JSONResponse:
-    full = _task_id(request, task_id)
+    """Without ``task_id``: the rows of the caller's runs (an operator's or admin's: of
+    every owner's), filtered by ``provenance``, ``since`` and ``code``."""
+    who = principal(request)
+    full = _task_id(request, task_id) if task_id is not None else None
+    across = quarantine.RowFilter(
+        owner=None if who.sees_all else who.name,
+        provenance=provenance,
+        since=since,
+        code=code,
+    )
     db = settings.database.url
     rows = await work(
         quarantine.list_rows,
@@ -125,8 +140,9 @@ async def list_quarantine(
         status=status.value if status else None,
         after_id=after,
         limit=limit,
+        across=across,
     )
-    counts = await work(quarantine.counts, db, full)
+    counts = await work(quarantine.counts, db, full, across)
     body = QuarantineList(
         task_id=full,
         counts=counts,
