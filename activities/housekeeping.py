@@ -146,7 +146,8 @@ class HousekeepingActivities:
                 return True
         if "'" in task_id or "\\" in task_id:
             return False  # no task id holds them: nothing to look up
-        # A lock's run has its lock's workflow id, found by its task id.
+        # A run started under its lock's workflow id (as runs with a lock once were), or
+        # the lock a run holds: found by its task id.
         query = f"{SA_TASK_ID} = '{task_id}' AND ExecutionStatus = 'Running'"
         async for _ in client.list_workflows(query, limit=1):
             return True

@@ -133,7 +133,7 @@ class QuarantineActivities(RunActivityBase):
         the record model): sent under its own key and marked replayed (True), or kept with
         the new reason (False)."""
         policy, spec = judging
-        process = row["stage"] == Stage.PROCESS.value
+        process = row["replay_from"] == Stage.PROCESS.value
         judged = await work(
             judge, task, ctx, row["page_seq"], [row["record"]], policy, spec, process
         )

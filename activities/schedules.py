@@ -6,7 +6,6 @@ of it, so a scheduled run is checked exactly as a requested one is."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from datetime import datetime
 from typing import Any
@@ -15,6 +14,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from activities.locks import until_closed
 from artemis.callback import CallbackTarget
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
@@ -26,9 +26,6 @@ from artemis.tracing import TraceContext, new_span_id, new_trace_id
 from starter.service import RunService, StartRequest
 
 log = get_logger("artemis.schedules")
-
-# How often the wait for a run's end says it is alive.
-HEARTBEAT_S = 20.0
 
 
 class ScheduleActivities:
@@ -102,14 +99,7 @@ class ScheduleActivities:
     async def await_run_end(self, run: ScheduledRun) -> ScheduledRun:
         """Wait for the run's end, heartbeating; its status as the task store has it."""
         if run.status is None:
-            handle = self.client.get_workflow_handle(run.workflow_id, run_id=run.run_id)
-            ended = asyncio.ensure_future(_quietly(handle.result()))
-            try:
-                while not ended.done():
-                    activity.heartbeat()
-                    await asyncio.wait({ended}, timeout=HEARTBEAT_S)
-            finally:
-                ended.cancel()
+            await until_closed(self.client.get_workflow_handle(run.workflow_id, run_id=run.run_id))
         status = await self.service.status(run.task_id)
         return ScheduledRun(run.task_id, run.workflow_id, run.run_id, status.get("status"))
 
@@ -150,10 +140,3 @@ def _token(env: str | None, name: str) -> str | None:
             retryable=False,
         )
     return value
-
-
-async def _quietly(waiting: Any) -> None:
-    try:
-        await waiting
-    except Exception:  # the run failed or was cancelled: its status says so
-        pass

@@ -34,6 +34,9 @@ class ErrorCode(StrEnum):
     INCOMPLETE = "INCOMPLETE"
     # More records were quarantined than the run's ``max_bad_records`` allows.
     BAD_RECORDS = "BAD_RECORDS"
+    # A record that does not fit its record model (a missing field, a value of the wrong
+    # type): the record's own fault, set aside or (on_bad_record: fail) failing the run.
+    RECORD_MODEL = "RECORD_MODEL"
     SINK_ERROR = "SINK_ERROR"
     # A source or a sink failed transiently for longer than the run's outage tolerance
     # (docs/architecture.md): the run kept its state, POST /tasks/{id}/retry finishes it.
@@ -93,6 +96,7 @@ _INFO: dict[ErrorCode, _CodeInfo] = {
     ErrorCode.SOURCE_LOOP: _CodeInfo(False, 0, 502),
     ErrorCode.INCOMPLETE: _CodeInfo(False, 0, 502),
     ErrorCode.BAD_RECORDS: _CodeInfo(False, 0, 502),
+    ErrorCode.RECORD_MODEL: _CodeInfo(False, 0, 502),
     ErrorCode.SINK_ERROR: _CodeInfo(True, 4, 502),
     ErrorCode.SOURCE_UNAVAILABLE: _CodeInfo(True, 0, 503),
     ErrorCode.SINK_UNAVAILABLE: _CodeInfo(True, 0, 503),

@@ -38,7 +38,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from cryptography.fernet import InvalidToken, MultiFernet
-from pydantic import BaseModel, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from sqlalchemy import (
     Column,
     Index,
@@ -61,8 +61,9 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.owners import SEP as OWNER_SEP
 from artemis.owners import owned_task_id
 from artemis.redact import redact_json, redact_text
+from artemis.registry.field_docs import MAX_BAD_RECORDS
 from artemis.sinks.factory import lane_output
-from artemis.sinks.records import RecordSpec, evolution_plan, schema_error
+from artemis.sinks.records import RecordSpec, evolution_plan, model_error
 from artemis.sources.tree import RECORD_KEY, RESOURCE_KEY
 from artemis.vault import MASTER_KEY_ENV, PREVIOUS_KEYS_ENV, derive_multi, master_keys
 
@@ -86,10 +87,24 @@ class QuarantineStatus(StrEnum):
 
 
 class Stage(StrEnum):
-    """Which check set a record aside: the replay judges it again from there."""
+    """Where a replay judges a record again from (a row's ``replay_from``; its column is
+    ``stage``)."""
 
     PROCESS = "process"  # the raw record as fetched: processed again, then checked
     MODEL = "model"  # the record as processed (its raw form could not be told): checked
+
+
+class Check(StrEnum):
+    """Which check set a record aside (a row's ``stage`` as shown): the task's ``process``
+    step (it failed on the record or turned it down), or the record model's judgement."""
+
+    PROCESS = "process"
+    JUDGE = "judge"
+
+
+def check_of(error_code: str | None) -> Check:
+    """The check a reason's code names: a model misfit is the judge's, the rest process's."""
+    return Check.JUDGE if error_code == ErrorCode.RECORD_MODEL.value else Check.PROCESS
 
 
 def parse_max_bad(value: Any) -> int | float:
@@ -121,7 +136,7 @@ class RecordPolicyParams(BaseModel):
     None leaves it to the provenance's registry entry, then to the defaults."""
 
     on_bad_record: OnBadRecord | None = None
-    max_bad_records: int | str | None = None
+    max_bad_records: int | str | None = Field(None, description=MAX_BAD_RECORDS)
     schema_contract: SchemaContract | None = None
     # Read the record model's types laxly ("1.5" a float, "7" an int, "true" a bool).
     coerce_types: bool | None = None
@@ -187,7 +202,12 @@ class RecordPolicy:
 
     def describe_bound(self) -> str:
         limit = parse_max_bad(self.max_bad_records)
-        return str(limit) if isinstance(limit, int) else f"{limit:g}% of the records fetched"
+        if isinstance(limit, int):
+            return str(limit)
+        return (
+            f"{limit:g}% of the records fetched, of the stated total or of "
+            f"{PERCENT_FLOOR:,} records, whichever is largest"
+        )
 
 
 # -- judging a page ---------------------------------------------------------------------------
@@ -265,7 +285,7 @@ def _set_aside(
             BadRecord(
                 position=position,
                 record=record,
-                code=ErrorCode.SINK_ERROR.value,
+                code=ErrorCode.RECORD_MODEL.value,
                 field=fault.field,
                 message=f"record {fault.problem}",
                 stage=stage,
@@ -286,7 +306,7 @@ def judge(
 ) -> Judged:
     """One page through the task's ``process`` and the record model's check (see the
     module). Raises SOURCE_CONTRACT for a page every record of which breaks one rule (or
-    any bad record under ``fail``: SOURCE_CONTRACT for the process step, SINK_ERROR naming
+    any bad record under ``fail``: SOURCE_CONTRACT for the process step, RECORD_MODEL naming
     the record and field for the model), and for a new field under ``freeze``.
     ``process``: False for records processed already (checked against the model only)."""
     code = ctx.task_code
@@ -310,7 +330,7 @@ def judge(
         return judged
     first = min(faults)
     if not policy.quarantines:
-        raise schema_error(f"page {seq}: record {first} {faults[first].problem}")
+        raise model_error(f"page {seq}: record {first} {faults[first].problem}")
     _contract_break(
         seq, len(records), [(f.field, f.kind) for f in faults.values()], faults[first].problem
     )
@@ -954,6 +974,10 @@ def list_rows(
 
 
 def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as read: ``stage`` says which check set it aside, ``replay_from`` where a
+    replay judges it again from (the column ``stage`` stores)."""
+    row["replay_from"] = row.get("stage")
+    row["stage"] = check_of(row.get("error_code")).value
     for name in ("record_key", "record"):
         if isinstance(row.get(name), str):
             row[name] = jsonio.loads(row[name])

@@ -35,8 +35,33 @@ def workflow_id_for(task_code: str, task_id: str) -> str:
 
 
 def lock_workflow_id(workflow_name: str) -> str:
-    """The workflow id of a task with an execution lock: one running per name."""
+    """The workflow id of an execution lock (workflows/execution_lock.py): one open per
+    name. (Runs started before the lock was a workflow of its own have it as theirs.)"""
     return f"artemis/lock/{workflow_name}"
+
+
+# The workflow type of an execution lock, and the signal that tells it the run it holds.
+LOCK_WORKFLOW = "ExecutionLock"
+LOCK_BIND_SIGNAL = "bind"
+
+
+@dataclass
+class LockHold:
+    """An execution lock taken for one run: the lock's name, the run's task id and
+    workflow id, and the run's deadline (the lock never outlives it by much)."""
+
+    lock: str
+    task_id: str
+    run_workflow_id: str
+    timeout_s: float
+
+
+@dataclass
+class LockedRun:
+    """The run an execution lock waits for: its workflow id and first run id."""
+
+    workflow_id: str
+    run_id: str
 
 
 def provenance_queue(task_queue: str, provenance: str) -> str:

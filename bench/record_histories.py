@@ -33,7 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from artemis.run_models import CancelRequest  # noqa: E402
+from artemis.run_models import CancelRequest, lock_workflow_id  # noqa: E402
 from artemis.run_state import TERMINAL, RunStatus  # noqa: E402
 from artemis_samples.platform import note_ids  # noqa: E402
 from bench.stack import BenchStack, bench_stack  # noqa: E402
@@ -235,6 +235,7 @@ async def drive(stack: BenchStack, client: Any) -> dict[str, str]:
         await d.wait(
             await d.start("crawl", "crawl_notes", {"platform": "sample", "keywords": ["rec"]})
         )
+        d.scenarios[lock_workflow_id("crawl_notes:sample")] = "crawl"  # the lock it held
         resp = await http.post(
             f"{stack.api}/notes/details",
             json={"platform": "sample", "note_ids": note_ids("rec", 2)},

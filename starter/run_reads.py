@@ -83,8 +83,9 @@ class RunReads:
         return desc.typed_search_attributes.get(KEY_TASK_ID)
 
     async def find(self, task_id: str, workflow_id: str | None = None) -> WorkflowHandle | None:
-        """The run's workflow: the id the task store recorded, else one per task code. A
-        lock's workflow id is shared by its executions: only the one of this task counts."""
+        """The run's workflow: the id the task store recorded, else one per task code. (A
+        run recorded under its lock's id, as runs with a lock once were, shares that id
+        with the lock's other runs: only the one of this task counts.)"""
         candidates = [workflow_id] if workflow_id else []
         candidates += [workflow_id_for(code, task_id) for code in task_codes()]
         for wf_id in candidates:

@@ -55,6 +55,7 @@ from artemis.redact import MIN_REQUEST_SECRET, scoped
 from artemis.retained import KEPT_FORMAT, Retained
 from artemis.run_models import (
     WORKFLOW_NAME,
+    LockHold,
     PauseRequest,
     RateLimitRequest,
     RunRequest,
@@ -80,6 +81,7 @@ from artemis.taskstore import TaskData, TaskStorage
 from artemis.temporal.runs import OPEN_STATUSES, closed_run_end
 from artemis.tracing import TraceContext, otel_context_for
 from artemis.vault import CALLBACK_TOKEN, START_SEP, RunSecrets
+from starter.locks import ExecutionLocks, locked
 from starter.run_reads import (
     KEY_OWNER,
     KEY_RUN_ID,
@@ -198,12 +200,11 @@ class RunService(RunReads):
         params = ask.params
         task, prepared, callback, output = await self._checked(code, ask, owner)
         lock = task.lock_name(prepared)
-        lock_id = owned_lock(owner, lock) if lock else None
         task_id = owned_task_id(owner, ask.task_id or uuid.uuid4().hex)
-        workflow_id = lock_workflow_id(lock_id) if lock_id else workflow_id_for(code, task_id)
+        workflow_id = workflow_id_for(code, task_id)
         if lock and ask.task_id:
-            # A lock's workflow id outlives its executions: a repeat of a finished task id
-            # is answered from the task store, never started again.
+            # A repeat of a finished task id is answered from the task store: never
+            # started again, nor refused for the lock another run holds now.
             finished = await self._finished_repeat(task_id, workflow_id)
             if finished is not None:
                 return finished
@@ -212,14 +213,16 @@ class RunService(RunReads):
             code, task_id, ask, trace, request_id, output, callback, secrets_key
         )
         callback_mode = "progress_and_finalize" if callback else "none"
+        held = await self._lock_for(lock, req, owner, ask.role, callback_mode) if lock else None
+        if isinstance(held, Started):  # this task id's run holds it: attached to that run
+            return held
         # Make Temporal's tracing interceptor continue the caller's trace.
         otel_token = otel_context.attach(otel_context_for(trace))
         try:
             handle = await self._start_workflow(
                 req,
                 workflow_id,
-                exclusive=bool(lock),
-                # what it harvests, and its task id (a crawl's lock id is shared)
+                exclusive=False,
                 summary=(code, task.describe(prepared), f"task {task_id}"),
                 details=f"Task `{code}` started by request `{req.request_id}`; "
                 f"trace `{trace.trace_id}`.",
@@ -227,14 +230,16 @@ class RunService(RunReads):
             )
         except WorkflowAlreadyStartedError:
             await self._drop_secrets(secrets_key)
-            return await self._already_started(
-                task_id, workflow_id, lock, callback_mode, owner, writes_shared(ask.role)
-            )
+            await self._unlock(held, "the task id's run has ended already")
+            return await self._already_started(task_id, workflow_id, callback_mode)
         except BaseException as e:
+            await self._unlock(held, f"the run did not start ({type(e).__name__})")
             await self._start_failed(e, secrets_key, code, task_id, workflow_id)
             raise
         finally:
             otel_context.detach(otel_token)
+        if held is not None:
+            await self._bind(held, handle)
         return await self._started(
             handle, task_id, code, workflow_id, params, owner, secrets_key, callback_mode
         )
@@ -480,33 +485,64 @@ class RunService(RunReads):
         resolve_base_url(target, self.settings.callback, self.settings.callback_hosts())
         return target.to_dict()
 
-    async def _already_started(
-        self,
-        task_id: str,
-        workflow_id: str,
-        lock: str | None,
-        callback_mode: str,
-        owner: str = DEFAULT_OWNER,
-        sees_all: bool = False,
-    ) -> Started:
-        """A start that met a workflow of the same id: a lock held by another task is 409
-        (naming the holder to its owner, an operator or an admin only); the same task
-        while it runs is attached to; a finished one answers its result."""
+    async def _lock_for(
+        self, lock: str, req: RunRequest, owner: str, role: str, callback_mode: str
+    ) -> WorkflowHandle | Started:
+        """``_take_lock`` for a new start: a start that does not go on (refused, or
+        attached to this task id's run) drops the secrets it sealed."""
+        try:
+            held = await self._take_lock(lock, req, owner, role, callback_mode)
+        except BaseException:  # refused (held by another task), or Temporal unreachable
+            await self._drop_secrets(req.secrets_key)
+            raise
+        if isinstance(held, Started):
+            await self._drop_secrets(req.secrets_key)
+        return held
+
+    async def _take_lock(
+        self, lock: str, req: RunRequest, owner: str, role: str, callback_mode: str
+    ) -> WorkflowHandle | Started:
+        """``owner``'s lock ``lock`` taken for ``req``'s run (starter/locks.py). Held by
+        another task: 409 EXECUTION_LOCKED (naming the holder to its owner, an operator
+        or an admin only); by this task id: its run, attached to."""
+        lock_id = owned_lock(owner, lock)
+        run_workflow_id = workflow_id_for(req.task_code, req.task_id)
+        await self.search_attributes.require()
+        hold = LockHold(lock_id, req.task_id, run_workflow_id, req.timeout_s)
+        holder = None
+        for _ in range(2):
+            try:
+                return await self.locks.take(lock_id, hold, owner)
+            except WorkflowAlreadyStartedError:
+                holder = await self.locks.holder(lock_id)
+            holder_run = workflow_id_for(req.task_code, holder) if holder else ""
+            if holder and await self.locks.is_open(holder_run):
+                if holder != req.task_id:
+                    break
+                handle = self.client.get_workflow_handle(run_workflow_id)
+                return Started(handle, req.task_id, run_workflow_id, None, callback_mode)
+            await self.locks.closing(lock_id)  # its run has ended: the lock is closing
+        raise locked(lock, req.task_id, holder, owner, writes_shared(role))
+
+    async def _bind(self, lock: WorkflowHandle, run: WorkflowHandle) -> None:
+        """Tell the lock its run started (not told, it ends by itself: starter/locks.py)."""
+        try:
+            await self.locks.bind(lock, run.result_run_id or "")
+        except RPCError as e:
+            log.warning("lock_not_bound", lock=lock.id, error=f"{e.status}: {e.message}")
+
+    async def _unlock(self, lock: WorkflowHandle | Started | None, why: str) -> None:
+        if isinstance(lock, WorkflowHandle):
+            await self.locks.release(lock, why)
+
+    @property
+    def locks(self) -> ExecutionLocks:
+        return ExecutionLocks(self.client, self.settings.temporal.task_queue)
+
+    async def _already_started(self, task_id: str, workflow_id: str, callback_mode: str) -> Started:
+        """A start that met a workflow of the same id: the same task while it runs is
+        attached to; a finished one answers its result."""
         handle = self.client.get_workflow_handle(workflow_id)
-        if lock:
-            holder = await self._holder(handle)
-            if holder != task_id:
-                details: dict[str, Any] = {"workflow_name": lock}
-                running = "another task"
-                if holder is not None and (sees_all or owner_of(holder) == owner):
-                    details["running_task_id"] = holder
-                    running = f"task {holder}"
-                raise ArtemisError(
-                    ErrorCode.EXECUTION_LOCKED,
-                    f"{lock} is already running ({running}); one execution at a time",
-                    details=details,
-                ) from None
-            return Started(handle, task_id, workflow_id, None, callback_mode)
         status = await self.status(task_id, handle=handle)
         return Started(
             handle,
@@ -757,8 +793,10 @@ class RunService(RunReads):
         what = await work(_what, req.task_code, req.params, self.settings)
         # Open again before the run starts (it records `running` itself once it does).
         before = await self._reopen(task_id, req.task_code, wf_id, carry.stats)
+        held: WorkflowHandle | Started | None = None
         try:
-            return await self._start_workflow(
+            held = await self._retry_lock(req, wf_id)
+            handle = await self._start_workflow(
                 req,
                 wf_id,
                 exclusive=True,  # never beside a run of the same id
@@ -768,15 +806,34 @@ class RunService(RunReads):
                 owner=owner_of(task_id),  # the retried run stays its owner's
             )
         except WorkflowAlreadyStartedError:
+            await self._unlock(held, "the task id's run is open")
             await self._restore(task_id, before)
             await work(retained.release, kept_key)
             raise ArtemisError(
                 ErrorCode.CONFLICT, f"task {task_id} is running: nothing to retry"
             ) from None
-        except Exception:
+        except Exception as e:
+            await self._unlock(held, f"the retry did not start ({type(e).__name__})")
             await self._restore(task_id, before)
             await work(retained.release, kept_key)
             raise
+        if isinstance(held, WorkflowHandle):
+            await self._bind(held, handle)
+        return handle
+
+    async def _retry_lock(self, req: RunRequest, wf_id: str) -> WorkflowHandle | None:
+        """The task's execution lock taken for a retry of ``req``'s run (None: the task has
+        none, or the run's own workflow id is its lock: a run started so keeps it)."""
+        task = get_task(req.task_code)
+        if type(task).lock_name is TaskUnit.lock_name:
+            return None  # a task without one
+        lock = task.lock_name(await work(task.prepare_params, req.params, self.settings))
+        if not lock or wf_id.startswith(lock_workflow_id("")):
+            return None
+        held = await self._take_lock(lock, req, owner_of(req.task_id), req.role, "none")
+        if isinstance(held, Started):  # this task id's run holds it: that run is open
+            raise WorkflowAlreadyStartedError(wf_id, WORKFLOW_NAME)
+        return held
 
     async def _check_saved_urls(self, req: RunRequest) -> None:
         """A saved run's request URLs (source params, sink endpoint, callback) checked as

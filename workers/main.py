@@ -19,6 +19,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.crawl import CrawlActivities
 from activities.housekeeping import HousekeepingActivities
+from activities.locks import LockActivities
 from activities.schedules import ScheduleActivities
 from activities.task_run import TaskRunActivities
 from artemis.calls import work
@@ -39,6 +40,7 @@ from artemis.tracing import exporting
 from workers.boundary import RunActivityBoundary
 from workflows.alerts import AlertsWorkflow
 from workflows.cleanup import CleanupWorkflow
+from workflows.execution_lock import ExecutionLockWorkflow
 from workflows.note_details import NoteDetailsWorkflow
 from workflows.quarantine_replay import QuarantineReplayWorkflow
 from workflows.reclaim import ReclaimWorkflow
@@ -158,6 +160,7 @@ WORKFLOWS = (
     AlertsWorkflow,
     QuarantineReplayWorkflow,
     ScheduledStartWorkflow,
+    ExecutionLockWorkflow,
 )
 
 
@@ -329,6 +332,7 @@ def build_worker(
             *HousekeepingActivities(settings).all(),
             *crawl.all(),
             *ScheduleActivities(settings, client).all(),
+            *LockActivities(client).all(),
         ],
         interceptors=[RunActivityBoundary(activities.record, exporting(settings.telemetry))],
         # (worker.sandboxed_workflows: what the sandbox guards and why it is off)

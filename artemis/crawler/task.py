@@ -2,10 +2,10 @@
 claimed note's details with a pooled cookie, write it once to ``tbl_source`` and send it
 to the sinks of ``output_defaults.crawl_notes`` (docs/operations.md).
 
-One run is one *execution* of its workflow name (the execution lock: workflow id
-``artemis/lock/{workflow_name}``, a named token's ``artemis/lock/{owner}~{workflow_name}``,
-mirrored in ``tbl_crawl_execution`` under the same name); its task id is the execution id
-that locks the candidates it claims.
+One run is one *execution* of its workflow name (the execution lock: a workflow of its
+own, ``artemis/lock/{workflow_name}``, a named token's ``artemis/lock/{owner}~{workflow_name}``,
+held while the run runs: starter/locks.py; mirrored in ``tbl_crawl_execution`` under the
+same name); its task id is the execution id that locks the candidates it claims.
 
 - fetch: the search phase pages through the keywords (``max_pages`` per keyword),
   ``runs.fetch_concurrency`` of them at a time, each with its own checkpoint, and adds

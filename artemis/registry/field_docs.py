@@ -8,6 +8,15 @@ never stored to do nothing.
 
 from __future__ import annotations
 
+# The one description of a run's bad-record bound: the registry field, the run param's
+# schema and the docs say it in these words (artemis/quarantine.py: RecordPolicy.bound).
+MAX_BAD_RECORDS = (
+    "how many records a run may quarantine before it fails `BAD_RECORDS`: a count "
+    "(`100`), or a percentage (`1%`, the default) of the records fetched so far, of the "
+    "total the source states, or of 1,000 records, whichever is largest (at the default, "
+    "a run of up to 1,000 records may set 10 aside)"
+)
+
 SECTIONS = {
     "provenance": "the source itself (`reg_provenance`); one per file",
     "endpoint_def": "the requests: one row per endpoint (`SEARCH` lists records, "
@@ -75,9 +84,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "on_bad_record_code": "`QUARANTINE` (default): a record the model or the task's "
         "process step rejects is kept aside with its reason and the run goes on; `FAIL`: it "
         "fails the run. A run's `on_bad_record` param wins",
-        "max_bad_records_value": "how many records a run may quarantine before it fails "
-        "`BAD_RECORDS`: a count (`100`) or a percentage of the records fetched (`1%`, the "
-        "default). A run's `max_bad_records` param wins",
+        "max_bad_records_value": f"{MAX_BAD_RECORDS}. A run's `max_bad_records` param wins",
         "schema_contract_code": "a field the model does not name: `DISCARD` (default: "
         "dropped, a `schema_drift` event), `FREEZE` (the run fails `SOURCE_CONTRACT` "
         "naming it) or `EVOLVE` (dropped from this run, added to the model of the next "

@@ -3,7 +3,8 @@
 Each TaskUnit declares once the shape of its processed records (a Pydantic model) and
 their key (``record_key``). From that one declaration come the SQL table's typed columns,
 the Parquet schema, and the check of every record before it is written: a field the
-model lacks or a value of the wrong type is a ``SINK_ERROR`` naming the column — never a
+model lacks or a value of the wrong type is a ``RECORD_MODEL`` naming the record and the
+field when the run judges its pages (a ``SINK_ERROR`` when a sink finds it) — never a
 silent drop or a silent cast.
 
 A record model may also be declared as data (``RecordModelDecl``: a registry provenance's
@@ -187,7 +188,7 @@ class RecordSpec:
                     continue
                 faults[loc[0]] = _fault(err, self.model.__name__)
             if not faults:  # not a record's fault (the list itself): say so plainly
-                raise schema_error(f"records do not fit {self.model.__name__}: {e}") from None
+                raise model_error(f"records do not fit {self.model.__name__}: {e}") from None
             return faults
         return {}
 
@@ -368,6 +369,11 @@ def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
 def schema_error(message: str) -> ArtemisError:
     """The records and the destination disagree: no retry can fix that."""
     return ArtemisError(ErrorCode.SINK_ERROR, message, retryable=False)
+
+
+def model_error(message: str) -> ArtemisError:
+    """A record does not fit its model: the record's fault, not the destination's."""
+    return ArtemisError(ErrorCode.RECORD_MODEL, message, retryable=False)
 
 
 # -- record models declared as data ------------------------------------------------------------

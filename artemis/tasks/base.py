@@ -434,9 +434,9 @@ class TaskUnit:
 
     # -- execution lock ------------------------------------------------------------------
     def lock_name(self, params: BaseModel) -> str | None:
-        """A workflow name of which one execution at a time may run: the run's
-        workflow id is then ``artemis/lock/{name}`` and a second start is refused with
-        EXECUTION_LOCKED. None: runs are independent (``artemis/{code}/{task_id}``)."""
+        """A workflow name of which one execution at a time may run: each run holds the
+        lock ``artemis/lock/{name}`` (workflows/execution_lock.py) and a second start is
+        refused with EXECUTION_LOCKED. None: runs are independent."""
         return None
 
 

@@ -27,7 +27,7 @@ err_console = Console(stderr=True, file=QuietOnClosedPipe(sys.stderr), width=_WI
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
 
 
-def print_table(table: Table, out: Console | None = None, drop: Sequence[str] = ()) -> None:
+def print_table(table: Table, drop: Sequence[str] = (), out: Console | None = None) -> None:
     """A table as a person reads it on a terminal, fitted to its width: no column is
     narrower than its header (a cell folds instead), and while the table cannot fit, the
     columns named in ``drop`` leave it in that order. Piped or redirected: plain text for
@@ -54,9 +54,13 @@ def _fitted(table: Table, out: Console, drop: list[str]) -> Table:
     """``table`` fitted to the terminal: while its columns cannot all keep their header's
     width (a column that does not wrap: its widest cell), the next column of ``drop``
     leaves it; then the wrapping columns are narrowed, each in proportion to what it
-    can give, their cells folding."""
+    can give, their cells folding. A table still too wide with every ``drop`` gone folds
+    its unwrapped columns too (an id over two lines rather than a column of no width)."""
     while drop and sum(_least(c) for c in table.columns) + _frame(table) > out.width:
         table = _without(table, drop.pop(0))
+    if sum(_least(c) for c in table.columns) + _frame(table) > out.width:
+        for c in table.columns:
+            c.no_wrap = False
     room = out.width - _frame(table)
     natural = [max(_least(c), *(len(_plain(x)) for x in c.cells), 1) for c in table.columns]
     least = [_least(c) for c in table.columns]

@@ -63,6 +63,20 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
+def builds_table(rows: list[dict[str, Any]]) -> tuple[Table, tuple[str, ...]]:
+    """The builds as a table, and the columns a narrow terminal goes without, in order."""
+    table = Table("build", "status", "polled", "created", "note")
+    table.columns[0].no_wrap = True  # copied whole into `builds promote`
+    for r in rows:
+        note = "this code" if r["this_code"] else ""
+        if r["stranded"]:
+            note = "runs wait for a worker of this build"
+        table.add_row(
+            r["build_id"], r["status"], "yes" if r["polled"] else "no", r["created_at"], note
+        )
+    return table, ("created", "polled")
+
+
 @builds_app.command("list")
 def list_builds(
     output: Output = typer.Option(Output.table, "--output", "-o"),
@@ -75,15 +89,7 @@ def list_builds(
     if output is Output.json:
         console.print_json(json.dumps(rows))
     else:
-        table = Table("build", "status", "polled", "created", "")
-        for r in rows:
-            note = "this code" if r["this_code"] else ""
-            if r["stranded"]:
-                note = "runs wait for a worker of this build"
-            table.add_row(
-                r["build_id"], r["status"], "yes" if r["polled"] else "no", r["created_at"], note
-            )
-        print_table(table)
+        print_table(*builds_table(rows))
     _exit(1 if any(r["stranded"] for r in rows) else 0)
 
 

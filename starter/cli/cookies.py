@@ -75,12 +75,17 @@ def cookies_list(
     from artemis.crawler.cookies import list_cookies
 
     settings = _settings(config)
+    print_table(*cookies_table(list_cookies(_registry_engine(settings), platform)))
+
+
+def cookies_table(cookies: list[dict[str, Any]]) -> tuple[Table, tuple[str, ...]]:
+    """The pool as a table, and the columns a narrow terminal goes without, in order."""
     table = Table()
     for col in _COLUMNS:
-        table.add_column(col)
-    for c in list_cookies(_registry_engine(settings), platform):
+        table.add_column(col, no_wrap=col == "name")
+    for c in cookies:
         table.add_row(*_cookie_row(c))
-    print_table(table)
+    return table, ("cooling until", "priority", "platform")
 
 
 def _set_status(name: str, status: str, config: Path | None) -> None:

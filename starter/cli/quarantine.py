@@ -26,7 +26,7 @@ quarantine_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_COLUMNS = ("id", "key", "page/pos", "field", "code", "status", "message")
+_COLUMNS = ("id", "key", "page/pos", "field", "code", "stage", "status", "message")
 # The API's largest page: a replay's rows are read in as few calls as it allows.
 _PAGE = 1000
 _MESSAGE_CHARS = 80
@@ -129,23 +129,7 @@ def quarantine_list(
     if output == Output.json:
         console.print_json(data=data)
         return
-    table = Table()
-    columns = _COLUMNS if task_id is not None else ("task id", *_COLUMNS)
-    for col in columns:
-        table.add_column(col, no_wrap=col in ("id", "task id"))
-    for r in data["items"]:
-        key = r.get("record_key")
-        table.add_row(
-            *([] if task_id is not None else [escape(r["task_id"])]),
-            str(r["id"]),
-            escape(json.dumps(key, ensure_ascii=False) if key is not None else ""),
-            f"{r['page_seq']}/{r['position']}",
-            escape(r.get("field_path") or ""),
-            escape(r["error_code"]),
-            escape(r["status"]),
-            escape(_short(r.get("message"))),
-        )
-    print_table(table, drop=("page/pos", "field", "task id"))
+    print_table(*rows_table(data["items"], across=task_id is None))
     whose = data.get("task_id") or "across runs"
     console.print(f"{escape(whose)}: {_counts_line(data['counts'])}", highlight=False)
     if data.get("next_after"):
@@ -193,6 +177,28 @@ def quarantine_show(
     print_table(table)
     console.print("record:", highlight=False)
     console.print_json(data=row.get("record"))
+
+
+def rows_table(items: list[dict[str, Any]], across: bool) -> tuple[Table, tuple[str, ...]]:
+    """Quarantined rows as a table (``across``: with their task ids), and the columns a
+    narrow terminal goes without, in order."""
+    table = Table()
+    for col in ("task id", *_COLUMNS) if across else _COLUMNS:
+        table.add_column(col, no_wrap=col in ("id", "task id"))
+    for r in items:
+        key = r.get("record_key")
+        table.add_row(
+            *([escape(r["task_id"])] if across else []),
+            str(r["id"]),
+            escape(json.dumps(key, ensure_ascii=False) if key is not None else ""),
+            f"{r['page_seq']}/{r['position']}",
+            escape(r.get("field_path") or ""),
+            escape(r["error_code"]),
+            escape(str(r.get("stage") or "")),
+            escape(r["status"]),
+            escape(_short(r.get("message"))),
+        )
+    return table, ("page/pos", "stage", "field", "status", "task id")
 
 
 def _wait_replay(

@@ -102,6 +102,11 @@ def schedules_list(
     if output == Output.json:
         console.print_json(data=items)
         return
+    print_table(*schedules_table(items))
+
+
+def schedules_table(items: list[dict[str, Any]]) -> tuple[Table, tuple[str, ...]]:
+    """The schedules as a table, and the columns a narrow terminal goes without, in order."""
     table = Table(show_lines=False)
     for col in ("name", "task", "when", "state", "next start", "starts", "by"):
         table.add_column(col, no_wrap=col in ("name", "next start"))
@@ -115,7 +120,7 @@ def schedules_list(
             str(s["starts"]),
             escape(str(s.get("made_by") or "")),
         )
-    print_table(table)
+    return table, ("by", "starts", "next start", "task")
 
 
 @schedules_app.command("show")
@@ -135,17 +140,23 @@ def schedules_show(
         console.print(f"{key}: {escape(str(data.get(key)))}", highlight=False)
     console.print(f"params: {escape(json.dumps(data.get('params')))}", highlight=False)
     console.print(f"next starts: {', '.join(_second(t) for t in data['next_starts'][:3])}")
+    print_table(*recent_table(data.get("recent") or []))
+
+
+def recent_table(recent: list[dict[str, Any]]) -> tuple[Table, tuple[str, ...]]:
+    """A schedule's last starts as a table, and the columns a narrow terminal goes
+    without, in order (the task id stays: it is what `tasks show` takes)."""
     table = Table(show_lines=False)
     for col in ("scheduled at", "outcome", "task id", "status / reason"):
         table.add_column(col, no_wrap=col != "status / reason")
-    for r in data.get("recent") or []:
+    for r in recent:
         table.add_row(
             _second(r.get("scheduled_at")),
             str(r.get("outcome")),
             escape(str(r.get("task_id") or "")),
             escape(str(r.get("status") or r.get("reason") or "")),
         )
-    print_table(table)
+    return table, ("outcome", "scheduled at")
 
 
 def _second(iso: str | None) -> str:

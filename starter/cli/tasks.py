@@ -192,6 +192,11 @@ def task_types(
     if output == "json":
         console.print_json(data=data)
         return
+    print_table(*types_table(items))
+
+
+def types_table(items: list[dict[str, Any]]) -> tuple[Table, tuple[str, ...]]:
+    """Task types as a table; every column folds (none leaves: there are three)."""
     table = Table()
     for col in ("code", "summary", "params (required*)"):
         table.add_column(col)
@@ -200,7 +205,7 @@ def task_types(
         required = set(schema.get("required") or [])
         names = [f"{n}*" if n in required else n for n in (schema.get("properties") or {})]
         table.add_row(t.get("code", ""), t.get("summary", ""), ", ".join(names))
-    print_table(table)
+    return table, ()
 
 
 def _resolve_id(base: str, settings: Any, task_id: str) -> str:
@@ -243,6 +248,17 @@ def _task_row(t: dict[str, Any], wide: bool) -> tuple[str, ...]:
     )
 
 
+def runs_table(items: list[dict[str, Any]], wide: bool) -> tuple[Table, tuple[str, ...]]:
+    """Runs as a table, and the columns a narrow terminal goes without, in order."""
+    table = Table(show_lines=False)
+    for col in _WIDE if wide else _COLUMNS:
+        # ids are never cut: every command takes a unique prefix besides
+        table.add_column(col, no_wrap=col in ("task id", "workflow id"))
+    for t in items:
+        table.add_row(*_task_row(t, wide))
+    return table, DROPPED
+
+
 @tasks_app.command("list")
 def tasks_list(
     status: str | None = typer.Option(None, "--status", help="pending|running|completed|..."),
@@ -265,14 +281,7 @@ def tasks_list(
     if output == "json":
         console.print_json(data=data)
         return
-    table = Table(show_lines=False)
-    wide = output == Output.wide
-    for col in _WIDE if wide else _COLUMNS:
-        # ids are never cut: every command takes a unique prefix besides
-        table.add_column(col, no_wrap=col in ("task id", "workflow id"))
-    for t in data["items"]:
-        table.add_row(*_task_row(t, wide))
-    print_table(table, drop=DROPPED)
+    print_table(*runs_table(data["items"], wide=output == Output.wide))
     if data.get("next_cursor"):
         # the token on a line of its own, never wrapped: it is copied whole
         console.print("more:", highlight=False)

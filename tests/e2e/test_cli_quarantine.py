@@ -97,7 +97,7 @@ async def test_list_show_discard_and_replay_through_the_cli(make_stack, gh, tmp_
         r["id"] for r in rows
     ]
     assert across["counts"] == {"quarantined": 5}
-    bad_score = await cli_json(stack, "list", "--provenance", code, "--code", "SINK_ERROR")
+    bad_score = await cli_json(stack, "list", "--provenance", code, "--code", "RECORD_MODEL")
     assert {r["field_path"] for r in bad_score["items"]} == {"score", "id"}  # not the string
     as_rows = await cli(stack, "list", "--provenance", code)
     keyed = by_field["score"]

@@ -28,6 +28,7 @@ from artemis.db import get_engine
 from artemis.run_models import ReclaimResult
 from artemis.temporal.client import connect
 from artemis_samples.platform import note_ids
+from starter.locks import KEY_TASK_ID
 from tests.conftest import new_task_id, settings_with, start_worker_process, write_config
 from tests.helpers import ending, eventually, secret_keys
 from workers.main import (
@@ -41,10 +42,14 @@ from workflows.reclaim import ReclaimWorkflow
 
 
 async def crawl_stack(
-    make_stack, cookies: dict[str, int], search_page_size: int | None = None, **overrides
+    make_stack,
+    cookies: dict[str, int],
+    search_page_size: int | None = None,
+    runs: dict | None = None,
+    **overrides,
 ):
     """A stack with its own platform name (so tests do not share a cookie pool) and
-    ``cookies`` (session → priority) in that platform's pool."""
+    ``cookies`` (session → priority) in that platform's pool; ``runs``: its runs section."""
     platform = f"p{uuid.uuid4().hex[:8]}"
     probe = await make_stack(worker=False)
     base = f"{probe.samples_url}/platform"
@@ -57,7 +62,7 @@ async def crawl_stack(
         "detail_timeout_s": 1.0,
         **overrides,
     }
-    stack = await make_stack(crawler=crawler)
+    stack = await make_stack(crawler=crawler, **({"runs": runs} if runs else {}))
     vault = vault_for(stack.settings)
     for n, (session, priority) in enumerate(cookies.items()):
         add_cookie(
@@ -88,6 +93,53 @@ async def sent_notes(stack, task_id: str) -> Counter:
     return sent
 
 
+async def test_a_retried_crawl_takes_its_execution_lock_again(make_stack):
+    """A crawl that gave up (its sink down past the outage tolerance) has released its
+    lock; its retry takes it again: refused while another crawl of the name runs, run
+    once that one ended, under the lock for as long as it runs."""
+    stack, platform = await crawl_stack(
+        make_stack, {"sample-r": 1}, runs={"retry_max_interval_s": 1.0, "outage_tolerance_s": 1}
+    )
+    await stack.samples_http.post("/_control/platform", json={"notes_per_keyword": 3})
+    params = {"platform": platform, "keywords": [f"rho-{uuid.uuid4().hex[:6]}"]}
+    lock = stack.client.get_workflow_handle(f"artemis/lock/crawl_notes:{platform}")
+    failed_id, other_id = new_task_id(), new_task_id()
+    await stack.fault("sink", status=503, for_s=3600)
+    try:
+        resp = await stack.run(
+            {"meta": {"task_id": failed_id}, "params": params}, code="crawl_notes"
+        )
+    finally:
+        await stack.fault("sink")
+    data = resp.json()["data"]
+    assert data["status"] == "failed" and data["error"]["code"] == "SINK_UNAVAILABLE", data
+    await asyncio.wait_for(lock.result(), timeout=60)  # released with the run's end
+
+    # another crawl of the name holds the lock: the retry is refused, naming it
+    slow = {"slow_ms": 400, "slow_ids": note_ids(params["keywords"][0], 3)}
+    await stack.samples_http.post("/_control/platform", json=slow)
+    other = await stack.run(
+        {"meta": {"task_id": other_id}, "params": params}, code="crawl_notes", mode="async"
+    )
+    assert other.status_code == 202, other.text
+    refused = await stack.http.post(f"/tasks/{failed_id}/retry", json={})
+    assert refused.status_code == 409, refused.text
+    err = refused.json()["error"]
+    assert err["code"] == "EXECUTION_LOCKED" and other_id in err["message"], err
+    assert (await stack.wait_status(other_id, timeout=60))["status"] == "completed"
+
+    async def retried() -> bool:
+        resp = await stack.http.post(f"/tasks/{failed_id}/retry", json={})
+        assert resp.status_code in (202, 409), resp.text
+        return resp.status_code == 202
+
+    await eventually(retried, "the retry to start once the other crawl's lock closed")
+    desc = await lock.describe()
+    assert desc.typed_search_attributes.get(KEY_TASK_ID) == failed_id
+    assert (await stack.wait_status(failed_id, timeout=60))["status"] == "completed"
+    assert "ended" in await asyncio.wait_for(lock.result(), timeout=60)
+
+
 async def test_crawl_writes_each_note_once_and_sends_it_to_the_sinks(make_stack, app_log):
     stack, platform = await crawl_stack(make_stack, {"sample-a": 5, "sample-b": 1})
     await stack.samples_http.post(
@@ -102,10 +154,15 @@ async def test_crawl_writes_each_note_once_and_sends_it_to_the_sinks(make_stack,
     body = resp.json()
     assert resp.status_code == 200, body
     data = body["data"]
-    assert (
-        data["status"] == "completed"
-        and data["workflow_id"] == f"artemis/lock/crawl_notes:{platform}"
-    )
+    # The run has a task run's id; its execution lock is a workflow of its own, named
+    # apart, that says who held it and closes with the run.
+    assert data["status"] == "completed"
+    assert data["workflow_id"] == f"artemis/crawl_notes/{task_id}"
+    lock = stack.client.get_workflow_handle(f"artemis/lock/crawl_notes:{platform}")
+    assert "ended" in await asyncio.wait_for(lock.result(), timeout=60)
+    desc = await lock.describe()
+    assert desc.workflow_type == "ExecutionLock"
+    assert desc.typed_search_attributes.get(KEY_TASK_ID) == task_id
     stored = rows(stack, SourceNote, platform=platform)
     assert len(stored) == 24 and len({r.idempotency_key for r in stored}) == 24
     assert all(r.idempotency_key == f"{r.note_id}_v1" for r in stored)

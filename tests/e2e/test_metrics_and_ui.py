@@ -337,10 +337,21 @@ async def test_the_ui_pieces_seen_through_the_temporal_cli(make_stack):
     types = {w["type"]["name"] for w in _temporal_json(s, "workflow", "list", "-q", query)}
     assert types == {"TaskRunWorkflow"}, types
 
-    # two crawls share the lock's workflow id; their task ids tell them apart
-    (a, wf_a), (b, wf_b) = crawls
-    assert wf_a == wf_b
-    for task_id in (a, b):
-        (row,) = _temporal_json(s, "workflow", "list", "-q", f"ArtemisTaskId = '{task_id}'")
-        run = _temporal_json(s, "workflow", "describe", "-w", wf_a, "-r", row["execution"]["runId"])
+    # two crawls of one lock: each a task run of its own id, listed with the task runs;
+    # the lock is a workflow of another type, named apart, an execution per holder
+    for task_id, wf in crawls:
+        assert wf == f"artemis/crawl_notes/{task_id}"
+        (row,) = _temporal_json(
+            s, "workflow", "list", "-q", f"{query} AND ArtemisTaskId = '{task_id}'"
+        )
+        assert row["execution"]["workflowId"] == wf, row
+        run = _temporal_json(s, "workflow", "describe", "-w", wf)
         assert run["executionConfig"]["userMetadata"]["summary"].endswith(f"task {task_id}")
+        (held,) = _temporal_json(
+            s,
+            "workflow",
+            "list",
+            "-q",
+            f"WorkflowType = 'ExecutionLock' AND ArtemisTaskId = '{task_id}'",
+        )
+        assert held["execution"]["workflowId"] == f"artemis/lock/crawl_notes:{platform}", held

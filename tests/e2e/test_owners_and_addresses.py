@@ -338,8 +338,8 @@ async def test_execution_locks_are_per_owner(make_stack):
             resp = await stack.run(_crawl(name), "async", "crawl_notes", _auth(who))
             assert resp.status_code == 202, (who, resp.text)  # B is not locked out by A
             data = resp.json()["data"]
-            assert data["workflow_id"] == f"artemis/lock/{who}~{name}"
-            opened.append(data["workflow_id"])
+            assert data["workflow_id"] == f"artemis/crawl_notes/{data['task_id']}"
+            opened += [data["workflow_id"], f"artemis/lock/{who}~{name}"]
             started[who] = data["task_id"]
         # a second start of one owner's lock is refused naming that owner's own holder
         for who, other in (("a", "b"), ("b", "a")):

@@ -270,7 +270,11 @@ async def test_one_percent_bad_records_are_quarantined_counted_everywhere(make_s
     for r in rows:
         by_field[r["field_path"]] = by_field.get(r["field_path"], 0) + 1
     assert by_field == {"score": 40, "id": 30, None: 30}
-    assert all(r["error_code"] == "SINK_ERROR" for r in rows if r["field_path"])
+    assert all(r["error_code"] == "RECORD_MODEL" for r in rows if r["field_path"])
+    # the check that set each aside, and where a replay judges it again from
+    assert all(r["stage"] == "judge" for r in rows if r["field_path"])
+    assert all(r["stage"] == "process" for r in rows if not r["field_path"])
+    assert {r["replay_from"] for r in rows} == {"process"}
     assert all(
         r["error_code"] == "SOURCE_CONTRACT" and "JSON object" in r["message"]
         for r in rows
@@ -361,7 +365,7 @@ async def test_on_bad_record_fail_fails_naming_the_record_and_field_and_writes_n
     import_doc(stack, doc(code, gh.base))
     task_id, _, answer = await start(stack, code, on_bad_record="fail")
     error = answer["error"]
-    assert answer["data"]["status"] == "failed" and error["code"] == "SINK_ERROR", answer
+    assert answer["data"]["status"] == "failed" and error["code"] == "RECORD_MODEL", answer
     assert "record 50" in error["message"] and "'score'" in error["message"]
     ids = {r["id"] for r in table_rows(lake, code.replace("-", "_"))}
     assert not ids & set(range(101, 201))  # nothing of that page

@@ -85,7 +85,7 @@ def test_a_rejected_record_and_one_that_does_not_fit_are_set_aside_and_the_rest_
     assert bad[1].field == "hidden" and bad[1].stage is Stage.PROCESS
     assert bad[1].code == ErrorCode.SOURCE_CONTRACT.value and bad[1].record is raw[1]
     # the model's fault names the field; the record kept is the raw one (replayable)
-    assert bad[2].field == "price" and bad[2].code == ErrorCode.SINK_ERROR.value
+    assert bad[2].field == "price" and bad[2].code == ErrorCode.RECORD_MODEL.value
     assert bad[2].record is raw[2] and bad[2].stage is Stage.PROCESS
     assert bad[2].key == {"id": 3} and "valid number" in bad[2].message
 
@@ -122,7 +122,7 @@ def test_fail_keeps_the_errors_of_a_page_that_does_not_fit():
     fail = RecordPolicy(on_bad_record="fail")
     with pytest.raises(ArtemisError) as e:
         judge(task, ctx(task), 4, [item(1), item(2, price="x")], fail, SPEC)
-    assert e.value.code is ErrorCode.SINK_ERROR and not e.value.retryable
+    assert e.value.code is ErrorCode.RECORD_MODEL and not e.value.retryable
     assert "page 4: record 1 column 'price'" in e.value.message
     with pytest.raises(ArtemisError) as e:
         judge(task, ctx(task), 4, [item(1), item(2, hidden=True)], fail, SPEC)

@@ -50,7 +50,14 @@ class QuarantinedRow(BaseModel):
     provenance: str | None = None
     page_seq: int = Field(description="The page it came on")
     position: int = Field(description="Its place on that page")
-    stage: str = Field(description="`process` (judged again from the raw record) or `model`")
+    stage: str = Field(
+        description="Which check set it aside: `process` (the task's process step failed on it or"
+        " turned it down) or `judge` (it does not fit the record model)"
+    )
+    replay_from: str = Field(
+        description="Where a replay judges it again from: `process` (the raw record) or `model`"
+        " (the record as processed)"
+    )
     record_key: dict[str, Any] | None = Field(None, description="Its key fields, when it has them")
     record: Any = Field(None, description="The record (GET /quarantine/records/{id} only)")
     record_bytes: int
