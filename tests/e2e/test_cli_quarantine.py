@@ -10,10 +10,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from artemis import quarantine
-from tests.conftest import ROOT
+from tests.conftest import ROOT, write_config
 from tests.e2e.test_literature import import_doc
 from tests.e2e.test_quarantine import (  # noqa: F401  (gh, issues_server: fixtures)
     doc,
@@ -146,3 +147,80 @@ async def test_list_show_discard_and_replay_through_the_cli(make_stack, gh, tmp_
     # A run that quarantined nothing: the API's error, exit 1
     unknown = await cli(stack, "replay", "t-nothing-here")
     assert unknown.returncode == 1 and "TASK_NOT_FOUND" in unknown.stderr
+
+
+def _output_commands() -> set[str]:
+    """Every `artemis` command that takes ``-o``, as the CLI itself declares them."""
+    import typer.main
+
+    from infra.devstack.cli import app
+
+    found: set[str] = set()
+
+    def walk(command: Any, path: list[str]) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+        for param in getattr(command, "params", []):
+            if "-o" in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]:
+                found.add(" ".join(path))
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def _artemis(stack, config, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "artemis"), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "ARTEMIS_API": stack.api_url, "ARTEMIS_CONFIG": str(config)},
+        cwd=ROOT,
+    )
+
+
+async def test_every_command_that_takes_o_prints_one_json_document(make_stack, gh, tmp_path):  # noqa: F811
+    """Each command with ``-o``, run with ``-o json`` as a script would: standard output
+    is one JSON document and nothing else (live steps and notes go to standard error)."""
+    stack, _ = await sql_stack(make_stack, tmp_path)
+    code = f"q-{gh.ns}"
+    records = issues(60)
+    poison(records, wrong=1, no_key=0, not_object=0)
+    gh.serve(records)
+    import_doc(stack, doc(code, gh.base))
+    task_id, _, answer = await start(stack, code, max_bad_records=10)
+    assert answer["data"]["status"] == "completed", answer["error"]
+    (row,) = quarantine.list_rows(stack.settings.database.url, task_id=task_id)
+    config = write_config(tmp_path / "cli.yaml", stack.settings)
+    name = f"json-{gh.ns}"
+    made = await asyncio.to_thread(
+        _artemis, stack, config, "schedules", "create", name, "--task", "source_harvest",
+        "-p", f"provenance={code}", "--every", "1h",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    runs = {
+        "run": ["run", "source_harvest", "-p", f"provenance={code}"],
+        "task-types": ["task-types"],
+        "tasks list": ["tasks", "list"],
+        "tasks show": ["tasks", "show", task_id],
+        "tasks watch": ["tasks", "watch", task_id],
+        "quarantine list": ["quarantine", "list"],
+        "quarantine show": ["quarantine", "show", str(row["id"])],
+        "registry contract": ["registry", "contract", code],
+        "registry preview": ["registry", "preview", code],
+        "schedules list": ["schedules", "list"],
+        "schedules show": ["schedules", "show", name],
+        "builds list": ["builds", "list"],
+    }
+    assert set(runs) == _output_commands()
+    also = [["run", "source_harvest", "-p", f"provenance={code}", "--async"]]
+    also += [["tasks", "show", task_id, "--events"], ["quarantine", "list", task_id]]
+    try:
+        for args in [*runs.values(), *also]:
+            out = await asyncio.to_thread(_artemis, stack, config, *args, "-o", "json")
+            # (builds list exits 1 when runs wait on a build no worker polls: still JSON)
+            assert out.returncode == 0 or args[0] == "builds", (args, out.stderr)
+            assert out.stdout.strip(), (args, out.stderr)
+            json.loads(out.stdout)  # one document: anything else around it fails here
+    finally:
+        await asyncio.to_thread(_artemis, stack, config, "schedules", "delete", name)
