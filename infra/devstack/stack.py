@@ -39,6 +39,7 @@ from artemis_samples.app import create_app as create_samples_app
 from artemis_samples.server import ThreadedServer
 from infra.devserver import EAGER_DYNAMIC_CONFIG, DevServer, dynamic_config_args
 from starter.api.app import create_app
+from starter.cli._common import print_table
 from starter.cli.watch import watch_task
 from starter.service import ui_list_url, ui_url
 from workers.main import running_worker
@@ -261,19 +262,19 @@ class DevStack:
             await asyncio.to_thread(self.temporal.stop)
 
     def _banner(self) -> None:
-        t = Table(show_header=False, box=None)
-        t.add_row("Temporal", self.temporal.address)
-        t.add_row("Temporal UI", self.temporal.ui_url or "-")
+        rows = [("Temporal", self.temporal.address), ("Temporal UI", self.temporal.ui_url or "-")]
         if self.temporal.ui_url:
             # the list filtered to the task runs (the housekeeping loops have rows too)
-            t.add_row("Runs in the UI", ui_list_url(self.settings))
-        t.add_row("Artemis API", f"{self.api_url}  (docs: {self.api_url}/docs)")
+            rows.append(("Runs in the UI", ui_list_url(self.settings)))
+        rows.append(("Artemis API", f"{self.api_url}  (docs: {self.api_url}/docs)"))
         if self.with_samples:
-            t.add_row("Sample servers", self.samples_url)
-        t.add_row("Database", self.settings.database.url)
+            rows.append(("Sample servers", self.samples_url))
+        rows.append(("Database", self.settings.database.url))
         if self.settings.logging.output == "file":
-            t.add_row("Logs", self.settings.logging.file.path)
-        console.print(t)
+            rows.append(("Logs", self.settings.logging.file.path))
+        for name, value in rows:
+            # a line each, never folded: a link stays whole to copy on a narrow terminal
+            console.print(f"{name:<15} {value}", markup=False, highlight=False, soft_wrap=True)
 
     def _stop_on_signals(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -379,7 +380,7 @@ class DevStack:
                 str(final.get("duration_ms")),
             )
             ok = ok and final["status"] == RunStatus.COMPLETED and once
-        console.print(t)
+        print_table(t, out=console)
         return ok
 
     def _run_samples(self) -> bool:
@@ -425,7 +426,7 @@ class DevStack:
         t.add_row("CronJob progress calls", str(sum(1 for c in calls if c["kind"] == "progress")))
         finals = [c["body"] for c in calls if c["kind"] == "callback"]
         t.add_row("CronJob finalize", str(finals[-1].get("result")) if finals else "-")
-        console.print(t)
+        print_table(t, out=console)
         if finals:
             # the whole body the CronJob received, as JSON on lines of its own (its
             # `body`, which the protocol sends as a JSON string, read as JSON)
@@ -465,7 +466,7 @@ class DevStack:
         t.add_column("records", justify="right")
         t.add_row(f"table {table} ({db})", str(rows))
         t.add_row(f"{len(files)} Parquet files + _manifest.json ({run_dir})", str(in_files))
-        console.print(t)
+        print_table(t, out=console)
         console.print(
             "query them:\n"
             f'  sqlite3 {db} "SELECT symbol, COUNT(*), MIN(date), MAX(date) FROM {table} '
@@ -517,7 +518,7 @@ class DevStack:
             t.add_column(heading)
         once = bool(sent) and set(sent.values()) == {1}
         t.add_row(final["status"], str(stored), str(len(sent)), str(once))
-        console.print(t)
+        print_table(t, out=console)
         console.print("try `artemis cookies list` and `artemis audit` against this stack")
         return final["status"] == RunStatus.COMPLETED and once and stored == len(sent)
 

@@ -148,7 +148,9 @@ def run(
     if data.get("defaults_applied"):
         applied = ", ".join(data["defaults_applied"])
         said.print(f"from task_defaults.{escape(code)}: {escape(applied)}", highlight=False)
-    said.print(f"UI: {data['links']['ui']}", soft_wrap=True)
+    # the link on a line of its own, never folded: copied whole on a narrow terminal too
+    said.print("UI:", highlight=False)
+    said.print(data["links"]["ui"], markup=False, highlight=False, soft_wrap=True)
     if async_:
         print_run(data, output)
         return
@@ -199,7 +201,7 @@ def types_table(items: list[dict[str, Any]]) -> tuple[Table, tuple[str, ...]]:
     """Task types as a table; every column folds (none leaves: there are three)."""
     table = Table()
     for col in ("code", "summary", "params (required*)"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "code")
     for t in items:
         schema = t.get("params_schema") or {}
         required = set(schema.get("required") or [])
@@ -253,7 +255,7 @@ def runs_table(items: list[dict[str, Any]], wide: bool) -> tuple[Table, tuple[st
     table = Table(show_lines=False)
     for col in _WIDE if wide else _COLUMNS:
         # ids are never cut: every command takes a unique prefix besides
-        table.add_column(col, no_wrap=col in ("task id", "workflow id"))
+        table.add_column(col, no_wrap=col in ("task id", "workflow id", "code"))
     for t in items:
         table.add_row(*_task_row(t, wide))
     return table, DROPPED
@@ -322,11 +324,23 @@ def event_line(ev: dict[str, Any]) -> str:
         else ""
     )
     rest = " ".join(
-        f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}"
+        f"{k}={_todos(v) if k == 'todos' else _value(v)}"
         for k, v in ev.items()
         if k not in skip and v not in (None, "", [], {})
     )
     return escape(f"{at} {ev.get('event', '?')} {rest}".strip())
+
+
+def _value(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
+def _todos(todos: Any) -> str:
+    """A plan's steps in a word each: ``prepare:COMPLETED,fetch:IN_PROGRESS,...``."""
+    if not isinstance(todos, list) or not all(isinstance(t, dict) for t in todos):
+        return _value(todos)
+    steps = (f"{str(t.get('id', '')).removeprefix('step_')}:{t.get('status')}" for t in todos)
+    return ",".join(steps)
 
 
 def _control(task_id: str, path: str, body: dict, api: str | None, config: Path | None) -> None:

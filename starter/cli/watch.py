@@ -140,7 +140,8 @@ class StepView:
         elif kind == Control.RESUMED:
             self.waiting = ""
         elif kind == "waiting":
-            self.waiting = str(ev.get("line") or "waiting")
+            # (shown under "waiting": the line's own "waiting: " is not said twice)
+            self.waiting = str(ev.get("line") or "").removeprefix("waiting: ") or "waiting"
         elif kind == "recovered":
             self.waiting = ""
             self.last = (

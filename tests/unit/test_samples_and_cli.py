@@ -310,7 +310,7 @@ def test_watch_shows_a_pause_a_wait_and_skipped_steps():
     view.apply({"event": "resumed"})
     assert view.waiting == ""
     view.apply({"event": "waiting", "line": "waiting: sink http unavailable since 12:03:04"})
-    assert "sink http" in view.waiting
+    assert view.changes()[-1] == "waiting: sink http unavailable since 12:03:04"  # said once
     view.apply({"event": "error", "error": {"code": "SINK_UNAVAILABLE"}})
     out = Console(width=120, record=True)
     out.print(view)
