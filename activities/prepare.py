@@ -12,13 +12,11 @@ from activities.run_base import RunActivityBase, log
 from artemis.calls import hook, hooks, work
 from artemis.run_models import (
     ChildSliceInput,
-    CircuitBreaker,
-    FetchRetry,
     PrepareInput,
-    PrepareResult,
     SplitInput,
     SplitResult,
 )
+from artemis.run_state import CircuitBreaker, FetchRetry, PrepareResult
 from artemis.tasks import TaskContext, TaskUnit
 from artemis.tasks.registry import get_task
 from artemis.tracing import current_trace

@@ -37,14 +37,11 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar, TypeVarTuple
+from typing import Any, ParamSpec, Protocol, TypeVar, TypeVarTuple
 
 from sqlalchemy.engine import Engine
 
 from artemis.db import LoopBusy, loop_statements
-
-if TYPE_CHECKING:  # (the sinks and the rate gates, which tasks import, use this module)
-    from artemis.tasks.base import TaskUnit
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -106,16 +103,14 @@ async def work_on(pool: Executor, fn: Callable[[*Ts], T], *args: *Ts) -> T:
 async def hook(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """A task's hook (``task.finalize``, bound): on the event loop when the task leaves it
     to the base class, in a thread when the task has its own."""
-    from artemis.tasks.base import TaskUnit
-
     task = getattr(fn, "__self__", None)
-    if not isinstance(task, TaskUnit):
+    if task is None or not hasattr(type(task), fn.__name__):
         raise TypeError(f"{fn!r} is not a hook bound to a task")
     return await hooks(task, (fn.__name__,), fn, *args, **kwargs)
 
 
 async def hooks(
-    task: TaskUnit, names: Sequence[str], fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    task: Any, names: Sequence[str], fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
 ) -> T:
     """``fn``, a call into the task's hooks ``names`` (and nothing else that blocks): on the
     event loop when none of them may block, else in a thread. On the loop it runs as a
@@ -127,12 +122,12 @@ async def hooks(
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
-def _blocks(task: TaskUnit, name: str) -> bool:
+def _blocks(task: Any, name: str) -> bool:
     """Whether the task's hook ``name`` may block: a flag the task sets for it, else
-    whether the task overrides the base class's (pure) one."""
-    from artemis.tasks.base import TaskUnit
-
+    whether the task overrides the base class's (pure) one: whether a class below the one
+    that declares it (``TaskUnit``, artemis/tasks/base.py) defines it again. (Read from
+    the classes, so that this module, which the sinks use, needs no import of the tasks.)"""
     flag = _DECLARED.get(name)
     if flag is not None:
         return bool(getattr(task, flag))
-    return getattr(type(task), name) is not getattr(TaskUnit, name)
+    return sum(name in vars(k) for k in type(task).__mro__) > 1

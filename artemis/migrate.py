@@ -1,4 +1,4 @@
-"""Apply the Alembic migrations under ``infra/migrations`` to a database URL."""
+"""Apply the Alembic migrations under ``artemis/migrations`` to a database URL."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-import infra
 from artemis.db import get_engine
 
-MIGRATIONS = Path(infra.__file__).resolve().parent / "migrations"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(url: str) -> Config:

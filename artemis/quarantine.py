@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal, Protocol, cast
 
 from cryptography.fernet import InvalidToken, MultiFernet
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
@@ -66,9 +66,6 @@ from artemis.sinks.factory import lane_output
 from artemis.sinks.records import RecordSpec, evolution_plan, model_error
 from artemis.sources.tree import RECORD_KEY, RESOURCE_KEY
 from artemis.vault import MASTER_KEY_ENV, PREVIOUS_KEYS_ENV, derive_multi, master_keys
-
-if TYPE_CHECKING:
-    from artemis.tasks.base import TaskContext, TaskUnit
 
 # -- the policy ------------------------------------------------------------------------------
 
@@ -102,9 +99,15 @@ class Check(StrEnum):
     JUDGE = "judge"
 
 
+# The codes of a model misfit: RECORD_MODEL, and SINK_ERROR, which rows set aside by a
+# build before RECORD_MODEL existed carry for the same reason (a record rejected by the
+# task's process step has its own code, or SOURCE_CONTRACT).
+_JUDGED = frozenset({ErrorCode.RECORD_MODEL.value, ErrorCode.SINK_ERROR.value})
+
+
 def check_of(error_code: str | None) -> Check:
     """The check a reason's code names: a model misfit is the judge's, the rest process's."""
-    return Check.JUDGE if error_code == ErrorCode.RECORD_MODEL.value else Check.PROCESS
+    return Check.JUDGE if error_code in _JUDGED else Check.PROCESS
 
 
 def parse_max_bad(value: Any) -> int | float:
@@ -240,17 +243,47 @@ class Judged:
     bad: list[BadRecord] = field(default_factory=list)
     drift: list[Drift] = field(default_factory=list)
     fields_dropped: int = 0  # values of unnamed fields dropped (a record × a field)
-    filtered: int = 0  # records ``process`` left out on purpose (``TaskContext.leave_out``)
+    filtered: int = 0  # records ``process`` left out on purpose (``JudgingContext.leave_out``)
 
 
 @dataclass
 class Rejection:
-    """A record the task's ``process`` turned down (``TaskContext.reject``)."""
+    """A record the task's ``process`` turned down (``JudgingContext.reject``)."""
 
     record: Any
     message: str
     field: str | None = None
     code: str = ErrorCode.SOURCE_CONTRACT.value
+
+
+class JudgingContext(Protocol):
+    """What judging reads and writes of a run's context (``TaskContext``,
+    artemis/tasks/base.py)."""
+
+    task_code: str
+    params: Any
+    settings: Any
+    filtered: int
+    rejected: list[Rejection]
+
+
+class JudgedTask(Protocol):
+    """A task as judging sees it (``TaskUnit``, artemis/tasks/base.py), declared here: the
+    tasks import this module, so it names none of theirs."""
+
+    judges_records: ClassVar[bool]
+
+    def process(self, records: list[Any], ctx: Any) -> list[dict[str, Any]]: ...
+
+    def record_policy(self, ctx: Any) -> RecordPolicy: ...
+
+    def record_spec(self, params: Any = None) -> RecordSpec | None: ...
+
+    def evolve_model(self, ctx: Any, fields: dict[str, str]) -> bool: ...
+
+    def lanes(self, params: Any) -> dict[str, Any] | None: ...
+
+    def lane_params(self, params: Any, lane: str) -> Any: ...
 
 
 _PROCESS_FAULTS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
@@ -296,8 +329,8 @@ def _set_aside(
 
 
 def judge(
-    task: TaskUnit,
-    ctx: TaskContext,
+    task: JudgedTask,
+    ctx: JudgingContext,
     seq: int,
     raw: list[Any],
     policy: RecordPolicy,
@@ -348,7 +381,7 @@ def judge(
 
 
 def _processed(
-    task: TaskUnit, ctx: TaskContext, seq: int, raw: list[Any], policy: RecordPolicy, code: str
+    task: JudgedTask, ctx: JudgingContext, seq: int, raw: list[Any], policy: RecordPolicy, code: str
 ) -> tuple[list[dict[str, Any]], list[int] | None, list[BadRecord]]:
     """The page through ``process``: (records out, the raw position each came from when
     that is known, the records set aside)."""
@@ -402,7 +435,7 @@ def _processed(
 
 
 def _one_by_one(
-    task: TaskUnit, ctx: TaskContext, raw: list[Any]
+    task: JudgedTask, ctx: JudgingContext, raw: list[Any]
 ) -> tuple[list[dict[str, Any]], list[int], list[BadRecord]]:
     """``process`` failed on the page: each record on its own, to tell the ones it fails."""
     out: list[dict[str, Any]] = []
@@ -433,7 +466,7 @@ def _one_by_one(
     return out, origin, bad
 
 
-def _origins(task: TaskUnit, ctx: TaskContext, raw: list[Any], n: int) -> list[int] | None:
+def _origins(task: JudgedTask, ctx: JudgingContext, raw: list[Any], n: int) -> list[int] | None:
     """Which raw record each processed one came from, told by processing them one by one
     (only for a page with a bad record whose process does not map one to one); None when
     the records processed alone differ from the page processed whole."""
@@ -1117,8 +1150,8 @@ class PageJudge:
 
     def __init__(
         self,
-        task: TaskUnit,
-        ctx: TaskContext,
+        task: JudgedTask,
+        ctx: JudgingContext,
         place: RunPlace,
         fetched: int,
         stated: int | None,
@@ -1216,7 +1249,7 @@ class PageJudge:
 
 
 class LanedJudge:
-    """A run of several lanes (``TaskUnit.lanes``: a provenance of several resources):
+    """A run of several lanes (``JudgedTask.lanes``: a provenance of several resources):
     each lane's records of a page judged by that lane's own ``PageJudge`` — its record
     model and policy, its quarantine and drift under a run key of its own
     (``{run key}/{lane}``, whose replay runs with the lane's params and output) — and the
@@ -1225,8 +1258,8 @@ class LanedJudge:
 
     def __init__(
         self,
-        task: TaskUnit,
-        ctx: TaskContext,
+        task: JudgedTask,
+        ctx: JudgingContext,
         place: RunPlace,
         lanes: list[str],
         fetched: int,
@@ -1236,7 +1269,8 @@ class LanedJudge:
         self.judges: dict[str, PageJudge] = {}
         for lane in lanes:
             params = task.lane_params(ctx.params, lane)
-            own = dataclasses.replace(ctx, params=params, rejected=[])
+            # (a TaskContext, a dataclass: the lane's own copy)
+            own = dataclasses.replace(cast(Any, ctx), params=params, rejected=[])
             spot = dataclasses.replace(
                 place,
                 run_key=f"{place.run_key}/{lane}",
@@ -1296,8 +1330,8 @@ class LanedJudge:
 
 
 def page_judge(
-    task: TaskUnit,
-    ctx: TaskContext,
+    task: JudgedTask,
+    ctx: JudgingContext,
     place: RunPlace,
     fetched: int,
     stated: int | None,

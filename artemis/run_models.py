@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from artemis.run_state import CircuitBreaker, FetchRetry, RunState
+from artemis.run_state import RunState
 
 WORKFLOW_NAME = "TaskRunWorkflow"
 
@@ -174,27 +174,6 @@ class RunRequest:
 class PrepareInput:
     run: RunRef
     params: dict[str, Any]
-
-
-@dataclass
-class PrepareResult:
-    params: dict[str, Any]
-    total: int
-    fetch_retry: FetchRetry | None = None
-    circuit: CircuitBreaker | None = None
-    # Rate-limited sources: fetch on the provenance's own queue, this many pages a time.
-    rate_key: str | None = None
-    pages_per_fetch: int | None = None
-    # When set, the run fans out into this many child runs, `parallelism` at a time; their
-    # params are asked a slice at a time (ChildSliceInput), never listed here.
-    fan_out: int | None = None
-    parallelism: int = 1
-    # Keyword search attributes for the UI (ArtemisProvenance, ArtemisTaskType).
-    search: dict[str, str] = field(default_factory=dict)
-    # The shortfall (percent of a stated total) the run accepts before INCOMPLETE.
-    tolerance_pct: float = 0.0
-    # How long an outage of a dependency is waited out (None: runs.outage_tolerance_s).
-    outage_tolerance_s: float | None = None
 
 
 # The housekeeping workflows (CleanupOldTasks, ReclaimStaleLocks, EvaluateAlerts) take

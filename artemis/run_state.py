@@ -25,12 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from artemis.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from artemis.run_models import FetchResult, PrepareResult
 
 
 class RunStatus(StrEnum):
@@ -309,6 +306,53 @@ class CircuitBreaker:
 
 
 @dataclass
+class PrepareResult:
+    params: dict[str, Any]
+    total: int
+    fetch_retry: FetchRetry | None = None
+    circuit: CircuitBreaker | None = None
+    # Rate-limited sources: fetch on the provenance's own queue, this many pages a time.
+    rate_key: str | None = None
+    pages_per_fetch: int | None = None
+    # When set, the run fans out into this many child runs, `parallelism` at a time; their
+    # params are asked a slice at a time (ChildSliceInput), never listed here.
+    fan_out: int | None = None
+    parallelism: int = 1
+    # Keyword search attributes for the UI (ArtemisProvenance, ArtemisTaskType).
+    search: dict[str, str] = field(default_factory=dict)
+    # The shortfall (percent of a stated total) the run accepts before INCOMPLETE.
+    tolerance_pct: float = 0.0
+    # How long an outage of a dependency is waited out (None: runs.outage_tolerance_s).
+    outage_tolerance_s: float | None = None
+
+
+class FetchedBatch(Protocol):
+    """What the run's state takes of a fetch batch's result (``FetchResult``,
+    artemis/run_models.py, which builds on this module)."""
+
+    @property
+    def pages(self) -> int: ...
+
+    @property
+    def records(self) -> int: ...
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def units_done(self) -> int: ...
+
+    @property
+    def expected_total(self) -> int | None: ...
+
+    @property
+    def responses_ignored(self) -> int: ...
+
+    @property
+    def resources(self) -> dict[str, Any] | None: ...
+
+
+@dataclass
 class RunState:
     """A run's one state: what it shows (its ``progress`` query, GET /tasks/{id} while it
     runs, the UI's details line) and what goes on with it (continue-as-new passes it
@@ -452,7 +496,7 @@ class RunState:
         return self.steps[step] == StepStatus.COMPLETED
 
     # -- counters ----------------------------------------------------------------------------
-    def fetched(self, result: FetchResult) -> None:
+    def fetched(self, result: FetchedBatch) -> None:
         """A fetch batch came back: its pages and records, the units done, the total the
         sources state."""
         self.add_fetch(

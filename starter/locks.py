@@ -109,8 +109,8 @@ class ExecutionLocks:
         ends by itself)."""
         try:
             await lock.terminate(reason=why)
-        except RPCError as e:
-            log.warning("lock_not_released", lock=lock.id, error=f"{e.status}: {e.message}")
+        except Exception as e:  # (raised in a failure's handling: never hide that failure)
+            log.warning("lock_not_released", lock=lock.id, error=f"{type(e).__name__}: {e}")
 
 
 def locked(lock: str, task_id: str, holder: str | None, owner: str, sees_all: bool) -> ArtemisError:

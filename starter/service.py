@@ -233,7 +233,7 @@ class RunService(RunReads):
             await self._unlock(held, "the task id's run has ended already")
             return await self._already_started(task_id, workflow_id, callback_mode)
         except BaseException as e:
-            await self._unlock(held, f"the run did not start ({type(e).__name__})")
+            await self._unlock(held, f"the run did not start ({type(e).__name__})", e)
             await self._start_failed(e, secrets_key, code, task_id, workflow_id)
             raise
         finally:
@@ -375,7 +375,7 @@ class RunService(RunReads):
         answer lost on its way back) the run may exist and read these secrets: the
         clean-up drops them once Temporal says it is not open. A start refused for the
         namespace's search attributes (CONFIG_ERROR) made no run either."""
-        if not_created(e) or (isinstance(e, ArtemisError) and e.code is ErrorCode.CONFIG_ERROR):
+        if _refused(e):
             await self._drop_secrets(secrets_key)
         else:
             log.warning(
@@ -509,18 +509,17 @@ class RunService(RunReads):
         run_workflow_id = workflow_id_for(req.task_code, req.task_id)
         await self.search_attributes.require()
         hold = LockHold(lock_id, req.task_id, run_workflow_id, req.timeout_s)
-        holder = None
-        for _ in range(2):
+        for attempt in range(2):
             try:
                 return await self.locks.take(lock_id, hold, owner)
             except WorkflowAlreadyStartedError:
                 holder = await self.locks.holder(lock_id)
-            holder_run = workflow_id_for(req.task_code, holder) if holder else ""
-            if holder and await self.locks.is_open(holder_run):
-                if holder != req.task_id:
-                    break
+            if holder == req.task_id:  # this task id's run (or its start, under way)
                 handle = self.client.get_workflow_handle(run_workflow_id)
                 return Started(handle, req.task_id, run_workflow_id, None, callback_mode)
+            holder_run = workflow_id_for(req.task_code, holder) if holder else ""
+            if attempt or (holder and await self.locks.is_open(holder_run)):
+                break
             await self.locks.closing(lock_id)  # its run has ended: the lock is closing
         raise locked(lock, req.task_id, holder, owner, writes_shared(role))
 
@@ -531,8 +530,14 @@ class RunService(RunReads):
         except RPCError as e:
             log.warning("lock_not_bound", lock=lock.id, error=f"{e.status}: {e.message}")
 
-    async def _unlock(self, lock: WorkflowHandle | Started | None, why: str) -> None:
-        if isinstance(lock, WorkflowHandle):
+    async def _unlock(
+        self, lock: WorkflowHandle | Started | None, why: str, e: BaseException | None = None
+    ) -> None:
+        """A lock taken for a run that did not start, released. After a failure that may
+        have started it all the same (``e``: a lost answer), kept: not told a run id, the
+        lock holds for the id's latest run, if any (workflows/execution_lock.py)."""
+        created = e is not None and not _refused(e)
+        if isinstance(lock, WorkflowHandle) and not created:
             await self.locks.release(lock, why)
 
     @property
@@ -813,7 +818,7 @@ class RunService(RunReads):
                 ErrorCode.CONFLICT, f"task {task_id} is running: nothing to retry"
             ) from None
         except Exception as e:
-            await self._unlock(held, f"the retry did not start ({type(e).__name__})")
+            await self._unlock(held, f"the retry did not start ({type(e).__name__})", e)
             await self._restore(task_id, before)
             await work(retained.release, kept_key)
             raise
@@ -830,8 +835,12 @@ class RunService(RunReads):
         lock = task.lock_name(await work(task.prepare_params, req.params, self.settings))
         if not lock or wf_id.startswith(lock_workflow_id("")):
             return None
-        held = await self._take_lock(lock, req, owner_of(req.task_id), req.role, "none")
-        if isinstance(held, Started):  # this task id's run holds it: that run is open
+        owner = owner_of(req.task_id)
+        held = await self._take_lock(lock, req, owner, req.role, "none")
+        if isinstance(held, Started):  # the failed run's own lock, closing a moment after it
+            await self.locks.closing(owned_lock(owner, lock))
+            held = await self._take_lock(lock, req, owner, req.role, "none")
+        if isinstance(held, Started):  # still this task id's: its run is open
             raise WorkflowAlreadyStartedError(wf_id, WORKFLOW_NAME)
         return held
 
@@ -924,6 +933,12 @@ def not_created(e: BaseException) -> bool:
     if isinstance(e, WorkflowAlreadyStartedError):
         return True
     return isinstance(e, RPCError) and e.status in _REFUSALS
+
+
+def _refused(e: BaseException) -> bool:
+    """Whether a start that raised ``e`` certainly made no run: Temporal refused it, or
+    the namespace's search attributes did before it was asked (CONFIG_ERROR)."""
+    return not_created(e) or (isinstance(e, ArtemisError) and e.code is ErrorCode.CONFIG_ERROR)
 
 
 def _started_new(handle: WorkflowHandle) -> bool:

@@ -36,11 +36,11 @@ from artemis.run_models import (
     FetchResult,
     FinalizeInput,
     FinalizeResult,
-    PrepareResult,
     ProcessResult,
     RunRef,
     SplitResult,
 )
+from artemis.run_state import PrepareResult
 from artemis.tasks.registry import get_task
 from artemis.tracing import TraceContext, new_span_id, use_trace
 

@@ -7,8 +7,9 @@ task runs, and the lock shows who holds it (its search attribute ``ArtemisTaskId
 The API's start path takes the lock before it starts the run (starter/locks.py) and
 then tells the lock the run's run id (the ``bind`` signal); the lock waits for that run's
 end in a heartbeating activity (following its continue-as-new chain) and ends, which
-frees the name. Never told (the starter stopped between the two starts), it ends after
-``BIND_WITHIN``."""
+frees the name. Not told within ``BIND_WITHIN`` (the starter stopped between the two
+starts, or the signal was lost), it holds for the latest run of the run's workflow id, if
+there is one, and ends at once if there is none."""
 
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ BIND_WITHIN = timedelta(minutes=5)
 HOLD_HEARTBEAT = timedelta(seconds=60)
 
 
-@workflow.defn(name=LOCK_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
+# Auto-upgrade, as the housekeeping loops are: a lock started by an API updated before its
+# workers' build is current moves to that build once it is promoted (pinned, it would wait
+# on a build that has no such workflow). So each release's code must replay the lock
+# histories of the release before (tests/histories), as the loops' do.
+@workflow.defn(name=LOCK_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class ExecutionLockWorkflow:
     def __init__(self) -> None:
         self._run_id: str | None = None
@@ -43,11 +48,10 @@ class ExecutionLockWorkflow:
         try:
             await workflow.wait_condition(lambda: self._run_id is not None, timeout=BIND_WITHIN)
         except TimeoutError:
-            return f"released: task {hold.task_id}'s run did not start"
-        assert self._run_id is not None
+            pass  # held for the workflow id's latest run ("": none told)
         return await workflow.execute_activity_method(
             LockActivities.hold,
-            LockedRun(hold.run_workflow_id, self._run_id),
+            LockedRun(hold.run_workflow_id, self._run_id or ""),
             start_to_close_timeout=timedelta(seconds=hold.timeout_s + 3600),
             heartbeat_timeout=HOLD_HEARTBEAT,
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),

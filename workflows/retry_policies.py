@@ -16,7 +16,8 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from artemis.callback import FINALIZE_MAX_ATTEMPTS
     from artemis.errors import ErrorCode
-    from artemis.run_models import CircuitBreaker, FetchRetry, RunTuning
+    from artemis.run_models import RunTuning
+    from artemis.run_state import CircuitBreaker, FetchRetry
 
 # Error codes no retry can fix (docs/api.md); the activity boundary marks them
 # non-retryable too.

@@ -33,12 +33,11 @@ with workflow.unsafe.imports_passed_through():
         FetchInput,
         FetchResult,
         PrepareInput,
-        PrepareResult,
         ProcessResult,
         Streamed,
         provenance_queue,
     )
-    from artemis.run_state import LOOP_STEPS
+    from artemis.run_state import LOOP_STEPS, PrepareResult
     from artemis.temporal.failures import code_of, was_cancelled
 
 KEY_PROVENANCE = SearchAttributeKey.for_keyword(SA_PROVENANCE)

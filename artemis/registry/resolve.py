@@ -166,6 +166,12 @@ def credentials_in_order(
     return sorted(rows, key=rank)
 
 
+def place_of(code: str, resource: dict[str, Any]) -> str:
+    """Where a resource lands (its table and folder): ``output_name``, else
+    ``{provenance}__{resource}``."""
+    return str(resource["endpoint"].get("output_name") or f"{code}__{resource['name']}")
+
+
 @dataclass
 class Contract:
     """Everything one run needs to know about a source, frozen at resolution time."""
@@ -203,9 +209,6 @@ class Contract:
         out["task_type"] = self.task_type
         out["at"] = self.at
         if self.resources:
-            # Not at the top: the tree module builds on this one.
-            from artemis.registry.tree import place_of
-
             code = str(self.provenance.get("provenance_code") or "")
             out["resources"] = {
                 name: {

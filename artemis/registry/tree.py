@@ -28,12 +28,6 @@ PLACEHOLDER = re.compile(r"\{parent\.([A-Za-z0-9_@$-]+(?:\.[A-Za-z0-9_@$-]+)*)\}
 MAX_DEPTH = 8
 
 
-def place_of(code: str, resource: dict[str, Any]) -> str:
-    """Where a resource lands (its table and folder): ``output_name``, else
-    ``{provenance}__{resource}``."""
-    return str(resource["endpoint"].get("output_name") or f"{code}__{resource['name']}")
-
-
 def resource_problems(contract: Contract) -> list[str]:
     """What keeps a provenance's resources from being a tree: a SEARCH endpoint of the
     provenance's own beside named ones, a parent resource that is not there, a cycle, a

@@ -28,9 +28,9 @@ from artemis.registry.models import (
     utcnow,
 )
 from artemis.registry.record_steps import as_json, step_problems
-from artemis.registry.resolve import as_utc, current_row, resolve_contract
+from artemis.registry.resolve import as_utc, current_row, place_of, resolve_contract
 from artemis.registry.secret_env import check_secret_env, refused_secret_env
-from artemis.registry.tree import place_of, resource_problems
+from artemis.registry.tree import resource_problems
 from artemis.sinks.factory import table_name_for
 from artemis.sinks.sql import table_name_problem
 
@@ -289,7 +289,7 @@ def check_registry(conn: Connection) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class Place:
     """One table and folder a provenance lands in: its own (``resource`` None, named by
-    its code) or a named resource's (artemis/registry/tree.py ``place_of``)."""
+    its code) or a named resource's (artemis/registry/resolve.py ``place_of``)."""
 
     code: str
     resource: str | None

@@ -36,13 +36,18 @@ from artemis.registry.evolve import evolve_record_model
 from artemis.registry.frozen import load_contract, store_contract
 from artemis.registry.models import DEFAULT_RESOURCE
 from artemis.registry.record_steps import Refused, Step, StepEnv, apply_steps, steps_of
-from artemis.registry.resolve import Contract, as_utc, in_field_order, resolve_contract
+from artemis.registry.resolve import (
+    Contract,
+    as_utc,
+    in_field_order,
+    place_of,
+    resolve_contract,
+)
 from artemis.registry.rest_source import rest_source
 from artemis.registry.tree import (
     adopted,
     changed_since,
     for_parent,
-    place_of,
     resource_contract,
     resource_problems,
     walked,
@@ -450,7 +455,7 @@ class SourceHarvest(TaskUnit):
 
     def output_place(self, params: BaseModel) -> str | None:
         """Each provenance lands in its own table and folder; a resource of a provenance
-        of several in its own (artemis/registry/tree.py ``place_of``)."""
+        of several in its own (artemis/registry/resolve.py ``place_of``)."""
         code = str(getattr(params, "provenance", "") or "")
         landing = self._landing(params)
         if landing and len(landing) == 1:

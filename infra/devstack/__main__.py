@@ -1,5 +1,5 @@
 """`python -m infra.devstack …`, the same as `artemis …`."""
 
-from infra.devstack.cli import main
+from starter.cli import main
 
 main()

@@ -4,9 +4,10 @@ per command group.
 `_common` (settings, failing, calling the API), `servers` (api, samples, db), `cookies`,
 `audit`, `registry`, `tasks` (run, tasks …), `quarantine` (the records runs set aside)
 `watch` (the run's event stream and its live view), `schedules` and `builds` (the worker builds
-Temporal knows). The full `artemis` command adds
-`worker`, `dev` and `demo` on top of this app (`infra/devstack/cli.py`): nothing here
-imports a worker.
+Temporal knows). The `artemis` command (``main``) adds the commands other packages register
+under the entry-point group ``artemis.commands`` (pyproject.toml): `worker`
+(workers/cli.py), `dev` and `demo` (infra/devstack/cli.py). Nothing here imports a
+worker or the dev stack.
 
 Every command module is imported at every start-up, so code that is slow to import (the
 registry, the vault, the API: 0.2–1.5 s each) is imported inside the command that needs
@@ -88,5 +89,26 @@ def run(command: typer.Typer) -> None:
         sys.exit(1)
 
 
+# The commands other packages add to `artemis` (pyproject.toml), listed first in this order.
+COMMANDS_GROUP = "artemis.commands"
+COMMANDS_FIRST = ("worker", "dev", "demo")
+
+
+def full_app() -> typer.Typer:
+    """`artemis` as installed: the commands registered under ``COMMANDS_GROUP``, then
+    this app's (a command's module is imported here, its heavy parts when it runs)."""
+    from importlib.metadata import entry_points
+
+    full = root_app()
+    found = sorted(
+        entry_points(group=COMMANDS_GROUP),
+        key=lambda ep: (COMMANDS_FIRST + (ep.name,)).index(ep.name),
+    )
+    for ep in found:
+        full.command(ep.name)(ep.load())
+    full.add_typer(app)  # no name: its commands join the root's
+    return full
+
+
 def main() -> None:
-    run(app)
+    run(full_app())

@@ -1,5 +1,4 @@
-"""`python -m starter.cli …`: the starter's commands (`python -m infra.devstack …` is the full
-`artemis`, with `worker`, `dev` and `demo`)."""
+"""`python -m starter.cli …`, the same as `artemis …`."""
 
 from starter.cli import main
 

@@ -1,5 +1,5 @@
 """The starter's long-running processes: `api` and `samples serve`; and `db upgrade`.
-(`artemis worker` is in `infra/devstack/cli.py`: the starter never imports a worker.)"""
+(`artemis worker` is in `workers/cli.py`: the starter never imports a worker.)"""
 
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def _output_commands() -> set[str]:
     """Every `artemis` command that takes ``-o``, as the CLI itself declares them."""
     import typer.main
 
-    from infra.devstack.cli import app
+    from starter.cli import full_app
 
     found: set[str] = set()
 
@@ -164,7 +164,7 @@ def _output_commands() -> set[str]:
             if "-o" in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]:
                 found.add(" ".join(path))
 
-    walk(typer.main.get_command(app), [])
+    walk(typer.main.get_command(full_app()), [])
     return found
 
 

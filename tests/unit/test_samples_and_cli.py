@@ -322,7 +322,7 @@ def test_the_cli_starts_without_the_database_layer():
     not import SQLAlchemy (a third of the CLI's start before), Temporal's client or the
     logging set-up (structlog); the commands that need them import them when they run."""
     script = (
-        "import sys, infra.devstack.cli, starter.cli; print(sorted(m for m in sys.modules"
+        "import sys, starter.cli; starter.cli.full_app(); print(sorted(m for m in sys.modules"
         " if m.split('.')[0] in {'sqlalchemy', 'sqlmodel', 'temporalio', 'structlog'}))"
     )
     out = subprocess.run(
