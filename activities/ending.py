@@ -17,14 +17,16 @@ from activities.run_base import (
     run_key,
     run_sinks,
 )
-from artemis.callback import FINALIZE_MAX_ATTEMPTS, FinalizeOutcome, finalize_body
+from artemis.callback import finalize_body
 from artemis.calls import hook, statement, work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.metrics import CALLBACKS, RUNS_FINISHED, RUNS_STARTED, WAITING
 from artemis.retained import KEPT_FORMAT
 from artemis.run_models import (
+    FINALIZE_MAX_ATTEMPTS,
     CleanupRunInput,
     FinalizeInput,
+    FinalizeOutcome,
     FinalizeResult,
     MirrorInput,
     OutageNote,

@@ -21,7 +21,8 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from artemis.owners import writes_shared
 from artemis.registry.secret_env import refused_secret_env
-from artemis.schedules import MADE_BY_API, ScheduledRun, StartScheduled, run_task_id
+from artemis.run_models import MADE_BY_API, ScheduledRun, StartScheduled
+from artemis.schedules import run_task_id
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
 from starter.service import RunService, StartRequest
 

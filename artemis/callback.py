@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,15 +19,12 @@ from artemis.http import Answer, AnswerTooLarge, HttpClient, TransportError, bod
 from artemis.logsetup import get_logger
 from artemis.metrics import CALLBACKS
 from artemis.redact import scoped
+from artemis.run_models import FinalizeOutcome
 from artemis.run_state import CallbackResult, verdict_of
 from artemis.security import check_request_host, is_bare_host
 from artemis.tracing import TraceContext
 
 log = get_logger(__name__)
-
-# The CronJob protocol's finalize: the first try and 3 retries (0.5 s, 1 s, 2 s), as the
-# workflow's retry policy runs them; the activity reads its attempt against this.
-FINALIZE_MAX_ATTEMPTS = 4
 
 
 @dataclass
@@ -92,17 +88,6 @@ def resolve_base_url(
 
 def _default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
-
-
-class FinalizeOutcome(StrEnum):
-    """How the finalize callback went (``RunResult.callback``, the callbacks metric)."""
-
-    DELIVERED = "delivered"
-    REJECTED = "rejected"  # 4xx: CronJob not in CallbackPending; never retried
-    RETRY = "retry"  # network error or 5xx: the activity retry policy tries again
-    SKIPPED = "skipped"  # no callback configured
-    GAVE_UP = "gave_up"  # still failing after the last attempt
-    ERROR = "error"  # the finalize activity itself failed (the workflow's view)
 
 
 class CallbackClient:

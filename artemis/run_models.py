@@ -9,14 +9,34 @@ counts only (claim check).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import Field
 
+from artemis.owners import DEFAULT_OWNER
 from artemis.run_state import RunState
 
 WORKFLOW_NAME = "TaskRunWorkflow"
+
+
+# The CronJob protocol's finalize: the first try and 3 retries (0.5 s, 1 s, 2 s), as the
+# workflow's retry policy runs them; the activity reads its attempt against this.
+FINALIZE_MAX_ATTEMPTS = 4
+
+
+class FinalizeOutcome(StrEnum):
+    """How the finalize callback went (``RunResult.callback``, the callbacks metric)."""
+
+    DELIVERED = "delivered"
+    REJECTED = "rejected"  # 4xx: CronJob not in CallbackPending; never retried
+    RETRY = "retry"  # network error or 5xx: the activity retry policy tries again
+    SKIPPED = "skipped"  # no callback configured
+    GAVE_UP = "gave_up"  # still failing after the last attempt
+    ERROR = "error"  # the finalize activity itself failed (the workflow's view)
 
 
 # Search attribute names (registered by `artemis dev` and the test fixtures).
@@ -551,3 +571,65 @@ class RunResult:
     stats: dict[str, Any]
     error: dict[str, Any] | None = None
     callback: str | None = None
+
+
+# -- a schedule's starts (artemis/schedules.py; workflows/scheduled_start.py) ----------------
+
+STARTER_WORKFLOW = "ScheduledStart"
+# Who made a schedule: the API (its owner a token, checked at each start) or the config.
+MADE_BY_CONFIG = "config"
+MADE_BY_API = "api"
+
+
+@dataclass
+class ScheduledStart:
+    """The starter workflow's input: the run to start and whose it is. Bounded by the
+    definition it comes from; no secret (``token_env`` is a name)."""
+
+    name: str
+    task_code: str
+    params: dict[str, Any] = field(default_factory=dict)
+    owner: str = DEFAULT_OWNER
+    role: str = "operator"
+    callback: dict[str, Any] | None = None
+    token_env: str | None = None
+    timeout_s: float | None = None
+    # The definition's digest (``ScheduleDef.digest``): a reconcile updates on a change.
+    digest: str | None = None
+    # ``api`` (its owner a token, checked at each start) or ``config``.
+    made_by: str = MADE_BY_API
+
+
+@dataclass
+class StartScheduled:
+    """The start activity's input: the start, and the instant Temporal scheduled it for
+    (ISO 8601, UTC)."""
+
+    start: ScheduledStart
+    scheduled_at: str
+
+
+@dataclass
+class ScheduledRun:
+    """A run a schedule started (or attached to: the same task id again)."""
+
+    task_id: str
+    workflow_id: str
+    run_id: str | None = None
+    status: str | None = None
+
+
+_STAMP = re.compile(r"-(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)$")
+
+
+def scheduled_instant(workflow_id: str) -> datetime | None:
+    """The instant a schedule's action was scheduled for, from the workflow id Temporal
+    gave the workflow it started (the action's id, ``-``, the instant in RFC 3339);
+    None for a workflow id without one."""
+    m = _STAMP.search(workflow_id)
+    if m is None:
+        return None
+    try:
+        return datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+    except ValueError:
+        return None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -24,14 +23,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from artemis.owners import DEFAULT_OWNER
+from artemis.run_models import MADE_BY_API, ScheduledStart
 
 # The starter workflow a schedule's action starts.
-STARTER_WORKFLOW = "ScheduledStart"
 # The memo key that marks a schedule as Artemis' own, with who made it.
 MEMO_KEY = "artemis_schedule"
-MADE_BY_CONFIG = "config"
-MADE_BY_API = "api"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -156,44 +152,6 @@ class ScheduleDef(BaseModel):
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-@dataclass
-class ScheduledStart:
-    """The starter workflow's input: the run to start and whose it is. Bounded by the
-    definition it comes from; no secret (``token_env`` is a name)."""
-
-    name: str
-    task_code: str
-    params: dict[str, Any] = field(default_factory=dict)
-    owner: str = DEFAULT_OWNER
-    role: str = "operator"
-    callback: dict[str, Any] | None = None
-    token_env: str | None = None
-    timeout_s: float | None = None
-    # The definition's digest (``ScheduleDef.digest``): a reconcile updates on a change.
-    digest: str | None = None
-    # ``api`` (its owner a token, checked at each start) or ``config``.
-    made_by: str = MADE_BY_API
-
-
-@dataclass
-class StartScheduled:
-    """The start activity's input: the start, and the instant Temporal scheduled it for
-    (ISO 8601, UTC)."""
-
-    start: ScheduledStart
-    scheduled_at: str
-
-
-@dataclass
-class ScheduledRun:
-    """A run a schedule started (or attached to: the same task id again)."""
-
-    task_id: str
-    workflow_id: str
-    run_id: str | None = None
-    status: str | None = None
-
-
 def start_of(d: ScheduleDef, owner: str, role: str, made_by: str = MADE_BY_API) -> ScheduledStart:
     """The starter workflow's input for definition ``d``, its runs ``owner``'s with
     ``role``."""
@@ -239,22 +197,6 @@ def with_time_zone(d: ScheduleDef, database_url: str) -> ScheduleDef:
         return d
     zone = provenance_time_zone(database_url, d.params)
     return d.model_copy(update={"time_zone": zone}) if zone else d
-
-
-_STAMP = re.compile(r"-(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)$")
-
-
-def scheduled_instant(workflow_id: str) -> datetime | None:
-    """The instant a schedule's action was scheduled for, from the workflow id Temporal
-    gave the workflow it started (the action's id, ``-``, the instant in RFC 3339);
-    None for a workflow id without one."""
-    m = _STAMP.search(workflow_id)
-    if m is None:
-        return None
-    try:
-        return datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def run_task_id(name: str, scheduled_at: datetime) -> str:

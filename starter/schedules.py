@@ -12,13 +12,8 @@ from artemis.calls import work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
 from artemis.owners import writes_shared
-from artemis.schedules import (
-    MADE_BY_API,
-    MADE_BY_CONFIG,
-    ScheduleDef,
-    start_of,
-    with_time_zone,
-)
+from artemis.run_models import MADE_BY_API, MADE_BY_CONFIG
+from artemis.schedules import ScheduleDef, start_of, with_time_zone
 from artemis.temporal.schedules import ScheduleBook
 from starter.service import RunService, StartRequest
 

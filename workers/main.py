@@ -30,8 +30,14 @@ from artemis.logsetup import configure_logging, get_logger
 from artemis.metrics import serve as serve_metrics
 from artemis.owners import DEFAULT_OWNER
 from artemis.registry.resolve import provenance_rates
-from artemis.run_models import AlertsInput, CleanupInput, ReclaimInput, provenance_queue
-from artemis.schedules import MADE_BY_CONFIG, start_of, with_time_zone
+from artemis.run_models import (
+    MADE_BY_CONFIG,
+    AlertsInput,
+    CleanupInput,
+    ReclaimInput,
+    provenance_queue,
+)
+from artemis.schedules import start_of, with_time_zone
 from artemis.tasks.registry import get_task
 from artemis.temporal.client import SearchAttributeCheck, connect
 from artemis.temporal.schedules import ScheduleBook

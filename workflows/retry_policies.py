@@ -14,9 +14,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from artemis.callback import FINALIZE_MAX_ATTEMPTS
     from artemis.errors import ErrorCode
-    from artemis.run_models import RunTuning
+    from artemis.run_models import FINALIZE_MAX_ATTEMPTS, RunTuning
     from artemis.run_state import CircuitBreaker, FetchRetry
 
 # Error codes no retry can fix (docs/api.md); the activity boundary marks them

@@ -15,11 +15,11 @@ from workflows.run_core import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
-    from artemis.callback import FinalizeOutcome
     from artemis.errors import ErrorCode
     from artemis.run_models import (
         CleanupRunInput,
         FinalizeInput,
+        FinalizeOutcome,
         FinalizeResult,
         MirrorInput,
         RetainInput,

@@ -17,7 +17,7 @@ from workflows import retry_policies
 
 with workflow.unsafe.imports_passed_through():
     from activities.schedules import ScheduleActivities
-    from artemis.schedules import (
+    from artemis.run_models import (
         STARTER_WORKFLOW,
         ScheduledRun,
         ScheduledStart,

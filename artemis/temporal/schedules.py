@@ -37,15 +37,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
-from artemis.schedules import (
-    MADE_BY_CONFIG,
-    MEMO_KEY,
-    STARTER_WORKFLOW,
-    ScheduleDef,
-    ScheduledStart,
-    name_of,
-    schedule_id,
-)
+from artemis.run_models import MADE_BY_CONFIG, STARTER_WORKFLOW, ScheduledStart
+from artemis.schedules import MEMO_KEY, ScheduleDef, name_of, schedule_id
 
 log = get_logger("artemis.schedules")
 

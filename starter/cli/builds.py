@@ -94,7 +94,12 @@ def list_builds(
 
 
 @builds_app.command("id")
-def build_id(config: Path | None = ConfigOpt) -> None:
+def build_id(
+    explain_: bool = typer.Option(
+        False, "--explain", help="also list the modules the digest is taken of"
+    ),
+    config: Path | None = ConfigOpt,
+) -> None:
     """The build a worker started here polls as (worker.build_id, else the digest of the
     workflow code in this installation)."""
     from artemis.temporal.versioning import worker_build
@@ -102,6 +107,25 @@ def build_id(config: Path | None = ConfigOpt) -> None:
     settings = _settings(config)
     t = settings.temporal
     console.print(worker_build(t.deployment_name, t.task_queue, settings.worker.build_id).build_id)
+    if explain_:
+        explain()
+
+
+def explain() -> None:
+    """The modules the code's build id is a digest of (what the workflows execute), with
+    their lines, and that digest."""
+    from artemis.temporal.versioning import ROOT, code_build_id, workflow_modules
+
+    modules = sorted(workflow_modules().items())
+    lines = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules}
+    console.print(
+        f"the code's build id {code_build_id()}: a digest of Temporal's SDK version and of "
+        f"{len(modules)} modules, {sum(lines.values())} lines:",
+        highlight=False,
+    )
+    for name, path in modules:
+        where = path.relative_to(ROOT).as_posix()
+        console.print(f"  {name:<34} {lines[name]:>5}  {where}", highlight=False, soft_wrap=True)
 
 
 @builds_app.command("promote")

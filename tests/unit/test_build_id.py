@@ -34,6 +34,42 @@ def test_the_workflows_and_what_they_import_are_in_it_and_activities_are_not() -
     assert "artemis.quarantine" not in modules  # the activities' domain code
 
 
+# What the workflows execute of the domain, all of it: a module joining this list changes
+# the build id with its every edit (and a worker-side one, a log format say, would strand
+# pinned runs on the build before): a change here is a decision, made in this list.
+WORKFLOW_SIDE = {
+    "artemis",
+    "artemis.completeness",
+    "artemis.errors",
+    "artemis.jsonio",
+    "artemis.jsonpaths",
+    "artemis.outage",
+    "artemis.owners",
+    "artemis.redact",
+    "artemis.run_models",
+    "artemis.run_state",
+    "artemis.temporal",
+    "artemis.temporal.failures",
+}
+WORKER_SIDE = ("artemis.http", "artemis.config", "artemis.logsetup", "artemis.tracing")
+
+
+def test_the_build_id_covers_exactly_the_domain_modules_the_workflows_execute() -> None:
+    modules = workflow_modules()
+    assert {n for n in modules if not n.startswith("workflows")} == WORKFLOW_SIDE
+    assert not any(n.startswith(WORKER_SIDE) for n in modules)
+
+
+def test_builds_id_explain_lists_the_modules_in_the_build_id(capsys) -> None:
+    from starter.cli.builds import explain
+
+    explain()
+    out = capsys.readouterr().out
+    for name in workflow_modules():
+        assert name in out
+    assert "artemis.http" not in out and code_build_id() in out
+
+
 @pytest.mark.parametrize("changed", ["workflows/task_run.py", "artemis/run_models.py"])
 def test_a_change_to_what_workflows_execute_changes_the_build_id(tree: Path, changed: str) -> None:
     before = code_build_id(tree)

@@ -69,7 +69,7 @@ def test_a_start_instant_names_its_run():
 
 
 def test_the_instant_is_read_from_the_workflow_id_temporal_gave_the_start():
-    from artemis.schedules import scheduled_instant
+    from artemis.run_models import scheduled_instant
 
     at = scheduled_instant("artemis-schedule/artemis/nightly-2026-11-29T02:00:00Z")
     assert at == datetime(2026, 11, 29, 2, tzinfo=UTC)
@@ -80,7 +80,7 @@ def test_a_start_runs_with_its_makers_role_now_and_fails_once_the_maker_is_not_a
     from temporalio.exceptions import ApplicationError
 
     from activities.schedules import ScheduleActivities
-    from artemis.schedules import MADE_BY_CONFIG
+    from artemis.run_models import MADE_BY_CONFIG
 
     tokens = [
         {"name": "ops", "token": "operator-token-0123456789", "role": "operator"},
