@@ -159,6 +159,24 @@ def check_shared_writes(params: dict[str, Any] | None, role: str, owner: str) ->
         )
 
 
+@dataclass
+class NewRun:
+    """A start under way: the run it makes, whose it is, and (once its request is built)
+    the key its sealed secrets are kept under, which a start that does not go on drops."""
+
+    code: str
+    task_id: str
+    workflow_id: str
+    owner: str
+    params: dict[str, Any]
+    callback_mode: str = "none"
+    req: RunRequest | None = None
+
+    @property
+    def secrets_key(self) -> str | None:
+        return self.req.secrets_key if self.req is not None else None
+
+
 class RunService(RunReads):
     """Starting runs, retrying a failed one, an operator's controls (the reads: RunReads)."""
 
@@ -197,23 +215,20 @@ class RunService(RunReads):
     ) -> Started:
         """Start ``owner``'s run of task ``code`` (its task id and its execution lock are
         ``owner``'s own: ``artemis.owners``), with the caller's role (``ask.role``)."""
-        params = ask.params
         task, prepared, callback, output = await self._checked(code, ask, owner)
         lock = task.lock_name(prepared)
         task_id = owned_task_id(owner, ask.task_id or uuid.uuid4().hex)
-        workflow_id = workflow_id_for(code, task_id)
+        run = NewRun(code, task_id, workflow_id_for(code, task_id), owner, ask.params)
+        run.callback_mode = "progress_and_finalize" if callback else "none"
         if lock and ask.task_id:
             # A repeat of a finished task id is answered from the task store: never
             # started again, nor refused for the lock another run holds now.
-            finished = await self._finished_repeat(task_id, workflow_id)
+            finished = await self._finished_repeat(task_id, run.workflow_id)
             if finished is not None:
                 return finished
-        output, secrets_key = await self._seal_secrets(code, task_id, ask.callback_token, output)
-        req = self._run_request(
-            code, task_id, ask, trace, request_id, output, callback, secrets_key
-        )
-        callback_mode = "progress_and_finalize" if callback else "none"
-        held = await self._lock_for(lock, req, owner, ask.role, callback_mode) if lock else None
+        sealed = await self._seal_secrets(code, task_id, ask.callback_token, output)
+        req = run.req = self._run_request(run, ask, trace, request_id, callback, sealed)
+        held = await self._lock_for(lock, req, owner, ask.role, run.callback_mode) if lock else None
         if isinstance(held, Started):  # this task id's run holds it: attached to that run
             return held
         # Make Temporal's tracing interceptor continue the caller's trace.
@@ -221,7 +236,7 @@ class RunService(RunReads):
         try:
             handle = await self._start_workflow(
                 req,
-                workflow_id,
+                run.workflow_id,
                 exclusive=False,
                 summary=(code, task.describe(prepared), f"task {task_id}"),
                 details=f"Task `{code}` started by request `{req.request_id}`; "
@@ -229,20 +244,18 @@ class RunService(RunReads):
                 owner=owner,
             )
         except WorkflowAlreadyStartedError:
-            await self._drop_secrets(secrets_key)
+            await self._drop_secrets(req.secrets_key)
             await self._unlock(held, "the task id's run has ended already")
-            return await self._already_started(task_id, workflow_id, callback_mode)
+            return await self._already_started(task_id, run.workflow_id, run.callback_mode)
         except BaseException as e:
             await self._unlock(held, f"the run did not start ({type(e).__name__})", e)
-            await self._start_failed(e, secrets_key, code, task_id, workflow_id)
+            await self._start_failed(e, run)
             raise
         finally:
             otel_context.detach(otel_token)
         if held is not None:
             await self._bind(held, handle)
-        return await self._started(
-            handle, task_id, code, workflow_id, params, owner, secrets_key, callback_mode
-        )
+        return await self._started(handle, run)
 
     async def _checked(
         self, code: str, ask: StartRequest, owner: str
@@ -335,21 +348,21 @@ class RunService(RunReads):
 
     def _run_request(
         self,
-        code: str,
-        task_id: str,
+        run: NewRun,
         ask: StartRequest,
         trace: TraceContext,
         request_id: str | None,
-        output: dict[str, Any],
         callback: dict[str, Any] | None,
-        secrets_key: str | None,
+        sealed: tuple[dict[str, Any], str | None],
     ) -> RunRequest:
-        """The workflow's input for a new run."""
+        """The workflow's input for a new run (``sealed``: its output with the secrets
+        sealed, and the key they are kept under)."""
+        output, secrets_key = sealed
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
         tuning = self.settings.runs.run_tuning()
         return RunRequest(
-            task_code=code,
-            task_id=task_id,
+            task_code=run.code,
+            task_id=run.task_id,
             params=ask.params,
             trace_id=trace.trace_id,
             parent_span_id=trace.span_id,
@@ -362,58 +375,43 @@ class RunService(RunReads):
             role=ask.role,
         )
 
-    async def _start_failed(
-        self,
-        e: BaseException,
-        secrets_key: str | None,
-        code: str,
-        task_id: str,
-        workflow_id: str,
-    ) -> None:
+    async def _start_failed(self, e: BaseException, run: NewRun) -> None:
         """After a start that raised ``e`` (not an already-started id): only a start
         Temporal refused is known not to have made the run; after any other failure (the
         answer lost on its way back) the run may exist and read these secrets: the
         clean-up drops them once Temporal says it is not open. A start refused for the
         namespace's search attributes (CONFIG_ERROR) made no run either."""
         if _refused(e):
-            await self._drop_secrets(secrets_key)
+            await self._drop_secrets(run.secrets_key)
         else:
             log.warning(
                 "run_start_unconfirmed",
-                task_code=code,
-                task_id=task_id,
-                workflow_id=workflow_id,
+                task_code=run.code,
+                task_id=run.task_id,
+                workflow_id=run.workflow_id,
                 error=f"{type(e).__name__}: {e}",
             )
 
-    async def _started(
-        self,
-        handle: WorkflowHandle,
-        task_id: str,
-        code: str,
-        workflow_id: str,
-        params: dict[str, Any],
-        owner: str,
-        secrets_key: str | None,
-        callback_mode: str,
-    ) -> Started:
+    async def _started(self, handle: WorkflowHandle, run: NewRun) -> Started:
         """A start Temporal accepted: its `pending` record queued, the start logged."""
         if not _started_new(handle):
             # a repeat of a running task id: attached to that run, which has its own
-            await self._drop_secrets(secrets_key)
+            await self._drop_secrets(run.secrets_key)
         # Listed as pending from now on, even before a worker picks the run up: written
         # beside the answer, never in its way (insert-if-absent, so it cannot overwrite
         # what the run itself recorded meanwhile).
-        self._record_pending(task_id, code, workflow_id, params)
+        self._record_pending(run.task_id, run.code, run.workflow_id, run.params)
         log.info(
             "run_started",
-            task_code=code,
-            task_id=task_id,
-            workflow_id=workflow_id,
+            task_code=run.code,
+            task_id=run.task_id,
+            workflow_id=run.workflow_id,
             run_id=handle.result_run_id,
-            owner=owner,
+            owner=run.owner,
         )
-        return Started(handle, task_id, workflow_id, handle.result_run_id, callback_mode)
+        return Started(
+            handle, run.task_id, run.workflow_id, handle.result_run_id, run.callback_mode
+        )
 
     async def _drop_secrets(self, key: str | None) -> None:
         """A refused or attached start's own secrets (best effort: the clean-up drops any
@@ -688,7 +686,7 @@ class RunService(RunReads):
         except BaseException:
             await work(retained.release, kept_key)
             raise
-        new = await self._start_retry(req, carry, task_id, wf_id, kept, retained, kept_key)
+        new = await self._start_retry(req, wf_id, kept, retained, kept_key)
         log.info(
             "run_retry_started",
             task_id=task_id,
@@ -784,17 +782,13 @@ class RunService(RunReads):
         return req, carry
 
     async def _start_retry(
-        self,
-        req: RunRequest,
-        carry: RunState,
-        task_id: str,
-        wf_id: str,
-        kept: dict[str, Any],
-        retained: Retained,
-        kept_key: str,
+        self, req: RunRequest, wf_id: str, kept: dict[str, Any], retained: Retained, kept_key: str
     ) -> WorkflowHandle:
-        """Start the retry's execution; when it does not start, the task-store record as
-        it was and the kept state released (409 when a run of the id is open)."""
+        """Start the retry's execution (``req``, carrying the failed run's state); when it
+        does not start, the task-store record as it was and the kept state released (409
+        when a run of the id is open)."""
+        carry, task_id = req.carry, req.task_id
+        assert carry is not None  # (a retry's request carries the run's state)
         what = await work(_what, req.task_code, req.params, self.settings)
         # Open again before the run starts (it records `running` itself once it does).
         before = await self._reopen(task_id, req.task_code, wf_id, carry.stats)
