@@ -25,7 +25,6 @@ from artemis.run_models import (
     FinalizeResult,
     MirrorInput,
     PrepareInput,
-    PrepareResult,
     RunRequest,
     RunResult,
     RunTuning,
@@ -33,6 +32,7 @@ from artemis.run_models import (
     Streamed,
     workflow_id_for,
 )
+from artemis.run_state import PrepareResult
 from artemis.temporal.runs import largest_workflow_task
 from artemis.temporal.versioning import make_current, worker_build
 from tests.e2e.test_bounded_payloads import WORKFLOW_TASK_BOUND, histories

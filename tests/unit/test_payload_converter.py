@@ -17,17 +17,16 @@ from dataclasses import dataclass, field
 import pytest
 from temporalio.converter import DataConverter, DefaultPayloadConverter, value_to_type
 
-from artemis import run_models
+from artemis import run_models, run_state
 from artemis.run_models import (
     FetchInput,
     FetchResult,
-    FetchRetry,
     RunRef,
     RunRequest,
     RunTuning,
     Streamed,
 )
-from artemis.run_state import CircuitBreaker, RunState, RunStatus
+from artemis.run_state import CircuitBreaker, FetchRetry, RunState, RunStatus
 from artemis.temporal import converter as conv
 from artemis.temporal.client import data_converter
 from artemis.tracing import TraceContext
@@ -202,11 +201,12 @@ def test_every_client_uses_it():
 
 def test_every_run_model_dataclass_has_resolvable_hints():
     """The cache resolves hints at first use: a model whose annotations do not resolve
-    would fail there, so every dataclass of run_models is checked up front."""
+    would fail there, so every dataclass of run_models and run_state is checked up front."""
     classes = [
         c
-        for _, c in inspect.getmembers(run_models, inspect.isclass)
-        if dataclasses.is_dataclass(c) and c.__module__ == run_models.__name__
+        for module in (run_models, run_state)
+        for _, c in inspect.getmembers(module, inspect.isclass)
+        if dataclasses.is_dataclass(c) and c.__module__ == module.__name__
     ]
     assert len(classes) > 10
     for c in classes:
@@ -252,9 +252,10 @@ def test_a_value_taken_as_is_is_what_the_sdk_would_give():
         typing.Any,
         typing.Optional[str],  # noqa: UP045 (the typing spelling, as older code writes it)
     ]
-    for c in inspect.getmembers(run_models, inspect.isclass):
-        if dataclasses.is_dataclass(c[1]) and c[1].__module__ == run_models.__name__:
-            hints += [hint for _, hint, *_ in conv._fields(c[1])]
+    for module in (run_models, run_state):
+        for c in inspect.getmembers(module, inspect.isclass):
+            if dataclasses.is_dataclass(c[1]) and c[1].__module__ == module.__name__:
+                hints += [hint for _, hint, *_ in conv._fields(c[1])]
     taken = 0
     for hint in hints:
         plain = conv.as_is(hint)
