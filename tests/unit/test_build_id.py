@@ -60,11 +60,11 @@ def test_the_build_id_covers_exactly_the_domain_modules_the_workflows_execute() 
     assert not any(n.startswith(WORKER_SIDE) for n in modules)
 
 
-def test_builds_id_explain_lists_the_modules_in_the_build_id(capsys) -> None:
+def test_builds_id_explain_lists_the_modules_in_the_build_id(capfd) -> None:
     from starter.cli.builds import explain
 
     explain()
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out  # (the CLI's console holds the process's stdout)
     for name in workflow_modules():
         assert name in out
     assert "artemis.http" not in out and code_build_id() in out
