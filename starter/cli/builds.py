@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from artemis.config import Settings
@@ -111,21 +112,22 @@ def build_id(
         explain()
 
 
-def explain() -> None:
+def explain(out: Console | None = None) -> None:
     """The modules the code's build id is a digest of (what the workflows execute), with
-    their lines, and that digest."""
+    their lines, and that digest (on ``out``, standard output unless told)."""
     from artemis.temporal.versioning import ROOT, code_build_id, workflow_modules
 
     modules = sorted(workflow_modules().items())
     lines = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules}
-    console.print(
+    out = out or console
+    out.print(
         f"the code's build id {code_build_id()}: a digest of Temporal's SDK version and of "
         f"{len(modules)} modules, {sum(lines.values())} lines:",
         highlight=False,
     )
     for name, path in modules:
         where = path.relative_to(ROOT).as_posix()
-        console.print(f"  {name:<34} {lines[name]:>5}  {where}", highlight=False, soft_wrap=True)
+        out.print(f"  {name:<34} {lines[name]:>5}  {where}", highlight=False, soft_wrap=True)
 
 
 @builds_app.command("promote")

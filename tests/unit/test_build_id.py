@@ -60,11 +60,16 @@ def test_the_build_id_covers_exactly_the_domain_modules_the_workflows_execute() 
     assert not any(n.startswith(WORKER_SIDE) for n in modules)
 
 
-def test_builds_id_explain_lists_the_modules_in_the_build_id(capfd) -> None:
+def test_builds_id_explain_lists_the_modules_in_the_build_id() -> None:
+    import io
+
+    from rich.console import Console
+
     from starter.cli.builds import explain
 
-    explain()
-    out = capfd.readouterr().out  # (the CLI's console holds the process's stdout)
+    buf = io.StringIO()
+    explain(Console(file=buf, width=200))
+    out = buf.getvalue()
     for name in workflow_modules():
         assert name in out
     assert "artemis.http" not in out and code_build_id() in out
