@@ -6,7 +6,7 @@ place outside the store that writes or builds a record."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,12 @@ def _snap(status: str = RunStatus.PENDING.value, **kw) -> RunSnapshot:  # noqa: 
     return RunSnapshot("t1", "quotes", "wf-t1", status, **kw)
 
 
+def _recent() -> datetime:
+    """A time a few minutes ago: the store forgets a finished run after its time to live
+    (a fixed date would age past it)."""
+    return datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+
+
 def test_new_creates_a_pending_record_and_never_overwrites(store: SqlTaskStorage) -> None:
     write_runs(store, [_snap(params={"symbols": ["A"]})], Write.NEW)
     rec = store.load("t1")
@@ -46,7 +52,7 @@ def test_new_creates_a_pending_record_and_never_overwrites(store: SqlTaskStorage
 
 
 def test_status_creates_the_record_when_absent(store: SqlTaskStorage) -> None:
-    at = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    at = _recent()
     done = _snap(
         RunStatus.COMPLETED.value, params={"p": 1}, stats={"records": 3}, started_at=at, at=at
     )
@@ -78,7 +84,7 @@ def test_repair_holds_the_optimistic_lock(store: SqlTaskStorage) -> None:
 
 
 def test_exact_reopens_a_failed_run_and_puts_it_back(store: SqlTaskStorage) -> None:
-    at = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    at = _recent()
     error = {"code": "SOURCE_UNAVAILABLE", "message": "503"}
     write_runs(store, [_snap(params={"p": 1})], Write.NEW)
     write_runs(

@@ -4,7 +4,7 @@ its owner's: another owner's are not found, as its runs are not."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -109,6 +109,21 @@ def _task_id(request: Request, given: str) -> str:
     return task_id_for(who.name, who.sees_all, given)
 
 
+# A date, or a date and time with an optional offset: parsed exactly (a number is not an
+# instant here, as pydantic's lax datetime would take it).
+SINCE_PATTERN = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?$"
+
+
+def _instant(text: str) -> datetime:
+    """``since`` as an instant (UTC unless it says its offset); 422 naming it when it is
+    no date (a 13th month, say)."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise ArtemisError(ErrorCode.INVALID_INPUT, f"since {text!r}: {e}") from None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
 @router.get(
     "/quarantine",
     operation_id="list_quarantine",
@@ -123,7 +138,12 @@ async def list_quarantine(
     ),
     status: quarantine.QuarantineStatus | None = Query(None),
     provenance: str | None = Query(None, min_length=1, max_length=64),
-    since: datetime | None = Query(None, description="set aside at or after (ISO 8601)"),
+    since: str | None = Query(
+        None,
+        pattern=SINCE_PATTERN,
+        description="set aside at or after: an ISO 8601 date or date and time (UTC unless "
+        "it says its offset)",
+    ),
     code: str | None = Query(None, min_length=1, max_length=40, description="an error code"),
     after: int = Query(0, ge=0, le=2**62),
     limit: int = Query(100, ge=1, le=1000),
@@ -136,7 +156,7 @@ async def list_quarantine(
     across = quarantine.RowFilter(
         owner=None if who.sees_all else who.name,
         provenance=provenance,
-        since=since,
+        since=_instant(since) if since else None,
         code=code,
     )
     db = settings.database.url
