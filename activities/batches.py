@@ -26,7 +26,7 @@ from artemis.errors import ArtemisError
 from artemis.fetch_state import EmitState
 from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
-from artemis.quarantine import Judge, Outcome, page_judge
+from artemis.quarantine.pages import Judge, Outcome, page_judge
 from artemis.run_models import BatchInput, EmitResult, Outage, ProcessResult
 from artemis.sinks import EmitContext
 from artemis.tasks import TaskUnit

@@ -28,7 +28,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.fetch_state import FetchState, StreamState
 from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
 from artemis.outage import outage_of
-from artemis.quarantine import page_judge
+from artemis.quarantine.pages import page_judge
 from artemis.run_models import FetchInput, FetchResult, Outage, Streamed
 from artemis.sources import Page
 from artemis.tasks import FetchControls, TaskUnit

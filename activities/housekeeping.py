@@ -13,11 +13,11 @@ from temporalio import activity
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.run_base import RunData, log
-from artemis import quarantine
 from artemis.calls import work
 from artemis.config import Settings
 from artemis.errors import ErrorCode
 from artemis.events import EventLog
+from artemis.quarantine import store as quarantine
 from artemis.registry.frozen import forget_old_contracts
 from artemis.run_models import SA_TASK_ID, CleanupInput, CleanupResult, workflow_id_for
 from artemis.run_record import RunSnapshot, Write, write_runs

@@ -13,11 +13,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.run_base import RunActivityBase, heartbeating, log, secrets_key
-from artemis import quarantine
 from artemis.calls import work
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.quarantine import Stage, judge
+from artemis.quarantine import store as quarantine
+from artemis.quarantine.judging import BadRecord, judge
+from artemis.quarantine.policy import Stage
 from artemis.redact import redact_text
 from artemis.run_models import ReplayBatchInput, ReplayResult, RunRef
 from artemis.sinks import EmitContext
@@ -174,6 +175,6 @@ class QuarantineActivities(RunActivityBase):
         with get_engine(self.settings.database.url).begin() as conn:
             quarantine.mark_replayed(conn, row_id, by)
 
-    def _still_bad(self, row_id: int, bad: quarantine.BadRecord) -> None:
+    def _still_bad(self, row_id: int, bad: BadRecord) -> None:
         with get_engine(self.settings.database.url).begin() as conn:
             quarantine.mark_still_bad(conn, row_id, bad)

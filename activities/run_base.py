@@ -28,7 +28,9 @@ from artemis.events import EventLog, EventWriter
 from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.metrics import RECORDS_QUARANTINED, SCHEMA_DRIFT
-from artemis.quarantine import Judge, Outcome, RunPlace, example_text
+from artemis.quarantine.judging import example_text
+from artemis.quarantine.pages import Judge, Outcome
+from artemis.quarantine.store import RunPlace
 from artemis.redact import redact_text
 from artemis.retained import Retained
 from artemis.run_models import RunRef

@@ -25,7 +25,7 @@ from artemis.calls import work
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.fetch_state import FetchState, StreamState
 from artemis.http import HttpClient
-from artemis.quarantine import Judge, Outcome
+from artemis.quarantine.pages import Judge, Outcome
 from artemis.redact import redact_text
 from artemis.run_models import RunRef, Streamed
 from artemis.sinks import EmitContext, Sink

@@ -226,7 +226,7 @@ class EventSettings(_Section):
 
 
 class QuarantineSettings(_Section):
-    """Records a run set aside (artemis/quarantine.py): how long they are kept, how large
+    """Records a run set aside (artemis/quarantine/): how long they are kept, how large
     one may be."""
 
     # Quarantined records (replayed, discarded or not) are deleted after this many days.

@@ -34,5 +34,5 @@ TERMINAL_EVENTS = tuple(Ending)
 # A run waiting out an outage, and its recovery (recorded by the workflow's note_outage).
 OUTAGE_EVENTS = ("waiting", "recovered")
 # A page's records set aside, and a field the source added or stopped sending
-# (artemis/quarantine.py).
+# (artemis/quarantine/).
 RECORD_EVENTS = ("quarantined", "schema_drift")

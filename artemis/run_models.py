@@ -472,7 +472,7 @@ class BatchInput:
 class ProcessResult:
     records_in: int
     records_out: int
-    # Records set aside (artemis/quarantine.py) and unnamed field values dropped.
+    # Records set aside (artemis/quarantine/) and unnamed field values dropped.
     records_quarantined: int = 0
     fields_dropped: int = 0
     # Records the task's process left out on purpose (a record step's filter).

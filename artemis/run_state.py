@@ -146,7 +146,7 @@ STAT_KEYS = (
     "records_processed",
     "records_emitted",
     "batches",
-    # Records set aside (artemis/quarantine.py): delivered + quarantined = fetched, when
+    # Records set aside (artemis/quarantine/): delivered + quarantined = fetched, when
     # the task's process keeps one record per record.
     "records_quarantined",
     # Values of fields the record model does not name, dropped (a record × a field).

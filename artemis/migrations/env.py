@@ -7,7 +7,7 @@ from sqlmodel import SQLModel
 import artemis.crawler.models  # noqa: F401  (registers the crawler tables)
 import artemis.dblock  # noqa: F401  (registers named_lock)
 import artemis.events  # noqa: F401  (registers run_event)
-import artemis.quarantine  # noqa: F401  (registers the quarantine and drift tables)
+import artemis.quarantine.store  # noqa: F401  (registers the quarantine and drift tables)
 import artemis.ratelimit  # noqa: F401  (registers rate_gate)
 import artemis.registry.models  # noqa: F401  (registers the registry tables)
 import artemis.taskstore.sql  # noqa: F401  (registers async_tasks)

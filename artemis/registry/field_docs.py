@@ -9,7 +9,7 @@ never stored to do nothing.
 from __future__ import annotations
 
 # The one description of a run's bad-record bound: the registry field, the run param's
-# schema and the docs say it in these words (artemis/quarantine.py: RecordPolicy.bound).
+# schema and the docs say it in these words (artemis/quarantine/: RecordPolicy.bound).
 MAX_BAD_RECORDS = (
     "how many records a run may quarantine before it fails `BAD_RECORDS`: a count "
     "(`100`), or a percentage (`1%`, the default) of the records fetched so far, of the "

@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.quarantine import parse_max_bad
+from artemis.quarantine.policy import parse_max_bad
 from artemis.registry import field_docs
 from artemis.registry.http_rules import (
     AUTH_TYPES,

@@ -328,7 +328,7 @@ class RegProvRecordModel(DimensionBase, table=True):
     key_json: list[str] | None = Field(default=None, sa_type=JSON)
     fields_json: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     # What a run does with a record that does not fit, and with a field the model does
-    # not name (artemis/quarantine.py); None: the run's params, else the defaults.
+    # not name (artemis/quarantine/); None: the run's params, else the defaults.
     on_bad_record_code: str | None = Field(default=None, max_length=16)
     max_bad_records_value: str | None = Field(default=None, max_length=16)
     schema_contract_code: str | None = Field(default=None, max_length=16)

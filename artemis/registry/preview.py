@@ -31,7 +31,8 @@ from sqlmodel import SQLModel
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, HttpClient
-from artemis.quarantine import Judged, RecordPolicy, Stage, example_text, judge
+from artemis.quarantine.judging import Judged, example_text, judge
+from artemis.quarantine.policy import RecordPolicy, Stage
 from artemis.redact import register_secret
 from artemis.registry import yaml_io
 from artemis.registry.auth import Credentials

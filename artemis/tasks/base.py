@@ -26,7 +26,8 @@ from artemis.errors import (
 )
 from artemis.http import HttpClient
 from artemis.owners import writes_shared
-from artemis.quarantine import POLICY_FIELDS, RecordPolicy, Rejection
+from artemis.quarantine.judging import Rejection
+from artemis.quarantine.policy import POLICY_FIELDS, RecordPolicy
 from artemis.ratelimit import bucket_for
 from artemis.security import same_origin
 from artemis.sinks import (
@@ -312,7 +313,7 @@ class TaskUnit:
 
     def record_policy(self, ctx: TaskContext) -> RecordPolicy:
         """What happens to a record ``process`` or the record model rejects, and to a field
-        the model does not name (``artemis/quarantine.py``): the run's params
+        the model does not name (``artemis/quarantine/``): the run's params
         (``on_bad_record``, ``max_bad_records``, ``schema_contract``, from the request or
         ``task_defaults.<code>``), else the defaults (quarantine, 1 %, discard)."""
         return RecordPolicy.of(policy_params(ctx.params))

@@ -30,7 +30,7 @@ from artemis.config import Settings
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.logsetup import get_logger
-from artemis.quarantine import POLICY_FIELDS, RecordPolicy, RecordPolicyParams
+from artemis.quarantine.policy import POLICY_FIELDS, RecordPolicy, RecordPolicyParams
 from artemis.registry.client import ContractClient, require_credentials
 from artemis.registry.evolve import evolve_record_model
 from artemis.registry.frozen import load_contract, store_contract
@@ -519,7 +519,7 @@ class SourceHarvest(TaskUnit):
         counted); an update's pointer is noted from the records as shaped (those a filter
         left out too, as they stood there). The record model's check then drops (and
         reports) the fields it does not name, and sets aside a record that does not fit
-        (artemis/quarantine.py)."""
+        (artemis/quarantine/)."""
         steps = self.record_steps(ctx.params)
         env = self._step_env(ctx) if steps else None
         kept, seen = [], []

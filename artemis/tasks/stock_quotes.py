@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from artemis.bounds import OutageTolerance
-from artemis.quarantine import RecordPolicyParams
+from artemis.quarantine.policy import RecordPolicyParams
 from artemis.sources import PageNumberPaginator, RestSource, Source
 from artemis.tasks.base import TaskContext, TaskUnit
 

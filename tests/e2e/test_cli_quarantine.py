@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from artemis import quarantine
+from artemis.quarantine import store as quarantine
 from tests.conftest import ROOT, write_config
 from tests.e2e.test_literature import import_doc
 from tests.e2e.test_quarantine import (  # noqa: F401  (gh, issues_server: fixtures)

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from artemis import quarantine
+from artemis.quarantine import store as quarantine
 from artemis_samples.server import ThreadedServer
 from tests.conftest import new_task_id, start_worker_process
 from tests.e2e.test_events import read_sse

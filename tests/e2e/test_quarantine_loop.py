@@ -10,7 +10,7 @@ import time
 
 import sqlalchemy as sa
 
-from artemis import quarantine
+from artemis.quarantine import store as quarantine
 from tests.e2e.test_literature import import_doc
 from tests.e2e.test_quarantine import (  # noqa: F401  (gh, issues_server: fixtures)
     MODEL,

@@ -303,7 +303,7 @@ async def test_each_resource_quarantines_its_own_records_and_a_replay_lands_them
     """Issues' model says ``closed_at: datetime`` (not null): the 42 open issues do not
     fit and are set aside under the issues resource (the other resources land whole);
     the model fixed, a replay lands them in the issues folder, once."""
-    from artemis import quarantine
+    from artemis.quarantine import store as quarantine
 
     lake = tmp_path / "lake"
     stack = await make_stack(

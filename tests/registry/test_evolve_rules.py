@@ -1,5 +1,5 @@
 """A record model that evolves holds to the import's rules (artemis/registry/evolve.py,
-artemis/quarantine.py's PageJudge): a name the import refuses (``_id``, ``@attr``,
+artemis/quarantine/'s PageJudge): a name the import refuses (``_id``, ``@attr``,
 ``#text``, one that differs only in case from a field, ``_artemis_*``) is skipped and
 reported, at most ``schema.max_new_fields`` fields a run are added, and the model written
 is one the next run starts with. On the registry database (SQLite and PostgreSQL), through
@@ -16,7 +16,8 @@ from sqlalchemy import select
 from artemis.config import Settings
 from artemis.db import utcnow
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.quarantine import PageJudge, RunPlace, run_actions
+from artemis.quarantine.pages import PageJudge
+from artemis.quarantine.store import RunPlace, run_actions
 from artemis.registry.evolve import evolve_record_model
 from artemis.registry.models import RegProvenance, RegProvRecordModel
 from artemis.registry.resolve import current_row

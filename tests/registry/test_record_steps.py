@@ -17,7 +17,9 @@ from sqlalchemy import select, update
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.fetch_state import StreamState
-from artemis.quarantine import PageJudge, RunPlace, Stage
+from artemis.quarantine.pages import PageJudge
+from artemis.quarantine.policy import Stage
+from artemis.quarantine.store import RunPlace
 from artemis.registry.models import RegProvenance, RegProvRecordModel
 from artemis.registry.record_steps import (
     Refused,

@@ -128,7 +128,7 @@ def test_the_harvest_takes_its_record_model_from_the_runs_contract():
 
 def test_the_harvest_keeps_the_fields_its_record_model_names():
     from artemis.config import Settings
-    from artemis.quarantine import judge
+    from artemis.quarantine.judging import judge
     from artemis.tasks.base import TaskContext
 
     ctx = TaskContext(

@@ -10,7 +10,7 @@ from artemis.config import Settings
 from artemis.literature.harvest import LiteratureHarvest, LiteratureRecord
 from artemis.literature.planning import LiteratureParams
 from artemis.literature.pubmed import PubMedSource
-from artemis.quarantine import judge
+from artemis.quarantine.judging import judge
 from artemis.sources.rest import RestSource
 from artemis.tasks.base import TaskContext
 from artemis.tracing import TraceContext, new_span_id, new_trace_id

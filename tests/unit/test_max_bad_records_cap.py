@@ -1,7 +1,7 @@
 """A request's ``max_bad_records`` is held to the operator's bounds
 (``quarantine.max_bad_records_cap_count`` / ``_cap_pct``): past either, the start is a 422
 INVALID_INPUT naming the bound; the registry's own value and a run's params read back in
-the worker are not capped again (artemis/quarantine.py's RecordPolicyParams)."""
+the worker are not capped again (artemis/quarantine/'s RecordPolicyParams)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Judging a page (artemis/quarantine.py): what the task's process and the record model
+"""Judging a page (artemis/quarantine/): what the task's process and the record model
 reject, what a source that changed looks like, drift, the bound, and the policy's
 layers. A task of the test's own (the TaskUnit API as a task author writes it)."""
 
@@ -10,13 +10,12 @@ import pytest
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.quarantine import (
+from artemis.quarantine.judging import infer_type, judge
+from artemis.quarantine.policy import (
     RecordPolicy,
     RecordPolicyParams,
     Stage,
     check_bound,
-    infer_type,
-    judge,
     parse_max_bad,
 )
 from artemis.sinks.records import declared_spec
@@ -267,29 +266,29 @@ def test_rows_are_kept_once_per_place_counted_and_dropped_after_their_days(db_en
 
     import sqlalchemy as sa
 
-    from artemis import quarantine as q
     from artemis.db import utcnow
+    from artemis.quarantine import judging, store
 
     url = db_engine.url.render_as_string(hide_password=False)
     task_id = f"t-keep-{utcnow().timestamp()}"
-    place = q.RunPlace(f"items/{task_id}", "items", task_id, None, {"a": 1}, {})
-    bad = [q.BadRecord(0, {"id": "x"}, "SINK_ERROR", "id", "not an int", Stage.PROCESS)]
-    assert q.store_bad(url, place, [(3, bad)], 1 << 20) == (1, 1)
-    assert q.store_bad(url, place, [(3, bad)], 1 << 20) == (1, 0)  # the page judged again
-    big = [q.BadRecord(1, {"x": "y" * 2000}, "SINK_ERROR", "x", "too big", Stage.PROCESS)]
-    assert q.store_bad(url, place, [(3, big)], 1024) == (2, 1)
-    rows = q.list_rows(url, task_id=task_id, with_record=True)
+    place = store.RunPlace(f"items/{task_id}", "items", task_id, None, {"a": 1}, {})
+    bad = [judging.BadRecord(0, {"id": "x"}, "SINK_ERROR", "id", "not an int", Stage.PROCESS)]
+    assert store.store_bad(url, place, [(3, bad)], 1 << 20) == (1, 1)
+    assert store.store_bad(url, place, [(3, bad)], 1 << 20) == (1, 0)  # the page judged again
+    big = [judging.BadRecord(1, {"x": "y" * 2000}, "SINK_ERROR", "x", "too big", Stage.PROCESS)]
+    assert store.store_bad(url, place, [(3, big)], 1024) == (2, 1)
+    rows = store.list_rows(url, task_id=task_id, with_record=True)
     assert [r["record"] for r in rows] == [{"id": "x"}, None]
     assert "not kept" in rows[1]["message"]
-    assert q.run_of(url, task_id)["params"] == {"a": 1}
-    assert q.discard(url, task_id, [rows[1]["id"]]) == 1
-    assert q.counts(url, task_id) == {"quarantined": 1, "discarded": 1}
-    table = q.QuarantinedRecord.__table__  # type: ignore[attr-defined]
+    assert store.run_of(url, task_id)["params"] == {"a": 1}
+    assert store.discard(url, task_id, [rows[1]["id"]]) == 1
+    assert store.counts(url, task_id) == {"quarantined": 1, "discarded": 1}
+    table = store.QuarantinedRecord.__table__  # type: ignore[attr-defined]
     with db_engine.begin() as conn:
         conn.execute(
             sa.update(table)
             .where(table.c.task_id == task_id, table.c.position == 0)
             .values(created_at=utcnow() - timedelta(days=31))
         )
-    assert q.drop_older_than(url, 30) == 1
-    assert q.counts(url, task_id) == {"discarded": 1}
+    assert store.drop_older_than(url, 30) == 1
+    assert store.counts(url, task_id) == {"discarded": 1}

@@ -1,5 +1,5 @@
 """A key a source echoes in its records is redacted in the quarantine and the drift table
-as it is in logs (artemis/quarantine.py, artemis/redact.py): the reason, the record key,
+as it is in logs (artemis/quarantine/, artemis/redact.py): the reason, the record key,
 the record as the API shows it, the drift example. The record itself stays replayable:
 kept sealed under the master key, opened by the replay alone. On a real database (SQLite
 and PostgreSQL)."""
@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 from pydantic import BaseModel
 
-from artemis import quarantine as q
 from artemis.config import Settings
+from artemis.quarantine import judging, pages, policy, store
 from artemis.redact import REDACTED, forget_secret, redact_json, register_secret
 from artemis.tasks.base import TaskContext, TaskUnit
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
@@ -50,7 +50,7 @@ def secret() -> Iterator[str]:
     forget_secret(value)
 
 
-def judge_for(db_engine, tmp_path: Path) -> q.PageJudge:
+def judge_for(db_engine, tmp_path: Path) -> pages.PageJudge:
     key_file = tmp_path / "master.key"
     key_file.write_text(uuid.uuid4().hex * 2)
     settings = Settings(
@@ -61,16 +61,16 @@ def judge_for(db_engine, tmp_path: Path) -> q.PageJudge:
     ctx = TaskContext(
         "items", task_id, Params(), settings, TraceContext(new_trace_id(), new_span_id())
     )
-    place = q.RunPlace(f"items/{task_id}", "items", task_id, None, {}, {})
-    return q.PageJudge(Items(), ctx, place, fetched=0, stated=None, counts_pages=True)
+    place = store.RunPlace(f"items/{task_id}", "items", task_id, None, {}, {})
+    return pages.PageJudge(Items(), ctx, place, fetched=0, stated=None, counts_pages=True)
 
 
 def stored_text(db_engine, task_id: str) -> str:
     """Every column of the run's quarantine and drift rows, as the database holds them."""
     with db_engine.connect() as conn:
         rows = [
-            *conn.execute(sa.select(q._Q).where(q._Q.c.task_id == task_id)).all(),
-            *conn.execute(sa.select(q._DRIFT).where(q._DRIFT.c.task_id == task_id)).all(),
+            *conn.execute(sa.select(store._Q).where(store._Q.c.task_id == task_id)).all(),
+            *conn.execute(sa.select(store._DRIFT).where(store._DRIFT.c.task_id == task_id)).all(),
         ]
     return " ".join(str(v) for r in rows for v in r)
 
@@ -86,28 +86,30 @@ def test_a_record_that_echoes_a_key_is_shown_redacted_and_replayed_as_it_was(
     assert out.quarantined == 2 and out.records == [{"id": 1, "name": "a"}]
     url, task_id = judge.database_url, judge.place.task_id
     assert secret not in stored_text(db_engine, task_id)
-    shown = q.list_rows(url, task_id=task_id)
+    shown = store.list_rows(url, task_id=task_id)
     assert shown[0]["message"] == (
         f"record column 'price': Input should be a valid number (got \"{REDACTED}\")"
     )
-    one = q.get_row(url, shown[0]["id"])
+    one = store.get_row(url, shown[0]["id"])
     assert one is not None and "record_sealed" not in one
     assert one["record"] == {"id": 2, "name": "a", "price": REDACTED}
-    assert q.get_row(url, shown[1]["id"])["record"]["name"] == f"token={REDACTED}"  # type: ignore[index]
+    assert store.get_row(url, shown[1]["id"])["record"]["name"] == f"token={REDACTED}"  # type: ignore[index]
     # The replay (in a worker, with the master key) gets each record as it came.
-    opened = q.list_rows(url, task_id=task_id, with_record=True, key_file=judge.seal.key_file)
+    opened = store.list_rows(url, task_id=task_id, with_record=True, key_file=judge.seal.key_file)
     assert [r["record"] for r in opened] == raw[1:]
     # Without the key (the API's reading) the record is the one shown.
-    assert q.list_rows(url, task_id=task_id, with_record=True)[0]["record"] == one["record"]
+    assert store.list_rows(url, task_id=task_id, with_record=True)[0]["record"] == one["record"]
 
 
 def test_a_record_that_holds_a_secret_and_cannot_be_sealed_is_not_kept(db_engine, secret):
     url = db_engine.url.render_as_string(hide_password=False)
     task_id = f"t-{uuid.uuid4().hex}"
-    place = q.RunPlace(f"items/{task_id}", "items", task_id, None, {}, {})
-    bad = q.BadRecord(0, {"id": secret}, "SINK_ERROR", "id", "not an int", q.Stage.PROCESS)
-    q.store_bad(url, place, [(0, [bad])], 1 << 20)
-    (row,) = q.list_rows(url, task_id=task_id, with_record=True)
+    place = store.RunPlace(f"items/{task_id}", "items", task_id, None, {}, {})
+    bad = judging.BadRecord(
+        0, {"id": secret}, "SINK_ERROR", "id", "not an int", policy.Stage.PROCESS
+    )
+    store.store_bad(url, place, [(0, [bad])], 1 << 20)
+    (row,) = store.list_rows(url, task_id=task_id, with_record=True)
     assert row["record"] is None and "holds a secret value" in row["message"]
     assert secret not in stored_text(db_engine, task_id)
 
@@ -118,7 +120,7 @@ def test_a_drift_example_is_redacted_before_it_is_cut(db_engine, tmp_path, secre
     out = judge.page(0, [{"id": 1, "name": "a", "note": "n" * 70 + secret}])
     judge.keep([out])
     (drift,) = out.new_drift
-    assert q.example_text(drift.example) == '"' + "n" * 70 + REDACTED[:6] + "..."
+    assert judging.example_text(drift.example) == '"' + "n" * 70 + REDACTED[:6] + "..."
     assert secret[:8] not in stored_text(db_engine, judge.place.task_id)
 
 

@@ -1,4 +1,4 @@
-"""The records runs set aside (artemis/quarantine.py): list and show them, replay them
+"""The records runs set aside (artemis/quarantine/): list and show them, replay them
 once the model or the task is fixed, or discard them. A run's quarantined records are
 its owner's: another owner's are not found, as its runs are not."""
 
@@ -15,11 +15,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from artemis import quarantine
 from artemis.calls import work
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.owners import owner_of, task_id_for
+from artemis.quarantine import store as quarantine
 from artemis.run_models import (
     REPLAY_WORKFLOW_NAME,
     ReplayRequest,
