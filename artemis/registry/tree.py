@@ -5,7 +5,7 @@ record, and the tree a run walks (``artemis.sources.tree.TreeSource``).
 
 Words: a *resource* is one named endpoint of a provenance; a *sub-resource* is asked once
 per record of its *parent resource*. ("Parent" and "child" alone name the runs a
-backfill fans out: docs/glossary.md.)
+backfill fans out: docs/architecture.md, "Words".)
 """
 
 from __future__ import annotations
