@@ -162,10 +162,7 @@ class EndingActivities(RunActivityBase):
         await statement(
             self.db,
             self.retained.keep,
-            run_key(inp.run),
-            inp.run.task_code,
-            inp.run.task_id,
-            inp.run.workflow_id,
+            inp.run,
             inp.error_code,
             inp.error_message,
             {

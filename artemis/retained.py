@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 
 from artemis import jsonio
 from artemis.db import RetainedRun, get_engine, transaction, upsert_insert, utcnow
+from artemis.run_models import RunRef
 
 _t = RetainedRun.__table__  # type: ignore[attr-defined]
 _DROP = delete(_t).where(_t.c.run_key == bindparam("p_run_key"))  # every run's clean-up
@@ -35,21 +36,20 @@ class Retained:
 
     def keep(
         self,
-        run_key: str,
-        task_code: str,
-        task_id: str,
-        workflow_id: str,
+        run: RunRef,
         error_code: str,
         error_message: str,
         state: dict[str, Any],
         retain_s: float,
     ) -> None:
+        """Keep ``state`` (what a retry needs) of ``run``, which failed with
+        ``error_code``, for ``retain_s``; a run that fails again is kept afresh."""
         now = utcnow()
         row = {
-            "run_key": run_key,
-            "task_code": task_code,
-            "task_id": task_id,
-            "workflow_id": workflow_id,
+            "run_key": f"{run.task_code}/{run.task_id}",
+            "task_code": run.task_code,
+            "task_id": run.task_id,
+            "workflow_id": run.workflow_id,
             "error_code": error_code,
             "error_message": error_message[:2000],
             "state": jsonio.dumps(state).decode(),

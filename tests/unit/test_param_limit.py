@@ -23,7 +23,6 @@ NOT_YET: dict[tuple[str, str], int] = {
     ("artemis/registry/rest_source.py", "_search_source"): 8,
     ("artemis/registry/rest_source.py", "rest_source"): 7,
     ("artemis/registry/watermark.py", "advance_pointer"): 7,
-    ("artemis/retained.py", "keep"): 8,
     ("artemis/sources/detail.py", "__init__"): 9,
     ("artemis/sources/responses.py", "act_on"): 7,
     ("artemis/sources/rest.py", "__init__"): 20,
