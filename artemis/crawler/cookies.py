@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.engine import Engine
@@ -231,21 +232,21 @@ def parse_cookie(value: str) -> str:
 
 
 def add_cookie(
-    engine: Engine,
-    vault: object,
+    vault: Any,
     platform: str,
     name: str,
     value: str,
     priority: int = 0,
     daily_limit: int = 500,
-    now: datetime | None = None,
 ) -> str:
-    """Store (or replace, by name) a cookie, encrypted; a replaced cookie starts afresh
-    (active, no errors). Returns ``created`` or ``replaced``."""
+    """Store (or replace, by name) a cookie, encrypted by ``vault`` in its database; a
+    replaced cookie starts afresh (active, no errors). Returns ``created`` or
+    ``replaced``."""
+    engine: Engine = vault.engine
     if daily_limit < 1:
         raise ArtemisError(ErrorCode.INVALID_INPUT, "--daily-limit: must be at least 1")
-    token, key_id = vault.encrypt(parse_cookie(value))  # type: ignore[attr-defined]
-    now = now or utcnow()
+    token, key_id = vault.encrypt(parse_cookie(value))
+    now = utcnow()
     values = {
         "platform": platform,
         "cookie_encrypted": token,

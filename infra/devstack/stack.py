@@ -486,7 +486,7 @@ class DevStack:
             ("demo-1", "sample-demo-1", 2),
             ("demo-2", "sample-demo-2", 1),
         ):
-            add_cookie(vault.engine, vault, "sample", name, f"web_session={session}", priority)
+            add_cookie(vault, "sample", name, f"web_session={session}", priority)
         http.post(
             f"{self.samples_url}/_control/platform",
             json={"notes_per_keyword": 15, "revoked": ["sample-demo-1"]},

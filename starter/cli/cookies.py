@@ -50,7 +50,7 @@ def cookies_add(
         _fail("no cookie on stdin (e.g. `artemis cookies add ... < cookie.txt`)")
     settings = _settings(config)
     vault = vault_for(settings)
-    outcome = add_cookie(vault.engine, vault, platform, name, value, priority, daily_limit)
+    outcome = add_cookie(vault, platform, name, value, priority, daily_limit)
     console.print(f"cookie {name} for {platform}: {outcome} (encrypted)")
 
 

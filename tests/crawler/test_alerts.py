@@ -35,7 +35,7 @@ def test_each_alert_fires_once_and_resolves(crawl_db, samples):
     assert step(T0) == {"firing:cookie_exhausted"}
     assert step(T0 + timedelta(minutes=1)) == set()
     vault = CookieVault(crawl_db, b"k" * 40)
-    add_cookie(crawl_db, vault, "xhs", "a", "web_session=sample-alert")
+    add_cookie(vault, "xhs", "a", "web_session=sample-alert")
     assert step(T0 + timedelta(minutes=2)) == {"resolved:cookie_exhausted"}
 
     # P1: 8 of 12 detail fetches ok in the window.

@@ -28,7 +28,7 @@ def _cookie(engine, vault: CookieVault) -> str:
 
 
 def test_cookies_read_under_both_keys_during_the_switch_and_under_the_new_alone_after(crawl_db):
-    add_cookie(crawl_db, CookieVault(crawl_db, OLD), "p", "a", "web_session=s1", 1)
+    add_cookie(CookieVault(crawl_db, OLD), "p", "a", "web_session=s1", 1)
     # the switch: COOKIE_MASTER_KEY=NEW, COOKIE_MASTER_KEYS_READ=OLD
     switching = CookieVault(crawl_db, NEW, [OLD])
     assert _cookie(crawl_db, switching) == "web_session=s1"

@@ -26,7 +26,7 @@ NEW = b"new-master-key-9876543210-zyxwvutsrqponmlk"
 def test_rows_name_their_key_and_rotation_leaves_only_the_new_key(crawl_db):
     vault = CookieVault(crawl_db, OLD)
     for i in range(3):
-        add_cookie(crawl_db, vault, "xhs", f"acct-{i}", f"web_session=secret{i}; a1=x{i}")
+        add_cookie(vault, "xhs", f"acct-{i}", f"web_session=secret{i}; a1=x{i}")
     with crawl_db.connect() as conn:
         rows = conn.execute(select(CookieRow.__table__)).all()
         keys = conn.execute(select(VaultKey.__table__)).all()
@@ -68,10 +68,10 @@ def test_bad_master_keys_and_bad_cookies_are_refused_clearly(crawl_db):
     vault = CookieVault(crawl_db, OLD)
     for bad in ("", "no pairs here", "=novalue", "web_session=a\nb=c"):
         with pytest.raises(ArtemisError) as e:
-            add_cookie(crawl_db, vault, "xhs", "n", bad)
+            add_cookie(vault, "xhs", "n", bad)
         assert e.value.code == ErrorCode.INVALID_INPUT and "cookie" in e.value.message
-    assert add_cookie(crawl_db, vault, "xhs", "n", "web_session=v1") == "created"
-    assert add_cookie(crawl_db, vault, "xhs", "n", "web_session=v2", priority=3) == "replaced"
+    assert add_cookie(vault, "xhs", "n", "web_session=v1") == "created"
+    assert add_cookie(vault, "xhs", "n", "web_session=v2", priority=3) == "replaced"
     listed = list_cookies(crawl_db)
     assert len(listed) == 1 and listed[0]["priority"] == 3
     assert all("v2" not in str(v) for v in listed[0].values())

@@ -65,9 +65,7 @@ async def crawl_stack(
     stack = await make_stack(crawler=crawler, **({"runs": runs} if runs else {}))
     vault = vault_for(stack.settings)
     for n, (session, priority) in enumerate(cookies.items()):
-        add_cookie(
-            vault.engine, vault, platform, f"{platform}-c{n}", f"web_session={session}", priority
-        )
+        add_cookie(vault, platform, f"{platform}-c{n}", f"web_session={session}", priority)
     await stack.samples_http.post("/_control/platform", json={"reset": True})
     return stack, platform
 

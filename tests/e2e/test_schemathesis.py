@@ -30,7 +30,7 @@ async def test_the_api_holds_to_its_openapi_contract(make_stack):
     )
     # a pooled cookie, so that a generated POST /notes/details can succeed
     vault = vault_for(stack.settings)
-    add_cookie(vault.engine, vault, "sample", f"st-{new_task_id()}", "web_session=sample-st", 1)
+    add_cookie(vault, "sample", f"st-{new_task_id()}", "web_session=sample-st", 1)
     st = Path(sys.executable).parent / "st"
     cmd = [
         str(st),
