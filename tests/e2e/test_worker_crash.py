@@ -22,11 +22,13 @@ async def test_sigkill_mid_fetch_then_fresh_worker_finishes_with_nothing_lost(ma
     stack = await make_stack(
         worker=False, runs={"pages_per_fetch": 20, "heartbeat_timeout_s": HEARTBEAT_S}
     )
-    # A fetch of 20 pages here takes about a second; its heartbeats start after the
+    # A fetch of 20 pages here takes about 2.5 s; its heartbeats start after the
     # throttle interval (activities/run_base.py Heartbeat), so a short one lets the test
-    # see the second fetch heartbeat before it ends.
+    # see the second fetch heartbeat before it ends. The run's last 40 pages take about
+    # 5 s: time for a loaded machine's test process to hold the next request before the
+    # run has fetched them all (at 40 ms a page a CI run once missed it).
     config = worker_config(stack, tmp_path, worker={"heartbeat_throttle_s": 0.2})
-    await stack.fault("latency", latency_ms=40)
+    await stack.fault("latency", latency_ms=120)
     first = start_worker_process(config, tmp_path / "worker1.out")
     second = None
     try:
