@@ -23,11 +23,11 @@ from activities.run_base import (
 )
 from artemis.calls import work
 from artemis.errors import ArtemisError
-from artemis.fetch_state import EmitState
+from artemis.ledger import Ledger, PageDone
 from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
 from artemis.quarantine.pages import Judge, Outcome, page_judge
-from artemis.run_models import BatchInput, EmitResult, Outage, ProcessResult
+from artemis.run_models import BatchInput, EmitResult, Outage
 from artemis.sinks import EmitContext
 from artemis.tasks import TaskUnit
 from artemis.tasks.registry import get_task
@@ -36,11 +36,11 @@ from artemis.tracing import current_trace
 
 class BatchActivities(RunActivityBase):
     @activity.defn(name="process_batch")
-    async def process_batch(self, inp: BatchInput) -> ProcessResult:
+    async def process_batch(self, inp: BatchInput) -> Ledger:
         async with heartbeating():
             return await self._process_batch(inp)
 
-    async def _process_batch(self, inp: BatchInput) -> ProcessResult:
+    async def _process_batch(self, inp: BatchInput) -> Ledger:
         trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
@@ -62,23 +62,22 @@ class BatchActivities(RunActivityBase):
         await work(self.staging.put_pages, key, "processed", out)
         for seq, outcome in outcomes:
             await self.report_judged(inp.run, seq, outcome)
-        n_in = sum(len(records) for _, records in raw)
-        n_out = sum(len(records) for _, records in out)
-        n_bad = sum(o.quarantined for _, o in outcomes)
-        n_filtered = sum(o.filtered for _, o in outcomes)
-        if n_out + n_bad + n_filtered != n_in:
-            log.info("process_dropped_records", dropped=n_in - n_out - n_bad - n_filtered)
-        return ProcessResult(
-            records_in=n_in,
-            records_out=n_out,
-            records_quarantined=n_bad,
-            fields_dropped=sum(o.dropped for _, o in outcomes),
-            records_filtered=n_filtered,
+        ledger = Ledger.starting(inp.first_seq, judges=True, delivers=False)
+        ledger.count(
+            {
+                seq: o.done(len(records))
+                for (seq, records), (_, o) in zip(raw, outcomes, strict=True)
+            }
         )
+        left = ledger.records_in - ledger.records_out
+        left -= ledger.records_quarantined + ledger.records_filtered
+        if left:
+            log.info("process_dropped_records", dropped=left)
+        return ledger
 
     @activity.defn(name="emit_batch")
     async def emit_batch(self, inp: BatchInput) -> EmitResult:
-        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s, EmitState.to_json)
+        beat = Heartbeat(self.settings.worker.heartbeat_throttle_s, Ledger.to_json)
         trace = current_trace()
         task = get_task(inp.run.task_code)
         ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
@@ -92,7 +91,7 @@ class BatchActivities(RunActivityBase):
         # below it are delivered too: the heartbeat resumes after the gapless ones, so a
         # retry sends it again (same key: the sink takes it once) and must not count it
         # twice. Pages an earlier call delivered (``skip_seqs``) count nothing here.
-        delivered: dict[int, tuple[int, dict[str, int]]] = {}
+        delivered: dict[int, PageDone] = {}
         gate = asyncio.Semaphore(task.emit_concurrency(ctx))
         # Set at a sink's first transient failure (report_outages): no new page starts.
         halted: list[Outage] = []
@@ -114,7 +113,7 @@ class BatchActivities(RunActivityBase):
                     if outage is not None:
                         halted.append(outage)
                         return
-            delivered[seq] = (0 if seq in skip else len(records), page.counts)
+            delivered[seq] = PageDone(sent=0 if seq in skip else len(records), sinks=page.counts)
             state.count(delivered)
             beat(state)
 
@@ -129,10 +128,10 @@ class BatchActivities(RunActivityBase):
             "emit_batch_done",
             first_seq=inp.first_seq,
             last_seq=inp.last_seq,
-            records=state.records,
+            records=state.records_emitted,
         )
-        RECORDS_EMITTED.labels(inp.run.task_code).inc(state.records)
-        return EmitResult(records_emitted=state.records, batches=state.batches, sinks=state.sinks)
+        RECORDS_EMITTED.labels(inp.run.task_code).inc(state.records_emitted)
+        return EmitResult(ledger=state)
 
     async def _pages_to_emit(
         self, inp: BatchInput, key: str, from_seq: int
@@ -170,29 +169,18 @@ class BatchActivities(RunActivityBase):
     def _emit_halted(
         self,
         inp: BatchInput,
-        state: EmitState,
-        above: dict[int, tuple[int, dict[str, int]]],
+        state: Ledger,
+        above: dict[int, PageDone],
         outage: Outage,
         skip: set[int],
     ) -> EmitResult:
         """A sink is down: what this call delivered (every page of it, below the gap and
         above), for the workflow to count once and skip when it sends the rest."""
-        records, batches, sinks = state.records, state.batches, dict(state.sinks)
-        for n, counts in above.values():
-            records += n
-            batches += 1 if n else 0
-            for name, taken in counts.items():
-                sinks[name] = sinks.get(name, 0) + taken
         seqs = [s for s in range(inp.first_seq, state.next_seq) if s not in skip]
         seqs += [s for s in above if s not in skip]
-        RECORDS_EMITTED.labels(inp.run.task_code).inc(records)
-        return EmitResult(
-            records_emitted=records,
-            batches=batches,
-            sinks=sinks,
-            outage=outage,
-            delivered_seqs=sorted(seqs),
-        )
+        ledger = state.with_above(above)
+        RECORDS_EMITTED.labels(inp.run.task_code).inc(ledger.records_emitted)
+        return EmitResult(ledger=ledger, outage=outage, delivered_seqs=sorted(seqs))
 
 
 def _processed(
@@ -209,13 +197,13 @@ def _processed(
     return out, outcomes
 
 
-def _emit_state(inp: BatchInput) -> EmitState:
+def _emit_state(inp: BatchInput) -> Ledger:
     """Where an emit attempt starts: the batch's first page, or a retried attempt's last
     heartbeat (per sink, the records of the pages delivered without a gap: a page above
     its next_seq may count again on a retry, as it may be sent again)."""
     details = activity.info().heartbeat_details
     if not details:
-        return EmitState(inp.first_seq)
-    state = EmitState.from_json(details[0])
+        return Ledger.starting(inp.first_seq, judges=False, delivers=True)
+    state = Ledger.from_json(details[0])
     log.info("emit_resumed", next_seq=state.next_seq)
     return state

@@ -25,11 +25,12 @@ from activities.run_base import (
 from activities.streaming import PageStream
 from artemis.calls import statement, work
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.fetch_state import FetchState, StreamState
+from artemis.fetch_state import FetchState
+from artemis.ledger import Ledger
 from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
 from artemis.outage import outage_of
 from artemis.quarantine.pages import page_judge
-from artemis.run_models import FetchInput, FetchResult, Outage, Streamed
+from artemis.run_models import FetchInput, FetchResult, Outage
 from artemis.sources import Page
 from artemis.tasks import FetchControls, TaskUnit
 from artemis.tasks.registry import get_task
@@ -186,7 +187,7 @@ class BatchFetch:
         # at that page boundary with its checkpoint.
         self.stop = asyncio.Event()
         self.stream: PageStream | None = None
-        self.streamed: Streamed | None = None
+        self.streamed: Ledger | None = None
         self.callback: Any = None
         self.last_ms = inp.progress_last_ms
         self.outage: Outage | None = None
@@ -381,7 +382,7 @@ def _resume_state(inp: FetchInput) -> FetchState:
         checkpoint=inp.checkpoint,
         next_seq=inp.first_seq,
         units_done=inp.units_done,
-        stream=StreamState(next_seq=inp.first_seq) if inp.stream else None,
+        stream=Ledger.starting(inp.first_seq, judges=True, delivers=True) if inp.stream else None,
     )
     details = activity.info().heartbeat_details
     if details:

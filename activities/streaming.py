@@ -23,11 +23,12 @@ from typing import Any
 from activities.run_base import log
 from artemis.calls import work
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.fetch_state import FetchState, StreamState
+from artemis.fetch_state import FetchState
 from artemis.http import HttpClient
+from artemis.ledger import Ledger, PageDone
 from artemis.quarantine.pages import Judge, Outcome
 from artemis.redact import redact_text
-from artemis.run_models import RunRef, Streamed
+from artemis.run_models import RunRef
 from artemis.sinks import EmitContext, Sink
 from artemis.tasks import TaskContext, TaskUnit
 from artemis.tracing import TraceContext
@@ -37,9 +38,9 @@ _END = None
 
 
 class PageStream:
-    """One fetch's stream. ``state`` is the fetch's resume state: its ``stream`` (next_seq
-    and the counts of the pages below it) is kept there, so every heartbeat the fetch
-    sends carries both where the fetch and where the stream stand."""
+    """One fetch's stream. ``state`` is the fetch's resume state: its ``stream`` (the
+    stream's delivery ledger, ``artemis/ledger.py``) is kept there, so every heartbeat the
+    fetch sends carries both where the fetch and where the stream stand."""
 
     def __init__(
         self,
@@ -62,7 +63,7 @@ class PageStream:
         self.run, self.key, self.trace = run, key, trace
         self.state = state
         assert state.stream is not None, "a fetch that streams has its stream's state"
-        self.mine: StreamState = state.stream
+        self.ledger: Ledger = state.stream
         # Set when a sink refused a page for good: the run fails with it, so the fetch
         # ends its batch at the next page instead of fetching what will not be sent.
         self.refused = asyncio.Event()
@@ -72,9 +73,8 @@ class PageStream:
         # Pages put and not yet sent (or skipped), at most: a sink slower than the source
         # slows the fetch down to its pace, and memory holds a few pages, not a batch.
         self._room = asyncio.Semaphore(max(8, 4 * concurrency))
-        # Delivered above the gap: seq → (records in, records out, sink counts, the page's
-        # judgement).
-        self._above: dict[int, tuple[int, int, dict[str, int], Outcome]] = {}
+        # Pages delivered above the ledger's gap (seq → the page, its judgement its note).
+        self._above: dict[int, PageDone] = {}
         self._sending: set[asyncio.Task[None]] = set()
         self._consumer = asyncio.create_task(self._consume())
 
@@ -84,13 +84,13 @@ class PageStream:
         await self._room.acquire()
         self._queue.put_nowait((seq, records))
 
-    async def close(self) -> Streamed:
+    async def close(self) -> Ledger:
         """Every page put is delivered (or the stream stopped): what it delivered."""
         self._queue.put_nowait(_END)
         await self._consumer
         while self._sending:
             await asyncio.gather(*list(self._sending))
-        return self.mine.streamed()
+        return Ledger.from_json(self.ledger.to_json())
 
     async def abort(self) -> None:
         """The fetch failed or was cancelled: nothing more is sent (what was delivered
@@ -103,16 +103,16 @@ class PageStream:
                 await t
 
     def _stop(self, seq: int, error: BaseException) -> None:
-        if self.mine.stopped is not None:
+        if self.ledger.stopped is not None:
             return
         code = error.code.value if isinstance(error, ArtemisError) else ErrorCode.INTERNAL.value
-        self.mine.stopped = code
+        self.ledger.stopped = code
         # The reason is logged here; the process/emit activities that take the rest over
         # meet it again and report it (wait, retry or fail) as the batch path does.
         log.info(
             "stream_stopped",
             seq=seq,
-            delivered_below=self.mine.next_seq,
+            delivered_below=self.ledger.next_seq,
             code=code,
             error=str(error)[:300],
         )
@@ -131,7 +131,7 @@ class PageStream:
             pages = [page for page in waiting if page is not None]
             if not pages:
                 continue
-            if self.mine.stopped is not None:
+            if self.ledger.stopped is not None:
                 for _ in pages:
                     self._room.release()
                 continue
@@ -147,11 +147,11 @@ class PageStream:
                 out = done[i] if i < len(done) else None
                 if isinstance(out, BaseException):  # process_batch meets it again
                     self._stop(seq, out)
-                if out is None or isinstance(out, BaseException) or self.mine.stopped:
+                if out is None or isinstance(out, BaseException) or self.ledger.stopped:
                     self._room.release()
                     continue
                 await self._gate.acquire()
-                if self.mine.stopped is not None:
+                if self.ledger.stopped is not None:
                     self._gate.release()
                     self._room.release()
                     continue
@@ -174,38 +174,24 @@ class PageStream:
                 await self.task.emit(self.client, self.sinks, records, page)
         except Exception as e:  # emit_batch meets it again: waits it out, or fails
             self._room.release()
-            if isinstance(e, ArtemisError) and not e.retryable and self.mine.error is None:
+            if isinstance(e, ArtemisError) and not e.retryable and self.ledger.error is None:
                 # Refused for good: sent again it would be refused again (or, worse, taken
                 # although the error table says no retry). The run fails with it.
-                self.mine.error = {"code": e.code.value, "message": redact_text(e.message)}
+                self.ledger.error = {"code": e.code.value, "message": redact_text(e.message)}
                 self.refused.set()
             self._stop(seq, e)
             return
         finally:
             self._gate.release()
         self._room.release()
-        self._above[seq] = (n_in, len(records), page.counts, judged)
-        m = self.mine
-        counted: list[tuple[int, Outcome]] = []
+        self._above[seq] = judged.done(n_in, page.counts)
         # (stopped: the page that failed is the gap; those above it go again, emit_batch)
-        while m.next_seq in self._above:
-            n_in, n_out, counts, outcome = self._above.pop(m.next_seq)
-            counted.append((m.next_seq, outcome))
-            m.records_quarantined += outcome.quarantined
-            m.fields_dropped += outcome.dropped
-            m.records_filtered += outcome.filtered
-            m.records_in += n_in
-            m.records_out += n_out
-            m.records += n_out
-            m.batches += 1 if n_out else 0
-            for name, taken in counts.items():
-                m.sinks[name] = m.sinks.get(name, 0) + taken
-            m.next_seq += 1
+        counted = self.ledger.count(self._above)
         self.beat(self.state)
         # A page's quarantine and drift are told where it is counted: a page above the
         # gap when the stream stops is judged and told again by process_batch, not twice.
-        for at, outcome in counted:
-            await self.report(at, outcome)
+        for at, done in counted:
+            await self.report(at, done.note)
 
 
 def _judge_in_order(

@@ -32,6 +32,7 @@ from artemis import jsonio
 from artemis.calls import statement, statements_on_loop
 from artemis.db import UTCDateTime, get_engine, run_transaction, utcnow
 from artemis.event_kinds import CONTROL_EVENTS, OUTAGE_EVENTS, RECORD_EVENTS, Ending
+from artemis.ledger import Ledger
 from artemis.logsetup import get_logger
 from artemis.outage import waiting_line
 from artemis.run_state import (
@@ -525,17 +526,17 @@ class PlanTracker:
         elif act == "process_batch":
             # A retried run processes its failed attempt's pages again: counted once, as
             # the workflow counts them (up to the pages processed before).
-            last = int(res.get("last_seq", -1))
-            if raw.task_id is not None or last > self.state.processed_through:
-                self.state.processed(int(res.get("records_out", 0)))
+            ledger = _ledger(res, judges=True)
+            if raw.task_id is not None or ledger.next_seq - 1 > self.state.processed_through:
+                self.state.count(ledger)
                 counted = True
             if raw.task_id is None:
-                self.state.processed_through = max(self.state.processed_through, last)
+                self.state.stand_after(ledger)
         elif act == "emit_batch":
-            self.state.emitted(int(res.get("records_emitted", 0)), res.get("sinks") or {})
+            ledger = _ledger(res, judges=False)
+            self.state.count(ledger)
             if raw.task_id is None:
-                below = int(res.get("last_seq", -1)) + 1
-                self.state.delivered_below = max(self.state.delivered_below, below)
+                self.state.stand_after(ledger)
             counted = True
         elif act == "finalize_run":
             step.completed = True
@@ -574,12 +575,10 @@ class PlanTracker:
         a process and an emit batch would have counted them."""
         if not streamed:
             return
-        self.state.processed(int(streamed.get("records_out", 0)))
-        self.state.emitted(int(streamed.get("records_emitted", 0)), streamed.get("sinks") or {})
+        ledger = Ledger.from_json(streamed)
+        self.state.count(ledger)
         if window is None:
-            below = int(streamed.get("next_seq", 0))
-            self.state.processed_through = max(self.state.processed_through, below - 1)
-            self.state.delivered_below = max(self.state.delivered_below, below)
+            self.state.stand_after(ledger)
             for name in ("step_process", "step_emit"):
                 self.steps[name].started = True
 
@@ -658,3 +657,12 @@ class PlanTracker:
 def _key(raw: RawEvent) -> str:
     d = raw.data
     return f"{d.get('run_id')}/{d.get('activity')}/{d.get('activity_id')}"
+
+
+def _ledger(res: dict[str, Any], *, judges: bool) -> Ledger:
+    """A process or emit batch's ledger as its step event tells it: judged or delivered
+    up to the batch's last page (``last_seq``) unless it says where it stands."""
+    below = int(res.get("last_seq", -1)) + 1
+    return Ledger.from_json(
+        {"first_seq": 0, "next_seq": below, **res, "judges": judges, "delivers": not judges}
+    )

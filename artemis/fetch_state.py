@@ -1,8 +1,7 @@
 """Where a fetch attempt stands (``activities/fetch.py``): the source's checkpoint, the
 next sequence number and the counts so far, what the last page said of the source (done,
 its stated total, a unit ended short) and, for a fetch that streams its pages to the
-run's sinks, where that stream stands (the pages delivered without a gap, their counts);
-and where an emit attempt stands (``EmitState``).
+run's sinks, its delivery ledger (``artemis/ledger.py``).
 
 It is heartbeated after every page, so a retried attempt goes on from its predecessor's
 last page; a streaming fetch also stages it with each page (the cursor), so a page sent
@@ -14,84 +13,21 @@ records of an activity's heartbeat.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from artemis.run_models import Streamed
+from artemis.ledger import Ledger
 from artemis.sources import Page
 
-
-@dataclass
-class StreamState:
-    """What a fetch's stream delivered: every page below ``next_seq``, without a gap, and
-    their counts (records taken in and sent out, per sink, the pages that sent any, the
-    bad records kept and the fields a model dropped). ``stopped``: the error code that
-    stopped it (the pages from the gap on go through process and emit); ``error``: a
-    sink's refusal for good ({"code", "message"}: the run fails with it)."""
-
-    next_seq: int
-    records_in: int = 0
-    records_out: int = 0
-    records: int = 0
-    batches: int = 0
-    sinks: dict[str, int] = field(default_factory=dict)
-    stopped: str | None = None
-    error: dict[str, Any] | None = None
-    records_quarantined: int = 0
-    fields_dropped: int = 0
-    # Records the task's process left out on purpose: on the wire only once not 0 (the
-    # wire keeps its shape for every stream that left none out).
-    records_filtered: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in _STREAM}
-        if self.records_filtered:
-            out["records_filtered"] = self.records_filtered
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StreamState:
-        return cls(
-            next_seq=int(data["next_seq"]),
-            records_in=int(data.get("records_in") or 0),
-            records_out=int(data.get("records_out") or 0),
-            records=int(data.get("records") or 0),
-            batches=int(data.get("batches") or 0),
-            sinks={str(k): int(v) for k, v in (data.get("sinks") or {}).items()},
-            stopped=data.get("stopped"),
-            error=data.get("error"),
-            records_quarantined=int(data.get("records_quarantined") or 0),
-            fields_dropped=int(data.get("fields_dropped") or 0),
-            records_filtered=int(data.get("records_filtered") or 0),
-        )
-
-    def streamed(self) -> Streamed:
-        """What the stream delivered, as the fetch's result tells it."""
-        return Streamed(
-            next_seq=self.next_seq,
-            records_in=self.records_in,
-            records_out=self.records_out,
-            records_emitted=self.records,
-            batches=self.batches,
-            sinks=dict(self.sinks),
-            stopped=self.stopped,
-            error=self.error,
-            records_quarantined=self.records_quarantined,
-            fields_dropped=self.fields_dropped,
-            records_filtered=self.records_filtered,
-        )
-
-
-_STREAM = tuple(n for n in StreamState.__dataclass_fields__ if n != "records_filtered")
 # Where the fetch stands: on the wire from the attempt's start.
-_PLACE = ("checkpoint", "next_seq", "pages", "records", "units_done")
+_POSITION_KEYS = ("checkpoint", "next_seq", "pages", "records", "units_done")
 # What the last page said: on the wire once a page was taken.
-_SAID = ("done", "expected_total", "incomplete")
+_LAST_PAGE_KEYS = ("done", "expected_total", "incomplete")
 # What a page moves, and what the staged cursor holds: all but the stream's.
-_AT = _PLACE + _SAID
+_MOVED_KEYS = _POSITION_KEYS + _LAST_PAGE_KEYS
 # Counts on the wire only once they are not 0: the wire keeps its shape for every fetch
 # that has none (answers a response rule ignored).
-_COUNTS = ("responses_ignored",)
+_NONZERO_KEYS = ("responses_ignored",)
 
 
 @dataclass
@@ -104,7 +40,7 @@ class FetchState:
     pages: int = 0
     records: int = 0
     units_done: int = 0
-    stream: StreamState | None = None
+    stream: Ledger | None = None
     # The source is done (the last page had no checkpoint).
     done: bool = False
     # What the sources stated they hold, so far (None: no source states a total).
@@ -141,21 +77,23 @@ class FetchState:
     def take(self, page: Page) -> None:
         """Stand where ``after(page)`` does (the stream's state is the stream's own)."""
         moved = self.after(page)
-        for name in (*_AT, *_COUNTS, "page_taken", "resources"):
+        for name in (*_MOVED_KEYS, *_NONZERO_KEYS, "page_taken", "resources"):
             setattr(self, name, getattr(moved, name))
 
     def to_json(self) -> dict[str, Any]:
         """The heartbeat's details."""
-        out: dict[str, Any] = {name: getattr(self, name) for name in _PLACE}
+        out: dict[str, Any] = {name: getattr(self, name) for name in _POSITION_KEYS}
         if self.stream is not None:
             out["stream"] = self.stream.to_json()
         if self.page_taken:
-            out.update((name, getattr(self, name)) for name in _SAID)
+            out.update((name, getattr(self, name)) for name in _LAST_PAGE_KEYS)
         out.update(self._counts())
         return out
 
     def _counts(self) -> dict[str, int]:
-        out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS if getattr(self, name)}
+        out: dict[str, Any] = {
+            name: getattr(self, name) for name in _NONZERO_KEYS if getattr(self, name)
+        }
         if self.resources is not None:
             out["resources"] = self.resources
         return out
@@ -164,7 +102,7 @@ class FetchState:
         """What a streaming fetch stages with a page (``Staging.put_pages``): where it
         stands, and the batch it stands in."""
         return {
-            **{name: getattr(self, name) for name in _AT},
+            **{name: getattr(self, name) for name in _MOVED_KEYS},
             **self._counts(),
             "first_seq": first_seq,
         }
@@ -172,57 +110,16 @@ class FetchState:
     def resume(self, data: dict[str, Any]) -> None:
         """Go on from a heartbeat's details, or from a cursor staged with a page (without
         its ``first_seq``): what they hold replaces what this state holds."""
-        for name in _AT:
+        for name in _MOVED_KEYS:
             if name in data:
                 setattr(self, name, data[name])
         if isinstance(data.get("resources"), dict):
             self.resources = data["resources"]
-        for name in _COUNTS:
+        for name in _NONZERO_KEYS:
             if name in data:
                 setattr(self, name, int(data[name] or 0))
-        if any(name in data for name in _SAID):
+        if any(name in data for name in _LAST_PAGE_KEYS):
             self.page_taken = True
         if "stream" in data:
             stream = data["stream"]
-            self.stream = None if stream is None else StreamState.from_json(stream)
-
-
-@dataclass
-class EmitState:
-    """Where an emit attempt (``activities/batches.py``) stands: every page below
-    ``next_seq`` delivered without a gap, and their counts (records, the pages that sent
-    any, per sink). Heartbeated as it moves, so a retried attempt sends only the pages
-    from there on; plain JSON only on that wire, in the shape a retry reads back."""
-
-    next_seq: int
-    records: int = 0
-    batches: int = 0
-    sinks: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "next_seq": self.next_seq,
-            "records": self.records,
-            "batches": self.batches,
-            "sinks": dict(self.sinks),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EmitState:
-        return cls(
-            next_seq=int(data["next_seq"]),
-            records=int(data.get("records") or 0),
-            batches=int(data.get("batches") or 0),
-            sinks={str(k): int(v) for k, v in (data.get("sinks") or {}).items()},
-        )
-
-    def count(self, delivered: dict[int, tuple[int, dict[str, int]]]) -> None:
-        """Count the delivered pages that no longer leave a gap below them (taken out of
-        ``delivered``; one above a gap waits there for the pages below it)."""
-        while self.next_seq in delivered:
-            n, counts = delivered.pop(self.next_seq)
-            self.records += n
-            self.batches += 1 if n else 0
-            for name, taken in counts.items():
-                self.sinks[name] = self.sinks.get(name, 0) + taken
-            self.next_seq += 1
+            self.stream = None if stream is None else Ledger.from_json(stream)

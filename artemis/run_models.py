@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from artemis.ledger import Ledger
 from artemis.owners import DEFAULT_OWNER
 from artemis.run_state import RunState
 
@@ -400,30 +401,6 @@ class FetchInput:
 
 
 @dataclass
-class Streamed:
-    """What a fetch processed and emitted beside fetching: the pages from its first one
-    up to ``next_seq`` (exclusive), delivered without a gap. The rest of the batch (a sink
-    down, a record the task cannot process) goes through process and emit as before."""
-
-    next_seq: int
-    records_in: int = 0
-    records_out: int = 0
-    records_emitted: int = 0
-    batches: int = 0
-    records_quarantined: int = 0
-    fields_dropped: int = 0
-    # Records each sink took (name → count).
-    sinks: dict[str, int] = field(default_factory=dict)
-    # Why it stopped short of the batch's end: the error code (None: it did not).
-    stopped: str | None = None
-    # A sink refused a page for good (a non-retryable error: {"code", "message"}): the
-    # run fails with it, as emit_batch failing would fail it — the page is not sent again.
-    error: dict[str, Any] | None = None
-    # Records the task's process left out on purpose (a record step's filter).
-    records_filtered: int = 0
-
-
-@dataclass
 class FetchResult:
     first_seq: int
     next_seq: int
@@ -440,8 +417,8 @@ class FetchResult:
     incomplete: dict[str, Any] | None = None
     # The source failed transiently after these pages (report_outages): wait, go on.
     outage: Outage | None = None
-    # FetchInput.stream: the pages it delivered (None: not asked to stream).
-    streamed: Streamed | None = None
+    # FetchInput.stream: the pages it judged and delivered (None: not asked to stream).
+    streamed: Ledger | None = None
     # Answers a response rule ignored (each an empty page): a count, for the run's stats.
     responses_ignored: int = 0
     # A source of several resources: each resource's counts so far (records, ignored
@@ -469,23 +446,10 @@ class BatchInput:
 
 
 @dataclass
-class ProcessResult:
-    records_in: int
-    records_out: int
-    # Records set aside (artemis/quarantine/) and unnamed field values dropped.
-    records_quarantined: int = 0
-    fields_dropped: int = 0
-    # Records the task's process left out on purpose (a record step's filter).
-    records_filtered: int = 0
-
-
-@dataclass
 class EmitResult:
-    records_emitted: int
-    batches: int
-    # Records each sink took (name → count).
-    sinks: dict[str, int] = field(default_factory=dict)
-    # A sink failed transiently (report_outages): the counts above are of the pages in
+    # The pages delivered without a gap, and the counts of every page this call delivered.
+    ledger: Ledger
+    # A sink failed transiently (report_outages): the ledger counts the pages in
     # ``delivered_seqs`` only; the others of the range go again after the wait.
     outage: Outage | None = None
     delivered_seqs: list[int] = field(default_factory=list)

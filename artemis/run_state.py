@@ -14,7 +14,7 @@ terminal events and the API.
   status vocabulary of the codebase, here once (no status string literal elsewhere).
 - ``status_of_closed``: Temporal's status of a closed workflow → the run's status.
 
-Stdlib and ``artemis.errors`` only: the workflow sandbox imports it, and
+Stdlib, ``artemis.errors`` and ``artemis.ledger`` only: the workflow sandbox imports it, and
 ``artemis.run_models`` builds on it.
 """
 
@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from artemis.errors import ErrorCode
+from artemis.ledger import Ledger
 
 
 class RunStatus(StrEnum):
@@ -532,6 +533,30 @@ class RunState:
         key = "responses_ignored"
         if ignored or key in self.stats:
             self.stats[key] = int(self.stats.get(key) or 0) + ignored
+
+    def count(self, ledger: Ledger) -> None:
+        """What a path's ledger counted (``artemis/ledger.py``) added to the run's counts:
+        its judged pages' and its delivered pages'."""
+        if ledger.judges:
+            self.processed(
+                ledger.records_out,
+                ledger.records_quarantined,
+                ledger.fields_dropped,
+                ledger.records_filtered,
+            )
+        if ledger.delivers:
+            self.emitted(ledger.records_emitted, ledger.sinks)
+
+    def stand_after(self, ledger: Ledger) -> None:
+        """The run standing after a path's ledger: every page below its ``next_seq``
+        judged (``processed_through``) and, when it delivers, delivered
+        (``delivered_below``)."""
+        if ledger.next_seq <= ledger.first_seq:
+            return
+        if ledger.judges:
+            self.processed_through = max(self.processed_through, ledger.next_seq - 1)
+        if ledger.delivers:
+            self.delivered_below = max(self.delivered_below, ledger.next_seq)
 
     def processed(
         self, records: int, quarantined: int = 0, dropped: int = 0, filtered: int = 0

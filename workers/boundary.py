@@ -26,6 +26,7 @@ from temporalio.worker import (
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import ACTIVITY_STEP
+from artemis.ledger import Ledger
 from artemis.logsetup import get_logger
 from artemis.metrics import ACTIVITY_SECONDS
 from artemis.redact import redact_text
@@ -36,7 +37,6 @@ from artemis.run_models import (
     FetchResult,
     FinalizeInput,
     FinalizeResult,
-    ProcessResult,
     RunRef,
     SplitResult,
 )
@@ -265,27 +265,12 @@ def _result_data(inp: Any, result: Any) -> dict[str, Any]:
             "done": result.done,
             "units_done": result.units_done,
             "expected_total": result.expected_total,
-            "streamed": None
-            if result.streamed is None
-            else {
-                "next_seq": result.streamed.next_seq,
-                "records_out": result.streamed.records_out,
-                "records_emitted": result.streamed.records_emitted,
-                "sinks": result.streamed.sinks,
-            },
+            "streamed": None if result.streamed is None else result.streamed.to_json(),
         }
-    if isinstance(result, ProcessResult):
-        return {
-            "records_in": result.records_in,
-            "records_out": result.records_out,
-            "last_seq": inp.last_seq,
-        }
+    if isinstance(result, Ledger):  # process_batch's
+        return {**result.to_json(), "last_seq": inp.last_seq}
     if isinstance(result, EmitResult):
-        return {
-            "records_emitted": result.records_emitted,
-            "last_seq": inp.last_seq,
-            "sinks": dict(result.sinks),
-        }
+        return {**result.ledger.to_json(), "last_seq": inp.last_seq}
     if isinstance(result, FinalizeResult):
         return {"callback": result.callback}
     if isinstance(result, SplitResult):

@@ -25,6 +25,7 @@ from workflows.run_outages import OutageWaits
 with workflow.unsafe.imports_passed_through():
     from activities.task_run import TaskRunActivities
     from artemis.errors import ErrorCode
+    from artemis.ledger import Ledger
     from artemis.run_models import (
         SA_PROVENANCE,
         SA_TASK_TYPE,
@@ -33,8 +34,6 @@ with workflow.unsafe.imports_passed_through():
         FetchInput,
         FetchResult,
         PrepareInput,
-        ProcessResult,
-        Streamed,
         provenance_queue,
     )
     from artemis.run_state import LOOP_STEPS, PrepareResult
@@ -238,20 +237,13 @@ class BatchLoop:
             dataclasses.replace(self.run.req, carry=self.run.state.next_generation())
         )
 
-    def _streamed(self, streamed: Streamed, first: int) -> int:
-        """A fetch's pages processed and emitted beside it: counted; the first page of
-        the batch it did not deliver (the rest go through process and emit)."""
-        live = self.run.state
-        self.run.state.processed(
-            streamed.records_out,
-            streamed.records_quarantined,
-            streamed.fields_dropped,
-            streamed.records_filtered,
-        )
-        self.run.state.emitted(streamed.records_emitted, streamed.sinks)
+    def _streamed(self, streamed: Ledger, first: int) -> int:
+        """A fetch's pages processed and emitted beside it: its ledger counted, the run
+        standing after it; the first page of the batch it did not deliver (the rest go
+        through process and emit)."""
+        self.run.state.count(streamed)
+        self.run.state.stand_after(streamed)
         if streamed.next_seq > first:
-            live.processed_through = max(live.processed_through, streamed.next_seq - 1)
-            self.run.state.delivered_below = streamed.next_seq
             self.outages.recovered("sink")  # pages went through: a new outage counts afresh
         return streamed.next_seq
 
@@ -332,23 +324,17 @@ class BatchLoop:
         self.outages.recovered("store")
         self.run.stop_point()
         if not again:
-            live.processed(
-                processed.records_out,
-                processed.records_quarantined,
-                processed.fields_dropped,
-                processed.records_filtered,
-            )
-            live.processed_through = max(live.processed_through, last)
+            live.count(processed)
+            live.stand_after(processed)
         if after is not None:
             await after  # emitted in order: the batch before this one first
         live.working("step_emit")
         await self._emit_all(batch, first, last)
         self.outages.recovered("sink")
-        live.delivered_below = last + 1
         live.delivered_above = []
         self.run.details()
 
-    async def _process(self, batch: BatchInput, beside_fetch: bool) -> ProcessResult:
+    async def _process(self, batch: BatchInput, beside_fetch: bool) -> Ledger:
         """The batch processed (an outage of the staging store waited out)."""
         tuning = self.run.req.tuning
         options: dict[str, Any] = {
@@ -393,7 +379,8 @@ class BatchLoop:
                 await self.outages.wait_out(store)
                 continue
             self.outages.recovered("store")
-            live.emitted(emitted.records_emitted, emitted.sinks)
+            live.count(emitted.ledger)
+            live.stand_after(emitted.ledger)
             if emitted.outage is None:
                 return
             # A sink is down: the pages it took count now and are not sent again.

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from artemis.ledger import PageDone
 from artemis.quarantine.judging import BadRecord, Drift, JudgedTask, JudgingContext, judge
 from artemis.quarantine.policy import RecordPolicy, check_bound
 from artemis.quarantine.store import RecordSeal, RunPlace, note_drift, run_actions, store_bad
@@ -39,6 +40,20 @@ class Outcome:
     drift: list[Drift] = field(default_factory=list)  # not seen before in this activity
     # A page of several lanes: each lane's own judgement (``LanedJudge``).
     parts: dict[str, Outcome] = field(default_factory=dict)
+
+    def done(self, records_in: int, sinks: dict[str, int] | None = None) -> PageDone:
+        """The page finished, for its path's ledger: judged (``records_in`` taken in) and,
+        with ``sinks``, delivered (each sink's records taken)."""
+        return PageDone(
+            records_in=records_in,
+            records_out=len(self.records),
+            quarantined=self.quarantined,
+            dropped=self.dropped,
+            filtered=self.filtered,
+            sent=len(self.records) if sinks is not None else 0,
+            sinks=dict(sinks or {}),
+            note=self,
+        )
 
 
 class PageJudge:

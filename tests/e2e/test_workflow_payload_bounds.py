@@ -15,6 +15,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from artemis.ledger import Ledger
 from artemis.run_models import (
     WORKFLOW_NAME,
     ChildSliceInput,
@@ -29,7 +30,6 @@ from artemis.run_models import (
     RunResult,
     RunTuning,
     SplitResult,
-    Streamed,
     workflow_id_for,
 )
 from artemis.run_state import PrepareResult
@@ -80,7 +80,8 @@ class StandIns:
             checkpoint={"page": inp.first_seq + n + 1},
             done=inp.first_seq + n >= pages,
             units_done=0,
-            streamed=Streamed(
+            streamed=Ledger(
+                first_seq=inp.first_seq,
                 next_seq=inp.first_seq + n,
                 records_in=n,
                 records_out=n,

@@ -43,6 +43,7 @@ WORKFLOW_SIDE = {
     "artemis.errors",
     "artemis.jsonio",
     "artemis.jsonpaths",
+    "artemis.ledger",
     "artemis.outage",
     "artemis.owners",
     "artemis.redact",

@@ -1,8 +1,8 @@
 """A fetch attempt's resume state (artemis/fetch_state.py) on its two wires: the heartbeat's
 details and the cursor a streaming fetch stages with each page. Their JSON keeps the
-shape (keys, their order, their values) the fetch has always written, so a heartbeat or a
-cursor of an earlier attempt reads back, and Temporal's record of a heartbeat does not
-change; a heartbeat held back for the throttle interval goes as the state stands then."""
+shape (keys, their order, their values) every attempt writes, so a heartbeat or a cursor
+of an earlier attempt reads back (the stream's ledger: tests/unit/test_ledger.py); a
+heartbeat held back for the throttle interval goes as the state stands then."""
 
 from __future__ import annotations
 
@@ -13,21 +13,25 @@ import time
 from temporalio.testing import ActivityEnvironment
 
 from activities.run_base import Heartbeat
-from artemis.fetch_state import EmitState, FetchState, StreamState
-from artemis.run_models import Streamed
+from artemis.fetch_state import FetchState
+from artemis.ledger import Ledger
 from artemis.sources import Page, PageInfo
 
 STREAM_START = {
+    "first_seq": 10,
     "next_seq": 10,
+    "judges": True,
+    "delivers": True,
     "records_in": 0,
     "records_out": 0,
-    "records": 0,
+    "records_quarantined": 0,
+    "fields_dropped": 0,
+    "records_filtered": 0,
+    "records_emitted": 0,
     "batches": 0,
     "sinks": {},
     "stopped": None,
     "error": None,
-    "records_quarantined": 0,
-    "fields_dropped": 0,
 }
 
 
@@ -36,7 +40,7 @@ def _start(stream: bool) -> FetchState:
         checkpoint={"page": 3},
         next_seq=10,
         units_done=1,
-        stream=StreamState(next_seq=10) if stream else None,
+        stream=Ledger.starting(10, judges=True, delivers=True) if stream else None,
     )
 
 
@@ -97,7 +101,8 @@ def test_a_heartbeat_and_a_staged_cursor_read_back_as_written() -> None:
         **STREAM_START,
         "next_seq": 12,
         "records_in": 5,
-        "records": 4,
+        "records_out": 4,
+        "records_emitted": 4,
         "sinks": {"http": 4},
         "stopped": "SINK_ERROR",
     }
@@ -129,16 +134,7 @@ def test_a_heartbeat_and_a_staged_cursor_read_back_as_written() -> None:
     resumed = _start(True)
     resumed.resume(cursor)
     assert resumed.next_seq == 11 and resumed.page_taken
-    assert resumed.stream == StreamState(next_seq=10)  # the cursor leaves the stream's
-
-
-def test_a_stream_state_from_a_heartbeat_without_the_later_counts_reads_them_as_zero() -> None:
-    older = {k: v for k, v in STREAM_START.items() if k not in ("records_quarantined",)}
-    state = StreamState.from_json({**older, "records_out": 3, "batches": 1, "sinks": {"log": 3}})
-    assert state.records_quarantined == 0 and state.fields_dropped == 0
-    assert state.streamed() == Streamed(
-        next_seq=10, records_out=3, batches=1, sinks={"log": 3}, records_emitted=0
-    )
+    assert resumed.stream == Ledger(10, 10)  # the cursor leaves the stream's
 
 
 def test_a_held_heartbeat_goes_as_the_state_stands_at_the_interval_s_end() -> None:
@@ -161,19 +157,3 @@ def test_a_held_heartbeat_goes_as_the_state_stands_at_the_interval_s_end() -> No
     assert len(sent) == 2
     assert all(isinstance(d[0], dict) for d in sent)
     assert sent[0][0]["stream"]["stopped"] == "SINK_ERROR"
-
-
-def test_an_emit_counts_only_pages_delivered_without_a_gap_and_heartbeats_its_shape() -> None:
-    state = EmitState(4)
-    delivered = {5: (10, {"http": 10}), 6: (0, {})}
-    state.count(delivered)  # page 4 is not delivered yet: nothing counts
-    assert (state.next_seq, state.records, delivered.keys()) == (4, 0, {5, 6})
-    delivered[4] = (3, {"http": 3})
-    state.count(delivered)
-    assert (state.next_seq, state.records, state.batches, state.sinks) == (7, 13, 2, {"http": 13})
-    assert delivered == {}
-    wire = state.to_json()
-    assert list(wire) == ["next_seq", "records", "batches", "sinks"]
-    assert EmitState.from_json(wire) == state
-    # a heartbeat of an attempt that delivered nothing yet reads back too
-    assert EmitState.from_json({"next_seq": 2}) == EmitState(2)

@@ -18,13 +18,13 @@ import pytest
 from temporalio.converter import DataConverter, DefaultPayloadConverter, value_to_type
 
 from artemis import run_models, run_state
+from artemis.ledger import Ledger
 from artemis.run_models import (
     FetchInput,
     FetchResult,
     RunRef,
     RunRequest,
     RunTuning,
-    Streamed,
 )
 from artemis.run_state import CircuitBreaker, FetchRetry, RunState, RunStatus
 from artemis.temporal import converter as conv
@@ -93,7 +93,10 @@ def test_the_run_models_round_trip_like_the_default():
         (req, RunRequest),
         (ref, RunRef),
         (
-            FetchResult(0, 3, 3, 9, {"page": 3}, True, 1, streamed=Streamed(3, 9, 9, 9, 1)),
+            FetchResult(
+                *(0, 3, 3, 9, {"page": 3}, True, 1),
+                streamed=Ledger(0, 3, records_in=9, records_out=9, records_emitted=9, batches=1),
+            ),
             FetchResult,
         ),
         (FetchInput(ref, {"a": 1}, None, 0, 200, 60.0, 3, 0, qps=2.5), FetchInput),

@@ -28,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from artemis.ledger import Ledger
 from artemis.run_models import (
     SEARCH_ATTRIBUTES,
     WORKFLOW_NAME,
@@ -48,7 +49,6 @@ from artemis.run_models import (
     RunResult,
     RunTuning,
     SplitResult,
-    Streamed,
     workflow_id_for,
 )
 from artemis.run_state import PrepareResult
@@ -177,7 +177,8 @@ class StandIns:
             checkpoint={"page": first + n},
             done=done,
             units_done=1 if done else 0,
-            streamed=Streamed(
+            streamed=Ledger(
+                first_seq=first,
                 next_seq=first + n,
                 records_in=n,
                 records_out=n,
