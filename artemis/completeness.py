@@ -1,56 +1,16 @@
-"""How a run knows it is complete (docs/architecture.md): loops caught by content and
-the records delivered reconciled against the total the source stated.
+"""How a run knows it is complete (docs/architecture.md): the records delivered
+reconciled against the total the source stated (a source serving one page again is
+caught by its pages' fingerprints, ``artemis/paging.py``).
 
-Pure functions (stdlib, orjson): sources, tasks and the workflow share them.
+Pure functions (stdlib): sources, tasks and the workflow share them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Iterable
 from typing import Any
 
-import orjson
-
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.jsonpaths import MISSING, contract_error, json_path_lookup
-
-
-def record_keys(records: Iterable[Any], key_path: str | None = None) -> list[bytes]:
-    """Each record's key: the value at ``key_path`` when given (a record without one
-    breaks the contract), else the whole record."""
-    if key_path:
-        keys = []
-        for r in records:
-            value = json_path_lookup(r, key_path)
-            if value is MISSING or value is None or isinstance(value, (dict, list)) or value == "":
-                raise contract_error("record key", key_path, "the record's key", value)
-            keys.append(orjson.dumps(value, default=str))
-        return keys
-    return [orjson.dumps(r, default=str, option=orjson.OPT_SORT_KEYS) for r in records]
-
-
-def page_digest(records: list[Any], key_path: str | None = None) -> str | None:
-    """A fingerprint of a page's record keys (None for an empty page)."""
-    if not records:
-        return None
-    h = hashlib.sha1(usedforsecurity=False)
-    for key in record_keys(records, key_path):
-        h.update(key)
-        h.update(b"\x00")
-    return h.hexdigest()
-
-
-def check_loop(previous: str | None, digest: str | None, who: str, where: str) -> None:
-    """A source serving the previous page's records again is looping (SOURCE_LOOP); a
-    repeated cursor alone is not (Crossref keeps one cursor for a whole session)."""
-    if digest is not None and digest == previous:
-        raise ArtemisError(
-            ErrorCode.SOURCE_LOOP,
-            f"{who}: the page of {where} holds the same records as the page before it; "
-            "the source is serving one page again",
-        )
 
 
 def allowed_shortfall(expected: int, tolerance_pct: float) -> int:

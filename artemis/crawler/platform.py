@@ -28,7 +28,7 @@ from artemis.http import (
     body_excerpt,
     retry_after_seconds,
 )
-from artemis.jsonpaths import as_count, contract_error, json_path_lookup
+from artemis.paging import as_count, contract_error, json_path_lookup
 from artemis.security import is_safe_id
 
 

@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from artemis.bounds import OutageTolerance
 from artemis.calls import work
-from artemis.completeness import check_loop, page_digest
 from artemis.config import Settings
 from artemis.crawler.alerts import record_outcome
 from artemis.crawler.claims import Claimed, Claims, LockLost
@@ -44,6 +43,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import HttpClient
 from artemis.logsetup import get_logger
 from artemis.owners import owned_lock, owner_of
+from artemis.paging import check_loop, page_digest
 from artemis.sinks import EmitContext, Sink
 from artemis.sources import Page, PageInfo, Source
 from artemis.tasks.base import TaskContext, TaskUnit

@@ -8,12 +8,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, HttpClient, body_excerpt
-from artemis.jsonpaths import MISSING, as_count, describe, json_path_lookup
 from artemis.literature.normalize import parse_pubmed_xml
 from artemis.logsetup import get_logger
+from artemis.paging import MISSING, as_count, check_loop, describe, json_path_lookup, page_digest
 from artemis.registry.client import ContractClient
 from artemis.registry.resolve import merge_params, param_name
 from artemis.sources import Page, PageInfo, Source

@@ -49,8 +49,8 @@ from artemis.http import (
     transport_error,
     with_params,
 )
-from artemis.jsonpaths import json_path_get
 from artemis.logsetup import get_logger
+from artemis.paging import json_path_get
 from artemis.redact import forget_secret, register_secret
 from artemis.registry.http_rules import (
     DEFAULT_TOKEN_JSONPATH,

@@ -24,6 +24,17 @@ from artemis.http import (
     transport_error,
 )
 from artemis.logsetup import get_logger
+from artemis.paging import (
+    CursorPaginator,
+    LinkHeaderPaginator,
+    NextUrlPaginator,
+    OffsetPaginator,
+    PageNumberPaginator,
+    Paginator,
+    ScrollPaginator,
+    SinglePaginator,
+    TokenPaginator,
+)
 from artemis.ratelimit import GateClosed, RateGate, TokenBucket, gate_for
 from artemis.registry.auth import (
     Credentials,
@@ -36,17 +47,6 @@ from artemis.registry.limit_headers import LimitHeaders, rate_limit_problems
 from artemis.registry.models import PAGINATION_MODES
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
 from artemis.security import check_same_origin
-from artemis.sources.paginators import (
-    CursorPaginator,
-    LinkHeaderPaginator,
-    NextUrlPaginator,
-    OffsetPaginator,
-    PageNumberPaginator,
-    Paginator,
-    ScrollPaginator,
-    SinglePaginator,
-    TokenPaginator,
-)
 from artemis.sources.rest import JSON_TYPE, encode_body
 
 log = get_logger(__name__)

@@ -31,6 +31,14 @@ from sqlmodel import SQLModel
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, HttpClient
+from artemis.paging import (
+    CursorPaginator,
+    LinkHeaderPaginator,
+    NextUrlPaginator,
+    Paginator,
+    SinglePaginator,
+    TokenPaginator,
+)
 from artemis.quarantine.judging import Judged, example_text, judge
 from artemis.quarantine.policy import RecordPolicy, Stage
 from artemis.redact import register_secret
@@ -45,14 +53,6 @@ from artemis.registry.secret_env import check_secret_env
 from artemis.registry.tree import adopted, for_parent, resource_contract, resource_problems
 from artemis.sinks.records import RecordSpec
 from artemis.sources.base import Page, Source
-from artemis.sources.paginators import (
-    CursorPaginator,
-    LinkHeaderPaginator,
-    NextUrlPaginator,
-    Paginator,
-    SinglePaginator,
-    TokenPaginator,
-)
 from artemis.sources.rest import describe_request
 from artemis.tasks.base import TaskContext
 from artemis.tasks.source_harvest import SourceHarvest, SourceParams, record_model_row

@@ -50,7 +50,7 @@ from pydantic import (
 
 from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.jsonpaths import MISSING, json_path_lookup
+from artemis.paging import MISSING, json_path_lookup
 from artemis.sinks.records import (
     declared_spec,
     did_you_mean,

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.jsonpaths import MISSING
+from artemis.paging import MISSING
 from artemis.registry.resolve import Contract, as_utc
 from artemis.registry.watermark import pointer_of
 from artemis.sources.tree import Node

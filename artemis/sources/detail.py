@@ -29,10 +29,9 @@ from typing import Any, cast
 from urllib.parse import quote
 
 from artemis import jsonio
-from artemis.completeness import page_digest
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, HttpClient, TransportError, body_excerpt, transport_error
-from artemis.jsonpaths import MISSING, contract_error, json_path_lookup
+from artemis.paging import MISSING, contract_error, json_path_lookup, page_digest
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
 from artemis.sources.responses import ResponseRule, act_on, once

@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Answer, body_excerpt
-from artemis.jsonpaths import MISSING, json_path_lookup
 from artemis.logsetup import get_logger
 from artemis.outage import status_reason
+from artemis.paging import MISSING, json_path_lookup
 from artemis.sources.xmldoc import check_xml_path, is_xml_path
 
 log = get_logger(__name__)

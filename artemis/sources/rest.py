@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from artemis import jsonio
-from artemis.completeness import check_loop, page_digest
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import (
     Answer,
@@ -27,11 +26,17 @@ from artemis.http import (
     transport_error,
 )
 from artemis.http import status_error as status_error_default
-from artemis.jsonpaths import contract_error, json_path_lookup
 from artemis.logsetup import get_logger
+from artemis.paging import (
+    Paginator,
+    check_loop,
+    contract_error,
+    json_path_lookup,
+    page_digest,
+    paginator_from_checkpoint,
+)
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
-from artemis.sources.paginators import Paginator, paginator_from_checkpoint
 from artemis.sources.responses import ResponseRule, act_on, once
 from artemis.sources.xmldoc import XmlDocument, parse_xml
 

@@ -34,7 +34,7 @@ from typing import Any
 from xml.parsers import expat
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.jsonpaths import MISSING, Document, contract_error
+from artemis.paging import MISSING, Document, contract_error
 
 
 class XmlText(str):

@@ -16,14 +16,14 @@ import yaml
 from aiohttp import web
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.registry.client import ContractClient
-from artemis.registry.rest_source import rest_source
-from artemis.registry.yaml_io import import_yaml
-from artemis.sources.paginators import (
+from artemis.paging import (
     NextUrlPaginator,
     SinglePaginator,
     paginator_from_checkpoint,
 )
+from artemis.registry.client import ContractClient
+from artemis.registry.rest_source import rest_source
+from artemis.registry.yaml_io import import_yaml
 from tests.helpers import http_client
 from tests.registry.net import Server, contract_client, provenance, unique_code
 

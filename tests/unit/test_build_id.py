@@ -42,7 +42,6 @@ WORKFLOW_SIDE = {
     "artemis.completeness",
     "artemis.errors",
     "artemis.jsonio",
-    "artemis.jsonpaths",
     "artemis.ledger",
     "artemis.outage",
     "artemis.owners",

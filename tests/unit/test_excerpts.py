@@ -4,7 +4,7 @@ cut to a bounded window (not the whole body), and a found JSON value in a bounde
 from __future__ import annotations
 
 from artemis.http import EXCERPT_CHARS, Answer, Headers, body_excerpt, excerpt
-from artemis.jsonpaths import describe
+from artemis.paging import describe
 from artemis.redact import register_secret
 
 

@@ -6,9 +6,9 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from artemis.paging import paginator_from_checkpoint
 from artemis.registry.client import paginator_for
 from artemis.registry.resolve import Contract
-from artemis.sources.paginators import paginator_from_checkpoint
 from artemis.sources.rest import RestSource
 from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client

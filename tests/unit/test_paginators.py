@@ -11,14 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.jsonpaths import MISSING, json_path_get, json_path_lookup
-from artemis.sources.paginators import (
+from artemis.paging import (
+    MISSING,
     CursorPaginator,
     LinkHeaderPaginator,
     OffsetPaginator,
     PageNumberPaginator,
     Paginator,
     TokenPaginator,
+    json_path_get,
+    json_path_lookup,
     paginator_from_checkpoint,
 )
 
@@ -258,7 +260,7 @@ def test_a_checkpoint_without_a_count_derives_it_or_gives_up_reconciling():
 
 
 def test_a_record_without_its_key_is_a_source_contract_error():
-    from artemis.completeness import page_digest
+    from artemis.paging import page_digest
 
     assert page_digest([{"DOI": "10.1/a"}], "$.DOI") != page_digest([{"DOI": "10.1/b"}], "$.DOI")
     for bad in ({}, {"DOI": None}, {"DOI": ""}, {"DOI": {"x": 1}}):

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Request
 
+from artemis.paging import OffsetPaginator
 from artemis.sources import PageNumberPaginator, RestSource
-from artemis.sources.paginators import OffsetPaginator
 from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
 

@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse, Response
 from artemis.config import load_settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.literature.pubmed import PubMedSource
+from artemis.paging import CursorPaginator, PageNumberPaginator
 from artemis.registry.client import ContractClient
 from artemis.registry.resolve import Contract
-from artemis.sources.paginators import CursorPaginator, PageNumberPaginator
 from artemis.sources.rest import RestSource
 from artemis_samples.app import create_app as create_samples_app
 from artemis_samples.server import ThreadedServer

@@ -1,18 +1,26 @@
-"""Paginators: one small class per strategy.
+"""How a source's answers are read: JSON paths into the answer, against the source's
+contract; the paginators that walk its pages; the fingerprint of a page that catches a
+source serving one page again. One module, as a page's records take these steps together
+(docs/architecture.md, "The record's path").
 
-Each answers two questions: ``update_request`` — how do I ask for the current page? — and
-``update_state`` — what does this response tell me about the next one? Their whole state
-is a plain JSON checkpoint (``checkpoint()`` / ``paginator_from_checkpoint``) so that a
-heartbeat can carry it and a retried activity resumes exactly where the last one stopped.
+**JSON paths.** "Absent" and "null" are kept apart (``MISSING``), counts and flags are
+read strictly, and the SOURCE_CONTRACT error names the path that was expected and what
+was found.
 
-**Paging ends only on the source's own word** (docs/architecture.md): an empty page, a
-next marker that is present and null/false, a stated total reached, or a page shorter
-than the page size where the source documents that rule (``short_page_ends``). A missing
-key (unless the source documents leaving its marker out on the last page: a token's
-``absent_ends``, OData's ``@odata.nextLink``), an unexpected shape or a value of the wrong
-type is never an end: it is a ``SOURCE_CONTRACT`` error naming the path that was expected
-and what was found. Where the source states a total (``total_path``) the paginator keeps
-it in ``total`` beside ``taken`` (the records delivered) so the run can reconcile the two.
+**Paginators**, one small class per strategy. Each answers two questions:
+``update_request`` — how do I ask for the current page? — and ``update_state`` — what
+does this response tell me about the next one? Their whole state is a plain JSON
+checkpoint (``checkpoint()`` / ``paginator_from_checkpoint``) so that a heartbeat can
+carry it and a retried activity resumes exactly where the last one stopped.
+
+**Paging ends only on the source's own word**: an empty page, a next marker that is
+present and null/false, a stated total reached, or a page shorter than the page size where
+the source documents that rule (``short_page_ends``). A missing key (unless the source
+documents leaving its marker out on the last page: a token's ``absent_ends``, OData's
+``@odata.nextLink``), an unexpected shape or a value of the wrong type is never an end: it
+is a ``SOURCE_CONTRACT`` error naming the path that was expected and what was found.
+Where the source states a total (``total_path``) the paginator keeps it in ``total``
+beside ``taken`` (the records delivered) so the run can reconcile the two.
 
 To add a strategy: subclass ``Paginator``, give it a unique ``kind``, keep every field
 JSON-serialisable, end paging only on positive evidence, and register it in ``_KINDS``.
@@ -20,21 +28,167 @@ JSON-serialisable, end paging only on positive evidence, and register it in ``_K
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import reprlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cache
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urljoin, urlsplit
 
+import jsonpath
+import orjson
+
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import Headers, header_links
-from artemis.jsonpaths import (
-    MISSING,
-    as_count,
-    contract_error,
-    json_path_lookup,
-    required_count,
-    required_flag,
-)
+from artemis.redact import redact_text
+
+
+class _Missing:
+    """The marker of a key that is absent (as opposed to present and null)."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING: Any = _Missing()
+
+
+class Document(ABC):
+    """An answer read by paths of its own language (an XML answer): the lookups below
+    hand it its path instead of reading it as JSON."""
+
+    @abstractmethod
+    def lookup(self, path: str) -> Any:
+        """The value at ``path``, in the document's own path language."""
+
+    def as_flag(self, value: Any) -> Any:
+        """A value found in it read as true/false (unchanged when it is neither)."""
+        return value
+
+
+@cache
+def _compiled(path: str) -> Any:
+    return jsonpath.compile(path.strip())
+
+
+def json_path_lookup(data: Any, path: str) -> Any:
+    """The value at a JSONPath (``$.message.next-cursor``, ``$.items[0].id``, RFC 9535 via
+    python-jsonpath); ``MISSING`` when nothing is there, so that "absent" and "null" stay
+    different answers. A path that selects several values (``$.data[*].attributes``)
+    gives the list of them."""
+    if isinstance(data, Document):
+        return data.lookup(path)
+    query = _compiled(path)
+    if query.singular_query():
+        match = query.match(data)
+        return MISSING if match is None else match.obj
+    found = query.findall(data)
+    return found if found else MISSING
+
+
+def json_path_get(data: Any, path: str) -> Any:
+    """Like ``json_path_lookup``, with None for an absent value."""
+    value = json_path_lookup(data, path)
+    return None if value is MISSING else value
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 400, 400, 400
+
+
+def describe(value: Any) -> str:
+    """What was found, for an error message: the type and a short repr."""
+    if value is MISSING:
+        return "no such key"
+    # A bounded repr (a value found may be most of a large answer), redacted before the
+    # cut below so that a secret across it is still found whole.
+    text = redact_text(_SHORT.repr(value))
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def contract_error(who: str, path: str, expected: str, found: Any) -> ArtemisError:
+    """The source broke its contract: ``expected`` at ``path``, ``found`` instead. The
+    source adds the request it made (``RestSource`` appends it)."""
+    return ArtemisError(
+        ErrorCode.SOURCE_CONTRACT,
+        f"{who}: expected {expected} at {path!r}, found {describe(found)}",
+        details={"path": path},
+    )
+
+
+def as_count(value: Any) -> int | None:
+    """A non-negative integer, also from a digit string (E-utilities sends ``"404"``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def required_count(data: Any, path: str, who: str) -> int:
+    value = json_path_lookup(data, path)
+    count = as_count(value)
+    if count is None:
+        raise contract_error(who, path, "the total count (a non-negative integer)", value)
+    return count
+
+
+def required_flag(data: Any, path: str, who: str) -> bool:
+    """A "has more" flag: present on every page, true or false (nothing else ends)."""
+    value = json_path_lookup(data, path)
+    if isinstance(data, Document):
+        value = data.as_flag(value)
+    if not isinstance(value, bool):
+        raise contract_error(who, path, "true or false (are there more pages)", value)
+    return value
+
+
+# -- a page's fingerprint ---------------------------------------------------------------
+
+
+def record_keys(records: Iterable[Any], key_path: str | None = None) -> list[bytes]:
+    """Each record's key: the value at ``key_path`` when given (a record without one
+    breaks the contract), else the whole record."""
+    if key_path:
+        keys = []
+        for r in records:
+            value = json_path_lookup(r, key_path)
+            if value is MISSING or value is None or isinstance(value, (dict, list)) or value == "":
+                raise contract_error("record key", key_path, "the record's key", value)
+            keys.append(orjson.dumps(value, default=str))
+        return keys
+    return [orjson.dumps(r, default=str, option=orjson.OPT_SORT_KEYS) for r in records]
+
+
+def page_digest(records: list[Any], key_path: str | None = None) -> str | None:
+    """A fingerprint of a page's record keys (None for an empty page)."""
+    if not records:
+        return None
+    h = hashlib.sha1(usedforsecurity=False)
+    for key in record_keys(records, key_path):
+        h.update(key)
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def check_loop(previous: str | None, digest: str | None, who: str, where: str) -> None:
+    """A source serving the previous page's records again is looping (SOURCE_LOOP); a
+    repeated cursor alone is not (Crossref keeps one cursor for a whole session)."""
+    if digest is not None and digest == previous:
+        raise ArtemisError(
+            ErrorCode.SOURCE_LOOP,
+            f"{who}: the page of {where} holds the same records as the page before it; "
+            "the source is serving one page again",
+        )
+
+
+# -- paginators --------------------------------------------------------------------------
 
 
 @dataclass
