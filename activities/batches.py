@@ -26,7 +26,7 @@ from artemis.errors import ArtemisError
 from artemis.ledger import Ledger, PageDone
 from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
-from artemis.quarantine.pages import Judge, Outcome, page_judge
+from artemis.quarantine.pages import Judge, Outcome, keep_judged, page_judge
 from artemis.run_models import BatchInput, EmitResult, Outage
 from artemis.sinks import EmitContext
 from artemis.tasks import TaskUnit
@@ -43,7 +43,7 @@ class BatchActivities(RunActivityBase):
     async def _process_batch(self, inp: BatchInput) -> Ledger:
         trace = current_trace()
         task = get_task(inp.run.task_code)
-        ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
+        ctx = await self.task_context(task, inp.run, inp.params, trace, inp.output)
         key = run_key(inp.run)
         raw = await work(self.staging.get_pages, key, "raw", inp.first_seq, inp.last_seq)
         require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
@@ -58,7 +58,7 @@ class BatchActivities(RunActivityBase):
             counts_pages=False,
         )
         out, outcomes = await work(_processed, judge, raw)
-        await self.keep_judged(judge, [o for _, o in outcomes])
+        await keep_judged(self.db, judge, [o for _, o in outcomes])
         await work(self.staging.put_pages, key, "processed", out)
         for seq, outcome in outcomes:
             await self.report_judged(inp.run, seq, outcome)
@@ -80,7 +80,7 @@ class BatchActivities(RunActivityBase):
         beat = Heartbeat(self.settings.worker.heartbeat_throttle_s, Ledger.to_json)
         trace = current_trace()
         task = get_task(inp.run.task_code)
-        ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
+        ctx = await self.task_context(task, inp.run, inp.params, trace, inp.output)
         sinks = await run_sinks(task, ctx)
         key = run_key(inp.run)
         state = _emit_state(inp)

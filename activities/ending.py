@@ -68,7 +68,7 @@ class EndingActivities(RunActivityBase):
         outcome, detail = FinalizeOutcome.SKIPPED, ""
         callback = None
         try:
-            callback = await self._callback(inp.run, inp.callback, trace)
+            callback = await self.cronjob_client(inp.run, inp.callback, trace)
         except ArtemisError as e:
             if e.code != ErrorCode.INVALID_INPUT:
                 # e.g. a run secret that this master key cannot read (a rotation half done):
@@ -77,7 +77,9 @@ class EndingActivities(RunActivityBase):
                 raise
             # A refused callback target (not allowed host) is reported, never retried.
             log.warning(
-                "callback_finalize_failure", error=str(e), run_id=(inp.callback or {}).get("run_id")
+                "callback_finalize_failure",
+                error=str(e),
+                caller_run_id=(inp.callback or {}).get("caller_run_id"),
             )
             outcome, detail = FinalizeOutcome.REJECTED, str(e)
         if callback is not None:
@@ -93,7 +95,7 @@ class EndingActivities(RunActivityBase):
                     )
                 log.error(
                     "callback_finalize_gave_up",
-                    run_id=callback.target.run_id,
+                    caller_run_id=callback.target.caller_run_id,
                     attempts=attempt,
                     error=detail,
                 )
@@ -116,12 +118,12 @@ class EndingActivities(RunActivityBase):
         task = get_task(inp.run.task_code)
         if inp.status == RunStatus.COMPLETED:
             try:
-                ctx = await self._context(task, inp.run, inp.params, trace)
+                ctx = await self.task_context(task, inp.run, inp.params, trace)
                 stats = await hook(task.finalize, ctx, stats)
             except Exception as e:  # finalize must not fail the run
                 log.warning("task_finalize_hook_failed", error=f"{type(e).__name__}: {e}")
         try:
-            ended = await self._context(task, inp.run, inp.params, trace)
+            ended = await self.task_context(task, inp.run, inp.params, trace)
             await hook(task.run_ended, ended, inp.status, inp.error_code)
         except Exception as e:  # an execution record is bookkeeping: never fail here
             log.warning("task_run_ended_hook_failed", error=f"{type(e).__name__}: {e}")
@@ -133,7 +135,7 @@ class EndingActivities(RunActivityBase):
         last attempt it is reported in the stats, never dropped in silence."""
         assert inp.params is not None
         task = get_task(inp.run.task_code)
-        ctx = await self._context(task, inp.run, inp.params, trace, inp.output)
+        ctx = await self.task_context(task, inp.run, inp.params, trace, inp.output)
         end = RunEnd(run_key(inp.run), inp.run.task_code, inp.run.task_id, inp.status)
         finished: dict[str, Any] = {}
         try:

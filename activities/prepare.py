@@ -28,7 +28,7 @@ class PrepareActivities(RunActivityBase):
         trace = current_trace()
         task = get_task(inp.run.task_code)
         params = await hook(task.prepare_params, inp.params, self.settings, trusted=True)
-        ctx = await self._context(task, inp.run, params.model_dump(mode="json"), trace)
+        ctx = await self.task_context(task, inp.run, params.model_dump(mode="json"), trace)
         # The task's hooks may read its registry (a database): one call into all of them.
         prepared = await hooks(
             task, PREPARE_HOOKS, _prepared, task, ctx, params.model_dump(mode="json")
@@ -44,7 +44,7 @@ class PrepareActivities(RunActivityBase):
     async def split_run(self, inp: SplitInput) -> SplitResult:
         trace = current_trace()
         task = get_task(inp.run.task_code)
-        ctx = await self._context(task, inp.run, inp.params, trace)
+        ctx = await self.task_context(task, inp.run, inp.params, trace)
         children = await work(task.split, ctx, inp.details)
         parallelism = await work(task.split_parallelism, ctx)
         log.info(
@@ -57,7 +57,7 @@ class PrepareActivities(RunActivityBase):
         """The params of a fan-out's child runs ``offset`` .. ``offset + limit - 1``."""
         trace = current_trace()
         task = get_task(inp.run.task_code)
-        ctx = await self._context(task, inp.run, inp.params, trace)
+        ctx = await self.task_context(task, inp.run, inp.params, trace)
         children = await work(task.child_slice, ctx, inp.offset, inp.limit)
         return SplitResult(children=children)
 

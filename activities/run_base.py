@@ -29,7 +29,7 @@ from artemis.http import make_client
 from artemis.logsetup import get_logger
 from artemis.metrics import RECORDS_QUARANTINED, SCHEMA_DRIFT
 from artemis.quarantine.judging import example_text
-from artemis.quarantine.pages import Judge, Outcome
+from artemis.quarantine.pages import Outcome
 from artemis.quarantine.store import RunPlace
 from artemis.redact import redact_text
 from artemis.retained import Retained
@@ -306,14 +306,6 @@ class RunActivityBase:
         except Exception as e:
             log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
 
-    async def keep_judged(self, judge: Judge, outcomes: list[Outcome]) -> None:
-        """Judged pages' bad records and drift kept (``PageJudge.keep``): a few short
-        statements, or — drift to record, a registry write — work of its own."""
-        if judge.brief(outcomes):
-            await statement(self.db, judge.keep, outcomes)
-        else:
-            await work(judge.keep, outcomes)
-
     async def report_judged(self, run: RunRef, seq: int, outcome: Outcome) -> None:
         """A judged page's events, log lines and metrics: its quarantined records (one
         event per page, with a sample reason) and the drift the run had not seen."""
@@ -350,7 +342,7 @@ class RunActivityBase:
             SCHEMA_DRIFT.labels(run.task_code, d.kind).inc()
             await self.record(run, "schema_drift", drift, "step_process", soon=True)
 
-    async def _context(
+    async def task_context(
         self,
         task: TaskUnit,
         run: RunRef,
@@ -383,12 +375,12 @@ class RunActivityBase:
             role=run.role,
         )
 
-    async def _callback(
+    async def cronjob_client(
         self, run: RunRef, target: dict[str, Any] | None, trace: TraceContext
     ) -> CallbackClient | None:
         if not target:
             return None
-        tgt = CallbackTarget(**target)
+        tgt = CallbackTarget.of(target)
         if not tgt.enabled:
             return None
         token = await statement(self.db, self.secrets.get, secrets_key(run), CALLBACK_TOKEN)

@@ -51,7 +51,7 @@ class ScheduleActivities:
         callback = None
         if start.callback is not None:
             callback = CallbackTarget(
-                run_id=task_id,
+                caller_run_id=task_id,
                 base_url=start.callback.get("base_url"),
                 auth_header=start.callback.get("auth_header"),
             )

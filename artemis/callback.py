@@ -32,7 +32,9 @@ class CallbackTarget:
     """Where and how to call the CronJob back. Holds no secret: the token is looked up
     inside the activity (run secret or ``callback.default_token``)."""
 
-    run_id: str | None
+    # The CronJob's id of the run (``meta.run_id`` on the wire; docs/architecture.md,
+    # "Words": not Temporal's run id).
+    caller_run_id: str | None
     base_url: str | None
     override_host: str | None = None
     override_port: int | None = None
@@ -40,10 +42,19 @@ class CallbackTarget:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.run_id) and bool(self.base_url)
+        return bool(self.caller_run_id) and bool(self.base_url)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> CallbackTarget:
+        """A target from ``to_dict``'s shape (a run kept for a retry by an earlier build
+        named the caller's run id ``run_id``)."""
+        data = dict(data)
+        if "run_id" in data:
+            data.setdefault("caller_run_id", data.pop("run_id"))
+        return cls(**data)
 
 
 def resolve_base_url(
@@ -104,7 +115,7 @@ class CallbackClient:
     ) -> None:
         self.target = target
         # `{code}/{task_id}`: the stem of every Idempotency-Key this run sends.
-        self.run_key = run_key or str(target.run_id)
+        self.run_key = run_key or str(target.caller_run_id)
         self.settings = settings
         self.client = client
         self.trace = trace
@@ -148,7 +159,7 @@ class CallbackClient:
         if total == 0 and current > 0:
             log.warning(
                 "callback_progress",
-                run_id=self.target.run_id,
+                caller_run_id=self.target.caller_run_id,
                 current=current,
                 total=total,
                 skipped="total_zero",
@@ -161,7 +172,7 @@ class CallbackClient:
         )
         percent = int(current * 100 / total) if total > 0 else 0
         fields = {
-            "run_id": self.target.run_id,
+            "run_id": self.target.caller_run_id,
             "current": current,
             "total": total,
             "percent": percent,
@@ -170,7 +181,7 @@ class CallbackClient:
             CALLBACKS.labels("progress", "throttled").inc()
             log.debug("callback_progress", **fields, skipped_due_to_throttle=True)
             return last_sent_ms
-        url = f"{self.base}/{self.target.run_id}/progress"
+        url = f"{self.base}/{self.target.caller_run_id}/progress"
         body = {"current": current, "total": total, "message": message}
         try:
             resp = await self._post(url, body, f"{self.run_key}:progress:{seq}")
@@ -203,16 +214,16 @@ class CallbackClient:
         """One finalize try. Returns (outcome, detail). ``key_suffix`` tells a run finished
         by POST /tasks/{id}/retry from the finalize its failed attempt already sent."""
         if not self.base:
-            log.debug("callback_disabled", reason="no run_id or base_url")
+            log.debug("callback_disabled", reason="no caller run id or base_url")
             return FinalizeOutcome.SKIPPED, "no callback configured"
-        url = f"{self.base}/{self.target.run_id}/callback"
+        url = f"{self.base}/{self.target.caller_run_id}/callback"
         try:
             resp = await self._post(url, body, f"{self.run_key}:finalize{key_suffix}")
         except TransportError as e:
             detail = f"{type(e).__name__}: {e}"
             log.warning(
                 "callback_finalize_failure",
-                run_id=self.target.run_id,
+                caller_run_id=self.target.caller_run_id,
                 error=detail,
                 attempt=attempt,
             )
@@ -222,7 +233,7 @@ class CallbackClient:
         if 200 <= resp.status_code < 300:
             log.info(
                 "callback_finalize_success",
-                run_id=self.target.run_id,
+                caller_run_id=self.target.caller_run_id,
                 code=resp.status_code,
                 result=body.get("result"),
                 attempt=attempt,
@@ -232,7 +243,7 @@ class CallbackClient:
         detail = f"HTTP {resp.status_code}: {body_excerpt(resp)}"
         log.warning(
             "callback_finalize_failure",
-            run_id=self.target.run_id,
+            caller_run_id=self.target.caller_run_id,
             error=detail,
             attempt=attempt,
             status=resp.status_code,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from artemis.ledger import Ledger
-from artemis.sources import Page
+from artemis.sources.base import PageInfo
 
 # Where the fetch stands: on the wire from the attempt's start.
 _POSITION_KEYS = ("checkpoint", "next_seq", "pages", "records", "units_done")
@@ -56,17 +56,17 @@ class FetchState:
     # ``PageInfo.resources``; a handful of resources, never a list that grows).
     resources: dict[str, Any] | None = None
 
-    def after(self, page: Page) -> FetchState:
-        """Where the fetch stands once ``page`` is taken (the same stream)."""
-        info = page.info
+    def after(self, checkpoint: dict[str, Any] | None, info: PageInfo, records: int) -> FetchState:
+        """Where the fetch stands once a page is taken (the same stream): its checkpoint,
+        what it said of the source and how many records it held."""
         return FetchState(
-            checkpoint=page.checkpoint,
+            checkpoint=checkpoint,
             next_seq=self.next_seq + 1,
             pages=self.pages + 1,
-            records=self.records + len(page.records),
+            records=self.records + records,
             units_done=self.units_done if info.units_done is None else info.units_done,
             stream=self.stream,
-            done=page.checkpoint is None,
+            done=checkpoint is None,
             expected_total=info.expected_total,
             incomplete=info.incomplete,
             page_taken=True,
@@ -74,9 +74,9 @@ class FetchState:
             resources=info.resources if info.resources is not None else self.resources,
         )
 
-    def take(self, page: Page) -> None:
-        """Stand where ``after(page)`` does (the stream's state is the stream's own)."""
-        moved = self.after(page)
+    def take(self, checkpoint: dict[str, Any] | None, info: PageInfo, records: int) -> None:
+        """Stand where ``after`` does (the stream's ledger is the stream's own)."""
+        moved = self.after(checkpoint, info, records)
         for name in (*_MOVED_KEYS, *_NONZERO_KEYS, "page_taken", "resources"):
             setattr(self, name, getattr(moved, name))
 

@@ -29,8 +29,7 @@ from typing import Any
 @dataclass
 class PageDone:
     """One page finished by a path: its judgement's counts (when the path judges) and the
-    records each sink took (when it delivers). ``note``: what the path tells once the page
-    is counted (a streamed page's quarantine and drift), never on a wire."""
+    records each sink took (when it delivers)."""
 
     records_in: int = 0
     records_out: int = 0
@@ -40,7 +39,6 @@ class PageDone:
     # Records sent to the sinks (0: a page with none, or one an earlier call delivered).
     sent: int = 0
     sinks: dict[str, int] = field(default_factory=dict)
-    note: Any = None
 
 
 @dataclass

@@ -54,7 +54,9 @@ class ScheduleService:
                     "callback.base_url: none given and callback.base_url is not configured",
                 )
             callback = CallbackTarget(
-                run_id=d.name, base_url=d.callback.base_url, auth_header=d.callback.auth_header
+                caller_run_id=d.name,
+                base_url=d.callback.base_url,
+                auth_header=d.callback.auth_header,
             )
         ask = StartRequest(params=dict(d.params), callback=callback, role=role)
         await self.runs.check_start(d.task, ask, owner)

@@ -453,7 +453,10 @@ class RunService(RunReads):
                 else WorkflowIDConflictPolicy.USE_EXISTING,
                 # Set at start, so that a competing start can tell who holds a lock.
                 search_attributes=_run_attributes(
-                    req.task_code, req.task_id, owner, str((req.callback or {}).get("run_id") or "")
+                    req.task_code,
+                    req.task_id,
+                    owner,
+                    str((req.callback or {}).get("caller_run_id") or ""),
                 ),
                 static_summary=" · ".join(x for x in summary if x),
                 static_details=details,
@@ -891,7 +894,7 @@ class RunService(RunReads):
 
 
 def _run_attributes(
-    code: str, task_id: str, owner: str, cron_run_id: str = ""
+    code: str, task_id: str, owner: str, caller_run_id: str = ""
 ) -> TypedSearchAttributes:
     """The search attributes a run starts with (the UI's filters; a lock's holder; who
     started it; the CronJob's run id): set here, the workflow does not write them again."""
@@ -900,8 +903,8 @@ def _run_attributes(
         SearchAttributePair(KEY_TASK_ID, task_id),
         SearchAttributePair(KEY_OWNER, owner),
     ]
-    if cron_run_id:
-        pairs.append(SearchAttributePair(KEY_RUN_ID, cron_run_id))
+    if caller_run_id:
+        pairs.append(SearchAttributePair(KEY_RUN_ID, caller_run_id))
     return TypedSearchAttributes(pairs)
 
 

@@ -44,7 +44,7 @@ async def check_request_urls(
             checks.append((value, f"params.{name}", allowed))
     if callback and callback.get("base_url"):
         own = settings.callback_hosts()
-        called = resolve_base_url(CallbackTarget(**callback), settings.callback, own)
+        called = resolve_base_url(CallbackTarget.of(callback), settings.callback, own)
         if not same_origin(called, settings.callback.base_url):
             checks.append((called, "meta.callback", own))
     if output:

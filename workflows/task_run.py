@@ -149,14 +149,16 @@ class TaskRunWorkflow:
             "workflow_id": info.workflow_id,
         }
         carry = req.carry
-        run_id_attribute = KEY_RUN_ID.value_set(str((req.callback or {}).get("run_id") or ""))
+        caller_run_id_attribute = KEY_RUN_ID.value_set(
+            str((req.callback or {}).get("caller_run_id") or "")
+        )
         if carry is None:
             self.ctx.state.started_ms = _now_ms()
             self._upsert_new(
                 [
                     KEY_TASK_CODE.value_set(req.task_code),
                     KEY_TASK_ID.value_set(req.task_id),
-                    run_id_attribute,
+                    caller_run_id_attribute,
                 ]
             )
         else:
@@ -170,7 +172,7 @@ class TaskRunWorkflow:
             if carry.retry_start:
                 # A new attempt: its own deadline, counted from now.
                 carry.started_ms = _now_ms()
-                self._upsert_new([run_id_attribute])
+                self._upsert_new([caller_run_id_attribute])
         self.ctx.state.start()
         retry_start = carry is not None and carry.retry_start
         if retry_start:

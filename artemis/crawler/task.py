@@ -46,8 +46,7 @@ from artemis.owners import owned_lock, owner_of
 from artemis.paging import check_loop, page_digest
 from artemis.sinks import EmitContext, Sink
 from artemis.sources import Page, PageInfo, Source
-from artemis.tasks.base import TaskContext, TaskUnit
-from artemis.tasks.units import fetch_units
+from artemis.tasks.base import TaskContext, TaskUnit, fetch_units
 
 log = get_logger("artemis.crawler")
 
@@ -326,7 +325,7 @@ class CrawlNotes(TaskUnit):
         self, ctx: TaskContext, client: HttpClient, checkpoint: dict[str, Any] | None
     ) -> AsyncGenerator[Page, None]:
         """The search phase searches ``fetch_concurrency`` keywords at a time (each a unit
-        with its own checkpoint, ``artemis/tasks/units.py``); then the detail phase claims
+        with its own checkpoint, ``artemis/tasks/base.py``); then the detail phase claims
         and fetches batches of candidates. At a batch's end (``wind_down``) no new request
         starts; the searches in flight are taken, and the checkpoint resumes the rest."""
         crawl = _Crawl(ctx)

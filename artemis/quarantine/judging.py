@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
+from pydantic import TypeAdapter, ValidationError
+
 from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.quarantine.policy import RecordPolicy, Stage
 from artemis.redact import redact_text
-from artemis.sinks.records import RecordSpec, model_error
+from artemis.sinks.records import RecordFault, RecordSpec, fault_of, model_error
 
 # -- judging a page ---------------------------------------------------------------------------
 
@@ -153,9 +155,9 @@ def judge(
     judged.records, judged.drift, judged.fields_dropped = _drift(out, spec, policy, seq)
     records = judged.records
     if policy.coerce_types:
-        converted, faults = spec.coerced(records)
+        converted, faults = coerced(spec, records)
     else:
-        converted, faults = None, spec.failures(records)
+        converted, faults = None, model_faults(spec, records)
     if not faults:
         if converted is not None:
             judged.records = converted
@@ -404,3 +406,39 @@ def _shape_error(seq: int, code: str, e: BaseException) -> ArtemisError:
         f"process: a record of page {seq} does not have the shape {code} expects: "
         f"{type(e).__name__}: {e}",
     )
+
+
+def model_faults(spec: RecordSpec, records: list[dict[str, Any]]) -> dict[int, RecordFault]:
+    """The records that do not fit the model, by position: each one's first fault (one
+    check of the whole list; an empty mapping when every record fits)."""
+    return _faults(spec, spec.adapter, records)
+
+
+def coerced(
+    spec: RecordSpec, records: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[int, RecordFault]]:
+    """The records converted to the model's types where a lax reading can (their values
+    as JSON writes them), and the faults of those that cannot be."""
+    faults = _faults(spec, spec.lax_adapter, records)
+    good = [r for i, r in enumerate(records) if i not in faults]
+    models = spec.lax_adapter.validate_json(jsonio.dumps(good))
+    return [m.model_dump(mode="json") for m in models], faults
+
+
+def _faults(
+    spec: RecordSpec, adapter: TypeAdapter[list[Any]], records: list[dict[str, Any]]
+) -> dict[int, RecordFault]:
+    name = spec.model.__name__
+    try:
+        adapter.validate_json(jsonio.dumps(records))
+    except ValidationError as e:
+        faults: dict[int, RecordFault] = {}
+        for err in e.errors():
+            loc = err.get("loc") or ()
+            if not loc or not isinstance(loc[0], int) or loc[0] in faults:
+                continue
+            faults[loc[0]] = fault_of(err, name)
+        if not faults:  # not a record's fault (the list itself): say so plainly
+            raise model_error(f"records do not fit {name}: {e}") from None
+        return faults
+    return {}

@@ -8,6 +8,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from sqlalchemy import Engine
+
+from artemis.calls import statement, work
 from artemis.ledger import PageDone
 from artemis.quarantine.judging import BadRecord, Drift, JudgedTask, JudgingContext, judge
 from artemis.quarantine.policy import RecordPolicy, check_bound
@@ -41,6 +44,12 @@ class Outcome:
     # A page of several lanes: each lane's own judgement (``LanedJudge``).
     parts: dict[str, Outcome] = field(default_factory=dict)
 
+    def told(self) -> Outcome:
+        """What is told of the page once it is counted (its quarantine and drift), without
+        its records: a stream holds it for the pages below to be delivered."""
+        parts = {name: part.told() for name, part in self.parts.items()}
+        return dataclasses.replace(self, records=[], parts=parts)
+
     def done(self, records_in: int, sinks: dict[str, int] | None = None) -> PageDone:
         """The page finished, for its path's ledger: judged (``records_in`` taken in) and,
         with ``sinks``, delivered (each sink's records taken)."""
@@ -52,7 +61,6 @@ class Outcome:
             filtered=self.filtered,
             sent=len(self.records) if sinks is not None else 0,
             sinks=dict(sinks or {}),
-            note=self,
         )
 
 
@@ -262,3 +270,13 @@ def page_judge(
 
 # What judges a run's pages (``page_judge``).
 Judge = PageJudge | LanedJudge
+
+
+async def keep_judged(db: Engine, judge: Judge, outcomes: list[Outcome]) -> None:
+    """Judged pages' bad records and drift kept (``PageJudge.keep``): a few short
+    statements on Artemis' database ``db`` (``artemis/calls.py``), or — drift to record, a
+    registry write — work of its own."""
+    if judge.brief(outcomes):
+        await statement(db, judge.keep, outcomes)
+    else:
+        await work(judge.keep, outcomes)

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from artemis.quarantine.judging import model_faults
 from artemis.sinks.records import (
     MAX_FIELDS,
     declared_spec,
@@ -229,7 +230,7 @@ def _fit(
     for _ in range(_MAX_ROUNDS):
         spec = declared_spec({"key": key, "fields": fields}, "DraftedRecord")
         named = [{k: v for k, v in r.items() if k in fields} for r in sample]
-        faults = spec.failures(named)
+        faults = model_faults(spec, named)
         loosened = False
         for fault in faults.values():
             name = fault.field.split(".")[0]

@@ -39,7 +39,7 @@ from artemis.paging import (
     SinglePaginator,
     TokenPaginator,
 )
-from artemis.quarantine.judging import Judged, example_text, judge
+from artemis.quarantine.judging import Judged, example_text, judge, model_faults
 from artemis.quarantine.policy import RecordPolicy, Stage
 from artemis.redact import register_secret
 from artemis.registry import yaml_io
@@ -531,7 +531,7 @@ def _faults(spec: RecordSpec | None, shaped: list[dict[str, Any]], seq: int) -> 
             "field": f.field,
             "reason": f"record {f.problem}",
         }
-        for i, f in sorted(spec.failures(named).items())
+        for i, f in sorted(model_faults(spec, named).items())
     ]
 
 

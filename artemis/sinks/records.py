@@ -133,7 +133,7 @@ class RecordSpec:
         return {name: _kind(f.annotation) for name, f in self.model.model_fields.items()}
 
     @cached_property
-    def _adapter(self) -> TypeAdapter[list[Any]]:
+    def adapter(self) -> TypeAdapter[list[Any]]:
         # One validator for a whole page, strict about unknown fields and about types as
         # JSON has them: "1.5" is not a float, 3.0 not an int, 1 not a bool; an ISO date
         # string is a date. Values come back as Python types.
@@ -147,13 +147,8 @@ class RecordSpec:
         )
         return TypeAdapter(list[checked])
 
-    def failures(self, records: list[dict[str, Any]]) -> dict[int, RecordFault]:
-        """The records that do not fit the model, by position: each one's first fault (one
-        check of the whole list; an empty mapping when every record fits)."""
-        return self.failures_of(self._adapter, records)
-
     @cached_property
-    def _lax_adapter(self) -> TypeAdapter[list[Any]]:
+    def lax_adapter(self) -> TypeAdapter[list[Any]]:
         # The same model with pydantic's lax conversions: "1.5" is a float, "7" an int,
         # "true" a bool (a source that writes its numbers as strings).
         fields: dict[str, Any] = {
@@ -164,47 +159,19 @@ class RecordSpec:
         )
         return TypeAdapter(list[checked])
 
-    def coerced(
-        self, records: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], dict[int, RecordFault]]:
-        """The records converted to the model's types where a lax reading can (their
-        values as JSON writes them), and the faults of those that cannot be."""
-        faults = self.failures_of(self._lax_adapter, records)
-        good = [r for i, r in enumerate(records) if i not in faults]
-        models = self._lax_adapter.validate_json(jsonio.dumps(good))
-        out = [m.model_dump(mode="json") for m in models]
-        return out, faults
-
-    def failures_of(
-        self, adapter: TypeAdapter[list[Any]], records: list[dict[str, Any]]
-    ) -> dict[int, RecordFault]:
-        try:
-            adapter.validate_json(jsonio.dumps(records))
-        except ValidationError as e:
-            faults: dict[int, RecordFault] = {}
-            for err in e.errors():
-                loc = err.get("loc") or ()
-                if not loc or not isinstance(loc[0], int) or loc[0] in faults:
-                    continue
-                faults[loc[0]] = _fault(err, self.model.__name__)
-            if not faults:  # not a record's fault (the list itself): say so plainly
-                raise model_error(f"records do not fit {self.model.__name__}: {e}") from None
-            return faults
-        return {}
-
     def rows(self, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
         """The records checked against the model, as rows of Python values.
 
         Raises ArtemisError(SINK_ERROR, not retryable) naming the record and column."""
         try:
             # Checked as the JSON the records were staged as (dates are ISO strings there).
-            models = self._adapter.validate_json(jsonio.dumps(records))
+            models = self.adapter.validate_json(jsonio.dumps(records))
         except ValidationError as e:
             err = e.errors()[0]
             loc = err.get("loc") or ()
             index = loc[0] if loc and isinstance(loc[0], int) else "?"
             raise schema_error(
-                f"{where}: record {index} {_fault(err, self.model.__name__).problem}"
+                f"{where}: record {index} {fault_of(err, self.model.__name__).problem}"
             ) from None
         rows = [m.__dict__ for m in models]
         for name in self._structs:
@@ -325,7 +292,7 @@ class RecordFault:
     problem: str
 
 
-def _fault(err: Any, model_name: str) -> RecordFault:
+def fault_of(err: Any, model_name: str) -> RecordFault:
     loc = err.get("loc") or ()
     column = ".".join(str(p) for p in loc[1:]) or "?"
     if err.get("type") == "extra_forbidden":

@@ -15,7 +15,7 @@ class PageInfo:
     """What a page says about itself and the fetch so far, beside its records.
 
     A source sets what it knows of its own request (``request``, ``taken``,
-    ``expected_total``, ``digest``); the units fetch (``artemis/tasks/units.py``)
+    ``expected_total``, ``digest``); the units fetch (``artemis/tasks/base.py``)
     overwrites ``expected_total`` with the run's sum and adds ``units_done``, ``source``
     and, on a unit's short last page, ``incomplete``.
     """

@@ -116,7 +116,6 @@ async def test_the_record_s_path_in_the_docs_is_every_file_a_record_passes(stack
     passed = trace.relative()
     listed = listed_path()
     assert passed, "the trace saw no file"
-    print("TRACE", sorted((str(Path(p).relative_to(ROOT)), f) for p, f in trace.files.items()))
     missing = sorted(passed - set(listed))
     assert not missing, f"the record passed {missing}, not in docs/architecture.md's path"
     extra = sorted(set(listed) - passed)

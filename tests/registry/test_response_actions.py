@@ -352,9 +352,9 @@ def test_ignored_answers_are_counted_on_the_fetch_s_wire_and_in_the_run_s_stats(
     state = FetchState(checkpoint=None, next_seq=0)
     before = state.to_json()
     assert "responses_ignored" not in before  # the wire keeps its shape without any
-    state.take(Page([{"id": 1}], {"page": 2}, PageInfo()))
+    state.take({"page": 2}, PageInfo(), 1)
     assert "responses_ignored" not in state.to_json()
-    state.take(Page([], None, PageInfo(ignored=1)))
+    state.take(None, PageInfo(ignored=1), 0)
     assert state.responses_ignored == 1
     beat, cursor = state.to_json(), state.cursor(0)
     assert beat["responses_ignored"] == cursor["responses_ignored"] == 1

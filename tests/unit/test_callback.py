@@ -50,19 +50,26 @@ def test_finalize_bodies_are_exact():
 
 def test_override_and_allow_list():
     s = CallbackSettings(override_host="10.1.2.3")
-    t = CallbackTarget(run_id="1", base_url="http://cron.internal:8080/api/runs/")
+    t = CallbackTarget(caller_run_id="1", base_url="http://cron.internal:8080/api/runs/")
     assert resolve_base_url(t, s, ["10.1.2.3"]) == "http://10.1.2.3:8080/api/runs"
     t2 = CallbackTarget(
-        run_id="1", base_url="http://cron:8080/runs", override_port=9999, override_host="10.1.2.3"
+        caller_run_id="1",
+        base_url="http://cron:8080/runs",
+        override_port=9999,
+        override_host="10.1.2.3",
     )
     assert resolve_base_url(t2, s, ["10.1.2.3"]) == "http://10.1.2.3:9999/runs"
     with pytest.raises(ArtemisError, match="security.allowed_hosts"):
         resolve_base_url(
-            CallbackTarget(run_id="1", base_url="http://evil:1/x"), CallbackSettings(), ["cron"]
+            CallbackTarget(caller_run_id="1", base_url="http://evil:1/x"),
+            CallbackSettings(),
+            ["cron"],
         )
     with pytest.raises(ArtemisError, match="http"):
         resolve_base_url(
-            CallbackTarget(run_id="1", base_url="file:///etc/passwd"), CallbackSettings(), ["*"]
+            CallbackTarget(caller_run_id="1", base_url="file:///etc/passwd"),
+            CallbackSettings(),
+            ["*"],
         )
 
 
@@ -70,7 +77,7 @@ async def test_progress_zero_total_is_not_sent_and_throttle_lets_the_last_throug
     async with http_client() as http:
         await http.post(f"{cron.url}/_control/reset", json={})
         c = CallbackClient(
-            CallbackTarget(run_id="r9", base_url=f"{cron.url}/cronjob/runs"),
+            CallbackTarget(caller_run_id="r9", base_url=f"{cron.url}/cronjob/runs"),
             CallbackSettings(progress_min_interval_ms=10_000),
             http,
             extract_trace(None),
@@ -90,7 +97,7 @@ async def test_progress_zero_total_is_not_sent_and_throttle_lets_the_last_throug
 async def test_progress_failure_never_raises():
     async with http_client() as http:
         c = CallbackClient(
-            CallbackTarget(run_id="r", base_url="http://127.0.0.1:1/runs"),
+            CallbackTarget(caller_run_id="r", base_url="http://127.0.0.1:1/runs"),
             CallbackSettings(),
             http,
             extract_trace(None),
@@ -106,7 +113,7 @@ async def test_no_run_id_means_no_callback(cron):
     async with http_client() as http:
         await http.post(f"{cron.url}/_control/reset", json={})
         c = CallbackClient(
-            CallbackTarget(run_id=None, base_url=f"{cron.url}/cronjob/runs"),
+            CallbackTarget(caller_run_id=None, base_url=f"{cron.url}/cronjob/runs"),
             CallbackSettings(),
             http,
             extract_trace(None),
@@ -123,12 +130,14 @@ def test_override_host_is_a_bare_host_and_the_built_url_is_what_is_checked():
         with pytest.raises(ArtemisError, match="override_host"):
             resolve_base_url(
                 CallbackTarget(
-                    run_id="1", base_url="http://cron.example.com/runs", override_host=sneaky
+                    caller_run_id="1", base_url="http://cron.example.com/runs", override_host=sneaky
                 ),
                 CallbackSettings(),
                 allowed,
             )
-    ok = CallbackTarget(run_id="1", base_url="http://x/runs", override_host="cron.example.com")
+    ok = CallbackTarget(
+        caller_run_id="1", base_url="http://x/runs", override_host="cron.example.com"
+    )
     assert resolve_base_url(ok, CallbackSettings(), allowed) == "http://cron.example.com/runs"
 
 
@@ -170,7 +179,7 @@ async def test_a_refused_finalize_keeps_a_short_redacted_excerpt_of_the_reply(ch
     token = "finalize-token-0123456789"
     async with http_client() as http:
         c = CallbackClient(
-            CallbackTarget(run_id="r-chatty", base_url=f"{chatty_cron.url}/runs"),
+            CallbackTarget(caller_run_id="r-chatty", base_url=f"{chatty_cron.url}/runs"),
             CallbackSettings(),
             http,
             extract_trace(None),

@@ -3,7 +3,7 @@ another resumes as units: the keywords before it done, the one
 it was paging through open at its page, the rest not started."""
 
 from artemis.crawler.task import _search_checkpoint
-from artemis.tasks.units import UnitsCheckpoint
+from artemis.tasks.base import UnitsCheckpoint
 
 
 def test_an_old_search_checkpoint_resumes_as_units():

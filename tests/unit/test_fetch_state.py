@@ -62,7 +62,7 @@ def test_a_page_moves_the_state_and_its_cursor_and_heartbeat_name_what_it_said()
         {"page": 4},
         PageInfo(expected_total=40, units_done=2, incomplete=None),
     )
-    after = state.after(page)
+    after = state.after(page.checkpoint, page.info, len(page.records))
     assert state.next_seq == 10 and after.stream is state.stream  # nothing moved yet
     assert _wire(after.cursor(8)) == _wire(
         {
@@ -77,7 +77,7 @@ def test_a_page_moves_the_state_and_its_cursor_and_heartbeat_name_what_it_said()
             "first_seq": 8,
         }
     )
-    state.take(page)
+    state.take(page.checkpoint, page.info, len(page.records))
     assert _wire(state.to_json()) == _wire(
         {
             "checkpoint": {"page": 4},
@@ -92,7 +92,7 @@ def test_a_page_moves_the_state_and_its_cursor_and_heartbeat_name_what_it_said()
         }
     )
     last = Page([], None, PageInfo())  # a source's last page; units_done not told
-    state.take(last)
+    state.take(last.checkpoint, last.info, len(last.records))
     assert state.done and state.checkpoint is None and state.units_done == 2
 
 
@@ -129,7 +129,7 @@ def test_a_heartbeat_and_a_staged_cursor_read_back_as_written() -> None:
     assert _wire(fresh.to_json()) == _wire(early)
 
     # The cursor staged with a page (Staging.start_attempt gives it without first_seq).
-    cursor = _start(True).after(Page([{"n": 1}], {"page": 9})).cursor(10)
+    cursor = _start(True).after({"page": 9}, PageInfo(), 1).cursor(10)
     del cursor["first_seq"]
     resumed = _start(True)
     resumed.resume(cursor)

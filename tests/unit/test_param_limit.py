@@ -9,7 +9,6 @@ from infra.lint_params import LIMIT, parameters
 
 # Past the limit today: (file, function) -> parameters.
 NOT_YET: dict[tuple[str, str], int] = {
-    ("activities/streaming.py", "__init__"): 12,
     ("artemis/callback.py", "__init__"): 8,
     ("artemis/http.py", "post"): 8,
     ("artemis/http.py", "request"): 9,
@@ -27,8 +26,8 @@ NOT_YET: dict[tuple[str, str], int] = {
     ("artemis/sources/rest.py", "__init__"): 20,
     ("artemis/sources/tree.py", "__init__"): 8,
     ("artemis/sources/tree.py", "_subtrees"): 7,
-    ("artemis/tasks/units.py", "_settle"): 7,
-    ("artemis/tasks/units.py", "fetch_units"): 8,
+    ("artemis/tasks/base.py", "_settle"): 7,
+    ("artemis/tasks/base.py", "fetch_units"): 8,
     ("artemis/taskstore/base.py", "set_status"): 7,
     ("artemis/taskstore/base.py", "transition"): 7,
     ("artemis/taskstore/base.py", "update_status"): 7,

@@ -1,4 +1,4 @@
-"""A run's units fetched concurrently (artemis/tasks/units.py), against the sample quote
+"""A run's units fetched concurrently (artemis/tasks/base.py), against the sample quote
 API on loopback: every page once, several units in flight at a time, and a resumed fetch
 that picks every unit up where the last checkpoint handed over left it."""
 
@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from artemis.sources import PageNumberPaginator, RestSource
-from artemis.tasks.units import UnitsCheckpoint, fetch_units
+from artemis.tasks.base import UnitsCheckpoint, fetch_units
 from tests.helpers import http_client
 
 SYMBOLS = ["AAA", "BBB", "CCC", "DDD", "EEE"]

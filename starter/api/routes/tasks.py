@@ -153,7 +153,7 @@ def _start_request(body: RunBody) -> StartRequest:
     if cb is not None or meta.run_id is not None:
         cb = cb or CallbackMeta()
         callback = CallbackTarget(
-            run_id=str(meta.run_id) if meta.run_id is not None else None,
+            caller_run_id=str(meta.run_id) if meta.run_id is not None else None,
             base_url=cb.base_url,
             override_host=cb.override_host,
             override_port=cb.override_port,
