@@ -49,8 +49,8 @@ class CallbackTarget:
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> CallbackTarget:
-        """A target from ``to_dict``'s shape (a run kept for a retry by an earlier build
-        named the caller's run id ``run_id``)."""
+        """A target from ``to_dict``'s shape; ``run_id``, the wire's name of the caller's
+        run id, is taken as ``caller_run_id``."""
         data = dict(data)
         if "run_id" in data:
             data.setdefault("caller_run_id", data.pop("run_id"))

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any
 
 from artemis.run_state import RunStatus
-from artemis.taskstore.base import TaskData, TaskStorage
+from artemis.taskstore.base import StatusChange, TaskData, TaskStorage
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ class RunSnapshot:
             started_at=data.started_at,
             at=data.completed_at,
         )
+
+    def change(self) -> StatusChange:
+        """The status change this snapshot writes."""
+        return StatusChange(self.status, self.stats, self.error, self.started_at, self.at)
 
     def record(self) -> TaskData:
         """The record a run starts with when the store has none for it: `pending`, its
@@ -97,25 +101,9 @@ def write_runs(
     before: list[TaskData | None] = []
     for s in snapshots:
         if how is Write.STATUS:
-            store.set_status(
-                s.task_id,
-                s.status,
-                result=s.stats,
-                error=s.error,
-                started_at=s.started_at,
-                at=s.at,
-                absent=s.record,
-            )
+            store.set_status(s.task_id, s.change(), absent=s.record)
         elif how is Write.REPAIR:
-            store.update_status(
-                s.task_id,
-                s.status,
-                expected_version=s.version,
-                result=s.stats,
-                error=s.error,
-                started_at=s.started_at,
-                at=s.at,
-            )
+            store.update_status(s.task_id, s.change(), expected_version=s.version)
         else:
             before.append(_write_exact(store, s))
     return before

@@ -4,6 +4,7 @@ kept beyond Temporal's retention, on SQL or Redis."""
 from artemis.taskstore.base import (
     TERMINAL,
     ConcurrentModification,
+    StatusChange,
     StorageUnavailable,
     TaskData,
     TaskNotFound,
@@ -13,6 +14,7 @@ from artemis.taskstore.base import (
 from artemis.taskstore.sql import SqlTaskStorage
 
 __all__ = [
+    "StatusChange",
     "TERMINAL",
     "ConcurrentModification",
     "StorageUnavailable",

@@ -9,6 +9,7 @@ import base64
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,24 @@ class TaskData(BaseModel):
         return cls(task_id=task_id, payload=payload, task_code=task_code, workflow_id=workflow_id)
 
 
+@dataclass(frozen=True)
+class StatusChange:
+    """A change of a task record's status: the new status, what the run left (its stats
+    as ``result``, or its ``error``), and ``started_at`` / ``at``, the run's start and the
+    change's time on the workflow's clock (one duration for the run; the store's own clock
+    when absent)."""
+
+    status: str
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    started_at: datetime | None = None
+    at: datetime | None = None
+
+    @classmethod
+    def of(cls, change: StatusChange | str) -> StatusChange:
+        return change if isinstance(change, StatusChange) else cls(change)
+
+
 class TaskStorage(ABC):
     # Artemis' own database when the store keeps its tasks there: its calls are
     # statements on it (``artemis.calls``). None: a store of its own (Redis).
@@ -112,20 +131,10 @@ class TaskStorage(ABC):
 
     @abstractmethod
     def update_status(
-        self,
-        task_id: str,
-        status: str,
-        *,
-        expected_version: int | None = None,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        started_at: datetime | None = None,
-        at: datetime | None = None,
+        self, task_id: str, change: StatusChange | str, *, expected_version: int | None = None
     ) -> TaskData:
-        """Change the status under an optimistic lock; stamps started_at / completed_at.
-
-        ``started_at`` / ``at``: the run's start and the change's time on the workflow's
-        clock (one duration for the run); the store's own clock when absent.
+        """Change the status (``change``, or a bare status) under an optimistic lock;
+        stamps started_at / completed_at.
 
         Raises ConcurrentModification when the version moved (``expected_version``, or the
         one read just before writing), TaskNotFound when there is no such task."""
@@ -133,12 +142,8 @@ class TaskStorage(ABC):
     def set_status(
         self,
         task_id: str,
-        status: str,
+        change: StatusChange | str,
         *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        started_at: datetime | None = None,
-        at: datetime | None = None,
         absent: Callable[[], TaskData] | None = None,
     ) -> None:
         """``update_status`` for a writer that holds the state and needs no answer (a run's
@@ -148,12 +153,11 @@ class TaskStorage(ABC):
         transaction); called only then. TaskNotFound when there is no such task (and no ``absent``);
         TaskValidationError for a completed status without ``result`` or a failed one
         without ``error`` (the stored one is not read to make up for it)."""
-        check_status(status, result, error)
+        change = StatusChange.of(change)
+        check_status(change.status, change.result, change.error)
 
         def update() -> None:
-            self.update_status(
-                task_id, status, result=result, error=error, started_at=started_at, at=at
-            )
+            self.update_status(task_id, change)
 
         try:
             update()
@@ -198,23 +202,16 @@ class TaskStorage(ABC):
 
     @classmethod
     def transition(
-        cls,
-        current: TaskData,
-        status: str,
-        result: dict[str, Any] | None,
-        error: dict[str, Any] | None,
-        version: int,
-        started_at: datetime | None = None,
-        at: datetime | None = None,
+        cls, current: TaskData, change: StatusChange, version: int
     ) -> tuple[dict[str, Any], TaskData]:
         """The changed fields of a status change and the task after it (validated)."""
-        changes = cls.stamped(current, status, utc(at) or datetime.now(UTC))
-        if started_at is not None:
-            changes["started_at"] = utc(started_at)
-        if result is not None:
-            changes["result"] = result
-        if error is not None:
-            changes["error"] = error
+        changes = cls.stamped(current, change.status, utc(change.at) or datetime.now(UTC))
+        if change.started_at is not None:
+            changes["started_at"] = utc(change.started_at)
+        if change.result is not None:
+            changes["result"] = change.result
+        if change.error is not None:
+            changes["error"] = change.error
         updated = TaskData.model_validate(
             {**current.model_dump(), **changes, "version": version + 1}
         )

@@ -17,6 +17,7 @@ from artemis.run_state import Verdict
 from artemis.taskstore.base import (
     TERMINAL,
     ConcurrentModification,
+    StatusChange,
     StorageUnavailable,
     TaskData,
     TaskNotFound,
@@ -131,26 +132,18 @@ class RedisTaskStorage(TaskStorage):
             raise StorageUnavailable(str(e)) from None
 
     def update_status(
-        self,
-        task_id: str,
-        status: str,
-        *,
-        expected_version: int | None = None,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        started_at: datetime | None = None,
-        at: datetime | None = None,
+        self, task_id: str, change: StatusChange | str, *, expected_version: int | None = None
     ) -> TaskData:
-        def change(current: TaskData) -> TaskData:
+        asked = StatusChange.of(change)
+
+        def changed(current: TaskData) -> TaskData:
             if expected_version is not None and current.version != expected_version:
                 raise ConcurrentModification(
                     f"task {task_id} is at version {current.version}, not {expected_version}"
                 )
-            return self.transition(current, status, result, error, current.version, started_at, at)[
-                1
-            ]
+            return self.transition(current, asked, current.version)[1]
 
-        return self._compare_and_set(task_id, change)
+        return self._compare_and_set(task_id, changed)
 
     def _compare_and_set(self, task_id: str, change: Callable[[TaskData], TaskData]) -> TaskData:
         """Optimistic update in two round trips: read the task, then the CAS script writes

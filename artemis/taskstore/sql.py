@@ -19,6 +19,7 @@ from artemis.run_state import RunStatus, Verdict
 from artemis.taskstore.base import (
     TERMINAL,
     ConcurrentModification,
+    StatusChange,
     StorageUnavailable,
     TaskData,
     TaskNotFound,
@@ -168,15 +169,7 @@ class SqlTaskStorage(TaskStorage):
             raise StorageUnavailable(str(e)) from None
 
     def update_status(
-        self,
-        task_id: str,
-        status: str,
-        *,
-        expected_version: int | None = None,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        started_at: datetime | None = None,
-        at: datetime | None = None,
+        self, task_id: str, change: StatusChange | str, *, expected_version: int | None = None
     ) -> TaskData:
         with self.engine.begin() as conn:
             current = self._get(conn, task_id)
@@ -184,9 +177,7 @@ class SqlTaskStorage(TaskStorage):
                 raise TaskNotFound(task_id)
             version = current.version if expected_version is None else expected_version
             now = datetime.now(UTC)
-            changes, updated = self.transition(
-                current, status, result, error, version, started_at, at
-            )
+            changes, updated = self.transition(current, StatusChange.of(change), version)
             values = {k: getattr(updated, k) for k in changes}
             done = conn.execute(
                 update(_t)
@@ -200,21 +191,20 @@ class SqlTaskStorage(TaskStorage):
     def set_status(
         self,
         task_id: str,
-        status: str,
+        change: StatusChange | str,
         *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        started_at: datetime | None = None,
-        at: datetime | None = None,
         absent: Callable[[], TaskData] | None = None,
     ) -> None:
         # One UPDATE with ``stamped``'s rules in it, instead of a read, a validation and a
         # compare-and-set write: a run mirrors itself twice, and the read and the models
         # were most of that (6 % of a worker's CPU on the accept bench). ``absent()`` is
         # inserted (if absent) and updated in the same transaction.
+        change = StatusChange.of(change)
+        status, result, error = change.status, change.result, change.error
+        started_at = change.started_at
         check_status(status, result, error)
         wall = datetime.now(UTC)
-        now = utc(at) or wall
+        now = utc(change.at) or wall
         started = (
             "given"
             if started_at is not None

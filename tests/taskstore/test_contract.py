@@ -11,6 +11,7 @@ import pytest
 
 from artemis.taskstore import (
     ConcurrentModification,
+    StatusChange,
     TaskData,
     TaskNotFound,
     TaskValidationError,
@@ -101,7 +102,7 @@ def test_update_status_stamps_started_and_completed(storage):
     running = storage.update_status(t, "running")
     assert running.started_at is not None and running.completed_at is None
     assert storage.load(t).version == running.version == 1
-    done = storage.update_status(t, "completed", result={"records": 3})
+    done = storage.update_status(t, StatusChange("completed", result={"records": 3}))
     loaded = storage.load(t)
     assert loaded.status == "completed" and loaded.result == {"records": 3}
     assert loaded.completed_at >= loaded.started_at and loaded.version == done.version == 2
@@ -113,23 +114,25 @@ def test_set_status_writes_what_update_status_writes(storage):
     t = tid()
     storage.save(t, TaskData.pending(t, {"n": 1}, task_code="c"))
     began = datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
-    storage.set_status(t, "running", started_at=began, at=began)
+    storage.set_status(t, StatusChange("running", started_at=began, at=began))
     running = storage.load(t)
     assert running.status == "running" and running.started_at == began
     assert running.updated_at == began and running.completed_at is None
     assert running.version == 1 and running.payload == {"n": 1} and running.task_code == "c"
     ended = began + timedelta(seconds=2)
-    storage.set_status(t, "completed", result={"records": 3}, started_at=began, at=ended)
+    storage.set_status(
+        t, StatusChange("completed", result={"records": 3}, started_at=began, at=ended)
+    )
     done = storage.load(t)
     assert done.status == "completed" and done.result == {"records": 3} and done.error is None
     assert done.started_at == began and done.completed_at == ended and done.version == 2
     # No start given: a running or ended task keeps the one it has, or gets the change's.
     u = tid()
     storage.save(u, TaskData.pending(u, {}))
-    storage.set_status(u, "failed", error={"code": "X", "message": "y"}, at=ended)
+    storage.set_status(u, StatusChange("failed", error={"code": "X", "message": "y"}, at=ended))
     failed = storage.load(u)
     assert failed.started_at == failed.completed_at == ended and failed.error["code"] == "X"
-    storage.set_status(u, "running", at=ended + timedelta(seconds=5))
+    storage.set_status(u, StatusChange("running", at=ended + timedelta(seconds=5)))
     assert storage.load(u).started_at == ended
     with pytest.raises(TaskNotFound):
         storage.set_status(tid(), "running")
@@ -146,7 +149,7 @@ def test_set_status_creates_an_absent_record_it_is_given(storage):
     t = tid()
     began = datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
     mine = TaskData(task_id=t, task_code="c", workflow_id="artemis/c/" + t)
-    storage.set_status(t, "running", started_at=began, at=began, absent=lambda: mine)
+    storage.set_status(t, StatusChange("running", started_at=began, at=began), absent=lambda: mine)
     created = storage.load(t)
     assert created.status == "running" and created.started_at == began
     assert created.task_code == "c" and created.workflow_id == "artemis/c/" + t
@@ -154,13 +157,17 @@ def test_set_status_creates_an_absent_record_it_is_given(storage):
     # The API's write after it finds the record (and leaves it), the run's ending updates it.
     assert storage.create(t, TaskData.pending(t, {"n": 1}, task_code="c")) is False
     ended = began + timedelta(seconds=1)
-    storage.set_status(t, "completed", result={"records": 2}, at=ended, absent=lambda: mine)
+    storage.set_status(
+        t, StatusChange("completed", result={"records": 2}, at=ended), absent=lambda: mine
+    )
     done = storage.load(t)
     assert done.status == "completed" and done.result == {"records": 2} and done.version == 2
     assert done.started_at == began and done.completed_at == ended
     u = tid()
     storage.save(u, TaskData.pending(u, {"n": 2}, task_code="d"))
-    storage.set_status(u, "running", at=began, absent=lambda: TaskData(task_id=u, task_code="x"))
+    storage.set_status(
+        u, StatusChange("running", at=began), absent=lambda: TaskData(task_id=u, task_code="x")
+    )
     kept = storage.load(u)
     assert kept.task_code == "d" and kept.payload == {"n": 2} and kept.status == "running"
     with pytest.raises(TaskValidationError):
@@ -187,7 +194,7 @@ def test_concurrent_writers_one_wins_per_version(storage):
         start.wait(30)
         try:
             storage.update_status(
-                t, status, expected_version=0, error={"code": "X", "message": "y"}
+                t, StatusChange(status, error={"code": "X", "message": "y"}), expected_version=0
             )
             outcomes.append("ok")
         except ConcurrentModification:

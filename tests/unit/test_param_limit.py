@@ -28,12 +28,6 @@ NOT_YET: dict[tuple[str, str], int] = {
     ("artemis/sources/tree.py", "_subtrees"): 7,
     ("artemis/tasks/base.py", "_settle"): 7,
     ("artemis/tasks/base.py", "fetch_units"): 8,
-    ("artemis/taskstore/base.py", "set_status"): 7,
-    ("artemis/taskstore/base.py", "transition"): 7,
-    ("artemis/taskstore/base.py", "update_status"): 7,
-    ("artemis/taskstore/redis_store.py", "update_status"): 7,
-    ("artemis/taskstore/sql.py", "set_status"): 7,
-    ("artemis/taskstore/sql.py", "update_status"): 7,
     ("starter/api/routes/events.py", "_stream"): 7,
 }
 
