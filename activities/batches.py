@@ -26,7 +26,7 @@ from artemis.errors import ArtemisError
 from artemis.ledger import Ledger, PageDone
 from artemis.metrics import RECORDS_EMITTED
 from artemis.outage import outage_of
-from artemis.quarantine.pages import Judge, Outcome, keep_judged, page_judge
+from artemis.quarantine.pages import Judge, Outcome, Tally, keep_judged, page_judge
 from artemis.run_models import BatchInput, EmitResult, Outage
 from artemis.sinks import EmitContext
 from artemis.tasks import TaskUnit
@@ -49,14 +49,8 @@ class BatchActivities(RunActivityBase):
         require_every_page(raw, inp.first_seq, inp.last_seq, "fetched")
         # The task's process and the record model's check (its own code: it may be slow,
         # or read a database) and the batch's staging reads and writes: batch-sized work.
-        judge = page_judge(
-            task,
-            ctx,
-            run_place(inp.run, inp.params, inp.output, ctx),
-            inp.fetched,
-            inp.stated,
-            counts_pages=False,
-        )
+        place = run_place(inp.run, inp.params, inp.output, ctx)
+        judge = page_judge(task, ctx, place, Tally(inp.fetched, inp.stated))
         out, outcomes = await work(_processed, judge, raw)
         await keep_judged(self.db, judge, [o for _, o in outcomes])
         await work(self.staging.put_pages, key, "processed", out)

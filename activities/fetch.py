@@ -42,7 +42,7 @@ from artemis.fetch_state import FetchState
 from artemis.ledger import Ledger, PageDone
 from artemis.metrics import PAGES_FETCHED, RECORDS_EMITTED, RECORDS_FETCHED
 from artemis.outage import outage_of
-from artemis.quarantine.pages import Judge, Outcome, keep_judged, page_judge
+from artemis.quarantine.pages import Judge, Outcome, Tally, keep_judged, page_judge
 from artemis.redact import redact_text
 from artemis.run_models import FetchInput, FetchResult, Outage
 from artemis.sinks import EmitContext, Sink
@@ -157,14 +157,8 @@ class BatchFetch:
             await work(acts.staging.prune_below, self.key, inp.first_seq)
         streamed = state.stream
         assert streamed is not None, "a fetch that streams has its stream's ledger"
-        judge = page_judge(
-            task,
-            ctx,
-            run_place(inp.run, inp.params, inp.output, ctx),
-            inp.records_before + streamed.records_in,
-            state.expected_total,
-            counts_pages=True,
-        )
+        tally = Tally(inp.records_before + streamed.records_in, state.expected_total, True)
+        judge = page_judge(task, ctx, run_place(inp.run, inp.params, inp.output, ctx), tally)
         stream = PageStream(self, ctx, sinks, judge)
         below, staged_to = streamed.next_seq, state.next_seq - 1
         try:

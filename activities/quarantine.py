@@ -17,7 +17,7 @@ from artemis.calls import work
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.quarantine import store as quarantine
-from artemis.quarantine.judging import BadRecord, judge
+from artemis.quarantine.judging import BadRecord, Rules, judge
 from artemis.quarantine.policy import Stage
 from artemis.redact import redact_text
 from artemis.run_models import ReplayBatchInput, ReplayResult, RunRef
@@ -70,16 +70,19 @@ class QuarantineActivities(RunActivityBase):
             max_bad_records=2**62,
             schema_contract="discard",
         )
-        judging = (policy, task.record_spec(ctx.params))
+        judging = Rules(policy, task.record_spec(ctx.params))
+        which = quarantine.RowPage(
+            task_id=inp.task_id,
+            status=quarantine.QuarantineStatus.QUARANTINED.value,
+            ids=inp.ids,
+            after_id=inp.after_id,
+            limit=inp.limit,
+        )
         rows = await work(
             quarantine.list_rows,
             db,
-            task_id=inp.task_id,
-            status=quarantine.QuarantineStatus.QUARANTINED.value,
-            after_id=inp.after_id,
-            limit=inp.limit,
+            which,
             with_record=True,
-            ids=inp.ids,
             key_file=self.settings.vault.master_key_file,  # (a record sealed: opened)
         )
         result = ReplayResult(next_after=inp.after_id, done=len(rows) < inp.limit)
@@ -128,16 +131,13 @@ class QuarantineActivities(RunActivityBase):
         sinks: list[Any],
         ref: RunRef,
         row: dict[str, Any],
-        judging: tuple[Any, Any],
+        judging: Rules,
     ) -> bool:
         """One row judged by the model and task in force now (``judging``: the policy and
         the record model): sent under its own key and marked replayed (True), or kept with
         the new reason (False)."""
-        policy, spec = judging
-        process = row["replay_from"] == Stage.PROCESS.value
-        judged = await work(
-            judge, task, ctx, row["page_seq"], [row["record"]], policy, spec, process
-        )
+        rules = dataclasses.replace(judging, process=row["replay_from"] == Stage.PROCESS.value)
+        judged = await work(judge, task, ctx, row["page_seq"], [row["record"]], rules)
         if judged.bad:
             await work(self._still_bad, row["id"], judged.bad[0])
             return False

@@ -19,7 +19,7 @@ from typing import Any
 
 from temporalio import activity
 
-from artemis.callback import CallbackClient, CallbackTarget, resolve_base_url
+from artemis.callback import CallbackClient, CallbackTarget, CallingRun, resolve_base_url
 from artemis.calls import hooks, statement, work
 from artemis.config import Settings
 from artemis.db import get_engine, run_transaction
@@ -394,10 +394,7 @@ class RunActivityBase:
             tgt,
             self.settings.callback,
             self.client if own else self.client.guarded(hosts),
-            trace,
-            token,
-            run.request_id,
-            run_key(run),
+            CallingRun(trace, token, run.request_id, run_key(run)),
             self.settings.callback_hosts(),
         )
 

@@ -101,26 +101,34 @@ def _default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
 
 
+@dataclass
+class CallingRun:
+    """The run a callback speaks for: its trace, the token it sends (a secret: never
+    logged), the request that started it, and ``run_key`` (`{code}/{task_id}`, the stem
+    of every Idempotency-Key it sends; the caller's run id when absent)."""
+
+    trace: TraceContext
+    token: str | None = None
+    request_id: str | None = None
+    run_key: str | None = None
+
+
 class CallbackClient:
     def __init__(
         self,
         target: CallbackTarget,
         settings: CallbackSettings,
         client: HttpClient,
-        trace: TraceContext,
-        token: str | None,
-        request_id: str | None = None,
-        run_key: str | None = None,
+        run: CallingRun,
         allowed_hosts: list[str] | None = None,
     ) -> None:
         self.target = target
-        # `{code}/{task_id}`: the stem of every Idempotency-Key this run sends.
-        self.run_key = run_key or str(target.caller_run_id)
+        self.run_key = run.run_key or str(target.caller_run_id)
         self.settings = settings
         self.client = client
-        self.trace = trace
-        self.token = token
-        self.request_id = request_id
+        self.trace = run.trace
+        self.token = token = run.token
+        self.request_id = run.request_id
         scoped(token)  # this run's text only: the token may be a request's
         if allowed_hosts is None:
             allowed_hosts = SecuritySettings().allowed_hosts

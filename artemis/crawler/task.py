@@ -22,6 +22,7 @@ same name); its task id is the execution id that locks the candidates it claims.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -344,11 +345,9 @@ class CrawlNotes(TaskUnit):
                 searches,
                 client,
                 units,
+                dataclasses.replace(ctx.controls, wind_down=wind_down),
                 concurrency=self.fetch_concurrency(ctx),
                 tolerance=0.0,
-                resumed=ctx.controls.resumed,
-                wind_down=wind_down,
-                max_pages=ctx.controls.max_pages,
             ):
                 cp = _after_search(page.checkpoint)
                 yield Page(records=[], checkpoint=cp, info=page.info)

@@ -129,20 +129,23 @@ def _set_aside(
     return aside
 
 
-def judge(
-    task: JudgedTask,
-    ctx: JudgingContext,
-    seq: int,
-    raw: list[Any],
-    policy: RecordPolicy,
-    spec: RecordSpec | None,
-    process: bool = True,
-) -> Judged:
+@dataclass(frozen=True)
+class Rules:
+    """What a page is judged by: the run's bad-record ``policy``, its record model
+    (``spec``; None: it has none) and whether the task's process runs first (``process``
+    False: records processed already, checked against the model only)."""
+
+    policy: RecordPolicy
+    spec: RecordSpec | None
+    process: bool = True
+
+
+def judge(task: JudgedTask, ctx: JudgingContext, seq: int, raw: list[Any], rules: Rules) -> Judged:
     """One page through the task's ``process`` and the record model's check (see the
     module). Raises SOURCE_CONTRACT for a page every record of which breaks one rule (or
     any bad record under ``fail``: SOURCE_CONTRACT for the process step, RECORD_MODEL naming
-    the record and field for the model), and for a new field under ``freeze``.
-    ``process``: False for records processed already (checked against the model only)."""
+    the record and field for the model), and for a new field under ``freeze``."""
+    policy, spec, process = rules.policy, rules.spec, rules.process
     code = ctx.task_code
     ctx.filtered = 0
     if process:

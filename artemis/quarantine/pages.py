@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from artemis.calls import statement, work
 from artemis.ledger import PageDone
-from artemis.quarantine.judging import BadRecord, Drift, JudgedTask, JudgingContext, judge
+from artemis.quarantine.judging import BadRecord, Drift, JudgedTask, JudgingContext, Rules, judge
 from artemis.quarantine.policy import RecordPolicy, check_bound
 from artemis.quarantine.store import RecordSeal, RunPlace, note_drift, run_actions, store_bad
 from artemis.sinks.factory import lane_output
@@ -64,28 +64,34 @@ class Outcome:
         )
 
 
+@dataclass
+class Tally:
+    """What a percentage ``max_bad_records`` is of, as a judge starts: the records the
+    run had fetched (``fetched``), the total its sources state (``stated``), and whether
+    the judge adds each page it judges to ``fetched`` (``counts_pages``: a streaming fetch,
+    whose pages are not counted yet)."""
+
+    fetched: int = 0
+    stated: int | None = None
+    counts_pages: bool = False
+
+
 class PageJudge:
     """A run's pages judged one after another in one activity (``judge``), the bad records
     kept, the run's bound checked, drift recorded once per run and field (and the model
     evolved when the run's contract says so).
 
-    ``fetched``: the records the run had fetched when the activity started (a streaming
-    fetch: before its batch, and it adds each page it judges; ``counts_pages``)."""
+    ``tally``: what the run's bound is of when the activity starts (``Tally``)."""
 
     def __init__(
-        self,
-        task: JudgedTask,
-        ctx: JudgingContext,
-        place: RunPlace,
-        fetched: int,
-        stated: int | None,
-        counts_pages: bool,
+        self, task: JudgedTask, ctx: JudgingContext, place: RunPlace, tally: Tally
     ) -> None:
         self.task, self.ctx, self.place = task, ctx, place
         judges = task.judges_records
         self.policy = task.record_policy(ctx) if judges else RecordPolicy(on_bad_record="fail")
         self.spec = task.record_spec(ctx.params) if judges else None
-        self.fetched, self.stated, self.counts_pages = fetched, stated, counts_pages
+        self.fetched, self.stated = tally.fetched, tally.stated
+        self.counts_pages = tally.counts_pages
         self.database_url = ctx.settings.database.url
         self.max_record_bytes = ctx.settings.quarantine.max_record_bytes
         self.max_new_fields = ctx.settings.schema.max_new_fields
@@ -97,7 +103,7 @@ class PageJudge:
         """The page judged (CPU only: the task's process and the model's check)."""
         if self.counts_pages:
             self.fetched += len(raw)
-        judged = judge(self.task, self.ctx, seq, raw, self.policy, self.spec)
+        judged = judge(self.task, self.ctx, seq, raw, Rules(self.policy, self.spec))
         out = Outcome(judged.records, len(judged.bad), judged.fields_dropped)
         out.seq, out.bad, out.filtered = seq, judged.bad, judged.filtered
         out.sample = judged.bad[0] if judged.bad else None
@@ -186,9 +192,7 @@ class LanedJudge:
         ctx: JudgingContext,
         place: RunPlace,
         lanes: list[str],
-        fetched: int,
-        stated: int | None,
-        counts_pages: bool,
+        tally: Tally,
     ) -> None:
         self.judges: dict[str, PageJudge] = {}
         for lane in lanes:
@@ -201,7 +205,7 @@ class LanedJudge:
                 params={**place.params, "resource": lane, "only": True},
                 output=lane_output(place.output, lane),
             )
-            self.judges[lane] = PageJudge(task, own, spot, fetched, stated, counts_pages)
+            self.judges[lane] = PageJudge(task, own, spot, dataclasses.replace(tally))
 
     @property
     def stated(self) -> int | None:
@@ -254,18 +258,13 @@ class LanedJudge:
 
 
 def page_judge(
-    task: JudgedTask,
-    ctx: JudgingContext,
-    place: RunPlace,
-    fetched: int,
-    stated: int | None,
-    counts_pages: bool,
+    task: JudgedTask, ctx: JudgingContext, place: RunPlace, tally: Tally
 ) -> PageJudge | LanedJudge:
     """The judge of a run's pages: one ``PageJudge``, or one per lane (``LanedJudge``)."""
     lanes = task.lanes(ctx.params) if task.judges_records else None
     if lanes:
-        return LanedJudge(task, ctx, place, list(lanes), fetched, stated, counts_pages)
-    return PageJudge(task, ctx, place, fetched, stated, counts_pages)
+        return LanedJudge(task, ctx, place, list(lanes), tally)
+    return PageJudge(task, ctx, place, tally)
 
 
 # What judges a run's pages (``page_judge``).

@@ -396,41 +396,50 @@ class RowFilter:
         return q
 
 
+@dataclass
+class RowPage:
+    """Which quarantined rows to read, a page of them in id order: a run's
+    (``task_id``), several runs' (``task_ids``), those of the runs ``across`` selects;
+    of one status, of the ``ids`` given; from after ``after_id``, at most ``limit``."""
+
+    task_id: str | None = None
+    task_ids: list[str] | None = None
+    status: str | None = None
+    ids: list[int] | None = None
+    across: RowFilter | None = None
+    after_id: int = 0
+    limit: int = 100
+
+
 def list_rows(
     database_url: str,
+    which: RowPage,
     *,
-    task_id: str | None = None,
-    task_ids: list[str] | None = None,
-    status: str | None = None,
-    after_id: int = 0,
-    limit: int = 100,
     with_record: bool = False,
-    ids: list[int] | None = None,
     key_file: str | None = None,
-    across: RowFilter | None = None,
 ) -> list[dict[str, Any]]:
-    """A run's rows in id order (``across``: the rows of the runs it selects).
-    ``with_record``: with the record as shown (redacted when it holds a secret);
-    ``key_file`` too (the replay, in a worker): the record itself, opened from its seal."""
+    """The rows ``which`` names, in id order. ``with_record``: with the record as shown
+    (redacted when it holds a secret); ``key_file`` too (the replay, in a worker): the
+    record itself, opened from its seal."""
     left_out = {"record_sealed"}  # (the replay's alone)
     if not with_record:
         left_out.add("record")
     elif key_file:
         left_out.clear()
     cols = [c for c in _Q.c if c.name not in left_out]
-    q = select(*cols).where(_Q.c.id > after_id)
-    if ids is not None:
-        q = q.where(_Q.c.id.in_(ids))
-    if task_id is not None:
-        q = q.where(_Q.c.task_id == task_id)
-    if task_ids is not None:
-        q = q.where(_Q.c.task_id.in_(task_ids))
-    if status is not None:
-        q = q.where(_Q.c.status == status)
-    if across is not None:
-        q = across.where(q)
+    q = select(*cols).where(_Q.c.id > which.after_id)
+    if which.ids is not None:
+        q = q.where(_Q.c.id.in_(which.ids))
+    if which.task_id is not None:
+        q = q.where(_Q.c.task_id == which.task_id)
+    if which.task_ids is not None:
+        q = q.where(_Q.c.task_id.in_(which.task_ids))
+    if which.status is not None:
+        q = q.where(_Q.c.status == which.status)
+    if which.across is not None:
+        q = which.across.where(q)
     with get_engine(database_url).connect() as conn:
-        rows = conn.execute(q.order_by(_Q.c.id).limit(limit)).all()
+        rows = conn.execute(q.order_by(_Q.c.id).limit(which.limit)).all()
     out = [dict(r._mapping) for r in rows]
     if with_record and key_file:
         seal = RecordSeal(key_file)

@@ -39,7 +39,7 @@ from artemis.paging import (
     SinglePaginator,
     TokenPaginator,
 )
-from artemis.quarantine.judging import Judged, example_text, judge, model_faults
+from artemis.quarantine.judging import Judged, Rules, example_text, judge, model_faults
 from artemis.quarantine.policy import RecordPolicy, Stage
 from artemis.redact import register_secret
 from artemis.registry import yaml_io
@@ -483,7 +483,7 @@ def _judged(run: _Run, raws: list[list[Any]]) -> dict[str, Any]:
         shaped = _shaped(task, ctx, raw)
         out["shaped"] += shaped
         try:
-            judged = judge(task, ctx, seq, raw, looking, spec)
+            judged = judge(task, ctx, seq, raw, Rules(looking, spec))
         except ArtemisError as e:  # every record of the page breaks one rule
             out["stops"].append(e.message)
             out["set_aside"] += _faults(spec, shaped, seq)

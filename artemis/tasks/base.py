@@ -286,11 +286,9 @@ class TaskUnit:
             sources,
             client,
             checkpoint,
+            ctx.controls,
             concurrency=self.fetch_concurrency(ctx),
             tolerance=self.completeness_tolerance(ctx),
-            resumed=ctx.controls.resumed,
-            wind_down=ctx.controls.wind_down,
-            max_pages=ctx.controls.max_pages,
         ):
             yield page
 
@@ -561,6 +559,45 @@ class _Units:
     budget: int
     resumed: bool
     wind_down: asyncio.Event | None
+    # The share of a unit's stated total it may end short of (percent), and the totals
+    # the open units stated so far (unit → total).
+    tolerance: float = 0.0
+    stated: dict[int, int] = field(default_factory=dict)
+
+    def settle(self, i: int, page: Page) -> bool:
+        """Record unit ``i``'s page in the checkpoint and the totals, and fill in its info
+        and the checkpoint it carries. True when the unit ended short of its stated total
+        beyond the tolerance: the page then carries ``info.incomplete`` and the stream
+        ends with it."""
+        cp, stated, name = self.cp, self.stated, self.sources[i].name
+        said = page.info.expected_total
+        if page.checkpoint is not None:
+            cp.open[i] = page.checkpoint
+            if isinstance(said, int):
+                stated[i] = said
+        else:
+            cp.open.pop(i, None)
+            stated.pop(i, None)
+            short = shortfall(
+                name,
+                said,
+                page.info.taken,
+                self.tolerance,
+                page.info.request or "its last page",
+            )
+            if short is not None:
+                page.info.incomplete = short
+                page.info.expected_total = _sum(_add(cp.expected, said), stated)
+                page.info.units_done = len(cp.done)
+                page.info.source = name
+                return True
+            cp.done.add(i)
+            cp.expected = _add(cp.expected, said)
+        page.info.units_done = len(cp.done)
+        page.info.expected_total = _sum(cp.expected, stated)
+        page.info.source = name
+        page.checkpoint = None if len(cp.done) == len(self.sources) else cp.dump()
+        return False
 
     def may_request(self) -> bool:
         """One more request may start (and is counted against ``max_pages``)."""
@@ -605,25 +642,25 @@ async def fetch_units(
     sources: Sequence[Source],
     client: HttpClient,
     checkpoint: dict[str, Any] | None,
+    controls: FetchControls | None = None,
     *,
     concurrency: int,
     tolerance: float,
-    resumed: bool = False,
-    wind_down: asyncio.Event | None = None,
-    max_pages: int | None = None,
 ) -> AsyncIterator[Page]:
-    """Yield the pages of every unit, ``concurrency`` units at a time (see the module).
+    """Yield the pages of every unit, ``concurrency`` units at a time (see "the units of
+    a run" above); ``controls``: the attempt's (resumed, wind_down, max_pages).
 
     The stream ends with a page whose checkpoint is None once every unit is done (a
     run with nothing left gets one empty such page). It ends earlier — its last page's
     checkpoint resuming every unit — when ``max_pages`` pages were requested, or once
     ``wind_down`` is set: no new request starts then, and the pages in flight still
     come."""
+    controls = controls or FetchControls()
     cp = UnitsCheckpoint.load(checkpoint)
     todo = [i for i in range(len(sources)) if i not in cp.done]
     # Started units first: they hold what a crashed attempt had begun.
     todo.sort(key=lambda i: (i not in cp.open, i))
-    stated: dict[int, int] = {}
+    max_pages = controls.max_pages
     units = _Units(
         sources,
         client,
@@ -632,8 +669,9 @@ async def fetch_units(
         queue=asyncio.Queue(maxsize=max(1, concurrency)),
         running=max(1, min(concurrency, len(todo))),
         budget=max_pages if max_pages is not None else -1,
-        resumed=resumed,
-        wind_down=wind_down,
+        resumed=controls.resumed,
+        wind_down=controls.wind_down,
+        tolerance=tolerance,
     )
     if not todo:
         yield Page(records=[], checkpoint=None, info=PageInfo(units_done=len(cp.done)))
@@ -648,7 +686,7 @@ async def fetch_units(
                 raise item.error
             i, page, taken = item
             taken.set_result(None)
-            ended_short = _settle(cp, stated, i, page, sources[i].name, tolerance, len(sources))
+            ended_short = units.settle(i, page)
             yield page
             if ended_short:
                 return
@@ -656,48 +694,6 @@ async def fetch_units(
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
-
-
-def _settle(
-    cp: UnitsCheckpoint,
-    stated: dict[int, int],
-    i: int,
-    page: Page,
-    name: str,
-    tolerance: float,
-    units: int,
-) -> bool:
-    """Record unit ``i``'s page in the checkpoint and the totals, and fill in its info and
-    the checkpoint it carries. True when the unit ended short of its stated total beyond
-    the tolerance: the page then carries ``info.incomplete`` and the stream ends with it."""
-    said = page.info.expected_total
-    if page.checkpoint is not None:
-        cp.open[i] = page.checkpoint
-        if isinstance(said, int):
-            stated[i] = said
-    else:
-        cp.open.pop(i, None)
-        stated.pop(i, None)
-        short = shortfall(
-            name,
-            said,
-            page.info.taken,
-            tolerance,
-            page.info.request or "its last page",
-        )
-        if short is not None:
-            page.info.incomplete = short
-            page.info.expected_total = _sum(_add(cp.expected, said), stated)
-            page.info.units_done = len(cp.done)
-            page.info.source = name
-            return True
-        cp.done.add(i)
-        cp.expected = _add(cp.expected, said)
-    page.info.units_done = len(cp.done)
-    page.info.expected_total = _sum(cp.expected, stated)
-    page.info.source = name
-    page.checkpoint = None if len(cp.done) == units else cp.dump()
-    return False
 
 
 def _set(event: asyncio.Event | None) -> bool:

@@ -62,7 +62,7 @@ async def test_list_show_discard_and_replay_through_the_cli(make_stack, gh, tmp_
     task_id, _, answer = await start(stack, code, max_bad_records=10)
     assert answer["data"]["status"] == "completed", answer["error"]
     assert answer["data"]["stats"]["records_quarantined"] == 5
-    rows = quarantine.list_rows(stack.settings.database.url, task_id=task_id)
+    rows = quarantine.list_rows(stack.settings.database.url, quarantine.RowPage(task_id=task_id))
     by_field = {r["field_path"]: r for r in rows}
     assert len(rows) == 5 and by_field.keys() == {"score", "id", None}
 
@@ -190,7 +190,7 @@ async def test_every_command_that_takes_o_prints_one_json_document(make_stack, g
     import_doc(stack, doc(code, gh.base))
     task_id, _, answer = await start(stack, code, max_bad_records=10)
     assert answer["data"]["status"] == "completed", answer["error"]
-    (row,) = quarantine.list_rows(stack.settings.database.url, task_id=task_id)
+    (row,) = quarantine.list_rows(stack.settings.database.url, quarantine.RowPage(task_id=task_id))
     config = write_config(tmp_path / "cli.yaml", stack.settings)
     name = f"json-{gh.ns}"
     made = await asyncio.to_thread(

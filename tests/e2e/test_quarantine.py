@@ -264,7 +264,9 @@ async def test_one_percent_bad_records_are_quarantined_counted_everywhere(make_s
     table = code.replace("-", "_")
     assert len(table_rows(lake, table)) == 9_900
     # The quarantine: every bad record once, with the field that broke it.
-    rows = quarantine.list_rows(stack.settings.database.url, task_id=task_id, limit=1000)
+    rows = quarantine.list_rows(
+        stack.settings.database.url, quarantine.RowPage(task_id=task_id, limit=1000)
+    )
     assert len(rows) == 100 and {r["status"] for r in rows} == {"quarantined"}
     by_field: dict[Any, int] = {}
     for r in rows:
@@ -308,7 +310,9 @@ async def test_one_percent_bad_records_are_quarantined_counted_everywhere(make_s
     assert len(table_rows(lake, table)) == 9_940
     counts = quarantine.counts(stack.settings.database.url, task_id)
     assert counts == {"quarantined": 60, "replayed": 40}
-    left = quarantine.list_rows(stack.settings.database.url, task_id=task_id, status="quarantined")
+    left = quarantine.list_rows(
+        stack.settings.database.url, quarantine.RowPage(task_id=task_id, status="quarantined")
+    )
     assert {r["replays"] for r in left} == {1}
 
 
@@ -494,7 +498,9 @@ async def test_a_worker_killed_mid_page_leaves_every_record_delivered_or_quarant
     assert final["stats"]["records_quarantined"] == 30
     assert final["stats"]["records_emitted"] == 2_970
     landed = [r["id"] for r in table_rows(lake, code.replace("-", "_"))]
-    held = quarantine.list_rows(stack.settings.database.url, task_id=task_id, limit=1000)
+    held = quarantine.list_rows(
+        stack.settings.database.url, quarantine.RowPage(task_id=task_id, limit=1000)
+    )
     assert len(held) == 30 and len({(r["page_seq"], r["position"]) for r in held}) == 30
     bad = set(kinds["score"]) | set(kinds[None])
     assert sorted(landed) == [i + 1 for i in range(3_000) if i not in bad]

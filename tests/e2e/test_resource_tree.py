@@ -339,7 +339,9 @@ async def test_each_resource_quarantines_its_own_records_and_a_replay_lands_them
         "files/issues": issues - opened,
         "files/comments": comments,
     }
-    rows = quarantine.list_rows(stack.settings.database.url, task_id=task_id, limit=100)
+    rows = quarantine.list_rows(
+        stack.settings.database.url, quarantine.RowPage(task_id=task_id, limit=100)
+    )
     assert len(rows) == opened
     assert {r["run_key"].rsplit("/", 1)[1] for r in rows} == {"issues"}
     assert {r["field_path"] for r in rows} == {"closed_at"}

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from artemis.config import Settings
 from artemis.db import utcnow
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.quarantine.pages import PageJudge
+from artemis.quarantine.pages import PageJudge, Tally
 from artemis.quarantine.store import RunPlace, run_actions
 from artemis.registry.evolve import evolve_record_model
 from artemis.registry.models import RegProvenance, RegProvRecordModel
@@ -77,7 +77,7 @@ def judge_of(settings: Settings, code: str, task_id: str) -> PageJudge:
         role="operator",
     )
     place = RunPlace(f"source_harvest/{task_id}", "source_harvest", task_id, code, {}, {})
-    return PageJudge(task, ctx, place, fetched=0, stated=None, counts_pages=True)
+    return PageJudge(task, ctx, place, Tally(counts_pages=True))
 
 
 def fields_in_force(reg, code: str) -> dict[str, str]:

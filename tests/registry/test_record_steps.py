@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.ledger import Ledger, PageDone
-from artemis.quarantine.pages import PageJudge
+from artemis.quarantine.pages import PageJudge, Tally
 from artemis.quarantine.policy import Stage
 from artemis.quarantine.store import RunPlace
 from artemis.registry.models import RegProvenance, RegProvRecordModel
@@ -396,7 +396,7 @@ def judge_of(settings: Settings, code: str, **params: Any) -> PageJudge:
         role="operator",
     )
     place = RunPlace(f"source_harvest/{task_id}", "source_harvest", task_id, code, {}, {})
-    return PageJudge(task, ctx, place, fetched=0, stated=None, counts_pages=True)
+    return PageJudge(task, ctx, place, Tally(counts_pages=True))
 
 
 def test_a_page_is_shaped_a_bad_record_is_quarantined_naming_its_step_a_filtered_one_counted(

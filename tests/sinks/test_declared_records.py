@@ -128,7 +128,7 @@ def test_the_harvest_takes_its_record_model_from_the_runs_contract():
 
 def test_the_harvest_keeps_the_fields_its_record_model_names():
     from artemis.config import Settings
-    from artemis.quarantine.judging import judge
+    from artemis.quarantine.judging import Rules, judge
     from artemis.tasks.base import TaskContext
 
     ctx = TaskContext(
@@ -136,13 +136,13 @@ def test_the_harvest_keeps_the_fields_its_record_model_names():
     )
     raw = [{"sku": "S1", "quantity": 2, "counted_at": "2025-03-01T00:00:00Z", "shelf": "B4"}]
     task = SourceHarvest()
-    judged = judge(task, ctx, 0, raw, task.record_policy(ctx), task.record_spec(ctx.params))
+    judged = judge(task, ctx, 0, raw, Rules(task.record_policy(ctx), task.record_spec(ctx.params)))
     # not named: dropped (and reported as drift); named: kept as the source gave them
     assert judged.records == [{"sku": "S1", "quantity": 2, "counted_at": "2025-03-01T00:00:00Z"}]
     assert [(d.field, d.kind) for d in judged.drift][0] == ("shelf", "added")
     # a required field absent: the record is set aside, naming it
     judged = judge(
-        task, ctx, 0, [{"sku": "S2"}], task.record_policy(ctx), task.record_spec(ctx.params)
+        task, ctx, 0, [{"sku": "S2"}], Rules(task.record_policy(ctx), task.record_spec(ctx.params))
     )
     assert judged.records == [] and judged.bad[0].field == "quantity"
 

@@ -9,6 +9,7 @@ from fastapi.responses import PlainTextResponse
 from artemis.callback import (
     CallbackClient,
     CallbackTarget,
+    CallingRun,
     FinalizeOutcome,
     finalize_body,
     resolve_base_url,
@@ -80,8 +81,7 @@ async def test_progress_zero_total_is_not_sent_and_throttle_lets_the_last_throug
             CallbackTarget(caller_run_id="r9", base_url=f"{cron.url}/cronjob/runs"),
             CallbackSettings(progress_min_interval_ms=10_000),
             http,
-            extract_trace(None),
-            token="tkn-abcdef",
+            CallingRun(extract_trace(None), token="tkn-abcdef"),
             allowed_hosts=["127.0.0.1"],
         )
         last = await c.progress(1, 0, "nothing yet", None)
@@ -100,8 +100,7 @@ async def test_progress_failure_never_raises():
             CallbackTarget(caller_run_id="r", base_url="http://127.0.0.1:1/runs"),
             CallbackSettings(),
             http,
-            extract_trace(None),
-            token=None,
+            CallingRun(extract_trace(None), token=None),
             allowed_hosts=["127.0.0.1"],
         )
         assert await c.progress(1, 2, "x", None) is not None
@@ -116,8 +115,7 @@ async def test_no_run_id_means_no_callback(cron):
             CallbackTarget(caller_run_id=None, base_url=f"{cron.url}/cronjob/runs"),
             CallbackSettings(),
             http,
-            extract_trace(None),
-            token=None,
+            CallingRun(extract_trace(None), token=None),
             allowed_hosts=["127.0.0.1"],
         )
         assert (await c.finalize({"result": "success"}, 1))[0] == FinalizeOutcome.SKIPPED
@@ -182,8 +180,7 @@ async def test_a_refused_finalize_keeps_a_short_redacted_excerpt_of_the_reply(ch
             CallbackTarget(caller_run_id="r-chatty", base_url=f"{chatty_cron.url}/runs"),
             CallbackSettings(),
             http,
-            extract_trace(None),
-            token=token,
+            CallingRun(extract_trace(None), token=token),
             allowed_hosts=["127.0.0.1"],
         )
         outcome, detail = await c.finalize({"result": "success"}, 1)

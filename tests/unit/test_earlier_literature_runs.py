@@ -10,7 +10,7 @@ from artemis.config import Settings
 from artemis.literature.harvest import LiteratureHarvest, LiteratureRecord
 from artemis.literature.planning import LiteratureParams
 from artemis.literature.pubmed import PubMedSource
-from artemis.quarantine.judging import judge
+from artemis.quarantine.judging import Rules, judge
 from artemis.sources.rest import RestSource
 from artemis.tasks.base import TaskContext
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
@@ -69,7 +69,7 @@ def test_an_earlier_runs_own_model_is_kept():
     spec = task.record_spec(run.params)
     assert spec is not None and spec.key == ("id",) and spec.model.__name__ == "OldRecord"
     # its records judged by that model: the field it does not name dropped and reported
-    judged = judge(task, run, 0, [{"id": 1, "extra": 2}], task.record_policy(run), spec)
+    judged = judge(task, run, 0, [{"id": 1, "extra": 2}], Rules(task.record_policy(run), spec))
     assert judged.records == [{"id": 1}] and [d.field for d in judged.drift] == ["extra"]
     # without a model, the paper shape
     plain = task.record_spec(ctx(earlier_contract("/works")).params)

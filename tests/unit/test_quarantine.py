@@ -10,7 +10,7 @@ import pytest
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.quarantine.judging import infer_type, judge
+from artemis.quarantine.judging import Rules, infer_type, judge
 from artemis.quarantine.policy import (
     RecordPolicy,
     RecordPolicyParams,
@@ -77,7 +77,7 @@ def item(i: int, **over: Any) -> dict[str, Any]:
 def test_a_rejected_record_and_one_that_does_not_fit_are_set_aside_and_the_rest_goes_on():
     task = Items()
     raw = [item(1), item(2, hidden=True), item(3, price="1.5"), item(4)]
-    judged = judge(task, ctx(task), 7, raw, QUARANTINE, SPEC)
+    judged = judge(task, ctx(task), 7, raw, Rules(QUARANTINE, SPEC))
     assert [r["id"] for r in judged.records] == [1, 4]
     bad = {b.position: b for b in judged.bad}
     assert set(bad) == {1, 2}
@@ -92,7 +92,7 @@ def test_a_rejected_record_and_one_that_does_not_fit_are_set_aside_and_the_rest_
 def test_a_process_that_fails_on_the_page_is_run_record_by_record():
     task = Items()
     raw = [item(1), {"id": 2}, item(3)]
-    judged = judge(task, ctx(task), 0, raw, QUARANTINE, SPEC)
+    judged = judge(task, ctx(task), 0, raw, Rules(QUARANTINE, SPEC))
     assert [r["id"] for r in judged.records] == [1, 3]
     [bad] = judged.bad
     assert (bad.position, bad.field, bad.stage) == (1, "sku", Stage.PROCESS)
@@ -103,16 +103,16 @@ def test_every_record_breaking_one_rule_is_a_changed_source_not_bad_records():
     task = Items()
     renamed = [{"id": i, "SKU": "x"} for i in range(5)]
     with pytest.raises(ArtemisError) as e:
-        judge(task, ctx(task), 3, renamed, QUARANTINE, SPEC)
+        judge(task, ctx(task), 3, renamed, Rules(QUARANTINE, SPEC))
     assert e.value.code is ErrorCode.SOURCE_CONTRACT and "every one of its 5 records" in str(
         e.value
     )
     typed = [item(i, price="cheap") for i in range(4)]
     with pytest.raises(ArtemisError) as e:
-        judge(task, ctx(task), 3, typed, QUARANTINE, SPEC)
+        judge(task, ctx(task), 3, typed, Rules(QUARANTINE, SPEC))
     assert e.value.code is ErrorCode.SOURCE_CONTRACT and "'price'" in str(e.value)
     # one record alone is a bad record, whatever it breaks
-    judged = judge(task, ctx(task), 3, typed[:1], QUARANTINE, SPEC)
+    judged = judge(task, ctx(task), 3, typed[:1], Rules(QUARANTINE, SPEC))
     assert len(judged.bad) == 1 and judged.records == []
 
 
@@ -120,21 +120,21 @@ def test_fail_keeps_the_errors_of_a_page_that_does_not_fit():
     task = Items()
     fail = RecordPolicy(on_bad_record="fail")
     with pytest.raises(ArtemisError) as e:
-        judge(task, ctx(task), 4, [item(1), item(2, price="x")], fail, SPEC)
+        judge(task, ctx(task), 4, [item(1), item(2, price="x")], Rules(fail, SPEC))
     assert e.value.code is ErrorCode.RECORD_MODEL and not e.value.retryable
     assert "page 4: record 1 column 'price'" in e.value.message
     with pytest.raises(ArtemisError) as e:
-        judge(task, ctx(task), 4, [item(1), item(2, hidden=True)], fail, SPEC)
+        judge(task, ctx(task), 4, [item(1), item(2, hidden=True)], Rules(fail, SPEC))
     assert e.value.code is ErrorCode.SOURCE_CONTRACT and "hidden items" in e.value.message
     with pytest.raises(ArtemisError) as e:
-        judge(task, ctx(task), 4, [item(1), {"id": 2}], fail, SPEC)
+        judge(task, ctx(task), 4, [item(1), {"id": 2}], Rules(fail, SPEC))
     assert e.value.code is ErrorCode.SOURCE_CONTRACT and "KeyError" in e.value.message
 
 
 def test_a_process_that_does_not_map_one_to_one_still_finds_the_raw_record():
     task = Doubling()
     raw = [{"id": 1, "name": "a"}, {"id": 2, "name": 5}, {"id": 3, "name": "c"}]
-    judged = judge(task, ctx(task), 0, raw, QUARANTINE, SPEC)
+    judged = judge(task, ctx(task), 0, raw, Rules(QUARANTINE, SPEC))
     assert [r["id"] for r in judged.records] == [1, 1, 3, 3]
     # one row for the raw record both of whose records do not fit
     [bad] = judged.bad
@@ -168,7 +168,7 @@ def test_a_raw_record_is_set_aside_whole_and_every_row_has_a_place_of_its_own():
         {"id": 3, "name": "c", "copy": True},
         {"id": 4, "name": "d"},
     ]
-    judged = judge(task, ctx(task), 0, raw, QUARANTINE, SPEC)
+    judged = judge(task, ctx(task), 0, raw, Rules(QUARANTINE, SPEC))
     # the split record's good sibling goes with it: a replay processes it again
     assert [r["id"] for r in judged.records] == [1, 4]
     places = sorted((b.position, b.stage) for b in judged.bad)
@@ -191,14 +191,14 @@ class Whole(TaskUnit):
 def test_a_process_that_fails_on_the_page_and_on_no_record_is_the_pages_shape():
     task = Whole()
     with pytest.raises(ArtemisError) as e:
-        judge(task, ctx(task), 2, [item(1), item(2)], QUARANTINE, None)
+        judge(task, ctx(task), 2, [item(1), item(2)], Rules(QUARANTINE, None))
     assert e.value.code is ErrorCode.SOURCE_CONTRACT and "one at a time" in e.value.message
 
 
 def test_unnamed_fields_are_dropped_counted_and_reported_and_freeze_refuses_them():
     task = TaskUnit()
     raw = [{"id": 1, "name": "a", "colour": "red"}, {"id": 2, "name": "b", "colour": None}]
-    judged = judge(task, ctx(Items()), 2, raw, QUARANTINE, SPEC)
+    judged = judge(task, ctx(Items()), 2, raw, Rules(QUARANTINE, SPEC))
     assert judged.records == [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
     assert judged.fields_dropped == 2
     assert [(d.field, d.kind, d.example, d.type_name) for d in judged.drift] == [
@@ -207,14 +207,14 @@ def test_unnamed_fields_are_dropped_counted_and_reported_and_freeze_refuses_them
     ]
     freeze = RecordPolicy(schema_contract="freeze")
     with pytest.raises(ArtemisError) as e:
-        judge(task, ctx(Items()), 2, raw, freeze, SPEC)
+        judge(task, ctx(Items()), 2, raw, Rules(freeze, SPEC))
     assert e.value.code is ErrorCode.SOURCE_CONTRACT and "'colour'" in e.value.message
 
 
 def test_lax_types_convert_what_can_be_read():
     task = TaskUnit()
     raw = [{"id": "1", "name": "a", "price": "2.5"}, {"id": "x", "name": "b"}]
-    judged = judge(task, ctx(Items()), 0, raw, RecordPolicy(coerce_types=True), SPEC)
+    judged = judge(task, ctx(Items()), 0, raw, Rules(RecordPolicy(coerce_types=True), SPEC))
     assert judged.records == [{"id": 1, "name": "a", "price": 2.5}]
     assert [(b.position, b.field) for b in judged.bad] == [(1, "id")]
 
@@ -277,7 +277,7 @@ def test_rows_are_kept_once_per_place_counted_and_dropped_after_their_days(db_en
     assert store.store_bad(url, place, [(3, bad)], 1 << 20) == (1, 0)  # the page judged again
     big = [judging.BadRecord(1, {"x": "y" * 2000}, "SINK_ERROR", "x", "too big", Stage.PROCESS)]
     assert store.store_bad(url, place, [(3, big)], 1024) == (2, 1)
-    rows = store.list_rows(url, task_id=task_id, with_record=True)
+    rows = store.list_rows(url, store.RowPage(task_id=task_id), with_record=True)
     assert [r["record"] for r in rows] == [{"id": "x"}, None]
     assert "not kept" in rows[1]["message"]
     assert store.run_of(url, task_id)["params"] == {"a": 1}

@@ -62,7 +62,7 @@ def judge_for(db_engine, tmp_path: Path) -> pages.PageJudge:
         "items", task_id, Params(), settings, TraceContext(new_trace_id(), new_span_id())
     )
     place = store.RunPlace(f"items/{task_id}", "items", task_id, None, {}, {})
-    return pages.PageJudge(Items(), ctx, place, fetched=0, stated=None, counts_pages=True)
+    return pages.PageJudge(Items(), ctx, place, pages.Tally(counts_pages=True))
 
 
 def stored_text(db_engine, task_id: str) -> str:
@@ -86,7 +86,7 @@ def test_a_record_that_echoes_a_key_is_shown_redacted_and_replayed_as_it_was(
     assert out.quarantined == 2 and out.records == [{"id": 1, "name": "a"}]
     url, task_id = judge.database_url, judge.place.task_id
     assert secret not in stored_text(db_engine, task_id)
-    shown = store.list_rows(url, task_id=task_id)
+    shown = store.list_rows(url, store.RowPage(task_id=task_id))
     assert shown[0]["message"] == (
         f"record column 'price': Input should be a valid number (got \"{REDACTED}\")"
     )
@@ -95,10 +95,15 @@ def test_a_record_that_echoes_a_key_is_shown_redacted_and_replayed_as_it_was(
     assert one["record"] == {"id": 2, "name": "a", "price": REDACTED}
     assert store.get_row(url, shown[1]["id"])["record"]["name"] == f"token={REDACTED}"  # type: ignore[index]
     # The replay (in a worker, with the master key) gets each record as it came.
-    opened = store.list_rows(url, task_id=task_id, with_record=True, key_file=judge.seal.key_file)
+    opened = store.list_rows(
+        url, store.RowPage(task_id=task_id), with_record=True, key_file=judge.seal.key_file
+    )
     assert [r["record"] for r in opened] == raw[1:]
     # Without the key (the API's reading) the record is the one shown.
-    assert store.list_rows(url, task_id=task_id, with_record=True)[0]["record"] == one["record"]
+    assert (
+        store.list_rows(url, store.RowPage(task_id=task_id), with_record=True)[0]["record"]
+        == one["record"]
+    )
 
 
 def test_a_record_that_holds_a_secret_and_cannot_be_sealed_is_not_kept(db_engine, secret):
@@ -109,7 +114,7 @@ def test_a_record_that_holds_a_secret_and_cannot_be_sealed_is_not_kept(db_engine
         0, {"id": secret}, "SINK_ERROR", "id", "not an int", policy.Stage.PROCESS
     )
     store.store_bad(url, place, [(0, [bad])], 1 << 20)
-    (row,) = store.list_rows(url, task_id=task_id, with_record=True)
+    (row,) = store.list_rows(url, store.RowPage(task_id=task_id), with_record=True)
     assert row["record"] is None and "holds a secret value" in row["message"]
     assert secret not in stored_text(db_engine, task_id)
 

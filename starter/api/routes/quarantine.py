@@ -160,15 +160,14 @@ async def list_quarantine(
         code=code,
     )
     db = settings.database.url
-    rows = await work(
-        quarantine.list_rows,
-        db,
+    which = quarantine.RowPage(
         task_id=full,
         status=status.value if status else None,
         after_id=after,
         limit=limit,
         across=across,
     )
+    rows = await work(quarantine.list_rows, db, which)
     counts = await work(quarantine.counts, db, full, across)
     body = QuarantineList(
         task_id=full,
