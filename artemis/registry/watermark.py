@@ -4,6 +4,7 @@ advanced only when the run completes (never backwards)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
@@ -163,18 +164,23 @@ def drop_seen(conn: Connection, provenance_id: int, run_id: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class PointerKey:
+    """Which watermark: a provenance's, for one task type, under one key (a query's; ""
+    for the default)."""
+
+    provenance_id: int
+    task_type: str
+    key: str = ""
+
+
 def advance_pointer(
-    conn: Connection,
-    provenance_id: int,
-    task_type: str,
-    key: str,
-    value: datetime,
-    cursor: Any,
-    run_id: str,
+    conn: Connection, pointer: PointerKey, value: datetime, cursor: Any, run_id: str
 ) -> bool:
     """Move the watermark to ``value`` with ``cursor`` (an ID or COMPOSITE pointer), never
     backwards: a cursor at or before the current one leaves it."""
-    key = key or "default"
+    provenance_id, task_type = pointer.provenance_id, pointer.task_type
+    key = pointer.key or "default"
     current, old = read_pointer(conn, provenance_id, task_type, key)
     if current is None:
         conn.execute(

@@ -53,6 +53,7 @@ from artemis.registry.tree import (
     walked,
 )
 from artemis.registry.watermark import (
+    PointerKey,
     advance_pointer,
     drop_seen,
     largest,
@@ -779,11 +780,12 @@ class SourceHarvest(TaskUnit):
         contract = self._contract(ctx)
         pid = contract.provenance["id"]
         win = self._pointer_cfg(ctx)
+        pointer = PointerKey(pid, "update", p.query or "")
         with get_engine(ctx.settings.database.url).begin() as conn:
             if win is None:
                 if p.window_end is None:
                     return stats
-                advance_pointer(conn, pid, "update", p.query or "", p.window_end, None, ctx.task_id)
+                advance_pointer(conn, pointer, p.window_end, None, ctx.task_id)
                 return {**stats, "watermark": as_utc(p.window_end).isoformat()}
             seen = take_seen(conn, pid, ctx.task_id, p.query or "")
             kind = win.get("offset_type_code") or "DATE"
@@ -793,9 +795,7 @@ class SourceHarvest(TaskUnit):
                 # lookback instead, it would skip what changed between the two runs.
                 first = read_pointer(conn, pid, "update", p.query or "")[0] is None
                 if first and kind != "ID" and p.window_start is not None:
-                    advance_pointer(
-                        conn, pid, "update", p.query or "", p.window_start, None, ctx.task_id
-                    )
+                    advance_pointer(conn, pointer, p.window_start, None, ctx.task_id)
                 return {**stats, "watermark": None}
             instant = as_utc(seen[0] if kind == "COMPOSITE" else seen) if kind != "ID" else None
             if instant is not None and p.window_end is not None and instant > p.window_end:
@@ -805,13 +805,7 @@ class SourceHarvest(TaskUnit):
                 instant = as_utc(p.window_end)
                 seen = [instant.isoformat(), None] if kind == "COMPOSITE" else instant.isoformat()
             advance_pointer(
-                conn,
-                pid,
-                "update",
-                p.query or "",
-                instant or p.window_end or datetime.now(UTC),
-                seen,
-                ctx.task_id,
+                conn, pointer, instant or p.window_end or datetime.now(UTC), seen, ctx.task_id
             )
         return {**stats, "watermark": seen}
 

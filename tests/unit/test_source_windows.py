@@ -17,6 +17,7 @@ from sqlalchemy import insert
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.registry.models import RegProvenance
 from artemis.registry.watermark import (
+    PointerKey,
     advance_pointer,
     drop_seen,
     largest,
@@ -397,33 +398,35 @@ def test_a_pointer_only_moves_forward(db_engine, prov):
     t = at("2025-03-01T10:00:00+00:00")
     with db_engine.begin() as conn:
         assert read_pointer(conn, prov, "update", "") == (None, None)
-        assert advance_pointer(conn, prov, "update", "", t, [t.isoformat(), 5], "r1")
+        assert advance_pointer(conn, PointerKey(prov, "update", ""), t, [t.isoformat(), 5], "r1")
         later = t + timedelta(hours=1)
         # an earlier pointer, or the same, leaves it
         assert not advance_pointer(
             conn,
-            prov,
-            "update",
-            "",
+            PointerKey(prov, "update", ""),
             t - timedelta(hours=1),
             [(t - timedelta(hours=1)).isoformat(), 9],
             "r2",
         )
-        assert not advance_pointer(conn, prov, "update", "", t, [t.isoformat(), 5], "r2")
+        assert not advance_pointer(
+            conn, PointerKey(prov, "update", ""), t, [t.isoformat(), 5], "r2"
+        )
         assert read_pointer(conn, prov, "update", "") == (t, [t.isoformat(), 5])
         # the same instant with a larger id moves it
-        assert advance_pointer(conn, prov, "update", "", t, [t.isoformat(), 6], "r3")
-        assert advance_pointer(conn, prov, "update", "", later, [later.isoformat(), 1], "r4")
+        assert advance_pointer(conn, PointerKey(prov, "update", ""), t, [t.isoformat(), 6], "r3")
+        assert advance_pointer(
+            conn, PointerKey(prov, "update", ""), later, [later.isoformat(), 1], "r4"
+        )
         assert read_pointer(conn, prov, "update", "") == (later, [later.isoformat(), 1])
         # ids: numbers, never backwards
-        assert advance_pointer(conn, prov, "update", "ids", t, 21, "r1")
-        assert not advance_pointer(conn, prov, "update", "ids", later, 20, "r2")
-        assert advance_pointer(conn, prov, "update", "ids", later, 30, "r3")
+        assert advance_pointer(conn, PointerKey(prov, "update", "ids"), t, 21, "r1")
+        assert not advance_pointer(conn, PointerKey(prov, "update", "ids"), later, 20, "r2")
+        assert advance_pointer(conn, PointerKey(prov, "update", "ids"), later, 30, "r3")
         assert read_pointer(conn, prov, "update", "ids") == (later, 30)
         # a window's end (no cursor): by its instant
-        assert advance_pointer(conn, prov, "update", "w", t, None, "r1")
-        assert not advance_pointer(conn, prov, "update", "w", t, None, "r2")
-        assert advance_pointer(conn, prov, "update", "w", later, None, "r3")
+        assert advance_pointer(conn, PointerKey(prov, "update", "w"), t, None, "r1")
+        assert not advance_pointer(conn, PointerKey(prov, "update", "w"), t, None, "r2")
+        assert advance_pointer(conn, PointerKey(prov, "update", "w"), later, None, "r3")
         assert read_pointer(conn, prov, "update", "w") == (later, None)
 
 

@@ -20,6 +20,7 @@ import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -176,15 +177,14 @@ async def task_events(
     events = _log(request)
     after = cursor_of(request.headers.get("last-event-id") or last_event_id)
     await _check_known(events, service, task_id)
-    poll_s = settings.events.poll_interval_ms / 1000
+    tail = Tail(follow, settings.events.poll_interval_ms / 1000, settings.server.sse_max_lifetime_s)
     keepalive_s = settings.events.keepalive_s
-    lifetime_s = settings.server.sse_max_lifetime_s
     release = _slots(request).take(principal(request).name)
     try:
         # sse-starlette frames the events, sends a comment ping every keepalive_s, notices
         # a client that went away and sets the no-cache / no-buffering headers.
         return HeldStream(
-            _stream(events, service, task_id, after, follow, poll_s, lifetime_s),
+            _stream(events, service, task_id, after, tail),
             ping=keepalive_s,
             sep="\n",
             release=release,
@@ -202,18 +202,27 @@ async def _check_known(events: EventLog, service: RunService, task_id: str) -> N
             raise ArtemisError(ErrorCode.TASK_NOT_FOUND, f"no task with id {task_id!r}")
 
 
+@dataclass(frozen=True)
+class Tail:
+    """How a stream follows a run: ``follow`` (else the events so far only), every
+    ``poll_s`` seconds, for at most ``lifetime_s`` seconds."""
+
+    follow: bool
+    poll_s: float
+    lifetime_s: float
+
+
 async def _stream(
     events: EventLog,
     service: RunService,
     task_id: str,
     after: tuple[int, int],
-    follow: bool,
-    poll_s: float,
-    lifetime_s: float,
+    tail: Tail,
 ) -> AsyncIterator[ServerSentEvent]:
-    """The run's events after the cursor ``after``; with ``follow``, the log tailed
-    until the run ends (its terminal event made up when it did not record one) or the
-    stream's lifetime is reached."""
+    """The run's events after the cursor ``after``; when ``tail.follow``, the log
+    tailed until the run ends (its terminal event made up when it did not record one) or
+    the stream's lifetime is reached."""
+    follow, poll_s, lifetime_s = tail.follow, tail.poll_s, tail.lifetime_s
     tracker = PlanTracker(task_id)
     seq = 0
     checked = time.monotonic()
