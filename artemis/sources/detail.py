@@ -34,7 +34,7 @@ from artemis.http import Answer, HttpClient, TransportError, body_excerpt, trans
 from artemis.paging import MISSING, contract_error, json_path_lookup, page_digest
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
-from artemis.sources.responses import ResponseRule, act_on, once
+from artemis.sources.responses import Asked, ResponseRule, act_on, once
 from artemis.sources.rest import JSON_TYPE, Request, RestSource, place
 from artemis.sources.xmldoc import XmlDocument, parse_xml
 
@@ -226,15 +226,8 @@ class DetailSource(Source):
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         # Parsed once, whether a rule's jsonpath reads it first or the records are.
         parse = once(lambda: self._parse(resp, what))
-        if self.actions and act_on(
-            self.actions,
-            resp,
-            parse,
-            source=self.name,
-            what=what,
-            request=request,
-            status_error=self.status_error,
-        ):
+        asked = Asked(self.name, what, request)
+        if self.actions and act_on(self.actions, resp, parse, asked, self.status_error):
             return [], request, 1
         if resp.status_code >= 400:
             raise self.status_error(what, resp)

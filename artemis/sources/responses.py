@@ -18,6 +18,7 @@ An answer no rule matches is read as it would be without rules.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jsonpath
@@ -244,14 +245,21 @@ def _parse(parsed: Callable[[], Any]) -> Any:
         return MISSING
 
 
+@dataclass(frozen=True)
+class Asked:
+    """The request an answer is to: the source's name, what it asked (named in errors)
+    and the request as it was sent (``describe()``: no secret)."""
+
+    source: str
+    what: str
+    request: str
+
+
 def act_on(
     rules: Sequence[ResponseRule],
     resp: Answer,
     parsed: Callable[[], Any],
-    *,
-    source: str,
-    what: str,
-    request: str,
+    asked: Asked,
     status_error: Callable[[str, Answer], ArtemisError],
 ) -> bool:
     """Apply the first rule ``resp`` matches. True: an ``ignore`` rule matched (logged,
@@ -262,6 +270,7 @@ def act_on(
     hit = match_rule(rules, resp.status_code, resp.content, parsed)
     if hit is None:
         return False
+    source, what, request = asked.source, asked.what, asked.request
     index, rule = hit
     status = resp.status_code
     if rule.action == "ignore":

@@ -37,7 +37,7 @@ from artemis.paging import (
 )
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
-from artemis.sources.responses import ResponseRule, act_on, once
+from artemis.sources.responses import Asked, ResponseRule, act_on, once
 from artemis.sources.xmldoc import XmlDocument, parse_xml
 
 log = get_logger(__name__)
@@ -422,15 +422,8 @@ class RestSource(Source):
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         # Parsed once, whether a rule's jsonpath reads it first or the records are.
         parse = once(lambda: self._parse(resp, what))
-        if self.actions and act_on(
-            self.actions,
-            resp,
-            parse,
-            source=self.name,
-            what=what,
-            request=req.describe(),
-            status_error=self.status_error,
-        ):
+        asked = Asked(self.name, what, req.describe())
+        if self.actions and act_on(self.actions, resp, parse, asked, self.status_error):
             return IGNORED, resp.headers
         if resp.status_code >= 400:
             raise self.status_error(what, resp)

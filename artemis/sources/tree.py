@@ -55,8 +55,10 @@ Adopter = Callable[[str, dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 @dataclass
 class _Walk:
-    """One walk's state: the resources' counts and the position handed over last."""
+    """One walk's state: the client it asks with, the resources' counts and the position
+    handed over last."""
 
+    client: HttpClient
     counts: dict[str, dict[str, Any]]
     # Ignored answers told by the pages handed over so far (``PageInfo.ignored`` is a
     # page's own).
@@ -64,6 +66,19 @@ class _Walk:
     # One frame per level above the page being walked: {"cp": the checkpoint that asks
     # that level's current page again, "rec": the record, "child": its sub-resource}.
     path: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Walking:
+    """How a tree is walked: ``parallel`` leaf sub-resource walks at a time, under the
+    source's ``name``, each resource's stated total held to ``tolerance_pct``;
+    ``enveloped``: records go as {RESOURCE_KEY: name, RECORD_KEY: record} (several
+    resources land), else the one landing resource's records as they are."""
+
+    parallel: int = 1
+    name: str = "tree"
+    tolerance_pct: float = 0.0
+    enveloped: bool = True
 
 
 class TreeSource(Source):
@@ -75,20 +90,15 @@ class TreeSource(Source):
         roots: list[str],
         open_source: Opener,
         adopt: Adopter,
-        *,
-        parallel: int = 1,
-        name: str = "tree",
-        tolerance_pct: float = 0.0,
-        enveloped: bool = True,
+        walking: Walking | None = None,
     ) -> None:
+        walking = walking or Walking()
         self.nodes, self.roots = nodes, roots
         self.open_source, self.adopt = open_source, adopt
-        self.parallel = max(1, parallel)
-        self.name = name
-        self.tolerance_pct = tolerance_pct
-        # True: records go as {RESOURCE_KEY: name, RECORD_KEY: record} (several resources
-        # land); False: the one landing resource's records as they are.
-        self.enveloped = enveloped
+        self.parallel = max(1, walking.parallel)
+        self.name = walking.name
+        self.tolerance_pct = walking.tolerance_pct
+        self.enveloped = walking.enveloped
         self._gate = asyncio.Semaphore(self.parallel)
 
     def _heavy(self, name: str) -> list[str]:
@@ -103,6 +113,7 @@ class TreeSource(Source):
         state = (checkpoint or {}).get("tree") or {}
         counts = {n: _zero() for n in self.nodes} | (state.get("counts") or {})
         walk = _Walk(
+            client=client,
             counts=counts,
             told=sum(int(c["ignored"]) for c in counts.values()),
             path=list(state.get("path") or [{"cp": None, "rec": 0, "child": 0}]),
@@ -113,16 +124,14 @@ class TreeSource(Source):
         resume = resume if not int(walk.path[0]["child"]) else []
         for i in range(first_root, len(self.roots)):
             top = {"cp": None, "rec": i, "child": 0}
-            async for page in self._level(
-                client, self.roots[i], None, [top], resume if i == first_root else [], walk
-            ):
+            again = resume if i == first_root else []
+            async for page in self._level(self.roots[i], None, [top], again, walk):
                 yield page
         # The end of the walk: no page is left, whatever the last one handed over said.
         yield Page([], None, PageInfo(source=self.name, resources=_copy(walk.counts)))
 
     async def _level(
         self,
-        client: HttpClient,
         name: str,
         parent: dict[str, Any] | None,
         above: list[dict[str, Any]],
@@ -138,14 +147,14 @@ class TreeSource(Source):
         source.resumed = here is not None and cp is not None
         frame = {"cp": cp, "rec": int(here["rec"]) if here else 0, "child": 0}
         frame["child"] = int(here["child"]) if here else 0
-        async for page in source.pages(client, cp):
+        async for page in source.pages(walk.client, cp):
             own = page.records
             if parent is not None:  # what it takes from its parent, its own sub-resources too
                 own = [self.adopt(name, parent, r) for r in own]
-            async for sub in self._subtrees(client, name, own, above, frame, resume[1:], walk):
+            async for sub in self._subtrees(name, own, above, frame, resume[1:], walk):
                 yield sub
             resume = []
-            leaves = await self._leaf_records(client, name, own, walk)
+            leaves = await self._leaf_records(name, own, walk)
             # Counted where the page is handed over (a retried walk asks it again).
             walk.counts[name]["records"] += len(own)
             walk.counts[name]["ignored"] += page.info.ignored
@@ -159,7 +168,6 @@ class TreeSource(Source):
 
     async def _subtrees(
         self,
-        client: HttpClient,
         name: str,
         records: list[dict[str, Any]],
         above: list[dict[str, Any]],
@@ -178,11 +186,11 @@ class TreeSource(Source):
                 here = {"cp": frame["cp"], "rec": i, "child": j}
                 again = resume if (i, j) == (start_rec, start_child) else []
                 record = records[i]
-                async for page in self._level(client, child, record, [*above, here], again, walk):
+                async for page in self._level(child, record, [*above, here], again, walk):
                     yield page
 
     async def _leaf_records(
-        self, client: HttpClient, name: str, records: list[dict[str, Any]], walk: _Walk
+        self, name: str, records: list[dict[str, Any]], walk: _Walk
     ) -> list[tuple[str, dict[str, Any]]]:
         """Every leaf sub-resource of every record of a page, ``parallel`` walks at a
         time: (resource, record) in the order of the records and sub-resources."""
@@ -191,13 +199,11 @@ class TreeSource(Source):
             return []
         # A task group: the first walk that fails cancels the others.
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(self._whole(client, c, r, walk)) for c, r in asks]
+            tasks = [group.create_task(self._whole(c, r, walk)) for c, r in asks]
         found = [t.result() for t in tasks]
         return [(child, rec) for (child, _), got in zip(asks, found, strict=True) for rec in got]
 
-    async def _whole(
-        self, client: HttpClient, name: str, parent: dict[str, Any], walk: _Walk
-    ) -> list[dict[str, Any]]:
+    async def _whole(self, name: str, parent: dict[str, Any], walk: _Walk) -> list[dict[str, Any]]:
         """All pages of leaf resource ``name`` for one parent record."""
         out: list[dict[str, Any]] = []
         ignored = 0
@@ -206,7 +212,7 @@ class TreeSource(Source):
             # Opened in its slot: opening every waiting walk's source at once would hold
             # the event loop while the requests in flight have answered.
             source = self.open_source(name, parent)
-            async for page in source.pages(client, None):
+            async for page in source.pages(walk.client, None):
                 last = page
                 out.extend(page.records)
                 ignored += page.info.ignored

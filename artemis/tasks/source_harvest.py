@@ -77,7 +77,7 @@ from artemis.registry.windows import (
 from artemis.run_state import RunStatus
 from artemis.sinks.records import RecordSpec, declared_spec, record_model_name
 from artemis.sources import Source
-from artemis.sources.tree import NoPages, TreeSource
+from artemis.sources.tree import NoPages, TreeSource, Walking
 from artemis.tasks.base import (
     ChildPlan,
     Lane,
@@ -676,10 +676,12 @@ class SourceHarvest(TaskUnit):
             roots,
             open_source,
             lambda name, parent, record: adopted(resources[name], parent, record),
-            parallel=parallel,
-            name=p.provenance,
-            tolerance_pct=self.completeness_tolerance(ctx),
-            enveloped=sum(1 for n in nodes.values() if n.lands) > 1,
+            Walking(
+                parallel=parallel,
+                name=p.provenance,
+                tolerance_pct=self.completeness_tolerance(ctx),
+                enveloped=sum(1 for n in nodes.values() if n.lands) > 1,
+            ),
         )
 
     def _pointer_query(self, p: SourceParams) -> dict[str, Any]:
