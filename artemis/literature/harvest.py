@@ -18,7 +18,7 @@ from artemis.literature.planning import LiteratureParams, window_params
 from artemis.literature.pubmed import PubMedSource
 from artemis.registry.client import ContractClient
 from artemis.registry.resolve import Contract
-from artemis.registry.rest_source import rest_source
+from artemis.registry.rest_source import Shaping, rest_source
 from artemis.registry.windows import day_start, source_zone
 from artemis.sinks.records import RecordSpec
 from artemis.sources import Source
@@ -187,8 +187,7 @@ class LiteratureHarvest(SourceHarvest):
                 window,
                 p.page_size,
                 parallel,
-                transform=lambda item: normalize_crossref(item, code),
-                record_key="$.DOI",
+                Shaping(lambda item: normalize_crossref(item, code), record_key="$.DOI"),
             )
         ]
 

@@ -5,6 +5,7 @@ DETAIL endpoint, the search's ids fetched by it (``DetailSource``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from artemis.errors import ArtemisError, ErrorCode
@@ -14,8 +15,29 @@ from artemis.registry.resolve import merge_params, param_name
 from artemis.sources.base import Source
 from artemis.sources.detail import DetailRequests, DetailSource
 from artemis.sources.responses import parse_rules
-from artemis.sources.rest import JSON_TYPE, Request, RestSource, place
+from artemis.sources.rest import JSON_TYPE, Request, RestSource, Search, SourceHooks, place
 from artemis.sources.xmldoc import base_types
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """What a task makes of a source's records: ``transform`` turns a raw record into the
+    task's shape; ``record_key`` is the key path used when the pagination cfg names
+    none."""
+
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    record_key: str | None = None
+
+
+@dataclass(frozen=True)
+class _Searching:
+    """One search of a run: its query and window, its page size (None: the contract's)
+    and how many requests it may send at once."""
+
+    query: str | None
+    window: dict[str, Any]
+    page_size: int | None
+    parallel: int
 
 
 def rest_source(
@@ -24,13 +46,10 @@ def rest_source(
     window: dict[str, Any],
     page_size: int | None,
     parallel: int = 1,
-    *,
-    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    record_key: str | None = None,
+    shaping: Shaping | None = None,
 ) -> Source:
-    """The contract's SEARCH endpoint paged by its pagination cfg. ``transform`` turns a
-    raw record into the task's shape; ``record_key`` is the key path used when the
-    pagination cfg names none.
+    """The contract's SEARCH endpoint paged by its pagination cfg, its records shaped as
+    ``shaping`` says.
 
     A GET search sends the run's own values (``query``, the window) in the query string
     over ``default_query_params``; a POST search sends them in its body over
@@ -39,12 +58,12 @@ def rest_source(
     records delivered are the DETAIL answers'."""
     _refuse_problems(cc)
     detail = cc.contract.endpoints.get("DETAIL")
-    search = _search_source(
-        cc, query, window, page_size, parallel, detail, transform=transform, record_key=record_key
-    )
+    shaping = shaping or Shaping()
+    searching = _Searching(query, window, page_size, parallel)
+    search = _search_source(cc, searching, detail, shaping)
     if not detail:
         return search
-    return _detail_source(cc, search, detail, parallel, transform)
+    return _detail_source(cc, search, detail, parallel, shaping.transform)
 
 
 def _refuse_problems(cc: ContractClient) -> None:
@@ -99,45 +118,43 @@ def _sender(cc: ContractClient, endpoint: dict[str, Any] | None) -> Any:
 
 def _search_source(
     cc: ContractClient,
-    query: str | None,
-    window: dict[str, Any],
-    page_size: int | None,
-    parallel: int,
+    searching: _Searching,
     detail: dict[str, Any] | None,
-    *,
-    transform: Callable[[dict[str, Any]], dict[str, Any]] | None,
-    record_key: str | None,
+    shaping: Shaping,
 ) -> RestSource:
     """The SEARCH endpoint's ``RestSource``; its records are ids when ``detail`` follows."""
     contract, code = cc.contract, cc.code
+    transform, record_key = shaping.transform, shaping.record_key
+    parallel, page_size = searching.parallel, searching.page_size
     ep = contract.endpoint or {}
-    method, params, body = _search_request(ep, query, window)
+    method, params, body = _search_request(ep, searching.query, searching.window)
     pg = contract.pagination or {}
     fields = (contract.record_model or {}).get("fields_json")
     fmt = ep.get("response_format_code") or "JSON"
     return RestSource(
         cc.url(ep),
         paginator_for(contract, page_size),
-        params=params,
-        records_path=pg.get("records_jsonpath") or "$.items",
-        name=code,
-        record_key=pg.get("record_key_jsonpath") or record_key,
-        transform=None if detail else transform,
-        status_error=cc.status_error,
-        send=_sender(cc, contract.endpoint),
-        # Page-number/offset pages once the total is known: the run's fetch concurrency,
-        # bounded by the provenance's max_concurrency (the rate is its gate's).
-        parallel_pages=min(
-            [parallel, *[v for v in [(contract.rate_limit or {}).get("max_concurrency")] if v]]
+        Search(
+            params=params,
+            records_path=pg.get("records_jsonpath") or "$.items",
+            record_key=pg.get("record_key_jsonpath") or record_key,
+            parallel_pages=min(
+                [parallel, *[v for v in [(contract.rate_limit or {}).get("max_concurrency")] if v]]
+            ),
+            method=method,
+            body=body,
+            content_type=ep.get("request_content_type") or JSON_TYPE,
+            paging_in=pg.get("paging_params_in_code") or "QUERY",
+            response_format=fmt,
+            record_types=base_types(fields) if fmt == "XML" and not detail else None,
         ),
-        method=method,
-        body=body,
-        content_type=ep.get("request_content_type") or JSON_TYPE,
-        paging_in=pg.get("paging_params_in_code") or "QUERY",
-        response_format=fmt,
-        # The search's own records are ids when a DETAIL endpoint follows: typed as text.
-        record_types=base_types(fields) if fmt == "XML" and not detail else None,
-        actions=parse_rules(ep.get("response_actions_json")),
+        SourceHooks(
+            transform=None if detail else transform,
+            status_error=cc.status_error,
+            send=_sender(cc, contract.endpoint),
+            actions=parse_rules(ep.get("response_actions_json")),
+        ),
+        name=code,
     )
 
 

@@ -110,66 +110,81 @@ def place(body: dict[str, Any] | None, values: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+@dataclass
+class Search:
+    """What a source asks and how its answers read (defaults: a JSON GET whose records
+    are at ``$.items``). ``record_key``: where a record's key is (e.g. ``$.DOI``), for
+    catching a repeated page (default: the whole record); ``response_format`` JSON, or
+    XML read by XML paths (``artemis.sources.xmldoc``), an XML record's text typed by
+    ``record_types``; ``paging_in``: where the paging parameters go; ``parallel_pages``:
+    requests in flight at once for pages whose position is known in advance (page-number
+    or offset paging once the source stated its total)."""
+
+    params: dict[str, Any] | None = None
+    headers: dict[str, str] | None = None
+    method: str = "GET"
+    body: dict[str, Any] | None = None
+    content_type: str = JSON_TYPE
+    paging_in: str = "QUERY"
+    records_path: str = "$.items"
+    response_format: str = "JSON"
+    record_types: dict[str, str] | None = None
+    record_key: str | None = None
+    timeout: float | None = None
+    parallel_pages: int = 1
+
+
+@dataclass
+class SourceHooks:
+    """What a source's owner plugs in: ``transform`` each record; ``before_request``,
+    awaited before every request (a rate limiter's acquire); ``send``, which sends one
+    request (a contract client adds auth, rate limit and key rotation; default: a plain
+    request with the source's headers); ``status_error``, which classifies error answers
+    (default: 408/425/429/5xx retryable, other 4xx final); ``actions``, the answers that
+    are not errors, or errors inside a 200 (``responses.py``), applied to every answer
+    before its status is looked at."""
+
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    before_request: Callable[[], Awaitable[None]] | None = None
+    send: Callable[[HttpClient, Request], Awaitable[Answer]] | None = None
+    status_error: Callable[[str, Answer], ArtemisError] | None = None
+    actions: list[ResponseRule] | None = None
+
+
 class RestSource(Source):
     def __init__(
         self,
         url: str,
         paginator: Paginator,
+        search: Search | None = None,
+        hooks: SourceHooks | None = None,
         *,
-        params: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        records_path: str = "$.items",
         name: str = "rest",
-        record_key: str | None = None,
-        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        timeout: float | None = None,
-        before_request: Callable[[], Awaitable[None]] | None = None,
-        status_error: Callable[[str, Answer], ArtemisError] | None = None,
-        send: Callable[[HttpClient, Request], Awaitable[Answer]] | None = None,
-        parallel_pages: int = 1,
-        method: str = "GET",
-        body: dict[str, Any] | None = None,
-        content_type: str = JSON_TYPE,
-        paging_in: str = "QUERY",
-        response_format: str = "JSON",
-        record_types: dict[str, str] | None = None,
-        actions: list[ResponseRule] | None = None,
     ) -> None:
+        search, hooks = search or Search(), hooks or SourceHooks()
+        self._configure(search, hooks)
         self.url = url
         self.paginator = paginator
-        self.params = params or {}
-        self.headers = headers or {}
-        self.records_path = records_path
         self.name = name
-        # Where a record's key is (e.g. ``$.DOI``), for catching a repeated page; default:
-        # the whole record.
-        self.record_key = record_key
-        self.transform = transform
-        self.timeout = timeout
-        # Awaited before every request: a rate limiter's acquire, for instance.
-        self.before_request = before_request
-        # Sends one request: a contract client adds auth, rate limit and key rotation; the
-        # default is a plain request with this source's headers.
-        self.send = send
-        # The search's method and body (POST), and where the paging parameters go.
-        self.method = method
-        self.body = body
-        self.content_type = content_type
-        self.paging_in = paging_in
-        # JSON, or XML read by XML paths (``artemis.sources.xmldoc``); an XML record's
-        # text is typed by the record model's field types.
-        self.response_format = response_format
-        self.record_types = record_types
-        # Classifies error answers (default: 408/425/429/5xx retryable, other 4xx final).
-        # Requests in flight at once for pages whose position is known in advance
-        # (page-number or offset paging once the source stated its total).
-        self.parallel_pages = max(1, parallel_pages)
-        self.status_error = status_error or (
+
+    def _configure(self, search: Search, hooks: SourceHooks) -> None:
+        self.params = search.params or {}
+        self.headers = search.headers or {}
+        self.records_path = search.records_path
+        self.record_key = search.record_key
+        self.timeout = search.timeout
+        self.method, self.body = search.method, search.body
+        self.content_type, self.paging_in = search.content_type, search.paging_in
+        self.response_format = search.response_format
+        self.record_types = search.record_types
+        self.parallel_pages = max(1, search.parallel_pages)
+        self.transform = hooks.transform
+        self.before_request = hooks.before_request
+        self.send = hooks.send
+        self.status_error = hooks.status_error or (
             lambda what, resp: status_error_default(ErrorCode.SOURCE_ERROR, what, resp)
         )
-        # Answers that are not errors, or errors inside a 200 (``responses.py``): applied
-        # to every answer of the search before its status is looked at.
-        self.actions = actions or []
+        self.actions = hooks.actions or []
 
     def limit_rate(self, acquire: Callable[[], Awaitable[None]]) -> None:
         # A limit of the source's own (``before_request`` given at construction) wins.

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from artemis.bounds import OutageTolerance
 from artemis.quarantine.policy import RecordPolicyParams
 from artemis.sources import PageNumberPaginator, RestSource, Source
+from artemis.sources.rest import Search
 from artemis.tasks.base import TaskContext, TaskUnit
 
 
@@ -81,8 +82,10 @@ class PullStockQuotes(TaskUnit):
             RestSource(
                 f"{p.base_url.rstrip('/')}/quotes",
                 PageNumberPaginator(page_size=p.page_size),
-                params={"symbol": sym, "start": p.start.isoformat(), "end": end.isoformat()},
-                records_path="$.items",
+                Search(
+                    params={"symbol": sym, "start": p.start.isoformat(), "end": end.isoformat()},
+                    records_path="$.items",
+                ),
                 name=f"quotes:{sym}",
             )
             for sym in p.symbols

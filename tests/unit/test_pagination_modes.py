@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from artemis.paging import paginator_from_checkpoint
 from artemis.registry.client import paginator_for
 from artemis.registry.resolve import Contract
-from artemis.sources.rest import RestSource
+from artemis.sources.rest import RestSource, Search
 from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
 
@@ -168,7 +168,7 @@ async def test_mode_reads_every_item_once_and_resumes_from_any_checkpoint(server
             return RestSource(
                 f"{server.url}/{path.split('?')[0]}",
                 paginator_for(contract(CASES[path])),
-                records_path="$.data",
+                Search(records_path="$.data"),
                 name=path,
             )
 
@@ -218,7 +218,10 @@ async def test_a_missing_or_mistyped_end_marker_is_a_source_contract_error(
         **marker,
     }
     source = RestSource(
-        f"{server.url}/{path}", paginator_for(contract(cfg)), records_path="$.data", name=path
+        f"{server.url}/{path}",
+        paginator_for(contract(cfg)),
+        Search(records_path="$.data"),
+        name=path,
     )
     async with http_client() as client:
         with pytest.raises(ArtemisError) as e:

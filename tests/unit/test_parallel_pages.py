@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 
 from artemis.paging import OffsetPaginator
 from artemis.sources import PageNumberPaginator, RestSource
+from artemis.sources.rest import Search
 from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
 
@@ -68,8 +69,7 @@ def offset_source(url: str, parallel: int) -> RestSource:
     return RestSource(
         f"{url}/offset",
         OffsetPaginator(limit=5, total_path="$.total"),
-        record_key="$.id",
-        parallel_pages=parallel,
+        Search(record_key="$.id", parallel_pages=parallel),
     )
 
 
@@ -77,8 +77,7 @@ def pages_source(url: str, parallel: int) -> RestSource:
     return RestSource(
         f"{url}/pages",
         PageNumberPaginator(page_size=5, next_page_path=None, total_path="$.total"),
-        record_key="$.id",
-        parallel_pages=parallel,
+        Search(record_key="$.id", parallel_pages=parallel),
     )
 
 

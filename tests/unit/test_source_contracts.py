@@ -17,7 +17,7 @@ from artemis.literature.pubmed import PubMedSource
 from artemis.paging import CursorPaginator, PageNumberPaginator
 from artemis.registry.client import ContractClient
 from artemis.registry.resolve import Contract
-from artemis.sources.rest import RestSource
+from artemis.sources.rest import RestSource, Search
 from artemis_samples.app import create_app as create_samples_app
 from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
@@ -126,7 +126,7 @@ async def test_records_not_where_the_contract_says_are_a_source_contract_error(s
     source = RestSource(
         f"{server.url}/repeat/esearch.fcgi",
         PageNumberPaginator(next_page_path=None),
-        records_path="$.esearchresult.items",
+        Search(records_path="$.esearchresult.items"),
         name="wrong-path",
     )
     with pytest.raises(ArtemisError) as e:
@@ -154,9 +154,7 @@ async def test_a_stateful_cursor_resumed_after_a_lost_answer_reopens_and_skips_n
                     short_page_ends=True,
                     total_path="$.message.total-results",
                 ),
-                params=params,
-                records_path="$.message.items",
-                record_key="$.DOI",
+                Search(params=params, records_path="$.message.items", record_key="$.DOI"),
             )
 
         seen: list[str] = []

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from artemis.sources import PageNumberPaginator, RestSource
+from artemis.sources.rest import Search, SourceHooks
 from artemis.tasks.base import UnitsCheckpoint, fetch_units
 from tests.helpers import http_client
 
@@ -20,8 +21,10 @@ def sources(base: str, page_size: int = 10) -> list[RestSource]:
         RestSource(
             f"{base}/quotes",
             PageNumberPaginator(page_size=page_size),
-            params={"symbol": s, "start": "2024-01-01", "end": "2024-02-20"},
-            records_path="$.items",
+            Search(
+                params={"symbol": s, "start": "2024-01-01", "end": "2024-02-20"},
+                records_path="$.items",
+            ),
             name=f"quotes:{s}",
         )
         for s in SYMBOLS
@@ -90,7 +93,10 @@ def test_an_operators_rate_paces_only_sources_without_a_limit_of_their_own():
 
     plain = RestSource("http://127.0.0.1/quotes", PageNumberPaginator(page_size=10))
     limited = RestSource(
-        "http://127.0.0.1/quotes", PageNumberPaginator(page_size=10), before_request=own_limit
+        "http://127.0.0.1/quotes",
+        PageNumberPaginator(page_size=10),
+        Search(),
+        SourceHooks(before_request=own_limit),
     )
     for src in (plain, limited):
         src.limit_rate(operators_rate)
