@@ -194,15 +194,18 @@ def _detail_source(
         response_format=detail_fmt,
         record_types=base_types(fields) if detail_fmt == "XML" else None,
     )
+    hooks = SourceHooks(
+        transform=transform,
+        send=_sender(cc, detail),
+        status_error=cc.status_error,
+        actions=parse_rules(detail.get("response_actions_json")),
+    )
     return DetailSource(
         search,
         details,
+        hooks,
         # Named by one of the two (contract_problems refuses a contract without).
         id_path=str(bt.get("detail_id_jsonpath") or pg.get("record_key_jsonpath")),
-        send=_sender(cc, detail),
-        status_error=cc.status_error,
-        transform=transform,
         parallel=max(1, min([parallel, *limits])),
         name=cc.code,
-        actions=parse_rules(detail.get("response_actions_json")),
     )

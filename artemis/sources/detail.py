@@ -34,8 +34,8 @@ from artemis.http import Answer, HttpClient, TransportError, body_excerpt, trans
 from artemis.paging import MISSING, contract_error, json_path_lookup, page_digest
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
-from artemis.sources.responses import Asked, ResponseRule, act_on, once
-from artemis.sources.rest import JSON_TYPE, Request, RestSource, place
+from artemis.sources.responses import Asked, act_on, once
+from artemis.sources.rest import JSON_TYPE, Request, RestSource, SourceHooks, place
 from artemis.sources.xmldoc import XmlDocument, parse_xml
 
 PLACEHOLDERS = ("{ids}", "{id}", "{ids_json}")
@@ -103,26 +103,25 @@ class DetailSource(Source):
         self,
         search: RestSource,
         details: DetailRequests,
+        hooks: SourceHooks,
         *,
         id_path: str,
-        send: Callable[[HttpClient, Request], Awaitable[Answer]],
-        status_error: Callable[[str, Answer], ArtemisError],
-        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         parallel: int = 1,
         name: str = "detail",
-        actions: list[ResponseRule] | None = None,
     ) -> None:
+        """``hooks``: the DETAIL endpoint's (its ``send`` and ``status_error`` required;
+        its response rules: an ignored answer is a batch of no records, its ids gone, and
+        the search goes on)."""
+        assert hooks.send is not None and hooks.status_error is not None
         self.search = search
         self.details = details
         self.id_path = id_path
-        self.send = send
-        self.status_error = status_error
-        self.transform = transform
+        self.send: Callable[[HttpClient, Request], Awaitable[Answer]] = hooks.send
+        self.status_error: Callable[[str, Answer], ArtemisError] = hooks.status_error
+        self.transform = hooks.transform
         self.parallel = max(1, parallel)
         self.name = name
-        # The DETAIL endpoint's response rules: an ignored answer is a batch of no
-        # records (its ids are gone), and the search goes on.
-        self.actions = actions or []
+        self.actions = hooks.actions or []
 
     def limit_rate(self, acquire: Callable[[], Awaitable[None]]) -> None:
         self.search.limit_rate(acquire)
