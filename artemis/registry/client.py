@@ -12,6 +12,7 @@ import copy
 import re
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 from artemis.config import Settings
@@ -161,6 +162,18 @@ def _scroll_paginator(
     )
 
 
+@dataclass(frozen=True)
+class Sending:
+    """How ``ContractClient.send`` sends a request beyond its method, URL and params: its
+    ``body`` encoded as ``content_type``, the ``endpoint`` whose credential and rate
+    bucket it takes, and ``query_only`` (the params always in the query string)."""
+
+    body: dict[str, Any] | None = None
+    content_type: str | None = None
+    endpoint: dict[str, Any] | None = None
+    query_only: bool = False
+
+
 class ContractClient:
     """Request plumbing shared by literature sources: base URL, headers, timeouts, the rate
     limit and credentials, all from the frozen contract."""
@@ -284,7 +297,7 @@ class ContractClient:
         """The contract's endpoint a URL is a request to (its path template after the base
         URL, a ``{placeholder}`` standing for one path segment); the contract's own when
         it is one of several that fit or none fits (a next-page URL the source handed
-        back). A caller that knows the endpoint says so (``send(endpoint=...)``)."""
+        back). A caller that knows the endpoint says so (``send(..., Sending(endpoint=...))``)."""
         bare = url.split("?", 1)[0]
         found = []
         for usage, ep in self.contract.endpoints.items():
@@ -306,11 +319,7 @@ class ContractClient:
         url: str,
         params: dict[str, Any],
         what: str,
-        *,
-        body: dict[str, Any] | None = None,
-        content_type: str | None = None,
-        endpoint: dict[str, Any] | None = None,
-        query_only: bool = False,
+        how: Sending | None = None,
     ) -> Answer:
         """One request under the rate limit with the first healthy credential for
         ``endpoint`` (default: the one ``url`` names, else the contract's own); on
@@ -325,7 +334,9 @@ class ContractClient:
         as its form body (E-utilities' efetch by POST) and any other method in the query
         string; ``query_only``: ``params`` always go in the query string, and a POST
         without a body sends none (a scroll's continue request, which an
-        Elasticsearch-style server refuses as a form)."""
+        Elasticsearch-style server refuses as a form). These four are ``how``'s."""
+        how = how or Sending()
+        endpoint = how.endpoint
         # Credentials go only to the contract's own origin (artemis/security.py): a URL elsewhere is
         # never sent, with or without them.
         check_same_origin(url, self.base, f"{self.code} {what}")
@@ -345,9 +356,7 @@ class ContractClient:
                     raise (waits if waits.retryable else e.error) from None
             gate = await self.throttle(cred, ep)
             try:
-                resp = await self._request(
-                    client, method, url, p, headers, body, content_type, query_only
-                )
+                resp = await self._request(client, method, url, p, headers, how)
             except TransportError as e:
                 raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
             await self.read_limits(gate, resp)
@@ -367,13 +376,12 @@ class ContractClient:
         url: str,
         p: dict[str, Any],
         headers: dict[str, str],
-        body: dict[str, Any] | None,
-        content_type: str | None,
-        query_only: bool,
+        how: Sending,
     ) -> Awaitable[Answer]:
         """The request ``send`` makes, not yet awaited: ``body`` encoded as
         ``content_type``, else a POST's params as its form (unless ``query_only``), else
         the params in the query string."""
+        body, content_type, query_only = how.body, how.content_type, how.query_only
         if body is not None:
             kind = content_type or JSON_TYPE
             return client.request(

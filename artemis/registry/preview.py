@@ -44,7 +44,7 @@ from artemis.quarantine.policy import RecordPolicy, Stage
 from artemis.redact import register_secret
 from artemis.registry import yaml_io
 from artemis.registry.auth import Credentials
-from artemis.registry.client import ContractClient
+from artemis.registry.client import ContractClient, Sending
 from artemis.registry.drafting import draft_model, draft_yaml
 from artemis.registry.models import DIMENSIONS, RegProvenance
 from artemis.registry.resolve import Contract, resolve_contract
@@ -169,16 +169,16 @@ class _Calls:
             url: str,
             params: dict[str, Any],
             what: str,
-            **kw: Any,
+            how: Sending | None = None,
         ) -> Answer:
             line = describe_request(url, params).replace("GET ", f"{method} ", 1)
-            if kw.get("body") is not None:
-                line += " " + json.dumps(kw["body"], sort_keys=True, default=str)
+            if how is not None and how.body is not None:
+                line += " " + json.dumps(how.body, sort_keys=True, default=str)
             call: dict[str, Any] = {"resource": self.resource, "request": line, "status": None}
             self.made.append(call)
             started = time.monotonic()
             try:
-                resp = await send(client, method, url, params, what, **kw)
+                resp = await send(client, method, url, params, what, how)
             except ArtemisError as e:
                 call["status"] = e.details.get("status")
                 call["error"] = e.code.value

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.registry.client import ContractClient, paginator_for
+from artemis.registry.client import ContractClient, Sending, paginator_for
 from artemis.registry.request_modes import contract_problems
 from artemis.registry.resolve import merge_params, param_name
 from artemis.sources.base import Source
@@ -101,16 +101,9 @@ def _sender(cc: ContractClient, endpoint: dict[str, Any] | None) -> Any:
     code = cc.code
 
     def send(client: Any, req: Request) -> Any:
+        how = Sending(req.body, req.content_type, endpoint, query_only=True)
         return cc.send(
-            client,
-            req.method,
-            req.url,
-            req.params,
-            f"{code} {req.method} {req.url}",
-            body=req.body,
-            content_type=req.content_type,
-            endpoint=endpoint,
-            query_only=True,
+            client, req.method, req.url, req.params, f"{code} {req.method} {req.url}", how
         )
 
     return send

@@ -23,7 +23,7 @@ from artemis.errors import ArtemisError, ErrorCode
 from artemis.ratelimit import RateGateRow
 from artemis.redact import REDACTED, redact_text
 from artemis.registry import auth as auth_module
-from artemis.registry.client import ContractClient, Credentials, require_credentials
+from artemis.registry.client import ContractClient, Credentials, Sending, require_credentials
 from artemis.registry.models import RegProvCredential
 from artemis.registry.yaml_io import export_yaml, import_yaml
 from tests.helpers import assert_rate_at_most, http_client
@@ -55,9 +55,8 @@ def secret_value(tag: str) -> str:
 
 async def get(cc: ContractClient, path: str = "/items", endpoint=None, **params):
     async with http_client() as http:
-        return await cc.send(
-            http, "GET", f"{cc.base}{path}", params, f"{cc.code} GET", endpoint=endpoint
-        )
+        how = Sending(endpoint=endpoint)
+        return await cc.send(http, "GET", f"{cc.base}{path}", params, f"{cc.code} GET", how)
 
 
 @pytest.fixture
