@@ -233,6 +233,19 @@ class _TokenRefused(Exception):
         self.error = error
 
 
+@dataclass(frozen=True)
+class Reach:
+    """How a source's origin is reached (its contract's ``http_cfg`` and default
+    headers): the ``base`` URL, the headers every request carries, the ``transport``
+    (proxy, TLS), the read ``timeout`` and the body limit ``max_bytes``."""
+
+    base: str | None = None
+    headers: dict[str, str] | None = None
+    transport: Transport | None = None
+    timeout: float | None = None
+    max_bytes: int | None = None
+
+
 class Credentials:
     """The contract's credentials in priority order, with per-key health: a key answered
     401/403 is benched for an hour, one answered 429 until its Retry-After (else a minute),
@@ -276,17 +289,10 @@ class Credentials:
     _locks: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]]]
     _locks = weakref.WeakKeyDictionary()
 
-    def __init__(
-        self,
-        contract: Contract,
-        settings: Settings,
-        *,
-        base: str | None = None,
-        headers: dict[str, str] | None = None,
-        transport: Transport | None = None,
-        timeout: float | None = None,
-        max_bytes: int | None = None,
-    ) -> None:
+    def __init__(self, contract: Contract, settings: Settings, reach: Reach | None = None) -> None:
+        reach = reach or Reach()
+        base, headers = reach.base, reach.headers
+        transport, timeout, max_bytes = reach.transport, reach.timeout, reach.max_bytes
         self.contract = contract
         self.code = contract.provenance.get("provenance_code")
         self.rows = [c for c in contract.credentials if _usable(c)]

@@ -39,6 +39,7 @@ from artemis.paging import (
 from artemis.ratelimit import GateClosed, RateGate, TokenBucket, gate_for
 from artemis.registry.auth import (
     Credentials,
+    Reach,
     _TokenRefused,
     require_credentials,
     transport_for,
@@ -210,15 +211,11 @@ class ContractClient:
         # (no burst) on top of the provenance's limit, by the one activity fetching the run.
         self.run_bucket = TokenBucket(qps_override, 1) if qps_override else None
         require_credentials(contract)
-        self.credentials = Credentials(
-            contract,
-            settings,
-            base=self.base,
-            headers=self.headers,
-            transport=self.transport,
-            timeout=self.timeout,
-            max_bytes=self.max_bytes,
-        )
+        self.credentials = Credentials(contract, settings, self.reach())
+
+    def reach(self) -> Reach:
+        """How this client reaches the source's origin (its credentials' requests too)."""
+        return Reach(self.base, self.headers, self.transport, self.timeout, self.max_bytes)
 
     def for_contract(self, contract: Contract) -> ContractClient:
         """This client for another contract of the same provenance (one resource's, or one

@@ -302,15 +302,7 @@ def _start(
     task.record_steps(params)
     cc = ContractClient(contract, settings)
     if secrets_from_env:
-        cc.credentials = _EnvCredentials(
-            contract,
-            settings,
-            base=cc.base,
-            headers=cc.headers,
-            transport=cc.transport,
-            timeout=cc.timeout,
-            max_bytes=cc.max_bytes,
-        )
+        cc.credentials = _EnvCredentials(contract, settings, cc.reach())
     calls = _Calls()
     calls.watch(cc)
     trace = TraceContext(new_trace_id(), new_span_id())
