@@ -211,7 +211,7 @@ class CallbackClient:
         """One callback request: the JSON body, our headers under ``idempotency_key``."""
         return await self.client.post(
             url,
-            content=json.dumps(body),
+            body=json.dumps(body),
             headers=self._headers(idempotency_key),
             timeout=self.settings.timeout_seconds,
         )

@@ -17,7 +17,7 @@ import re
 import socket
 import ssl
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -219,13 +219,29 @@ class Transport:
     ``ca_bundle``: a PEM file the certificates are checked against instead of the trust
     store. ``connect_timeout``: seconds a connection (TCP and TLS handshake) may take.
     ``compress`` false: ``Accept-Encoding: identity`` (else the encodings the client
-    decodes are offered)."""
+    decodes are offered). ``read_timeout``: seconds a read may wait (else the client's
+    ``timeout_seconds``); ``max_bytes``: the largest answer read (else the client's
+    ``max_body_bytes``)."""
 
     proxy: str | None = None
     verify: bool = True
     ca_bundle: str | None = None
     connect_timeout: float | None = None
     compress: bool = True
+    read_timeout: float | None = None
+    max_bytes: int | None = None
+
+
+class Form(dict[str, Any]):
+    """A request body sent as a urlencoded form (a list value: the name once a value),
+    with its Content-Type unless the request's headers name one."""
+
+
+def timed(transport: Transport | None, timeout: float | None) -> Transport | None:
+    """``transport`` with the read timeout ``timeout`` (None: as it is)."""
+    if timeout is None:
+        return transport
+    return replace(transport or Transport(), read_timeout=timeout)
 
 
 class HttpClient:
@@ -234,15 +250,17 @@ class HttpClient:
     aiohttp underneath: on this project's bench (loopback, 100-record JSON pages) a GET or
     POST cost 0.15-0.20 ms of CPU against httpx's 0.69-0.83 ms, and a harvest's worker is
     CPU-bound on its requests (two per page). The surface is what the callers use
-    (``get``/``post`` with ``params``, ``headers``, ``content``/``data``/``json``,
-    ``timeout``, ``max_bytes``). URLs go out percent-encoded by the WHATWG URL standard's
-    sets (``encode_url``); TLS trusts certifi's bundle (or ``SSL_CERT_FILE`` /
-    ``SSL_CERT_DIR``); proxies come from ``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY``
-    (never for a loopback destination). Redirects are never followed (a 3xx could lead
-    a request-supplied URL past ``security.allowed_hosts``) and no cookie is kept between
-    requests (a crawler's cookie belongs to the one request that names it).
+    (``get``/``post``/``request`` with ``params``, ``headers``, a ``body`` (a ``Form``)
+    or ``json``, ``timeout``, and a ``Transport`` for the rest). URLs go out
+    percent-encoded by the WHATWG URL standard's sets (``encode_url``); TLS trusts
+    certifi's bundle (or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``); proxies come from
+    ``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY`` (never for a loopback destination).
+    Redirects are never followed (a 3xx could lead a request-supplied URL past
+    ``security.allowed_hosts``) and no cookie is kept between requests (a crawler's
+    cookie belongs to the one request that names it).
 
-    Timeouts: a request's ``timeout=`` (a provenance's ``timeout_read_millis``), else
+    Timeouts: a request's read timeout (its transport's ``read_timeout``, a provenance's
+    ``timeout_read_millis``; ``timeout=`` of ``get`` and ``post``), else
     ``timeout_seconds``, is T; its transport's ``connect_timeout`` (a provenance's
     ``timeout_connect_millis``), else T, is C. A connection must be made within C (and
     had, a pooled one waited for included, within the larger of C and T) and no single
@@ -339,43 +357,30 @@ class HttpClient:
         params: Params = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
-        max_bytes: int | None = None,
         transport: Transport | None = None,
     ) -> Answer:
+        """``request("GET", …)``; ``timeout``: the read timeout (``timed``)."""
         return await self.request(
-            "GET",
-            url,
-            params=params,
-            headers=headers,
-            timeout=timeout,
-            max_bytes=max_bytes,
-            transport=transport,
+            "GET", url, params=params, headers=headers, transport=timed(transport, timeout)
         )
 
     async def post(
         self,
         url: str,
         *,
-        content: bytes | str | None = None,
-        data: Params = None,
+        body: bytes | str | Form | None = None,
         json: Any = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
-        max_bytes: int | None = None,
         transport: Transport | None = None,
     ) -> Answer:
+        """``request("POST", …)``, with ``json`` as its body when given; ``timeout``: the
+        read timeout (``timed``)."""
         if json is not None:
-            content = jsonio.dumps(json)
+            body = jsonio.dumps(json)
             headers = {"Content-Type": "application/json", **(headers or {})}
         return await self.request(
-            "POST",
-            url,
-            content=content,
-            data=data,
-            headers=headers,
-            timeout=timeout,
-            max_bytes=max_bytes,
-            transport=transport,
+            "POST", url, body=body, headers=headers, transport=timed(transport, timeout)
         )
 
     async def request(
@@ -384,14 +389,14 @@ class HttpClient:
         url: str,
         *,
         params: Params = None,
-        content: bytes | str | None = None,
-        data: Params = None,
+        body: bytes | str | Form | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        max_bytes: int | None = None,
         transport: Transport | None = None,
     ) -> Answer:
-        """One request, its answer read whole; raises only :class:`TransportError`s."""
+        """One request, its answer read whole; raises only :class:`TransportError`s.
+        ``body``: bytes or text as they are, a ``Form`` urlencoded."""
+        timeout = transport.read_timeout if transport is not None else None
+        max_bytes = transport.max_bytes if transport is not None else None
         try:
             full = with_params(url, params)
             target = encode_url(full)
@@ -400,7 +405,7 @@ class HttpClient:
         if self._guard is not None:
             self._check_named(target)
         send_headers = dict(headers or {})
-        body = _form_body(content, data, send_headers)
+        sent = _form_body(body, send_headers)
         session = self._open()
         wait = self._settings.timeout_seconds if timeout is None else timeout
         proxy = self._proxy_for(target)
@@ -422,7 +427,7 @@ class HttpClient:
                 async with session.request(
                     method,
                     target,
-                    data=body,
+                    data=sent,
                     headers=send_headers,
                     allow_redirects=False,
                     proxy=proxy,
@@ -576,14 +581,14 @@ def _header_value(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
-def _form_body(
-    content: bytes | str | None, data: Params, headers: dict[str, str]
-) -> bytes | str | None:
-    """A request's body: ``data`` as a urlencoded form (with its Content-Type unless the
-    caller named one in ``headers``), else ``content``."""
-    if not data:
-        return content
-    body = urlencode(_pairs(data))
+def _form_body(body: bytes | str | Form | None, headers: dict[str, str]) -> bytes | str | None:
+    """A request's body: a ``Form`` urlencoded (with its Content-Type unless the caller
+    named one in ``headers``; an empty one: no body), else the body as it is."""
+    if not isinstance(body, Form):
+        return body
+    if not body:
+        return None
+    body = urlencode(_pairs(body))
     if not any(k.lower() == "content-type" for k in headers):
         headers["Content-Type"] = "application/x-www-form-urlencoded"
     return body

@@ -25,7 +25,7 @@ import math
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 from urllib.parse import quote_plus
 
@@ -39,6 +39,7 @@ from artemis.dblock import LockBusy, NamedLock
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import (
     Answer,
+    Form,
     HttpClient,
     Transport,
     TransportError,
@@ -244,6 +245,13 @@ class Reach:
     transport: Transport | None = None
     timeout: float | None = None
     max_bytes: int | None = None
+
+    def carried(self) -> Transport:
+        """The transport a request to the origin goes by, its read timeout and body
+        limit included."""
+        return replace(
+            self.transport or Transport(), read_timeout=self.timeout, max_bytes=self.max_bytes
+        )
 
 
 class Credentials:
@@ -606,15 +614,13 @@ class Credentials:
             headers = {**headers, "Content-Type": content[1]}
         started, status = time.monotonic(), None
         try:
-            resp = await client.post(
-                url,
-                content=content[0] if content is not None else None,
-                data=data,
-                headers=headers,
-                timeout=self.token_timeout,
+            carried = replace(
+                self.token_transport or Transport(),
+                read_timeout=self.token_timeout,
                 max_bytes=self.token_max_bytes,
-                transport=self.token_transport,
             )
+            body = content[0] if content is not None else Form(data or {})
+            resp = await client.post(url, body=body, headers=headers, transport=carried)
             status = resp.status_code
         except TransportError as e:
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None

@@ -19,6 +19,7 @@ from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.http import (
     Answer,
+    Form,
     HttpClient,
     TransportError,
     status_error,
@@ -379,45 +380,20 @@ class ContractClient:
         ``content_type``, else a POST's params as its form (unless ``query_only``), else
         the params in the query string."""
         body, content_type, query_only = how.body, how.content_type, how.query_only
+        carried = self.reach().carried()
         if body is not None:
             kind = content_type or JSON_TYPE
             return client.request(
                 method,
                 url,
                 params=p or None,
-                content=encode_body(body, kind),
+                body=encode_body(body, kind),
                 headers={**headers, "Content-Type": kind},
-                timeout=self.timeout,
-                max_bytes=self.max_bytes,
-                transport=self.transport,
+                transport=carried,
             )
         if method == "POST" and not query_only:
-            return client.post(
-                url,
-                data=p,
-                headers=headers,
-                timeout=self.timeout,
-                max_bytes=self.max_bytes,
-                transport=self.transport,
-            )
-        if method != "GET":
-            return client.request(
-                method,
-                url,
-                params=p or None,
-                headers=headers,
-                timeout=self.timeout,
-                max_bytes=self.max_bytes,
-                transport=self.transport,
-            )
-        return client.get(
-            url,
-            params=p or None,
-            headers=headers,
-            timeout=self.timeout,
-            max_bytes=self.max_bytes,
-            transport=self.transport,
-        )
+            return client.post(url, body=Form(p), headers=headers, transport=carried)
+        return client.request(method, url, params=p or None, headers=headers, transport=carried)
 
     def _goes_again(
         self,

@@ -42,7 +42,7 @@ class HttpSink(Sink):
         try:
             if self.guarded:
                 client = client.guarded()
-            resp = await client.post(self.endpoint, content=body, headers=headers)
+            resp = await client.post(self.endpoint, body=body, headers=headers)
         except TransportError as e:
             raise transport_error(ErrorCode.SINK_ERROR, what, e) from None
         if resp.status_code >= 300:

@@ -23,6 +23,7 @@ from artemis.http import (
     HttpClient,
     TransportError,
     body_excerpt,
+    timed,
     transport_error,
 )
 from artemis.http import status_error as status_error_default
@@ -423,9 +424,9 @@ class RestSource(Source):
             req.url,
             # An empty mapping would wipe the query of a next-page URL: send None.
             params=req.params or None,
-            content=content,
+            body=content,
             headers=headers,
-            timeout=self.timeout,
+            transport=timed(None, self.timeout),
         )
 
     async def _get(self, client: HttpClient, req: Request) -> tuple[Any, Headers]:

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from artemis.errors import ErrorCode
 from artemis.http import (
     ConnectError,
+    Form,
     Headers,
     InvalidURL,
     ProtocolError,
@@ -115,7 +116,7 @@ async def test_get_sends_params_and_headers(server):
 
 async def test_form_post_and_json_post(server):
     async with http_client() as http:
-        resp = await http.post(f"{server}/form", data={"id": [1, 2], "db": "pubmed"})
+        resp = await http.post(f"{server}/form", body=Form({"id": [1, 2], "db": "pubmed"}))
         assert resp.json() == {
             "type": "application/x-www-form-urlencoded",
             "body": "id=1&id=2&db=pubmed",
