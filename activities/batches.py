@@ -12,7 +12,7 @@ from temporalio import activity
 
 from activities.run_base import (
     Heartbeat,
-    RunActivityBase,
+    RunStep,
     all_or_first_error,
     heartbeating,
     log,
@@ -34,7 +34,7 @@ from artemis.tasks.registry import get_task
 from artemis.tracing import current_trace
 
 
-class BatchActivities(RunActivityBase):
+class BatchActivities(RunStep):
     @activity.defn(name="process_batch")
     async def process_batch(self, inp: BatchInput) -> Ledger:
         async with heartbeating():

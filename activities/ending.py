@@ -12,7 +12,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.run_base import (
-    RunActivityBase,
+    RunStep,
     log,
     run_key,
     run_sinks,
@@ -44,7 +44,7 @@ from artemis.tracing import TraceContext, current_trace
 SMALL_DROP_PAGES = 8
 
 
-class EndingActivities(RunActivityBase):
+class EndingActivities(RunStep):
     @activity.defn(name="note_outage")
     async def note_outage(self, inp: OutageNote) -> None:
         """A run started waiting on a dependency (each attempt), or it recovered: the
@@ -236,7 +236,7 @@ class EndingActivities(RunActivityBase):
                 {"status": inp.status, "stats": inp.stats, "error": inp.error, "steps": inp.steps},
             )
         # (the store is built on first use, in a thread: a Redis client's import is slow)
-        status = await statement(self._task_store, write)
+        status = await statement(self.services.built_task_store, write)
         if inp.status == RunStatus.RUNNING:
             RUNS_STARTED.labels(inp.run.task_code).inc()
         elif is_terminal(inp.status):

@@ -28,7 +28,7 @@ from temporalio import activity
 
 from activities.run_base import (
     Heartbeat,
-    RunActivityBase,
+    RunStep,
     beating_meanwhile,
     log,
     require_every_page,
@@ -52,7 +52,7 @@ from artemis.tasks.registry import get_task
 from artemis.tracing import TraceContext, current_trace
 
 
-class FetchActivities(RunActivityBase):
+class FetchActivities(RunStep):
     @activity.defn(name="fetch_pages")
     async def fetch_pages(self, inp: FetchInput) -> FetchResult:
         beat = Heartbeat(self.settings.worker.heartbeat_throttle_s, FetchState.to_json)

@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.run_base import RunActivityBase, log
+from activities.run_base import RunStep, log
 from artemis.calls import hook, hooks, work
 from artemis.run_models import (
     ChildSliceInput,
@@ -22,7 +22,7 @@ from artemis.tasks.registry import get_task
 from artemis.tracing import current_trace
 
 
-class PrepareActivities(RunActivityBase):
+class PrepareActivities(RunStep):
     @activity.defn(name="prepare_params")
     async def prepare_params(self, inp: PrepareInput) -> PrepareResult:
         trace = current_trace()

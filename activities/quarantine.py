@@ -12,7 +12,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.run_base import RunActivityBase, heartbeating, log, secrets_key
+from activities.run_base import RunStep, heartbeating, log, secrets_key
 from artemis.calls import work
 from artemis.db import get_engine
 from artemis.errors import ArtemisError, ErrorCode
@@ -28,7 +28,7 @@ from artemis.tasks.registry import get_task
 from artemis.tracing import TraceContext, new_span_id, new_trace_id
 
 
-class QuarantineActivities(RunActivityBase):
+class QuarantineActivities(RunStep):
     @activity.defn(name="replay_quarantined")
     async def replay_quarantined(self, inp: ReplayBatchInput) -> ReplayResult:
         try:

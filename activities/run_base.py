@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from sqlalchemy import Engine
 from temporalio import activity
 
 from artemis.callback import CallbackClient, CallbackTarget, CallingRun, resolve_base_url
@@ -25,7 +26,7 @@ from artemis.config import Settings
 from artemis.db import get_engine, run_transaction
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.events import EventLog, EventWriter
-from artemis.http import make_client
+from artemis.http import HttpClient, make_client
 from artemis.logsetup import get_logger
 from artemis.metrics import RECORDS_QUARANTINED, SCHEMA_DRIFT
 from artemis.quarantine.judging import example_text
@@ -256,8 +257,8 @@ class RunData:
             self.retained.drop(key, conn)
 
 
-class RunActivityBase:
-    """The clients every run activity uses (one set per worker)."""
+class RunServices:
+    """The clients every run activity uses (one set per worker, shared by the steps)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -279,6 +280,11 @@ class RunActivityBase:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    @property
+    def built_task_store(self) -> TaskStorage | None:
+        """The task store once built (None before its first use)."""
+        return self._task_store
 
     @property
     def task_store(self) -> TaskStorage:
@@ -406,3 +412,79 @@ class RunActivityBase:
             return None
         url = resolve_base_url(target, cfg, self.settings.callback_hosts())
         return cfg.default_token if same_origin(url, cfg.base_url) else None
+
+
+class RunStep:
+    """One step's activities (``activities/prepare.py``, ``fetch.py``, …): given the
+    worker's one set of ``RunServices``, which it reads under these names."""
+
+    def __init__(self, services: RunServices) -> None:
+        self.services = services
+
+    @property
+    def settings(self) -> Settings:
+        return self.services.settings
+
+    @property
+    def client(self) -> HttpClient:
+        return self.services.client
+
+    @property
+    def data(self) -> RunData:
+        return self.services.data
+
+    @property
+    def staging(self) -> Staging:
+        return self.services.staging
+
+    @property
+    def secrets(self) -> RunSecrets:
+        return self.services.secrets
+
+    @property
+    def retained(self) -> Retained:
+        return self.services.retained
+
+    @property
+    def db(self) -> Engine:
+        return self.services.db
+
+    @property
+    def task_store(self) -> TaskStorage:
+        return self.services.task_store
+
+    @property
+    def build_id(self) -> str | None:
+        return self.services.build_id
+
+    @property
+    def on_rate_key(self) -> Callable[[str], Awaitable[None]] | None:
+        return self.services.on_rate_key
+
+    async def record(
+        self,
+        run: RunRef,
+        kind: str,
+        data: dict[str, Any],
+        step: str | None = None,
+        soon: bool = False,
+    ) -> None:
+        await self.services.record(run, kind, data, step, soon)
+
+    async def report_judged(self, run: RunRef, seq: int, outcome: Outcome) -> None:
+        await self.services.report_judged(run, seq, outcome)
+
+    async def task_context(
+        self,
+        task: TaskUnit,
+        run: RunRef,
+        params: dict[str, Any],
+        trace: TraceContext,
+        output: dict[str, Any] | None = None,
+    ) -> TaskContext:
+        return await self.services.task_context(task, run, params, trace, output)
+
+    async def cronjob_client(
+        self, run: RunRef, target: dict[str, Any] | None, trace: TraceContext
+    ) -> CallbackClient | None:
+        return await self.services.cronjob_client(run, target, trace)

@@ -116,10 +116,11 @@ class ProvenanceWorkers:
             worker = Worker(
                 self.client,
                 task_queue=queue,
-                activities=[self.activities.fetch_pages],
+                activities=[self.activities.fetch.fetch_pages],
                 interceptors=[
                     RunActivityBoundary(
-                        self.activities.record, exporting(self.activities.settings.telemetry)
+                        self.activities.services.record,
+                        exporting(self.activities.services.settings.telemetry),
                     )
                 ],
                 max_concurrent_activities=int(rate.get("max_concurrency") or 1),
@@ -327,7 +328,7 @@ def build_worker(
     crawl: CrawlActivities | None = None,
     build: Build | None = None,
 ) -> Worker:
-    crawl = crawl or CrawlActivities(settings, activities.client)
+    crawl = crawl or CrawlActivities(settings, activities.services.client)
     queue = task_queue or settings.temporal.task_queue
     return Worker(
         client,
@@ -340,7 +341,9 @@ def build_worker(
             *ScheduleActivities(settings, client).all(),
             *LockActivities(client).all(),
         ],
-        interceptors=[RunActivityBoundary(activities.record, exporting(settings.telemetry))],
+        interceptors=[
+            RunActivityBoundary(activities.services.record, exporting(settings.telemetry))
+        ],
         # (worker.sandboxed_workflows: what the sandbox guards and why it is off)
         workflow_runner=SandboxedWorkflowRunner()
         if settings.worker.sandboxed_workflows
@@ -401,11 +404,11 @@ async def running_worker(
     queue = task_queue or settings.temporal.task_queue
     build = build or settings_build(settings, queue)
     activities = TaskRunActivities(settings)
-    activities.build_id = build.build_id
+    activities.services.build_id = build.build_id
     worker = build_worker(client, settings, activities, queue, build=build)
     provenances = ProvenanceWorkers(client, settings, activities, queue, build)
     # A run prepared here polls its provenance's queue at once (a registry just imported).
-    activities.on_rate_key = provenances.ensure
+    activities.services.on_rate_key = provenances.ensure
     await check_search_attributes(client)
     try:
         async with worker:

@@ -194,14 +194,14 @@ async def test_a_small_run_s_data_is_dropped_on_the_loop(base_settings) -> None:
     event loop on SQLite (two deletes: less than the hop to a thread); one that staged
     many, or an input that does not tell, in a thread."""
     activities = TaskRunActivities(base_settings)
-    staging = activities.staging
+    staging = activities.services.staging
     small = statements_on_loop(staging.engine)
     for pages, on_loop_thread in ((1, small), (500, False), (None, False)):
         run = RunRef("pull_stock_quotes", new_task_id(), "w", trace_id="0" * 32)
         key = run_key(run)
         await work(staging.put_pages, key, "raw", [(0, [{"n": 1}])], "d0")
         with _statement_threads(staging.engine, "DELETE FROM staged_page") as seen:
-            await activities.cleanup_run(CleanupRunInput(run=run, pages=pages))
+            await activities.ending.cleanup_run(CleanupRunInput(run=run, pages=pages))
         assert seen and all((t == threading.get_ident()) is on_loop_thread for t in seen)
         assert staging.get_pages(key, "raw", 0, 0) == []
 
