@@ -47,6 +47,7 @@ from starter.api.schemas import (
     TaskView,
     documented,
 )
+from starter.retries import RunRetries
 from starter.run_reads import provenance_of
 from starter.service import RunService, StartRequest, ui_url
 
@@ -285,7 +286,7 @@ async def retry_task(
     would have had, its stats go on, and the CronJob gets one finalize for the finished
     run."""
     state = request.scope["state"]
-    answer = await service.retry(task_id, state["trace"], state["request_id"])
+    answer = await RunRetries(service).retry(task_id, state["trace"], state["request_id"])
     return envelope(request, answer, status=202)
 
 
