@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from artemis.config import CallbackSettings, SecuritySettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import Answer, AnswerTooLarge, HttpClient, TransportError, body_excerpt
+from artemis.http import Answer, HttpClient, body_excerpt
 from artemis.logsetup import get_logger
 from artemis.metrics import CALLBACKS
 from artemis.redact import scoped
@@ -23,6 +23,7 @@ from artemis.run_models import FinalizeOutcome
 from artemis.run_state import CallbackResult, verdict_of
 from artemis.security import check_request_host, is_bare_host
 from artemis.tracing import TraceContext
+from artemis.transport_errors import AnswerTooLarge, TransportError
 
 log = get_logger(__name__)
 

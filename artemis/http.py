@@ -1,9 +1,10 @@
 """The workers' one HTTP client, and the types its callers see.
 
 aiohttp does the work underneath; nothing of it leaves this module. Callers get an
-:class:`Answer` (with :class:`Headers`) or one of the :class:`TransportError` family, into
-which every aiohttp, OS and TLS failure is mapped here, once (``_mapped``). The last part
-turns both into error codes (``transport_error``, ``status_error``).
+:class:`Answer` (with :class:`Headers`) or one of the :class:`TransportError` family
+(``artemis/transport_errors.py``, with the error code each becomes), into which every
+aiohttp, OS and TLS failure is mapped here, once (``_mapped``); an answer that is an error
+becomes one here (``status_error``). URLs: ``artemis/urls.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import urlencode
 from urllib.request import getproxies, proxy_bypass_environment  # type: ignore[attr-defined]
 
 import aiohttp
@@ -35,8 +36,20 @@ from artemis.netguard import AddressRefused, AllowList, Resolver, Unresolvable, 
 from artemis.outage import is_transient_status, status_reason
 from artemis.redact import redact_text
 from artemis.registry.http_rules import file_kind, is_loopback_host
-
-Params = Mapping[str, Any] | None
+from artemis.transport_errors import (
+    AddressNotAllowed,
+    AnswerTooLarge,
+    CABundleError,
+    CertificateRejected,
+    ConnectError,
+    ConnectTimeout,
+    InvalidURL,
+    ProtocolError,
+    ProxyRefused,
+    ReadTimeout,
+    TransportError,
+)
+from artemis.urls import Params, encode_url, query_pairs, with_params
 
 
 class Headers(Mapping[str, str]):
@@ -112,101 +125,6 @@ class Answer:
         except ValueError:
             # What orjson refuses and the stdlib reads (a BOM, UTF-16, NaN, huge integers).
             return json.loads(self.content)  # bytes: the stdlib detects BOM and UTF-16/32
-
-
-class TransportError(Exception):
-    """No usable answer: the request could not be sent or its answer not read whole.
-
-    Retrying may help, except where no wait can (``transport_error`` says which). The
-    message never carries the URL's
-    query (an API key may be a parameter); ``reason`` is a few words for an operator, the
-    ones an outage shows ("connection refused", "read timed out", ...)."""
-
-    reason = "network error"
-
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
-        super().__init__(message)
-        if reason is not None:
-            self.reason = reason
-
-
-class ConnectError(TransportError):
-    """No connection: refused, a name that does not resolve, a failed TLS handshake."""
-
-    reason = "cannot connect"
-
-
-class CertificateRejected(ConnectError):
-    """The server's TLS certificate failed verification: no waiting makes a certificate
-    trusted, renews it or changes the name it is for, so no retry helps. ``check`` names
-    the check that failed: ``untrusted`` (no CA of the trust store, or of the CA bundle,
-    signed it), ``expired``, ``hostname`` (a certificate for another name or address) or
-    ``other``."""
-
-    reason = "TLS certificate rejected"
-
-    def __init__(self, message: str, *, check: str, reason: str) -> None:
-        super().__init__(message, reason=reason)
-        self.check = check
-
-
-class ProxyRefused(ConnectError):
-    """The proxy answered the tunnel request (CONNECT) with a status no retry changes
-    (407 Proxy Authentication Required, 403, ...)."""
-
-    reason = "proxy refused"
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message, reason=f"proxy refused ({status_reason(status)})")
-        self.status = status
-
-
-class CABundleError(ConnectError):
-    """A CA bundle (``Transport.ca_bundle``) that cannot verify anything: missing,
-    unreadable, not a regular file, or holding no certificate. A configuration error."""
-
-    reason = "CA bundle unreadable"
-
-
-class TransportTimeout(TransportError):
-    reason = "timed out"
-
-
-class ConnectTimeout(TransportTimeout):
-    reason = "connect timed out"
-
-
-class ReadTimeout(TransportTimeout):
-    """No answer, or not all of it, in time (an answer that trickles in included)."""
-
-    reason = "read timed out"
-
-
-class ProtocolError(TransportError):
-    """The server broke HTTP: closed the connection mid-answer, or answered garbage."""
-
-    reason = "connection closed mid-answer"
-
-
-class AddressNotAllowed(TransportError):
-    """A request-supplied URL whose host, or every address it resolves to, the allow-list
-    does not admit (``artemis.netguard``): never sent, never retried."""
-
-
-class InvalidURL(TransportError):
-    """A URL no request can be sent to (not http(s), a broken host or port)."""
-
-    reason = "invalid URL"
-
-
-class AnswerTooLarge(TransportError):
-    """An answer larger than the reader's bound (after decompression): no retry helps."""
-
-    reason = "answer too large"
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"answer larger than {limit} bytes (http_client.max_body_bytes)")
-        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -588,7 +506,7 @@ def _form_body(body: bytes | str | Form | None, headers: dict[str, str]) -> byte
         return body
     if not body:
         return None
-    body = urlencode(_pairs(body))
+    body = urlencode(query_pairs(body))
     if not any(k.lower() == "content-type" for k in headers):
         headers["Content-Type"] = "application/x-www-form-urlencoded"
     return body
@@ -660,112 +578,6 @@ async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
 # The WHATWG URL standard's percent-encode sets (what browsers and httpx send): a byte
 # outside them is encoded, an escape already there ("%2F") is kept as it is — a signed or
 # next-page URL goes out byte for byte.
-_QUERY_SAFE = "".join(chr(i) for i in range(0x21, 0x7F) if chr(i) not in '"#<>')
-_PATH_SAFE = "".join(c for c in _QUERY_SAFE if c not in "?`{}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def encode_url(url: str) -> yarl.URL:
-    """``url`` as it goes on the wire: host IDNA-encoded and lower-cased, a default port
-    dropped, dot segments removed from the path, path and query percent-encoded by the
-    WHATWG sets, the fragment dropped. ValueError: not an http(s) URL one can send to."""
-    if _CONTROL.search(url):
-        # urlsplit would drop a tab or a CR LF silently; such a URL is a mistake or an
-        # attempt at a header of one's own, and is refused.
-        raise ValueError("a control character in the URL")
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"not an http(s) URL: {url.split('?', 1)[0]!r}")
-    path = quote(_without_dot_segments(parts.path) or "/", safe=_PATH_SAFE)
-    query = quote(parts.query, safe=_QUERY_SAFE)
-    # encoded=True: yarl would otherwise re-quote the query ("%2F" sent as "/").
-    return yarl.URL(
-        f"{_origin(scheme, parts.netloc)}{path}{'?' if query else ''}{query}", encoded=True
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _origin(scheme: str, netloc: str) -> str:
-    # yarl checks the port and encodes the host (IDNA) and user info.
-    return str(yarl.URL.build(scheme=scheme, authority=netloc))
-
-
-def _without_dot_segments(path: str) -> str:
-    """``/a/./b/../c`` as ``/a/c`` (RFC 3986 §5.2.4; a trailing ``..`` leaves no slash)."""
-    if "." not in path:
-        return path
-    segments = path.split("/")
-    if "." not in segments and ".." not in segments:
-        return path
-    out: list[str] = []
-    for segment in segments:
-        if segment == "..":
-            if out and out != [""]:
-                out.pop()
-        elif segment != ".":
-            out.append(segment)
-    return "/".join(out)
-
-
-def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A mapping as query pairs: a list value repeats its key, True/False are
-    ``true``/``false``, None is empty."""
-    out: list[tuple[str, str]] = []
-    for k, v in params.items():
-        for item in v if isinstance(v, list | tuple) else (v,):
-            if item is True:
-                out.append((k, "true"))
-            elif item is False:
-                out.append((k, "false"))
-            else:
-                out.append((k, "" if item is None else str(item)))
-    return out
-
-
-def with_params(url: str, params: Params) -> str:
-    """``url`` with ``params`` merged into its query: a key given in ``params`` replaces
-    the URL's own values of that key, the URL's other parameters stay (httpx 0.28's client
-    dropped them all — a next-page URL lost its page to a credential parameter); no params
-    keeps the URL as is."""
-    if not params:
-        return url
-    pairs = _pairs(params)
-    parts = urlsplit(url)
-    if parts.query:
-        given = {k for k, _ in pairs}
-        kept = parse_qsl(parts.query, keep_blank_values=True)
-        if any(k in given for k, _ in kept):
-            query = urlencode([(k, v) for k, v in kept if k not in given] + pairs)
-        else:
-            query = parts.query + "&" + urlencode(pairs)
-    else:
-        query = urlencode(pairs)
-    return parts._replace(query=query).geturl()
-
-
-def header_links(value: str) -> dict[str, dict[str, str]]:
-    """The links of a ``Link`` header (RFC 8288) by ``rel`` (a link without one: by its
-    URL), each a dict of its ``url``, as given, and its parameters; ``{}`` when the value
-    holds none."""
-    links: dict[str, dict[str, str]] = {}
-    value = value.strip(" '\"")
-    if not value:
-        return links
-    for item in re.split(", *<", value):
-        url, _, params = item.partition(";")
-        link = {"url": url.strip("<> '\"")}
-        for param in params.split(";") if params else ():
-            key, eq, val = param.partition("=")
-            if not eq or "=" in val:
-                break
-            link[key.strip(" '\"")] = val.strip(" '\"")
-        links[link.get("rel") or link["url"]] = link
-    return links
-
-
-# --- transport failures -----------------------------------------------------------------
-
 _QUERY = re.compile(r"\?[^\s'\"]*")
 
 
@@ -830,78 +642,6 @@ def _rejected(cert_error: BaseException, text: str) -> CertificateRejected:
 
 
 # What an operator can do about each failed check.
-_CERT_ADVICE = {
-    "untrusted": "trust its CA (a registry source: http_cfg.tls_ca_bundle_path; the worker: "
-    "SSL_CERT_FILE)",
-    "expired": "the server's certificate must be renewed",
-    "hostname": "the certificate is for another name: use a URL with a name it is for",
-    "other": "the certificate cannot be verified",
-}
-
-
-# --- onto error codes -------------------------------------------------------------------
-
-
-def transport_error(code: ErrorCode, what: str, exc: TransportError) -> ArtemisError:
-    """A transport failure as an error naming what was being done: retryable (what an
-    outage wait may heal: refused, reset, timed out, a name not resolved, a proxy down),
-    or final (docs/errors.md): an answer past its size bound (a source's:
-    SOURCE_CONTRACT), an address not allowed, a certificate failing verification, a
-    CA bundle, a proxy refusing the tunnel, an invalid URL."""
-    if isinstance(exc, AnswerTooLarge):
-        return ArtemisError(
-            ErrorCode.SOURCE_CONTRACT if code is ErrorCode.SOURCE_ERROR else code,
-            f"{what}: {exc}",
-            retryable=False,
-            details={"reason": exc.reason, "limit": exc.limit},
-        )
-    if isinstance(exc, AddressNotAllowed):
-        # The request's URL leads where it may not: no retry can change that.
-        return ArtemisError(
-            ErrorCode.INVALID_INPUT,
-            f"{what}: {exc}",
-            retryable=False,
-            details={"reason": exc.reason},
-        )
-    final = _final_transport_error(code, what, exc)
-    if final is not None:
-        return final
-    if isinstance(exc, TransportTimeout):
-        message = f"{what}: timed out ({type(exc).__name__})"
-    else:
-        message = f"{what}: {type(exc).__name__}: {exc}"
-    return ArtemisError(code, message, retryable=True, details={"reason": exc.reason})
-
-
-def _final_transport_error(code: ErrorCode, what: str, exc: TransportError) -> ArtemisError | None:
-    """The transport failures no wait heals, each failing at once naming its cause: a
-    certificate that fails verification (TLS_VERIFY_FAILED naming the check), a CA bundle
-    that cannot verify anything (CONFIG_ERROR), a proxy refusing the tunnel, a URL no
-    request can go to. None: ``exc`` may pass on retry."""
-    if isinstance(exc, CertificateRejected):
-        return ArtemisError(
-            ErrorCode.TLS_VERIFY_FAILED,
-            f"{what}: {exc.reason}: {_CERT_ADVICE[exc.check]} ({exc})",
-            retryable=False,
-            details={"reason": exc.reason, "check": exc.check},
-        )
-    if isinstance(exc, CABundleError):
-        return ArtemisError(
-            ErrorCode.CONFIG_ERROR,
-            f"{what}: {exc}",
-            retryable=False,
-            details={"reason": exc.reason},
-        )
-    if isinstance(exc, ProxyRefused | InvalidURL):
-        return ArtemisError(
-            code,
-            f"{what}: {type(exc).__name__}: {exc}",
-            retryable=False,
-            details={"reason": exc.reason},
-        )
-    return None
-
-
 # An answer's body in an error text or a log line: a short, redacted excerpt.
 EXCERPT_CHARS = 160
 # Redaction reads this far past the excerpt, so that a secret which starts inside the

@@ -41,8 +41,9 @@ import jsonpath
 import orjson
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import Headers, header_links
+from artemis.http import Headers
 from artemis.redact import redact_text
+from artemis.urls import header_links
 
 
 class _Missing:

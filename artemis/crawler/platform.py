@@ -20,16 +20,10 @@ from urllib.parse import quote
 
 from artemis.config import PlatformSettings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import (
-    AnswerTooLarge,
-    HttpClient,
-    TransportError,
-    TransportTimeout,
-    body_excerpt,
-    retry_after_seconds,
-)
+from artemis.http import HttpClient, body_excerpt, retry_after_seconds
 from artemis.paging import as_count, contract_error, json_path_lookup
 from artemis.security import is_safe_id
+from artemis.transport_errors import AnswerTooLarge, TransportError, TransportTimeout
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,10 @@ from artemis.http import (
     Form,
     HttpClient,
     Transport,
-    TransportError,
     body_excerpt,
     ca_bundle_problem,
     retry_after_seconds,
     status_error,
-    transport_error,
-    with_params,
 )
 from artemis.logsetup import get_logger
 from artemis.paging import json_path_get
@@ -73,6 +70,8 @@ from artemis.registry.secret_env import check_secret_env, placement
 from artemis.registry.token_state import Issued, Stored, TokenState
 from artemis.security import origin, same_origin
 from artemis.sources.rest import JSON_TYPE, encode_body
+from artemis.transport_errors import TransportError, transport_error
+from artemis.urls import with_params
 
 log = get_logger(__name__)
 

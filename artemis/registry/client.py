@@ -17,14 +17,7 @@ from typing import Any
 
 from artemis.config import Settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import (
-    Answer,
-    Form,
-    HttpClient,
-    TransportError,
-    status_error,
-    transport_error,
-)
+from artemis.http import Answer, Form, HttpClient, status_error
 from artemis.logsetup import get_logger
 from artemis.paging import (
     CursorPaginator,
@@ -51,6 +44,7 @@ from artemis.registry.models import PAGINATION_MODES
 from artemis.registry.resolve import Contract, base_url, merge_params, param_name
 from artemis.security import check_same_origin
 from artemis.sources.rest import JSON_TYPE, encode_body
+from artemis.transport_errors import TransportError, transport_error
 
 log = get_logger(__name__)
 

@@ -6,9 +6,10 @@ from typing import Any
 
 from artemis import jsonio
 from artemis.errors import ErrorCode
-from artemis.http import HttpClient, TransportError, status_error, transport_error
+from artemis.http import HttpClient, status_error
 from artemis.logsetup import get_logger
 from artemis.sinks.base import EmitContext, Sink, shown_url
+from artemis.transport_errors import TransportError, transport_error
 
 log = get_logger(__name__)
 

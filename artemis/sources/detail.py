@@ -30,13 +30,14 @@ from urllib.parse import quote
 
 from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import Answer, HttpClient, TransportError, body_excerpt, transport_error
+from artemis.http import Answer, HttpClient, body_excerpt
 from artemis.paging import MISSING, contract_error, json_path_lookup, page_digest
 from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
 from artemis.sources.responses import Asked, act_on, once
 from artemis.sources.rest import JSON_TYPE, Request, RestSource, SourceHooks, place
 from artemis.sources.xmldoc import XmlDocument, parse_xml
+from artemis.transport_errors import TransportError, transport_error
 
 PLACEHOLDERS = ("{ids}", "{id}", "{ids_json}")
 

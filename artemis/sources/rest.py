@@ -17,15 +17,7 @@ from urllib.parse import urlencode
 
 from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import (
-    Answer,
-    Headers,
-    HttpClient,
-    TransportError,
-    body_excerpt,
-    timed,
-    transport_error,
-)
+from artemis.http import Answer, Headers, HttpClient, body_excerpt, timed
 from artemis.http import status_error as status_error_default
 from artemis.logsetup import get_logger
 from artemis.paging import (
@@ -40,6 +32,7 @@ from artemis.security import check_same_origin
 from artemis.sources.base import Page, PageInfo, Source
 from artemis.sources.responses import Asked, ResponseRule, act_on, once
 from artemis.sources.xmldoc import XmlDocument, parse_xml
+from artemis.transport_errors import TransportError, transport_error
 
 log = get_logger(__name__)
 

@@ -17,20 +17,12 @@ import pytest
 
 from artemis.config import load_settings
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import (
-    Answer,
-    AnswerTooLarge,
-    Headers,
-    TransportError,
-    _ca_bundle_context,
-    _mapped,
-    status_error,
-    transport_error,
-)
+from artemis.http import Answer, Headers, _ca_bundle_context, _mapped, status_error
 from artemis.netguard import AddressRefused
 from artemis.outage import TRANSIENT_4XX, is_transient_status, outage_of
 from artemis.registry.auth import Credentials, _check_token_status, _TokenRefused
 from artemis.registry.resolve import Contract
+from artemis.transport_errors import AnswerTooLarge, TransportError, transport_error
 from workflows.retry_policies import NON_RETRYABLE
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"

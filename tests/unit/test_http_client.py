@@ -15,20 +15,16 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from artemis.errors import ErrorCode
-from artemis.http import (
+from artemis.http import Form, Headers, retry_after_seconds
+from artemis.transport_errors import (
     ConnectError,
-    Form,
-    Headers,
     InvalidURL,
     ProtocolError,
     ReadTimeout,
     TransportTimeout,
-    encode_url,
-    header_links,
-    retry_after_seconds,
     transport_error,
-    with_params,
 )
+from artemis.urls import encode_url, header_links, with_params
 from artemis_samples.server import ThreadedServer
 from tests.helpers import http_client
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from artemis.errors import ArtemisError, ErrorCode
-from artemis.http import Answer, ConnectError, Headers, ReadTimeout, status_error, transport_error
+from artemis.http import Answer, Headers, status_error
 from artemis.metrics import WAITING, exposition
 from artemis.outage import next_delay, outage_of, waiting_line
+from artemis.transport_errors import ConnectError, ReadTimeout, transport_error
 
 
 def _answer(status: int) -> Answer:

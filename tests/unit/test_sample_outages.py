@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from artemis.http import ReadTimeout
+from artemis.transport_errors import ReadTimeout
 from artemis_samples.app import create_app
 from artemis_samples.server import ThreadedServer
 from tests.helpers import eventually, http_client

@@ -22,15 +22,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from artemis.errors import ErrorCode
-from artemis.http import (
+from artemis.http import Transport, ca_bundle_problem
+from artemis.outage import outage_of
+from artemis.transport_errors import (
     CABundleError,
     CertificateRejected,
     ConnectError,
-    Transport,
-    ca_bundle_problem,
     transport_error,
 )
-from artemis.outage import outage_of
 from tests.helpers import http_client
 from tests.registry.net import Server, json_ok
 
