@@ -31,7 +31,7 @@ MEMO_KEY = "artemis_schedule"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_AT = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?$")
+_TIME_OF_DAY = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?$")
 
 
 def duration_s(value: Any, what: str) -> float:
@@ -107,7 +107,7 @@ class ScheduleDef(BaseModel):
     @field_validator("at")
     @classmethod
     def _at(cls, value: str | None) -> str | None:
-        if value is not None and _AT.match(value) is None:
+        if value is not None and _TIME_OF_DAY.match(value) is None:
             raise ValueError(f"at: a time of day as HH:MM or HH:MM:SS, not {value!r}")
         return value
 
@@ -141,7 +141,7 @@ class ScheduleDef(BaseModel):
 
     def at_parts(self) -> tuple[int, int, int]:
         """``at`` as hour, minute, second."""
-        m = _AT.match(self.at or "")
+        m = _TIME_OF_DAY.match(self.at or "")
         assert m is not None
         return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 

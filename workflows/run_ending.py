@@ -116,10 +116,10 @@ class Ending:
     async def _retain(self, status: RunStatus, error_code: str, error_message: str) -> None:
         """Keep what POST /tasks/{id}/retry needs: the carry with the pages staged but not
         delivered (``[lowest undelivered, next fetched)``, minus those delivered above)."""
-        live = self.run.state
+        state = self.run.state
         undelivered = (
-            [[self.run.state.delivered_below, live.next_seq - 1]]
-            if live.next_seq > self.run.state.delivered_below
+            [[self.run.state.delivered_below, state.next_seq - 1]]
+            if state.next_seq > self.run.state.delivered_below
             else []
         )
         carry = self.run.state.next_generation(undelivered=undelivered)
@@ -137,7 +137,7 @@ class Ending:
             retry_policy=retry_policies.HOUSEKEEPING,
             summary=f"Keep the run's state for a retry ({status}, {error_code})",
         )
-        self.run.log("run_retained", undelivered=undelivered, next_seq=live.next_seq)
+        self.run.log("run_retained", undelivered=undelivered, next_seq=state.next_seq)
 
     async def mirror(self, status: RunStatus, ended_ms: int | None = None) -> None:
         """Record the run's state in task storage: its status, the snapshot of its stats

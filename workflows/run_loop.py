@@ -102,9 +102,9 @@ class BatchLoop:
     async def _deliver_kept(self, line: EmitLine) -> None:
         """A run finished by POST /tasks/{id}/retry first delivers what its failed
         attempt had staged and not delivered (skipping the pages it had)."""
-        live = self.run.state
-        done_to = live.processed_through
-        for first, last in live.undelivered:
+        state = self.run.state
+        done_to = state.processed_through
+        for first, last in state.undelivered:
             # what was processed then is processed again, not counted again
             for lo, hi, again in (
                 (first, min(last, done_to), True),
@@ -112,15 +112,15 @@ class BatchLoop:
             ):
                 if lo <= hi:
                     await line.drain(max(line.ahead - 2, 0))
-                    line.hand_over(lo, hi, beside_fetch=not live.fetch_done, again=again)
-        live.undelivered = []
+                    line.hand_over(lo, hi, beside_fetch=not state.fetch_done, again=again)
+        state.undelivered = []
 
     async def _fetch_all(self, line: EmitLine) -> bool:
         """Fetch batch after batch to the source's end, each handed to the emit line;
         False when the window was split into child runs instead."""
-        live = self.run.state
+        state = self.run.state
         batches_here = 0
-        while not live.fetch_done:
+        while not state.fetch_done:
             await self._wait_while_paused()
             await line.drain(line.ahead - 1)
             await line.pop_done()  # (a batch that failed fails the run here)
@@ -128,16 +128,16 @@ class BatchLoop:
             stream = self.run.req.tuning.emit_while_fetching and not line.pending
             self.run.enter("step_fetch")
             if stream:
-                live.working("step_process")
-                live.working("step_emit")
+                state.working("step_process")
+                state.working("step_emit")
             try:
                 fetched = await self._fetched(self._start_fetch(stream))
             except ActivityError as e:
-                if live.paused and was_cancelled(e):
+                if state.paused and was_cancelled(e):
                     # Paused before it staged a page it could report: fetch afresh.
-                    live.resume_fetch = True
+                    state.resume_fetch = True
                     continue
-                if code_of(e) == ErrorCode.RESULT_CAP_EXCEEDED and not live.stats["pages"]:
+                if code_of(e) == ErrorCode.RESULT_CAP_EXCEEDED and not state.stats["pages"]:
                     # The window holds more hits than the source can list: split it.
                     await self.fanout.split(e)
                     return False
@@ -148,10 +148,10 @@ class BatchLoop:
             if fetched.outage is not None:
                 # The source is down: what it gave goes on to the sinks meanwhile.
                 await self.outages.wait_out(fetched.outage)
-                live.resume_fetch = True
+                state.resume_fetch = True
                 continue
             batches_here += 1
-            if not live.fetch_done and (
+            if not state.fetch_done and (
                 batches_here >= self.run.req.tuning.max_batches_per_run
                 or workflow.info().is_continue_as_new_suggested()
             ):
@@ -186,20 +186,20 @@ class BatchLoop:
         delivered handed to the emit line. A sink that refused a page for good, or a
         source that ended short of its own count, fails the run (what came is delivered
         first)."""
-        live = self.run.state
-        live.fetched(fetched)
-        live.resume_fetch = False
+        state = self.run.state
+        state.fetched(fetched)
+        state.resume_fetch = False
         first, last = fetched.first_seq, fetched.next_seq - 1
         if fetched.streamed is not None:
             # Pages already delivered: counted before a stop can end the loop here, the
             # run standing after them (a run kept for a retry does not count them again).
-            live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
+            state.checkpoint, state.next_seq = fetched.checkpoint, fetched.next_seq
             first = self._streamed(fetched.streamed, first)
         self.run.stop_point()
-        live.progress_last_ms = fetched.progress_last_ms
-        live.checkpoint, live.next_seq = fetched.checkpoint, fetched.next_seq
+        state.progress_last_ms = fetched.progress_last_ms
+        state.checkpoint, state.next_seq = fetched.checkpoint, fetched.next_seq
         if fetched.done:
-            live.fetch_done = True
+            state.fetch_done = True
         if fetched.pages or fetched.outage is None:
             self.outages.recovered("source")  # pages came: a new outage counts afresh
         self.run.details()
@@ -213,7 +213,7 @@ class BatchLoop:
             )
         await line.drain(max(line.ahead - 2, 0))
         if last >= first:
-            line.hand_over(first, last, beside_fetch=not live.fetch_done)
+            line.hand_over(first, last, beside_fetch=not state.fetch_done)
         if fetched.incomplete is not None:
             # A source ended short of its own count: what it gave is delivered, then the
             # run fails visibly (never `completed`).
@@ -250,20 +250,20 @@ class BatchLoop:
     def _start_fetch(self, stream: bool = False) -> workflow.ActivityHandle[FetchResult]:
         """The next batch's fetch, from the checkpoint (on the provenance's own queue);
         ``stream``: its pages processed and emitted beside it."""
-        req, tuning, live = self.run.req, self.run.req.tuning, self.run.state
+        req, tuning, state = self.run.req, self.run.req.tuning, self.run.state
         return workflow.start_activity_method(
             TaskRunActivities.fetch_pages,
             FetchInput(
                 run=self.run.ref,
                 params=self.run.params or {},
-                checkpoint=live.checkpoint,
-                first_seq=live.next_seq,
-                max_pages=live.pages_per_fetch or tuning.pages_per_fetch,
+                checkpoint=state.checkpoint,
+                first_seq=state.next_seq,
+                max_pages=state.pages_per_fetch or tuning.pages_per_fetch,
                 max_seconds=tuning.fetch_max_seconds,
                 total=self.run.state.total,
                 units_done=self.run.state.current,
                 callback=req.callback,
-                progress_last_ms=live.progress_last_ms,
+                progress_last_ms=state.progress_last_ms,
                 qps=self.run.state.qps,
                 resumed=self.run.state.resume_fetch,
                 report_outages=self.outages.reports_outages(),
@@ -273,12 +273,12 @@ class BatchLoop:
             ),
             start_to_close_timeout=timedelta(seconds=tuning.fetch_start_to_close_s),
             heartbeat_timeout=timedelta(seconds=tuning.heartbeat_timeout_s),
-            retry_policy=retry_policies.fetch(live.fetch_retry, live.breaker, tuning),
-            task_queue=provenance_queue(workflow.info().task_queue, live.rate_key)
-            if live.rate_key
+            retry_policy=retry_policies.fetch(state.fetch_retry, state.breaker, tuning),
+            task_queue=provenance_queue(workflow.info().task_queue, state.rate_key)
+            if state.rate_key
             else None,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"Fetch pages from #{live.next_seq}"
+            summary=f"Fetch pages from #{state.next_seq}"
             + (", process and emit them beside" if stream else ""),
         )
 
@@ -309,29 +309,29 @@ class BatchLoop:
         """Process a staged batch, then emit it once the batch before it is emitted.
         ``again``: the batch of a failed attempt (a retried run), processed and counted
         then; it is processed again, not counted again."""
-        live = self.run.state
+        state = self.run.state
         batch = BatchInput(
             run=self.run.ref,
             params=self.run.params or {},
             first_seq=first,
             last_seq=last,
             output=self.run.req.output,
-            fetched=int(live.stats.get("records_fetched") or 0),
-            stated=live.stats.get("expected_total"),
+            fetched=int(state.stats.get("records_fetched") or 0),
+            stated=state.stats.get("expected_total"),
         )
-        live.working("step_process")
+        state.working("step_process")
         processed = await self._process(batch, beside_fetch)
         self.outages.recovered("store")
         self.run.stop_point()
         if not again:
-            live.count(processed)
-            live.stand_after(processed)
+            state.count(processed)
+            state.stand_after(processed)
         if after is not None:
             await after  # emitted in order: the batch before this one first
-        live.working("step_emit")
+        state.working("step_emit")
         await self._emit_all(batch, first, last)
         self.outages.recovered("sink")
-        live.delivered_above = []
+        state.delivered_above = []
         self.run.details()
 
     async def _process(self, batch: BatchInput, beside_fetch: bool) -> Ledger:
@@ -367,8 +367,8 @@ class BatchLoop:
         """Emit the batch's pages until every sink took them: an outage of the staging
         store or of a sink is waited out, and the pages a sink took meanwhile are not sent
         again."""
-        live = self.run.state
-        skip = [s for s in live.delivered_above if first <= s <= last]
+        state = self.run.state
+        skip = [s for s in state.delivered_above if first <= s <= last]
         while True:
             try:
                 emitted = await self._emit(batch, first, last, skip)
@@ -379,13 +379,13 @@ class BatchLoop:
                 await self.outages.wait_out(store)
                 continue
             self.outages.recovered("store")
-            live.count(emitted.ledger)
-            live.stand_after(emitted.ledger)
+            state.count(emitted.ledger)
+            state.stand_after(emitted.ledger)
             if emitted.outage is None:
                 return
             # A sink is down: the pages it took count now and are not sent again.
             skip = sorted({*skip, *emitted.delivered_seqs})
-            live.delivered_above = skip
+            state.delivered_above = skip
             if emitted.delivered_seqs:
                 self.outages.recovered("sink")  # pages went through: a new outage counts afresh
             self.run.details()
