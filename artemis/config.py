@@ -370,8 +370,8 @@ class WorkerSettings(_Section):
     # start-up schedule that such a worker re-created is deleted again).
     housekeeping_check_s: float = Field(300.0, gt=0)
     # Temporal's workflow sandbox for the runs this worker executes. Off by default: it
-    # re-imports the workflow modules for every run and proxies every activation — about
-    # a third of a small run's worker CPU (docs/performance.md) — while what it guards
+    # re-imports the workflow modules for every run and proxies every activation — 38 %
+    # of a small run's worker CPU (docs/performance.md) — while what it guards
     # is checked before a build ships: every replay test runs the workflows in it (the
     # history corpus, tests/e2e/test_replay.py), and tests/unit/test_workflow_determinism.py
     # rejects non-deterministic calls and module state in workflows/. On: the sandbox
