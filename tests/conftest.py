@@ -63,11 +63,12 @@ LEFT_TASKS_GRACE_S = 60
 
 
 @pytest.fixture(scope="session", autouse=True)
-async def no_task_outlives_the_session() -> AsyncIterator[None]:
+async def no_task_outlives_the_session(pytestconfig: pytest.Config) -> AsyncIterator[None]:
     """At the session's end, before pytest-asyncio closes the loop (which waits, without a
     bound, for every task left on it): the tasks still there are cancelled and given
     LEFT_TASKS_GRACE_S to end. One that does not end is a leak the suite must not hang
-    on: its stack is printed and the session exits at once with status 3."""
+    on: its stack and the session's failures so far are printed, and the session exits
+    at once with status 3."""
     yield
     me = asyncio.current_task()
     left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
@@ -77,14 +78,34 @@ async def no_task_outlives_the_session() -> AsyncIterator[None]:
         return
     _, pending = await asyncio.wait(left, timeout=LEFT_TASKS_GRACE_S)
     if pending:
-        # The process's own stderr: pytest's capture of sys.stderr is dropped by _exit.
+        # pytest captures the file descriptors during a fixture's teardown, and _exit
+        # drops what it captured: the capture ends first, so this reaches the terminal.
+        capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture(in_=False)
         err = sys.__stderr__ or sys.stderr
         print(f"\n{len(pending)} task(s) did not end when cancelled:", file=err)
         for task in pending:
             task.print_stack(file=err)
         err.flush()
+        _print_failures(pytestconfig)
         sys.stdout.flush()
         os._exit(3)
+
+
+def _print_failures(config: pytest.Config) -> None:
+    """What pytest prints at a session's end (the failures, the errors, the short summary),
+    printed now: the exit that follows skips pytest's own summary, and a leak that comes
+    after a failed test must not hide which test failed."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    for part in ("summary_failures", "summary_errors", "short_test_summary"):
+        try:
+            getattr(reporter, part)()
+        except Exception as err:  # a pytest without it: the stacks above still tell
+            print(f"(pytest's {part} failed: {err!r})", file=sys.__stderr__)
+    sys.stdout.flush()
 
 
 @pytest.fixture(scope="session")
