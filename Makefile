@@ -5,6 +5,10 @@ UV := .tools/bin/uv
 UV_VERSION := 0.13.8
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export UV_PYTHON_DOWNLOADS := never
+# The tests start Python processes by the hundred (pytest's workers, the CLI, workers, the
+# API): with bytecode writing turned off in the caller's environment each would compile
+# the project and rewrite pytest's plugins again (several seconds a process).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install install-dev demo test check lint docs bench histories clean
 
@@ -39,11 +43,11 @@ test: install-dev
 	$(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# The fast tier: lint, types and the tests that start no server (a minute or two).
+# The fast tier: lint, types and the tests that start no server, on every core (pytest-xdist).
 check: install-dev
 	$(VENV)/bin/ruff check artemis artemis_samples activities workflows workers starter infra tests bench
 	$(VENV)/bin/mypy artemis artemis_samples activities workflows workers starter infra bench
-	$(VENV)/bin/python -m pytest -m "not servers" -q $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not servers" -q -n auto $(PYTEST_ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check artemis artemis_samples activities workflows workers starter infra tests bench

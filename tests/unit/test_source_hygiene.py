@@ -68,8 +68,12 @@ def scan(text: str) -> list[tuple[int, str]]:
         for n, line in enumerate(text.splitlines(), start=1)
         if OUTSIDE.search(line)
     }
-    found |= {(n, line.strip()) for n, line in prose_lines(text) if HISTORY.search(line)}
-    found |= set(named_issues(text))
+    # Prose and names are lines of the text: a text with no match anywhere has none in
+    # them, and needs no parse (the parse is most of the scan's time).
+    if HISTORY.search(text):
+        found |= {(n, line.strip()) for n, line in prose_lines(text) if HISTORY.search(line)}
+    if NAMED_ISSUE.search(text):
+        found |= set(named_issues(text))
     return sorted(found)
 
 
