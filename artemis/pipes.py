@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from typing import Any
 
 
@@ -13,8 +14,15 @@ class QuietOnClosedPipe:
     whatever read its output exits."""
 
     def __init__(self, stream: Any) -> None:
-        self._stream = stream
+        """``stream``: a text stream, or the name of one of ``sys``'s ("stdout",
+        "stderr"), looked up at each use: the output then follows a redirection made
+        after start-up (``contextlib.redirect_stdout``, click's test runner)."""
+        self._source = stream
         self.closed_pipe = False
+
+    @property
+    def _stream(self) -> Any:
+        return getattr(sys, self._source) if isinstance(self._source, str) else self._source
 
     def write(self, text: str) -> int:
         if not self.closed_pipe:

@@ -34,7 +34,7 @@ from starter.cli.registry import registry_app
 from starter.cli.schedules import schedules_app
 from starter.cli.watch import StepView, iter_events, watch_task
 
-__all__ = ["app", "main", "root_app", "run", "watch_task", "iter_events", "StepView"]
+__all__ = ["app", "guarded", "main", "root_app", "run", "watch_task", "iter_events", "StepView"]
 
 
 def root_app() -> typer.Typer:
@@ -76,8 +76,14 @@ def run(command: typer.Typer) -> None:
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         except (AttributeError, ValueError):
             pass
+    guarded(command)
+
+
+def guarded(command: typer.Typer, args: list[str] | None = None) -> None:
+    """``command`` on ``args`` (default: the process's), exiting as a console script
+    does: an error is one line on stderr and status 1, never a traceback."""
     try:
-        command()
+        command(args=args)
     except ArtemisError as e:
         err_console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
         sys.exit(1)

@@ -21,8 +21,8 @@ from artemis.pipes import QuietOnClosedPipe
 
 # Off a terminal (a pipe, a file) nothing is wrapped at 80 columns: a link stays whole.
 _WIDTH = None if sys.stdout.isatty() else 10_000
-console = Console(stderr=False, file=QuietOnClosedPipe(sys.stdout), width=_WIDTH)  # type: ignore[arg-type]
-err_console = Console(stderr=True, file=QuietOnClosedPipe(sys.stderr), width=_WIDTH)  # type: ignore[arg-type]
+console = Console(stderr=False, file=QuietOnClosedPipe("stdout"), width=_WIDTH)  # type: ignore[arg-type]
+err_console = Console(stderr=True, file=QuietOnClosedPipe("stderr"), width=_WIDTH)  # type: ignore[arg-type]
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config (else ARTEMIS_CONFIG)")
 

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from artemis.crawler.models import CookieRow, VaultKey
 from artemis.crawler.vault import CookieVault
 from artemis.db import utcnow
 from artemis.errors import ArtemisError, ErrorCode
+from tests.helpers import artemis_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD = b"old-master-key-0123456789-abcdefghijklmnop"
@@ -78,15 +77,7 @@ def test_bad_master_keys_and_bad_cookies_are_refused_clearly(crawl_db):
 
 
 def _cli(*args: str, config: Path, stdin: str = "", **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "starter.cli", *args, "--config", str(config)],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200", **env},
-        cwd=ROOT,
-    )
+    return artemis_cli(*args, "--config", str(config), stdin=stdin, env={"COLUMNS": "200", **env})
 
 
 def test_cookie_commands_read_stdin_and_never_print_the_value(tmp_path):

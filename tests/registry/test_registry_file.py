@@ -264,19 +264,12 @@ def test_every_column_of_the_seeds_tables_is_in_the_file():
 
 def test_registry_schema_prints_the_reference_and_the_json_schema():
     import json
-    import subprocess
-    import sys
 
     from artemis.registry.file_models import reference
+    from tests.helpers import artemis_cli
 
     def cli(*args):
-        out = subprocess.run(
-            [sys.executable, "-m", "starter.cli", "registry", "schema", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-        )
+        out = artemis_cli("registry", "schema", *args)
         assert out.returncode == 0, out.stderr
         return out.stdout
 

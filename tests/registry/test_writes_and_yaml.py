@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -25,6 +23,7 @@ from artemis.registry.writes import (
 )
 from artemis.registry.yaml_io import export_yaml, import_yaml
 from tests.conftest import ROOT
+from tests.helpers import artemis_cli
 from tests.registry.test_resolution import add_provenance, day
 
 BUNDLED = ROOT / "infra" / "registry"
@@ -323,25 +322,17 @@ def test_cli_import_contract_check_close(tmp_path):
 
 
 def registry_cli(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
-    """``python -m starter.cli <command words> <args>`` on a SQLite database of its own,
-    with no config file and the cluster's key (registry import seals credentials: a
-    cluster command needs the cluster's key)."""
-    env = {
-        **os.environ,
+    """``artemis <command words> <args>`` on a SQLite database of its own, with no config
+    file and the cluster's key (registry import seals credentials: a cluster command
+    needs the cluster's key)."""
+    env: dict[str, str | None] = {
         "ARTEMIS__DATABASE__URL": f"sqlite:///{tmp_path / 'cli.db'}",
         "ARTEMIS__VAULT__MASTER_KEY_FILE": str(tmp_path / "k"),
         "COOKIE_MASTER_KEY": "registry-cli-test-master-key-0123456789",
+        "ARTEMIS_CONFIG": None,
     }
-    env.pop("ARTEMIS_CONFIG", None)
 
     def cli(command: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "starter.cli", *command.split(), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=ROOT,
-        )
+        return artemis_cli(*command.split(), *args, env=env)
 
     return cli
