@@ -160,7 +160,7 @@ class EndingActivities(RunStep):
     @activity.defn(name="retain_run")
     async def retain_run(self, inp: RetainInput) -> None:
         """A run failed with a retryable code: keep its request and carry (references and
-        counts only) beside its staged pages and secret, for POST /tasks/{id}/retry."""
+        counts only) next to its staged pages and secret, for POST /tasks/{id}/retry."""
         await statement(
             self.db,
             self.retained.keep,
@@ -207,7 +207,7 @@ class EndingActivities(RunStep):
 
         def write() -> str:
             run = inp.run
-            # The API writes `pending` beside its answer; whichever comes first creates
+            # The API writes `pending` concurrently with its answer; whichever comes first creates
             # the record, the other finds it (insert-if-absent).
             snapshot = RunSnapshot(
                 run.task_id,

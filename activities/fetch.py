@@ -72,7 +72,7 @@ class FetchActivities(RunStep):
 class BatchFetch:
     """One attempt of a fetch, in named pieces: the page loop (``_pump``: request,
     stage, count, next page), the batch's end (``_batch_full``), the cancel shield (a
-    pause or a stop ends the batch at a page boundary), the stream beside it (its pages
+    pause or a stop ends the batch at a page boundary), the stream concurrently with it (its pages
     processed and emitted while fetching) and the progress it reports. ``state`` is the
     resume state, heartbeated after every page."""
 

@@ -7,7 +7,7 @@ clear. It scans
 - the log files (``logging.file.path`` and its rotated backups);
 - Temporal workflow histories (given by the caller, as JSON text).
 
-Beside the secrets, the caller's look at Temporal: a run whose workflow task keeps
+Besides the secrets, the caller's look at Temporal: a run whose workflow task keeps
 failing is a finding too (``note_stuck``), naming the reason and what to do.
 
 Findings name where and what, never the secret. The report is JSON with ``passed``.

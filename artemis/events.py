@@ -571,7 +571,7 @@ class PlanTracker:
             step.completed = True
 
     def _streamed(self, window: str | None, streamed: dict[str, Any] | None) -> None:
-        """A fetch that processed and emitted its pages beside it: those pages count as
+        """A fetch that processed and emitted its pages concurrently with it: those pages count as
         a process and an emit batch would have counted them."""
         if not streamed:
             return

@@ -20,7 +20,7 @@ documents leaving its marker out on the last page: a token's ``absent_ends``, OD
 ``@odata.nextLink``), an unexpected shape or a value of the wrong type is never an end: it
 is a ``SOURCE_CONTRACT`` error naming the path that was expected and what was found.
 Where the source states a total (``total_path``) the paginator keeps it in ``total``
-beside ``taken`` (the records delivered) so the run can reconcile the two.
+next to ``taken`` (the records delivered) so the run can reconcile the two.
 
 To add a strategy: subclass ``Paginator``, give it a unique ``kind``, keep every field
 JSON-serialisable, end paging only on positive evidence, and register it in ``_KINDS``.
@@ -275,7 +275,7 @@ class Paginator:
 def _next_url_params(
     next_url: str | None, params: dict[str, Any], size_param: str | None, size: int | None
 ) -> dict[str, Any]:
-    """The parameters sent beside a URL the source handed back: the first request sends
+    """The parameters sent with a URL the source handed back: the first request sends
     the search's params and the page size; a next URL already carries its query, and
     gets the page size only when it lacks it (never twice)."""
     sized = {size_param: size} if size is not None and size_param else {}

@@ -166,7 +166,7 @@ def _redacted(value: Any, key: str | None, depth: int) -> Any:
         shown = redact_text(value)
         if shown != value:
             return shown
-    # A number that is a secret, or a scalar a pattern finds beside its key.
+    # A number that is a secret, or a scalar a pattern finds next to its key.
     if holds_secret(value) or (key is not None and holds_secret({key: value})):
         return REDACTED
     return value

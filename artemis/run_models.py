@@ -102,7 +102,7 @@ class RunTuning:
     converter ignores (it reads plain type hints) and the settings validate.
     """
 
-    # Pages per fetch activity (its pages are emitted beside it: a batch is a checkpoint
+    # Pages per fetch activity (its pages are emitted concurrently with it: a batch is a checkpoint
     # in history, not a unit of delivery; a fetch also ends after fetch_max_seconds).
     pages_per_fetch: Annotated[int, Field(ge=1)] = 200
     fetch_max_seconds: Annotated[float, Field(gt=0)] = 5.0
@@ -391,7 +391,7 @@ class FetchInput:
     # pages fetched so far counted) instead of failing the activity: the workflow waits.
     report_outages: bool = False
     # Emit while fetching: each staged page is processed and sent to the run's sinks
-    # (``output``) beside the fetch, in order, under its own idempotency key (asked only
+    # (``output``) concurrently with the fetch, in order, under its own idempotency key (asked only
     # when every earlier batch is delivered); what it delivered: ``FetchResult.streamed``.
     stream: bool = False
     output: dict[str, Any] = field(default_factory=dict)

@@ -1,6 +1,6 @@
 """A run's task-store record, built and written in one place.
 
-Four parties write a run's record: the API (the `pending` record beside its answer, a
+Four parties write a run's record: the API (the `pending` record concurrently with its answer, a
 retry opening a failed run again or putting it back when the retry did not start), the
 run itself (``mirror_state``: its status, stats and error as the workflow holds them) and
 the housekeeping reconciler (the ending of a run whose workflow closed without recording

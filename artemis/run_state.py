@@ -4,7 +4,7 @@ terminal events and the API.
 
 - ``TERMINAL``: the statuses a run ends in.
 - ``new_stats`` / ``stats_view`` / ``add_stats``: the counters of a run (one list of
-  keys), with the total the sources stated beside them.
+  keys), with the total the sources stated next to them.
 - ``end_code`` / ``end_error`` / ``error_code_of``: how a status maps to its error code,
   and through ``ErrorCode`` to its HTTP status — the one mapping of the codebase.
 - ``RunState``: status, stage, steps, stats, error and the operator's controls, as the

@@ -177,7 +177,7 @@ class RunRetries:
             handle = await self.runs.start_workflow(
                 req,
                 wf_id,
-                exclusive=True,  # never beside a run of the same id
+                exclusive=True,  # never concurrently with a run of the same id
                 summary=(req.task_code, what, f"task {task_id}", f"retry {carry.retry_attempt}"),
                 details=f"Retry {carry.retry_attempt} of task `{task_id}` (failed "
                 f"`{kept['error_code']}`), from page #{carry.next_seq}.",

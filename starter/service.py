@@ -1,5 +1,5 @@
 """What the starter API and the CLI do with Temporal: start a run (params, output and
-callback checked, `pending` recorded beside the answer), retry a failed one, pause,
+callback checked, `pending` recorded concurrently with the answer), retry a failed one, pause,
 resume, re-rate and cancel. Finding and reading runs: ``starter/run_reads.py``.
 
 Routes stay thin; this module owns the mapping between task ids and workflow ids.
@@ -97,7 +97,7 @@ log = get_logger("artemis.starter")
 # follows another within this time (the first record after a quiet spell goes at once).
 # Without it a burst of 50 went in transactions of one to three records, each a round
 # trip to the writer's thread that the busy event loop paid for in GIL hand-offs (a fifth
-# of the API's CPU a request under the accept bench). The records are written beside the
+# of the API's CPU a request under the accept bench). The records are written concurrently with the
 # answers, never in their way, and this API's reads see them while they wait
 # (``RunService.record``).
 PENDING_GATHER_S = 0.02
@@ -157,8 +157,7 @@ def check_shared_writes(params: dict[str, Any] | None, role: str, owner: str) ->
 
 @dataclass
 class NewRun:
-    """A start under way: the run it makes, whose it is, and (once its request is built)
-    the key its sealed secrets are kept under, which a start that does not go on drops."""
+    """A start under way: the run it makes and whose it is (its secrets: StartSecrets)."""
 
     code: str
     task_id: str
@@ -166,11 +165,32 @@ class NewRun:
     owner: str
     params: dict[str, Any]
     callback_mode: str = "none"
-    req: RunRequest | None = None
 
-    @property
-    def secrets_key(self) -> str | None:
-        return self.req.secrets_key if self.req is not None else None
+
+class StartSecrets:
+    """The secrets one start sealed (its callback token, sink header values and
+    credential-bearing URLs), held for the length of the start, ``async with``: the run
+    the start makes reads them (``keep``); a start that makes no run (refused, its lock
+    held by another task, attached to the run of its task id) drops them when it ends,
+    so they never reach a run they were not sent with. A start whose answer was lost
+    keeps them too: the run may exist, and the clean-up drops them once Temporal says it
+    is not open."""
+
+    def __init__(self, service: RunService, output: dict[str, Any], key: str | None) -> None:
+        self._service = service
+        self.output = output  # the run's output, its secrets replaced by their names
+        self.key = key  # where they are stored (None: the start has none)
+        self._kept = False
+
+    def keep(self) -> None:
+        self._kept = True
+
+    async def __aenter__(self) -> StartSecrets:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self._kept:
+            await self._service.drop_secrets(self.key)
 
 
 class RunService(RunReads):
@@ -222,36 +242,41 @@ class RunService(RunReads):
             finished = await self._finished_repeat(task_id, run.workflow_id)
             if finished is not None:
                 return finished
-        sealed = await self._seal_secrets(code, task_id, ask.callback_token, output)
-        req = run.req = self._run_request(run, ask, trace, request_id, callback, sealed)
-        held = await self._lock_for(lock, req, owner, ask.role, run.callback_mode) if lock else None
-        if isinstance(held, Started):  # this task id's run holds it: attached to that run
-            return held
-        # Make Temporal's tracing interceptor continue the caller's trace.
-        otel_token = otel_context.attach(otel_context_for(trace))
-        try:
-            handle = await self.start_workflow(
-                req,
-                run.workflow_id,
-                exclusive=False,
-                summary=(code, task.describe(prepared), f"task {task_id}"),
-                details=f"Task `{code}` started by request `{req.request_id}`; "
-                f"trace `{trace.trace_id}`.",
-                owner=owner,
+        async with await self._seal_secrets(code, task_id, ask.callback_token, output) as sealed:
+            req = self._run_request(run, ask, trace, request_id, callback, sealed)
+            held = (
+                await self.take_lock(lock, req, owner, ask.role, run.callback_mode)
+                if lock
+                else None
             )
-        except WorkflowAlreadyStartedError:
-            await self._drop_secrets(req.secrets_key)
-            await self.unlock(held, "the task id's run has ended already")
-            return await self._already_started(task_id, run.workflow_id, run.callback_mode)
-        except BaseException as e:
-            await self.unlock(held, f"the run did not start ({type(e).__name__})", e)
-            await self._start_failed(e, run)
-            raise
-        finally:
-            otel_context.detach(otel_token)
+            if isinstance(held, Started):  # this task id's run holds it: attached to that run
+                return held
+            # Make Temporal's tracing interceptor continue the caller's trace.
+            otel_token = otel_context.attach(otel_context_for(trace))
+            try:
+                handle = await self.start_workflow(
+                    req,
+                    run.workflow_id,
+                    exclusive=False,
+                    summary=(code, task.describe(prepared), f"task {task_id}"),
+                    details=f"Task `{code}` started by request `{req.request_id}`; "
+                    f"trace `{trace.trace_id}`.",
+                    owner=owner,
+                )
+            except WorkflowAlreadyStartedError:
+                await self.unlock(held, "the task id's run has ended already")
+                return await self._already_started(task_id, run.workflow_id, run.callback_mode)
+            except BaseException as e:
+                await self.unlock(held, f"the run did not start ({type(e).__name__})", e)
+                self._start_failed(e, run, sealed)
+                raise
+            finally:
+                otel_context.detach(otel_token)
+            if _started_new(handle):  # not a repeat of a running task id's (it has its own)
+                sealed.keep()
         if held is not None:
             await self.bind_lock(held, handle)
-        return await self._started(handle, run)
+        return self._started(handle, run)
 
     async def _checked(
         self, code: str, ask: StartRequest, owner: str
@@ -322,14 +347,9 @@ class RunService(RunReads):
 
     async def _seal_secrets(
         self, code: str, task_id: str, callback_token: str | None, output: dict[str, Any]
-    ) -> tuple[dict[str, Any], str | None]:
-        """The run's output with its secrets sealed, and the key they are stored under
-        (None: it has none).
-
-        The run's secrets (its callback token; sink header values and credential-bearing
-        URLs, of which history carries only the names) go under this start's own key:
-        a start that is refused or attaches to a running run drops them again, so they
-        never reach a run they were not sent with."""
+    ) -> StartSecrets:
+        """The run's output with its secrets sealed (history carries only their names),
+        stored under this start's own key, for the length of the start."""
         stored: dict[str, str] = {}
         if callback_token:
             stored[CALLBACK_TOKEN] = callback_token
@@ -340,7 +360,7 @@ class RunService(RunReads):
         secrets_key = f"{code}/{task_id}{START_SEP}{uuid.uuid4().hex[:16]}" if stored else None
         if secrets_key is not None:
             await work(self.secrets.put_many, secrets_key, stored)
-        return output, secrets_key
+        return StartSecrets(self, output, secrets_key)
 
     def _run_request(
         self,
@@ -349,11 +369,11 @@ class RunService(RunReads):
         trace: TraceContext,
         request_id: str | None,
         callback: dict[str, Any] | None,
-        sealed: tuple[dict[str, Any], str | None],
+        sealed: StartSecrets,
     ) -> RunRequest:
         """The workflow's input for a new run (``sealed``: its output with the secrets
         sealed, and the key they are kept under)."""
-        output, secrets_key = sealed
+        output, secrets_key = sealed.output, sealed.key
         # The run's own tuning (in its history); the worker-side knobs stay out of it.
         tuning = self.settings.runs.run_tuning()
         return RunRequest(
@@ -371,15 +391,14 @@ class RunService(RunReads):
             role=ask.role,
         )
 
-    async def _start_failed(self, e: BaseException, run: NewRun) -> None:
+    def _start_failed(self, e: BaseException, run: NewRun, sealed: StartSecrets) -> None:
         """After a start that raised ``e`` (not an already-started id): only a start
-        Temporal refused is known not to have made the run; after any other failure (the
-        answer lost on its way back) the run may exist and read these secrets: the
-        clean-up drops them once Temporal says it is not open. A start refused for the
-        namespace's search attributes (CONFIG_ERROR) made no run either."""
-        if _refused(e):
-            await self._drop_secrets(run.secrets_key)
-        else:
+        Temporal refused is known not to have made the run (its secrets go); after any
+        other failure (the answer lost on its way back) the run may exist and read them:
+        they stay, for the clean-up to drop once Temporal says the run is not open. A
+        start refused for the namespace's search attributes (CONFIG_ERROR) made no run."""
+        if not _refused(e):
+            sealed.keep()
             log.warning(
                 "run_start_unconfirmed",
                 task_code=run.code,
@@ -388,13 +407,10 @@ class RunService(RunReads):
                 error=f"{type(e).__name__}: {e}",
             )
 
-    async def _started(self, handle: WorkflowHandle, run: NewRun) -> Started:
+    def _started(self, handle: WorkflowHandle, run: NewRun) -> Started:
         """A start Temporal accepted: its `pending` record queued, the start logged."""
-        if not _started_new(handle):
-            # a repeat of a running task id: attached to that run, which has its own
-            await self._drop_secrets(run.secrets_key)
         # Listed as pending from now on, even before a worker picks the run up: written
-        # beside the answer, never in its way (insert-if-absent, so it cannot overwrite
+        # concurrently with the answer, never in its way (insert-if-absent, so it cannot overwrite
         # what the run itself recorded meanwhile).
         self._record_pending(run.task_id, run.code, run.workflow_id, run.params)
         log.info(
@@ -409,7 +425,7 @@ class RunService(RunReads):
             handle, run.task_id, run.workflow_id, handle.result_run_id, run.callback_mode
         )
 
-    async def _drop_secrets(self, key: str | None) -> None:
+    async def drop_secrets(self, key: str | None) -> None:
         """A refused or attached start's own secrets (best effort: the clean-up drops any
         left behind)."""
         if key is None:
@@ -481,20 +497,6 @@ class RunService(RunReads):
             return None
         resolve_base_url(target, self.settings.callback, self.settings.callback_hosts())
         return target.to_dict()
-
-    async def _lock_for(
-        self, lock: str, req: RunRequest, owner: str, role: str, callback_mode: str
-    ) -> WorkflowHandle | Started:
-        """``take_lock`` for a new start: a start that does not go on (refused, or
-        attached to this task id's run) drops the secrets it sealed."""
-        try:
-            held = await self.take_lock(lock, req, owner, role, callback_mode)
-        except BaseException:  # refused (held by another task), or Temporal unreachable
-            await self._drop_secrets(req.secrets_key)
-            raise
-        if isinstance(held, Started):
-            await self._drop_secrets(req.secrets_key)
-        return held
 
     async def take_lock(
         self, lock: str, req: RunRequest, owner: str, role: str, callback_mode: str
@@ -574,14 +576,14 @@ class RunService(RunReads):
         return job
 
     async def drain(self) -> None:
-        """Wait for the writes still running beside answers (at shutdown)."""
+        """Wait for the writes still running concurrently with answers (at shutdown)."""
         if self._jobs:
             await asyncio.gather(*self._jobs, return_exceptions=True)
 
     def _record_pending(
         self, task_id: str, code: str, workflow_id: str, params: dict[str, Any]
     ) -> None:
-        """The run's `pending` record unless the task id has one, written beside the
+        """The run's `pending` record unless the task id has one, written concurrently with the
         answer by the one writer (with the records queued meanwhile)."""
         self._pending.setdefault(
             task_id, RunSnapshot(task_id, code, workflow_id, RunStatus.PENDING.value, params)

@@ -44,10 +44,10 @@ class RunContext:
     def __init__(self) -> None:
         # The run's one state (artemis/run_state.py): what it shows and what goes on.
         self.state = RunState(circuit=CircuitState.CLOSED.value)
-        # The `running` record, written beside the run's start.
+        # The `running` record, written concurrently with the run's start.
         self.mirror_running: asyncio.Task[None] | None = None
-        # Bookkeeping started beside the run (awaited before it ends).
-        self.beside: list[asyncio.Task[None]] = []
+        # Bookkeeping started concurrently with the run (awaited before it ends).
+        self.bookkeeping: list[asyncio.Task[None]] = []
 
     @property
     def params(self) -> dict[str, Any] | None:

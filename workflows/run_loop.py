@@ -238,7 +238,7 @@ class BatchLoop:
         )
 
     def _streamed(self, streamed: Ledger, first: int) -> int:
-        """A fetch's pages processed and emitted beside it: its ledger counted, the run
+        """A fetch's pages processed and emitted concurrently with it: its ledger counted, the run
         standing after it; the first page of the batch it did not deliver (the rest go
         through process and emit)."""
         self.run.state.count(streamed)
@@ -249,7 +249,7 @@ class BatchLoop:
 
     def _start_fetch(self, stream: bool = False) -> workflow.ActivityHandle[FetchResult]:
         """The next batch's fetch, from the checkpoint (on the provenance's own queue);
-        ``stream``: its pages processed and emitted beside it."""
+        ``stream``: its pages processed and emitted concurrently with it."""
         req, tuning, state = self.run.req, self.run.req.tuning, self.run.state
         return workflow.start_activity_method(
             TaskRunActivities.fetch_pages,
@@ -279,7 +279,7 @@ class BatchLoop:
             else None,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"Fetch pages from #{state.next_seq}"
-            + (", process and emit them beside" if stream else ""),
+            + (", process and emit them concurrently" if stream else ""),
         )
 
     async def _fetched(self, fetch: workflow.ActivityHandle[FetchResult]) -> FetchResult:

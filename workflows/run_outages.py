@@ -128,8 +128,8 @@ class OutageWaits:
         self.run.state.waited(dependency, others[-1] if others else None)
         self.run.log("recovered", **info)
         self.run.details()
-        # Recorded beside the run, never in its way.
-        self.run.beside.append(asyncio.create_task(self._note_outage("recovered", info)))
+        # Recorded concurrently with the run, never in its way.
+        self.run.bookkeeping.append(asyncio.create_task(self._note_outage("recovered", info)))
 
     async def _note_outage(self, kind: str, data: dict[str, Any]) -> None:
         try:

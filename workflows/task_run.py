@@ -3,7 +3,7 @@
 prepare → (fetch a batch of pages → process → emit)* → finalize. This module is the
 run's lifecycle: its signals and query, its start (fresh, carried across continue-as-new
 or started again by a retry), the race of the batch loop against the deadline and the
-cancel signal, and its ending. The parts live beside it (``workflows/run_*.py``).
+cancel signal, and its ending. The parts live next to it (``workflows/run_*.py``).
 
 A ``cancel`` signal, a Temporal cancellation or the run's deadline all stop at the next
 safe point, cancel in-flight activities (waiting for their clean-up) and finalize.
@@ -105,7 +105,7 @@ class TaskRunWorkflow:
             and status in (RunStatus.FAILED, RunStatus.TIMEOUT)
             and (error_code or ErrorCode.INTERNAL) in RETRYABLE_ENDINGS
         )
-        for task in self.ctx.beside:
+        for task in self.ctx.bookkeeping:
             await quietly(task)
         callback_outcome = await self.ending.finalize(status, error_code, error_message, retain)
         if self.ctx.mirror_running is not None:

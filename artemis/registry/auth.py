@@ -168,7 +168,7 @@ def _needs_client_secret(cred: dict[str, Any]) -> bool:
 
 
 def _missing(cred: dict[str, Any]) -> str | None:
-    """The secret a row beside its own lacks (None: it has them all)."""
+    """The secret a row lacks besides its own (None: it has them all)."""
     if cred.get("auth_type_code") in PAIRED_AUTH_TYPES and not cred.get("has_principal"):
         return "principal (principal_env)"
     if _needs_client_secret(cred) and not cred.get("has_client_secret"):
@@ -312,7 +312,7 @@ class Credentials:
         self.max_bytes = max_bytes
         self._secrets: dict[tuple[int, str], str] = {}
         # Told of each token request (``POST url``, its status or None, milliseconds):
-        # how a preview lists them beside the source's own requests.
+        # how a preview lists them next to the source's own requests.
         self.on_token_request: Callable[[str, int | None, float], None] | None = None
         self.token_url = (
             token_url(contract, self.base)
@@ -452,7 +452,7 @@ class Credentials:
         return self._secret(cred_id, "principal_ciphertext")
 
     def _client_secret(self, cred: dict[str, Any]) -> str:
-        """An OAuth2 client's secret: a refresh token's credential holds it beside the
+        """An OAuth2 client's secret: a refresh token's credential holds it with the
         refresh token, a client-credentials one as its secret."""
         if cred.get("auth_type_code") == OAUTH2_REFRESH:
             return self._secret(cred["id"], "client_secret_ciphertext")

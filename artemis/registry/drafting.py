@@ -154,7 +154,7 @@ def _one_type(kinds: set[str], path: str, notes: dict[str, str]) -> str:
     if kinds <= {"int", "float"}:
         return "float"
     if kinds <= {"str", "date", "datetime"}:
-        return "str"  # dates beside other text: text
+        return "str"  # dates mixed with other text: text
     if kinds <= {"list[str]", "empty list"}:
         return "list[str]"
     if kinds <= {"list[str]", "list", "empty list"}:
@@ -255,7 +255,7 @@ def draft_yaml(
     extra: dict[str, Any] | None = None,
 ) -> str:
     """``draft`` as a file's ``record_model`` section of one row, ready to paste: its
-    notes as comments beside the fields they are about. ``extra``: more columns of the
+    notes as comments next to the fields they are about. ``extra``: more columns of the
     row kept as they are (the record steps and policy of a model in force)."""
     lines = ["record_model:", f"  - scope_code: {scope}"]
     if task_type:

@@ -212,7 +212,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "watermark_id_field_name": "COMPOSITE: the record's id field, which orders records "
         "of the same timestamp",
         "watermark_id_param_name": "ID: the parameter the pointer (minus `overlap_value` "
-        "ids) is sent in; COMPOSITE: where the pointer's id is sent beside its timestamp",
+        "ids) is sent in; COMPOSITE: where the pointer's id is sent with its timestamp",
     },
     "pagination_cfg": {
         "resource_name": 'the resource this row belongs to (docs/registry.md "Resources"): '

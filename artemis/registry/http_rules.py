@@ -197,7 +197,7 @@ def credential_problem(
     principal = row.get(principal_key)
     if kind in PAIRED_AUTH_TYPES and not principal:
         what = {"BASIC": "the user", SESSION: "the login's user"}.get(kind, "the client id")
-        return f"{kind} needs {principal_key} ({what}) beside secret_env"
+        return f"{kind} needs {principal_key} ({what}) as well as secret_env"
     if kind not in PAIRED_AUTH_TYPES and principal:
         return f"{principal_key} is for {', '.join(PAIRED_AUTH_TYPES)} credentials, not {kind}"
     method = row.get("token_auth_method_code")

@@ -386,7 +386,7 @@ class RegProvCredential(DimensionBase, table=True):
 
 
 class RegProvTokenState(SQLModel, table=True):
-    """The live tokens of an ``OAUTH2_REFRESH_TOKEN`` credential, beside its dated row:
+    """The live tokens of an ``OAUTH2_REFRESH_TOKEN`` credential, next to its dated row:
     the refresh token in force (the row's ``secret_ciphertext`` is the one it was issued
     with; a server that rotates it on every use makes that one worthless after the first
     refresh) and the access token last issued, both sealed by the vault under

@@ -45,7 +45,7 @@ CONTRACT_KEYS = (
     "credential",
     "record_model",
 )
-# The dimensions a named resource has rows of its own in, beside its SEARCH endpoint.
+# The dimensions a named resource has rows of its own in, besides its SEARCH endpoint.
 _RESOURCE_KEYS = {
     "pagination": "pagination_cfg",
     "window_offset": "window_offset_cfg",

@@ -5,7 +5,7 @@ A refresh token the authorization server rotates on every use (RFC 9700 §4.14.2
 single-use: the one the credential was imported with is worthless after the first
 refresh, and every refresh leaves a new one that must outlive the worker which got it.
 It is written back here, sealed, in the transaction that bumps the row's ``version``;
-the access token issued with it is kept beside it, so that another worker (or this one
+the access token issued with it is kept with it, so that another worker (or this one
 after a restart) uses it until it is due instead of refreshing again. The refresh itself
 runs under a named lock (``artemis/dblock.py``), one at a time across every worker.
 """

@@ -30,7 +30,7 @@ MAX_DEPTH = 8
 
 def resource_problems(contract: Contract) -> list[str]:
     """What keeps a provenance's resources from being a tree: a SEARCH endpoint of the
-    provenance's own beside named ones, a parent resource that is not there, a cycle, a
+    provenance's own mixed with named ones, a parent resource that is not there, a cycle, a
     tree deeper than ``MAX_DEPTH``, a ``{parent.…}`` placeholder without a parent."""
     resources = contract.resources or {}
     if not resources:
@@ -39,7 +39,7 @@ def resource_problems(contract: Contract) -> list[str]:
     if contract.endpoint is not None:
         problems.append(
             f"endpoint {contract.endpoint.get('endpoint_name')!r} is a SEARCH endpoint of no "
-            f"resource beside the resources {', '.join(resources)}: name its resource_name"
+            f"resource next to the resources {', '.join(resources)}: name its resource_name"
         )
     for name, res in resources.items():
         parent = res.get("parent")

@@ -328,7 +328,7 @@ def check_request_output(output: dict[str, Any]) -> None:
 
 
 # A run of several lanes (a provenance of several resources): each lane's table and
-# folder in its resolved output, beside the sinks the lanes share.
+# folder in its resolved output, in addition to the sinks the lanes share.
 LANES = "lanes"
 
 

@@ -207,7 +207,7 @@ class FileSink(Sink):
         return await work(self.write_manifest, end)
 
     def write_manifest(self, end: RunEnd) -> dict[str, Any]:
-        """``_manifest.json`` beside the run's files: each file, its page and records."""
+        """``_manifest.json`` in the folder of the run's files: each file, its page and records."""
         try:
             return self._write_manifest(end)
         except ArtemisError:

@@ -41,7 +41,7 @@ from artemis import jsonio
 from artemis.errors import ArtemisError, ErrorCode
 from artemis.redact import redact_text
 
-# The columns every table sink adds beside the record's own.
+# The columns every table sink adds to the record's own.
 LOAD_COLUMNS = ("_artemis_task_id", "_artemis_page_seq", "_artemis_loaded_at")
 
 
@@ -375,7 +375,7 @@ _TYPE_HINTS = {
 }
 _FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 # The most columns a sql sink's table may have: PostgreSQL's limit (SQLite's default is
-# 2000); a record model has room for this many fields beside Artemis' own load columns.
+# 2000); a record model has room for this many fields besides Artemis' own load columns.
 MAX_COLUMNS = 1600
 MAX_FIELDS = MAX_COLUMNS - len(LOAD_COLUMNS)
 

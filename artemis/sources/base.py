@@ -12,7 +12,7 @@ from artemis.http import HttpClient
 
 @dataclass
 class PageInfo:
-    """What a page says about itself and the fetch so far, beside its records.
+    """What a page says about itself and the fetch so far, besides its records.
 
     A source sets what it knows of its own request (``request``, ``taken``,
     ``expected_total``, ``digest``); the units fetch (``artemis/tasks/base.py``)

@@ -686,7 +686,7 @@ class SourceHarvest(TaskUnit):
 
     def _pointer_query(self, p: SourceParams) -> dict[str, Any]:
         """An ID pointer (minus ``overlap_value`` ids when numeric) in
-        ``watermark_id_param_name``; a COMPOSITE pointer's id beside its instant, only
+        ``watermark_id_param_name``; a COMPOSITE pointer's id next to its instant, only
         without an overlap: the pair is a keyset the source compares together
         (``(timestamp, id)`` after the pointer's), and an instant moved back by the overlap
         with the last id would leave out the earlier ids of the overlap."""

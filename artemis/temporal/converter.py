@@ -52,7 +52,7 @@ def as_is(hint: Any) -> frozenset[type] | None:
     the call; None when every value goes through it. Plain scalars, ``Any``, ``dict`` /
     ``dict[str, Any]``, ``list`` / ``list[Any]``, and unions of them with at most one of
     int, float and bool (the SDK tries a union's members in order, and ``int`` takes a
-    bool or a float too: their order would matter) and no list beside another member
+    bool or a float too: their order would matter) and no list next to another member
     but None (the SDK's list takes any iterable: a string, a dict's keys)."""
     if hint is Any:
         return _ANY

@@ -47,7 +47,7 @@ log = get_logger("artemis.api")
 
 def create_app(settings: Settings, client: Client | None = None) -> FastAPI:
     app = FastAPI(
-        # /docs is served below from local files (no CDN), and /openapi.json beside it:
+        # /docs is served below from local files (no CDN), and /openapi.json next to it:
         # both behind the token like every route (ReDoc would need a CDN: none)
         openapi_url=None,
         docs_url=None,
@@ -94,13 +94,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     checking.cancel()
     await asyncio.gather(checking, return_exceptions=True)
-    # The task-store writes still running beside answers finish before the process.
+    # The task-store writes still running concurrently with answers finish before the process.
     if getattr(app.state, "service", None) is not None:
         await app.state.service.drain()
 
 
 async def _check_search_attributes(app: FastAPI) -> None:
-    """At start, beside serving: the namespace's search attributes. A missing one is a
+    """At start, concurrently with serving: the namespace's search attributes. A missing one is a
     warning naming it and its command (``/ready`` answers 503 with the same, a start
     CONFIG_ERROR). Temporal away: nothing here (``/ready`` names it, and connects)."""
     try:

@@ -43,7 +43,7 @@ def root_app() -> typer.Typer:
         help="Artemis: durable multi-source data harvesting on Temporal.",
         no_args_is_help=True,
         pretty_exceptions_enable=False,
-        # plain help, as `gh` and `kubectl` print it (no type tags beside every flag)
+        # plain help, as `gh` and `kubectl` print it (no type tags next to every flag)
         rich_markup_mode=None,
     )
 

@@ -4,7 +4,7 @@ logins.
 A credential gains a third sealed secret (``client_secret_*``: the client secret of an
 ``OAUTH2_REFRESH_TOKEN`` credential, whose refresh token is its secret) and the path of a
 ``SESSION_TOKEN`` login's token in the answer (``token_jsonpath``). A refresh token that
-the authorization server rotates lives beside its credential, sealed, in
+the authorization server rotates lives with its credential, sealed, in
 ``reg_prov_token_state``, and one refresh at a time is held across every worker by a
 ``named_lock`` row (artemis/dblock.py).
 

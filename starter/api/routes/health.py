@@ -20,7 +20,7 @@ from starter.api.schemas import Envelope, Health, Ready, documented
 from starter.service import RunService
 
 router = APIRouter(tags=["health"])
-# Routes beside the probes that need the token when one is configured.
+# Routes besides the probes that need the token when one is configured.
 guarded = APIRouter(tags=["health"])
 log = get_logger("artemis.api")
 
