@@ -3,7 +3,7 @@ the record model's check) and delivered to the run's sinks, and what they counte
 
 One type for every path a page takes (docs/architecture.md, "The delivery ledger"):
 
-- a fetch that streams its pages (``activities/streaming.py``) judges and delivers each;
+- a fetch that streams its pages (``activities/fetch.py``) judges and delivers each;
 - ``process_batch`` judges a staged batch; ``emit_batch`` delivers it
   (``activities/batches.py``).
 

@@ -1,5 +1,5 @@
 """Bad records and schema drift: the quarantine, what a replay needs of a run, the drift a
-run saw, and the record model's policy columns (artemis/quarantine.py).
+run saw, and the record model's policy columns (artemis/quarantine/store.py).
 
 Revision ID: 0016_quarantine
 Revises: 0015_request_modes

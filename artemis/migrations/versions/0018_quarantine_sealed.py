@@ -1,5 +1,5 @@
 """A quarantined record that holds a secret value: shown redacted (``record``), kept
-sealed for its replay (``record_sealed``): artemis/quarantine.py.
+sealed for its replay (``record_sealed``): artemis/quarantine/store.py.
 
 Revision ID: 0018_quarantine_sealed
 Revises: 0017_frozen_contracts
