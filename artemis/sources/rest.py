@@ -431,8 +431,9 @@ class RestSource(Source):
             raise transport_error(ErrorCode.SOURCE_ERROR, what, e) from None
         # Parsed once, whether a rule's jsonpath reads it first or the records are.
         parse = once(lambda: self._parse(resp, what))
-        asked = Asked(self.name, what, req.describe())
-        if self.actions and act_on(self.actions, resp, parse, asked, self.status_error):
+        if self.actions and act_on(
+            self.actions, resp, parse, Asked(self.name, what, req.describe()), self.status_error
+        ):
             return IGNORED, resp.headers
         if resp.status_code >= 400:
             raise self.status_error(what, resp)
