@@ -140,8 +140,15 @@ def build_of(deployment: str, build_id: str | None) -> Build:
     return build
 
 
-# What a deployment answers while it is busy or briefly unreachable: asked again.
-BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+# What a deployment answers while it is busy or briefly unreachable: asked again. A
+# loaded server also cuts a call short (CANCELLED, DEADLINE_EXCEEDED); asking again is
+# safe, as a change carries the conflict token of what it read.
+BUSY = (
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+)
 
 
 async def describe(client: Client, deployment: str) -> DescribeWorkerDeploymentResponse | None:
