@@ -348,7 +348,7 @@ class ForgeState:
             "query": request.url.query,
             "status": None,
             # time.time(), as the quote calls' `at`: a reader in another process (a
-            # benchmark) sets them beside its own clock.
+            # benchmark) sets them next to its own clock.
             "at": time.time(),
             "done": None,
         }

@@ -12,7 +12,7 @@ Then the raw start call, on the same server in the same run:
 - ``raw_start_*``: in each round, as many runs as were accepted, in the same waves,
   started by `start_workflow` itself (the request the API sends, built as the API builds
   it; one Temporal client), the worker running them as it ran the accepted ones — what
-  the API adds over the call it makes. Each round has its raw wave beside its accept
+  the API adds over the call it makes. Each round has its raw wave next to its accept
   waves (after them, or before them in every other round): ``p99_over_raw`` is the p99 of
   all accepted starts over the p99 of all raw ones, as many of each, read at the same
   moments of the machine's drift; ``round_p99_over_raw`` is each round's own;
@@ -22,7 +22,7 @@ Then the raw start call, on the same server in the same run:
   shape, in waves as the runs', on the same server before each round and once after
   the last; ``round_over_floor``: each round's runs/s over the mean of the floor just
   before and just after it, and ``over_floor`` their median (the machine's speed drifts
-  within minutes: a round is compared with the floor measured beside it).
+  within minutes: a round is compared with the floor measured alongside it).
 
 Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept_max_ms",
 "rounds", "runs_per_s", "round_runs_per_s", "seconds", "raw_start_p50_ms",
@@ -34,7 +34,7 @@ Prints one JSON line: {"runs", "wave", "accept_p50_ms", "accept_p99_ms", "accept
 and the bench's own client, while the waves were accepted and from the first start to
 the last completion; their sum, and the runs a second that sum allows on this machine's
 cores (what the run costs, apart from how well the pieces overlap). Three more floors,
-each measured beside every reading of the empty one on request (`bench/floor_shape.py`):
+each measured alongside every reading of the empty one on request (`bench/floor_shape.py`):
 ``--io-floor`` the empty shape with a bench run's two HTTP requests in it (its page, its
 sink POST); ``--sa-floor`` the empty shape started with the two keyword search attributes
 the API sets on every run (``ArtemisTaskCode``, ``ArtemisTaskId``; Temporal indexes them
@@ -185,7 +185,7 @@ def io_target(stack: BenchStack) -> dict[str, Any]:
     }
 
 
-# The floors measured beside the empty one on request (--io-floor, --sa-floor,
+# The floors measured alongside the empty one on request (--io-floor, --sa-floor,
 # --contract-floor): name -> runs/s (client, stack, wave, waves).
 EXTRA_FLOORS: dict[str, Callable[[Client, BenchStack, int, int], Awaitable[float]]] = {
     # the empty shape with a bench run's page and sink requests (bench/floor_shape.py)
@@ -288,7 +288,7 @@ async def main() -> None:
             # mean of the floor just before it and the floor just after it, and
             # `over_floor` is the median of the rounds' ratios.
             floor_client = await Client.connect(stack.temporal)
-            # The raw start p99 likewise: a raw wave of as many runs in each round, beside
+            # The raw start p99 likewise: a raw wave of as many runs in each round, next to
             # its accept waves (first in every other round), so that the two p99s are
             # read from as many starts, at the same moments of the machine's drift.
             raw = RawWaves(stack)

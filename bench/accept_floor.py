@@ -6,7 +6,7 @@ A dev server of its own (as the bench stack starts it) and plain Python code, no
   nothing runs them (no worker polls their queue; they are terminated at the end);
 - throughput (``--shape``): the same waves of a workflow with a small run's Temporal shape
   and no work in it — two local activities (the `running` record, prepare), an activity
-  (fetch, which emits beside it), three local activities (finalize, clean-up, the final
+  (fetch, which emits concurrently with it), three local activities (finalize, clean-up, the final
   record) — run by one in-process worker (unsandboxed, as Artemis' workers run), timed
   until every run completed; and, lighter still for reference, an activity and a local
   activity.

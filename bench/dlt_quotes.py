@@ -1,7 +1,7 @@
 """The harvest benchmark's jobs done by dlt's `rest_api` source, for the README's table.
 
 Not part of the project (dlt is not a dependency): run it with a Python that has dlt,
-beside the sample servers of this project::
+next to the sample servers of this project::
 
     python3 -m venv /tmp/dltvenv && /tmp/dltvenv/bin/pip install dlt orjson httpx
     .venv/bin/artemis samples serve --port 8399 --latency-ms 10 &

@@ -2,7 +2,7 @@
 
 ``FloorShape`` is a small run of `pull_stock_quotes` as it runs today: two local
 activities (the `running` record, prepare), fetch (which processes and emits its pages
-beside it), three local activities (finalize, clean-up, the final record) — which is
+concurrently with it), three local activities (finalize, clean-up, the final record) — which is
 also the lightest shape a run with I/O could take. ``FloorLight`` is lighter still, for
 reference: the fetch and one local activity. ``FloorIO`` is ``FloorShape`` whose activity
 does the I/O a bench run cannot do without: it GETs the run's one page of quotes from the

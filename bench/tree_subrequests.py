@@ -141,7 +141,7 @@ def provenance(code: str, base: str, shape: str, concurrency: int) -> dict[str, 
 def in_flight(subs: list[dict[str, Any]]) -> tuple[int, list[tuple[float, float]]]:
     """The most sub-requests in flight at once at the server, and the stretches within the
     span when none was, as (start, length) (a request answered at the instant another
-    arrives is not beside it)."""
+    arrives is not next to it)."""
     events = sorted([(c["at"], 1) for c in subs] + [(c["done"], -1) for c in subs])
     most = now = 0
     gaps, since = [], events[0][0]

@@ -354,7 +354,7 @@ async def test_inbound_trace_id_reaches_sink_callback_and_logs(stack, app_log):
     assert {
         "run_started",
         "fetch_batch_done",
-        "stream_emit_done",  # the pages went to the sink beside the fetch
+        "stream_emit_done",  # the pages went to the sink concurrently with the fetch
         "run_finished",
         "callback_finalize_success",
     } <= events

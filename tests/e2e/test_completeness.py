@@ -199,7 +199,7 @@ async def test_a_source_serving_the_previous_page_again_fails_source_loop_at_onc
     )
     assert payload["error"]["code"] == "SOURCE_LOOP", payload
     assert "page=3" in payload["error"]["message"]  # the page that repeated its predecessor
-    # pages 1, 2 and the repeat (3), plus at most the pages sent beside it: once the total
+    # pages 1, 2 and the repeat (3), plus at most the pages sent with it: once the total
     # is known, page-number pages go out runs.fetch_concurrency (4) at a time
     assert 3 <= sources.server.config.app.state.calls["loop"] - before <= 3 + 3
 
@@ -216,7 +216,7 @@ async def test_a_source_serving_an_earlier_page_again_fails_source_loop(stack, s
     assert payload["error"]["code"] == "SOURCE_LOOP", payload
     message = payload["error"]["message"]
     assert "page 2 of the run" in message and "its page 0" in message and "page=3" in message
-    # Pages 1, 2 and the repeat (3), plus at most the pages in flight beside it (pages
+    # Pages 1, 2 and the repeat (3), plus at most the pages in flight concurrently with it (pages
     # whose position is known go out runs.fetch_concurrency, 4, at a time).
     assert 3 <= sources.server.config.app.state.calls["alternate"] - before <= 3 + 3
 

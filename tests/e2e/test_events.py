@@ -207,7 +207,7 @@ async def test_terminated_run_is_read_from_temporal_and_recorded_by_the_cleanup(
 
 
 async def listed_as_pending(stack, task_id: str) -> None:
-    """The run is listed as pending right away (written beside the answer), though no
+    """The run is listed as pending right away (written concurrently with the answer), though no
     worker has picked it up."""
 
     async def listed() -> bool:

@@ -3,7 +3,7 @@ worker and Temporal into a real SQLite table (the GitHub-issues source of
 tests/e2e/test_quarantine.py):
 
 - an operator's ``schema_contract: evolve`` against records carrying ``_id`` (every
-  Elasticsearch hit does) and ``ID`` beside ``id``: the drift events report both skipped
+  Elasticsearch hit does) and ``ID`` and ``id``: the drift events report both skipped
   with the reason, the other new fields are added, and the runs after it complete;
 - a source that echoes its key in a record set aside: the quarantine shows the record
   redacted, and the replay lands it as it came."""

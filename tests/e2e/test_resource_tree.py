@@ -167,7 +167,7 @@ async def test_a_worker_killed_among_the_sub_resources_delivers_each_record_once
     make_stack, samples, tmp_path
 ) -> None:
     """SIGKILL while comments are being asked (the sample server holds every request after
-    the 30th): a fresh worker finishes the run; the HTTP sink beside the SQL one has each
+    the 30th): a fresh worker finishes the run; the HTTP sink next to the SQL one has each
     record of each resource once (by key, and by idempotency key), the tables the source's
     counts, and the source was asked at most the pages in flight twice."""
     from tests.e2e.test_worker_crash import worker_config

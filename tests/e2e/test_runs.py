@@ -131,7 +131,7 @@ async def test_sink_400_fails_the_run_with_sink_error_and_failed_finalize(stack)
     assert (
         "SINK" in finals[0]["body"]["error_message"] or "400" in finals[0]["body"]["error_message"]
     )
-    # the 400 was not retried: one attempt at that page (pages already in flight beside it,
+    # the 400 was not retried: one attempt at that page (pages in flight with it,
     # emit_concurrency of them, may have been delivered, each under its own key)
     batches = await stack.sink_batches(f"pull_stock_quotes/{task_id}:")
     refused = [b["idempotency_key"] for b in batches if b["status"] == 400]

@@ -129,7 +129,7 @@ def test_a_duplicate_column_the_database_refuses_is_a_schema_error_not_an_outage
 
 def test_a_column_past_what_the_table_may_hold_is_a_schema_error_naming_it(lake):
     url, dialect = lake
-    pad = LIMIT[dialect] - 5  # beside id, name and the three load columns: full
+    pad = LIMIT[dialect] - 5  # besides id, name and the three load columns: full
     cols = ", ".join(f"pad_{i} TEXT" for i in range(pad))
     with sa.create_engine(url).begin() as conn:
         conn.execute(

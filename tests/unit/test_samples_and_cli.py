@@ -284,7 +284,7 @@ async def test_cli_conventions_prefix_ids_output_formats_cursor_task_types_and_l
     types = await asyncio.to_thread(_cli, "task-types", api=stack.api_url)
     assert types.returncode == 0 and "pull_stock_quotes" in types.stdout
     assert "symbols*" in types.stdout  # required params starred
-    # plain help: no type tags beside flags, no SPEC references
+    # plain help: no type tags next to flags, no SPEC references
     helped = await asyncio.to_thread(_cli, "tasks", "list", "--help", api=stack.api_url)
     assert "<bool>" not in helped.stdout and "--cursor" in helped.stdout
     for group in ("registry", "cookies"):

@@ -354,7 +354,7 @@ def test_the_pointer_is_sent_in_the_id_parameter_less_the_overlap():
     assert q(params(win, "a7")) == {"since": "a7"}
     assert q(params(win, None)) == {}
     assert q(params({**ID, "overlap_value": 2}, 21)) == {}  # no parameter named
-    # a composite pointer sends its id as it is, beside its instant; with an overlap
+    # a composite pointer sends its id as it is, with its instant; with an overlap
     # (in time) the id would leave out the overlap's earlier ids, so it is not sent
     composite = {**COMPOSITE, "watermark_id_param_name": "since_id"}
     assert q(params(composite, ["2025-03-01T20:00:00+00:00", 5])) == {"since_id": 5}
