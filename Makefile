@@ -43,14 +43,15 @@ test: install-dev
 	$(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# The fast tier: lint, types and the tests that start no server, in pytest-xdist processes:
+# The fast tier: lint, types and the tests that start no server and no process of the
+# product (each such process spends seconds importing it), in pytest-xdist processes:
 # one more than the cores, since a good part of the tier waits (on a loopback server, a
 # lock, a timer); worksteal hands a process's queued tests to one that is idle.
 CHECK_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 check: install-dev
 	$(VENV)/bin/ruff check artemis artemis_samples activities workflows workers starter infra tests bench
 	$(VENV)/bin/mypy artemis artemis_samples activities workflows workers starter infra bench
-	$(VENV)/bin/python -m pytest -m "not servers" -q -n $(CHECK_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not servers and not processes" -q -n $(CHECK_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 lint: install-dev
 	$(VENV)/bin/ruff check artemis artemis_samples activities workflows workers starter infra tests bench

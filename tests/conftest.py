@@ -44,18 +44,36 @@ allow_generated_key_file()
 SERVER_FIXTURES = frozenset({"temporal_server", "pg_server", "redis_url", "s3_server", "samples"})
 
 
+# A parametrised test's case by one of these names gets its server at run time
+# (``request.getfixturevalue``), which its fixture names do not show.
+SERVER_CASES = frozenset({"postgresql", "redis"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test that needs a server ``servers`` (``-m "not servers"``: the fast tier):
-    every end-to-end test (tests/e2e: the API, the CLI and `artemis dev` as processes), and
-    any test whose fixtures start one. A database-parametrised test needs PostgreSQL in
-    its ``postgresql`` case only."""
+    every end-to-end test (tests/e2e: the API, the CLI and `artemis dev` as processes), any
+    test whose fixtures start one, and a parametrised test's ``postgresql`` and ``redis``
+    cases (its ``sqlite`` case stays in the fast tier). A server fixture a test left
+    unmarked reaches anyway fails in the fast tier (``_no_server_in_the_fast_tier``)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         params = getattr(getattr(item, "callspec", None), "params", {})
-        postgres = "postgresql" in (params.get("db_engine"), params.get("lake_url"))
+        cases = {value for value in params.values() if isinstance(value, str)}
         e2e = item.path.parent.name == "e2e"
-        if e2e or names & SERVER_FIXTURES or postgres:
+        if e2e or names & SERVER_FIXTURES or cases & SERVER_CASES:
             item.add_marker(pytest.mark.servers)
+
+
+def _no_server_in_the_fast_tier(config: pytest.Config, what: str) -> None:
+    """A server started in a run that deselects ``servers``: the test that asked for it
+    escaped the marking above, and would make the fast tier start servers in every one
+    of its processes. Fails that test, naming the server."""
+    if "not servers" in config.getoption("markexpr", ""):
+        pytest.fail(
+            f"a test of the fast tier started {what}: mark it `servers` "
+            "(tests/conftest.py: pytest_collection_modifyitems)",
+            pytrace=False,
+        )
 
 
 # How long the tasks left on the session's event loop get to end once cancelled.
@@ -119,7 +137,8 @@ def log_file(tmp_root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def temporal_server(tmp_root: Path):
+def temporal_server(tmp_root: Path, pytestconfig: pytest.Config):
+    _no_server_in_the_fast_tier(pytestconfig, "a Temporal server")
     server = DevServer(
         port=free_port(),
         ui_port=None,
@@ -141,8 +160,9 @@ def require(present: bool, what: str, package: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_server():
+def pg_server(pytestconfig: pytest.Config):
     """A real PostgreSQL on 127.0.0.1 (Debian's package; .ci/run installs it when missing)."""
+    _no_server_in_the_fast_tier(pytestconfig, "PostgreSQL")
     from infra.pgserver import PgServer, available
 
     require(available(), "PostgreSQL", "postgresql")
@@ -152,9 +172,10 @@ def pg_server():
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_root: Path):
+def redis_url(tmp_root: Path, pytestconfig: pytest.Config):
     """A real Redis on 127.0.0.1 (Debian's redis-server; .ci/run installs it when missing).
     Skipped only outside CI when it is absent; in CI it is required."""
+    _no_server_in_the_fast_tier(pytestconfig, "Redis")
     from infra.redisserver import available
 
     require(available(), "redis-server", "redis-server")
@@ -164,9 +185,10 @@ def redis_url(tmp_root: Path):
 
 
 @pytest.fixture(scope="session")
-def s3_server():
+def s3_server(pytestconfig: pytest.Config):
     """A real S3-compatible server on 127.0.0.1 (moto in server mode) with a bucket
     ``lake``; the credentials come from the environment, as they do in production."""
+    _no_server_in_the_fast_tier(pytestconfig, "an object store")
     from moto.server import ThreadedMotoServer
 
     env = {
@@ -197,7 +219,8 @@ def _port_open(port: int) -> bool:
 
 
 @pytest.fixture(scope="session")
-def samples():
+def samples(pytestconfig: pytest.Config):
+    _no_server_in_the_fast_tier(pytestconfig, "the sample servers")
     server = ThreadedServer(create_samples_app()).start()
     yield server
     server.stop()

@@ -254,6 +254,7 @@ class Worker:
         return result
 
 
+@pytest.mark.processes
 async def test_two_workers_share_a_rotating_refresh_token_and_a_restart_goes_on(
     reg, key_file, monkeypatch, tmp_path
 ):

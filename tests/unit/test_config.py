@@ -95,6 +95,7 @@ def test_missing_or_broken_file(tmp_path):
         load_settings(bad)
 
 
+@pytest.mark.processes
 def test_worker_refuses_to_start_on_bad_config(tmp_path):
     import subprocess
     import sys

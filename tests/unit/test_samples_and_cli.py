@@ -141,6 +141,7 @@ async def test_cli_run_show_and_cancel(stack):
     assert bad.returncode == 1 and "params.page_size" in bad.stderr
 
 
+@pytest.mark.processes
 def test_console_exporter_prints_spans():
     script = textwrap.dedent("""
         from opentelemetry import trace
@@ -158,6 +159,7 @@ def test_console_exporter_prints_spans():
     assert '"name": "probe-span"' in out.stdout and "artemis-test" in out.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("exporter", ["console", "none"])
 def test_the_apis_request_spans_only_when_spans_are_exported(exporter):
     """FastAPI's own request span is opened when spans go somewhere (here, the console)
@@ -190,6 +192,7 @@ def test_the_apis_request_spans_only_when_spans_are_exported(exporter):
         assert "fastapi-telemetry False" in out.stdout and '"name"' not in out.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("command", ["worker", "api"])
 def test_worker_and_api_refuse_to_start_without_the_master_key(tmp_path, command):
     key_file = tmp_path / "keys" / "master.key"
@@ -317,6 +320,7 @@ def test_watch_shows_a_pause_a_wait_and_skipped_steps():
     assert "skipped" in out.export_text()  # the emit step the run never reached
 
 
+@pytest.mark.processes
 def test_the_cli_starts_without_the_database_layer():
     """Every CLI call starts a Python process: the commands that only talk to the API do
     not import SQLAlchemy (a third of the CLI's start before), Temporal's client or the

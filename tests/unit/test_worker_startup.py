@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import workflows.task_run
 from workers.main import cache_workflow_bytecode
 
@@ -26,6 +28,7 @@ def test_the_workflow_modules_bytecode_is_cached_for_the_sandbox():
     assert importlib.util.MAGIC_NUMBER == cached.read_bytes()[:4]
 
 
+@pytest.mark.processes
 def test_the_heap_is_settled_once_start_up_is_done():
     # In a process of its own: freezing is for the life of the process.
     code = """
