@@ -479,6 +479,10 @@ class PageStream:
                     await keep_judged(self.fetch.acts.db, self.judge, judged)
                 except Exception as e:  # process_batch meets it again
                     self._stop(judged[0].seq, e)
+                else:  # drift is told where it is noted (RunServices.report_drift)
+                    for o in judged:
+                        if o.new_drift:
+                            await self.fetch.acts.report_drift(self.fetch.inp.run, o.seq, o.told())
             for i, (seq, records) in enumerate(pages):
                 # (pages after one that failed were not judged: the stream stopped)
                 out = done[i] if i < len(done) else None
@@ -526,10 +530,10 @@ class PageStream:
         # (stopped: the page that failed is the gap; those above it go again, emit_batch)
         counted = self.ledger.count(self._above)
         self.fetch.beat(self.state)
-        # A page's quarantine and drift are told where it is counted: a page above the
-        # gap when the stream stops is judged and told again by process_batch, not twice.
+        # A page's quarantine is told where it is counted: a page above the gap when the
+        # stream stops is judged and told again by process_batch, not twice.
         for at, _ in counted:
-            await self.fetch.acts.report_judged(run, at, self._judged.pop(at))
+            await self.fetch.acts.report_quarantined(run, at, self._judged.pop(at))
 
 
 def _judge_in_order(

@@ -313,26 +313,33 @@ class RunServices:
             log.warning("event_not_recorded", kind=kind, error=f"{type(e).__name__}: {e}")
 
     async def report_judged(self, run: RunRef, seq: int, outcome: Outcome) -> None:
-        """A judged page's events, log lines and metrics: its quarantined records (one
-        event per page, with a sample reason) and the drift the run had not seen."""
-        if outcome.quarantined:
-            sample = outcome.sample
-            assert sample is not None
-            reason = {
-                "code": sample.code,
-                "field": sample.field,
-                "message": redact_text(sample.message)[:500],
-            }
-            log.info("records_quarantined", seq=seq, records=outcome.quarantined, **reason)
-            RECORDS_QUARANTINED.labels(run.task_code).inc(outcome.new)
-            data: dict[str, Any] = {
-                "page": seq,
-                "records": outcome.quarantined,
-                "held": outcome.held,
-            }
-            await self.record(
-                run, "quarantined", {**data, "sample": reason}, "step_process", soon=True
-            )
+        """A judged page's events, log lines and metrics: its drift and its quarantine."""
+        await self.report_drift(run, seq, outcome)
+        await self.report_quarantined(run, seq, outcome)
+
+    async def report_quarantined(self, run: RunRef, seq: int, outcome: Outcome) -> None:
+        """A page's quarantined records: one event per page, with a sample reason (told
+        where the page is counted: a page judged again after a stop is told once)."""
+        if not outcome.quarantined:
+            return
+        sample = outcome.sample
+        assert sample is not None
+        reason = {
+            "code": sample.code,
+            "field": sample.field,
+            "message": redact_text(sample.message)[:500],
+        }
+        log.info("records_quarantined", seq=seq, records=outcome.quarantined, **reason)
+        RECORDS_QUARANTINED.labels(run.task_code).inc(outcome.new)
+        data: dict[str, Any] = {"page": seq, "records": outcome.quarantined, "held": outcome.held}
+        await self.record(run, "quarantined", {**data, "sample": reason}, "step_process", soon=True)
+
+    async def report_drift(self, run: RunRef, seq: int, outcome: Outcome) -> None:
+        """The drift the run had not seen, told as soon as the page is kept: a field is
+        noted once per run (``note_drift``), so a page judged again — the stream stopped
+        before counting it, or an attempt was cut short — finds it seen and says nothing.
+        Awaited, not queued: the row and its event are committed moments apart (drift is
+        rare: once per run and field)."""
         for d in outcome.new_drift:
             drift: dict[str, Any] = {
                 "field": d.field,
@@ -346,7 +353,7 @@ class RunServices:
                 drift["skipped"] = outcome.skipped[d.field]
             log.warning("schema_drift", **drift)
             SCHEMA_DRIFT.labels(run.task_code, d.kind).inc()
-            await self.record(run, "schema_drift", drift, "step_process", soon=True)
+            await self.record(run, "schema_drift", drift, "step_process")
 
     async def task_context(
         self,
@@ -473,6 +480,12 @@ class RunStep:
 
     async def report_judged(self, run: RunRef, seq: int, outcome: Outcome) -> None:
         await self.services.report_judged(run, seq, outcome)
+
+    async def report_drift(self, run: RunRef, seq: int, outcome: Outcome) -> None:
+        await self.services.report_drift(run, seq, outcome)
+
+    async def report_quarantined(self, run: RunRef, seq: int, outcome: Outcome) -> None:
+        await self.services.report_quarantined(run, seq, outcome)
 
     async def task_context(
         self,

@@ -45,8 +45,8 @@ class Outcome:
     parts: dict[str, Outcome] = field(default_factory=dict)
 
     def told(self) -> Outcome:
-        """What is told of the page once it is counted (its quarantine and drift), without
-        its records: a stream holds it for the pages below to be delivered."""
+        """What is told of the page once it is counted (its quarantine), without its
+        records: a stream holds it for the pages below to be delivered."""
         parts = {name: part.told() for name, part in self.parts.items()}
         return dataclasses.replace(self, records=[], parts=parts)
 

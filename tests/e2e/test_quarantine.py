@@ -459,6 +459,29 @@ async def test_evolve_adds_the_field_to_the_next_runs_table(make_stack, gh, tmp_
     assert third["data"]["status"] == "completed", third["error"]
 
 
+async def test_drift_on_a_page_whose_send_failed_is_told_once(make_stack, gh):
+    """The stream keeps a page, noting its drift (once per run and field), and then its
+    send is refused (a 503): the batch path judges the page again and finds the drift
+    noted already. The drift is told all the same, once, where it was noted."""
+    stack = await make_stack()
+    code = f"q-{gh.ns}"
+    gh.serve(with_priority(300, from_id=151))
+    import_doc(stack, doc(code, gh.base))
+    await stack.fault("sink", status=503, times=1)
+    task_id, _, answer = await start(stack, code)
+    assert answer["data"]["status"] == "completed", answer["error"]
+    batches = [b for b in await stack.sink_batches() if task_id in (b["idempotency_key"] or "")]
+    assert [b["status"] for b in batches].count(503) == 1, batches  # the stream stopped
+    delivered = [r["id"] for b in batches if b["records"] for r in b["records"]]
+    assert sorted(set(delivered)) == list(range(1, 301))
+    drift = [e for e in await read_sse(stack.api_url, task_id) if e["event"] == "schema_drift"]
+    assert [(e["field"], e["page"]) for e in drift] == [
+        ("node_id", 0),
+        ("user", 0),
+        ("priority", 1),
+    ]
+
+
 async def test_a_worker_killed_mid_page_leaves_every_record_delivered_or_quarantined_once(
     make_stack, gh, tmp_path
 ):
