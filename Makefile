@@ -37,16 +37,11 @@ $(VENV)/.installed: pyproject.toml uv.lock | $(UV)
 demo: install
 	$(VENV)/bin/artemis demo $(ARGS)
 
-# The whole suite in one pytest-xdist process per core: each process starts the servers
-# its tests ask for (a Temporal dev server, PostgreSQL, Redis, ... of its own), and most
-# end-to-end tests wait on timers and servers more than they compute; worksteal hands a
-# process's queued tests to one that is idle.
-TEST_WORKERS ?= $(shell nproc)
 test: install-dev
 	$(VENV)/bin/ruff check artemis artemis_samples activities workflows workers starter infra tests bench
 	$(VENV)/bin/mypy artemis artemis_samples activities workflows workers starter infra bench
 	$(VENV)/bin/mkdocs build --strict --quiet
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # The fast tier: lint, types and the tests that start no server and no process of the
 # product (each such process spends seconds importing it), in pytest-xdist processes:
