@@ -551,9 +551,7 @@ def _page_adapter(model: type[BaseModel], strict: bool) -> TypeAdapter[list[Any]
     fields: dict[str, Any] = {name: (f.annotation, f) for name, f in model.model_fields.items()}
     checked = create_model(  # type: ignore[call-overload]
         f"{model.__name__}{'Row' if strict else 'Lax'}",
-        __config__=ConfigDict(extra="forbid", strict=True)
-        if strict
-        else ConfigDict(extra="forbid"),
+        __config__=ConfigDict(extra="forbid", strict=strict),
         **fields,
     )
     return TypeAdapter(list[checked])
